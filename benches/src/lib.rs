@@ -1,0 +1,1 @@
+//! Benchmarks: `rcomm-bench` arrives with point-to-point (issue P2).

@@ -1,0 +1,296 @@
+//! The one place that reads `RCOMM_*` environment variables.
+//!
+//! Every variable rcomm understands is listed in [`VARIABLES`] (the README's table is checked
+//! against it by a test). Variables marked protocol-relevant must agree on every rank: their
+//! values travel in each rank's [`PeerInfo`](crate::identity::PeerInfo), and a mismatch is an
+//! init error naming the variable and the ranks, instead of a hang later.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+/// One documented variable.
+#[derive(Debug, Clone, Copy)]
+pub struct VarSpec {
+    /// Its name.
+    pub name: &'static str,
+    /// Whether every rank must use the same value.
+    pub protocol: bool,
+    /// Who sets it, what it does, its values and default.
+    pub help: &'static str,
+}
+
+/// Every `RCOMM_*` variable rcomm reads.
+pub const VARIABLES: &[VarSpec] = &[
+    VarSpec { name: "RCOMM_RANK", protocol: false, help: "set by the launcher: this process's rank" },
+    VarSpec { name: "RCOMM_SIZE", protocol: false, help: "set by the launcher: number of ranks" },
+    VarSpec { name: "RCOMM_LOCAL_RANK", protocol: false, help: "set by the launcher: rank among the ranks on this node" },
+    VarSpec { name: "RCOMM_LOCAL_SIZE", protocol: false, help: "set by the launcher: number of ranks on this node" },
+    VarSpec { name: "RCOMM_KVS_ADDR", protocol: false, help: "set by the launcher: ip:port of its key-value store" },
+    VarSpec { name: "RCOMM_JOB_ID", protocol: false, help: "set by the launcher: the job's id; tags every process of the job" },
+    VarSpec { name: "RCOMM_SECRET_FD", protocol: false, help: "set by the launcher: inherited descriptor holding the job secret (never on a command line)" },
+    VarSpec { name: "RCOMM_DEBUG", protocol: false, help: "log level: WARN (default), INFO, TRACE; logs go to stderr prefixed with host, pid and rank" },
+    VarSpec { name: "RCOMM_DEBUG_SUBSYS", protocol: false, help: "comma list limiting logs to INIT, P2P, COLL, NET, TOPO, LAUNCH (default: all)" },
+    VarSpec { name: "RCOMM_TRANSPORT", protocol: true, help: "transport between ranks: auto (default), shm, tcp; must agree on every rank" },
+];
+
+/// A parsing error, naming the variable and the accepted values.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("{name}={value:?} is invalid: {expected}")]
+pub struct ConfigError {
+    /// Variable name.
+    pub name: &'static str,
+    /// Value found.
+    pub value: String,
+    /// What would have been accepted.
+    pub expected: String,
+}
+
+/// Log verbosity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Problems the user should know about (default).
+    Warn,
+    /// Decisions: bootstrap, transport choice, algorithm choice.
+    Info,
+    /// Everything.
+    Trace,
+}
+
+/// What the launcher told this rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchEnv {
+    /// Rank.
+    pub rank: u32,
+    /// World size.
+    pub size: u32,
+    /// Rank on this node.
+    pub local_rank: u32,
+    /// Ranks on this node.
+    pub local_size: u32,
+    /// The launcher's KVS address.
+    pub kvs_addr: String,
+    /// Job id.
+    pub job_id: String,
+    /// Descriptor holding the job secret.
+    pub secret_fd: i32,
+}
+
+/// Transport requested by `RCOMM_TRANSPORT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// Pick per peer from topology.
+    Auto,
+    /// Shared memory only (peers on other nodes are an error).
+    Shm,
+    /// TCP for every peer.
+    Tcp,
+}
+
+/// Every setting rcomm takes from the environment, parsed once.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Log level.
+    pub debug: Level,
+    /// Subsystems to log; `None` means all.
+    pub debug_subsys: Option<Vec<String>>,
+    /// Transport choice.
+    pub transport: TransportChoice,
+    /// Present when started by `rcomm-run` (or a daemon of it).
+    pub launch: Option<LaunchEnv>,
+    /// `RCOMM_*` names found in the environment that rcomm does not know (likely typos).
+    pub unknown: Vec<String>,
+}
+
+fn get(env: &BTreeMap<String, String>, name: &str) -> Option<String> {
+    env.get(name).filter(|v| !v.is_empty()).cloned()
+}
+
+fn parse_u32(env: &BTreeMap<String, String>, name: &'static str) -> Result<Option<u32>, ConfigError> {
+    get(env, name)
+        .map(|v| {
+            v.trim().parse::<u32>().map_err(|_| ConfigError {
+                name,
+                value: v.clone(),
+                expected: "a non-negative integer".into(),
+            })
+        })
+        .transpose()
+}
+
+fn choice<T: Copy>(
+    env: &BTreeMap<String, String>,
+    name: &'static str,
+    default: T,
+    table: &[(&str, T)],
+) -> Result<T, ConfigError> {
+    let Some(v) = get(env, name) else { return Ok(default) };
+    table
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(v.trim()))
+        .map(|&(_, t)| t)
+        .ok_or_else(|| ConfigError {
+            name,
+            value: v,
+            expected: format!("one of {}", table.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")),
+        })
+}
+
+impl Config {
+    /// Parses the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_map(&std::env::vars().collect())
+    }
+
+    /// Parses a given environment (tests use this).
+    pub fn from_map(env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let debug = choice(
+            env,
+            "RCOMM_DEBUG",
+            Level::Warn,
+            &[("WARN", Level::Warn), ("INFO", Level::Info), ("TRACE", Level::Trace)],
+        )?;
+        let debug_subsys = get(env, "RCOMM_DEBUG_SUBSYS")
+            .map(|v| v.split(',').map(|s| s.trim().to_ascii_uppercase()).filter(|s| !s.is_empty()).collect());
+        let transport = choice(
+            env,
+            "RCOMM_TRANSPORT",
+            TransportChoice::Auto,
+            &[("auto", TransportChoice::Auto), ("shm", TransportChoice::Shm), ("tcp", TransportChoice::Tcp)],
+        )?;
+        let launch = match (parse_u32(env, "RCOMM_RANK")?, parse_u32(env, "RCOMM_SIZE")?) {
+            (Some(rank), Some(size)) => {
+                let missing = |name: &'static str| ConfigError {
+                    name,
+                    value: String::new(),
+                    expected: "to be set by the launcher together with RCOMM_RANK and RCOMM_SIZE".into(),
+                };
+                if size == 0 || rank >= size {
+                    return Err(ConfigError {
+                        name: "RCOMM_RANK",
+                        value: rank.to_string(),
+                        expected: format!("a rank below RCOMM_SIZE={size}"),
+                    });
+                }
+                let secret_fd = parse_u32(env, "RCOMM_SECRET_FD")?.ok_or_else(|| missing("RCOMM_SECRET_FD"))?;
+                Some(LaunchEnv {
+                    rank,
+                    size,
+                    local_rank: parse_u32(env, "RCOMM_LOCAL_RANK")?.unwrap_or(0),
+                    local_size: parse_u32(env, "RCOMM_LOCAL_SIZE")?.unwrap_or(1),
+                    kvs_addr: get(env, "RCOMM_KVS_ADDR").ok_or_else(|| missing("RCOMM_KVS_ADDR"))?,
+                    job_id: get(env, "RCOMM_JOB_ID").ok_or_else(|| missing("RCOMM_JOB_ID"))?,
+                    secret_fd: secret_fd as i32,
+                })
+            }
+            (None, None) => None,
+            (r, _) => {
+                return Err(ConfigError {
+                    name: if r.is_some() { "RCOMM_SIZE" } else { "RCOMM_RANK" },
+                    value: String::new(),
+                    expected: "RCOMM_RANK and RCOMM_SIZE to be set together (by rcomm-run)".into(),
+                });
+            }
+        };
+        let unknown = env
+            .keys()
+            .filter(|k| k.starts_with("RCOMM_") && !VARIABLES.iter().any(|v| v.name == k.as_str()))
+            .cloned()
+            .collect();
+        Ok(Self { debug, debug_subsys, transport, launch, unknown })
+    }
+
+    /// The protocol-relevant settings as (name, value) pairs, in [`VARIABLES`] order; these must
+    /// be equal on every rank.
+    pub fn protocol_settings(&self) -> Vec<(String, String)> {
+        let transport = match self.transport {
+            TransportChoice::Auto => "auto",
+            TransportChoice::Shm => "shm",
+            TransportChoice::Tcp => "tcp",
+        };
+        vec![("RCOMM_TRANSPORT".to_string(), transport.to_string())]
+    }
+
+    /// Whether a message at `level` for `subsys` should be logged.
+    pub fn logs(&self, level: Level, subsys: &str) -> bool {
+        level <= self.debug
+            && self.debug_subsys.as_ref().is_none_or(|l| l.iter().any(|s| s == subsys))
+    }
+}
+
+/// The process-wide configuration, parsed on first use. A parse error is kept and returned by
+/// `rcomm::init`; logging falls back to defaults so it can still report it.
+pub fn global() -> &'static Result<Config, ConfigError> {
+    static CFG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
+    CFG.get_or_init(Config::from_env)
+}
+
+/// Logs a line to stderr if `RCOMM_DEBUG`/`RCOMM_DEBUG_SUBSYS` allow it.
+#[doc(hidden)]
+pub fn log_line(level: Level, subsys: &str, msg: std::fmt::Arguments<'_>) {
+    let on = match global() {
+        Ok(c) => c.logs(level, subsys),
+        Err(_) => level == Level::Warn,
+    };
+    if on {
+        let host = crate::identity::hostname();
+        let rank = std::env::var("RCOMM_RANK").unwrap_or_else(|_| "-".into());
+        eprintln!("{host}:{}:{rank} rcomm {level:?} {subsys} {msg}", std::process::id());
+    }
+}
+
+/// `rlog!(Info, "INIT", "format {}", args)` logs through [`log_line`].
+#[macro_export]
+macro_rules! rlog {
+    ($lvl:ident, $sub:expr, $($arg:tt)*) => {
+        $crate::config::log_line($crate::config::Level::$lvl, $sub, format_args!($($arg)*))
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_without_variables() {
+        let c = Config::from_map(&env(&[])).unwrap();
+        assert_eq!((c.debug, c.transport, c.launch.is_none()), (Level::Warn, TransportChoice::Auto, true));
+    }
+
+    #[test]
+    fn bad_values_name_the_variable_and_the_choices() {
+        let e = Config::from_map(&env(&[("RCOMM_TRANSPORT", "ib0")])).unwrap_err();
+        assert_eq!(e.name, "RCOMM_TRANSPORT");
+        assert!(e.to_string().contains("auto, shm, tcp"), "{e}");
+        let e = Config::from_map(&env(&[("RCOMM_RANK", "4"), ("RCOMM_SIZE", "4")])).unwrap_err();
+        assert_eq!(e.name, "RCOMM_RANK");
+        let e = Config::from_map(&env(&[("RCOMM_RANK", "0")])).unwrap_err();
+        assert_eq!(e.name, "RCOMM_SIZE");
+    }
+
+    #[test]
+    fn launcher_variables_parse_and_unknown_names_are_kept() {
+        let c = Config::from_map(&env(&[
+            ("RCOMM_RANK", "1"),
+            ("RCOMM_SIZE", "2"),
+            ("RCOMM_KVS_ADDR", "127.0.0.1:5"),
+            ("RCOMM_JOB_ID", "j"),
+            ("RCOMM_SECRET_FD", "9"),
+            ("RCOMM_TRANSPOTR", "tcp"),
+        ]))
+        .unwrap();
+        assert_eq!(c.launch.unwrap().secret_fd, 9);
+        assert_eq!(c.unknown, vec!["RCOMM_TRANSPOTR".to_string()]);
+    }
+
+    #[test]
+    fn every_protocol_setting_is_a_documented_protocol_variable() {
+        let c = Config::from_map(&env(&[])).unwrap();
+        for (name, _) in c.protocol_settings() {
+            assert!(VARIABLES.iter().any(|v| v.name == name && v.protocol), "{name}");
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! rcomm's transport layer: the wire formats, identity, bootstrap, the local channel and the
+//! transports. `rcomm-core` sees transports only through this crate's types.
+#![warn(missing_docs)]
+
+pub mod auth;
+pub mod config;
+pub mod identity;
+pub mod os;
+pub mod sim;
+pub mod wire;

@@ -1,0 +1,840 @@
+//! Every byte format rcomm speaks on a socket: frames, the bootstrap (KVS) protocol, the
+//! authentication handshake, address records and the data-plane message header.
+//!
+//! Rules, because every listener faces untrusted bytes: frames are versioned and length-limited,
+//! the length is checked *before* anything is allocated, and every decoder returns a
+//! [`WireError`] on any input — it never panics and never allocates more than the frame limit.
+//! All integers are little-endian.
+
+use std::io::{self, Read, Write};
+
+/// Two bytes every frame starts with; a peer speaking anything else is dropped at once.
+pub const MAGIC: [u8; 2] = *b"RC";
+/// Version of the frame layout and of every message in this module. Bumped on any change.
+pub const WIRE_VERSION: u8 = 1;
+/// Bytes of the frame header: magic (2), version (1), kind (1), payload length (4).
+pub const FRAME_HEADER_LEN: usize = 8;
+/// Largest control frame payload. Address records and KVS values are small; a peer announcing
+/// more is lying or broken, and must not make us allocate.
+pub const MAX_FRAME_PAYLOAD: usize = 1 << 20;
+/// Longest key accepted by the KVS.
+pub const MAX_KEY_LEN: usize = 256;
+/// Longest free-text string (error messages, hostnames) accepted in a frame.
+pub const MAX_TEXT_LEN: usize = 4096;
+/// Most protocol-relevant settings a [`PeerInfo`](crate::identity::PeerInfo) may carry.
+pub const MAX_SETTINGS: usize = 64;
+/// Most endpoint addresses an [`AddrRecord`] may carry.
+pub const MAX_ENDPOINTS: usize = 16;
+
+/// Why bytes could not be decoded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WireError {
+    /// The first bytes are not rcomm's magic: the peer is not an rcomm process.
+    #[error("bad magic {0:02x?}: the peer does not speak the rcomm protocol")]
+    BadMagic([u8; 2]),
+    /// The peer speaks another version of the protocol.
+    #[error("wire version {got} but this rcomm speaks version {WIRE_VERSION}: mixed rcomm builds in one job?")]
+    Version {
+        /// Version found in the frame.
+        got: u8,
+    },
+    /// The frame announces more payload than allowed.
+    #[error("frame of {len} bytes exceeds the limit of {limit} bytes")]
+    TooLong {
+        /// Announced length.
+        len: usize,
+        /// Limit in force.
+        limit: usize,
+    },
+    /// The input ended inside a field.
+    #[error("truncated: needed {needed} more bytes for {what}")]
+    Truncated {
+        /// The field being read.
+        what: &'static str,
+        /// How many bytes were missing.
+        needed: usize,
+    },
+    /// A kind byte names no known message.
+    #[error("unknown {what} kind {kind}")]
+    UnknownKind {
+        /// Which enumeration.
+        what: &'static str,
+        /// The byte found.
+        kind: u8,
+    },
+    /// A field holds a value outside its range.
+    #[error("invalid {what}: {why}")]
+    Invalid {
+        /// The field.
+        what: &'static str,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// Bytes were left over after the message ended.
+    #[error("{0} trailing bytes after the message")]
+    Trailing(usize),
+}
+
+/// An error reading or writing frames on a stream.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameIoError {
+    /// The socket failed (includes timeouts and the peer closing mid-frame).
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+    /// The peer sent bytes that are not a valid frame.
+    #[error("protocol: {0}")]
+    Wire(#[from] WireError),
+    /// The peer closed the connection cleanly between frames.
+    #[error("connection closed by peer")]
+    Closed,
+}
+
+/// A decoded frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Message kind; meaning depends on the protocol using the frame.
+    pub kind: u8,
+    /// Payload bytes following the header.
+    pub len: usize,
+}
+
+/// Checks and decodes a frame header, enforcing `limit` on the announced payload length.
+pub fn decode_frame_header(b: &[u8; FRAME_HEADER_LEN], limit: usize) -> Result<FrameHeader, WireError> {
+    if b[0..2] != MAGIC {
+        return Err(WireError::BadMagic([b[0], b[1]]));
+    }
+    if b[2] != WIRE_VERSION {
+        return Err(WireError::Version { got: b[2] });
+    }
+    let len = u32::from_le_bytes([b[4], b[5], b[6], b[7]]) as usize;
+    if len > limit {
+        return Err(WireError::TooLong { len, limit });
+    }
+    Ok(FrameHeader { kind: b[3], len })
+}
+
+/// Encodes one frame (header and payload) into a new buffer.
+pub fn encode_frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+    debug_assert!(payload.len() <= MAX_FRAME_PAYLOAD);
+    let mut out = Vec::with_capacity(FRAME_HEADER_LEN + payload.len());
+    out.extend_from_slice(&MAGIC);
+    out.push(WIRE_VERSION);
+    out.push(kind);
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Decodes one frame from the front of `buf`: `Ok(None)` if more bytes are needed, otherwise the
+/// header, the payload and the number of bytes consumed.
+pub fn decode_frame(buf: &[u8], limit: usize) -> Result<Option<(FrameHeader, &[u8], usize)>, WireError> {
+    let Some(hdr) = buf.first_chunk::<FRAME_HEADER_LEN>() else {
+        // Reject a wrong magic as soon as it is visible, so garbage is dropped without waiting.
+        if !buf.is_empty() && buf[0] != MAGIC[0] || buf.len() >= 2 && buf[1] != MAGIC[1] {
+            return Err(WireError::BadMagic([buf[0], *buf.get(1).unwrap_or(&0)]));
+        }
+        return Ok(None);
+    };
+    let h = decode_frame_header(hdr, limit)?;
+    let end = FRAME_HEADER_LEN + h.len;
+    if buf.len() < end {
+        return Ok(None);
+    }
+    Ok(Some((h, &buf[FRAME_HEADER_LEN..end], end)))
+}
+
+/// Reads one frame from a blocking stream. The payload is allocated only after its length passed
+/// the limit. A clean close before the first byte is [`FrameIoError::Closed`].
+pub fn read_frame<R: Read>(r: &mut R, limit: usize) -> Result<(u8, Vec<u8>), FrameIoError> {
+    let mut hb = [0u8; FRAME_HEADER_LEN];
+    let mut got = 0;
+    while got < FRAME_HEADER_LEN {
+        match r.read(&mut hb[got..]) {
+            Ok(0) if got == 0 => return Err(FrameIoError::Closed),
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let h = decode_frame_header(&hb, limit)?;
+    let mut payload = vec![0u8; h.len];
+    r.read_exact(&mut payload)?;
+    Ok((h.kind, payload))
+}
+
+/// Writes one frame to a blocking stream in a single write call where possible.
+pub fn write_frame<W: Write>(w: &mut W, kind: u8, payload: &[u8]) -> Result<(), FrameIoError> {
+    if payload.len() > MAX_FRAME_PAYLOAD {
+        return Err(WireError::TooLong { len: payload.len(), limit: MAX_FRAME_PAYLOAD }.into());
+    }
+    w.write_all(&encode_frame(kind, payload))?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Appends little-endian fields to a buffer.
+#[derive(Default, Debug)]
+pub struct Enc(pub Vec<u8>);
+
+impl Enc {
+    /// A fresh, empty encoder.
+    pub fn new() -> Self {
+        Self(Vec::new())
+    }
+    /// Appends one byte.
+    pub fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    /// Appends a u16.
+    pub fn u16(&mut self, v: u16) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Appends a u32.
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Appends an i32.
+    pub fn i32(&mut self, v: i32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Appends a u64.
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Appends raw bytes with no length prefix (fixed-size fields).
+    pub fn raw(&mut self, b: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(b);
+        self
+    }
+    /// Appends a u32 length and the bytes.
+    pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.u32(b.len() as u32);
+        self.raw(b)
+    }
+    /// Appends a length-prefixed UTF-8 string.
+    pub fn str(&mut self, s: &str) -> &mut Self {
+        self.bytes(s.as_bytes())
+    }
+    /// The encoded bytes.
+    pub fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+/// Reads little-endian fields from a byte slice; every read is bounds-checked.
+#[derive(Debug)]
+pub struct Dec<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Dec<'a> {
+    /// Starts decoding `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Self { buf }
+    }
+    /// Bytes not yet read.
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+    /// Takes `n` raw bytes.
+    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], WireError> {
+        if self.buf.len() < n {
+            return Err(WireError::Truncated { what, needed: n - self.buf.len() });
+        }
+        let (a, b) = self.buf.split_at(n);
+        self.buf = b;
+        Ok(a)
+    }
+    /// Takes a fixed-size array.
+    pub fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], WireError> {
+        let s = self.take(N, what)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+    /// Reads one byte.
+    pub fn u8(&mut self, what: &'static str) -> Result<u8, WireError> {
+        Ok(self.array::<1>(what)?[0])
+    }
+    /// Reads a u16.
+    pub fn u16(&mut self, what: &'static str) -> Result<u16, WireError> {
+        Ok(u16::from_le_bytes(self.array(what)?))
+    }
+    /// Reads a u32.
+    pub fn u32(&mut self, what: &'static str) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+    /// Reads an i32.
+    pub fn i32(&mut self, what: &'static str) -> Result<i32, WireError> {
+        Ok(i32::from_le_bytes(self.array(what)?))
+    }
+    /// Reads a u64.
+    pub fn u64(&mut self, what: &'static str) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+    /// Reads a u32-length-prefixed byte string of at most `max` bytes.
+    pub fn bytes(&mut self, max: usize, what: &'static str) -> Result<&'a [u8], WireError> {
+        let n = self.u32(what)? as usize;
+        if n > max {
+            return Err(WireError::TooLong { len: n, limit: max });
+        }
+        self.take(n, what)
+    }
+    /// Reads a length-prefixed UTF-8 string of at most `max` bytes.
+    pub fn str(&mut self, max: usize, what: &'static str) -> Result<String, WireError> {
+        let b = self.bytes(max, what)?;
+        String::from_utf8(b.to_vec())
+            .map_err(|_| WireError::Invalid { what, why: "not UTF-8".into() })
+    }
+    /// Fails unless every byte was consumed.
+    pub fn end(&self) -> Result<(), WireError> {
+        if self.buf.is_empty() { Ok(()) } else { Err(WireError::Trailing(self.buf.len())) }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Authentication handshake (see `auth`): three frames, whatever the listener.
+
+/// Frame kinds of the authentication handshake. They are distinct from every protocol's kinds
+/// so a peer that skips the handshake is refused on its first frame.
+pub mod auth_kind {
+    /// Server → client: server nonce.
+    pub const CHALLENGE: u8 = 0xA1;
+    /// Client → server: client id, client nonce, client MAC.
+    pub const RESPONSE: u8 = 0xA2;
+    /// Server → client: server MAC.
+    pub const PROOF: u8 = 0xA3;
+}
+
+/// Bytes of a handshake nonce.
+pub const NONCE_LEN: usize = 32;
+/// Bytes of a handshake MAC (HMAC-SHA-256).
+pub const MAC_LEN: usize = 32;
+
+/// The client's answer to a challenge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthResponse {
+    /// Who the client says it is (a rank, or `u32::MAX` for a launcher tool); covered by the MAC.
+    pub client_id: u32,
+    /// The client's own challenge to the server.
+    pub nonce: [u8; NONCE_LEN],
+    /// HMAC proving the client knows the secret.
+    pub mac: [u8; MAC_LEN],
+}
+
+impl AuthResponse {
+    /// Encodes the payload.
+    pub fn encode(&self) -> Vec<u8> {
+        Enc::new().u32(self.client_id).raw(&self.nonce).raw(&self.mac).finish()
+    }
+    /// Decodes the payload.
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let mut d = Dec::new(b);
+        let r = Self { client_id: d.u32("client id")?, nonce: d.array("nonce")?, mac: d.array("mac")? };
+        d.end()?;
+        Ok(r)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bootstrap key-value store protocol.
+
+/// Frame kinds of KVS requests (client → server).
+mod kvs_req {
+    pub const PUT: u8 = 1;
+    pub const GET: u8 = 2;
+    pub const FENCE: u8 = 3;
+    pub const ABORT: u8 = 4;
+    pub const FINALIZE: u8 = 5;
+}
+/// Frame kinds of KVS replies and notices (server → client).
+mod kvs_rep {
+    pub const OK: u8 = 16;
+    pub const VALUE: u8 = 17;
+    pub const NOT_FOUND: u8 = 18;
+    pub const FENCE_DONE: u8 = 19;
+    pub const ERROR: u8 = 20;
+    pub const NOTICE_RANK_FAILED: u8 = 21;
+    pub const NOTICE_ABORT: u8 = 22;
+}
+
+/// A request from a rank to the key-value store served by the launcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KvsRequest {
+    /// Store `val` under (sender's rank, `key`).
+    Put {
+        /// Key, at most [`MAX_KEY_LEN`] bytes.
+        key: String,
+        /// Value.
+        val: Vec<u8>,
+    },
+    /// Read the value `rank` stored under `key`.
+    Get {
+        /// Rank that published the key.
+        rank: u32,
+        /// Key.
+        key: String,
+    },
+    /// Wait until every rank has called fence; puts before it are visible to gets after it.
+    Fence,
+    /// Ask the launcher to end the job.
+    Abort {
+        /// Exit code the job should end with.
+        code: i32,
+        /// Why; shown to the user.
+        msg: String,
+    },
+    /// The rank is finishing normally; its exit is not a failure.
+    Finalize,
+}
+
+impl KvsRequest {
+    /// Encodes as one frame.
+    pub fn to_frame(&self) -> Vec<u8> {
+        let mut e = Enc::new();
+        let kind = match self {
+            Self::Put { key, val } => {
+                e.str(key).bytes(val);
+                kvs_req::PUT
+            }
+            Self::Get { rank, key } => {
+                e.u32(*rank).str(key);
+                kvs_req::GET
+            }
+            Self::Fence => kvs_req::FENCE,
+            Self::Abort { code, msg } => {
+                e.i32(*code).str(msg);
+                kvs_req::ABORT
+            }
+            Self::Finalize => kvs_req::FINALIZE,
+        };
+        encode_frame(kind, &e.finish())
+    }
+
+    /// Decodes a request from a frame's kind and payload.
+    pub fn decode(kind: u8, b: &[u8]) -> Result<Self, WireError> {
+        let mut d = Dec::new(b);
+        let r = match kind {
+            kvs_req::PUT => Self::Put {
+                key: d.str(MAX_KEY_LEN, "key")?,
+                val: d.bytes(MAX_FRAME_PAYLOAD, "value")?.to_vec(),
+            },
+            kvs_req::GET => Self::Get { rank: d.u32("rank")?, key: d.str(MAX_KEY_LEN, "key")? },
+            kvs_req::FENCE => Self::Fence,
+            kvs_req::ABORT => Self::Abort { code: d.i32("code")?, msg: d.str(MAX_TEXT_LEN, "message")? },
+            kvs_req::FINALIZE => Self::Finalize,
+            k => return Err(WireError::UnknownKind { what: "KVS request", kind: k }),
+        };
+        d.end()?;
+        Ok(r)
+    }
+}
+
+/// A message from the key-value store to a rank: a reply to its last request, or an unsolicited
+/// notice (which may arrive at any time and is never a reply).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KvsReply {
+    /// A put or finalize succeeded.
+    Ok,
+    /// The value asked for.
+    Value(Vec<u8>),
+    /// No such key from that rank.
+    NotFound,
+    /// Every rank reached the fence.
+    FenceDone,
+    /// The request failed; the text says why.
+    Error(String),
+    /// Notice: a rank died or exited without finalizing.
+    RankFailed {
+        /// The failed rank.
+        rank: u32,
+        /// How it ended, e.g. "killed by signal 9 (SIGKILL)".
+        how: String,
+    },
+    /// Notice: the job is being aborted.
+    Abort {
+        /// The rank that asked for the abort, or `u32::MAX` for the launcher.
+        from: u32,
+        /// Exit code.
+        code: i32,
+        /// Why.
+        msg: String,
+    },
+}
+
+impl KvsReply {
+    /// True for unsolicited notices, which are not replies to a request.
+    pub fn is_notice(&self) -> bool {
+        matches!(self, Self::RankFailed { .. } | Self::Abort { .. })
+    }
+
+    /// Encodes as one frame.
+    pub fn to_frame(&self) -> Vec<u8> {
+        let mut e = Enc::new();
+        let kind = match self {
+            Self::Ok => kvs_rep::OK,
+            Self::Value(v) => {
+                e.bytes(v);
+                kvs_rep::VALUE
+            }
+            Self::NotFound => kvs_rep::NOT_FOUND,
+            Self::FenceDone => kvs_rep::FENCE_DONE,
+            Self::Error(m) => {
+                e.str(m);
+                kvs_rep::ERROR
+            }
+            Self::RankFailed { rank, how } => {
+                e.u32(*rank).str(how);
+                kvs_rep::NOTICE_RANK_FAILED
+            }
+            Self::Abort { from, code, msg } => {
+                e.u32(*from).i32(*code).str(msg);
+                kvs_rep::NOTICE_ABORT
+            }
+        };
+        encode_frame(kind, &e.finish())
+    }
+
+    /// Decodes a reply from a frame's kind and payload.
+    pub fn decode(kind: u8, b: &[u8]) -> Result<Self, WireError> {
+        let mut d = Dec::new(b);
+        let r = match kind {
+            kvs_rep::OK => Self::Ok,
+            kvs_rep::VALUE => Self::Value(d.bytes(MAX_FRAME_PAYLOAD, "value")?.to_vec()),
+            kvs_rep::NOT_FOUND => Self::NotFound,
+            kvs_rep::FENCE_DONE => Self::FenceDone,
+            kvs_rep::ERROR => Self::Error(d.str(MAX_TEXT_LEN, "error")?),
+            kvs_rep::NOTICE_RANK_FAILED => {
+                Self::RankFailed { rank: d.u32("rank")?, how: d.str(MAX_TEXT_LEN, "how")? }
+            }
+            kvs_rep::NOTICE_ABORT => Self::Abort {
+                from: d.u32("from")?,
+                code: d.i32("code")?,
+                msg: d.str(MAX_TEXT_LEN, "message")?,
+            },
+            k => return Err(WireError::UnknownKind { what: "KVS reply", kind: k }),
+        };
+        d.end()?;
+        Ok(r)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Address records.
+
+/// How a peer can be reached by one transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointAddr {
+    /// A TCP listener: `ip:port` text (IPv4 or IPv6).
+    Tcp(String),
+    /// The name of the rank's local-channel listener (an abstract Unix socket name).
+    Local(String),
+    /// An endpoint kind this build does not know; kept so newer peers stay compatible.
+    Other {
+        /// Kind byte.
+        kind: u8,
+        /// Opaque bytes.
+        data: Vec<u8>,
+    },
+}
+
+/// The one record each rank publishes at bootstrap: who it is and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddrRecord {
+    /// Identity and settings.
+    pub info: crate::identity::PeerInfo,
+    /// Listeners, one per transport that accepts connections.
+    pub endpoints: Vec<EndpointAddr>,
+}
+
+impl AddrRecord {
+    /// Encodes the record (it travels as a KVS value).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc::new();
+        e.u8(WIRE_VERSION);
+        self.info.encode_into(&mut e);
+        e.u16(self.endpoints.len() as u16);
+        for ep in &self.endpoints {
+            match ep {
+                EndpointAddr::Tcp(a) => e.u8(1).str(a),
+                EndpointAddr::Local(n) => e.u8(2).str(n),
+                EndpointAddr::Other { kind, data } => e.u8(*kind).bytes(data),
+            };
+        }
+        e.finish()
+    }
+
+    /// Decodes a record.
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let mut d = Dec::new(b);
+        let v = d.u8("record version")?;
+        if v != WIRE_VERSION {
+            return Err(WireError::Version { got: v });
+        }
+        let info = crate::identity::PeerInfo::decode_from(&mut d)?;
+        let n = d.u16("endpoint count")? as usize;
+        if n > MAX_ENDPOINTS {
+            return Err(WireError::TooLong { len: n, limit: MAX_ENDPOINTS });
+        }
+        let mut endpoints = Vec::with_capacity(n);
+        for _ in 0..n {
+            endpoints.push(match d.u8("endpoint kind")? {
+                1 => EndpointAddr::Tcp(d.str(MAX_TEXT_LEN, "tcp address")?),
+                2 => EndpointAddr::Local(d.str(MAX_TEXT_LEN, "local name")?),
+                kind => EndpointAddr::Other { kind, data: d.bytes(MAX_TEXT_LEN, "endpoint")?.to_vec() },
+            });
+        }
+        d.end()?;
+        Ok(Self { info, endpoints })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data-plane message header.
+
+/// What a message is, at the protocol level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ProtoKind {
+    /// Header followed by the whole payload.
+    Eager = 1,
+    /// Rendezvous request-to-send: announces a large message; the payload moves later.
+    RndvRts = 2,
+    /// Rendezvous clear-to-send: the receiver is ready.
+    RndvCts = 3,
+    /// Rendezvous completion.
+    RndvFin = 4,
+    /// Flow-control credits returned to a sender.
+    Credit = 5,
+    /// Internal control (heartbeats, revoke, ...).
+    Control = 6,
+}
+
+impl TryFrom<u8> for ProtoKind {
+    type Error = WireError;
+    fn try_from(v: u8) -> Result<Self, WireError> {
+        Ok(match v {
+            1 => Self::Eager,
+            2 => Self::RndvRts,
+            3 => Self::RndvCts,
+            4 => Self::RndvFin,
+            5 => Self::Credit,
+            6 => Self::Control,
+            kind => return Err(WireError::UnknownKind { what: "protocol", kind }),
+        })
+    }
+}
+
+/// The header every data-plane message carries. Its fields are fixed from the start so later
+/// features (multi-rail ordering, checked collectives) need no format change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Communicator context id: messages of different communicators never match.
+    pub context: u32,
+    /// Sender's rank in the communicator.
+    pub source: u32,
+    /// Per (sender, receiver, context) sequence number: arrivals are matched in this order, so
+    /// several streams or rails per peer keep MPI's non-overtaking order. Wraps.
+    pub seq: u32,
+    /// MPI tag (non-negative for users; negative values are reserved for rcomm's collectives).
+    pub tag: i32,
+    /// Payload length of the whole message (not just this fragment).
+    pub len: u64,
+    /// Protocol kind.
+    pub kind: ProtoKind,
+    /// Protocol flags (meaning per kind).
+    pub flags: u8,
+    /// Collective sequence number on the communicator (0 for point-to-point).
+    pub coll_seq: u32,
+    /// Signature slot for checked mode: a hash of (op, dtype, count, root) of the collective.
+    pub signature: u64,
+}
+
+impl Header {
+    /// Encoded size in bytes.
+    pub const LEN: usize = 40;
+
+    /// Encodes into a fixed array.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut o = [0u8; Self::LEN];
+        o[0..4].copy_from_slice(&self.context.to_le_bytes());
+        o[4..8].copy_from_slice(&self.source.to_le_bytes());
+        o[8..12].copy_from_slice(&self.seq.to_le_bytes());
+        o[12..16].copy_from_slice(&self.tag.to_le_bytes());
+        o[16..24].copy_from_slice(&self.len.to_le_bytes());
+        o[24] = self.kind as u8;
+        o[25] = self.flags;
+        // o[26..28] reserved, zero.
+        o[28..32].copy_from_slice(&self.coll_seq.to_le_bytes());
+        o[32..40].copy_from_slice(&self.signature.to_le_bytes());
+        o
+    }
+
+    /// Decodes from the front of `b`.
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let mut d = Dec::new(b);
+        let context = d.u32("context")?;
+        let source = d.u32("source")?;
+        let seq = d.u32("seq")?;
+        let tag = d.i32("tag")?;
+        let len = d.u64("len")?;
+        let kind = ProtoKind::try_from(d.u8("kind")?)?;
+        let flags = d.u8("flags")?;
+        let reserved = d.u16("reserved")?;
+        if reserved != 0 {
+            return Err(WireError::Invalid { what: "header", why: "reserved bits set".into() });
+        }
+        let coll_seq = d.u32("coll_seq")?;
+        let signature = d.u64("signature")?;
+        Ok(Self { context, source, seq, tag, len, kind, flags, coll_seq, signature })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::PeerInfo;
+    use proptest::prelude::*;
+
+    fn sample_info() -> PeerInfo {
+        PeerInfo {
+            hostname: "node1".into(),
+            boot_id: "b0".into(),
+            netns: 4026531840,
+            uid: 0,
+            pid: 42,
+            version: "0.1.0".into(),
+            settings: vec![("RCOMM_TRANSPORT".into(), "auto".into())],
+        }
+    }
+
+    #[test]
+    fn frames_round_trip_and_report_incomplete_input() {
+        let f = encode_frame(7, b"hello");
+        for cut in 0..f.len() {
+            assert_eq!(decode_frame(&f[..cut], 100), Ok(None), "cut at {cut}");
+        }
+        let (h, p, used) = decode_frame(&f, 100).unwrap().unwrap();
+        assert_eq!((h.kind, p, used), (7, &b"hello"[..], f.len()));
+    }
+
+    #[test]
+    fn oversized_frame_is_refused_before_reading_its_payload() {
+        let mut f = encode_frame(1, b"");
+        f[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        let err = read_frame(&mut &f[..], MAX_FRAME_PAYLOAD).unwrap_err();
+        assert!(matches!(err, FrameIoError::Wire(WireError::TooLong { .. })), "{err}");
+    }
+
+    #[test]
+    fn garbage_is_refused_at_the_first_bytes() {
+        assert!(matches!(decode_frame(b"GET / HTTP/1.1", 100), Err(WireError::BadMagic(_))));
+        assert!(matches!(decode_frame(b"G", 100), Err(WireError::BadMagic(_))));
+        let mut f = encode_frame(1, b"");
+        f[2] = 99;
+        assert_eq!(decode_frame(&f, 100), Err(WireError::Version { got: 99 }));
+    }
+
+    #[test]
+    fn kvs_messages_round_trip() {
+        let reqs = [
+            KvsRequest::Put { key: "addr".into(), val: vec![1, 2, 3] },
+            KvsRequest::Get { rank: 3, key: "addr".into() },
+            KvsRequest::Fence,
+            KvsRequest::Abort { code: 3, msg: "bye".into() },
+            KvsRequest::Finalize,
+        ];
+        for r in reqs {
+            let f = r.to_frame();
+            let (h, p, _) = decode_frame(&f, MAX_FRAME_PAYLOAD).unwrap().unwrap();
+            assert_eq!(KvsRequest::decode(h.kind, p).unwrap(), r);
+        }
+        let reps = [
+            KvsReply::Ok,
+            KvsReply::Value(vec![9; 100]),
+            KvsReply::NotFound,
+            KvsReply::FenceDone,
+            KvsReply::Error("x".into()),
+            KvsReply::RankFailed { rank: 1, how: "killed".into() },
+            KvsReply::Abort { from: 2, code: 1, msg: "m".into() },
+        ];
+        for r in reps {
+            let f = r.to_frame();
+            let (h, p, _) = decode_frame(&f, MAX_FRAME_PAYLOAD).unwrap().unwrap();
+            assert_eq!(KvsReply::decode(h.kind, p).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn addr_record_round_trips() {
+        let r = AddrRecord {
+            info: sample_info(),
+            endpoints: vec![
+                EndpointAddr::Tcp("10.77.0.1:4000".into()),
+                EndpointAddr::Local("rcomm-x-1".into()),
+                EndpointAddr::Other { kind: 9, data: vec![1] },
+            ],
+        };
+        assert_eq!(AddrRecord::decode(&r.encode()).unwrap(), r);
+    }
+
+    #[test]
+    fn header_round_trips_and_is_fixed_size() {
+        let h = Header {
+            context: 1,
+            source: 2,
+            seq: u32::MAX,
+            tag: -5,
+            len: 1 << 40,
+            kind: ProtoKind::RndvRts,
+            flags: 3,
+            coll_seq: 17,
+            signature: 0xdead_beef,
+        };
+        let e = h.encode();
+        assert_eq!(e.len(), Header::LEN);
+        assert_eq!(Header::decode(&e).unwrap(), h);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn decoders_never_panic_on_random_bytes(kind in any::<u8>(), b in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode_frame(&b, 256);
+            let _ = KvsRequest::decode(kind, &b);
+            let _ = KvsReply::decode(kind, &b);
+            let _ = AddrRecord::decode(&b);
+            let _ = Header::decode(&b);
+            let _ = AuthResponse::decode(&b);
+            let _ = read_frame(&mut &b[..], 256);
+        }
+
+        #[test]
+        fn truncated_valid_messages_error_cleanly(cut in 0usize..200, key in "[a-z]{0,20}", val in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let rec = AddrRecord { info: sample_info(), endpoints: vec![EndpointAddr::Tcp(key.clone())] }.encode();
+            let c = cut.min(rec.len());
+            if c < rec.len() { prop_assert!(AddrRecord::decode(&rec[..c]).is_err()); }
+            let f = KvsRequest::Put { key, val }.to_frame();
+            let c = cut.min(f.len());
+            if c < f.len() {
+                prop_assert_eq!(decode_frame(&f[..c], MAX_FRAME_PAYLOAD), Ok(None));
+                prop_assert!(KvsRequest::decode(1, &f[FRAME_HEADER_LEN.min(c)..c]).is_err());
+            }
+        }
+
+        #[test]
+        fn huge_length_prefixes_never_allocate(len in (MAX_FRAME_PAYLOAD as u32 + 1)..=u32::MAX) {
+            // A Put whose value claims `len` bytes inside a small frame.
+            let mut p = Enc::new();
+            p.str("k").u32(len);
+            prop_assert!(KvsRequest::decode(1, &p.finish()).is_err());
+        }
+    }
+}
