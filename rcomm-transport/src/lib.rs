@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod bootstrap;
 pub mod config;
 pub mod identity;
 pub mod os;

@@ -1,0 +1,201 @@
+//! The rank side of the launcher's key-value store.
+//!
+//! A reader thread owns the receiving half of the connection: replies go to the caller waiting
+//! in a request, notices (a rank failed, the job is aborting) are recorded at any time, also
+//! long after init, so a rank learns of a failure even while it computes.
+
+use super::{Bootstrap, BootstrapError};
+use crate::auth::{self, Secret};
+use crate::config::LaunchEnv;
+use crate::rlog;
+use crate::wire::{self, FrameIoError, KvsReply, KvsRequest, MAX_FRAME_PAYLOAD};
+use std::io::Write;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// What the launcher has told this rank, outside any request.
+#[derive(Debug, Default, Clone)]
+pub struct Notices {
+    /// Failed ranks with how they ended, in the order reported.
+    pub failed: Vec<(u32, String)>,
+    /// Set when the job is being aborted: (from, code, message).
+    pub abort: Option<(u32, i32, String)>,
+    /// Set when the connection to the launcher is gone.
+    pub launcher_lost: bool,
+}
+
+/// Shared notice state with a condition variable for waiters.
+#[derive(Debug, Default)]
+pub struct NoticeBoard {
+    state: Mutex<Notices>,
+    cv: Condvar,
+}
+
+impl NoticeBoard {
+    /// A copy of the notices so far.
+    pub fn snapshot(&self) -> Notices {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Waits until `pred` holds or `timeout` passes; returns the notices then.
+    pub fn wait_for(&self, timeout: Duration, pred: impl Fn(&Notices) -> bool) -> Notices {
+        let g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (g, _) = self.cv.wait_timeout_while(g, timeout, |n| !pred(n)).unwrap_or_else(|p| p.into_inner());
+        g.clone()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Notices)) {
+        f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
+        self.cv.notify_all();
+    }
+}
+
+/// A connected, authenticated KVS client.
+#[derive(Debug)]
+pub struct KvsClient {
+    env: LaunchEnv,
+    writer: TcpStream,
+    replies: Receiver<Result<KvsReply, String>>,
+    notices: Arc<NoticeBoard>,
+}
+
+/// How long to keep retrying the first connection (the launcher may still be starting).
+const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
+
+impl KvsClient {
+    /// Connects to the launcher named in `env` and authenticates as `env.rank`.
+    pub fn connect(env: LaunchEnv, secret: &Secret) -> Result<Self, BootstrapError> {
+        let addr = env.kvs_addr.clone();
+        let conn_err = |e: &dyn std::fmt::Display| BootstrapError::Connect { addr: addr.clone(), err: e.to_string() };
+        let sa = addr
+            .to_socket_addrs()
+            .map_err(|e| conn_err(&e))?
+            .next()
+            .ok_or_else(|| conn_err(&"address resolves to nothing"))?;
+        let start = std::time::Instant::now();
+        let mut stream = loop {
+            match TcpStream::connect_timeout(&sa, Duration::from_secs(2)) {
+                Ok(s) => break s,
+                Err(e) if start.elapsed() < CONNECT_PATIENCE => {
+                    rlog!(Trace, "INIT", "KVS connect to {addr} failed ({e}); retrying");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => return Err(conn_err(&e)),
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        auth::connect(&mut stream, secret, "kvs", env.rank)
+            .map_err(|source| BootstrapError::Auth { addr: addr.clone(), source })?;
+        let mut reader = stream.try_clone().map_err(|e| conn_err(&e))?;
+        let (tx, replies) = channel();
+        let notices = Arc::new(NoticeBoard::default());
+        let board = notices.clone();
+        std::thread::Builder::new()
+            .name("rcomm-kvs-reader".into())
+            .spawn(move || {
+                loop {
+                    let rep = wire::read_frame(&mut reader, MAX_FRAME_PAYLOAD)
+                        .map_err(|e| match e {
+                            FrameIoError::Closed => "the launcher closed the connection".to_string(),
+                            e => e.to_string(),
+                        })
+                        .and_then(|(k, p)| KvsReply::decode(k, &p).map_err(|e| e.to_string()));
+                    match rep {
+                        Ok(KvsReply::RankFailed { rank, how }) => {
+                            rlog!(Warn, "INIT", "rank {rank} failed: {how}");
+                            board.update(|n| n.failed.push((rank, how)));
+                        }
+                        Ok(KvsReply::Abort { from, code, msg }) => {
+                            board.update(|n| n.abort = Some((from, code, msg)));
+                        }
+                        Ok(r) => {
+                            if tx.send(Ok(r)).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            board.update(|n| n.launcher_lost = true);
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+            })
+            .map_err(|e| conn_err(&e))?;
+        Ok(Self { env, writer: stream, replies, notices })
+    }
+
+    /// The notices received so far (shared with the reader thread).
+    pub fn notices(&self) -> Arc<NoticeBoard> {
+        self.notices.clone()
+    }
+
+    fn request(&mut self, op: &'static str, req: KvsRequest) -> Result<KvsReply, BootstrapError> {
+        let lost = |err: String| BootstrapError::Connect { addr: self.env.kvs_addr.clone(), err };
+        if let Err(e) = self.writer.write_all(&req.to_frame()) {
+            return Err(self.aborted().unwrap_or_else(|| lost(e.to_string())));
+        }
+        match self.replies.recv() {
+            Ok(Ok(KvsReply::Error(msg))) => Err(self.explain(op, msg)),
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(self.aborted().unwrap_or_else(|| lost(e))),
+            Err(_) => Err(self.aborted().unwrap_or_else(|| lost("the reader thread stopped".into()))),
+        }
+    }
+
+    /// The abort notice, as an error, if the job is being aborted.
+    fn aborted(&self) -> Option<BootstrapError> {
+        self.notices.snapshot().abort.map(|(from, code, msg)| BootstrapError::Aborted { from, code, msg })
+    }
+
+    fn explain(&self, op: &'static str, msg: String) -> BootstrapError {
+        if let Some((rank, how)) = self.notices.snapshot().failed.first().cloned() {
+            if msg.contains("failed") {
+                return BootstrapError::RankFailed { rank, how };
+            }
+        }
+        BootstrapError::Refused { op, msg }
+    }
+}
+
+impl Bootstrap for KvsClient {
+    fn rank(&self) -> u32 {
+        self.env.rank
+    }
+    fn size(&self) -> u32 {
+        self.env.size
+    }
+    fn local_rank(&self) -> u32 {
+        self.env.local_rank
+    }
+    fn local_size(&self) -> u32 {
+        self.env.local_size
+    }
+    fn job_id(&self) -> &str {
+        &self.env.job_id
+    }
+    fn put(&mut self, key: &str, val: &[u8]) -> Result<(), BootstrapError> {
+        self.request("put", KvsRequest::Put { key: key.to_string(), val: val.to_vec() }).map(drop)
+    }
+    fn fence(&mut self) -> Result<(), BootstrapError> {
+        match self.request("fence", KvsRequest::Fence)? {
+            KvsReply::FenceDone => Ok(()),
+            r => Err(BootstrapError::Refused { op: "fence", msg: format!("unexpected reply {r:?}") }),
+        }
+    }
+    fn get(&mut self, from: u32, key: &str) -> Result<Vec<u8>, BootstrapError> {
+        match self.request("get", KvsRequest::Get { rank: from, key: key.to_string() })? {
+            KvsReply::Value(v) => Ok(v),
+            KvsReply::NotFound => Err(BootstrapError::NotFound { rank: from, key: key.to_string() }),
+            r => Err(BootstrapError::Refused { op: "get", msg: format!("unexpected reply {r:?}") }),
+        }
+    }
+    fn abort(&mut self, code: i32, msg: &str) -> Result<(), BootstrapError> {
+        self.request("abort", KvsRequest::Abort { code, msg: msg.to_string() }).map(drop)
+    }
+    fn finalize(&mut self) -> Result<(), BootstrapError> {
+        self.request("finalize", KvsRequest::Finalize).map(drop)
+    }
+}
