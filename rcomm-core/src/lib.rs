@@ -1,1 +1,25 @@
-//! rcomm.
+//! rcomm: MPI-style message passing and NCCL-class collectives in Rust.
+//!
+//! Start with [`init`], which finds the other ranks of the job (started by `rcomm-run`, or a
+//! world of one when run alone) and returns the [`World`]:
+//!
+//! ```
+//! let world = rcomm::init()?;
+//! println!("rank {} of {} on {}", world.rank(), world.size(), world.hostname());
+//! for r in 0..world.size() {
+//!     let p = world.peer(r)?;
+//!     println!("  rank {r}: {} pid {} same node: {}", p.hostname, p.pid, world.same_node(r)?);
+//! }
+//! # Ok::<(), rcomm::CommError>(())
+//! ```
+#![warn(missing_docs)]
+
+mod error;
+mod world;
+
+pub use error::CommError;
+pub use rcomm_transport::identity::PeerInfo;
+pub use world::{World, init};
+
+/// `Result` with [`CommError`].
+pub type Result<T, E = CommError> = std::result::Result<T, E>;

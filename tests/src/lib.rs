@@ -1,1 +1,198 @@
-//! Helpers shared by rcomm multi-process tests.
+//! Helpers shared by rcomm's multi-process tests: finding `rcomm-run`, running a job with a
+//! deadline, and checking that a job left nothing behind (processes, shared-memory files).
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// `rcomm-run`, built by `cargo test` beside the test programs (target/<profile>/).
+pub fn rcomm_run() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test> -> target/<profile>/rcomm-run
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let p = dir.join("rcomm-run");
+    assert!(p.exists(), "{} not found: run the suite with `cargo test --workspace`", p.display());
+    p
+}
+
+/// The outcome of a job.
+#[derive(Debug)]
+pub struct JobOutput {
+    /// Exit status of `rcomm-run` (None if it had to be killed at the deadline).
+    pub status: Option<ExitStatus>,
+    /// Its stdout.
+    pub stdout: String,
+    /// Its stderr.
+    pub stderr: String,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl JobOutput {
+    /// Exit code, or -1 if killed at the deadline or by a signal.
+    pub fn code(&self) -> i32 {
+        self.status.and_then(|s| s.code()).unwrap_or(-1)
+    }
+    /// Stdout lines of one rank (prefix `[r] ` removed).
+    pub fn rank_lines(&self, rank: u32) -> Vec<&str> {
+        let p = format!("[{rank}] ");
+        self.stdout.lines().filter_map(|l| l.strip_prefix(p.as_str())).collect()
+    }
+}
+
+impl std::fmt::Display for JobOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "status {:?} after {:?}\n--- stdout\n{}--- stderr\n{}", self.status, self.elapsed, self.stdout, self.stderr)
+    }
+}
+
+fn spawn_reader<R: Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = r.read_to_end(&mut s);
+        String::from_utf8_lossy(&s).into_owned()
+    })
+}
+
+/// Builder for one `rcomm-run` invocation.
+pub struct Job {
+    cmd: Command,
+    deadline: Duration,
+    marker: String,
+}
+
+impl Job {
+    /// `rcomm-run -n N <args...>`.
+    pub fn new(n: u32, args: &[&str]) -> Self {
+        let mut cmd = Command::new(rcomm_run());
+        cmd.arg("-n").arg(n.to_string()).args(args);
+        // Tag every process of this job so leftovers can be found even without the job id.
+        let marker = format!("{}-{}", std::process::id(), next_id());
+        cmd.env("RCOMM_TEST_MARKER", &marker);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        Self { cmd, deadline: Duration::from_secs(60), marker }
+    }
+    /// Sets an environment variable for the launcher (and so every rank).
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.cmd.env(k, v);
+        self
+    }
+    /// Kills the launcher if it runs longer than this.
+    pub fn deadline(mut self, d: Duration) -> Self {
+        self.deadline = d;
+        self
+    }
+    /// The marker variable value carried by every process of the job.
+    pub fn marker(&self) -> &str {
+        &self.marker
+    }
+    /// Starts the job without waiting.
+    pub fn spawn(mut self) -> Running {
+        let mut child = self.cmd.spawn().expect("spawn rcomm-run");
+        let out = spawn_reader(child.stdout.take().unwrap());
+        let err = spawn_reader(child.stderr.take().unwrap());
+        Running { child, out, err, start: Instant::now(), deadline: self.deadline, marker: self.marker }
+    }
+    /// Runs the job to completion (or the deadline) and checks nothing was left behind.
+    pub fn run(self) -> JobOutput {
+        self.spawn().wait()
+    }
+}
+
+/// A job in flight.
+pub struct Running {
+    /// The launcher process.
+    pub child: Child,
+    out: std::thread::JoinHandle<String>,
+    err: std::thread::JoinHandle<String>,
+    start: Instant,
+    deadline: Duration,
+    marker: String,
+}
+
+impl Running {
+    /// Waits for the launcher, killing it at the deadline; then asserts that no process of the
+    /// job survives (within 3 s) and returns the output.
+    pub fn wait(mut self) -> JobOutput {
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break Some(s);
+            }
+            if self.start.elapsed() > self.deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let elapsed = self.start.elapsed();
+        let stdout = self.out.join().unwrap_or_default();
+        let stderr = self.err.join().unwrap_or_default();
+        let out = JobOutput { status, stdout, stderr, elapsed };
+        let left = wait_no_processes("RCOMM_TEST_MARKER", &self.marker, Duration::from_secs(3));
+        assert!(left.is_empty(), "processes left behind: {left:?}\n{out}");
+        assert!(status.is_some(), "job exceeded its deadline of {:?}\n{out}", self.deadline);
+        out
+    }
+}
+
+fn next_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Pids (other than ours) whose environment holds `key=value`.
+pub fn processes_with_env(key: &str, value: &str) -> Vec<u32> {
+    let needle = format!("{key}={value}");
+    let me = std::process::id();
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return found };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) {
+            // A zombie is already dead; only its parent's reaping is missing.
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| s.rsplit(')').next().is_some_and(|t| t.trim_start().starts_with('Z')))
+                .unwrap_or(false);
+            if !zombie {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// Waits up to `within` for every process carrying `key=value` to disappear; returns survivors.
+pub fn wait_no_processes(key: &str, value: &str, within: Duration) -> Vec<u32> {
+    let t0 = Instant::now();
+    loop {
+        let left = processes_with_env(key, value);
+        if left.is_empty() || t0.elapsed() > within {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Entries of /dev/shm now.
+pub fn dev_shm() -> BTreeSet<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default()
+}
+
+/// A test program built by this crate (`src/bin/NAME.rs`).
+pub fn test_program(name: &str) -> String {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let p = dir.join(name);
+    assert!(p.exists(), "{} not built", p.display());
+    p.to_string_lossy().into_owned()
+}

@@ -1,0 +1,194 @@
+//! `init()` and the world: bootstrap, identity exchange and the settings check.
+
+use crate::{CommError, Result};
+use rcomm_transport::auth::Secret;
+use rcomm_transport::bootstrap::kvs::{NoticeBoard, Notices};
+use rcomm_transport::bootstrap::{self, Bootstrap, KvsClient, Singleton};
+use rcomm_transport::config::{self, Config};
+use rcomm_transport::identity::{self, PeerInfo};
+use rcomm_transport::rlog;
+use rcomm_transport::wire::AddrRecord;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Key under which each rank publishes its address record.
+const ADDR_KEY: &str = "addr";
+
+/// All ranks of the job. Created by [`init`]; finishing it (drop) tells the launcher this rank
+/// ends normally.
+pub struct World {
+    rank: u32,
+    size: u32,
+    local_rank: u32,
+    local_size: u32,
+    job_id: String,
+    peers: Vec<AddrRecord>,
+    boot: Mutex<Box<dyn Bootstrap>>,
+    notices: Option<Arc<NoticeBoard>>,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("World").field("rank", &self.rank).field("size", &self.size).field("job_id", &self.job_id).finish()
+    }
+}
+
+/// Starts rcomm in this process: reads the launcher's environment, exchanges identities with
+/// every rank and checks that all ranks agree on protocol-relevant settings.
+///
+/// Without a launcher the world has one rank — unless another launcher's environment is
+/// present without a bootstrap rcomm can use, which is an error saying what to do (rather than
+/// a silent world of one per process).
+pub fn init() -> Result<World> {
+    let cfg = config::global().as_ref().map_err(|e| CommError::Config(e.clone()))?;
+    init_with(cfg)
+}
+
+fn init_with(cfg: &Config) -> Result<World> {
+    for name in &cfg.unknown {
+        rlog!(Warn, "INIT", "unknown variable {name} ignored (a typo? the README lists every RCOMM_ variable)");
+    }
+    let (mut boot, notices): (Box<dyn Bootstrap>, _) = match &cfg.launch {
+        Some(env) => {
+            let secret = Secret::from_fd(env.secret_fd).map_err(|e| {
+                bootstrap::BootstrapError::Env(format!("{e}; start ranks with rcomm-run"))
+            })?;
+            let client = KvsClient::connect(env.clone(), &secret)?;
+            let n = client.notices();
+            (Box::new(client), Some(n))
+        }
+        None => {
+            if let Some(why) = bootstrap::foreign_launcher(&|k| std::env::var(k).ok()) {
+                return Err(CommError::ForeignLauncher(why));
+            }
+            (Box::new(Singleton::default()), None)
+        }
+    };
+    let (rank, size) = (boot.rank(), boot.size());
+    let me = AddrRecord { info: PeerInfo::local(cfg.protocol_settings()), endpoints: Vec::new() };
+    boot.put(ADDR_KEY, &me.encode())?;
+    boot.fence()?;
+    let mut peers = Vec::with_capacity(size as usize);
+    for r in 0..size {
+        let raw = boot.get(r, ADDR_KEY)?;
+        peers.push(AddrRecord::decode(&raw).map_err(|err| CommError::BadRecord { rank: r, err })?);
+    }
+    let infos: Vec<PeerInfo> = peers.iter().map(|p| p.info.clone()).collect();
+    identity::check_settings(&infos)?;
+    if let Some((r, p)) = infos.iter().enumerate().find(|(_, p)| p.version != infos[0].version) {
+        return Err(CommError::Version { rank: r as u32, theirs: p.version.clone(), ours: infos[0].version.clone() });
+    }
+    let on_node = infos.iter().filter(|p| p.same_node(&infos[rank as usize])).count();
+    rlog!(
+        Info,
+        "INIT",
+        "rank {rank}/{size} job {} up: {on_node} ranks on this node, settings hash {:016x}",
+        boot.job_id(),
+        infos[rank as usize].settings_hash()
+    );
+    Ok(World {
+        rank,
+        size,
+        local_rank: boot.local_rank(),
+        local_size: boot.local_size(),
+        job_id: boot.job_id().to_string(),
+        peers,
+        boot: Mutex::new(boot),
+        notices,
+    })
+}
+
+impl World {
+    /// This process's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// Rank among the ranks the launcher placed on this node.
+    pub fn local_rank(&self) -> u32 {
+        self.local_rank
+    }
+
+    /// Number of ranks the launcher placed on this node.
+    pub fn local_size(&self) -> u32 {
+        self.local_size
+    }
+
+    /// The job id (`RCOMM_JOB_ID`), `singleton` without a launcher.
+    pub fn job_id(&self) -> &str {
+        &self.job_id
+    }
+
+    /// This node's name.
+    pub fn hostname(&self) -> &str {
+        &self.peers[self.rank as usize].info.hostname
+    }
+
+    /// What `rank` published about itself at init.
+    pub fn peer(&self, rank: u32) -> Result<&PeerInfo> {
+        self.peers.get(rank as usize).map(|p| &p.info).ok_or(CommError::InvalidRank { rank, size: self.size })
+    }
+
+    /// Whether `rank` runs on this node (same hostname, boot id and network namespace).
+    pub fn same_node(&self, rank: u32) -> Result<bool> {
+        Ok(self.peer(rank)?.same_node(&self.peers[self.rank as usize].info))
+    }
+
+    /// What the launcher has reported since init: failed ranks and aborts. Notices arrive in the
+    /// background, also while this rank computes.
+    pub fn notices(&self) -> Notices {
+        self.notices.as_ref().map(|n| n.snapshot()).unwrap_or_default()
+    }
+
+    /// Waits up to `timeout` for the launcher to report a failed rank; returns the failures
+    /// known then (empty if none).
+    pub fn wait_for_failure(&self, timeout: Duration) -> Vec<(u32, String)> {
+        match &self.notices {
+            Some(n) => n.wait_for(timeout, |n| !n.failed.is_empty()).failed,
+            None => {
+                std::thread::sleep(timeout);
+                Vec::new()
+            }
+        }
+    }
+
+    /// Ends the whole job: the launcher stops every rank and exits with `code`.
+    pub fn abort(&self, code: i32, msg: &str) -> ! {
+        let mut b = self.boot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = b.abort(code, msg) {
+            eprintln!("rcomm: abort could not reach the launcher ({e}); exiting with code {code}");
+        } else {
+            // The launcher stops us; don't race it with a normal exit status.
+            std::thread::sleep(Duration::from_secs(30));
+        }
+        std::process::exit(code)
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let mut b = self.boot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = b.finalize() {
+            rlog!(Warn, "INIT", "finalize: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn singleton_world_without_launcher() {
+        let cfg = Config::from_map(&Default::default()).unwrap();
+        let w = init_with(&cfg).unwrap();
+        assert_eq!((w.rank(), w.size(), w.job_id()), (0, 1, "singleton"));
+        assert!(w.same_node(0).unwrap());
+        assert!(matches!(w.peer(1), Err(CommError::InvalidRank { rank: 1, size: 1 })));
+    }
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it. On a fresh Debian machine with only the Rust toolchain it
+# first installs the system packages the tests need (when run as root, or with sudo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# System packages the suite needs (none yet: the multi-host and interop tests will add sshd, iproute2, Slurm, MPICH).
+PKGS=()
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+exec cargo test --workspace --locked "$@"
