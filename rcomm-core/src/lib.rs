@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod p2p;
 mod world;
 
 pub use error::CommError;

@@ -1,0 +1,533 @@
+//! The sans-IO matching engine of one communicator: which receive gets which message.
+//!
+//! MPI's rules, exactly:
+//! - **Non-overtaking.** One sender's messages to one receiver are matched in send order by any
+//!   receive that can match them. Every message carries a per-(sender, communicator) sequence
+//!   number; arrivals are processed strictly in that order and early ones are held back, so
+//!   several streams or rails per peer cannot reorder matching.
+//! - **Post order.** Receives are matched in the order they were posted. Specific-source receives
+//!   wait in per-source queues and wildcard receives in one list; an arriving message takes the
+//!   earliest-posted receive that matches it, the post sequence deciding between the two.
+//! - **Unexpected messages** (no receive posted yet) queue per source in arrival order; a new
+//!   receive, a probe or an mprobe takes the earliest matching one (for `Any` source, the
+//!   earliest arrival over all sources).
+//!
+//! The engine does no I/O and owns no buffers of posted receives: it names which receive
+//! (`RecvId`) a message goes to, and stores the payload handle `P` only for messages that must
+//! wait. An eager message matching a posted receive is therefore copied once, straight from the
+//! transport's slot into the user's buffer.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Which sources a receive accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Any source (`MPI_ANY_SOURCE`).
+    Any,
+    /// One rank.
+    Rank(u32),
+}
+
+/// Which tags a receive accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TagSel {
+    /// Any tag (`MPI_ANY_TAG`).
+    Any,
+    /// One tag.
+    Tag(i32),
+}
+
+/// What identifies a message for matching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Envelope {
+    /// Sender's rank in the communicator.
+    pub source: u32,
+    /// Tag.
+    pub tag: i32,
+    /// Payload length in bytes.
+    pub len: u64,
+}
+
+impl Envelope {
+    fn matches(&self, src: Source, tag: TagSel) -> bool {
+        (match src {
+            Source::Any => true,
+            Source::Rank(r) => r == self.source,
+        }) && match tag {
+            TagSel::Any => true,
+            TagSel::Tag(t) => t == self.tag,
+        }
+    }
+}
+
+/// A posted receive, as the engine knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecvId(pub u64);
+
+/// Where an arriving message goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Straight into this posted receive.
+    Deliver(RecvId),
+    /// Nobody can take it yet: hand the payload to [`Matcher::keep`].
+    Keep,
+}
+
+/// A message the engine stores until a receive takes it.
+#[derive(Debug)]
+struct Stored<P> {
+    env: Envelope,
+    arrival: u64,
+    payload: P,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Posted {
+    id: RecvId,
+    src: Source,
+    tag: TagSel,
+}
+
+/// The matching state of one communicator.
+#[derive(Debug)]
+pub struct Matcher<P> {
+    /// Next expected sequence number per source.
+    expected: HashMap<u32, u32>,
+    /// Early arrivals per source, by sequence number.
+    early: HashMap<u32, BTreeMap<u32, (Envelope, P)>>,
+    /// Unexpected messages per source, in arrival (= sequence) order.
+    unexpected: HashMap<u32, VecDeque<Stored<P>>>,
+    unexpected_count: usize,
+    /// Posted receives for one source, in post order.
+    by_source: HashMap<u32, VecDeque<Posted>>,
+    /// Posted wildcard-source receives, in post order.
+    wildcard: VecDeque<Posted>,
+    next_recv: u64,
+    next_arrival: u64,
+}
+
+impl<P> Default for Matcher<P> {
+    fn default() -> Self {
+        Self {
+            expected: HashMap::new(),
+            early: HashMap::new(),
+            unexpected: HashMap::new(),
+            unexpected_count: 0,
+            by_source: HashMap::new(),
+            wildcard: VecDeque::new(),
+            next_recv: 0,
+            next_arrival: 0,
+        }
+    }
+}
+
+/// The result of posting a receive.
+#[derive(Debug)]
+pub enum Posting<P> {
+    /// A stored message matched at once.
+    Matched(Envelope, P),
+    /// The receive waits under this id.
+    Posted(RecvId),
+}
+
+impl<P> Matcher<P> {
+    /// An empty engine.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Posts a receive: takes the earliest stored matching message, or waits.
+    pub fn post(&mut self, src: Source, tag: TagSel) -> Posting<P> {
+        if let Some(m) = self.take_unexpected(src, tag) {
+            return Posting::Matched(m.env, m.payload);
+        }
+        let id = RecvId(self.next_recv);
+        self.next_recv += 1;
+        let p = Posted { id, src, tag };
+        match src {
+            Source::Rank(r) => self.by_source.entry(r).or_default().push_back(p),
+            Source::Any => self.wildcard.push_back(p),
+        }
+        Posting::Posted(id)
+    }
+
+    /// Withdraws a posted receive; false if it was already matched (or never posted).
+    pub fn cancel(&mut self, id: RecvId) -> bool {
+        if let Some(i) = self.wildcard.iter().position(|p| p.id == id) {
+            self.wildcard.remove(i);
+            return true;
+        }
+        for q in self.by_source.values_mut() {
+            if let Some(i) = q.iter().position(|p| p.id == id) {
+                q.remove(i);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Routes an arriving message with sequence number `seq`. On [`Route::Keep`] the caller must
+    /// pass the payload to [`keep`](Self::keep) before the next arrival from that source.
+    pub fn arrive(&mut self, env: &Envelope, seq: u32) -> Route {
+        let exp = self.expected.entry(env.source).or_insert(0);
+        if seq != *exp {
+            return Route::Keep;
+        }
+        match self.take_posted(env) {
+            Some(id) => {
+                *self.expected.get_mut(&env.source).expect("entry exists") = seq.wrapping_add(1);
+                Route::Deliver(id)
+            }
+            None => Route::Keep,
+        }
+    }
+
+    /// Stores a message [`arrive`](Self::arrive) routed to `Keep`: in sequence it joins the
+    /// unexpected queue; early it is held back until the messages before it have arrived.
+    pub fn keep(&mut self, env: Envelope, seq: u32, payload: P) {
+        let exp = *self.expected.entry(env.source).or_insert(0);
+        if seq == exp {
+            self.push_unexpected(env, payload);
+            self.expected.insert(env.source, seq.wrapping_add(1));
+        } else {
+            self.early.entry(env.source).or_default().insert(seq, (env, payload));
+        }
+    }
+
+    /// Processes held-back messages of `source` that are now in sequence; each is delivered to a
+    /// posted receive through `deliver` or stored as unexpected. Call after every arrival.
+    pub fn release(&mut self, source: u32, deliver: &mut dyn FnMut(RecvId, Envelope, P)) {
+        loop {
+            let exp = *self.expected.entry(source).or_insert(0);
+            let Some(q) = self.early.get_mut(&source) else { return };
+            let Some((env, payload)) = q.remove(&exp) else { return };
+            if q.is_empty() {
+                self.early.remove(&source);
+            }
+            self.expected.insert(source, exp.wrapping_add(1));
+            match self.take_posted(&env) {
+                Some(id) => deliver(id, env, payload),
+                None => self.push_unexpected(env, payload),
+            }
+        }
+    }
+
+    /// The earliest stored message a receive for (`src`, `tag`) would get, without taking it.
+    pub fn probe(&self, src: Source, tag: TagSel) -> Option<&Envelope> {
+        self.find_unexpected(src, tag).map(|(s, i)| &self.unexpected[&s][i].env)
+    }
+
+    /// Takes the earliest stored matching message (for `mprobe`): no later receive can get it.
+    pub fn take(&mut self, src: Source, tag: TagSel) -> Option<(Envelope, P)> {
+        self.take_unexpected(src, tag).map(|m| (m.env, m.payload))
+    }
+
+    /// Number of stored (unexpected or held-back) messages.
+    pub fn stored(&self) -> usize {
+        self.unexpected_count + self.early.values().map(BTreeMap::len).sum::<usize>()
+    }
+
+    /// Number of posted receives waiting.
+    pub fn posted(&self) -> usize {
+        self.wildcard.len() + self.by_source.values().map(VecDeque::len).sum::<usize>()
+    }
+
+    /// Drops every stored message and posted receive of `source` (the peer is gone); returns the
+    /// ids of its posted receives so they can be failed.
+    pub fn forget_source(&mut self, source: u32) -> Vec<RecvId> {
+        self.early.remove(&source);
+        if let Some(q) = self.unexpected.remove(&source) {
+            self.unexpected_count -= q.len();
+        }
+        self.by_source.remove(&source).map(|q| q.into_iter().map(|p| p.id).collect()).unwrap_or_default()
+    }
+
+    /// Ids of every posted wildcard receive (to fail them when any peer is lost).
+    pub fn wildcard_ids(&self) -> Vec<RecvId> {
+        self.wildcard.iter().map(|p| p.id).collect()
+    }
+
+    fn push_unexpected(&mut self, env: Envelope, payload: P) {
+        let arrival = self.next_arrival;
+        self.next_arrival += 1;
+        self.unexpected.entry(env.source).or_default().push_back(Stored { env, arrival, payload });
+        self.unexpected_count += 1;
+    }
+
+    /// Earliest-posted receive matching `env`, removed from its queue.
+    fn take_posted(&mut self, env: &Envelope) -> Option<RecvId> {
+        let specific = self
+            .by_source
+            .get(&env.source)
+            .and_then(|q| q.iter().position(|p| env.matches(p.src, p.tag)).map(|i| (i, q[i].id)));
+        let wild = self.wildcard.iter().position(|p| env.matches(p.src, p.tag)).map(|i| (i, self.wildcard[i].id));
+        match (specific, wild) {
+            (Some((i, a)), Some((_, b))) if a < b => {
+                self.by_source.get_mut(&env.source)?.remove(i);
+                Some(a)
+            }
+            (_, Some((j, b))) => {
+                self.wildcard.remove(j);
+                Some(b)
+            }
+            (Some((i, a)), None) => {
+                self.by_source.get_mut(&env.source)?.remove(i);
+                Some(a)
+            }
+            (None, None) => None,
+        }
+    }
+
+    /// (source, index) of the earliest stored message matching (`src`, `tag`).
+    fn find_unexpected(&self, src: Source, tag: TagSel) -> Option<(u32, usize)> {
+        if self.unexpected_count == 0 {
+            return None;
+        }
+        let first_in = |s: u32, q: &VecDeque<Stored<P>>| q.iter().position(|m| m.env.matches(src, tag)).map(|i| (s, i, q[i].arrival));
+        let best = match src {
+            Source::Rank(r) => self.unexpected.get(&r).and_then(|q| first_in(r, q)),
+            Source::Any => self.unexpected.iter().filter_map(|(&s, q)| first_in(s, q)).min_by_key(|&(_, _, a)| a),
+        };
+        best.map(|(s, i, _)| (s, i))
+    }
+
+    fn take_unexpected(&mut self, src: Source, tag: TagSel) -> Option<Stored<P>> {
+        let (s, i) = self.find_unexpected(src, tag)?;
+        let q = self.unexpected.get_mut(&s)?;
+        let m = q.remove(i)?;
+        if q.is_empty() {
+            self.unexpected.remove(&s);
+        }
+        self.unexpected_count -= 1;
+        Some(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn env(source: u32, tag: i32) -> Envelope {
+        Envelope { source, tag, len: 0 }
+    }
+
+    /// Delivers one arrival the way a transport's progress loop does; returns (recv, payload)
+    /// matches made.
+    fn arrive(m: &mut Matcher<u64>, e: Envelope, seq: u32, payload: u64) -> Vec<(RecvId, u64)> {
+        let mut out = Vec::new();
+        match m.arrive(&e, seq) {
+            Route::Deliver(id) => out.push((id, payload)),
+            Route::Keep => m.keep(e, seq, payload),
+        }
+        m.release(e.source, &mut |id, _, p| out.push((id, p)));
+        out
+    }
+
+    #[test]
+    fn any_tag_receive_gets_the_earlier_of_two_differently_tagged_messages() {
+        let mut m = Matcher::new();
+        arrive(&mut m, env(1, 5), 0, 100);
+        arrive(&mut m, env(1, 6), 1, 101);
+        match m.post(Source::Rank(1), TagSel::Any) {
+            Posting::Matched(e, p) => assert_eq!((e.tag, p), (5, 100)),
+            p => panic!("{p:?}"),
+        }
+        // A specific tag receive can skip ahead to a later message with its tag.
+        arrive(&mut m, env(1, 7), 2, 102);
+        match m.post(Source::Rank(1), TagSel::Tag(7)) {
+            Posting::Matched(e, p) => assert_eq!((e.tag, p), (7, 102)),
+            p => panic!("{p:?}"),
+        }
+    }
+
+    #[test]
+    fn early_arrivals_are_held_until_their_predecessors_arrive() {
+        let mut m = Matcher::new();
+        let Posting::Posted(a) = m.post(Source::Rank(0), TagSel::Any) else { panic!() };
+        assert!(arrive(&mut m, env(0, 1), 1, 11).is_empty(), "seq 1 must wait for seq 0");
+        assert_eq!(m.stored(), 1);
+        let got = arrive(&mut m, env(0, 1), 0, 10);
+        assert_eq!(got, vec![(a, 10)]);
+        assert_eq!(m.stored(), 1, "seq 1 released into the unexpected queue");
+        assert!(matches!(m.post(Source::Rank(0), TagSel::Any), Posting::Matched(_, 11)));
+    }
+
+    #[test]
+    fn posted_receives_match_in_post_order_across_specific_and_wildcard() {
+        let mut m = Matcher::<u64>::new();
+        let Posting::Posted(w) = m.post(Source::Any, TagSel::Tag(3)) else { panic!() };
+        let Posting::Posted(s) = m.post(Source::Rank(2), TagSel::Tag(3)) else { panic!() };
+        assert_eq!(arrive(&mut m, env(2, 3), 0, 1), vec![(w, 1)]);
+        assert_eq!(arrive(&mut m, env(2, 3), 1, 2), vec![(s, 2)]);
+        assert!(!m.cancel(w) && !m.cancel(s));
+    }
+
+    #[test]
+    fn cancel_withdraws_a_posted_receive() {
+        let mut m = Matcher::<u64>::new();
+        let Posting::Posted(a) = m.post(Source::Rank(0), TagSel::Any) else { panic!() };
+        assert!(m.cancel(a));
+        assert!(arrive(&mut m, env(0, 0), 0, 5).is_empty());
+        assert_eq!(m.probe(Source::Any, TagSel::Any).map(|e| e.source), Some(0));
+    }
+
+    #[test]
+    fn sequence_numbers_wrap() {
+        let mut m = Matcher::<u64>::new();
+        m.expected.insert(0, u32::MAX);
+        arrive(&mut m, env(0, 0), 0, 2); // early (after the wrap)
+        arrive(&mut m, env(0, 0), u32::MAX, 1);
+        assert!(matches!(m.post(Source::Rank(0), TagSel::Any), Posting::Matched(_, 1)));
+        assert!(matches!(m.post(Source::Rank(0), TagSel::Any), Posting::Matched(_, 2)));
+    }
+
+    // ---- reference model -------------------------------------------------------------------
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Sender `src` sends a message with `tag` (gets the next sequence number).
+        Send { src: u32, tag: i32 },
+        /// Deliver one in-flight message (index into the in-flight list, mod its length).
+        Deliver(usize),
+        Post { src: Option<u32>, tag: Option<i32> },
+        Probe { src: Option<u32>, tag: Option<i32> },
+        MProbe { src: Option<u32>, tag: Option<i32> },
+        Cancel(usize),
+    }
+
+    fn sel(src: Option<u32>, tag: Option<i32>) -> (Source, TagSel) {
+        (src.map_or(Source::Any, Source::Rank), tag.map_or(TagSel::Any, TagSel::Tag))
+    }
+
+    /// The model: every message in send order per source is in one global "sent" log; a message
+    /// is *visible* once it and all earlier messages of its source have been delivered.
+    /// Matching follows MPI's rules over visible messages and posted receives directly.
+    #[derive(Default)]
+    struct Model {
+        // (src, seq, tag, id, arrival order when it became visible)
+        visible: Vec<(u32, u32, i32, u64, u64)>,
+        delivered: HashMap<u32, BTreeMap<u32, (i32, u64)>>,
+        next_visible: HashMap<u32, u32>,
+        posted: Vec<(u64, Source, TagSel)>, // post order
+        matched: Vec<(u64, u64)>,           // (recv tag-id, msg id)
+        vis_clock: u64,
+    }
+
+    impl Model {
+        fn ok(e: (u32, i32), s: Source, t: TagSel) -> bool {
+            env(e.0, e.1).matches(s, t)
+        }
+        fn on_deliver(&mut self, src: u32, seq: u32, tag: i32, id: u64) {
+            self.delivered.entry(src).or_default().insert(seq, (tag, id));
+            loop {
+                let n = *self.next_visible.entry(src).or_default();
+                let Some((tag, id)) = self.delivered.get_mut(&src).and_then(|d| d.remove(&n)) else { break };
+                self.next_visible.insert(src, n + 1);
+                // First posted receive in post order that matches.
+                if let Some(i) = self.posted.iter().position(|&(_, s, t)| Self::ok((src, tag), s, t)) {
+                    let (r, _, _) = self.posted.remove(i);
+                    self.matched.push((r, id));
+                } else {
+                    self.vis_clock += 1;
+                    self.visible.push((src, n, tag, id, self.vis_clock));
+                }
+            }
+        }
+        fn find(&self, s: Source, t: TagSel) -> Option<usize> {
+            self.visible
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| Self::ok((v.0, v.2), s, t))
+                .min_by_key(|(_, v)| v.4)
+                .map(|(i, _)| i)
+        }
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let src = 0u32..3;
+        let osrc = proptest::option::of(0u32..3);
+        let otag = proptest::option::of(0i32..3);
+        prop_oneof![
+            3 => (src, 0i32..3).prop_map(|(src, tag)| Op::Send { src, tag }),
+            4 => any::<usize>().prop_map(Op::Deliver),
+            2 => (osrc.clone(), otag.clone()).prop_map(|(src, tag)| Op::Post { src, tag }),
+            1 => (osrc.clone(), otag.clone()).prop_map(|(src, tag)| Op::Probe { src, tag }),
+            1 => (osrc, otag).prop_map(|(src, tag)| Op::MProbe { src, tag }),
+            1 => any::<usize>().prop_map(Op::Cancel),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+        #[test]
+        fn engine_matches_the_reference_model(ops in proptest::collection::vec(op(), 0..120)) {
+            let mut m = Matcher::<u64>::new();
+            let mut model = Model::default();
+            let mut seq: HashMap<u32, u32> = HashMap::new();
+            let mut in_flight: Vec<(u32, u32, i32, u64)> = Vec::new();
+            let mut next_id = 0u64;
+            // Receive ids in the engine and the model are both post counters; map engine ids.
+            let mut posts: Vec<(RecvId, u64)> = Vec::new();
+            let mut post_no = 0u64;
+            let mut engine_matched: Vec<(u64, u64)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Send { src, tag } => {
+                        let s = seq.entry(src).or_default();
+                        in_flight.push((src, *s, tag, next_id));
+                        *s += 1;
+                        next_id += 1;
+                    }
+                    Op::Deliver(i) if !in_flight.is_empty() => {
+                        let (src, sq, tag, id) = in_flight.remove(i % in_flight.len());
+                        model.on_deliver(src, sq, tag, id);
+                        for (rid, msg) in arrive(&mut m, env(src, tag), sq, id) {
+                            let p = posts.iter().find(|(r, _)| *r == rid).expect("known recv").1;
+                            engine_matched.push((p, msg));
+                        }
+                    }
+                    Op::Deliver(_) => {}
+                    Op::Post { src, tag } => {
+                        let (s, t) = sel(src, tag);
+                        let no = post_no;
+                        post_no += 1;
+                        match (m.post(s, t), model.find(s, t)) {
+                            (Posting::Matched(_, id), Some(i)) => {
+                                let v = model.visible.remove(i);
+                                prop_assert_eq!(id, v.3);
+                                engine_matched.push((no, id));
+                                model.matched.push((no, id));
+                            }
+                            (Posting::Posted(rid), None) => {
+                                posts.push((rid, no));
+                                model.posted.push((no, s, t));
+                            }
+                            (a, b) => prop_assert!(false, "post mismatch: engine {:?} model {:?}", a, b),
+                        }
+                    }
+                    Op::Probe { src, tag } => {
+                        let (s, t) = sel(src, tag);
+                        let e = m.probe(s, t).map(|e| (e.source, e.tag));
+                        let mo = model.find(s, t).map(|i| (model.visible[i].0, model.visible[i].2));
+                        prop_assert_eq!(e, mo);
+                    }
+                    Op::MProbe { src, tag } => {
+                        let (s, t) = sel(src, tag);
+                        let e = m.take(s, t).map(|(_, id)| id);
+                        let mo = model.find(s, t).map(|i| model.visible.remove(i).3);
+                        prop_assert_eq!(e, mo);
+                    }
+                    Op::Cancel(i) if !model.posted.is_empty() => {
+                        let (no, _, _) = model.posted.remove(i % model.posted.len());
+                        let rid = posts.iter().find(|(_, n)| *n == no).unwrap().0;
+                        prop_assert!(m.cancel(rid));
+                    }
+                    Op::Cancel(_) => {}
+                }
+                prop_assert_eq!(&engine_matched, &model.matched);
+                prop_assert_eq!(m.posted(), model.posted.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,2 @@
+//! Point-to-point messaging: the matching engine and (soon) the protocols on top.
+pub mod matcher;
