@@ -6,6 +6,8 @@ pub mod auth;
 pub mod bootstrap;
 pub mod config;
 pub mod identity;
+pub mod local;
 pub mod os;
+pub mod shm;
 pub mod sim;
 pub mod wire;

@@ -125,9 +125,12 @@ pub fn encode_frame(kind: u8, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A frame decoded in place: header, payload, bytes consumed.
+pub type DecodedFrame<'a> = (FrameHeader, &'a [u8], usize);
+
 /// Decodes one frame from the front of `buf`: `Ok(None)` if more bytes are needed, otherwise the
 /// header, the payload and the number of bytes consumed.
-pub fn decode_frame(buf: &[u8], limit: usize) -> Result<Option<(FrameHeader, &[u8], usize)>, WireError> {
+pub fn decode_frame(buf: &[u8], limit: usize) -> Result<Option<DecodedFrame<'_>>, WireError> {
     let Some(hdr) = buf.first_chunk::<FRAME_HEADER_LEN>() else {
         // Reject a wrong magic as soon as it is visible, so garbage is dropped without waiting.
         if !buf.is_empty() && buf[0] != MAGIC[0] || buf.len() >= 2 && buf[1] != MAGIC[1] {

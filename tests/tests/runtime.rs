@@ -91,3 +91,27 @@ fn unknown_rcomm_variable_is_warned_about() {
     assert_eq!(out.code(), 0, "{out}");
     assert!(out.stderr.contains("unknown variable RCOMM_TRANSPOTR"), "{out}");
 }
+
+#[test]
+fn shared_memory_rings_pass_checked_messages_between_ranks_over_the_local_channel() {
+    let shm0 = dev_shm();
+    for n in [2u32, 3, 4] {
+        let out = Job::new(n, &[&test_program("rt_local"), "20000"]).run();
+        assert_eq!(out.code(), 0, "{out}");
+        for r in 0..(n & !1) {
+            let l = out.rank_lines(r);
+            assert!(l.len() == 1 && l[0].starts_with(&format!("rank {r} exchanged 20000 messages with rank {}", r ^ 1)), "{out}");
+        }
+    }
+    assert_eq!(dev_shm(), shm0, "segments are memfds: nothing may appear in /dev/shm");
+}
+
+#[test]
+fn a_killed_partner_is_seen_as_end_of_file_on_the_local_channel() {
+    let out = Job::new(2, &["--on-failure", "continue", &test_program("rt_local"), "100", "die"]).run();
+    assert_eq!(out.code(), 137, "{out}");
+    let l = out.rank_lines(0);
+    assert_eq!(l.len(), 2, "{out}");
+    let ms: u64 = l[1].strip_prefix("rank 0 saw rank 1 die after ").and_then(|s| s.strip_suffix(" ms")).unwrap().parse().unwrap();
+    assert!(ms < 1000, "{out}");
+}
