@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod bootstrap;
 pub mod config;
+pub mod error;
 pub mod identity;
 pub mod local;
 pub mod os;

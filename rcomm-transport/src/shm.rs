@@ -1,54 +1,67 @@
-//! Shared-memory transport, first piece: a single-producer/single-consumer ring of 64-byte
-//! slots in a [`Segment`], usable across processes that map the same segment.
+//! Shared-memory rings: single-producer/single-consumer queues of variable-length messages in
+//! a [`Segment`], usable across processes that map the same segment.
 //!
 //! Layout (offsets in bytes; the segment is page-aligned):
 //!
 //! ```text
 //!   0  header line   magic, version, slot count, slot size, role claims   (written at init)
-//! 128  producer line head: positions pushed so far                         (producer writes)
-//! 256  consumer line tail: positions popped so far                         (consumer writes)
-//! 384  slots[n]      per slot: u64 word = seq << 8 | len, then 56 payload bytes
+//! 128  producer line head: slot positions pushed so far                    (producer writes)
+//! 256  consumer line tail: slot positions popped so far                    (consumer writes)
+//! 384  slots[n]      64-byte lines
 //! ```
 //!
+//! A message of `len` bytes occupies `ceil((8 + len) / 64)` consecutive slots: an 8-byte word
+//! `seq << 24 | len` at the start of its first slot, then the bytes, contiguous across slot
+//! boundaries, so the consumer can hand out one borrowed slice. A message that would run past
+//! the end of the ring is preceded by a pad word (`len = PAD`) that sends the consumer back to
+//! slot 0. Small messages (up to 56 bytes) take one cache line: header and payload travel
+//! together, and a ping-pong moves one line each way.
+//!
 //! Protocol and memory ordering:
-//! - The producer copies the payload into slot `head % n`, then stores the slot's word with
-//!   **Release**; the consumer loads the word with **Acquire** and reads the payload only if the
-//!   word carries the sequence it expects (`seq = position + 1`, so a word left from an earlier
-//!   lap, or the zero of a fresh segment, never matches). Release/Acquire on the same word makes
-//!   the payload writes happen-before the payload reads.
-//! - The consumer publishes `tail` with **Release** after it has finished with a slot; the
-//!   producer reloads `tail` with **Acquire** before reusing a slot, so the consumer's reads of
-//!   the old payload happen-before the producer's new writes: slots are never read and written
-//!   at once.
+//! - The producer copies the message bytes, then stores the first slot's word with **Release**;
+//!   the consumer loads the word with **Acquire** and reads the bytes only if the word carries
+//!   the sequence number of its position (`seq = pos mod (2⁴⁰−1) + 1`, never 0, so neither a
+//!   zeroed line nor a word left from an earlier lap matches). Release/Acquire on that word
+//!   makes every byte of the message visible.
+//! - Only a message's *first* slot holds a word; its other slots hold user bytes that could
+//!   look like a word. So after consuming a message the consumer zeroes the first 8 bytes of
+//!   its continuation slots: a position the consumer reaches always holds either a fresh word,
+//!   a word of an earlier lap, or zero — never stale user bytes.
+//! - The consumer publishes `tail` with **Release** after it has finished with a message; the
+//!   producer reloads `tail` with **Acquire** before reusing slots, so the consumer's reads
+//!   happen-before the producer's new writes.
 //! - Each side keeps its own index privately and a cached copy of the other's. The consumer
-//!   needs no copy of `head` at all (the slot word tells it there is data, from the line it must
-//!   read anyway), and the producer rereads `tail` only when its cached copy says the ring is
-//!   full — once per lap at most while the consumer keeps up. So in steady state each shared
-//!   line moves between cores only when data does.
+//!   never reads `head` to pop (the word tells it), and the producer rereads `tail` only when
+//!   its cached copy says the ring is full. In steady state a shared line moves between cores
+//!   only when data does.
 //! - The index lines are 128 bytes apart, not 64, because Intel's adjacent-line prefetcher pulls
 //!   64-byte lines in pairs: at 64 bytes the two writers would still steal each other's line.
-//! - `head` is published with Relaxed: nobody reads payload on its strength; it is for the
-//!   backlog diagnostic, and for the sleep/doorbell re-check the full transport adds.
+//! - `head` is published with Relaxed: nobody reads payload on its strength; it serves the
+//!   backlog diagnostic and the sleep re-check.
 //!
 //! The atomics live in memory shared between processes; Rust's lock-free atomics are plain
 //! machine instructions on the address, so they order accesses across processes exactly as
 //! across threads.
 
 use crate::local::Segment;
-use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of one slot: one cache line.
 pub const SLOT_SIZE: usize = 64;
-/// Payload bytes one slot carries inline: the line minus the 8-byte sequence/length word.
-pub const SLOT_INLINE: usize = SLOT_SIZE - 8;
+/// Payload bytes a one-slot message carries: the line minus the 8-byte word.
+pub const SLOT_INLINE: usize = SLOT_SIZE - WORD;
 /// Most slots a ring may have; more would only waste a peer's memory budget.
 pub const MAX_SLOTS: usize = 1 << 24;
 
+const WORD: usize = 8;
 const MAGIC: u64 = u64::from_le_bytes(*b"rcommRNG");
-const VERSION: u32 = 1;
-/// Sequence numbers keep 56 bits, the length byte the low 8.
-const SEQ_MASK: u64 = (1 << 56) - 1;
+const VERSION: u32 = 2;
+const LEN_BITS: u32 = 24;
+const LEN_MASK: u64 = (1 << LEN_BITS) - 1;
+/// The length value of a pad word.
+const PAD: u64 = LEN_MASK;
+/// Sequence numbers cycle through 1..=SEQ_MOD.
+const SEQ_MOD: u64 = (1 << 40) - 1;
 
 /// Why a ring could not be set up or used.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -56,14 +69,12 @@ pub enum ShmError {
     /// The segment or the slot count is unusable, or the segment holds no valid ring.
     #[error("shared-memory ring: {0}")]
     Invalid(String),
-    /// A payload larger than one slot.
-    #[error(
-        "payload of {len} bytes does not fit a ring slot ({cap} bytes); larger messages need another path"
-    )]
+    /// A message larger than the ring can ever hold.
+    #[error("message of {len} bytes exceeds the ring's limit of {cap} bytes; larger messages need another path")]
     TooLarge {
-        /// Payload length.
+        /// Message length.
         len: usize,
-        /// Inline capacity ([`SLOT_INLINE`]).
+        /// The ring's limit ([`Producer::max_msg`]).
         cap: usize,
     },
     /// Someone (in any process mapping the ring) already holds this end.
@@ -92,27 +103,19 @@ struct Control {
     tail: Line<AtomicU64>,
 }
 
-#[repr(C, align(64))]
-struct Slot {
-    word: AtomicU64,
-    data: UnsafeCell<[u8; SLOT_INLINE]>,
-}
-
-// SAFETY: `data` is accessed only through the unsafe blocks in `Producer::try_push` (by the one
-// producer, on slots the consumer has released) and `Consumer::try_pop` (by the one consumer, on
-// slots the producer has published), as argued in the module notes; `word` is atomic.
-unsafe impl Sync for Slot {}
-
-const _: () = assert!(size_of::<Slot>() == SLOT_SIZE);
 const _: () = assert!(size_of::<Control>() == 384);
 const SLOTS_OFFSET: usize = size_of::<Control>();
 
-fn word(pos: u64, len: usize) -> u64 {
-    ((pos.wrapping_add(1) & SEQ_MASK) << 8) | len as u64
+fn word(pos: u64, len: u64) -> u64 {
+    ((pos % SEQ_MOD + 1) << LEN_BITS) | len
 }
 
 fn word_seq_matches(w: u64, pos: u64) -> bool {
-    w >> 8 == pos.wrapping_add(1) & SEQ_MASK
+    w >> LEN_BITS == pos % SEQ_MOD + 1
+}
+
+fn slots_for(len: usize) -> u64 {
+    (WORD + len).div_ceil(SLOT_SIZE) as u64
 }
 
 /// A view of a ring inside a segment; take its [`producer`](Ring::producer) or
@@ -120,14 +123,20 @@ fn word_seq_matches(w: u64, pos: u64) -> bool {
 #[derive(Clone, Copy)]
 pub struct Ring<'a> {
     ctl: &'a Control,
-    slots: &'a [Slot],
+    /// First slot; `n` slots of `SLOT_SIZE` bytes follow, inside the borrowed segment.
+    base: *mut u8,
+    n: usize,
+    _seg: std::marker::PhantomData<&'a Segment>,
 }
+
+// SAFETY: a Ring is a view of shared memory whose every access goes through the atomics above
+// or through the producer/consumer protocol (one of each, claimed through the header), which
+// orders the raw byte accesses; sending the view to another thread changes nothing about that.
+unsafe impl Send for Ring<'_> {}
 
 impl std::fmt::Debug for Ring<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ring")
-            .field("slots", &self.slots.len())
-            .finish_non_exhaustive()
+        f.debug_struct("Ring").field("slots", &self.n).finish_non_exhaustive()
     }
 }
 
@@ -140,25 +149,29 @@ impl<'a> Ring<'a> {
     fn view(seg: &'a Segment, slots: usize) -> Self {
         debug_assert!(seg.len() >= Self::layout_size(slots));
         // SAFETY: the segment is page-aligned and at least `layout_size(slots)` long (checked by
-        // both callers), so `Control` and the slot array lie inside it, suitably aligned. Every
-        // field reachable through these shared references is atomic or an UnsafeCell, so other
-        // processes writing the memory does not break the references' rules. The references
-        // borrow `seg`, so they cannot outlive the mapping.
+        // both callers), so `Control` lies inside it, suitably aligned, and `base` points to
+        // `slots` whole lines inside it. `Control` holds only atomics, so other processes writing
+        // it does not break the reference's rules. The view borrows `seg`, so it cannot outlive
+        // the mapping.
         unsafe {
             let ctl = &*seg.as_ptr().cast::<Control>();
-            let slots =
-                std::slice::from_raw_parts(seg.as_ptr().add(SLOTS_OFFSET).cast::<Slot>(), slots);
-            Self { ctl, slots }
+            Self { ctl, base: seg.as_ptr().add(SLOTS_OFFSET), n: slots, _seg: std::marker::PhantomData }
         }
     }
 
-    /// Lays out an empty ring of `slots` slots (a power of two) at the start of `seg`. Only the
-    /// segment's creator calls this, before handing the segment to the peer.
+    /// The word at the start of slot `i` (taken modulo the ring size).
+    fn word_at(&self, i: u64) -> &'a AtomicU64 {
+        let i = (i as usize) & (self.n - 1);
+        // SAFETY: slot i lies inside the mapping (i < n) and is 64-byte aligned, so its first 8
+        // bytes form a valid, aligned AtomicU64; all concurrent accesses to a word are atomic.
+        unsafe { &*self.base.add(i * SLOT_SIZE).cast::<AtomicU64>() }
+    }
+
+    /// Lays out an empty ring of `slots` slots (a power of two, at least 2) at the start of
+    /// `seg`. Only the segment's creator calls this, before handing the segment to the peer.
     pub fn init(seg: &'a Segment, slots: usize) -> Result<Self, ShmError> {
-        if !slots.is_power_of_two() || slots > MAX_SLOTS {
-            return Err(ShmError::Invalid(format!(
-                "{slots} slots: need a power of two up to {MAX_SLOTS}"
-            )));
+        if !slots.is_power_of_two() || !(2..=MAX_SLOTS).contains(&slots) {
+            return Err(ShmError::Invalid(format!("{slots} slots: need a power of two from 2 to {MAX_SLOTS}")));
         }
         if seg.len() < Self::layout_size(slots) {
             return Err(ShmError::Invalid(format!(
@@ -178,8 +191,8 @@ impl<'a> Ring<'a> {
         h.consumer_taken.store(0, Ordering::Relaxed);
         r.ctl.head.0.store(0, Ordering::Relaxed);
         r.ctl.tail.0.store(0, Ordering::Relaxed);
-        for s in r.slots {
-            s.word.store(0, Ordering::Relaxed);
+        for i in 0..slots as u64 {
+            r.word_at(i).store(0, Ordering::Relaxed);
         }
         // Release: whoever sees the magic (Acquire in `attach`) sees everything above.
         h.magic.store(MAGIC, Ordering::Release);
@@ -190,10 +203,7 @@ impl<'a> Ring<'a> {
     /// process), checking its header against the segment.
     pub fn attach(seg: &'a Segment) -> Result<Self, ShmError> {
         if seg.len() < SLOTS_OFFSET {
-            return Err(ShmError::Invalid(format!(
-                "segment of {} bytes cannot hold a ring",
-                seg.len()
-            )));
+            return Err(ShmError::Invalid(format!("segment of {} bytes cannot hold a ring", seg.len())));
         }
         let h = &Self::view(seg, 0).ctl.header.0;
         if h.magic.load(Ordering::Acquire) != MAGIC {
@@ -211,7 +221,7 @@ impl<'a> Ring<'a> {
         let slots = h.slots.load(Ordering::Relaxed) as usize;
         if slot_size != SLOT_SIZE
             || !slots.is_power_of_two()
-            || slots > MAX_SLOTS
+            || !(2..=MAX_SLOTS).contains(&slots)
             || seg.len() < Self::layout_size(slots)
         {
             return Err(ShmError::Invalid(format!(
@@ -224,7 +234,7 @@ impl<'a> Ring<'a> {
 
     /// Number of slots.
     pub fn slots(&self) -> usize {
-        self.slots.len()
+        self.n
     }
 
     /// Takes the producer end; fails while another producer (in any process) holds it.
@@ -233,11 +243,7 @@ impl<'a> Ring<'a> {
         // Acquire on the claim (above) orders these loads after a previous producer's release.
         let head = self.ctl.head.0.load(Ordering::Relaxed);
         let cached_tail = self.ctl.tail.0.load(Ordering::Acquire);
-        Ok(Producer {
-            ring: *self,
-            head,
-            cached_tail,
-        })
+        Ok(Producer { ring: *self, head, cached_tail })
     }
 
     /// Takes the consumer end; fails while another consumer (in any process) holds it.
@@ -263,59 +269,90 @@ pub struct Producer<'a> {
     cached_tail: u64,
 }
 
+// SAFETY: see `Ring`'s Send; the producer role is exclusive (claimed) wherever the value lives.
+unsafe impl Send for Producer<'_> {}
+
 impl Producer<'_> {
-    /// Copies `data` into the next slot; `Ok(false)` if the ring is full. Payloads longer than
-    /// [`SLOT_INLINE`] are an error.
-    pub fn try_push(&mut self, data: &[u8]) -> Result<bool, ShmError> {
-        if data.len() > SLOT_INLINE {
-            return Err(ShmError::TooLarge {
-                len: data.len(),
-                cap: SLOT_INLINE,
-            });
-        }
-        let n = self.ring.slots.len() as u64;
-        if self.head.wrapping_sub(self.cached_tail) >= n {
-            // Acquire pairs with the consumer's Release of `tail`: its reads of the slot we are
+    /// Largest message this ring accepts: half the ring, so a message plus its pad always fits
+    /// an empty ring.
+    pub fn max_msg(&self) -> usize {
+        (self.ring.n / 2 * SLOT_SIZE - WORD).min(PAD as usize - 1)
+    }
+
+    /// Whether a message of `len` bytes would fit right now.
+    pub fn fits(&mut self, len: usize) -> bool {
+        len <= self.max_msg() && self.room_for(len).is_some()
+    }
+
+    /// Slots needed now (pad + message) if they are free.
+    fn room_for(&mut self, len: usize) -> Option<(u64, u64)> {
+        let n = self.ring.n as u64;
+        let need = slots_for(len);
+        let off = self.head & (n - 1);
+        let pad = if off + need > n { n - off } else { 0 };
+        if self.head + pad + need - self.cached_tail > n {
+            // Acquire pairs with the consumer's Release of `tail`: its reads of the slots we are
             // about to overwrite are finished.
             self.cached_tail = self.ring.ctl.tail.0.load(Ordering::Acquire);
-            if self.head.wrapping_sub(self.cached_tail) >= n {
-                return Ok(false);
+            if self.head + pad + need - self.cached_tail > n {
+                return None;
             }
         }
-        let slot = &self.ring.slots[(self.head & (n - 1)) as usize];
-        // SAFETY: we are the only producer (claimed), and the consumer released this slot (the
-        // check above), so nothing else accesses its payload until we publish the word below.
-        // `data` fits the 56-byte array.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), slot.data.get().cast::<u8>(), data.len())
-        };
-        // Release: the payload bytes are visible to whoever Acquires this word.
-        slot.word
-            .store(word(self.head, data.len()), Ordering::Release);
-        self.head = self.head.wrapping_add(1);
+        Some((pad, need))
+    }
+
+    /// Copies `data` into the ring as one message; `Ok(false)` if the ring is full now.
+    pub fn try_push(&mut self, data: &[u8]) -> Result<bool, ShmError> {
+        self.try_push_parts(&[data])
+    }
+
+    /// Copies the concatenation of `parts` into the ring as one message (a header and a
+    /// payload, without gluing them first); `Ok(false)` if the ring is full now.
+    pub fn try_push_parts(&mut self, parts: &[&[u8]]) -> Result<bool, ShmError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > self.max_msg() {
+            return Err(ShmError::TooLarge { len, cap: self.max_msg() });
+        }
+        let Some((pad, _)) = self.room_for(len) else { return Ok(false) };
+        if pad > 0 {
+            // Release so the consumer, seeing the pad, also sees nothing stale (it reads nothing
+            // else from these slots); ordering only matters for the word itself.
+            self.ring.word_at(self.head).store(word(self.head, PAD), Ordering::Release);
+            self.head += pad;
+        }
+        let start = ((self.head as usize) & (self.ring.n - 1)) * SLOT_SIZE + WORD;
+        let mut off = 0;
+        for p in parts {
+            // SAFETY: the message's slots [head, head + need) lie inside the ring without wrapping
+            // (room_for placed a pad otherwise) and are released by the consumer (room_for
+            // checked `tail`); we are the only producer (claimed), so nothing else touches these
+            // bytes until we publish the word below.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), self.ring.base.add(start + off), p.len()) };
+            off += p.len();
+        }
+        // Release: the bytes are visible to whoever Acquires this word.
+        self.ring.word_at(self.head).store(word(self.head, len as u64), Ordering::Release);
+        self.head += slots_for(len);
         self.ring.ctl.head.0.store(self.head, Ordering::Relaxed);
         Ok(true)
+    }
+
+    /// Whether the consumer has taken every message pushed so far.
+    pub fn is_drained(&self) -> bool {
+        self.ring.ctl.tail.0.load(Ordering::Acquire) == self.head
     }
 }
 
 impl Drop for Producer<'_> {
     fn drop(&mut self) {
         // Release: a later producer's Acquire claim sees our last `head` store.
-        self.ring
-            .ctl
-            .header
-            .0
-            .producer_taken
-            .store(0, Ordering::Release);
+        self.ring.ctl.header.0.producer_taken.store(0, Ordering::Release);
     }
 }
 
 impl std::fmt::Debug for Producer<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Producer")
-            .field("head", &self.head)
-            .field("slots", &self.ring.slots())
-            .finish()
+        f.debug_struct("Producer").field("head", &self.head).field("slots", &self.ring.slots()).finish()
     }
 }
 
@@ -325,60 +362,75 @@ pub struct Consumer<'a> {
     tail: u64,
 }
 
+// SAFETY: see `Ring`'s Send; the consumer role is exclusive (claimed) wherever the value lives.
+unsafe impl Send for Consumer<'_> {}
+
 impl Consumer<'_> {
-    /// Hands the next message to `f` as a slice of the slot itself (no copy) and frees the slot
+    /// Whether a message is ready (one Acquire load of the next word, two after a pad).
+    pub fn ready(&mut self) -> bool {
+        self.next_word().is_some()
+    }
+
+    /// The published word of the next message, skipping a pad; `None` if nothing is published.
+    /// The word is loaded once and then trusted: reloading could see a pad published between
+    /// the loads and take it for a message.
+    fn next_word(&mut self) -> Option<u64> {
+        // Acquire pairs with the producer's Release of the word: what it published is visible.
+        let w = self.ring.word_at(self.tail).load(Ordering::Acquire);
+        if !word_seq_matches(w, self.tail) {
+            return None;
+        }
+        if w & LEN_MASK != PAD {
+            return Some(w);
+        }
+        let n = self.ring.n as u64;
+        self.tail += n - (self.tail & (n - 1));
+        let w = self.ring.word_at(self.tail).load(Ordering::Acquire);
+        (word_seq_matches(w, self.tail) && w & LEN_MASK != PAD).then_some(w)
+    }
+
+    /// Hands the next message to `f` as a slice of the ring itself (no copy) and frees its slots
     /// when `f` returns; false if the ring is empty.
     pub fn try_pop<F: FnOnce(&[u8])>(&mut self, f: F) -> bool {
-        let n = self.ring.slots.len() as u64;
-        let slot = &self.ring.slots[(self.tail & (n - 1)) as usize];
-        // Acquire pairs with the producer's Release of this word: its payload is visible.
-        let w = slot.word.load(Ordering::Acquire);
-        if !word_seq_matches(w, self.tail) {
-            return false;
-        }
-        // A producer following the protocol never writes more; the clamp keeps a broken one
-        // from making us read past the slot.
-        let len = ((w & 0xff) as usize).min(SLOT_INLINE);
-        // SAFETY: the word is published for our position, so the producer has finished this
-        // slot and will not touch it again until we publish a `tail` past it, after `f`.
-        let bytes = unsafe { std::slice::from_raw_parts(slot.data.get().cast::<u8>(), len) };
+        let Some(w) = self.next_word() else { return false };
+        let n = self.ring.n;
+        let off = (self.tail as usize) & (n - 1);
+        // A producer following the protocol never announces more than fits before the ring's
+        // end; the clamp keeps a broken one from making us read past the mapping.
+        let len = ((w & LEN_MASK) as usize).min((n - off) * SLOT_SIZE - WORD);
+        // SAFETY: the word is published for our position, so the producer has finished these
+        // bytes and will not touch them again until we publish a `tail` past them, after `f`.
+        let bytes = unsafe { std::slice::from_raw_parts(self.ring.base.add(off * SLOT_SIZE + WORD), len) };
         f(bytes);
-        self.tail = self.tail.wrapping_add(1);
-        // Release: our reads of the slot happen-before the producer reuses it.
+        let used = slots_for(len);
+        for k in 1..used {
+            // Continuation slots hold user bytes where a word could be; zero them so a later lap
+            // never mistakes them for a published word (see the module notes).
+            self.ring.word_at(self.tail + k).store(0, Ordering::Relaxed);
+        }
+        self.tail += used;
+        // Release: our reads (and the zeroing) happen-before the producer reuses the slots.
         self.ring.ctl.tail.0.store(self.tail, Ordering::Release);
         true
     }
 
-    /// Messages pushed but not yet popped, as far as this side can tell now (a diagnostic: the
-    /// producer may push more at any moment).
+    /// Slots pushed but not yet popped, as far as this side can tell now (a diagnostic and the
+    /// sleep re-check: the producer may push more at any moment).
     pub fn backlog(&self) -> u64 {
-        self.ring
-            .ctl
-            .head
-            .0
-            .load(Ordering::Relaxed)
-            .wrapping_sub(self.tail)
+        self.ring.ctl.head.0.load(Ordering::Relaxed).wrapping_sub(self.tail)
     }
 }
 
 impl Drop for Consumer<'_> {
     fn drop(&mut self) {
         // Release: a later consumer's Acquire claim sees our last `tail` store.
-        self.ring
-            .ctl
-            .header
-            .0
-            .consumer_taken
-            .store(0, Ordering::Release);
+        self.ring.ctl.header.0.consumer_taken.store(0, Ordering::Release);
     }
 }
 
 impl std::fmt::Debug for Consumer<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Consumer")
-            .field("tail", &self.tail)
-            .field("slots", &self.ring.slots())
-            .finish()
+        f.debug_struct("Consumer").field("tail", &self.tail).field("slots", &self.ring.slots()).finish()
     }
 }
 
@@ -415,10 +467,12 @@ mod tests {
             assert_eq!(pop(&mut c).as_deref(), Some(m));
         }
         assert_eq!(pop(&mut c), None);
-        assert_eq!(
-            p.try_push(&[0; SLOT_INLINE + 1]),
-            Err(ShmError::TooLarge { len: 57, cap: 56 })
-        );
+        // Multi-slot messages come back as one contiguous slice.
+        let big: Vec<u8> = (0..p.max_msg()).map(|i| i as u8).collect();
+        assert!(p.try_push_parts(&[&big[..10], &big[10..]]).unwrap());
+        assert_eq!(pop(&mut c), Some(big));
+        assert_eq!(p.max_msg(), 4 * SLOT_SIZE - 8);
+        assert_eq!(p.try_push(&[0; 4 * SLOT_SIZE - 7]), Err(ShmError::TooLarge { len: 249, cap: 248 }));
     }
 
     #[test]
@@ -509,8 +563,9 @@ mod tests {
         let seg = segment(64);
         let r = Ring::init(&seg, 64).unwrap();
         let (mut p, mut c) = (r.producer().unwrap(), r.consumer().unwrap());
-        let msg = |i: u64, buf: &mut [u8; SLOT_INLINE]| -> usize {
-            let len = 8 + (i % (SLOT_INLINE as u64 - 7)) as usize;
+        // Sizes from one line to many, so messages span slots and wrap with pads.
+        let msg = |i: u64, buf: &mut [u8; 1024]| -> usize {
+            let len = 8 + (i.wrapping_mul(37) % 1000) as usize;
             buf[..8].copy_from_slice(&i.to_le_bytes());
             for (j, b) in buf[8..len].iter_mut().enumerate() {
                 *b = (i as usize).wrapping_mul(31).wrapping_add(j) as u8;
@@ -520,7 +575,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(60);
         std::thread::scope(|s| {
             s.spawn(move || {
-                let mut buf = [0u8; SLOT_INLINE];
+                let mut buf = [0u8; 1024];
                 for i in 0..N {
                     let len = msg(i, &mut buf);
                     let mut spins = 0u32;
@@ -535,7 +590,7 @@ mod tests {
                     }
                 }
             });
-            let mut want = [0u8; SLOT_INLINE];
+            let mut want = [0u8; 1024];
             let mut i = 0;
             let mut spins = 0u32;
             while i < N {
@@ -556,6 +611,29 @@ mod tests {
         });
     }
 
+    #[test]
+    fn fill_then_drain_with_multi_slot_messages_and_pads() {
+        let seg = segment(64);
+        let r = Ring::init(&seg, 64).unwrap();
+        let (mut p, mut c) = (r.producer().unwrap(), r.consumer().unwrap());
+        let sizes: Vec<usize> = (0..2000u64).map(|i| 8 + (i.wrapping_mul(37) % 1000) as usize).collect();
+        // single thread, alternating patterns
+        let mut q = std::collections::VecDeque::new();
+        let mut i = 0;
+        let mut popped = 0;
+        while popped < sizes.len() {
+            if i < sizes.len() {
+                let m: Vec<u8> = (0..sizes[i]).map(|k| (i * 31 + k) as u8).collect();
+                if p.try_push(&m).unwrap() { q.push_back(m); i += 1; continue; }
+            }
+            let want = q.pop_front().unwrap();
+            let mut got = None;
+            assert!(c.try_pop(|b| got = Some(b.to_vec())), "pop {popped}");
+            assert_eq!(got.unwrap(), want, "msg {popped}");
+            popped += 1;
+        }
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Push(Vec<u8>),
@@ -565,13 +643,17 @@ mod tests {
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             proptest::collection::vec(any::<u8>(), 0..=SLOT_INLINE).prop_map(Op::Push),
+            // Multi-slot messages, some of which must wrap with a pad.
+            proptest::collection::vec(any::<u8>(), 0..=8 * SLOT_SIZE).prop_map(Op::Push),
+            // User bytes that look exactly like published words must never be taken for one.
+            (0u64..64).prop_map(|p| Op::Push([word(p, 3).to_le_bytes(); 20].concat())),
             Just(Op::Pop)
         ]
     }
 
     proptest! {
         #[test]
-        fn behaves_like_a_bounded_queue(log_slots in 0u32..4, ops in proptest::collection::vec(op(), 0..300)) {
+        fn behaves_like_a_fifo_that_refuses_only_when_full(log_slots in 1u32..6, ops in proptest::collection::vec(op(), 0..300)) {
             let slots = 1usize << log_slots;
             let seg = segment(slots);
             let r = Ring::init(&seg, slots).unwrap();
@@ -579,17 +661,26 @@ mod tests {
             let mut model = VecDeque::new();
             for op in ops {
                 match op {
+                    Op::Push(m) if m.len() > p.max_msg() => {
+                        let too_large = matches!(p.try_push(&m), Err(ShmError::TooLarge { .. }));
+                        prop_assert!(too_large);
+                    }
                     Op::Push(m) => {
                         let pushed = p.try_push(&m).unwrap();
-                        prop_assert_eq!(pushed, model.len() < slots);
+                        // An empty ring takes any message up to max_msg.
+                        prop_assert!(pushed || !model.is_empty());
                         if pushed {
                             model.push_back(m);
                         }
                     }
                     Op::Pop => prop_assert_eq!(pop(&mut c), model.pop_front()),
                 }
-                prop_assert_eq!(c.backlog(), model.len() as u64);
+                prop_assert_eq!(c.backlog() == 0, model.is_empty());
             }
+            while let Some(m) = model.pop_front() {
+                prop_assert_eq!(pop(&mut c), Some(m));
+            }
+            prop_assert_eq!(pop(&mut c), None);
         }
     }
 }

@@ -617,6 +617,9 @@ pub enum ProtoKind {
     Credit = 5,
     /// Internal control (heartbeats, revoke, ...).
     Control = 6,
+    /// A chunk of a rendezvous message's payload; the payload starts with the receiver's
+    /// token (u64) and the chunk's offset in the message (u64).
+    Data = 7,
 }
 
 impl TryFrom<u8> for ProtoKind {
@@ -629,6 +632,7 @@ impl TryFrom<u8> for ProtoKind {
             4 => Self::RndvFin,
             5 => Self::Credit,
             6 => Self::Control,
+            7 => Self::Data,
             kind => return Err(WireError::UnknownKind { what: "protocol", kind }),
         })
     }
@@ -647,7 +651,8 @@ pub struct Header {
     pub seq: u32,
     /// MPI tag (non-negative for users; negative values are reserved for rcomm's collectives).
     pub tag: i32,
-    /// Payload length of the whole message (not just this fragment).
+    /// Length of the whole user message (not of this frame's payload: transports frame their
+    /// payloads themselves, so an RTS can announce 2 GiB while carrying a few bytes).
     pub len: u64,
     /// Protocol kind.
     pub kind: ProtoKind,
