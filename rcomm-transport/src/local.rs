@@ -1446,7 +1446,7 @@ mod tests {
         let conn = LocalConn::connect(name, 1, &secret).unwrap();
         let mut m = conn.recv().unwrap();
         assert_eq!((m.kind, m.fds.len()), (1, 3));
-        let ring_seg = Segment::from_fd(m.fds.pop().unwrap()).unwrap();
+        let ring_seg = std::sync::Arc::new(Segment::from_fd(m.fds.pop().unwrap()).unwrap());
         let bell = Doorbell::from_fd(m.fds.pop().unwrap()).unwrap();
         let seg = Segment::from_fd(m.fds.pop().unwrap()).unwrap();
         let mut prod = Ring::attach(&ring_seg).unwrap().producer().unwrap();
@@ -1512,7 +1512,7 @@ mod tests {
 
         let seg = Segment::create(&seg_name("xproc"), 4096).unwrap();
         let bell = Doorbell::new().unwrap();
-        let ring_seg = Segment::create(&seg_name("ring"), Ring::layout_size(8)).unwrap();
+        let ring_seg = std::sync::Arc::new(Segment::create(&seg_name("ring"), Ring::layout_size(8)).unwrap());
         let mut cons = Ring::init(&ring_seg, 8).unwrap().consumer().unwrap();
         // SAFETY: fresh mapping; the child reads it only after receiving the descriptor.
         unsafe { std::ptr::copy_nonoverlapping(b"from parent".as_ptr(), seg.as_ptr(), 11) };

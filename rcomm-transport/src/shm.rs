@@ -44,6 +44,7 @@
 //! across threads.
 
 use crate::local::Segment;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of one slot: one cache line.
@@ -120,47 +121,51 @@ fn slots_for(len: usize) -> u64 {
 
 /// A view of a ring inside a segment; take its [`producer`](Ring::producer) or
 /// [`consumer`](Ring::consumer) end.
-#[derive(Clone, Copy)]
-pub struct Ring<'a> {
-    ctl: &'a Control,
-    /// First slot; `n` slots of `SLOT_SIZE` bytes follow, inside the borrowed segment.
+#[derive(Clone)]
+pub struct Ring {
+    /// Keeps the mapping alive as long as any view of it.
+    seg: Arc<Segment>,
+    /// First slot; `n` slots of `SLOT_SIZE` bytes follow, inside `seg`.
     base: *mut u8,
     n: usize,
-    _seg: std::marker::PhantomData<&'a Segment>,
 }
 
-// SAFETY: a Ring is a view of shared memory whose every access goes through the atomics above
-// or through the producer/consumer protocol (one of each, claimed through the header), which
-// orders the raw byte accesses; sending the view to another thread changes nothing about that.
-unsafe impl Send for Ring<'_> {}
+// SAFETY: a Ring is a view of shared memory whose every access goes through the atomics of
+// `Control`, the slot words, or the producer/consumer protocol (one of each, claimed through the
+// header), which orders the raw byte accesses; moving the view to another thread changes
+// nothing about that, and the Arc keeps the mapping alive wherever the view goes.
+unsafe impl Send for Ring {}
 
-impl std::fmt::Debug for Ring<'_> {
+impl std::fmt::Debug for Ring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ring").field("slots", &self.n).finish_non_exhaustive()
     }
 }
 
-impl<'a> Ring<'a> {
+impl Ring {
     /// Bytes of segment a ring of `slots` slots needs.
     pub const fn layout_size(slots: usize) -> usize {
         SLOTS_OFFSET.saturating_add(slots.saturating_mul(SLOT_SIZE))
     }
 
-    fn view(seg: &'a Segment, slots: usize) -> Self {
+    fn view(seg: &Arc<Segment>, slots: usize) -> Self {
         debug_assert!(seg.len() >= Self::layout_size(slots));
-        // SAFETY: the segment is page-aligned and at least `layout_size(slots)` long (checked by
-        // both callers), so `Control` lies inside it, suitably aligned, and `base` points to
-        // `slots` whole lines inside it. `Control` holds only atomics, so other processes writing
-        // it does not break the reference's rules. The view borrows `seg`, so it cannot outlive
-        // the mapping.
-        unsafe {
-            let ctl = &*seg.as_ptr().cast::<Control>();
-            Self { ctl, base: seg.as_ptr().add(SLOTS_OFFSET), n: slots, _seg: std::marker::PhantomData }
-        }
+        // SAFETY: the segment is at least `layout_size(slots)` long (checked by both callers), so
+        // `base` points to `slots` whole lines inside it.
+        let base = unsafe { seg.as_ptr().add(SLOTS_OFFSET) };
+        Self { seg: seg.clone(), base, n: slots }
+    }
+
+    fn ctl(&self) -> &Control {
+        // SAFETY: the segment is page-aligned and longer than `Control` (checked when the view
+        // was made), so `Control` lies inside it, suitably aligned. It holds only atomics, so
+        // other processes writing it does not break the reference's rules, and the reference
+        // borrows `self`, which keeps the mapping alive.
+        unsafe { &*self.seg.as_ptr().cast::<Control>() }
     }
 
     /// The word at the start of slot `i` (taken modulo the ring size).
-    fn word_at(&self, i: u64) -> &'a AtomicU64 {
+    fn word_at(&self, i: u64) -> &AtomicU64 {
         let i = (i as usize) & (self.n - 1);
         // SAFETY: slot i lies inside the mapping (i < n) and is 64-byte aligned, so its first 8
         // bytes form a valid, aligned AtomicU64; all concurrent accesses to a word are atomic.
@@ -169,7 +174,7 @@ impl<'a> Ring<'a> {
 
     /// Lays out an empty ring of `slots` slots (a power of two, at least 2) at the start of
     /// `seg`. Only the segment's creator calls this, before handing the segment to the peer.
-    pub fn init(seg: &'a Segment, slots: usize) -> Result<Self, ShmError> {
+    pub fn init(seg: &Arc<Segment>, slots: usize) -> Result<Self, ShmError> {
         if !slots.is_power_of_two() || !(2..=MAX_SLOTS).contains(&slots) {
             return Err(ShmError::Invalid(format!("{slots} slots: need a power of two from 2 to {MAX_SLOTS}")));
         }
@@ -181,7 +186,7 @@ impl<'a> Ring<'a> {
             )));
         }
         let r = Self::view(seg, slots);
-        let h = &r.ctl.header.0;
+        let h = &r.ctl().header.0;
         // Invalidate first, so a re-initialised segment never looks valid half-way.
         h.magic.store(0, Ordering::Relaxed);
         h.version.store(VERSION, Ordering::Relaxed);
@@ -189,8 +194,8 @@ impl<'a> Ring<'a> {
         h.slot_size.store(SLOT_SIZE as u32, Ordering::Relaxed);
         h.producer_taken.store(0, Ordering::Relaxed);
         h.consumer_taken.store(0, Ordering::Relaxed);
-        r.ctl.head.0.store(0, Ordering::Relaxed);
-        r.ctl.tail.0.store(0, Ordering::Relaxed);
+        r.ctl().head.0.store(0, Ordering::Relaxed);
+        r.ctl().tail.0.store(0, Ordering::Relaxed);
         for i in 0..slots as u64 {
             r.word_at(i).store(0, Ordering::Relaxed);
         }
@@ -201,11 +206,12 @@ impl<'a> Ring<'a> {
 
     /// Opens the ring that [`init`](Self::init) laid out in `seg` (typically in another
     /// process), checking its header against the segment.
-    pub fn attach(seg: &'a Segment) -> Result<Self, ShmError> {
+    pub fn attach(seg: &Arc<Segment>) -> Result<Self, ShmError> {
         if seg.len() < SLOTS_OFFSET {
             return Err(ShmError::Invalid(format!("segment of {} bytes cannot hold a ring", seg.len())));
         }
-        let h = &Self::view(seg, 0).ctl.header.0;
+        let v = Self::view(seg, 0);
+        let h = &v.ctl().header.0;
         if h.magic.load(Ordering::Acquire) != MAGIC {
             return Err(ShmError::Invalid(
                 "segment holds no initialised ring (wrong segment, or attached before init)".into(),
@@ -238,19 +244,19 @@ impl<'a> Ring<'a> {
     }
 
     /// Takes the producer end; fails while another producer (in any process) holds it.
-    pub fn producer(&self) -> Result<Producer<'a>, ShmError> {
-        claim(&self.ctl.header.0.producer_taken, "producer")?;
+    pub fn producer(&self) -> Result<Producer, ShmError> {
+        claim(&self.ctl().header.0.producer_taken, "producer")?;
         // Acquire on the claim (above) orders these loads after a previous producer's release.
-        let head = self.ctl.head.0.load(Ordering::Relaxed);
-        let cached_tail = self.ctl.tail.0.load(Ordering::Acquire);
-        Ok(Producer { ring: *self, head, cached_tail })
+        let head = self.ctl().head.0.load(Ordering::Relaxed);
+        let cached_tail = self.ctl().tail.0.load(Ordering::Acquire);
+        Ok(Producer { ring: self.clone(), head, cached_tail })
     }
 
     /// Takes the consumer end; fails while another consumer (in any process) holds it.
-    pub fn consumer(&self) -> Result<Consumer<'a>, ShmError> {
-        claim(&self.ctl.header.0.consumer_taken, "consumer")?;
-        let tail = self.ctl.tail.0.load(Ordering::Relaxed);
-        Ok(Consumer { ring: *self, tail })
+    pub fn consumer(&self) -> Result<Consumer, ShmError> {
+        claim(&self.ctl().header.0.consumer_taken, "consumer")?;
+        let tail = self.ctl().tail.0.load(Ordering::Relaxed);
+        Ok(Consumer { ring: self.clone(), tail })
     }
 }
 
@@ -263,16 +269,16 @@ fn claim(flag: &AtomicU32, role: &'static str) -> Result<(), ShmError> {
 }
 
 /// The writing end of a ring.
-pub struct Producer<'a> {
-    ring: Ring<'a>,
+pub struct Producer {
+    ring: Ring,
     head: u64,
     cached_tail: u64,
 }
 
 // SAFETY: see `Ring`'s Send; the producer role is exclusive (claimed) wherever the value lives.
-unsafe impl Send for Producer<'_> {}
+unsafe impl Send for Producer {}
 
-impl Producer<'_> {
+impl Producer {
     /// Largest message this ring accepts: half the ring, so a message plus its pad always fits
     /// an empty ring.
     pub fn max_msg(&self) -> usize {
@@ -293,7 +299,7 @@ impl Producer<'_> {
         if self.head + pad + need - self.cached_tail > n {
             // Acquire pairs with the consumer's Release of `tail`: its reads of the slots we are
             // about to overwrite are finished.
-            self.cached_tail = self.ring.ctl.tail.0.load(Ordering::Acquire);
+            self.cached_tail = self.ring.ctl().tail.0.load(Ordering::Acquire);
             if self.head + pad + need - self.cached_tail > n {
                 return None;
             }
@@ -333,39 +339,39 @@ impl Producer<'_> {
         // Release: the bytes are visible to whoever Acquires this word.
         self.ring.word_at(self.head).store(word(self.head, len as u64), Ordering::Release);
         self.head += slots_for(len);
-        self.ring.ctl.head.0.store(self.head, Ordering::Relaxed);
+        self.ring.ctl().head.0.store(self.head, Ordering::Relaxed);
         Ok(true)
     }
 
     /// Whether the consumer has taken every message pushed so far.
     pub fn is_drained(&self) -> bool {
-        self.ring.ctl.tail.0.load(Ordering::Acquire) == self.head
+        self.ring.ctl().tail.0.load(Ordering::Acquire) == self.head
     }
 }
 
-impl Drop for Producer<'_> {
+impl Drop for Producer {
     fn drop(&mut self) {
         // Release: a later producer's Acquire claim sees our last `head` store.
-        self.ring.ctl.header.0.producer_taken.store(0, Ordering::Release);
+        self.ring.ctl().header.0.producer_taken.store(0, Ordering::Release);
     }
 }
 
-impl std::fmt::Debug for Producer<'_> {
+impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Producer").field("head", &self.head).field("slots", &self.ring.slots()).finish()
     }
 }
 
 /// The reading end of a ring.
-pub struct Consumer<'a> {
-    ring: Ring<'a>,
+pub struct Consumer {
+    ring: Ring,
     tail: u64,
 }
 
 // SAFETY: see `Ring`'s Send; the consumer role is exclusive (claimed) wherever the value lives.
-unsafe impl Send for Consumer<'_> {}
+unsafe impl Send for Consumer {}
 
-impl Consumer<'_> {
+impl Consumer {
     /// Whether a message is ready (one Acquire load of the next word, two after a pad).
     pub fn ready(&mut self) -> bool {
         self.next_word().is_some()
@@ -410,25 +416,25 @@ impl Consumer<'_> {
         }
         self.tail += used;
         // Release: our reads (and the zeroing) happen-before the producer reuses the slots.
-        self.ring.ctl.tail.0.store(self.tail, Ordering::Release);
+        self.ring.ctl().tail.0.store(self.tail, Ordering::Release);
         true
     }
 
     /// Slots pushed but not yet popped, as far as this side can tell now (a diagnostic and the
     /// sleep re-check: the producer may push more at any moment).
     pub fn backlog(&self) -> u64 {
-        self.ring.ctl.head.0.load(Ordering::Relaxed).wrapping_sub(self.tail)
+        self.ring.ctl().head.0.load(Ordering::Relaxed).wrapping_sub(self.tail)
     }
 }
 
-impl Drop for Consumer<'_> {
+impl Drop for Consumer {
     fn drop(&mut self) {
         // Release: a later consumer's Acquire claim sees our last `tail` store.
-        self.ring.ctl.header.0.consumer_taken.store(0, Ordering::Release);
+        self.ring.ctl().header.0.consumer_taken.store(0, Ordering::Release);
     }
 }
 
-impl std::fmt::Debug for Consumer<'_> {
+impl std::fmt::Debug for Consumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Consumer").field("tail", &self.tail).field("slots", &self.ring.slots()).finish()
     }
@@ -441,15 +447,15 @@ mod tests {
     use std::collections::VecDeque;
     use std::time::{Duration, Instant};
 
-    fn segment(slots: usize) -> Segment {
-        Segment::create(
+    fn segment(slots: usize) -> Arc<Segment> {
+        Arc::new(Segment::create(
             &format!("rcomm-test-{}-ring", std::process::id()),
             Ring::layout_size(slots),
         )
-        .unwrap()
+        .unwrap())
     }
 
-    fn pop(c: &mut Consumer<'_>) -> Option<Vec<u8>> {
+    fn pop(c: &mut Consumer) -> Option<Vec<u8>> {
         let mut out = None;
         c.try_pop(|b| out = Some(b.to_vec()));
         out
@@ -498,7 +504,7 @@ mod tests {
         // The consumer reads through an independent mapping of the same memfd, as another
         // process would.
         let seg = segment(4);
-        let seg2 = Segment::from_fd(seg.fd().try_clone_to_owned().unwrap()).unwrap();
+        let seg2 = Arc::new(Segment::from_fd(seg.fd().try_clone_to_owned().unwrap()).unwrap());
         let mut p = Ring::init(&seg, 4).unwrap().producer().unwrap();
         let mut c = Ring::attach(&seg2).unwrap().consumer().unwrap();
         for i in 0..10_000u32 {
@@ -526,7 +532,8 @@ mod tests {
         assert!(Ring::init(&seg, 32).is_err(), "does not fit");
         Ring::init(&seg, 16).unwrap();
         assert_eq!(Ring::attach(&seg).unwrap().slots(), 16);
-        let h = &Ring::view(&seg, 0).ctl.header.0;
+        let view = Ring::view(&seg, 0);
+        let h = &view.ctl().header.0;
         h.version.store(99, Ordering::Relaxed);
         assert!(
             matches!(Ring::attach(&seg), Err(ShmError::Invalid(m)) if m.contains("version 99"))
@@ -534,7 +541,7 @@ mod tests {
         h.version.store(VERSION, Ordering::Relaxed);
         h.slots.store(1 << 20, Ordering::Relaxed);
         assert!(matches!(Ring::attach(&seg), Err(ShmError::Invalid(m)) if m.contains("corrupt")));
-        let tiny = Segment::create("rcomm-test-tiny", 100).unwrap();
+        let tiny = Arc::new(Segment::create("rcomm-test-tiny", 100).unwrap());
         assert!(Ring::attach(&tiny).is_err());
     }
 

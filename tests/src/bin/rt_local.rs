@@ -9,6 +9,7 @@ use rcomm_transport::bootstrap::{Bootstrap, KvsClient};
 use rcomm_transport::config::Config;
 use rcomm_transport::local::{Doorbell, LocalConn, LocalError, LocalListener, Segment};
 use rcomm_transport::shm::{Producer, Ring};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SLOTS: usize = 64;
@@ -39,8 +40,8 @@ fn main() {
     let (conn, to_odd, to_even, bell) = if even {
         let name = String::from_utf8(kvs.get(partner, "local").unwrap()).unwrap();
         let conn = LocalConn::connect(&name, env.local_rank, &secret).unwrap();
-        let a = Segment::create("rcomm-smoke-a", Ring::layout_size(SLOTS)).unwrap();
-        let b = Segment::create("rcomm-smoke-b", Ring::layout_size(SLOTS)).unwrap();
+        let a = Arc::new(Segment::create("rcomm-smoke-a", Ring::layout_size(SLOTS)).unwrap());
+        let b = Arc::new(Segment::create("rcomm-smoke-b", Ring::layout_size(SLOTS)).unwrap());
         Ring::init(&a, SLOTS).unwrap();
         Ring::init(&b, SLOTS).unwrap();
         let bell = Doorbell::new().unwrap();
@@ -52,8 +53,8 @@ fn main() {
         let msg = conn.recv().unwrap();
         assert_eq!((msg.kind, msg.payload.as_slice(), msg.fds.len()), (1, &b"rings"[..], 3));
         let mut fds = msg.fds.into_iter();
-        let a = Segment::from_fd(fds.next().unwrap()).unwrap();
-        let b = Segment::from_fd(fds.next().unwrap()).unwrap();
+        let a = Arc::new(Segment::from_fd(fds.next().unwrap()).unwrap());
+        let b = Arc::new(Segment::from_fd(fds.next().unwrap()).unwrap());
         let bell = Doorbell::from_fd(fds.next().unwrap()).unwrap();
         (conn, a, b, bell)
     };
@@ -63,7 +64,7 @@ fn main() {
     } else {
         (ring_to_even.producer().unwrap(), ring_to_odd.consumer().unwrap())
     };
-    let send = |tx: &mut Producer<'_>, data: &[u8]| {
+    let send = |tx: &mut Producer, data: &[u8]| {
         while !tx.try_push(data).unwrap() {
             std::hint::spin_loop();
         }

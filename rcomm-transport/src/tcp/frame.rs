@@ -1,0 +1,225 @@
+//! The data-frame format and the receive buffer that cuts a byte stream into frames.
+
+use super::FRAME_HEADER_LEN;
+use crate::wire::{Header, WireError};
+use std::ops::Range;
+
+/// Frames at least this large are read into the buffer only up to their end, so the next frame
+/// starts at the front of the buffer instead of straddling its end and having to be moved.
+/// Small frames are read in large batches instead, to save system calls.
+const BIG_FRAME: usize = 64 << 10;
+
+/// Encodes the 44 bytes that precede a payload of `payload_len` bytes.
+pub(super) fn encode_header(hdr: &Header, payload_len: usize) -> [u8; FRAME_HEADER_LEN] {
+    let mut b = [0u8; FRAME_HEADER_LEN];
+    b[..Header::LEN].copy_from_slice(&hdr.encode());
+    b[Header::LEN..].copy_from_slice(&(payload_len as u32).to_le_bytes());
+    b
+}
+
+/// Why bytes on a data stream are not a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum FrameError {
+    /// The length field exceeds the limit.
+    TooLong {
+        /// Announced payload length.
+        len: usize,
+        /// Limit in force.
+        limit: usize,
+    },
+    /// The header does not decode.
+    Header(WireError),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TooLong { len, limit } => write!(
+                f,
+                "a frame announces {len} payload bytes but the limit is {limit} (do eager limit and chunk size agree on every rank?)"
+            ),
+            Self::Header(e) => write!(f, "invalid message header: {e}"),
+        }
+    }
+}
+
+/// A fixed receive buffer holding at most one partial frame after the complete ones have been
+/// taken out. Its size is one largest frame, so it never grows, whatever the peer sends.
+#[derive(Debug)]
+pub(super) struct FrameBuf {
+    buf: Box<[u8]>,
+    /// First byte not yet consumed.
+    start: usize,
+    /// End of the bytes read.
+    end: usize,
+    max_frame: usize,
+}
+
+impl FrameBuf {
+    /// A buffer for frames with payloads of at most `max_frame` bytes.
+    pub(super) fn new(max_frame: usize) -> Self {
+        Self { buf: vec![0u8; max_frame + FRAME_HEADER_LEN].into_boxed_slice(), start: 0, end: 0, max_frame }
+    }
+
+    /// Bytes held (read but not yet taken as frames).
+    #[cfg(test)]
+    pub(super) fn held(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// The buffer's fixed size.
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The payload length of the frame at the front, if its length field is in.
+    fn front_len(&self) -> Option<usize> {
+        if self.end - self.start < FRAME_HEADER_LEN {
+            return None;
+        }
+        let l = &self.buf[self.start + Header::LEN..self.start + FRAME_HEADER_LEN];
+        Some(u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize)
+    }
+
+    /// Where the next read should go. Call only after [`next`](Self::next) returned `Ok(None)`;
+    /// the window is then never empty. Moves a partial frame to the front first when it could
+    /// not otherwise be completed in place.
+    pub(super) fn window(&mut self) -> &mut [u8] {
+        if self.start == self.end {
+            // Empty: start over at the front, so reads stay large and nothing needs moving.
+            self.start = 0;
+            self.end = 0;
+        }
+        let len = self.front_len();
+        let need = FRAME_HEADER_LEN + len.map_or(0, |l| l.min(self.max_frame));
+        if self.start + need > self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let limit = match len {
+            Some(l) if l >= BIG_FRAME => (self.start + need).max(self.end),
+            _ => self.buf.len(),
+        };
+        &mut self.buf[self.end..limit]
+    }
+
+    /// Records that `n` bytes were read into the front of the last [`window`](Self::window).
+    pub(super) fn filled(&mut self, n: usize) {
+        debug_assert!(self.end + n <= self.buf.len());
+        self.end = (self.end + n).min(self.buf.len());
+    }
+
+    /// Takes the next complete frame: its header and where its payload lies (see
+    /// [`bytes`](Self::bytes)); `Ok(None)` if more bytes are needed. Errors as soon as the
+    /// length field or the header is wrong, without waiting for the payload.
+    pub(super) fn next(&mut self) -> Result<Option<(Header, Range<usize>)>, FrameError> {
+        let Some(len) = self.front_len() else { return Ok(None) };
+        if len > self.max_frame {
+            return Err(FrameError::TooLong { len, limit: self.max_frame });
+        }
+        let hdr = Header::decode(&self.buf[self.start..self.start + Header::LEN]).map_err(FrameError::Header)?;
+        let p = self.start + FRAME_HEADER_LEN;
+        if self.end < p + len {
+            return Ok(None);
+        }
+        self.start = p + len;
+        Ok(Some((hdr, p..p + len)))
+    }
+
+    /// The bytes of a payload returned by [`next`](Self::next) (valid until the next
+    /// [`window`](Self::window)).
+    pub(super) fn bytes(&self, r: Range<usize>) -> &[u8] {
+        &self.buf[r]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::ProtoKind;
+    use proptest::prelude::*;
+
+    fn hdr(seq: u32, kind: ProtoKind) -> Header {
+        Header { context: 1, source: 2, seq, tag: 3, len: 4, kind, flags: 0, coll_seq: 0, signature: 0 }
+    }
+
+    /// Feeds `input` in pieces of the given sizes, taking frames as they complete.
+    fn feed(fb: &mut FrameBuf, input: &[u8], pieces: &[usize]) -> Result<Vec<(Header, Vec<u8>)>, FrameError> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        let mut k = 0;
+        loop {
+            while let Some((h, r)) = fb.next()? {
+                out.push((h, fb.bytes(r).to_vec()));
+            }
+            assert!(fb.held() <= fb.capacity());
+            if pos == input.len() {
+                return Ok(out);
+            }
+            let w = fb.window();
+            assert!(!w.is_empty(), "window must not be empty while a frame is incomplete");
+            let want = pieces.get(k).copied().unwrap_or(usize::MAX).max(1);
+            k += 1;
+            let n = want.min(w.len()).min(input.len() - pos);
+            w[..n].copy_from_slice(&input[pos..pos + n]);
+            fb.filled(n);
+            pos += n;
+        }
+    }
+
+    #[test]
+    fn tcp_frame_header_is_44_bytes_and_round_trips() {
+        let h = hdr(9, ProtoKind::Eager);
+        let mut wire = encode_header(&h, 3).to_vec();
+        wire.extend_from_slice(b"abc");
+        let mut fb = FrameBuf::new(100);
+        let got = feed(&mut fb, &wire, &[1; 64]).unwrap();
+        assert_eq!(got, vec![(h, b"abc".to_vec())]);
+    }
+
+    #[test]
+    fn tcp_frame_with_oversized_length_is_refused_before_its_payload() {
+        let mut wire = encode_header(&hdr(0, ProtoKind::Eager), 101).to_vec();
+        wire.truncate(FRAME_HEADER_LEN);
+        let mut fb = FrameBuf::new(100);
+        assert_eq!(feed(&mut fb, &wire, &[]).unwrap_err(), FrameError::TooLong { len: 101, limit: 100 });
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        #[test]
+        fn tcp_frame_decoder_never_panics_or_grows_on_random_bytes(
+            max in 0usize..300,
+            input in proptest::collection::vec(any::<u8>(), 0..4000),
+            pieces in proptest::collection::vec(1usize..500, 0..40),
+        ) {
+            let mut fb = FrameBuf::new(max);
+            let cap = fb.capacity();
+            let _ = feed(&mut fb, &input, &pieces);
+            prop_assert_eq!(fb.capacity(), cap);
+            prop_assert!(fb.held() <= cap);
+        }
+
+        #[test]
+        fn tcp_frames_survive_any_split(
+            sizes in proptest::collection::vec(0usize..300, 0..30),
+            pieces in proptest::collection::vec(1usize..700, 0..60),
+        ) {
+            let mut wire = Vec::new();
+            let mut want = Vec::new();
+            for (i, &n) in sizes.iter().enumerate() {
+                let h = hdr(i as u32, ProtoKind::Data);
+                let p: Vec<u8> = (0..n).map(|j| (i * 7 + j) as u8).collect();
+                wire.extend_from_slice(&encode_header(&h, n));
+                wire.extend_from_slice(&p);
+                want.push((h, p));
+            }
+            let mut fb = FrameBuf::new(300);
+            prop_assert_eq!(feed(&mut fb, &wire, &pieces).unwrap(), want);
+            prop_assert_eq!(fb.held(), 0);
+        }
+    }
+}
