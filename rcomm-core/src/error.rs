@@ -39,6 +39,61 @@ pub enum CommError {
         /// The communicator size.
         size: u32,
     },
+    /// A peer died or became unreachable while this rank waited on it (or before).
+    #[error("{op}: rank {rank} (host {host}) is lost: {why}")]
+    PeerLost {
+        /// The lost rank.
+        rank: u32,
+        /// Its host.
+        host: String,
+        /// The operation that failed.
+        op: &'static str,
+        /// What was seen.
+        why: String,
+    },
+    /// The receive buffer was smaller than the message; the message is consumed.
+    #[error("message truncated: {message} bytes do not fit the {buffer}-byte buffer (the message was consumed)")]
+    Truncated {
+        /// Buffer size in bytes.
+        buffer: usize,
+        /// Message size in bytes.
+        message: usize,
+    },
+    /// A negative tag on a send (negative tags are reserved; `Tag::Any` is for receives).
+    #[error("tag {tag} is invalid: user tags are 0..=i32::MAX (Tag::Any only on receives)")]
+    InvalidTag {
+        /// The tag.
+        tag: i32,
+    },
+    /// A peer broke the protocol.
+    #[error("rank {rank} broke the protocol: {why}")]
+    Protocol {
+        /// The rank.
+        rank: u32,
+        /// What happened.
+        why: String,
+    },
+    /// Setting up the transports failed.
+    #[error("transport setup: {0}")]
+    Transport(#[from] rcomm_transport::error::TransportError),
+    /// Two ranks cannot reach each other with the requested transport.
+    #[error("no transport from rank {from} to rank {to}: {why}")]
+    NoRoute {
+        /// This rank.
+        from: u32,
+        /// The peer.
+        to: u32,
+        /// Why.
+        why: String,
+    },
+    /// A buffer's size is not a whole number of elements of the requested type.
+    #[error("{bytes} bytes are not a whole number of {elem}-byte elements")]
+    Size {
+        /// Bytes.
+        bytes: usize,
+        /// Element size.
+        elem: usize,
+    },
     /// A peer's address record could not be decoded.
     #[error("rank {rank}'s address record is unreadable: {err}")]
     BadRecord {

@@ -14,11 +14,16 @@
 //! ```
 #![warn(missing_docs)]
 
+mod comm;
 mod error;
 pub mod p2p;
 mod world;
 
+pub use comm::{Communicator, Message, Request, Scope, ScopedRequest, Tag, wait_all, wait_any};
 pub use error::CommError;
+pub use p2p::engine::Status;
+pub use p2p::matcher::Source;
+pub use rcomm_transport::net::NetCounters;
 pub use rcomm_transport::identity::PeerInfo;
 pub use world::{World, init};
 

@@ -1,7 +1,14 @@
 //! `init()` and the world: bootstrap, identity exchange and the settings check.
 
+use crate::comm::{Communicator, Shared, WaitPolicy};
+use crate::p2p::engine::{Engine, ProtoConfig};
 use crate::{CommError, Result};
 use rcomm_transport::auth::Secret;
+use rcomm_transport::local::LocalListener;
+use rcomm_transport::net::{self, Net, Route};
+use rcomm_transport::shmnet::{LocalPeer, ShmConfig, ShmNet};
+use rcomm_transport::tcp::{TcpAcceptor, TcpConfig};
+use rcomm_transport::wire::EndpointAddr;
 use rcomm_transport::bootstrap::kvs::{NoticeBoard, Notices};
 use rcomm_transport::bootstrap::{self, Bootstrap, KvsClient, Singleton};
 use rcomm_transport::config::{self, Config};
@@ -17,6 +24,7 @@ const ADDR_KEY: &str = "addr";
 /// All ranks of the job. Created by [`init`]; finishing it (drop) tells the launcher this rank
 /// ends normally.
 pub struct World {
+    comm: Communicator,
     rank: u32,
     size: u32,
     local_rank: u32,
@@ -48,24 +56,45 @@ fn init_with(cfg: &Config) -> Result<World> {
     for name in &cfg.unknown {
         rlog!(Warn, "INIT", "unknown variable {name} ignored (a typo? the README lists every RCOMM_ variable)");
     }
-    let (mut boot, notices): (Box<dyn Bootstrap>, _) = match &cfg.launch {
+    let (mut boot, notices, secret, ip): (Box<dyn Bootstrap>, _, _, _) = match &cfg.launch {
         Some(env) => {
             let secret = Secret::from_fd(env.secret_fd).map_err(|e| {
                 bootstrap::BootstrapError::Env(format!("{e}; start ranks with rcomm-run"))
             })?;
             let client = KvsClient::connect(env.clone(), &secret)?;
             let n = client.notices();
-            (Box::new(client), Some(n))
+            let ip = client.local_ip();
+            (Box::new(client), Some(n), secret, ip)
         }
         None => {
             if let Some(why) = bootstrap::foreign_launcher(&|k| std::env::var(k).ok()) {
                 return Err(CommError::ForeignLauncher(why));
             }
-            (Box::new(Singleton::default()), None)
+            let secret = Secret::random().map_err(|e| bootstrap::BootstrapError::Env(e.to_string()))?;
+            (Box::new(Singleton::default()), None, secret, None)
         }
     };
     let (rank, size) = (boot.rank(), boot.size());
-    let me = AddrRecord { info: PeerInfo::local(cfg.protocol_settings()), endpoints: Vec::new() };
+    // Listeners first, so the one record each rank publishes says how to reach it.
+    let mut endpoints = Vec::new();
+    let listener = if size > 1 {
+        let l = LocalListener::bind(boot.job_id(), boot.local_rank(), secret.clone())
+            .map_err(|e| bootstrap::BootstrapError::Env(format!("local channel: {e}")))?;
+        endpoints.push(EndpointAddr::Local(l.name().to_string()));
+        Some(l)
+    } else {
+        None
+    };
+    let tcp_cfg = TcpConfig { streams: cfg.tcp_streams, ..TcpConfig::default() };
+    let acceptor = if size > 1 {
+        let ip = ip.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        let a = TcpAcceptor::bind(ip, rank, size, &secret, &tcp_cfg)?;
+        endpoints.push(EndpointAddr::Tcp(a.addr().to_string()));
+        Some(a)
+    } else {
+        None
+    };
+    let me = AddrRecord { info: PeerInfo::local(cfg.protocol_settings()), endpoints };
     boot.put(ADDR_KEY, &me.encode())?;
     boot.fence()?;
     let mut peers = Vec::with_capacity(size as usize);
@@ -79,6 +108,41 @@ fn init_with(cfg: &Config) -> Result<World> {
         return Err(CommError::Version { rank: r as u32, theirs: p.version.clone(), ours: infos[0].version.clone() });
     }
     let on_node = infos.iter().filter(|p| p.same_node(&infos[rank as usize])).count();
+    let mine = &infos[rank as usize];
+    let mut routes = Vec::with_capacity(size as usize);
+    for (r, p) in infos.iter().enumerate() {
+        let route = net::select(mine, p, cfg.transport).map_err(|why| CommError::NoRoute { from: rank, to: r as u32, why })?;
+        rlog!(Info, "INIT", "rank {rank} -> rank {r}: {}", route.name());
+        routes.push(route);
+    }
+    let local_peers: Vec<LocalPeer> = peers
+        .iter()
+        .enumerate()
+        .filter(|(r, _)| routes[*r] == Route::Shm)
+        .map(|(r, p)| LocalPeer {
+            rank: r as u32,
+            pid: p.info.pid,
+            name: p.endpoints.iter().find_map(|e| if let EndpointAddr::Local(n) = e { Some(n.clone()) } else { None }).unwrap_or_default(),
+        })
+        .collect();
+    let shm_cfg = ShmConfig { cma: cfg.shm_cma, ..ShmConfig::default() };
+    let shm = match (&listener, local_peers.is_empty()) {
+        (Some(l), false) => Some(ShmNet::connect(rank, l, &local_peers, &secret, shm_cfg)?),
+        _ => None,
+    };
+    drop(listener); // every node peer is connected; the name can go
+    let tcp_addrs = peers
+        .iter()
+        .map(|p| p.endpoints.iter().find_map(|e| if let EndpointAddr::Tcp(a) = e { Some(a.clone()) } else { None }))
+        .collect();
+    let net = Net::new(rank, routes, shm, acceptor, tcp_addrs, tcp_cfg, secret);
+    let hosts = infos.iter().map(|p| p.hostname.clone()).collect();
+    let proto = ProtoConfig { cma_max: if cfg.shm_cma { cfg.shm_cma_max } else { 0 } };
+    let engine = Engine::new(rank, size, net, hosts, proto);
+    let oversubscribed = on_node > rcomm_transport::os::usable_cpus();
+    let policy = if oversubscribed { WaitPolicy { spin: 64, yield_until: 4096 } } else { WaitPolicy { spin: 20_000, yield_until: 40_000 } };
+    let shared = Arc::new(Shared::new(engine, notices.clone(), policy));
+    let comm = Communicator { ctx: 0, rank, size, shared };
     rlog!(
         Info,
         "INIT",
@@ -87,6 +151,7 @@ fn init_with(cfg: &Config) -> Result<World> {
         infos[rank as usize].settings_hash()
     );
     Ok(World {
+        comm,
         rank,
         size,
         local_rank: boot.local_rank(),
@@ -99,16 +164,6 @@ fn init_with(cfg: &Config) -> Result<World> {
 }
 
 impl World {
-    /// This process's rank.
-    pub fn rank(&self) -> u32 {
-        self.rank
-    }
-
-    /// Number of ranks.
-    pub fn size(&self) -> u32 {
-        self.size
-    }
-
     /// Rank among the ranks the launcher placed on this node.
     pub fn local_rank(&self) -> u32 {
         self.local_rank
@@ -170,8 +225,18 @@ impl World {
     }
 }
 
+impl std::ops::Deref for World {
+    type Target = Communicator;
+    fn deref(&self) -> &Communicator {
+        &self.comm
+    }
+}
+
 impl Drop for World {
     fn drop(&mut self) {
+        // Finish sends still queued in the transports (bounded: a dead peer must not hang exit).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        self.comm.shared.block_on(|e| (!e.busy() || std::time::Instant::now() > deadline).then_some(()));
         let mut b = self.boot.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = b.finalize() {
             rlog!(Warn, "INIT", "finalize: {e}");

@@ -31,6 +31,9 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec { name: "RCOMM_DEBUG", protocol: false, help: "log level: WARN (default), INFO, TRACE; logs go to stderr prefixed with host, pid and rank" },
     VarSpec { name: "RCOMM_DEBUG_SUBSYS", protocol: false, help: "comma list limiting logs to INIT, P2P, COLL, NET, TOPO, LAUNCH (default: all)" },
     VarSpec { name: "RCOMM_TRANSPORT", protocol: true, help: "transport between ranks: auto (default), shm, tcp; must agree on every rank" },
+    VarSpec { name: "RCOMM_SHM_CMA", protocol: false, help: "1 (default): large shared-memory messages up to RCOMM_SHM_CMA_MAX move by single copy (process_vm_readv); 0: always pipelined copy through shared buffers" },
+    VarSpec { name: "RCOMM_SHM_CMA_MAX", protocol: false, help: "largest message (bytes, K/M/G suffixes) moved by single copy; larger ones use pipelined copy (default 4M)" },
+    VarSpec { name: "RCOMM_TCP_STREAMS", protocol: false, help: "TCP connections per peer for bulk data (default 1, at most 8)" },
 ];
 
 /// A parsing error, naming the variable and the accepted values.
@@ -95,6 +98,12 @@ pub struct Config {
     pub debug_subsys: Option<Vec<String>>,
     /// Transport choice.
     pub transport: TransportChoice,
+    /// Whether single copy may be used on shared memory.
+    pub shm_cma: bool,
+    /// Largest message moved by single copy.
+    pub shm_cma_max: usize,
+    /// TCP streams per peer.
+    pub tcp_streams: usize,
     /// Present when started by `rcomm-run` (or a daemon of it).
     pub launch: Option<LaunchEnv>,
     /// `RCOMM_*` names found in the environment that rcomm does not know (likely typos).
@@ -113,6 +122,26 @@ fn parse_u32(env: &BTreeMap<String, String>, name: &'static str) -> Result<Optio
                 value: v.clone(),
                 expected: "a non-negative integer".into(),
             })
+        })
+        .transpose()
+}
+
+/// Parses a byte size with an optional K/M/G suffix (powers of 1024).
+pub fn parse_size_str(v: &str) -> Option<usize> {
+    let v = v.trim();
+    let (num, mul) = match v.as_bytes().last()? {
+        b'k' | b'K' => (&v[..v.len() - 1], 1usize << 10),
+        b'm' | b'M' => (&v[..v.len() - 1], 1 << 20),
+        b'g' | b'G' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    num.trim().parse::<usize>().ok()?.checked_mul(mul)
+}
+
+fn parse_size(env: &BTreeMap<String, String>, name: &'static str) -> Result<Option<usize>, ConfigError> {
+    get(env, name)
+        .map(|v| {
+            parse_size_str(&v).ok_or_else(|| ConfigError { name, value: v.clone(), expected: "a byte count like 65536, 64K or 4M".into() })
         })
         .transpose()
 }
@@ -157,6 +186,12 @@ impl Config {
             TransportChoice::Auto,
             &[("auto", TransportChoice::Auto), ("shm", TransportChoice::Shm), ("tcp", TransportChoice::Tcp)],
         )?;
+        let shm_cma = choice(env, "RCOMM_SHM_CMA", true, &[("1", true), ("0", false), ("on", true), ("off", false)])?;
+        let shm_cma_max = parse_size(env, "RCOMM_SHM_CMA_MAX")?.unwrap_or(4 << 20);
+        let tcp_streams = parse_u32(env, "RCOMM_TCP_STREAMS")?.unwrap_or(1) as usize;
+        if !(1..=8).contains(&tcp_streams) {
+            return Err(ConfigError { name: "RCOMM_TCP_STREAMS", value: tcp_streams.to_string(), expected: "1 to 8".into() });
+        }
         let launch = match (parse_u32(env, "RCOMM_RANK")?, parse_u32(env, "RCOMM_SIZE")?) {
             (Some(rank), Some(size)) => {
                 let missing = |name: &'static str| ConfigError {
@@ -196,7 +231,7 @@ impl Config {
             .filter(|k| k.starts_with("RCOMM_") && !VARIABLES.iter().any(|v| v.name == k.as_str()))
             .cloned()
             .collect();
-        Ok(Self { debug, debug_subsys, transport, launch, unknown })
+        Ok(Self { debug, debug_subsys, transport, shm_cma, shm_cma_max, tcp_streams, launch, unknown })
     }
 
     /// The protocol-relevant settings as (name, value) pairs, in [`VARIABLES`] order; these must

@@ -207,6 +207,7 @@ fn poll_fd(
 pub struct LocalListener {
     listener: UnixListener,
     name: String,
+    local_rank: u32,
     secret: Secret,
     uid: u32,
 }
@@ -233,6 +234,7 @@ impl LocalListener {
         Ok(Self {
             listener,
             name,
+            local_rank,
             secret,
             uid: euid(),
         })
@@ -241,6 +243,11 @@ impl LocalListener {
     /// The abstract name (without the leading NUL) that peers pass to [`LocalConn::connect`].
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The local rank this listener was bound for.
+    pub fn local_rank(&self) -> u32 {
+        self.local_rank
     }
 
     /// The listening descriptor, for polling alongside other sources.

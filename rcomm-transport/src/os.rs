@@ -102,6 +102,25 @@ pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Waits until one of `fds` is readable or hung up, or `timeout` passes; true if one is.
+pub fn poll_readable(fds: &[RawFd], timeout: std::time::Duration) -> io::Result<bool> {
+    let mut pfds: Vec<libc::pollfd> =
+        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN | libc::POLLRDHUP, revents: 0 }).collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structs that poll may write.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(true) } else { Err(e) };
+    }
+    Ok(n > 0)
+}
+
+/// Number of CPUs this process may run on.
+pub fn usable_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
 /// The name of a signal, for messages ("SIGKILL").
 pub fn signal_name(sig: i32) -> String {
     let name = match sig {

@@ -398,6 +398,16 @@ impl Consumer {
     /// Hands the next message to `f` as a slice of the ring itself (no copy) and frees its slots
     /// when `f` returns; false if the ring is empty.
     pub fn try_pop<F: FnOnce(&[u8])>(&mut self, f: F) -> bool {
+        self.try_pop_if(|b| {
+            f(b);
+            true
+        })
+    }
+
+    /// Like [`try_pop`](Self::try_pop), but the message stays in the ring (to be seen again)
+    /// when `f` returns false — for a consumer that must first fetch something the message
+    /// refers to.
+    pub fn try_pop_if<F: FnOnce(&[u8]) -> bool>(&mut self, f: F) -> bool {
         let Some(w) = self.next_word() else { return false };
         let n = self.ring.n;
         let off = (self.tail as usize) & (n - 1);
@@ -407,7 +417,9 @@ impl Consumer {
         // SAFETY: the word is published for our position, so the producer has finished these
         // bytes and will not touch them again until we publish a `tail` past them, after `f`.
         let bytes = unsafe { std::slice::from_raw_parts(self.ring.base.add(off * SLOT_SIZE + WORD), len) };
-        f(bytes);
+        if !f(bytes) {
+            return false;
+        }
         let used = slots_for(len);
         for k in 1..used {
             // Continuation slots hold user bytes where a word could be; zero them so a later lap

@@ -1,2 +1,4 @@
-//! Point-to-point messaging: the matching engine and (soon) the protocols on top.
+//! Point-to-point messaging: the sans-IO matching engine and the protocol engine on top.
+pub(crate) mod engine;
 pub mod matcher;
+pub(crate) mod region;

@@ -31,6 +31,8 @@ pub struct Notices {
 pub struct NoticeBoard {
     state: Mutex<Notices>,
     cv: Condvar,
+    /// Bumped on every notice, so progress loops can check for news with one load.
+    version: std::sync::atomic::AtomicU64,
 }
 
 impl NoticeBoard {
@@ -46,8 +48,14 @@ impl NoticeBoard {
         g.clone()
     }
 
+    /// How many notices have arrived so far (cheap; compare with a previous value).
+    pub fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn update(&self, f: impl FnOnce(&mut Notices)) {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
+        self.version.fetch_add(1, std::sync::atomic::Ordering::Release);
         self.cv.notify_all();
     }
 }
@@ -125,6 +133,12 @@ impl KvsClient {
             })
             .map_err(|e| conn_err(&e))?;
         Ok(Self { env, writer: stream, replies, notices })
+    }
+
+    /// The local address of the connection to the launcher: the interface that reaches it,
+    /// a sensible default for this rank's own listeners.
+    pub fn local_ip(&self) -> Option<std::net::IpAddr> {
+        self.writer.local_addr().ok().map(|a| a.ip())
     }
 
     /// The notices received so far (shared with the reader thread).

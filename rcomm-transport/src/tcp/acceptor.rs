@@ -81,7 +81,10 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> TransportError {
 }
 
 fn bell_err(what: &'static str) -> impl FnOnce(crate::local::LocalError) -> TransportError {
-    move |e| TransportError::Io { what, source: io::Error::other(e.to_string()) }
+    move |e| TransportError::Io {
+        what,
+        source: io::Error::other(e.to_string()),
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -94,18 +97,32 @@ impl TcpAcceptor {
     /// only clients that prove knowledge of `secret`. `cfg` sets the socket options of accepted
     /// streams and the largest frame a sender may announce. Publish [`addr`](Self::addr); bind
     /// to an address peers can reach (not `0.0.0.0`, which is not an address to connect to).
-    pub fn bind(ip: IpAddr, my_rank: u32, world_size: u32, secret: &Secret, cfg: &TcpConfig) -> Result<Self, TransportError> {
-        let listener = TcpListener::bind((ip, 0)).map_err(io_err("binding the TCP listener (is the address one of this host's?)"))?;
-        let addr = listener.local_addr().map_err(io_err("reading the TCP listener's address"))?;
+    pub fn bind(
+        ip: IpAddr,
+        my_rank: u32,
+        world_size: u32,
+        secret: &Secret,
+        cfg: &TcpConfig,
+    ) -> Result<Self, TransportError> {
+        let listener = TcpListener::bind((ip, 0)).map_err(io_err(
+            "binding the TCP listener (is the address one of this host's?)",
+        ))?;
+        let addr = listener
+            .local_addr()
+            .map_err(io_err("reading the TCP listener's address"))?;
         // Best effort: the default backlog works, only slower under a connection storm.
         let _ = sys::set_backlog(listener.as_fd(), BACKLOG);
-        listener.set_nonblocking(true).map_err(io_err("making the TCP listener non-blocking"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(io_err("making the TCP listener non-blocking"))?;
         let shared = Arc::new(Shared {
             ready: Mutex::new(VecDeque::new()),
             pending: AtomicUsize::new(0),
-            bell: Doorbell::new().map_err(bell_err("creating the TCP listener's wake-up eventfd"))?,
+            bell: Doorbell::new()
+                .map_err(bell_err("creating the TCP listener's wake-up eventfd"))?,
             stop: AtomicBool::new(false),
-            stop_bell: Doorbell::new().map_err(bell_err("creating the TCP listener's stop eventfd"))?,
+            stop_bell: Doorbell::new()
+                .map_err(bell_err("creating the TCP listener's stop eventfd"))?,
             handshakes: AtomicUsize::new(0),
         });
         let params = Arc::new(Params {
@@ -121,7 +138,11 @@ impl TcpAcceptor {
             .name("rcomm-tcp-accept".into())
             .spawn(move || accept_loop(listener, sh, params))
             .map_err(io_err("starting the TCP accept thread"))?;
-        Ok(Self { addr, shared, thread: Some(thread) })
+        Ok(Self {
+            addr,
+            shared,
+            thread: Some(thread),
+        })
     }
 
     /// The `ip:port` peers connect to.
@@ -193,29 +214,18 @@ fn accept_loop(listener: TcpListener, sh: Arc<Shared>, p: Arc<Params>) {
             Ok((s, from)) => {
                 sh.handshakes.fetch_add(1, Ordering::AcqRel);
                 let slot = HandshakeSlot(sh.clone());
-                let p = p.clone();
-                let spawned = thread::Builder::new().name("rcomm-tcp-handshake".into()).spawn(move || {
-                    let sh = slot.0.clone();
-                    match admit(s, &p) {
-                        Ok(inc) if !sh.stop.load(Ordering::Acquire) => {
-                            lock(&sh.ready).push_back(inc);
-                            sh.pending.fetch_add(1, Ordering::AcqRel);
-                            let _ = sh.bell.ring();
-                        }
-                        Ok(_) => {} // the acceptor is gone; dropping the stream closes it
-                        Err(why) => crate::rlog!(
-                            Warn,
-                            "NET",
-                            "tcp listener {} (rank {}): refused a connection from {from}: {why}",
-                            p.addr,
-                            p.my_rank
-                        ),
-                    }
-                    drop(slot);
-                });
+                let params = p.clone();
+                let spawned = thread::Builder::new()
+                    .name("rcomm-tcp-handshake".into())
+                    .spawn(move || handshake(s, from, &params, slot));
                 if let Err(e) = spawned {
                     // The closure (and with it the slot and the stream) was dropped.
-                    crate::rlog!(Warn, "NET", "tcp listener {}: cannot start a handshake thread for {from}: {e}", p.addr);
+                    crate::rlog!(
+                        Warn,
+                        "NET",
+                        "tcp listener {}: cannot start a handshake thread for {from}: {e}",
+                        p.addr
+                    );
                     thread::sleep(Duration::from_millis(10));
                 }
             }
@@ -223,27 +233,63 @@ fn accept_loop(listener: TcpListener, sh: Arc<Shared>, p: Arc<Params>) {
                 let _ = sys::poll_readable(&[listener.as_fd(), sh.stop_bell.fd()], IDLE_POLL);
             }
             // A client gave up between connect and accept, or a signal came: nothing to report.
-            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                ) => {}
             Err(e) => {
                 // Out of descriptors or memory: the listener stays readable, so pause rather
                 // than spin, and keep serving once resources come back.
-                crate::rlog!(Warn, "NET", "tcp listener {}: accept failed: {e} (too many open files?)", p.addr);
+                crate::rlog!(
+                    Warn,
+                    "NET",
+                    "tcp listener {}: accept failed: {e} (too many open files?)",
+                    p.addr
+                );
                 let _ = sys::poll_readable(&[sh.stop_bell.fd()], Duration::from_millis(100));
             }
         }
     }
 }
 
+/// The body of a handshake thread: admits the client and queues its stream, or logs why not.
+fn handshake(s: TcpStream, from: SocketAddr, p: &Params, slot: HandshakeSlot) {
+    let sh = &slot.0;
+    match admit(s, p) {
+        Ok(inc) if !sh.stop.load(Ordering::Acquire) => {
+            lock(&sh.ready).push_back(inc);
+            // Count after queueing and ring after counting: `try_accept` relies on this order.
+            sh.pending.fetch_add(1, Ordering::AcqRel);
+            let _ = sh.bell.ring();
+        }
+        Ok(_) => {} // the acceptor is gone; dropping the stream closes it
+        Err(why) => crate::rlog!(
+            Warn,
+            "NET",
+            "tcp listener {} (rank {}): refused a connection from {from}: {why}",
+            p.addr,
+            p.my_rank
+        ),
+    }
+}
+
 /// Runs the listener's side of the handshake on a fresh connection; on success returns it
 /// non-blocking and tuned, otherwise the reason (already told to the client where it helps).
 fn admit(mut s: TcpStream, p: &Params) -> Result<Incoming, String> {
-    s.set_nonblocking(false).map_err(|e| format!("making the socket blocking: {e}"))?;
+    s.set_nonblocking(false)
+        .map_err(|e| format!("making the socket blocking: {e}"))?;
     let id = auth::accept(&mut s, &p.secret, AUTH_PURPOSE).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(HELLO_TIMEOUT)).map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(HELLO_TIMEOUT)).map_err(|e| e.to_string())?;
-    let (kind, payload) = wire::read_frame(&mut s, 64).map_err(|e| format!("rank {id}: reading its hello: {e}"))?;
+    s.set_read_timeout(Some(HELLO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(HELLO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let (kind, payload) =
+        wire::read_frame(&mut s, 64).map_err(|e| format!("rank {id}: reading its hello: {e}"))?;
     if kind != hello_kind::HELLO {
-        return Err(format!("rank {id}: expected a hello frame, got kind {kind}"));
+        return Err(format!(
+            "rank {id}: expected a hello frame, got kind {kind}"
+        ));
     }
     let hello = Hello::decode(&payload).map_err(|e| format!("rank {id}: bad hello: {e}"))?;
     let problem = if id >= p.world_size {
@@ -257,7 +303,10 @@ fn admit(mut s: TcpStream, p: &Params) -> Result<Incoming, String> {
             hello.dest, p.my_rank
         ))
     } else if hello.count == 0 || hello.count as usize > MAX_STREAMS || hello.index >= hello.count {
-        Some(format!("rank {id}: stream {} of {} is not a valid stream (at most {MAX_STREAMS})", hello.index, hello.count))
+        Some(format!(
+            "rank {id}: stream {} of {} is not a valid stream (at most {MAX_STREAMS})",
+            hello.index, hello.count
+        ))
     } else if hello.max_frame as usize > p.max_frame {
         Some(format!(
             "rank {id} may send frames of {} bytes but rank {} accepts at most {} (eager limit and chunk size must agree on every rank)",
@@ -267,7 +316,11 @@ fn admit(mut s: TcpStream, p: &Params) -> Result<Incoming, String> {
         None
     };
     if let Some(why) = problem {
-        let _ = wire::write_frame(&mut s, hello_kind::REFUSED, &why.as_bytes()[..why.len().min(MAX_TEXT_LEN)]);
+        let _ = wire::write_frame(
+            &mut s,
+            hello_kind::REFUSED,
+            &why.as_bytes()[..why.len().min(MAX_TEXT_LEN)],
+        );
         // Close gracefully so the refusal is read rather than lost to a reset: stop writing,
         // then wait (bounded by the read deadline) for the client to close its end.
         let _ = s.shutdown(Shutdown::Write);
@@ -275,9 +328,15 @@ fn admit(mut s: TcpStream, p: &Params) -> Result<Incoming, String> {
         return Err(why);
     }
     tune(&s, &p.cfg).map_err(|e| format!("setting socket options: {e}"))?;
-    wire::write_frame(&mut s, hello_kind::ACCEPTED, &[]).map_err(|e| format!("rank {id}: accepting its stream: {e}"))?;
+    wire::write_frame(&mut s, hello_kind::ACCEPTED, &[])
+        .map_err(|e| format!("rank {id}: accepting its stream: {e}"))?;
     s.set_read_timeout(None).map_err(|e| e.to_string())?;
     s.set_write_timeout(None).map_err(|e| e.to_string())?;
     s.set_nonblocking(true).map_err(|e| e.to_string())?;
-    Ok(Incoming { peer: id, index: hello.index, count: hello.count, stream: s })
+    Ok(Incoming {
+        peer: id,
+        index: hello.index,
+        count: hello.count,
+        stream: s,
+    })
 }

@@ -18,7 +18,7 @@ pub(super) fn encode_header(hdr: &Header, payload_len: usize) -> [u8; FRAME_HEAD
 }
 
 /// Why bytes on a data stream are not a frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub(super) enum FrameError {
     /// The length field exceeds the limit.
     TooLong {
@@ -58,7 +58,12 @@ pub(super) struct FrameBuf {
 impl FrameBuf {
     /// A buffer for frames with payloads of at most `max_frame` bytes.
     pub(super) fn new(max_frame: usize) -> Self {
-        Self { buf: vec![0u8; max_frame + FRAME_HEADER_LEN].into_boxed_slice(), start: 0, end: 0, max_frame }
+        Self {
+            buf: vec![0u8; max_frame + FRAME_HEADER_LEN].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            max_frame,
+        }
     }
 
     /// Bytes held (read but not yet taken as frames).
@@ -115,11 +120,17 @@ impl FrameBuf {
     /// [`bytes`](Self::bytes)); `Ok(None)` if more bytes are needed. Errors as soon as the
     /// length field or the header is wrong, without waiting for the payload.
     pub(super) fn next(&mut self) -> Result<Option<(Header, Range<usize>)>, FrameError> {
-        let Some(len) = self.front_len() else { return Ok(None) };
+        let Some(len) = self.front_len() else {
+            return Ok(None);
+        };
         if len > self.max_frame {
-            return Err(FrameError::TooLong { len, limit: self.max_frame });
+            return Err(FrameError::TooLong {
+                len,
+                limit: self.max_frame,
+            });
         }
-        let hdr = Header::decode(&self.buf[self.start..self.start + Header::LEN]).map_err(FrameError::Header)?;
+        let hdr = Header::decode(&self.buf[self.start..self.start + Header::LEN])
+            .map_err(FrameError::Header)?;
         let p = self.start + FRAME_HEADER_LEN;
         if self.end < p + len {
             return Ok(None);
@@ -142,11 +153,25 @@ mod tests {
     use proptest::prelude::*;
 
     fn hdr(seq: u32, kind: ProtoKind) -> Header {
-        Header { context: 1, source: 2, seq, tag: 3, len: 4, kind, flags: 0, coll_seq: 0, signature: 0 }
+        Header {
+            context: 1,
+            source: 2,
+            seq,
+            tag: 3,
+            len: 4,
+            kind,
+            flags: 0,
+            coll_seq: 0,
+            signature: 0,
+        }
     }
 
     /// Feeds `input` in pieces of the given sizes, taking frames as they complete.
-    fn feed(fb: &mut FrameBuf, input: &[u8], pieces: &[usize]) -> Result<Vec<(Header, Vec<u8>)>, FrameError> {
+    fn feed(
+        fb: &mut FrameBuf,
+        input: &[u8],
+        pieces: &[usize],
+    ) -> Result<Vec<(Header, Vec<u8>)>, FrameError> {
         let mut out = Vec::new();
         let mut pos = 0;
         let mut k = 0;
@@ -159,7 +184,10 @@ mod tests {
                 return Ok(out);
             }
             let w = fb.window();
-            assert!(!w.is_empty(), "window must not be empty while a frame is incomplete");
+            assert!(
+                !w.is_empty(),
+                "window must not be empty while a frame is incomplete"
+            );
             let want = pieces.get(k).copied().unwrap_or(usize::MAX).max(1);
             k += 1;
             let n = want.min(w.len()).min(input.len() - pos);
@@ -184,7 +212,13 @@ mod tests {
         let mut wire = encode_header(&hdr(0, ProtoKind::Eager), 101).to_vec();
         wire.truncate(FRAME_HEADER_LEN);
         let mut fb = FrameBuf::new(100);
-        assert_eq!(feed(&mut fb, &wire, &[]).unwrap_err(), FrameError::TooLong { len: 101, limit: 100 });
+        assert_eq!(
+            feed(&mut fb, &wire, &[]).unwrap_err(),
+            FrameError::TooLong {
+                len: 101,
+                limit: 100
+            }
+        );
     }
 
     proptest! {

@@ -8,12 +8,21 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Sets an integer socket option.
-pub(super) fn set_int_opt(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, val: libc::c_int) -> io::Result<()> {
+pub(super) fn set_int_opt(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
     let len = size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `val` lives across the call and `len` is its size; the kernel only reads it. The
-    // descriptor is borrowed, so it is open; an unknown option is an error, not undefined behaviour.
+    // descriptor is borrowed, so it is open; an unknown option is an error, not UB.
     let rc = unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, (&raw const val).cast(), len) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Writes `bufs` in one `sendmsg` without blocking and without `SIGPIPE`: a closed peer is
@@ -27,7 +36,13 @@ pub(super) fn send_nosignal(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> io::Res
     loop {
         // SAFETY: std guarantees `IoSlice` is ABI-compatible with `iovec` on Unix; `msg` points
         // at `bufs`, whose slices outlive the call and are only read. The descriptor is open.
-        let n = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        let n = unsafe {
+            libc::sendmsg(
+                fd.as_raw_fd(),
+                &msg,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
         if n >= 0 {
             return Ok(n as usize);
         }
@@ -44,15 +59,27 @@ pub(super) fn send_nosignal(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> io::Res
 pub(super) fn set_backlog(fd: BorrowedFd<'_>, backlog: libc::c_int) -> io::Result<()> {
     // SAFETY: listen on an open, bound socket with an integer argument.
     let rc = unsafe { libc::listen(fd.as_raw_fd(), backlog) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Waits until one of `fds` (at most two) is readable or hung up, or `timeout` passes.
 pub(super) fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<()> {
-    let mut p = [libc::pollfd { fd: -1, events: 0, revents: 0 }; 2];
+    let mut p = [libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; 2];
     let n = fds.len().min(p.len());
     for (slot, fd) in p.iter_mut().zip(&fds[..n]) {
-        *slot = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        *slot = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
     }
     let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
     // SAFETY: `p` holds `n` (at most its length) initialised pollfds, and we pass that count.
@@ -71,7 +98,15 @@ pub(super) fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Re
 pub(super) fn socket_buffer_limits() -> (usize, usize) {
     static LIMITS: OnceLock<(usize, usize)> = OnceLock::new();
     *LIMITS.get_or_init(|| {
-        let read = |p: &str| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
-        (read("/proc/sys/net/core/wmem_max"), read("/proc/sys/net/core/rmem_max"))
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        (
+            read("/proc/sys/net/core/wmem_max"),
+            read("/proc/sys/net/core/rmem_max"),
+        )
     })
 }

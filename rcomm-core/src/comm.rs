@@ -1,0 +1,449 @@
+//! Communicators and the point-to-point API.
+
+use crate::p2p::engine::{Engine, ReqId, Status, Stored};
+use crate::p2p::matcher::{Envelope, Source, TagSel};
+use crate::p2p::region::Region;
+use crate::{CommError, Result};
+use bytemuck::Pod;
+use rcomm_transport::bootstrap::kvs::NoticeBoard;
+use rcomm_transport::net::NetCounters;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A message tag. User tags are `0..=i32::MAX`; [`Tag::Any`] matches any tag on receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tag(pub i32);
+
+impl Tag {
+    /// Matches any tag (receives and probes only).
+    #[allow(non_upper_case_globals)]
+    pub const Any: Tag = Tag(-1);
+
+    fn sel(self) -> TagSel {
+        if self == Tag::Any { TagSel::Any } else { TagSel::Tag(self.0) }
+    }
+}
+
+impl From<u32> for Source {
+    fn from(r: u32) -> Self {
+        Source::Rank(r)
+    }
+}
+
+/// How a waiting thread spends its time: spin while a reply is likely imminent, then yield
+/// (other ranks may need this core), then sleep on the transports' descriptors.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WaitPolicy {
+    pub spin: u32,
+    pub yield_until: u32,
+}
+
+/// The engine shared by every communicator of a process, with what waiting needs.
+pub(crate) struct Shared {
+    engine: Mutex<Engine>,
+    notices: Option<Arc<NoticeBoard>>,
+    seen_notices: AtomicU64,
+    policy: WaitPolicy,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(engine: Engine, notices: Option<Arc<NoticeBoard>>, policy: WaitPolicy) -> Self {
+        Self { engine: Mutex::new(engine), notices, seen_notices: AtomicU64::new(0), policy }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies launcher notices (failed ranks) to the engine; one atomic load when none is new.
+    fn apply_notices(&self, e: &mut Engine) {
+        let Some(n) = &self.notices else { return };
+        let v = n.version();
+        if v == self.seen_notices.load(Ordering::Relaxed) {
+            return;
+        }
+        self.seen_notices.store(v, Ordering::Relaxed);
+        for (rank, how) in n.snapshot().failed {
+            e.peer_failed(rank, format!("the launcher reports it {how}"));
+        }
+    }
+
+    /// Progresses until `done` yields a value.
+    pub(crate) fn block_on<R>(&self, mut done: impl FnMut(&mut Engine) -> Option<R>) -> R {
+        let mut spins: u32 = 0;
+        let mut last_check = Instant::now();
+        let mut fds = Vec::new();
+        loop {
+            {
+                let mut e = self.lock();
+                e.progress();
+                if let Some(r) = done(&mut e) {
+                    return r;
+                }
+                if spins >= self.policy.spin && last_check.elapsed() > Duration::from_millis(20) {
+                    last_check = Instant::now();
+                    self.apply_notices(&mut e);
+                    e.poll_dead();
+                    if let Some(r) = done(&mut e) {
+                        return r;
+                    }
+                }
+                if spins >= self.policy.yield_until && !e.busy() {
+                    // Sleep protocol: announce, look once more, then block on the descriptors.
+                    e.net().begin_sleep();
+                    e.progress();
+                    if let Some(r) = done(&mut e) {
+                        e.net().end_sleep();
+                        return r;
+                    }
+                    fds.clear();
+                    e.net().wait_fds(&mut fds);
+                    drop(e);
+                    let _ = rcomm_transport::os::poll_readable(&fds, Duration::from_millis(50));
+                    self.lock().net().end_sleep();
+                    continue;
+                }
+            }
+            spins = spins.saturating_add(1);
+            if spins < self.policy.spin {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn wait(&self, req: ReqId) -> Result<Status> {
+        self.block_on(|e| e.is_done(req).then(|| e.take(req)))
+    }
+}
+
+/// A group of ranks with its own message space: messages on one communicator never match
+/// receives on another.
+#[derive(Debug, Clone)]
+pub struct Communicator {
+    pub(crate) ctx: u32,
+    pub(crate) rank: u32,
+    pub(crate) size: u32,
+    pub(crate) shared: Arc<Shared>,
+}
+
+fn bytes_of<T: Pod>(b: &[T]) -> &[u8] {
+    bytemuck::cast_slice(b)
+}
+
+fn bytes_of_mut<T: Pod>(b: &mut [T]) -> &mut [u8] {
+    bytemuck::cast_slice_mut(b)
+}
+
+/// Reinterprets a status' byte count for `T`, erroring on a partial element.
+fn check_elems<T>(st: &Status) -> Result<Status> {
+    let elem = size_of::<T>();
+    if elem > 0 && st.bytes % elem != 0 {
+        return Err(CommError::Size { bytes: st.bytes, elem });
+    }
+    Ok(*st)
+}
+
+impl Communicator {
+    /// This process's rank in the communicator.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// Sends `buf` to `dest` with `tag`; returns when `buf` may be reused.
+    pub fn send<T: Pod>(&self, buf: &[T], dest: u32, tag: Tag) -> Result<()> {
+        let req = self.shared.lock().isend(self.ctx, dest, tag.0, Region::from_ref(bytes_of(buf)), "send")?;
+        self.shared.wait(req).map(drop)
+    }
+
+    /// Receives into `buf` from `src` (a rank or [`Source::Any`]) with `tag` (or [`Tag::Any`]).
+    /// A message larger than `buf` is consumed and reported as [`CommError::Truncated`].
+    pub fn recv<T: Pod>(&self, buf: &mut [T], src: impl Into<Source>, tag: Tag) -> Result<Status> {
+        let req = self.shared.lock().irecv(self.ctx, src.into(), tag.sel(), Region::from_mut(bytes_of_mut(buf)), "recv")?;
+        check_elems::<T>(&self.shared.wait(req)?)
+    }
+
+    /// Sends `sbuf` to `dest` and receives into `rbuf` from `src` at once (no deadlock when two
+    /// ranks exchange).
+    pub fn sendrecv<T: Pod, U: Pod>(&self, sbuf: &[T], dest: u32, stag: Tag, rbuf: &mut [U], src: impl Into<Source>, rtag: Tag) -> Result<Status> {
+        let (s, r) = {
+            let mut e = self.shared.lock();
+            let r = e.irecv(self.ctx, src.into(), rtag.sel(), Region::from_mut(bytes_of_mut(rbuf)), "sendrecv")?;
+            match e.isend(self.ctx, dest, stag.0, Region::from_ref(bytes_of(sbuf)), "sendrecv") {
+                Ok(s) => (s, r),
+                Err(err) => {
+                    if !e.cancel(r) {
+                        drop(e);
+                        let _ = self.shared.wait(r);
+                    }
+                    return Err(err);
+                }
+            }
+        };
+        let sres = self.shared.wait(s);
+        let rres = self.shared.wait(r);
+        sres?;
+        check_elems::<U>(&rres?)
+    }
+
+    /// Starts sending `buf`, which the request owns until [`Request::wait`] hands it back.
+    pub fn isend<T: Pod + Send>(&self, buf: Vec<T>, dest: u32, tag: Tag) -> Result<Request<T>> {
+        let region = Region::from_ref(bytes_of(&buf));
+        let req = self.shared.lock().isend(self.ctx, dest, tag.0, region, "isend")?;
+        Ok(Request { shared: self.shared.clone(), req: Some(req), buf: Some(buf), recv: false })
+    }
+
+    /// Starts receiving into `buf`, which the request owns until [`Request::wait`] hands it back.
+    /// Dropping the request before a message matched cancels the receive.
+    pub fn irecv<T: Pod + Send>(&self, mut buf: Vec<T>, src: impl Into<Source>, tag: Tag) -> Result<Request<T>> {
+        let region = Region::from_mut(bytes_of_mut(&mut buf));
+        let req = self.shared.lock().irecv(self.ctx, src.into(), tag.sel(), region, "irecv")?;
+        Ok(Request { shared: self.shared.clone(), req: Some(req), buf: Some(buf), recv: true })
+    }
+
+    /// Runs `f` with a scope in which requests may borrow buffers; the scope waits for every
+    /// request started in it before returning, so borrowed buffers are never used after.
+    pub fn scope<'env, R>(&self, f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> R) -> R {
+        let scope = Scope { comm: self, live: Mutex::new(Vec::new()), _env: PhantomData };
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&scope)));
+        let live = std::mem::take(&mut *scope.live.lock().unwrap_or_else(|p| p.into_inner()));
+        for req in live {
+            let done_or_cancelled = self.shared.lock().cancel(req);
+            if !done_or_cancelled {
+                let _ = self.shared.wait(req);
+            }
+        }
+        match out {
+            Ok(r) => r,
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+
+    /// Waits for a message matching (`src`, `tag`) and describes it without receiving it.
+    pub fn probe(&self, src: impl Into<Source>, tag: Tag) -> Result<Status> {
+        let (src, tag) = (src.into(), tag.sel());
+        self.shared.block_on(|e| e.probe(self.ctx, src, tag).transpose())
+    }
+
+    /// Describes a matching message if one is there now.
+    pub fn iprobe(&self, src: impl Into<Source>, tag: Tag) -> Result<Option<Status>> {
+        let mut e = self.shared.lock();
+        e.progress();
+        e.probe(self.ctx, src.into(), tag.sel())
+    }
+
+    /// Waits for a matching message and takes it out of matching: only the returned
+    /// [`Message`] can receive it (no other thread's receive can steal it).
+    pub fn mprobe(&self, src: impl Into<Source>, tag: Tag) -> Result<Message> {
+        let (src, tag) = (src.into(), tag.sel());
+        let (env, stored) = self.shared.block_on(|e| e.mprobe(self.ctx, src, tag).transpose())?;
+        Ok(Message { shared: self.shared.clone(), env, stored: Some(stored) })
+    }
+
+    /// Takes a matching message if one is there now.
+    pub fn improbe(&self, src: impl Into<Source>, tag: Tag) -> Result<Option<Message>> {
+        let mut e = self.shared.lock();
+        e.progress();
+        Ok(e.mprobe(self.ctx, src.into(), tag.sel())?.map(|(env, stored)| Message { shared: self.shared.clone(), env, stored: Some(stored) }))
+    }
+
+    /// Bytes moved so far by each transport (tests use them to prove which transport carried
+    /// the traffic).
+    pub fn transport_counters(&self) -> NetCounters {
+        self.shared.lock().counters()
+    }
+
+    /// The transport used to reach `rank` ("self", "shm", "tcp").
+    pub fn transport_to(&self, rank: u32) -> Result<&'static str> {
+        if rank >= self.size {
+            return Err(CommError::InvalidRank { rank, size: self.size });
+        }
+        Ok(self.shared.lock().route(rank).name())
+    }
+
+    /// Ranks known to have failed, with what was seen.
+    pub fn failed_ranks(&self) -> Vec<(u32, String)> {
+        let mut e = self.shared.lock();
+        self.shared.apply_notices(&mut e);
+        e.poll_dead();
+        let mut v: Vec<(u32, String)> = e.failed().iter().map(|(r, w)| (*r, w.clone())).collect();
+        v.sort();
+        v
+    }
+}
+
+/// A non-blocking operation that owns its buffer.
+#[derive(Debug)]
+#[must_use = "a request does nothing useful unless waited for"]
+pub struct Request<T: Pod + Send> {
+    shared: Arc<Shared>,
+    req: Option<ReqId>,
+    buf: Option<Vec<T>>,
+    recv: bool,
+}
+
+impl<T: Pod + Send> Request<T> {
+    /// Waits for completion; returns the buffer and the status.
+    pub fn wait(mut self) -> Result<(Vec<T>, Status)> {
+        let req = self.req.take().expect("request pending");
+        let st = self.shared.wait(req);
+        let buf = self.buf.take().expect("buffer held");
+        let st = st?;
+        Ok((buf, if self.recv { check_elems::<T>(&st)? } else { st }))
+    }
+
+    /// Whether the operation has completed (progressing once).
+    pub fn test(&mut self) -> bool {
+        let mut e = self.shared.lock();
+        e.progress();
+        self.req.is_some_and(|r| e.is_done(r))
+    }
+}
+
+impl<T: Pod + Send> Drop for Request<T> {
+    fn drop(&mut self) {
+        let Some(req) = self.req.take() else { return };
+        let mut e = self.shared.lock();
+        if self.recv && e.cancel(req) {
+            return;
+        }
+        // Started: let it finish in the background with the buffer it owns.
+        let buf = self.buf.take().unwrap_or_default();
+        e.orphan(req, Box::new(buf));
+    }
+}
+
+/// Waits for every request; returns their buffers and statuses in order, or the first error
+/// (after all have completed).
+pub fn wait_all<T: Pod + Send>(reqs: Vec<Request<T>>) -> Result<Vec<(Vec<T>, Status)>> {
+    let results: Vec<Result<(Vec<T>, Status)>> = reqs.into_iter().map(Request::wait).collect();
+    results.into_iter().collect()
+}
+
+/// Waits until one request completes; removes it from `reqs` and returns its index, buffer and
+/// status.
+pub fn wait_any<T: Pod + Send>(reqs: &mut Vec<Request<T>>) -> Result<(usize, Vec<T>, Status)> {
+    if reqs.is_empty() {
+        return Err(CommError::Protocol { rank: u32::MAX, why: "wait_any on no requests".into() });
+    }
+    let shared = reqs[0].shared.clone();
+    let ids: Vec<ReqId> = reqs.iter().map(|r| r.req.expect("pending")).collect();
+    let i = shared.block_on(|e| ids.iter().position(|&id| e.is_done(id)));
+    let r = reqs.remove(i);
+    let (buf, st) = r.wait()?;
+    Ok((i, buf, st))
+}
+
+/// Requests borrowing buffers for the duration of [`Communicator::scope`].
+#[derive(Debug)]
+pub struct Scope<'s, 'env> {
+    comm: &'s Communicator,
+    live: Mutex<Vec<ReqId>>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+/// A request inside a [`Scope`].
+#[derive(Debug)]
+#[must_use = "a request does nothing useful unless waited for"]
+pub struct ScopedRequest<'s, 'env> {
+    scope: &'s Scope<'s, 'env>,
+    req: ReqId,
+    elem: usize,
+}
+
+impl<'s, 'env> Scope<'s, 'env> {
+    fn track(&'s self, req: ReqId, elem: usize) -> ScopedRequest<'s, 'env> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).push(req);
+        ScopedRequest { scope: self, req, elem }
+    }
+
+    /// Starts sending a borrowed buffer.
+    pub fn isend<T: Pod>(&'s self, buf: &'env [T], dest: u32, tag: Tag) -> Result<ScopedRequest<'s, 'env>> {
+        let req = self.comm.shared.lock().isend(self.comm.ctx, dest, tag.0, Region::from_ref(bytes_of(buf)), "isend")?;
+        Ok(self.track(req, size_of::<T>()))
+    }
+
+    /// Starts receiving into a borrowed buffer.
+    pub fn irecv<T: Pod>(&'s self, buf: &'env mut [T], src: impl Into<Source>, tag: Tag) -> Result<ScopedRequest<'s, 'env>> {
+        let region = Region::from_mut(bytes_of_mut(buf));
+        let req = self.comm.shared.lock().irecv(self.comm.ctx, src.into(), tag.sel(), region, "irecv")?;
+        Ok(self.track(req, size_of::<T>()))
+    }
+}
+
+impl ScopedRequest<'_, '_> {
+    /// Waits for completion.
+    pub fn wait(self) -> Result<Status> {
+        self.scope.live.lock().unwrap_or_else(|p| p.into_inner()).retain(|&r| r != self.req);
+        let st = self.scope.comm.shared.wait(self.req)?;
+        if self.elem > 0 && st.bytes % self.elem != 0 {
+            return Err(CommError::Size { bytes: st.bytes, elem: self.elem });
+        }
+        Ok(st)
+    }
+
+    /// Whether it has completed (progressing once).
+    pub fn test(&self) -> bool {
+        let mut e = self.scope.comm.shared.lock();
+        e.progress();
+        e.is_done(self.req)
+    }
+}
+
+/// A message taken out of matching by [`Communicator::mprobe`]; receive it with
+/// [`recv_into`](Message::recv_into) or [`recv_vec`](Message::recv_vec). Dropping it discards
+/// the message.
+#[derive(Debug)]
+pub struct Message {
+    shared: Arc<Shared>,
+    env: Envelope,
+    stored: Option<Stored>,
+}
+
+impl Message {
+    /// Sender, tag and size.
+    pub fn status(&self) -> Status {
+        Status { source: self.env.source, tag: self.env.tag, bytes: self.env.len as usize }
+    }
+
+    /// Receives the message into `buf` (truncation as for [`Communicator::recv`]).
+    pub fn recv_into<T: Pod>(mut self, buf: &mut [T]) -> Result<Status> {
+        let stored = self.stored.take().expect("message unreceived");
+        let req = self.shared.lock().recv_stored(self.env, stored, Region::from_mut(bytes_of_mut(buf)));
+        check_elems::<T>(&self.shared.wait(req)?)
+    }
+
+    /// Receives the message into a new vector of exactly its size.
+    pub fn recv_vec<T: Pod>(self) -> Result<(Vec<T>, Status)> {
+        let elem = size_of::<T>().max(1);
+        let bytes = self.env.len as usize;
+        if bytes % elem != 0 {
+            return Err(CommError::Size { bytes, elem });
+        }
+        let mut v = vec![T::zeroed(); bytes / elem];
+        let st = self.recv_into(&mut v)?;
+        Ok((v, st))
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        if let Some(s) = self.stored.take() {
+            self.shared.lock().discard_stored(self.env, s);
+        }
+    }
+}

@@ -1,0 +1,707 @@
+//! The point-to-point protocol engine of one process: requests, eager and rendezvous
+//! protocols, matching per communicator, failure handling. It runs under the caller's lock;
+//! progress happens inside calls.
+//!
+//! Protocols, chosen per message by the transport's capabilities:
+//! - **Eager** (payload ≤ the transport's eager limit): header and payload in one message; a
+//!   receive already posted gets one copy, straight from the transport's buffer.
+//! - **Rendezvous** (larger): the sender announces the message (RTS: token, address). On match
+//!   the receiver either reads the sender's memory by single copy and answers FIN, or sends a
+//!   CTS with its own token, after which the sender streams chunks that the receiver copies into
+//!   place. A receiver that is not ready holds only the small RTS, never the payload.
+//! - **Self** messages skip the transports.
+
+use super::matcher::{Envelope, Matcher, Posting, RecvId, Route as MRoute, Source, TagSel};
+use super::region::Region;
+use crate::CommError;
+use rcomm_transport::net::{Net, NetCounters, Route};
+use rcomm_transport::shmnet::Incoming;
+use rcomm_transport::wire::{Header, ProtoKind};
+use std::collections::{HashMap, VecDeque};
+
+/// What a completed receive reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// The sender's rank.
+    pub source: u32,
+    /// The message's tag.
+    pub tag: i32,
+    /// Bytes received.
+    pub bytes: usize,
+}
+
+impl Status {
+    /// Number of whole `T` elements received.
+    pub fn count<T>(&self) -> usize {
+        self.bytes / size_of::<T>().max(1)
+    }
+}
+
+/// Index of a request in the engine.
+pub(crate) type ReqId = usize;
+
+/// A message taken out of matching by `mprobe`, waiting for its receive.
+#[derive(Debug)]
+pub(crate) enum Stored {
+    Eager(Vec<u8>),
+    Rts { sender_token: u64, addr: u64 },
+}
+
+#[derive(Debug)]
+enum ReqState {
+    Active,
+    Done(Result<Status, CommError>),
+}
+
+#[derive(Debug)]
+struct Req {
+    op: &'static str,
+    /// Destination of a send; source of a receive once known (or when specific).
+    peer: Option<u32>,
+    /// Posted receives on a wildcard source fail when any peer is lost.
+    wildcard: bool,
+    region: Region,
+    state: ReqState,
+    posted: Option<(u32, RecvId)>,
+    /// A buffer the user dropped before completion; freed when the request completes.
+    orphan: Option<Box<dyn std::any::Any + Send>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum OutPayload {
+    Small([u8; 16], u8),
+    User(Region),
+}
+
+#[derive(Debug)]
+struct Out {
+    hdr: Header,
+    payload: OutPayload,
+    /// Send request completed when the message is handed to the transport.
+    req: Option<ReqId>,
+}
+
+#[derive(Debug)]
+struct RndvSend {
+    req: ReqId,
+    peer: u32,
+    region: Region,
+    recv_token: Option<u64>,
+    offset: usize,
+}
+
+#[derive(Debug)]
+struct RndvRecv {
+    req: ReqId,
+    peer: u32,
+    env: Envelope,
+    received: u64,
+}
+
+#[derive(Debug)]
+struct Pull {
+    req: ReqId,
+    peer: u32,
+    env: Envelope,
+    sender_token: u64,
+    addr: u64,
+}
+
+#[derive(Debug, Default)]
+struct Ctx {
+    m: Matcher<Stored>,
+    send_seq: HashMap<u32, u32>,
+}
+
+/// Sizes from which single copy is used on shared memory (it wins from 64 KiB; pipelined copy
+/// takes over above `cma_max`, measured in docs/performance.md).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ProtoConfig {
+    pub cma_max: usize,
+}
+
+/// Protocol state, separate from the transports so transport callbacks can update it.
+#[derive(Debug)]
+struct State {
+    me: u32,
+    size: u32,
+    cfg: ProtoConfig,
+    ctx: HashMap<u32, Ctx>,
+    reqs: Vec<Option<Req>>,
+    free: Vec<ReqId>,
+    posted: HashMap<(u32, RecvId), ReqId>,
+    out: HashMap<u32, VecDeque<Out>>,
+    rndv_send: HashMap<u64, RndvSend>,
+    rndv_recv: HashMap<u64, RndvRecv>,
+    streaming: Vec<u64>,
+    pulls: Vec<Pull>,
+    released: Vec<(RecvId, Envelope, Stored)>,
+    next_token: u64,
+    failed: HashMap<u32, String>,
+    /// Peers whose memory this rank may read by single copy (cleared if the kernel refuses).
+    cma: Vec<bool>,
+    hosts: Vec<String>,
+    error: Option<(u32, String)>,
+}
+
+/// The engine: protocol state plus the transports.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    st: State,
+    net: Net,
+}
+
+fn small(vals: &[u64]) -> OutPayload {
+    let mut b = [0u8; 16];
+    for (i, v) in vals.iter().enumerate() {
+        b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    OutPayload::Small(b, (vals.len() * 8) as u8)
+}
+
+fn u64_at(b: &[u8], i: usize) -> Option<u64> {
+    b.get(i * 8..i * 8 + 8).map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+}
+
+impl Engine {
+    pub(crate) fn new(me: u32, size: u32, net: Net, hosts: Vec<String>, cfg: ProtoConfig) -> Self {
+        Self {
+            st: State {
+                me,
+                size,
+                cfg,
+                ctx: HashMap::new(),
+                reqs: Vec::new(),
+                free: Vec::new(),
+                posted: HashMap::new(),
+                out: HashMap::new(),
+                rndv_send: HashMap::new(),
+                rndv_recv: HashMap::new(),
+                streaming: Vec::new(),
+                pulls: Vec::new(),
+                released: Vec::new(),
+                next_token: 1,
+                failed: HashMap::new(),
+                cma: (0..size).map(|p| net.caps(p).single_copy && cfg.cma_max > 0).collect(),
+                hosts,
+                error: None,
+            },
+            net,
+        }
+    }
+
+    pub(crate) fn counters(&self) -> NetCounters {
+        self.net.counters()
+    }
+
+    pub(crate) fn route(&self, peer: u32) -> Route {
+        self.net.route(peer)
+    }
+
+    pub(crate) fn net(&self) -> &Net {
+        &self.net
+    }
+
+    /// Starts a send of `region` to `dest`; the request completes when the buffer may be reused.
+    pub(crate) fn isend(&mut self, ctx: u32, dest: u32, tag: i32, region: Region, op: &'static str) -> Result<ReqId, CommError> {
+        self.st.check_peer(dest, op)?;
+        if tag < 0 {
+            return Err(CommError::InvalidTag { tag });
+        }
+        let c = self.st.ctx.entry(ctx).or_default();
+        let seq_ref = c.send_seq.entry(dest).or_insert(0);
+        let seq = *seq_ref;
+        *seq_ref = seq.wrapping_add(1);
+        let me = self.st.me;
+        let hdr = |kind| Header {
+            context: ctx,
+            source: me,
+            seq,
+            tag,
+            len: region.len() as u64,
+            kind,
+            flags: 0,
+            coll_seq: 0,
+            signature: 0,
+        };
+        let req = self.st.new_req(op, Some(dest), false, region);
+        if dest == me {
+            // Self: deliver directly, always eagerly (the copy is the transfer).
+            self.st.deliver(me, &hdr(ProtoKind::Eager), region.bytes());
+            self.st.complete(req, Ok(Status { source: me, tag, bytes: region.len() }));
+            return Ok(req);
+        }
+        if region.len() <= self.net.caps(dest).eager_limit {
+            self.st.out.entry(dest).or_default().push_back(Out { hdr: hdr(ProtoKind::Eager), payload: OutPayload::User(region), req: Some(req) });
+        } else {
+            let token = self.st.token();
+            self.st.rndv_send.insert(token, RndvSend { req, peer: dest, region, recv_token: None, offset: 0 });
+            self.st.out.entry(dest).or_default().push_back(Out {
+                hdr: hdr(ProtoKind::RndvRts),
+                payload: small(&[token, region.addr()]),
+                req: None,
+            });
+        }
+        self.flush_peer(dest);
+        Ok(req)
+    }
+
+    /// Posts a receive into `region`.
+    pub(crate) fn irecv(&mut self, ctx: u32, src: Source, tag: TagSel, region: Region, op: &'static str) -> Result<ReqId, CommError> {
+        let peer = match src {
+            Source::Rank(r) => {
+                self.st.check_peer(r, op)?;
+                Some(r)
+            }
+            Source::Any => {
+                if let Some((&r, why)) = self.st.failed.iter().next() {
+                    return Err(self.st.lost(r, op, why.clone()));
+                }
+                None
+            }
+        };
+        if let TagSel::Tag(t) = tag {
+            if t < 0 {
+                return Err(CommError::InvalidTag { tag: t });
+            }
+        }
+        let req = self.st.new_req(op, peer, peer.is_none(), region);
+        match self.st.ctx.entry(ctx).or_default().m.post(src, tag) {
+            Posting::Matched(env, stored) => self.st.start_recv(req, env, stored),
+            Posting::Posted(rid) => {
+                self.st.posted.insert((ctx, rid), req);
+                self.st.req_mut(req).posted = Some((ctx, rid));
+            }
+        }
+        self.after_protocol();
+        Ok(req)
+    }
+
+    /// Receives a message taken by `mprobe` into `region`.
+    pub(crate) fn recv_stored(&mut self, env: Envelope, stored: Stored, region: Region) -> ReqId {
+        let req = self.st.new_req("mrecv", Some(env.source), false, region);
+        self.st.start_recv(req, env, stored);
+        self.after_protocol();
+        req
+    }
+
+    /// Drops a message taken by `mprobe` without receiving it: the sender is released.
+    pub(crate) fn discard_stored(&mut self, env: Envelope, stored: Stored) {
+        if let Stored::Rts { sender_token, .. } = stored {
+            self.st.send_ctl(env.source, ProtoKind::RndvFin, &[sender_token]);
+            self.after_protocol();
+        }
+    }
+
+    /// The earliest matching message, without receiving it.
+    pub(crate) fn probe(&mut self, ctx: u32, src: Source, tag: TagSel) -> Result<Option<Status>, CommError> {
+        self.check_probe(src)?;
+        Ok(self.st.ctx.entry(ctx).or_default().m.probe(src, tag).map(|e| Status { source: e.source, tag: e.tag, bytes: e.len as usize }))
+    }
+
+    /// Takes the earliest matching message out of matching.
+    pub(crate) fn mprobe(&mut self, ctx: u32, src: Source, tag: TagSel) -> Result<Option<(Envelope, Stored)>, CommError> {
+        self.check_probe(src)?;
+        Ok(self.st.ctx.entry(ctx).or_default().m.take(src, tag))
+    }
+
+    fn check_probe(&self, src: Source) -> Result<(), CommError> {
+        match src {
+            Source::Rank(r) => self.st.check_peer(r, "probe"),
+            Source::Any => match self.st.failed.iter().next() {
+                Some((&r, why)) => Err(self.st.lost(r, "probe", why.clone())),
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// Whether the request has completed.
+    pub(crate) fn is_done(&self, req: ReqId) -> bool {
+        matches!(self.st.reqs[req].as_ref().map(|r| &r.state), Some(ReqState::Done(_)))
+    }
+
+    /// Takes a completed request's result and frees it.
+    pub(crate) fn take(&mut self, req: ReqId) -> Result<Status, CommError> {
+        let r = self.st.reqs[req].take().expect("live request");
+        self.st.free.push(req);
+        match r.state {
+            ReqState::Done(res) => res,
+            ReqState::Active => unreachable!("take() on an active request"),
+        }
+    }
+
+    /// Cancels a receive not yet matched; true if it was (the request is then freed).
+    pub(crate) fn cancel(&mut self, req: ReqId) -> bool {
+        let Some((ctx, rid)) = self.st.reqs[req].as_ref().and_then(|r| r.posted) else { return false };
+        if self.st.ctx.get_mut(&ctx).is_some_and(|c| c.m.cancel(rid)) {
+            self.st.posted.remove(&(ctx, rid));
+            self.st.reqs[req] = None;
+            self.st.free.push(req);
+            return true;
+        }
+        false
+    }
+
+    /// Lets an active request finish in the background, keeping `buf` alive until then.
+    pub(crate) fn orphan(&mut self, req: ReqId, buf: Box<dyn std::any::Any + Send>) {
+        if self.is_done(req) {
+            let _ = self.take(req);
+        } else {
+            self.st.req_mut(req).orphan = Some(buf);
+        }
+    }
+
+    /// Moves data once: transports, protocol steps, queued sends. Returns how much happened.
+    pub(crate) fn progress(&mut self) -> usize {
+        let st = &mut self.st;
+        let n = match self.net.progress(64, &mut |peer, inc| match inc {
+            Incoming::Msg(hdr, payload) => st.deliver(peer, hdr, payload),
+            Incoming::Chunk { token, offset, data } => st.chunk(peer, token, offset, data),
+        }) {
+            Ok(n) => n,
+            Err(e) => {
+                let peer = e.peer();
+                self.transport_failed(peer, e.to_string());
+                1
+            }
+        };
+        n + self.after_protocol()
+    }
+
+    /// Protocol steps that need the transports: single-copy pulls, queued messages, streaming.
+    fn after_protocol(&mut self) -> usize {
+        let mut work = 0;
+        while let Some(p) = self.st.pulls.pop() {
+            work += 1;
+            let region = self.st.req_region(p.req);
+            match self.net.cma_read(p.peer, p.addr, &mut region.bytes_mut()[..p.env.len as usize]) {
+                Ok(()) => {
+                    self.st.send_ctl(p.peer, ProtoKind::RndvFin, &[p.sender_token]);
+                    self.st.complete(p.req, Ok(Status { source: p.env.source, tag: p.env.tag, bytes: p.env.len as usize }));
+                }
+                Err(rcomm_transport::error::TransportError::Link { source, .. })
+                    if matches!(source.raw_os_error(), Some(libc::EPERM) | Some(libc::EFAULT) | Some(libc::ENOSYS)) =>
+                {
+                    // Single copy refused (ptrace policy): use the copy path with this peer.
+                    rcomm_transport::rlog!(Info, "P2P", "single copy from rank {} refused ({source}); using pipelined copy", p.peer);
+                    self.st.cma[p.peer as usize] = false;
+                    self.st.start_cts(p.req, p.peer, p.env, p.sender_token);
+                }
+                Err(e) => {
+                    let peer = e.peer();
+                    self.transport_failed(peer, e.to_string());
+                }
+            }
+        }
+        let peers: Vec<u32> = self.st.out.iter().filter(|(_, q)| !q.is_empty()).map(|(&p, _)| p).collect();
+        for p in peers {
+            work += self.flush_peer(p);
+        }
+        let mut i = 0;
+        while i < self.st.streaming.len() {
+            let token = self.st.streaming[i];
+            let Some(s) = self.st.rndv_send.get_mut(&token) else {
+                self.st.streaming.swap_remove(i);
+                continue;
+            };
+            let recv_token = s.recv_token.expect("streaming after CTS");
+            let mut failed = None;
+            while s.offset < s.region.len() {
+                match self.net.send_chunk(s.peer, recv_token, s.offset as u64, &s.region.bytes()[s.offset..]) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        s.offset += n;
+                        work += 1;
+                    }
+                    Err(e) => {
+                        failed = Some((s.peer, e.to_string()));
+                        break;
+                    }
+                }
+            }
+            if let Some((peer, why)) = failed {
+                self.transport_failed(Some(peer), why);
+                continue;
+            }
+            if s.offset == s.region.len() {
+                let (req, peer, len) = (s.req, s.peer, s.region.len());
+                self.st.rndv_send.remove(&token);
+                self.st.streaming.swap_remove(i);
+                let _ = peer;
+                self.st.complete(req, Ok(Status { source: self.st.me, tag: 0, bytes: len }));
+            } else {
+                i += 1;
+            }
+        }
+        work
+    }
+
+    fn flush_peer(&mut self, peer: u32) -> usize {
+        let mut sent = 0;
+        loop {
+            let Some(q) = self.st.out.get_mut(&peer) else { return sent };
+            let Some(o) = q.front() else { return sent };
+            let bytes = match &o.payload {
+                OutPayload::Small(b, n) => &b[..*n as usize],
+                OutPayload::User(r) => r.bytes(),
+            };
+            match self.net.try_send(peer, &o.hdr, bytes) {
+                Ok(true) => {
+                    let o = q.pop_front().expect("front exists");
+                    sent += 1;
+                    if let Some(req) = o.req {
+                        self.st.complete(req, Ok(Status { source: self.st.me, tag: o.hdr.tag, bytes: o.hdr.len as usize }));
+                    }
+                }
+                Ok(false) => return sent,
+                Err(e) => {
+                    self.transport_failed(Some(peer), e.to_string());
+                    return sent;
+                }
+            }
+        }
+    }
+
+    /// Whether anything is queued that needs progress even with nothing arriving.
+    pub(crate) fn busy(&self) -> bool {
+        !self.st.streaming.is_empty() || self.st.out.values().any(|q| !q.is_empty()) || self.net.has_queued_output()
+    }
+
+    fn transport_failed(&mut self, peer: Option<u32>, why: String) {
+        match peer {
+            Some(p) => self.peer_failed(p, why),
+            None => {
+                rcomm_transport::rlog!(Warn, "P2P", "transport error: {why}");
+                self.st.error = Some((self.st.me, why));
+            }
+        }
+    }
+
+    /// Marks `peer` as lost: every operation waiting on it (and every wildcard receive) fails.
+    pub(crate) fn peer_failed(&mut self, peer: u32, why: String) {
+        if peer >= self.st.size || self.st.failed.contains_key(&peer) {
+            return;
+        }
+        rcomm_transport::rlog!(Info, "P2P", "rank {peer} lost: {why}");
+        self.st.failed.insert(peer, why.clone());
+        self.st.out.remove(&peer);
+        let lost: Vec<ReqId> = self
+            .st
+            .reqs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.as_ref().filter(|r| matches!(r.state, ReqState::Active) && (r.peer == Some(peer) || r.wildcard)).map(|_| i))
+            .collect();
+        for req in lost {
+            if let Some((ctx, rid)) = self.st.req_mut(req).posted.take() {
+                if let Some(c) = self.st.ctx.get_mut(&ctx) {
+                    c.m.cancel(rid);
+                }
+                self.st.posted.remove(&(ctx, rid));
+            }
+            let op = self.st.req_mut(req).op;
+            let e = self.st.lost(peer, op, why.clone());
+            self.st.complete(req, Err(e));
+        }
+        self.st.rndv_send.retain(|_, s| s.peer != peer);
+        self.st.rndv_recv.retain(|_, s| s.peer != peer);
+        self.st.pulls.retain(|p| p.peer != peer);
+        for c in self.st.ctx.values_mut() {
+            c.m.forget_source(peer);
+        }
+    }
+
+    /// The first peer seen dead by a transport, without waiting.
+    pub(crate) fn poll_dead(&mut self) {
+        if let Some(p) = self.net.dead_peer() {
+            self.peer_failed(p, "its connection closed (the process exited or died)".into());
+        }
+    }
+
+    pub(crate) fn failed(&self) -> &HashMap<u32, String> {
+        &self.st.failed
+    }
+}
+
+impl State {
+    fn token(&mut self) -> u64 {
+        self.next_token += 1;
+        self.next_token
+    }
+
+    fn check_peer(&self, r: u32, op: &'static str) -> Result<(), CommError> {
+        if r >= self.size {
+            return Err(CommError::InvalidRank { rank: r, size: self.size });
+        }
+        match self.failed.get(&r) {
+            Some(why) => Err(self.lost(r, op, why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn lost(&self, rank: u32, op: &'static str, why: String) -> CommError {
+        CommError::PeerLost { rank, host: self.hosts.get(rank as usize).cloned().unwrap_or_default(), op, why }
+    }
+
+    fn new_req(&mut self, op: &'static str, peer: Option<u32>, wildcard: bool, region: Region) -> ReqId {
+        let r = Req { op, peer, wildcard, region, state: ReqState::Active, posted: None, orphan: None };
+        match self.free.pop() {
+            Some(i) => {
+                self.reqs[i] = Some(r);
+                i
+            }
+            None => {
+                self.reqs.push(Some(r));
+                self.reqs.len() - 1
+            }
+        }
+    }
+
+    fn req_mut(&mut self, req: ReqId) -> &mut Req {
+        self.reqs[req].as_mut().expect("live request")
+    }
+
+    fn req_region(&self, req: ReqId) -> Region {
+        self.reqs[req].as_ref().expect("live request").region
+    }
+
+    fn complete(&mut self, req: ReqId, res: Result<Status, CommError>) {
+        let r = self.req_mut(req);
+        r.state = ReqState::Done(res);
+        r.posted = None;
+        if r.orphan.is_some() {
+            // Nobody waits for it: free the request and the buffer it kept alive.
+            self.reqs[req] = None;
+            self.free.push(req);
+        }
+    }
+
+    fn send_ctl(&mut self, peer: u32, kind: ProtoKind, vals: &[u64]) {
+        let hdr = Header { context: 0, source: self.me, seq: 0, tag: 0, len: 0, kind, flags: 0, coll_seq: 0, signature: 0 };
+        self.out.entry(peer).or_default().push_back(Out { hdr, payload: small(vals), req: None });
+    }
+
+    /// A message arrived from `peer`.
+    fn deliver(&mut self, peer: u32, hdr: &Header, payload: &[u8]) {
+        match hdr.kind {
+            ProtoKind::Eager | ProtoKind::RndvRts => {
+                if hdr.source != peer {
+                    rcomm_transport::rlog!(Warn, "P2P", "rank {peer} sent a header claiming source {}; dropped", hdr.source);
+                    return;
+                }
+                let stored = || match hdr.kind {
+                    ProtoKind::Eager => Some(Stored::Eager(payload.to_vec())),
+                    _ => Some(Stored::Rts { sender_token: u64_at(payload, 0)?, addr: u64_at(payload, 1)? }),
+                };
+                let env = Envelope { source: peer, tag: hdr.tag, len: hdr.len };
+                let c = self.ctx.entry(hdr.context).or_default();
+                match c.m.arrive(&env, hdr.seq) {
+                    MRoute::Deliver(rid) => {
+                        let req = self.posted.remove(&(hdr.context, rid)).expect("posted receive has a request");
+                        match hdr.kind {
+                            ProtoKind::Eager => self.finish_eager(req, env, payload),
+                            _ => match stored() {
+                                Some(s) => self.start_recv(req, env, s),
+                                None => self.complete(req, Err(CommError::Protocol { rank: peer, why: "malformed RTS".into() })),
+                            },
+                        }
+                    }
+                    MRoute::Keep => match stored() {
+                        Some(s) => c.m.keep(env, hdr.seq, s),
+                        None => rcomm_transport::rlog!(Warn, "P2P", "malformed RTS from rank {peer}; dropped"),
+                    },
+                }
+                let mut released = std::mem::take(&mut self.released);
+                if let Some(c) = self.ctx.get_mut(&hdr.context) {
+                    c.m.release(peer, &mut |rid, env, s| released.push((rid, env, s)));
+                }
+                for (rid, env, s) in released.drain(..) {
+                    let req = self.posted.remove(&(hdr.context, rid)).expect("posted receive has a request");
+                    self.start_recv(req, env, s);
+                }
+                self.released = released;
+            }
+            ProtoKind::RndvCts => {
+                if let (Some(st), Some(rt)) = (u64_at(payload, 0), u64_at(payload, 1)) {
+                    if let Some(s) = self.rndv_send.get_mut(&st) {
+                        s.recv_token = Some(rt);
+                        self.streaming.push(st);
+                    }
+                }
+            }
+            ProtoKind::RndvFin => {
+                if let Some(s) = u64_at(payload, 0).and_then(|t| self.rndv_send.remove(&t)) {
+                    let len = s.region.len();
+                    self.complete(s.req, Ok(Status { source: self.me, tag: 0, bytes: len }));
+                }
+            }
+            ProtoKind::Data | ProtoKind::Credit | ProtoKind::Control => {
+                rcomm_transport::rlog!(Trace, "P2P", "ignored {:?} from rank {peer}", hdr.kind);
+            }
+        }
+    }
+
+    fn finish_eager(&mut self, req: ReqId, env: Envelope, payload: &[u8]) {
+        let region = self.req_region(req);
+        let res = if (env.len as usize) > region.len() {
+            Err(CommError::Truncated { buffer: region.len(), message: env.len as usize })
+        } else {
+            region.write(0, payload);
+            Ok(Status { source: env.source, tag: env.tag, bytes: payload.len() })
+        };
+        self.req_mut(req).peer = Some(env.source);
+        self.complete(req, res);
+    }
+
+    /// A receive matched a message (arriving, or stored earlier).
+    fn start_recv(&mut self, req: ReqId, env: Envelope, stored: Stored) {
+        self.req_mut(req).peer = Some(env.source);
+        match stored {
+            Stored::Eager(data) => self.finish_eager(req, env, &data),
+            Stored::Rts { sender_token, addr } => {
+                let cap = self.req_region(req).len();
+                if env.len as usize > cap {
+                    // Truncation consumes the message (MPI_ERR_TRUNCATE): release the sender.
+                    self.send_ctl(env.source, ProtoKind::RndvFin, &[sender_token]);
+                    self.complete(req, Err(CommError::Truncated { buffer: cap, message: env.len as usize }));
+                } else if env.source == self.me {
+                    unreachable!("self messages are eager");
+                } else if self.cma_ok(env.source, env.len as usize) {
+                    self.pulls.push(Pull { req, peer: env.source, env, sender_token, addr });
+                } else {
+                    self.start_cts(req, env.source, env, sender_token);
+                }
+            }
+        }
+    }
+
+    fn cma_ok(&self, peer: u32, len: usize) -> bool {
+        self.cma[peer as usize] && len <= self.cfg.cma_max
+    }
+
+    fn start_cts(&mut self, req: ReqId, peer: u32, env: Envelope, sender_token: u64) {
+        let token = self.token();
+        self.rndv_recv.insert(token, RndvRecv { req, peer, env, received: 0 });
+        self.send_ctl(peer, ProtoKind::RndvCts, &[sender_token, token]);
+    }
+
+    fn chunk(&mut self, peer: u32, token: u64, offset: u64, data: &[u8]) {
+        let Some(r) = self.rndv_recv.get_mut(&token) else {
+            rcomm_transport::rlog!(Trace, "P2P", "chunk for unknown token {token} from rank {peer}");
+            return;
+        };
+        let region = self.reqs[r.req].as_ref().expect("live request").region;
+        let ok = r.peer == peer && offset + data.len() as u64 <= r.env.len && region.write(offset as usize, data);
+        if !ok {
+            let req = r.req;
+            self.rndv_recv.remove(&token);
+            self.complete(req, Err(CommError::Protocol { rank: peer, why: "data chunk outside the message".into() }));
+            return;
+        }
+        r.received += data.len() as u64;
+        if r.received == r.env.len {
+            let r = self.rndv_recv.remove(&token).expect("present");
+            self.complete(r.req, Ok(Status { source: r.env.source, tag: r.env.tag, bytes: r.env.len as usize }));
+        }
+    }
+}

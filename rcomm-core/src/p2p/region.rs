@@ -1,0 +1,71 @@
+//! User memory held by in-flight requests.
+//!
+//! The one place in `rcomm-core` with `unsafe`: a request must write into (or read from) a user
+//! buffer during progress calls made after the call that posted it returned, so the engine keeps
+//! a raw (pointer, length) pair. The invariant every creator upholds: **a `Region` is created
+//! only for memory that stays valid and is not otherwise accessed until the request holding it
+//! has completed or has been removed from the engine.** The three creators are the blocking
+//! calls (which do not return before that), owned requests (which keep the `Vec` alive and, when
+//! dropped early, hand it to the engine until completion) and scoped requests (whose scope
+//! waits for them).
+
+/// A user buffer, by address and length.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Region {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a Region is only an address; the engine accesses it under its lock, and the invariant
+// above makes the memory exclusively the request's while it is in the engine, whichever thread
+// runs progress.
+unsafe impl Send for Region {}
+
+impl Region {
+    /// A region the request may write (receives).
+    pub(crate) fn from_mut(b: &mut [u8]) -> Self {
+        Self { ptr: b.as_mut_ptr(), len: b.len() }
+    }
+
+    /// A region the request only reads (sends). It is never written through.
+    pub(crate) fn from_ref(b: &[u8]) -> Self {
+        Self { ptr: b.as_ptr().cast_mut(), len: b.len() }
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Address, for single copy by a peer.
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// The bytes (sends).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: by the module invariant the memory is valid for `len` bytes and nobody writes
+        // it while the request is in the engine.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The bytes, writable (receives).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) fn bytes_mut(&self) -> &mut [u8] {
+        // SAFETY: by the module invariant the memory is valid and exclusively the request's;
+        // the engine (under its lock) is the only user, and it never holds two of these slices
+        // of one region at once.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// Copies `data` to `offset`; false (nothing written) if it does not fit.
+    pub(crate) fn write(&self, offset: usize, data: &[u8]) -> bool {
+        match offset.checked_add(data.len()) {
+            Some(end) if end <= self.len => {
+                self.bytes_mut()[offset..end].copy_from_slice(data);
+                true
+            }
+            _ => false,
+        }
+    }
+}

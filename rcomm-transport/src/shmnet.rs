@@ -1,0 +1,617 @@
+//! The shared-memory transport between the ranks of one node.
+//!
+//! Built from the local channel and the rings of [`crate::shm`]:
+//! - At start-up every pair of ranks on the node connects once through the local channel and
+//!   swaps *mailboxes*: a small segment per rank (a sleep flag and a control-pending flag, on
+//!   separate lines) and its eventfd doorbell.
+//! - Rings are created lazily, by the sender, at the first message to a peer: the sender makes
+//!   the segment, passes its descriptor over the local channel and raises the receiver's
+//!   control-pending flag, which the receiver checks with one load per progress pass. A rank
+//!   that never talks to a peer never spends memory on it.
+//! - A message is the 40-byte [`Header`] and its payload in one ring entry; up to 16 payload
+//!   bytes it is one cache line.
+//! - Large payloads travel either by **single copy** — the receiver reads the sender's memory
+//!   with `process_vm_readv` (CMA) and answers with a FIN — or by **pipelined copy** through a
+//!   per-direction bulk buffer of fixed chunks: the sender copies a chunk in and posts a small
+//!   `Data` entry on the ring, the receiver copies it out and releases the chunk, so both
+//!   copies run at once on two cores. The protocol layer picks by size.
+//! - Sleeping: a receiver sets its sleep flag (SeqCst), checks its rings once more, then blocks
+//!   on its doorbell; a sender fences (SeqCst) after pushing and rings the doorbell only if the
+//!   flag is set. One of the two always sees the other's store, so no wake-up is lost, and a
+//!   busy receiver costs senders nothing but a read of a line that rarely changes.
+//! - A peer's death is end-of-file on its local-channel connection.
+
+use crate::auth::Secret;
+use crate::error::TransportError;
+use crate::local::{Doorbell, LocalConn, LocalError, LocalListener, Segment};
+use crate::shm::{Consumer, Producer, Ring};
+use crate::wire::{Header, ProtoKind};
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+
+/// Tunables of the shared-memory transport.
+#[derive(Debug, Clone)]
+pub struct ShmConfig {
+    /// Slots (64 B each) of one ring; a power of two.
+    pub ring_slots: usize,
+    /// Largest message sent eagerly through the ring.
+    pub eager_limit: usize,
+    /// Whether single copy (CMA) may be used.
+    pub cma: bool,
+    /// Bytes of one bulk chunk for pipelined copy.
+    pub chunk: usize,
+    /// Chunks in one bulk buffer.
+    pub chunks: usize,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        Self { ring_slots: 1024, eager_limit: 16 * 1024, cma: true, chunk: 256 * 1024, chunks: 8 }
+    }
+}
+
+/// Local-channel message kinds.
+const KIND_HELLO: u8 = 1;
+const KIND_RING: u8 = 2;
+const KIND_BULK: u8 = 3;
+
+/// Bytes of a `Data` entry's payload: token, offset, chunk index, length.
+const DATA_DESC: usize = 24;
+
+#[repr(C, align(128))]
+struct Line<T>(T);
+
+/// A rank's mailbox, shared with every peer on the node.
+#[repr(C)]
+struct Mailbox {
+    sleeping: Line<AtomicU32>,
+    ctl_pending: Line<AtomicU32>,
+}
+
+const MAILBOX_LEN: usize = 4096;
+const _: () = assert!(size_of::<Mailbox>() <= MAILBOX_LEN);
+
+fn mailbox(seg: &Segment) -> &Mailbox {
+    // SAFETY: mailbox segments are MAILBOX_LEN bytes (checked on attach), page-aligned, and hold
+    // only atomics, so a shared reference is valid while `seg` is borrowed.
+    unsafe { &*seg.as_ptr().cast::<Mailbox>() }
+}
+
+/// Header of a bulk buffer: how many chunks the receiver has released.
+#[repr(C)]
+struct BulkCtl {
+    released: Line<AtomicU64>,
+}
+const BULK_DATA_OFFSET: usize = size_of::<BulkCtl>();
+
+struct BulkTx {
+    seg: Arc<Segment>,
+    written: u64,
+    cached_released: u64,
+}
+
+struct BulkRx {
+    seg: Arc<Segment>,
+    chunk: usize,
+    chunks: usize,
+    released: u64,
+}
+
+fn bulk_ctl(seg: &Segment) -> &BulkCtl {
+    // SAFETY: bulk segments are longer than BulkCtl (checked on creation and attach), page-aligned,
+    // and the control line holds only atomics.
+    unsafe { &*seg.as_ptr().cast::<BulkCtl>() }
+}
+
+struct Peer {
+    rank: u32,
+    pid: u32,
+    conn: LocalConn,
+    mailbox: Segment,
+    bell: Doorbell,
+    tx: Option<Producer>,
+    rx: Option<Consumer>,
+    bulk_tx: Option<BulkTx>,
+    bulk_rx: Option<BulkRx>,
+}
+
+/// Something that arrived from a peer.
+#[derive(Debug)]
+pub enum Incoming<'a> {
+    /// A message: header and payload (eager data or a protocol record).
+    Msg(&'a Header, &'a [u8]),
+    /// A chunk of a rendezvous payload for the receive named by `token`.
+    Chunk {
+        /// The receiver's token from its CTS.
+        token: u64,
+        /// Offset of the chunk in the message.
+        offset: u64,
+        /// The bytes.
+        data: &'a [u8],
+    },
+}
+
+/// Byte counters of one transport, for tests and diagnostics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counters {
+    /// Messages sent.
+    pub msgs_sent: u64,
+    /// Payload bytes sent (eager payloads and chunks).
+    pub bytes_sent: u64,
+    /// Messages received.
+    pub msgs_recv: u64,
+    /// Payload bytes received.
+    pub bytes_recv: u64,
+    /// Bytes read from peers by single copy.
+    pub bytes_cma: u64,
+}
+
+/// The shared-memory transport of one process.
+pub struct ShmNet {
+    me: u32,
+    cfg: ShmConfig,
+    mailbox: Segment,
+    bell: Doorbell,
+    peers: HashMap<u32, Peer>,
+    /// Peers with an attached incoming ring, polled in this order.
+    rx_list: Vec<u32>,
+    /// Where polling resumes, so a busy peer cannot starve the others.
+    rx_next: usize,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for ShmNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmNet").field("me", &self.me).field("peers", &self.peers.len()).finish()
+    }
+}
+
+/// A peer on this node, as known from the bootstrap.
+#[derive(Debug, Clone)]
+pub struct LocalPeer {
+    /// World rank.
+    pub rank: u32,
+    /// Process id (for single copy).
+    pub pid: u32,
+    /// Its local-channel listener name.
+    pub name: String,
+}
+
+fn lerr(peer: u32, e: LocalError) -> TransportError {
+    match e {
+        LocalError::PeerClosed { .. } => TransportError::PeerClosed { peer },
+        e => TransportError::Protocol { peer, why: e.to_string() },
+    }
+}
+
+fn ioerr(what: &'static str) -> impl Fn(LocalError) -> TransportError {
+    move |e| TransportError::Io { what, source: io::Error::other(e.to_string()) }
+}
+
+impl ShmNet {
+    /// Connects to every peer on the node (once, at start-up) and swaps mailboxes. Ranks with a
+    /// lower world rank are connected to, higher ones accepted, so no two ranks wait on each
+    /// other; `listener` must already be bound and published.
+    pub fn connect(
+        me: u32,
+        listener: &LocalListener,
+        peers: &[LocalPeer],
+        secret: &Secret,
+        cfg: ShmConfig,
+    ) -> Result<Self, TransportError> {
+        let mailbox = Segment::create("rcomm-mailbox", MAILBOX_LEN).map_err(ioerr("creating the mailbox"))?;
+        let bell = Doorbell::new().map_err(ioerr("creating the doorbell"))?;
+        let higher = peers.iter().filter(|p| p.rank > me).count();
+        let mut conns: Vec<LocalConn> = Vec::with_capacity(peers.len());
+        std::thread::scope(|s| -> Result<(), TransportError> {
+            let acceptor = s.spawn(|| -> Result<Vec<LocalConn>, TransportError> {
+                let mut got = Vec::with_capacity(higher);
+                while got.len() < higher {
+                    match listener.accept() {
+                        Ok(c) => got.push(c),
+                        Err(e) => crate::rlog!(Warn, "NET", "local channel: refused a connection: {e}"),
+                    }
+                }
+                Ok(got)
+            });
+            for p in peers.iter().filter(|p| p.rank < me) {
+                conns.push(LocalConn::connect(&p.name, listener.local_rank(), secret).map_err(|e| TransportError::Connect {
+                    peer: p.rank,
+                    addr: p.name.clone(),
+                    why: e.to_string(),
+                })?);
+            }
+            conns.extend(acceptor.join().map_err(|_| TransportError::Io {
+                what: "local accept thread",
+                source: io::Error::other("panicked"),
+            })??);
+            Ok(())
+        })?;
+        // Introduce ourselves on every connection, then read every introduction.
+        let mut hello = Vec::with_capacity(4);
+        hello.extend_from_slice(&me.to_le_bytes());
+        for c in &conns {
+            c.send(KIND_HELLO, &hello, &[mailbox.fd(), bell.fd()]).map_err(ioerr("sending the mailbox"))?;
+        }
+        let mut net = Self {
+            me,
+            cfg,
+            mailbox,
+            bell,
+            peers: HashMap::new(),
+            rx_list: Vec::new(),
+            rx_next: 0,
+            counters: Counters::default(),
+        };
+        for c in conns {
+            let m = c.recv().map_err(ioerr("reading a peer's mailbox"))?;
+            let bad = |why: &str| TransportError::Protocol { peer: u32::MAX, why: why.to_string() };
+            if m.kind != KIND_HELLO || m.payload.len() != 4 || m.fds.len() != 2 {
+                return Err(bad("malformed hello on the local channel"));
+            }
+            let rank = u32::from_le_bytes(m.payload[..4].try_into().expect("4 bytes"));
+            let info = peers.iter().find(|p| p.rank == rank).ok_or_else(|| bad("hello from a rank not on this node"))?;
+            let mut fds = m.fds.into_iter();
+            let mbx = Segment::from_fd(fds.next().expect("2 fds")).map_err(|e| lerr(rank, e))?;
+            if mbx.len() != MAILBOX_LEN {
+                return Err(bad("mailbox of the wrong size"));
+            }
+            let pbell = Doorbell::from_fd(fds.next().expect("2 fds")).map_err(|e| lerr(rank, e))?;
+            c.set_nonblocking(true).map_err(|e| lerr(rank, e))?;
+            net.peers.insert(
+                rank,
+                Peer {
+                    rank,
+                    pid: info.pid,
+                    conn: c,
+                    mailbox: mbx,
+                    bell: pbell,
+                    tx: None,
+                    rx: None,
+                    bulk_tx: None,
+                    bulk_rx: None,
+                },
+            );
+        }
+        if net.peers.len() != peers.len() {
+            return Err(TransportError::Protocol { peer: u32::MAX, why: "some node peers never said hello".into() });
+        }
+        Ok(net)
+    }
+
+    /// The transport's tunables.
+    pub fn config(&self) -> &ShmConfig {
+        &self.cfg
+    }
+
+    /// Whether `peer` is reached through this transport.
+    pub fn has_peer(&self, peer: u32) -> bool {
+        self.peers.contains_key(&peer)
+    }
+
+    /// Byte counters.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Largest message the ring takes in one entry (header included).
+    fn ring_max(&self) -> usize {
+        self.cfg.ring_slots / 2 * crate::shm::SLOT_SIZE - 8
+    }
+
+    fn raise_ctl(peer: &Peer) -> Result<(), TransportError> {
+        mailbox(&peer.mailbox).ctl_pending.0.store(1, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if mailbox(&peer.mailbox).sleeping.0.load(Ordering::Relaxed) != 0 {
+            peer.bell.ring().map_err(|e| lerr(peer.rank, e))?;
+        }
+        Ok(())
+    }
+
+    fn ensure_tx(&mut self, peer: u32) -> Result<&mut Peer, TransportError> {
+        let slots = self.cfg.ring_slots;
+        let p = self.peers.get_mut(&peer).ok_or(TransportError::Protocol { peer, why: "not a node peer".into() })?;
+        if p.tx.is_none() {
+            let seg = Arc::new(Segment::create("rcomm-ring", Ring::layout_size(slots)).map_err(ioerr("creating a ring"))?);
+            let ring = Ring::init(&seg, slots).map_err(|e| TransportError::Protocol { peer, why: e.to_string() })?;
+            p.conn.send(KIND_RING, &[], &[seg.fd()]).map_err(|e| lerr(peer, e))?;
+            Self::raise_ctl(p)?;
+            p.tx = Some(ring.producer().map_err(|e| TransportError::Protocol { peer, why: e.to_string() })?);
+        }
+        Ok(p)
+    }
+
+    /// Sends one message (header + payload) if the ring has room; `Ok(false)` otherwise.
+    pub fn try_send(&mut self, peer: u32, hdr: &Header, payload: &[u8]) -> Result<bool, TransportError> {
+        if Header::LEN + payload.len() > self.ring_max() {
+            return Err(TransportError::Protocol { peer, why: format!("{} bytes exceed the ring's entry limit", payload.len()) });
+        }
+        let p = self.ensure_tx(peer)?;
+        let hb = hdr.encode();
+        let tx = p.tx.as_mut().expect("ensured");
+        if !tx.try_push_parts(&[&hb, payload]).map_err(|e| TransportError::Protocol { peer, why: e.to_string() })? {
+            return Ok(false);
+        }
+        Self::wake(p)?;
+        self.counters.msgs_sent += 1;
+        self.counters.bytes_sent += payload.len() as u64;
+        Ok(true)
+    }
+
+    fn wake(p: &Peer) -> Result<(), TransportError> {
+        // Pairs with the receiver's SeqCst store of its sleep flag (see the module notes).
+        fence(Ordering::SeqCst);
+        if mailbox(&p.mailbox).sleeping.0.load(Ordering::Relaxed) != 0 {
+            p.bell.ring().map_err(|e| lerr(p.rank, e))?;
+        }
+        Ok(())
+    }
+
+    /// Copies up to one chunk of `data` into the bulk buffer towards `peer` and announces it;
+    /// returns the bytes taken (0 when the buffer or the ring is full).
+    pub fn send_chunk(&mut self, peer: u32, token: u64, offset: u64, data: &[u8]) -> Result<usize, TransportError> {
+        let (chunk, chunks) = (self.cfg.chunk, self.cfg.chunks);
+        let p = self.ensure_tx(peer)?;
+        if p.bulk_tx.is_none() {
+            let seg = Arc::new(
+                Segment::create("rcomm-bulk", BULK_DATA_OFFSET + chunk * chunks).map_err(ioerr("creating a bulk buffer"))?,
+            );
+            let mut desc = Vec::with_capacity(16);
+            desc.extend_from_slice(&(chunk as u64).to_le_bytes());
+            desc.extend_from_slice(&(chunks as u64).to_le_bytes());
+            p.conn.send(KIND_BULK, &desc, &[seg.fd()]).map_err(|e| lerr(peer, e))?;
+            Self::raise_ctl(p)?;
+            p.bulk_tx = Some(BulkTx { seg, written: 0, cached_released: 0 });
+        }
+        let bulk = p.bulk_tx.as_mut().expect("made above");
+        if bulk.written - bulk.cached_released >= chunks as u64 {
+            bulk.cached_released = bulk_ctl(&bulk.seg).released.0.load(Ordering::Acquire);
+            if bulk.written - bulk.cached_released >= chunks as u64 {
+                return Ok(0);
+            }
+        }
+        let tx = p.tx.as_mut().expect("ensured");
+        if !tx.fits(Header::LEN + DATA_DESC) {
+            return Ok(0);
+        }
+        let n = data.len().min(chunk);
+        let idx = (bulk.written % chunks as u64) as usize;
+        // SAFETY: chunk `idx` lies inside the bulk segment (BULK_DATA_OFFSET + chunks * chunk
+        // bytes) and has been released by the receiver (checked above), which reads it again
+        // only after the Data entry below is published with Release.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), bulk.seg.as_ptr().add(BULK_DATA_OFFSET + idx * chunk), n)
+        };
+        let hdr = Header {
+            context: 0,
+            source: 0,
+            seq: 0,
+            tag: 0,
+            len: n as u64,
+            kind: ProtoKind::Data,
+            flags: 0,
+            coll_seq: 0,
+            signature: 0,
+        };
+        let mut desc = [0u8; DATA_DESC];
+        desc[0..8].copy_from_slice(&token.to_le_bytes());
+        desc[8..16].copy_from_slice(&offset.to_le_bytes());
+        desc[16..20].copy_from_slice(&(idx as u32).to_le_bytes());
+        desc[20..24].copy_from_slice(&(n as u32).to_le_bytes());
+        let pushed = tx.try_push_parts(&[&hdr.encode(), &desc]).map_err(|e| TransportError::Protocol { peer, why: e.to_string() })?;
+        debug_assert!(pushed, "fits() said so and we are the only producer");
+        bulk.written += 1;
+        Self::wake(p)?;
+        self.counters.bytes_sent += n as u64;
+        Ok(n)
+    }
+
+    /// Reads `dst.len()` bytes at `addr` in `peer`'s memory (single copy).
+    pub fn cma_read(&mut self, peer: u32, addr: u64, dst: &mut [u8]) -> Result<(), TransportError> {
+        let pid = self.peers.get(&peer).map(|p| p.pid).ok_or(TransportError::Protocol { peer, why: "not a node peer".into() })?;
+        let mut done = 0usize;
+        while done < dst.len() {
+            // Linux moves at most ~2 GiB per call; stay well below.
+            let n = (dst.len() - done).min(1 << 30);
+            let local = libc::iovec { iov_base: dst[done..].as_mut_ptr().cast(), iov_len: n };
+            let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: n };
+            // SAFETY: `local` describes writable memory we own (`dst`); `remote` is only read by
+            // the kernel in the peer's address space, which checks it; no Rust memory is
+            // touched besides `dst`.
+            let r = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(match e.raw_os_error() {
+                    Some(libc::ESRCH) => TransportError::PeerClosed { peer },
+                    _ => TransportError::Link { peer, source: e },
+                });
+            }
+            if r == 0 {
+                return Err(TransportError::Protocol { peer, why: "single copy read nothing".into() });
+            }
+            done += r as usize;
+        }
+        self.counters.bytes_cma += dst.len() as u64;
+        Ok(())
+    }
+
+    /// Attaches rings and bulk buffers peers have announced.
+    fn drain_control(&mut self) -> Result<(), TransportError> {
+        let mb = mailbox(&self.mailbox);
+        if mb.ctl_pending.0.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        mb.ctl_pending.0.swap(0, Ordering::Acquire);
+        let ranks: Vec<u32> = self.peers.keys().copied().collect();
+        for r in ranks {
+            self.drain_peer_control(r)?;
+        }
+        Ok(())
+    }
+
+    /// Reads every control message `peer` has sent on the local channel.
+    fn drain_peer_control(&mut self, peer: u32) -> Result<(), TransportError> {
+        {
+            let p = self.peers.get_mut(&peer).expect("known peer");
+            loop {
+                let m = match p.conn.recv() {
+                    Ok(m) => m,
+                    Err(e) if e.is_would_block() => break,
+                    Err(e) => return Err(lerr(p.rank, e)),
+                };
+                let peer = p.rank;
+                let perr = |why: String| TransportError::Protocol { peer, why };
+                let Some(fd) = m.fds.into_iter().next() else { return Err(perr("control message without a descriptor".into())) };
+                let seg = Arc::new(Segment::from_fd(fd).map_err(|e| lerr(peer, e))?);
+                match m.kind {
+                    KIND_RING => {
+                        let ring = Ring::attach(&seg).map_err(|e| perr(e.to_string()))?;
+                        p.rx = Some(ring.consumer().map_err(|e| perr(e.to_string()))?);
+                        if !self.rx_list.contains(&peer) {
+                            self.rx_list.push(peer);
+                        }
+                    }
+                    KIND_BULK if m.payload.len() == 16 => {
+                        let chunk = u64::from_le_bytes(m.payload[0..8].try_into().expect("8")) as usize;
+                        let chunks = u64::from_le_bytes(m.payload[8..16].try_into().expect("8")) as usize;
+                        if chunk == 0 || chunks == 0 || chunk.checked_mul(chunks).and_then(|b| b.checked_add(BULK_DATA_OFFSET)) != Some(seg.len()) {
+                            return Err(perr("bulk buffer geometry does not match its segment".into()));
+                        }
+                        p.bulk_rx = Some(BulkRx { seg, chunk, chunks, released: 0 });
+                    }
+                    k => return Err(perr(format!("unknown local-channel message kind {k}"))),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Delivers what arrived, at most `budget` entries; returns how many were delivered.
+    pub fn progress(&mut self, budget: usize, on_in: &mut dyn FnMut(u32, Incoming<'_>)) -> Result<usize, TransportError> {
+        self.drain_control()?;
+        let mut done = 0;
+        let n = self.rx_list.len();
+        for k in 0..n {
+            let i = (self.rx_next + k) % n;
+            let peer = self.rx_list[i];
+            let p = self.peers.get_mut(&peer).expect("listed peers exist");
+            let Some(rx) = p.rx.as_mut() else { continue };
+            let bulk = &mut p.bulk_rx;
+            let counters = &mut self.counters;
+            let mut err = None;
+            let mut need_control = false;
+            while done < budget {
+                let popped = rx.try_pop_if(|bytes| {
+                    let hdr = match bytes.get(..Header::LEN).map(Header::decode) {
+                        Some(Ok(h)) => h,
+                        _ => {
+                            err = Some(TransportError::Protocol { peer, why: "malformed ring entry".into() });
+                            return true;
+                        }
+                    };
+                    let payload = &bytes[Header::LEN..];
+                    if hdr.kind != ProtoKind::Data {
+                        counters.msgs_recv += 1;
+                        counters.bytes_recv += payload.len() as u64;
+                        on_in(peer, Incoming::Msg(&hdr, payload));
+                        return true;
+                    }
+                    if bulk.is_none() {
+                        // The bulk buffer's descriptor was sent before this entry but its
+                        // control flag was read before the entry appeared: fetch it, retry.
+                        need_control = true;
+                        return false;
+                    }
+                    match (bulk.as_mut(), payload.len() == DATA_DESC) {
+                        (Some(b), true) => {
+                            let token = u64::from_le_bytes(payload[0..8].try_into().expect("8"));
+                            let offset = u64::from_le_bytes(payload[8..16].try_into().expect("8"));
+                            let idx = u32::from_le_bytes(payload[16..20].try_into().expect("4")) as usize;
+                            let len = u32::from_le_bytes(payload[20..24].try_into().expect("4")) as usize;
+                            if idx >= b.chunks || len > b.chunk {
+                                err = Some(TransportError::Protocol { peer, why: "data entry outside the bulk buffer".into() });
+                                return true;
+                            }
+                            // SAFETY: the chunk lies inside the bulk segment (bounds checked just
+                            // above) and the sender published it before this entry (Release on
+                            // the ring word, Acquire in try_pop); it does not touch it again until
+                            // we release it below.
+                            let data = unsafe {
+                                std::slice::from_raw_parts(b.seg.as_ptr().add(BULK_DATA_OFFSET + idx * b.chunk), len)
+                            };
+                            counters.bytes_recv += len as u64;
+                            on_in(peer, Incoming::Chunk { token, offset, data });
+                            b.released += 1;
+                            // Release: our reads of the chunk happen-before the sender reuses it.
+                            bulk_ctl(&b.seg).released.0.store(b.released, Ordering::Release);
+                        }
+                        _ => err = Some(TransportError::Protocol { peer, why: "malformed data entry".into() }),
+                    }
+                    true
+                });
+                if let Some(e) = err.take() {
+                    return Err(e);
+                }
+                if !popped {
+                    break;
+                }
+                done += 1;
+            }
+            if need_control {
+                self.drain_peer_control(peer)?;
+                if self.peers.get(&peer).is_some_and(|p| p.bulk_rx.is_none()) {
+                    return Err(TransportError::Protocol { peer, why: "data entry without a bulk buffer".into() });
+                }
+            }
+            if done >= budget {
+                self.rx_next = (i + 1) % n;
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Marks this rank as about to sleep. Call [`progress`](Self::progress) once more afterwards
+    /// and sleep only if it found nothing; call [`end_sleep`](Self::end_sleep) after waking.
+    pub fn begin_sleep(&self) {
+        mailbox(&self.mailbox).sleeping.0.store(1, Ordering::SeqCst);
+    }
+
+    /// Clears the sleep flag and drains the doorbell.
+    pub fn end_sleep(&self) {
+        mailbox(&self.mailbox).sleeping.0.store(0, Ordering::Relaxed);
+    }
+
+    /// Descriptors a sleeping rank waits on: its doorbell (readable when rung) and every peer
+    /// connection (readable or hung up when the peer dies).
+    pub fn wait_fds(&self, out: &mut Vec<RawFd>) {
+        out.push(self.bell.fd().as_raw_fd());
+        out.extend(self.peers.values().map(|p| p.conn.raw_fd()));
+    }
+
+    /// Drains the doorbell after a wake-up.
+    pub fn drain_bell(&self) {
+        let _ = self.bell.wait(Some(std::time::Duration::ZERO));
+    }
+
+    /// The first peer whose connection has hung up (it died), if any.
+    pub fn dead_peer(&self) -> Option<u32> {
+        self.peers.values().find(|p| p.conn.poll_closed()).map(|p| p.rank)
+    }
+
+    /// Peers reached through this transport.
+    pub fn peer_ranks(&self) -> impl Iterator<Item = u32> + '_ {
+        self.peers.keys().copied()
+    }
+
+    /// Whether every message sent to `peer` has been taken off its ring.
+    pub fn drained(&self, peer: u32) -> bool {
+        self.peers.get(&peer).and_then(|p| p.tx.as_ref()).is_none_or(|t| t.is_drained())
+    }
+}

@@ -1,0 +1,379 @@
+//! The sending side: one rank's write-only streams to one peer.
+
+use super::frame::encode_header;
+use super::{
+    AUTH_PURPOSE, CONNECT_TIMEOUT, FRAME_HEADER_LEN, HELLO_TIMEOUT, Hello, TcpConfig, hello_kind,
+    io_error, replay, sys, tune,
+};
+use crate::auth::{self, Secret};
+use crate::error::{Caps, TransportError};
+use crate::wire::{self, Header, MAX_TEXT_LEN, ProtoKind};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// How often an idle sender checks that its peer is still there. Its sockets are write-only, so
+/// without writing, only a look at the receive side (end-of-file, reset, timeout) tells.
+const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// One stream and the bytes the socket has not taken yet.
+#[derive(Debug)]
+struct OutStream {
+    sock: TcpStream,
+    /// Bytes of accepted messages not yet written, in order. Keeps its capacity once grown, so
+    /// steady traffic does not allocate.
+    queue: VecDeque<u8>,
+}
+
+impl OutStream {
+    /// Whether a frame of `total` bytes may be queued now.
+    fn fits(&self, total: usize, max_queued: usize) -> bool {
+        self.queue.is_empty() || self.queue.len() + total <= max_queued
+    }
+
+    /// Writes queued bytes until the socket is full; true when none are left.
+    fn flush(&mut self) -> io::Result<bool> {
+        while !self.queue.is_empty() {
+            let (a, b) = self.queue.as_slices();
+            match sys::send_nosignal(self.sock.as_fd(), &[IoSlice::new(a), IoSlice::new(b)]) {
+                Ok(n) => {
+                    self.queue.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sends one frame: behind the queue if there is one, otherwise straight to the socket,
+    /// queueing what it does not take.
+    fn send(&mut self, fh: &[u8; FRAME_HEADER_LEN], payload: &[u8]) -> io::Result<()> {
+        if !self.queue.is_empty() && !self.flush()? {
+            self.queue.extend(fh);
+            self.queue.extend(payload);
+            return Ok(());
+        }
+        let n = match sys::send_nosignal(
+            self.sock.as_fd(),
+            &[IoSlice::new(fh), IoSlice::new(payload)],
+        ) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(e) => return Err(e),
+        };
+        if n < FRAME_HEADER_LEN {
+            self.queue.extend(&fh[n..]);
+            self.queue.extend(payload);
+        } else {
+            self.queue.extend(&payload[n - FRAME_HEADER_LEN..]);
+        }
+        Ok(())
+    }
+}
+
+/// A rank's connection(s) to one peer, for the messages it sends there. Opened lazily by the
+/// protocol layer at the first send; the peer reads them with a [`super::TcpReceiver`].
+#[derive(Debug)]
+pub struct TcpSender {
+    peer: u32,
+    streams: Vec<OutStream>,
+    /// Stream the next data chunk tries first.
+    next_data: usize,
+    max_queued: usize,
+    caps: Caps,
+    failed: Option<TransportError>,
+    last_probe: Instant,
+}
+
+impl TcpSender {
+    /// Opens [`TcpConfig::streams`] connections to rank `peer`'s listener at `addr` (`ip:port`)
+    /// as rank `my_rank`, each authenticated with `secret` and accepted by the listener. Blocks
+    /// for the handshakes (normally a few round trips; at most about
+    /// [`CONNECT_TIMEOUT`] plus two seconds per stream).
+    pub fn connect(
+        addr: &str,
+        my_rank: u32,
+        peer: u32,
+        secret: &Secret,
+        cfg: &TcpConfig,
+    ) -> Result<Self, TransportError> {
+        let cerr = |why: String| TransportError::Connect {
+            peer,
+            addr: addr.to_string(),
+            why,
+        };
+        let sa = addr
+            .to_socket_addrs()
+            .map_err(|e| cerr(format!("not a usable address: {e}")))?
+            .next()
+            .ok_or_else(|| cerr("the address resolves to nothing".into()))?;
+        let count = cfg.stream_count();
+        let mut streams = Vec::with_capacity(count);
+        for index in 0..count {
+            let sock = open_stream(sa, my_rank, peer, secret, cfg, index as u32, count as u32)
+                .map_err(|why| {
+                    cerr(if count == 1 {
+                        why
+                    } else {
+                        format!("stream {index} of {count}: {why}")
+                    })
+                })?;
+            streams.push(OutStream {
+                sock,
+                queue: VecDeque::new(),
+            });
+        }
+        Ok(Self {
+            peer,
+            streams,
+            next_data: 0,
+            max_queued: cfg.max_queued,
+            caps: cfg.caps(),
+            failed: None,
+            last_probe: Instant::now(),
+        })
+    }
+
+    /// The peer's rank.
+    pub fn peer(&self) -> u32 {
+        self.peer
+    }
+
+    /// What this transport offers (limits the payload of one [`try_send`](Self::try_send)).
+    pub fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    /// Number of streams.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Offers one message: `hdr` and a payload of at most [`Caps::max_frame`] bytes. Returns
+    /// `Ok(true)` when the transport took all of it (written now as far as the socket allows,
+    /// the rest queued for [`flush`](Self::flush)), `Ok(false)` when it took nothing because the
+    /// queue is full (back-pressure: call `flush`, progress, and offer it again). Messages of
+    /// every kind but [`ProtoKind::Data`] go on stream 0 and so keep their order; data chunks
+    /// go round-robin over the streams with room.
+    pub fn try_send(&mut self, hdr: &Header, payload: &[u8]) -> Result<bool, TransportError> {
+        if let Some(e) = &self.failed {
+            return Err(replay(e));
+        }
+        if payload.len() > self.caps.max_frame {
+            return Err(TransportError::Io {
+                what: "sending over TCP: payload larger than Caps::max_frame (a bug in the protocol layer)",
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} bytes to rank {}, limit {}",
+                        payload.len(),
+                        self.peer,
+                        self.caps.max_frame
+                    ),
+                ),
+            });
+        }
+        let total = FRAME_HEADER_LEN + payload.len();
+        let picked = if hdr.kind == ProtoKind::Data {
+            self.pick_data_stream(total)
+        } else {
+            self.room(0, total).map(|ok| ok.then_some(0))
+        };
+        let idx = match picked {
+            Ok(Some(i)) => i,
+            Ok(None) => return Ok(false),
+            Err(e) => return Err(self.fail(e)),
+        };
+        let fh = encode_header(hdr, payload.len());
+        if let Err(e) = self.streams[idx].send(&fh, payload) {
+            return Err(self.fail(io_error(self.peer, e)));
+        }
+        Ok(true)
+    }
+
+    /// Writes queued bytes as far as the sockets take them; true when nothing is left queued.
+    /// Call it on every progress pass. When idle it also checks, every 100 ms, that the peer is
+    /// still there, so a sender with nothing to send learns of a dead peer too.
+    pub fn flush(&mut self) -> Result<bool, TransportError> {
+        if let Some(e) = &self.failed {
+            return Err(replay(e));
+        }
+        let mut empty = true;
+        let mut err = None;
+        for s in &mut self.streams {
+            match s.flush() {
+                Ok(done) => empty &= done,
+                Err(e) => {
+                    err = Some(io_error(self.peer, e));
+                    break;
+                }
+            }
+        }
+        if let Some(e) = err {
+            return Err(self.fail(e));
+        }
+        if empty && self.last_probe.elapsed() >= PROBE_INTERVAL {
+            self.last_probe = Instant::now();
+            if let Err(e) = self.probe() {
+                return Err(self.fail(e));
+            }
+        }
+        Ok(empty)
+    }
+
+    /// Whether bytes wait in the queue; a sleeping rank then polls [`raw_fds`](Self::raw_fds)
+    /// for writability.
+    pub fn wants_write(&self) -> bool {
+        self.streams.iter().any(|s| !s.queue.is_empty())
+    }
+
+    /// Bytes accepted but not yet written to the sockets.
+    pub fn queued(&self) -> usize {
+        self.streams.iter().map(|s| s.queue.len()).sum()
+    }
+
+    /// The sockets, for `poll`/`epoll`: writable matters while [`wants_write`](Self::wants_write);
+    /// readable or hang-up always means the peer went away (it never writes to them).
+    pub fn raw_fds(&self) -> impl Iterator<Item = RawFd> + '_ {
+        self.streams.iter().map(|s| s.sock.as_raw_fd())
+    }
+
+    /// Picks a stream with room for a data chunk of `total` bytes, round-robin.
+    fn pick_data_stream(&mut self, total: usize) -> Result<Option<usize>, TransportError> {
+        let n = self.streams.len();
+        for k in 0..n {
+            let i = (self.next_data + k) % n;
+            if self.room(i, total)? {
+                self.next_data = (i + 1) % n;
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether stream `i` can take `total` more bytes, flushing it first if that could help.
+    fn room(&mut self, i: usize, total: usize) -> Result<bool, TransportError> {
+        let s = &mut self.streams[i];
+        if s.fits(total, self.max_queued) {
+            return Ok(true);
+        }
+        s.flush().map_err(|e| io_error(self.peer, e))?;
+        Ok(s.fits(total, self.max_queued))
+    }
+
+    /// Looks at the receive side of each socket without blocking: the peer never writes, so
+    /// anything there is end-of-file, an error, or a broken peer.
+    fn probe(&self) -> Result<(), TransportError> {
+        for s in &self.streams {
+            match s.sock.peek(&mut [0u8; 1]) {
+                Ok(0) => return Err(TransportError::PeerClosed { peer: self.peer }),
+                Ok(_) => {
+                    return Err(TransportError::Protocol {
+                        peer: self.peer,
+                        why: "it sent bytes on a connection that carries only our messages to it"
+                            .into(),
+                    });
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(io_error(self.peer, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the first failure (later calls repeat it) and shuts every stream, so the peer's
+    /// receiver sees the end at once on all of them. Queued bytes are lost with the connection.
+    fn fail(&mut self, e: TransportError) -> TransportError {
+        for s in &self.streams {
+            let _ = s.sock.shutdown(Shutdown::Both);
+        }
+        self.failed = Some(replay(&e));
+        e
+    }
+}
+
+/// Connects one stream and runs the client side of the handshake and hello; returns it
+/// non-blocking and tuned, or why not.
+fn open_stream(
+    sa: SocketAddr,
+    my_rank: u32,
+    peer: u32,
+    secret: &Secret,
+    cfg: &TcpConfig,
+    index: u32,
+    count: u32,
+) -> Result<TcpStream, String> {
+    let mut s = TcpStream::connect_timeout(&sa, CONNECT_TIMEOUT).map_err(|e| match e.kind() {
+        io::ErrorKind::ConnectionRefused => {
+            format!("{e}: nobody listens there (has rank {peer} exited?)")
+        }
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            format!(
+                "no answer within {CONNECT_TIMEOUT:?} (is the host up and the port not firewalled?)"
+            )
+        }
+        _ => e.to_string(),
+    })?;
+    // The listener may be busy with other handshakes; wait longer for its challenge than the
+    // handshake's own deadline allows, then run the handshake.
+    s.set_read_timeout(Some(CONNECT_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    match s.peek(&mut [0u8; 1]) {
+        Ok(0) => return Err("the listener closed the connection before the handshake".into()),
+        Ok(_) => {}
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Err(format!(
+                "the listener started no handshake within {CONNECT_TIMEOUT:?}: rank {peer} is alive but not serving connections (stuck?)"
+            ));
+        }
+        Err(e) => return Err(format!("waiting for the handshake: {e}")),
+    }
+    auth::connect(&mut s, secret, AUTH_PURPOSE, my_rank).map_err(|e| {
+        format!("{e} (do both ranks belong to the same job, with the same secret?)")
+    })?;
+    s.set_read_timeout(Some(HELLO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(HELLO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let hello = Hello {
+        dest: peer,
+        index,
+        count,
+        max_frame: cfg.max_frame() as u32,
+    };
+    wire::write_frame(&mut s, hello_kind::HELLO, &hello.encode())
+        .map_err(|e| format!("sending the hello: {e}"))?;
+    let (kind, reply) = wire::read_frame(&mut s, MAX_TEXT_LEN)
+        .map_err(|e| format!("waiting for the listener's answer: {e}"))?;
+    match kind {
+        hello_kind::ACCEPTED => {}
+        hello_kind::REFUSED => {
+            return Err(format!(
+                "refused by the listener: {}",
+                String::from_utf8_lossy(&reply)
+            ));
+        }
+        k => {
+            return Err(format!(
+                "the listener answered the hello with frame kind {k}"
+            ));
+        }
+    }
+    tune(&s, cfg).map_err(|e| format!("setting socket options: {e}"))?;
+    s.set_read_timeout(None).map_err(|e| e.to_string())?;
+    s.set_write_timeout(None).map_err(|e| e.to_string())?;
+    s.set_nonblocking(true).map_err(|e| e.to_string())?;
+    Ok(s)
+}
