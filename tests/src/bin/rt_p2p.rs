@@ -1,0 +1,347 @@
+//! Rank program: the point-to-point table. `rt_p2p table [big]` runs every case below on every
+//! rank and prints `ok <case>` per case (rank 0) and `counters ...` per rank; `big` adds one
+//! message of 2 GiB + 1 between ranks 0 and 1. `rt_p2p die` kills rank 1 while the others wait
+//! on it. Data depends on (source, destination, case, index, iteration), so a stale, crossed or
+//! permuted message fails its check.
+use rcomm::{CommError, Communicator, Source, Tag};
+use std::time::{Duration, Instant};
+
+fn pattern(src: u32, dst: u32, case: u32, idx: usize, len: usize) -> Vec<u8> {
+    let seed = (src as u64) << 40 ^ (dst as u64) << 24 ^ (case as u64) << 12 ^ idx as u64;
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn check(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let first = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!("{what}: data mismatch (lengths {} vs {}, first difference at {first:?})", got.len(), want.len());
+    }
+}
+
+struct T<'a> {
+    w: &'a Communicator,
+    r: u32,
+    n: u32,
+}
+
+impl T<'_> {
+    /// Ends a case on every rank before the next starts (wildcard receives would otherwise
+    /// take the next case's messages). Point-to-point only: gather to 0, then release.
+    fn ok(&self, case: &str) {
+        self.barrier();
+        if self.r == 0 {
+            println!("ok {case}");
+        }
+    }
+
+    fn barrier(&self) {
+        let mut b = [0u8; 1];
+        if self.r == 0 {
+            for p in 1..self.n {
+                self.w.recv(&mut b, p, Tag(999)).unwrap();
+            }
+            for p in 1..self.n {
+                self.w.send(&[1u8], p, Tag(998)).unwrap();
+            }
+        } else {
+            self.w.send(&[1u8], 0, Tag(999)).unwrap();
+            self.w.recv(&mut b, 0, Tag(998)).unwrap();
+        }
+    }
+
+    /// Every rank sends one message of each size to every other rank (shifted pairing, so no
+    /// two ranks wait on each other), receiving with specific sources.
+    fn sizes(&self, sizes: &[usize], case: u32) {
+        for (i, &len) in sizes.iter().enumerate() {
+            for k in 1..self.n {
+                let dst = (self.r + k) % self.n;
+                let src = (self.r + self.n - k) % self.n;
+                let out = pattern(self.r, dst, case, i, len);
+                let mut inb = vec![0u8; len];
+                let st = self.w.sendrecv(&out, dst, Tag(i as i32), &mut inb, src, Tag(i as i32)).unwrap();
+                assert_eq!((st.source, st.tag, st.bytes), (src, i as i32, len), "status of size {len}");
+                check(&inb, &pattern(src, self.r, case, i, len), &format!("size {len} from {src}"));
+            }
+            // Self messages.
+            let out = pattern(self.r, self.r, case, i, len);
+            let mut inb = vec![0u8; len];
+            self.w.sendrecv(&out, self.r, Tag(7), &mut inb, self.r, Tag(7)).unwrap();
+            check(&inb, &out, &format!("self size {len}"));
+        }
+    }
+
+    /// Rank 0 collects one message from every other rank with Source::Any / Tag::Any.
+    fn wildcards(&self) {
+        if self.r == 0 {
+            let mut seen = vec![false; self.n as usize];
+            for _ in 1..self.n {
+                let mut b = vec![0u8; 100];
+                let st = self.w.recv(&mut b, Source::Any, Tag::Any).unwrap();
+                assert_eq!(st.tag, 40 + st.source as i32);
+                check(&b[..st.bytes], &pattern(st.source, 0, 2, 0, 50 + st.source as usize), "wildcard");
+                assert!(!std::mem::replace(&mut seen[st.source as usize], true), "twice from {}", st.source);
+            }
+            for p in 1..self.n {
+                self.w.send(&[0u8], p, Tag(41)).unwrap();
+            }
+        } else {
+            // The ack (sent once every wildcard message is in) keeps this rank's next message
+            // out of rank 0's wildcard receives.
+            self.w.send(&pattern(self.r, 0, 2, 0, 50 + self.r as usize), 0, Tag(40 + self.r as i32)).unwrap();
+            self.w.recv(&mut [0u8; 1], 0, Tag(41)).unwrap();
+        }
+    }
+
+    /// Non-overtaking: messages from one sender are matched in send order by any receive that
+    /// can match them, also across eager and rendezvous messages.
+    fn ordering(&self) {
+        if self.n < 2 {
+            return;
+        }
+        let big = 3 << 20;
+        if self.r == 1 {
+            self.w.send(&pattern(1, 0, 3, 0, 10), 0, Tag(1)).unwrap();
+            self.w.send(&pattern(1, 0, 3, 1, 20), 0, Tag(2)).unwrap();
+            let r = self.w.isend(pattern(1, 0, 3, 2, big), 0, Tag(3)).unwrap();
+            self.w.send(&pattern(1, 0, 3, 3, 30), 0, Tag(3)).unwrap();
+            r.wait().unwrap();
+            self.w.send(&pattern(1, 0, 3, 4, 5), 0, Tag(4)).unwrap();
+            self.w.send(&pattern(1, 0, 3, 5, 6), 0, Tag(5)).unwrap();
+        } else if self.r == 0 {
+            let mut b = vec![0u8; big];
+            // Tag::Any gets the earlier of two differently tagged messages.
+            let st = self.w.recv(&mut b, 1, Tag::Any).unwrap();
+            assert_eq!((st.tag, st.bytes), (1, 10));
+            check(&b[..10], &pattern(1, 0, 3, 0, 10), "first");
+            let st = self.w.recv(&mut b, Source::Any, Tag(2)).unwrap();
+            assert_eq!((st.source, st.tag, st.bytes), (1, 2, 20));
+            // A large (rendezvous) message sent before a small one on the same tag comes first.
+            let st = self.w.recv(&mut b, 1, Tag(3)).unwrap();
+            assert_eq!(st.bytes, big, "rendezvous message must not be overtaken");
+            check(&b, &pattern(1, 0, 3, 2, big), "big");
+            let st = self.w.recv(&mut b, 1, Tag(3)).unwrap();
+            assert_eq!(st.bytes, 30);
+            // A specific tag may skip ahead; the skipped message is still there.
+            let st = self.w.recv(&mut b, 1, Tag(5)).unwrap();
+            assert_eq!(st.bytes, 6);
+            let st = self.w.recv(&mut b, 1, Tag(4)).unwrap();
+            assert_eq!(st.bytes, 5);
+            // Receives match in post order: two posted receives for the same source and tag.
+        }
+        if self.r == 1 {
+            for i in 0..4 {
+                self.w.send(&pattern(1, 0, 4, i, 8 + i), 0, Tag(9)).unwrap();
+            }
+        } else if self.r == 0 {
+            let reqs: Vec<_> = (0..4).map(|_| self.w.irecv(vec![0u8; 16], 1, Tag(9)).unwrap()).collect();
+            for (i, (b, st)) in rcomm::wait_all(reqs).unwrap().into_iter().enumerate() {
+                assert_eq!(st.bytes, 8 + i, "post order");
+                check(&b[..st.bytes], &pattern(1, 0, 4, i, 8 + i), "post order data");
+            }
+        }
+    }
+
+    /// A too-small buffer: Truncated, the message consumed, the next one intact.
+    fn truncation(&self) {
+        if self.n < 2 {
+            return;
+        }
+        if self.r == 1 {
+            self.w.send(&pattern(1, 0, 5, 0, 100), 0, Tag(1)).unwrap();
+            self.w.send(&pattern(1, 0, 5, 1, 1 << 20), 0, Tag(1)).unwrap();
+            self.w.send(&pattern(1, 0, 5, 2, 33), 0, Tag(1)).unwrap();
+        } else if self.r == 0 {
+            let mut small = vec![0u8; 50];
+            match self.w.recv(&mut small, 1, Tag(1)) {
+                Err(CommError::Truncated { buffer: 50, message: 100 }) => {}
+                other => panic!("expected truncation, got {other:?}"),
+            }
+            match self.w.recv(&mut small, 1, Tag(1)) {
+                Err(CommError::Truncated { buffer: 50, message }) if message == 1 << 20 => {}
+                other => panic!("expected rendezvous truncation, got {other:?}"),
+            }
+            let st = self.w.recv(&mut small, 1, Tag(1)).unwrap();
+            check(&small[..st.bytes], &pattern(1, 0, 5, 2, 33), "after truncation");
+        }
+    }
+
+    /// probe, iprobe, mprobe and improbe.
+    fn probes(&self) {
+        if self.n < 2 {
+            return;
+        }
+        if self.r == 1 {
+            self.w.send(&pattern(1, 0, 6, 0, 1234), 0, Tag(11)).unwrap();
+            self.w.send(&pattern(1, 0, 6, 1, 2 << 20), 0, Tag(12)).unwrap();
+            self.w.send(&pattern(1, 0, 6, 2, 77), 0, Tag(13)).unwrap();
+        } else if self.r == 0 {
+            let st = self.w.probe(Source::Any, Tag(11)).unwrap();
+            assert_eq!((st.source, st.bytes), (1, 1234));
+            let m = self.w.mprobe(1, Tag(11)).unwrap();
+            assert_eq!(m.status().bytes, 1234);
+            let (v, _) = m.recv_vec::<u8>().unwrap();
+            check(&v, &pattern(1, 0, 6, 0, 1234), "mprobe eager");
+            let m = self.w.mprobe(1, Tag(12)).unwrap();
+            let (v, st) = m.recv_vec::<u8>().unwrap();
+            assert_eq!(st.bytes, 2 << 20);
+            check(&v, &pattern(1, 0, 6, 1, 2 << 20), "mprobe rendezvous");
+            let t0 = Instant::now();
+            let m = loop {
+                if let Some(m) = self.w.improbe(1, Tag(13)).unwrap() {
+                    break m;
+                }
+                assert!(t0.elapsed() < Duration::from_secs(20), "improbe never matched");
+            };
+            let mut b = [0u8; 77];
+            m.recv_into(&mut b).unwrap();
+            check(&b, &pattern(1, 0, 6, 2, 77), "improbe");
+            assert!(self.w.iprobe(1, Tag(13)).unwrap().is_none());
+        }
+    }
+
+    /// Non-blocking rings: many outstanding sends and receives in both directions, owned and
+    /// scoped, completed by wait_all, wait_any and scope end.
+    fn nonblocking(&self) {
+        let right = (self.r + 1) % self.n;
+        let left = (self.r + self.n - 1) % self.n;
+        for iter in 0..3 {
+            let lens = [0usize, 1, 100, 20_000, 70_000, 300_000];
+            let recvs: Vec<_> = lens.iter().enumerate().map(|(i, &l)| self.w.irecv(vec![0u8; l], left, Tag(100 + i as i32)).unwrap()).collect();
+            let sends: Vec<_> = lens.iter().enumerate().rev().map(|(i, &l)| self.w.isend(pattern(self.r, right, 8 + iter, i, l), right, Tag(100 + i as i32)).unwrap()).collect();
+            let mut recvs = recvs;
+            let mut got = 0;
+            while !recvs.is_empty() {
+                let (_, b, st) = rcomm::wait_any(&mut recvs).unwrap();
+                let i = (st.tag - 100) as usize;
+                check(&b, &pattern(left, self.r, 8 + iter, i, lens[i]), "wait_any");
+                got += 1;
+            }
+            assert_eq!(got, lens.len());
+            for (b, _) in rcomm::wait_all(sends).unwrap() {
+                assert!(lens.contains(&b.len()), "send buffers come back");
+            }
+        }
+        // Scoped requests borrow; the scope waits for what is not waited for explicitly.
+        let out: Vec<Vec<u8>> = (0..4).map(|i| pattern(self.r, right, 11, i, 1000 * i + 1)).collect();
+        let mut inb: Vec<Vec<u8>> = (0..4).map(|i| vec![0u8; 1000 * i + 1]).collect();
+        self.w.scope(|s| {
+            let mut rs = Vec::new();
+            for (i, b) in inb.iter_mut().enumerate() {
+                rs.push(s.irecv(b, left, Tag(200 + i as i32)).unwrap());
+            }
+            for (i, b) in out.iter().enumerate() {
+                let _unwaited = s.isend(b, right, Tag(200 + i as i32)).unwrap();
+            }
+            rs.pop().unwrap().wait().unwrap();
+        });
+        for (i, b) in inb.iter().enumerate() {
+            check(b, &pattern(left, self.r, 11, i, 1000 * i + 1), "scoped");
+        }
+        // Dropping an unmatched receive cancels it: the message goes to the next receive.
+        let before = self.w.irecv(vec![0u8; 8], left, Tag(300)).unwrap();
+        drop(before);
+        self.barrier(); // nobody sends before every rank has dropped its receive
+        self.w.send(&pattern(self.r, right, 12, 0, 8), right, Tag(300)).unwrap();
+        let mut b = [0u8; 8];
+        self.w.recv(&mut b, left, Tag(300)).unwrap();
+        check(&b, &pattern(left, self.r, 12, 0, 8), "after cancel");
+    }
+
+    fn bad_input(&self) {
+        assert!(matches!(self.w.send(&[1u8], self.n, Tag(0)), Err(CommError::InvalidRank { .. })));
+        assert!(matches!(self.w.send(&[1u8], 0, Tag(-5)), Err(CommError::InvalidTag { tag: -5 })));
+        assert!(matches!(self.w.send(&[1u8], 0, Tag::Any), Err(CommError::InvalidTag { .. })));
+        let mut b = [0u8; 1];
+        assert!(matches!(self.w.recv(&mut b, self.n + 3, Tag(0)), Err(CommError::InvalidRank { .. })));
+        // A message of 5 bytes into u32 elements is not a whole number of elements.
+        self.w.send(&[1u8, 2, 3, 4, 5], self.r, Tag(1)).unwrap();
+        let mut w = [0u32; 4];
+        assert!(matches!(self.w.recv(&mut w, self.r, Tag(1)), Err(CommError::Size { bytes: 5, elem: 4 })));
+        // Typed messages round-trip.
+        let f: Vec<f64> = (0..1000).map(|i| i as f64 * 0.5 + self.r as f64).collect();
+        let mut g = vec![0f64; 1000];
+        let st = self.w.sendrecv(&f, self.r, Tag(2), &mut g, self.r, Tag(2)).unwrap();
+        assert_eq!((st.count::<f64>(), &g), (1000, &f));
+    }
+
+    fn big(&self) {
+        let len = (2usize << 30) + 1;
+        if self.r == 1 {
+            let v: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            self.w.send(&v, 0, Tag(1)).unwrap();
+        } else if self.r == 0 {
+            let mut v = vec![0u8; len];
+            let st = self.w.recv(&mut v, 1, Tag(1)).unwrap();
+            assert_eq!(st.bytes, len);
+            assert!(v.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8), "2 GiB + 1 message corrupt");
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let world = rcomm::init().expect("init");
+    let t = T { w: &world, r: world.rank(), n: world.size() };
+    match args.get(1).map(String::as_str) {
+        Some("table") => {
+            let (shm_eager, tcp_eager) = (16 << 10, 64 << 10);
+            let sizes = [0usize, 1, 7, shm_eager - 1, shm_eager, shm_eager + 1, tcp_eager - 1, tcp_eager, tcp_eager + 1, (64 << 10) + 3, (1 << 20) + 3];
+            t.sizes(&sizes, 1);
+            t.ok("sizes");
+            let big_sizes: &[usize] = if t.n <= 4 { &[64 << 20] } else { &[] };
+            t.sizes(big_sizes, 13);
+            t.ok("64MiB");
+            t.wildcards();
+            t.ok("wildcards");
+            t.ordering();
+            t.ok("ordering");
+            t.truncation();
+            t.ok("truncation");
+            t.probes();
+            t.ok("probes");
+            t.nonblocking();
+            t.ok("nonblocking");
+            t.bad_input();
+            t.ok("bad-input");
+            if args.get(2).is_some_and(|a| a == "big") {
+                t.big();
+                t.ok("2GiB+1");
+            }
+            let c = world.transport_counters();
+            let routes: Vec<&str> = (0..t.n).map(|p| world.transport_to(p).unwrap()).collect();
+            println!(
+                "counters rank {} shm_sent {} shm_cma {} tcp_sent {} routes {}",
+                t.r,
+                c.shm.bytes_sent,
+                c.shm.bytes_cma,
+                c.tcp.bytes_sent,
+                routes.join(",")
+            );
+        }
+        Some("die") => {
+            if t.r == 1 {
+                std::thread::sleep(Duration::from_millis(300));
+                // SAFETY: kill(2) on our own pid with a valid signal number.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+            let t0 = Instant::now();
+            let mut b = [0u8; 8];
+            let res = if t.r == 2 { world.recv(&mut b, Source::Any, Tag::Any) } else { world.recv(&mut b, 1, Tag(0)) };
+            match res {
+                Err(CommError::PeerLost { rank: 1, op, .. }) => {
+                    println!("rank {} got PeerLost(rank 1) in {op} after {} ms", t.r, t0.elapsed().as_millis())
+                }
+                other => println!("rank {} got {other:?}", t.r),
+            }
+        }
+        m => panic!("unknown mode {m:?}"),
+    }
+}
