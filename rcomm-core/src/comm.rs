@@ -84,6 +84,11 @@ impl Shared {
         loop {
             {
                 let mut e = self.lock();
+                // Check before progressing: a send that completed at once must not pull the
+                // peer's reply in as an unexpected message before its receive is posted.
+                if let Some(r) = done(&mut e) {
+                    return r;
+                }
                 e.progress();
                 if let Some(r) = done(&mut e) {
                     return r;

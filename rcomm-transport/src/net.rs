@@ -136,7 +136,7 @@ impl Net {
 
     fn tcp_sender(&mut self, peer: u32) -> Result<&mut TcpSender, TransportError> {
         if !self.tcp_tx.contains_key(&peer) {
-            let addr = self.tcp_addrs.get(peer as usize).cloned().flatten().ok_or(TransportError::Connect {
+            let addr = self.tcp_addrs.get(peer as usize).cloned().flatten().ok_or_else(|| TransportError::Connect {
                 peer,
                 addr: "-".into(),
                 why: "the peer published no TCP address".into(),

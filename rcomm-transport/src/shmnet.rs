@@ -313,7 +313,7 @@ impl ShmNet {
 
     fn ensure_tx(&mut self, peer: u32) -> Result<&mut Peer, TransportError> {
         let slots = self.cfg.ring_slots;
-        let p = self.peers.get_mut(&peer).ok_or(TransportError::Protocol { peer, why: "not a node peer".into() })?;
+        let p = self.peers.get_mut(&peer).ok_or_else(|| TransportError::Protocol { peer, why: "not a node peer".into() })?;
         if p.tx.is_none() {
             let seg = Arc::new(Segment::create("rcomm-ring", Ring::layout_size(slots)).map_err(ioerr("creating a ring"))?);
             let ring = Ring::init(&seg, slots).map_err(|e| TransportError::Protocol { peer, why: e.to_string() })?;
@@ -411,7 +411,7 @@ impl ShmNet {
 
     /// Reads `dst.len()` bytes at `addr` in `peer`'s memory (single copy).
     pub fn cma_read(&mut self, peer: u32, addr: u64, dst: &mut [u8]) -> Result<(), TransportError> {
-        let pid = self.peers.get(&peer).map(|p| p.pid).ok_or(TransportError::Protocol { peer, why: "not a node peer".into() })?;
+        let pid = self.peers.get(&peer).map(|p| p.pid).ok_or_else(|| TransportError::Protocol { peer, why: "not a node peer".into() })?;
         let mut done = 0usize;
         while done < dst.len() {
             // Linux moves at most ~2 GiB per call; stay well below.

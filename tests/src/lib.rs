@@ -181,10 +181,16 @@ pub fn wait_no_processes(key: &str, value: &str, within: Duration) -> Vec<u32> {
     }
 }
 
-/// Entries of /dev/shm now.
+/// Entries of /dev/shm that rcomm could have made (rcomm uses memfds and should make none;
+/// other programs, such as an MPI run side by side, may create their own meanwhile).
 pub fn dev_shm() -> BTreeSet<String> {
     std::fs::read_dir("/dev/shm")
-        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.to_ascii_lowercase().contains("rcomm"))
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -142,7 +142,14 @@ struct State {
     cma: Vec<bool>,
     hosts: Vec<String>,
     error: Option<(u32, String)>,
+    /// Buffers of consumed unexpected messages, reused so a steady stream of unexpected small
+    /// messages does not allocate.
+    pool: Vec<Vec<u8>>,
 }
+
+/// Most buffers kept in the pool, and the largest capacity kept.
+const POOL_MAX: usize = 64;
+const POOL_BUF_MAX: usize = 64 << 10;
 
 /// The engine: protocol state plus the transports.
 #[derive(Debug)]
@@ -185,6 +192,7 @@ impl Engine {
                 cma: (0..size).map(|p| net.caps(p).single_copy && cfg.cma_max > 0).collect(),
                 hosts,
                 error: None,
+                pool: Vec::new(),
             },
             net,
         }
@@ -589,8 +597,14 @@ impl State {
                     rcomm_transport::rlog!(Warn, "P2P", "rank {peer} sent a header claiming source {}; dropped", hdr.source);
                     return;
                 }
-                let stored = || match hdr.kind {
-                    ProtoKind::Eager => Some(Stored::Eager(payload.to_vec())),
+                let pool = &mut self.pool;
+                let mut stored = || match hdr.kind {
+                    ProtoKind::Eager => {
+                        let mut v = pool.pop().unwrap_or_default();
+                        v.clear();
+                        v.extend_from_slice(payload);
+                        Some(Stored::Eager(v))
+                    }
                     _ => Some(Stored::Rts { sender_token: u64_at(payload, 0)?, addr: u64_at(payload, 1)? }),
                 };
                 let env = Envelope { source: peer, tag: hdr.tag, len: hdr.len };
@@ -657,7 +671,12 @@ impl State {
     fn start_recv(&mut self, req: ReqId, env: Envelope, stored: Stored) {
         self.req_mut(req).peer = Some(env.source);
         match stored {
-            Stored::Eager(data) => self.finish_eager(req, env, &data),
+            Stored::Eager(data) => {
+                self.finish_eager(req, env, &data);
+                if self.pool.len() < POOL_MAX && data.capacity() <= POOL_BUF_MAX {
+                    self.pool.push(data);
+                }
+            }
             Stored::Rts { sender_token, addr } => {
                 let cap = self.req_region(req).len();
                 if env.len as usize > cap {

@@ -274,14 +274,19 @@ impl T<'_> {
 
     fn big(&self) {
         let len = (2usize << 30) + 1;
+        // Period 251 (prime): a block moved by any power-of-two offset shows.
+        let period: Vec<u8> = (0..251 * 4096).map(|i| (i % 251) as u8).collect();
         if self.r == 1 {
-            let v: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let mut v = vec![0u8; len];
+            for c in v.chunks_mut(period.len()) {
+                c.copy_from_slice(&period[..c.len()]);
+            }
             self.w.send(&v, 0, Tag(1)).unwrap();
         } else if self.r == 0 {
             let mut v = vec![0u8; len];
             let st = self.w.recv(&mut v, 1, Tag(1)).unwrap();
             assert_eq!(st.bytes, len);
-            assert!(v.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8), "2 GiB + 1 message corrupt");
+            assert!(v.chunks(period.len()).all(|c| c == &period[..c.len()]), "2 GiB + 1 message corrupt");
         }
     }
 }

@@ -1,0 +1,121 @@
+//! Point-to-point through real `rcomm-run` jobs: one launch per (rank count, transport) runs the
+//! whole table of cases in `rt_p2p`; byte counters prove which transport carried the traffic.
+
+use rcomm_tests::{Job, JobOutput, dev_shm, test_program};
+use std::time::Duration;
+
+const CASES: [&str; 8] = ["sizes", "64MiB", "wildcards", "ordering", "truncation", "probes", "nonblocking", "bad-input"];
+
+struct Counters {
+    shm_sent: u64,
+    shm_cma: u64,
+    tcp_sent: u64,
+    routes: String,
+}
+
+fn counters(out: &JobOutput, rank: u32) -> Counters {
+    let line = out.rank_lines(rank).into_iter().find(|l| l.starts_with("counters")).unwrap_or_else(|| panic!("no counters from rank {rank}\n{out}"));
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let num = |k: &str| f.iter().position(|x| *x == k).map(|i| f[i + 1].parse::<u64>().unwrap()).unwrap();
+    Counters { shm_sent: num("shm_sent"), shm_cma: num("shm_cma"), tcp_sent: num("tcp_sent"), routes: f.last().unwrap().to_string() }
+}
+
+fn table(n: u32, env: &[(&str, &str)], extra: &[&str]) -> JobOutput {
+    let prog = test_program("rt_p2p");
+    let mut args = vec![prog.as_str(), "table"];
+    args.extend_from_slice(extra);
+    let mut job = Job::new(n, &args).deadline(Duration::from_secs(120));
+    for (k, v) in env {
+        job = job.env(k, v);
+    }
+    let out = job.run();
+    assert_eq!(out.code(), 0, "{n} ranks {env:?}\n{out}");
+    let ok: Vec<&str> = out.rank_lines(0).into_iter().filter_map(|l| l.strip_prefix("ok ")).collect();
+    for c in CASES {
+        assert!(ok.contains(&c), "case {c} did not pass at {n} ranks {env:?}\n{out}");
+    }
+    out
+}
+
+#[test]
+fn p2p_table_over_the_default_transport_uses_shared_memory_at_1_to_8_ranks() {
+    let shm0 = dev_shm();
+    for n in [1u32, 2, 3, 4, 8] {
+        let out = table(n, &[], &[]);
+        for r in 0..n {
+            let c = counters(&out, r);
+            assert_eq!(c.tcp_sent, 0, "no silent fall-back to TCP\n{out}");
+            if n > 1 {
+                assert!(c.shm_sent > 0, "{out}");
+                assert!(c.shm_cma > 0, "single copy is on by default\n{out}");
+            }
+            assert!(c.routes.split(',').all(|t| t == "shm" || t == "self"), "{}", c.routes);
+        }
+    }
+    assert_eq!(dev_shm(), shm0, "shared memory is memfd-backed: nothing in /dev/shm");
+}
+
+#[test]
+fn p2p_table_over_tcp_at_1_to_8_ranks() {
+    for n in [1u32, 2, 3, 4, 8] {
+        let out = table(n, &[("RCOMM_TRANSPORT", "tcp")], &[]);
+        for r in 0..n {
+            let c = counters(&out, r);
+            assert_eq!((c.shm_sent, c.shm_cma), (0, 0), "{out}");
+            if n > 1 {
+                assert!(c.tcp_sent > 0, "{out}");
+            }
+        }
+    }
+}
+
+#[test]
+fn p2p_table_over_shared_memory_without_single_copy_at_1_to_8_ranks() {
+    for n in [1u32, 2, 3, 4, 8] {
+        let out = table(n, &[("RCOMM_SHM_CMA", "0")], &[]);
+        for r in 0..n {
+            let c = counters(&out, r);
+            assert_eq!((c.shm_cma, c.tcp_sent), (0, 0), "{out}");
+        }
+    }
+}
+
+#[test]
+fn a_message_of_2_gib_plus_1_arrives_intact() {
+    let out = table(2, &[], &["big"]);
+    assert!(out.rank_lines(0).contains(&"ok 2GiB+1"), "{out}");
+}
+
+#[test]
+fn an_8_byte_send_recv_pair_allocates_nothing() {
+    for t in ["auto", "tcp"] {
+        let out = Job::new(2, &[&test_program("rt_alloc")]).env("RCOMM_TRANSPORT", t).run();
+        assert_eq!(out.code(), 0, "{out}");
+        for r in 0..2 {
+            assert_eq!(out.rank_lines(r), vec!["allocations 0"], "{t}\n{out}");
+        }
+    }
+}
+
+#[test]
+fn survivors_get_peer_lost_within_2s_when_a_rank_is_killed() {
+    for t in ["auto", "tcp"] {
+        let out = Job::new(4, &["--on-failure", "continue", &test_program("rt_p2p"), "die"])
+            .env("RCOMM_TRANSPORT", t)
+            .deadline(Duration::from_secs(30))
+            .run();
+        assert_eq!(out.code(), 137, "{out}");
+        for r in [0, 2, 3] {
+            let l = out.rank_lines(r);
+            assert_eq!(l.len(), 1, "{out}");
+            let ms: u64 = l[0]
+                .strip_prefix(&format!("rank {r} got PeerLost(rank 1) in recv after "))
+                .and_then(|s| s.strip_suffix(" ms"))
+                .unwrap_or_else(|| panic!("{t}: {}", l[0]))
+                .parse()
+                .unwrap();
+            // Rank 1 dies 300 ms after the receives start; the error must follow within 2 s.
+            assert!(ms < 2300, "{t}: PeerLost after {ms} ms\n{out}");
+        }
+    }
+}
