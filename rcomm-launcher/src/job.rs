@@ -41,6 +41,10 @@ struct RankProc {
     child: Child,
     started: Instant,
     ended: Option<Ending>,
+    /// It connected to the key-value store (it runs rcomm) ...
+    connected: bool,
+    /// ... and said it is finishing normally.
+    finalized: bool,
 }
 
 /// The stop sequence: signals still to send, and when to send the next.
@@ -222,6 +226,8 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
             child,
             started: Instant::now(),
             ended: None,
+            connected: false,
+            finalized: false,
         });
     }
     drop(done_tx);
@@ -345,7 +351,16 @@ impl Supervisor {
                     "warning: refused a connection to the job's key-value store from {peer}: {why} (the job goes on)"
                 ));
             }
-            KvsEvent::Connected { .. } | KvsEvent::Finalized { .. } => {}
+            KvsEvent::Connected { rank } => {
+                if let Some(r) = self.ranks.iter_mut().find(|r| r.rank == rank) {
+                    r.connected = true;
+                }
+            }
+            KvsEvent::Finalized { rank } => {
+                if let Some(r) = self.ranks.iter_mut().find(|r| r.rank == rank) {
+                    r.finalized = true;
+                }
+            }
         }
     }
 
@@ -354,9 +369,18 @@ impl Supervisor {
             if self.ranks[i].ended.is_some() {
                 continue;
             }
-            let Ok(Some(end)) = os::peek_exit(self.ranks[i].pid) else {
+            let Ok(Some(mut end)) = os::peek_exit(self.ranks[i].pid) else {
                 continue;
             };
+            if end.is_success() {
+                // A rank's Finalize event is queued before its reply, so before it can exit.
+                while let Ok(ev) = self.events.try_recv() {
+                    self.on_event(ev);
+                }
+                if self.ranks[i].connected && !self.ranks[i].finalized {
+                    end = Ending::Unfinalized;
+                }
+            }
             self.ranks[i].ended = Some(end);
             if !end.is_success() {
                 self.on_failure(i, end);

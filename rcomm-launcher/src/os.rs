@@ -19,6 +19,10 @@ pub enum Ending {
     Exited(i32),
     /// A signal ended it.
     Signaled(i32),
+    /// It exited with code 0 after connecting to rcomm but without finalizing (its `World`
+    /// was never dropped, e.g. `std::process::exit(0)` mid-job): peers may be waiting on it,
+    /// so it counts as a failure (status 1), as MPI launchers treat a missing finalize.
+    Unfinalized,
 }
 
 impl Ending {
@@ -32,6 +36,7 @@ impl Ending {
         match self {
             Ending::Exited(c) => c,
             Ending::Signaled(s) => 128 + s,
+            Ending::Unfinalized => 1,
         }
     }
 
@@ -39,6 +44,7 @@ impl Ending {
     pub fn describe(self) -> String {
         match self {
             Ending::Exited(c) => format!("exited with code {c}"),
+            Ending::Unfinalized => "exited with code 0 without finalizing rcomm (std::process::exit while the World was alive?)".to_string(),
             Ending::Signaled(s) => {
                 format!(
                     "was killed by signal {s} ({})",

@@ -78,6 +78,18 @@ fn survivors_get_the_failure_notice_then_the_job_stops_within_5s() {
 }
 
 #[test]
+fn a_rank_leaving_without_finalizing_is_a_failure_the_others_hear_of() {
+    let out = Job::new(3, &["--grace", "1", &world(), "exit0"]).deadline(Duration::from_secs(20)).run();
+    assert_eq!(out.code(), 1, "{out}");
+    assert!(out.stderr.contains("rank 1") && out.stderr.contains("without finalizing"), "{out}");
+    for r in [0, 2] {
+        let l = out.rank_lines(r);
+        assert!(l.len() == 1 && l[0].starts_with("saw failure of rank 1"), "{out}");
+    }
+    assert!(out.elapsed < Duration::from_secs(5), "{out}");
+}
+
+#[test]
 fn abort_ends_the_job_with_its_code_and_message() {
     let out = Job::new(3, &[&world(), "abort"]).deadline(Duration::from_secs(20)).run();
     assert_eq!(out.code(), 7, "{out}");

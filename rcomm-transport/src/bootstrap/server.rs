@@ -198,7 +198,8 @@ fn accept_loop(listener: TcpListener, sh: Arc<Shared>) {
 }
 
 fn refuse(sh: &Shared, peer: String, why: String) {
-    rlog!(Warn, "LAUNCH", "KVS: refused connection from {peer}: {why}");
+    // The owner of the event stream (the launcher) reports it; logging here too would say it twice.
+    rlog!(Info, "LAUNCH", "KVS: refused connection from {peer}: {why}");
     event(sh, KvsEvent::Refused { peer, why });
 }
 
@@ -226,6 +227,8 @@ fn serve(mut stream: TcpStream, peer: String, sh: Arc<Shared>) {
         let (kind, payload) = match wire::read_frame(&mut stream, MAX_FRAME_PAYLOAD) {
             Ok(f) => f,
             Err(FrameIoError::Closed) => break,
+            // A rank that dies mid-connection: the launcher reports the death itself.
+            Err(FrameIoError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
             Err(e) => {
                 rlog!(Warn, "LAUNCH", "KVS: rank {rank} sent a bad frame ({e}); dropping it");
                 break;

@@ -6,6 +6,7 @@
 //! - `init-error`: expects init to fail; prints `init error: ...` and exits 3.
 //! - `notice`: rank 1 exits with code 1 after init; the others wait for the launcher's notice
 //!   and print `saw failure of rank R: HOW` (or `no notice`), then keep running until stopped.
+//! - `exit0`: as `notice`, but rank 1 calls exit(0) without finalizing.
 //! - `abort`: rank 1 calls abort(7, ...); the others sleep.
 use rcomm_transport::auth::Secret;
 use rcomm_transport::bootstrap::{Bootstrap, KvsClient};
@@ -65,10 +66,11 @@ fn main() {
                 std::process::exit(3)
             }
         },
-        Some("notice") => {
+        Some(mode @ ("notice" | "exit0")) => {
             let w = rcomm::init().expect("init");
             if w.rank() == 1 {
-                std::process::exit(1);
+                // `exit0`: leaving without finalizing while peers may wait is a failure too.
+                std::process::exit(if mode == "notice" { 1 } else { 0 });
             }
             let t0 = Instant::now();
             match w.wait_for_failure(Duration::from_secs(5)).first() {

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Markdown tables of medians from a compare-pt2pt.sh result directory.
+
+    pt2pt_table.py target/bench-results/<timestamp> [--show 8,1K,64K,1M,4M,16M] [--spread]
+
+Reads <dir>/<group>/<impl>.<pair>.json (one JSON object per line: {"size":N,"latency_us":X}
+or {"size":N,"bandwidth_MBps":X}) and prints, per group, the median over pairs of every
+implementation at every size, with the ratio rcomm/peer (ratio of the medians).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+GROUPS = {
+    "shm-lat": "Latency over shared memory, µs (rcomm/peer < 1: rcomm faster)",
+    "shm-bw": "Bandwidth over shared memory, MB/s, `-b multiple` on both sides (rcomm/peer > 1: rcomm faster)",
+    "tcp-lat": "Latency over TCP loopback, µs (`RCOMM_TRANSPORT=tcp` vs `--mca btl tcp,self`)",
+    "tcp-bw": "Bandwidth over TCP loopback, MB/s (`RCOMM_TRANSPORT=tcp` vs `--mca btl tcp,self`)",
+    "nocma-bw": "Bandwidth over shared memory without single copy, MB/s "
+    "(`RCOMM_SHM_CMA=0` vs `--mca btl_vader_single_copy_mechanism none`)",
+}
+NAMES = {
+    "rcomm": "rcomm",
+    "openmpi": "Open MPI",
+    "mpich": "MPICH",
+    "openmpi-single": "Open MPI `-b single`",
+    "mpich-single": "MPICH `-b single`",
+}
+ORDER = ["rcomm", "openmpi", "mpich", "openmpi-single", "mpich-single"]
+
+
+def parse_size(s):
+    s = s.strip()
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    if s and s[-1].lower() in mult:
+        return int(s[:-1]) * mult[s[-1].lower()]
+    return int(s)
+
+
+def fmt_size(n):
+    for unit, v in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= v and n % v == 0:
+            return f"{n // v} {unit}"
+    return f"{n} B"
+
+
+def load(d):
+    """data[group][impl][size] -> list of values, one per pair; also pair counts."""
+    data, pairs = {}, {}
+    for g in sorted(os.listdir(d)):
+        gd = os.path.join(d, g)
+        if not os.path.isdir(gd):
+            continue
+        for f in sorted(os.listdir(gd)):
+            if not f.endswith(".json"):
+                continue
+            impl = f.rsplit(".", 2)[0]
+            pairs.setdefault(g, {}).setdefault(impl, 0)
+            pairs[g][impl] += 1
+            with open(os.path.join(gd, f)) as fh:
+                for line in fh:
+                    line = line.strip()
+                    if line.startswith("[") and "] " in line:  # rank prefix, if any
+                        line = line.split("] ", 1)[1]
+                    if not line.startswith("{"):
+                        continue
+                    o = json.loads(line)
+                    v = o.get("latency_us", o.get("bandwidth_MBps"))
+                    data.setdefault(g, {}).setdefault(impl, {}).setdefault(o["size"], []).append(v)
+    return data, pairs
+
+
+def fmt_val(v, lat):
+    if lat:
+        return f"{v:.2f}" if v < 100 else f"{v:.0f}"
+    return f"{v:,.0f}".replace(",", " ")
+
+
+def table(g, impls, show, spread, pairs):
+    lat = g.endswith("-lat")
+    peers = [i for i in ORDER if i in impls and i != "rcomm"]
+    sizes = sorted(set().union(*[set(impls[i]) for i in impls]))
+    if show:
+        sizes = [s for s in sizes if s in show]
+    n = min(pairs.values()) if pairs else 0
+    out = [f"### {g}: {GROUPS.get(g, g)}", "", f"Median of {n} interleaved pairs" + (" (min–max in brackets)." if spread else "."), ""]
+    head = ["size", "rcomm"]
+    for p in peers:
+        head += [NAMES.get(p, p), f"rcomm / {NAMES.get(p, p)}"]
+    out.append("| " + " | ".join(head) + " |")
+    out.append("|" + "---|" * len(head))
+    for s in sizes:
+        def cell(i):
+            vals = impls.get(i, {}).get(s)
+            if not vals:
+                return "–", None
+            m = statistics.median(vals)
+            txt = fmt_val(m, lat)
+            if spread and len(vals) > 1:
+                txt += f" ({fmt_val(min(vals), lat)}–{fmt_val(max(vals), lat)})"
+            return txt, m
+        rtxt, rm = cell("rcomm")
+        row = [fmt_size(s), rtxt]
+        for p in peers:
+            ptxt, pm = cell(p)
+            ratio = f"{rm / pm:.2f}" if rm is not None and pm else "–"
+            row += [ptxt, ratio]
+        out.append("| " + " | ".join(row) + " |")
+    out.append("")
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir")
+    ap.add_argument("--show", help="comma-separated sizes to show (K/M/G suffixes); default all")
+    ap.add_argument("--spread", action="store_true", help="also show min–max over pairs")
+    a = ap.parse_args()
+    show = {parse_size(s) for s in a.show.split(",")} if a.show else None
+    data, pairs = load(a.dir)
+    if not data:
+        print(f"pt2pt_table.py: no results under {a.dir}", file=sys.stderr)
+        return 1
+    order = [g for g in GROUPS if g in data] + [g for g in data if g not in GROUPS]
+    for g in order:
+        print(table(g, data[g], show, a.spread, pairs.get(g, {})))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,396 @@
+//! The OSU micro-benchmarks 7.2 methodology, as plain data and functions.
+//!
+//! What OSU does, and what `rcomm-bench` and `benches/mpi/osu_like.c` therefore do:
+//! - sizes are powers of two from MIN to MAX (`-m [MIN:]MAX`, default 1:4194304; a size of 0 is
+//!   followed by 1, as in OSU);
+//! - per size, `skip` warm-up iterations then `iterations` timed ones; "large" means
+//!   `size > 8192`. Latency: 10 000 + 100 warm-up (small), 1 000 + 10 (large). Bandwidth: 100
+//!   windows + 10 warm-up (small), 20 + 2 (large). `-i` sets the iterations of both classes,
+//!   `-x` the warm-up of both (OSU's `set_num_iterations` / `set_num_warmup`);
+//! - each timed iteration is timed on its own and the times are summed (OSU 7 times every
+//!   iteration between `MPI_Wtime` calls);
+//! - latency = half the ping-pong round trip; the ping is sent from one buffer and the pong
+//!   received into another (`s_buf`, `r_buf`);
+//! - bandwidth = bytes of a window of 64 non-blocking sends, then one 4-byte acknowledgement
+//!   per window, over the time from the first send to the acknowledgement; bidirectional
+//!   bandwidth = both ranks post 64 receives and 64 sends per window, bytes counted both ways;
+//! - buffers are page-aligned and reused; with `-b multiple` (OSU's `--buffer-num multiple`)
+//!   every window slot has its own send and receive buffer, allocated per size.
+//!
+//! Additions that do not change what is timed: before the timed loop the send buffers are
+//! filled with a pattern that depends on (size, rank, window slot) and the receive buffers with
+//! a poison pattern; after the timed loop, in a separate pass, the receiver checks the last
+//! received buffers against the sender's pattern.
+
+use std::fmt;
+
+/// OSU's `LARGE_MESSAGE_SIZE`: sizes above it use the "large" loop counts.
+pub const LARGE_MESSAGE_SIZE: usize = 8192;
+/// OSU's default window of non-blocking operations for the bandwidth tests.
+pub const WINDOW_SIZE: usize = 64;
+/// Alignment of every buffer (OSU aligns to the page size).
+pub const PAGE: usize = 4096;
+/// Largest supported message size.
+pub const MAX_SIZE: usize = 1 << 30;
+/// OSU's default size range.
+pub const DEFAULT_RANGE: SizeRange = SizeRange { min: 1, max: 4 << 20 };
+/// Most memory one rank may allocate for buffers (multiple buffers: 2 × window × size).
+pub const MEM_LIMIT: usize = 4 << 30;
+
+/// The three point-to-point tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Test {
+    /// `osu_latency`: ping-pong, half the round trip.
+    Latency,
+    /// `osu_bw`: windows of 64 sends, one acknowledgement per window.
+    Bw,
+    /// `osu_bibw`: windows of 64 sends and 64 receives on both ranks.
+    Bibw,
+}
+
+impl Test {
+    /// Name as on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::Latency => "latency",
+            Test::Bw => "bw",
+            Test::Bibw => "bibw",
+        }
+    }
+
+    /// OSU's default loop counts for this test.
+    pub fn default_counts(self) -> LoopCounts {
+        match self {
+            Test::Latency => LoopCounts { small: Loop { iterations: 10_000, skip: 100 }, large: Loop { iterations: 1_000, skip: 10 } },
+            Test::Bw | Test::Bibw => LoopCounts { small: Loop { iterations: 100, skip: 10 }, large: Loop { iterations: 20, skip: 2 } },
+        }
+    }
+
+    /// Title line, as OSU prints it.
+    pub fn title(self) -> &'static str {
+        match self {
+            Test::Latency => "# OSU-style Latency Test (osu_latency methodology)",
+            Test::Bw => "# OSU-style Bandwidth Test (osu_bw methodology)",
+            Test::Bibw => "# OSU-style Bi-Directional Bandwidth Test (osu_bibw methodology)",
+        }
+    }
+
+    /// Column header line of the table.
+    pub fn column_header(self) -> String {
+        let unit = if self == Test::Latency { "Latency (us)" } else { "Bandwidth (MB/s)" };
+        format!("{:<10}{:>20}", "# Size", unit)
+    }
+
+    /// One table row: size and value with OSU's widths and two decimals.
+    pub fn row(self, size: usize, value: f64) -> String {
+        format!("{size:<10}{value:>20.2}")
+    }
+
+    /// One JSON line: `{"size":N,"latency_us":X}` or `{"size":N,"bandwidth_MBps":X}`.
+    pub fn json(self, size: usize, value: f64) -> String {
+        match self {
+            Test::Latency => format!("{{\"size\":{size},\"latency_us\":{value:.3}}}"),
+            Test::Bw | Test::Bibw => format!("{{\"size\":{size},\"bandwidth_MBps\":{value:.2}}}"),
+        }
+    }
+
+    /// The reported figure from the summed time of `iterations` timed iterations:
+    /// latency in µs (half round trip) or bandwidth in MB/s (10^6 bytes per second).
+    pub fn figure(self, size: usize, iterations: usize, window: usize, total_secs: f64) -> f64 {
+        match self {
+            Test::Latency => total_secs * 1e6 / (2.0 * iterations as f64),
+            Test::Bw => size as f64 / 1e6 * iterations as f64 * window as f64 / total_secs,
+            Test::Bibw => size as f64 / 1e6 * iterations as f64 * window as f64 * 2.0 / total_secs,
+        }
+    }
+
+    /// Whether a size is run (the bandwidth tests skip 0 bytes, as OSU does).
+    pub fn runs_size(self, size: usize) -> bool {
+        size > 0 || self == Test::Latency
+    }
+}
+
+impl fmt::Display for Test {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Warm-up and timed iterations for one size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loop {
+    /// Timed iterations (windows for the bandwidth tests).
+    pub iterations: usize,
+    /// Warm-up iterations before them.
+    pub skip: usize,
+}
+
+/// Loop counts for small (≤ 8 KiB) and large sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopCounts {
+    /// Sizes up to [`LARGE_MESSAGE_SIZE`].
+    pub small: Loop,
+    /// Larger sizes.
+    pub large: Loop,
+}
+
+impl LoopCounts {
+    /// Applies `-i` and `-x`, which (as in OSU) set both size classes.
+    pub fn with_overrides(mut self, iterations: Option<usize>, skip: Option<usize>) -> Self {
+        if let Some(i) = iterations {
+            self.small.iterations = i;
+            self.large.iterations = i;
+        }
+        if let Some(x) = skip {
+            self.small.skip = x;
+            self.large.skip = x;
+        }
+        self
+    }
+
+    /// The counts for `size`.
+    pub fn for_size(&self, size: usize) -> Loop {
+        if size > LARGE_MESSAGE_SIZE { self.large } else { self.small }
+    }
+}
+
+/// An inclusive range of message sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeRange {
+    /// Smallest size in bytes.
+    pub min: usize,
+    /// Largest size in bytes.
+    pub max: usize,
+}
+
+impl SizeRange {
+    /// The sizes OSU runs: `min`, then doubling (0 is followed by 1) while ≤ `max`.
+    pub fn sizes(&self) -> Vec<usize> {
+        let mut v = Vec::new();
+        let mut s = self.min;
+        while s <= self.max {
+            v.push(s);
+            s = if s == 0 { 1 } else { s * 2 };
+        }
+        v
+    }
+}
+
+/// Parses a size: digits with an optional binary suffix K, M or G (`4K` = 4096).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (digits, mult) = match t.as_bytes().last() {
+        Some(b'k' | b'K') => (&t[..t.len() - 1], 1usize << 10),
+        Some(b'm' | b'M') => (&t[..t.len() - 1], 1 << 20),
+        Some(b'g' | b'G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: usize = digits.parse().map_err(|_| format!("bad size {s:?}: expected a number with an optional K, M or G suffix"))?;
+    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+/// Parses OSU's `-m` argument: `MIN:MAX`, `MAX`, `MIN:` (up to the default maximum) or `:MAX`.
+pub fn parse_range(s: &str) -> Result<SizeRange, String> {
+    let (min, max) = match s.split_once(':') {
+        Some((a, b)) => {
+            let min = if a.trim().is_empty() { DEFAULT_RANGE.min } else { parse_size(a)? };
+            let max = if b.trim().is_empty() { DEFAULT_RANGE.max.max(min) } else { parse_size(b)? };
+            (min, max)
+        }
+        None => (DEFAULT_RANGE.min, parse_size(s)?),
+    };
+    if min > max {
+        return Err(format!("bad size range {s:?}: minimum {min} is above maximum {max}"));
+    }
+    if max > MAX_SIZE {
+        return Err(format!("bad size range {s:?}: sizes above 1 GiB ({MAX_SIZE} bytes) are not supported"));
+    }
+    Ok(SizeRange { min, max })
+}
+
+/// Seed of the pattern a rank sends at one size from one window slot.
+pub fn seed(size: usize, rank: u32, slot: usize) -> u64 {
+    (size as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (u64::from(rank) << 48) ^ ((slot as u64) << 32) ^ 0x0005_DEEC_E66D
+}
+
+/// Seed of the poison written into receive buffers before a size runs.
+pub fn poison_seed(size: usize, rank: u32, slot: usize) -> u64 {
+    seed(size, rank, slot) ^ 0xA5A5_A5A5_A5A5_A5A5
+}
+
+/// Word `k` of the pattern with `seed` (a 64-bit mix; the C program computes the same).
+#[inline]
+fn word(seed: u64, k: u64) -> u64 {
+    let mut x = seed ^ k.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 31;
+    x = x.wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 29)
+}
+
+/// Fills `buf` with the pattern of `seed`: little-endian 64-bit words, the last one truncated.
+pub fn fill(buf: &mut [u8], seed: u64) {
+    let mut chunks = buf.chunks_exact_mut(8);
+    let mut k = 0u64;
+    for c in &mut chunks {
+        c.copy_from_slice(&word(seed, k).to_le_bytes());
+        k += 1;
+    }
+    let rest = chunks.into_remainder();
+    let n = rest.len();
+    rest.copy_from_slice(&word(seed, k).to_le_bytes()[..n]);
+}
+
+/// Offset of the first byte of `buf` that differs from the pattern of `seed`, if any.
+pub fn first_mismatch(buf: &[u8], seed: u64) -> Option<usize> {
+    let mut chunks = buf.chunks_exact(8);
+    let mut k = 0u64;
+    for c in &mut chunks {
+        let w = word(seed, k).to_le_bytes();
+        if c != w {
+            let i = c.iter().zip(w).position(|(a, b)| *a != b).unwrap_or(0);
+            return Some(k as usize * 8 + i);
+        }
+        k += 1;
+    }
+    let rest = chunks.remainder();
+    let w = word(seed, k).to_le_bytes();
+    rest.iter().zip(w).position(|(a, b)| *a != b).map(|i| k as usize * 8 + i)
+}
+
+/// A page-aligned, zero-initialised byte buffer (OSU aligns its buffers to the page size).
+#[derive(Debug)]
+pub struct AlignedBuf {
+    raw: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// A buffer of `len` bytes starting on a page boundary. Its pages are touched only when
+    /// written (the allocation is zeroed by the allocator, usually by mapping fresh pages).
+    pub fn new(len: usize) -> Self {
+        let raw = vec![0u8; len + PAGE];
+        let off = (PAGE - raw.as_ptr().addr() % PAGE) % PAGE;
+        Self { raw, off, len }
+    }
+
+    /// Capacity in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the capacity is zero.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The first `n` bytes.
+    pub fn get(&self, n: usize) -> &[u8] {
+        assert!(n <= self.len, "AlignedBuf::get({n}) beyond {}", self.len);
+        &self.raw[self.off..self.off + n]
+    }
+
+    /// The first `n` bytes, writable.
+    pub fn get_mut(&mut self, n: usize) -> &mut [u8] {
+        assert!(n <= self.len, "AlignedBuf::get_mut({n}) beyond {}", self.len);
+        &mut self.raw[self.off..self.off + n]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_double_from_min_to_max_like_osu() {
+        assert_eq!(SizeRange { min: 1, max: 8 }.sizes(), vec![1, 2, 4, 8]);
+        assert_eq!(SizeRange { min: 0, max: 4 }.sizes(), vec![0, 1, 2, 4]);
+        assert_eq!(SizeRange { min: 8, max: 100 }.sizes(), vec![8, 16, 32, 64]);
+        assert_eq!(DEFAULT_RANGE.sizes().len(), 23);
+    }
+
+    #[test]
+    fn ranges_accept_suffixes_and_osu_forms() {
+        assert_eq!(parse_range("1:4M").unwrap(), SizeRange { min: 1, max: 4 << 20 });
+        assert_eq!(parse_range("8:16m").unwrap(), SizeRange { min: 8, max: 16 << 20 });
+        assert_eq!(parse_range("64K").unwrap(), SizeRange { min: 1, max: 65536 });
+        assert_eq!(parse_range("1K:").unwrap(), SizeRange { min: 1024, max: 4 << 20 });
+        assert_eq!(parse_range(":2K").unwrap(), SizeRange { min: 1, max: 2048 });
+        assert_eq!(parse_range("1G:1G").unwrap(), SizeRange { min: 1 << 30, max: 1 << 30 });
+        assert!(parse_range("2G:2G").unwrap_err().contains("1 GiB"));
+        assert!(parse_range("8:4").unwrap_err().contains("above maximum"));
+        assert!(parse_range("x").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
+    }
+
+    #[test]
+    fn loop_counts_are_osus_and_overrides_set_both_classes() {
+        let lat = Test::Latency.default_counts();
+        assert_eq!(lat.for_size(8192), Loop { iterations: 10_000, skip: 100 });
+        assert_eq!(lat.for_size(8193), Loop { iterations: 1_000, skip: 10 });
+        let bw = Test::Bw.default_counts();
+        assert_eq!(bw.for_size(8), Loop { iterations: 100, skip: 10 });
+        assert_eq!(bw.for_size(1 << 20), Loop { iterations: 20, skip: 2 });
+        let o = bw.with_overrides(Some(7), Some(1));
+        assert_eq!(o.for_size(8), Loop { iterations: 7, skip: 1 });
+        assert_eq!(o.for_size(1 << 20), Loop { iterations: 7, skip: 1 });
+    }
+
+    #[test]
+    fn figures_follow_osu_formulas() {
+        // 1000 round trips in 2 ms: 1 µs half round trip.
+        assert!((Test::Latency.figure(8, 1000, 64, 0.002) - 1.0).abs() < 1e-9);
+        // 10 windows of 64 × 1 MB in 1 s: 640 MB/s; both ways: 1280.
+        assert!((Test::Bw.figure(1_000_000, 10, 64, 1.0) - 640.0).abs() < 1e-9);
+        assert!((Test::Bibw.figure(1_000_000, 10, 64, 1.0) - 1280.0).abs() < 1e-9);
+        assert_eq!(Test::Latency.json(8, 0.25), r#"{"size":8,"latency_us":0.250}"#);
+        assert_eq!(Test::Bw.json(1024, 2864.0), r#"{"size":1024,"bandwidth_MBps":2864.00}"#);
+        assert_eq!(Test::Bw.row(1024, 2864.0), "1024                   2864.00");
+        assert!(!Test::Bw.runs_size(0) && Test::Latency.runs_size(0));
+    }
+
+    #[test]
+    fn pattern_check_finds_the_first_wrong_byte_and_differs_by_rank_size_and_slot() {
+        for n in [0usize, 1, 7, 8, 9, 4096 + 3] {
+            let mut b = vec![0u8; n];
+            fill(&mut b, seed(n, 0, 0));
+            assert_eq!(first_mismatch(&b, seed(n, 0, 0)), None);
+            if n > 0 {
+                b[n - 1] ^= 1;
+                assert_eq!(first_mismatch(&b, seed(n, 0, 0)), Some(n - 1));
+            }
+        }
+        let mut b = vec![0u8; 64];
+        fill(&mut b, seed(64, 0, 0));
+        assert!(first_mismatch(&b, seed(64, 1, 0)).is_some());
+        assert!(first_mismatch(&b, seed(64, 0, 1)).is_some());
+        assert!(first_mismatch(&b, seed(32, 0, 0)).is_some());
+        assert!(first_mismatch(&b, poison_seed(64, 0, 0)).is_some());
+    }
+
+    #[test]
+    fn pattern_words_match_the_c_program() {
+        // `osu_like --selftest` prints the same four numbers.
+        let sd = seed(8, 1, 0);
+        let mut b = [0u8; 16];
+        fill(&mut b, sd);
+        let w0 = u64::from_le_bytes(b[..8].try_into().unwrap());
+        let w1 = u64::from_le_bytes(b[8..].try_into().unwrap());
+        let mut p = [0u8; 8];
+        fill(&mut p, poison_seed(8, 1, 0));
+        assert_eq!(
+            (sd, w0, w1, u64::from_le_bytes(p)),
+            (0xf1ba_cdce_24bf_06c5, 0x22ee_5278_8308_ca7f, 0x0a3c_084a_57bf_a36e, 0x82a4_4253_fe0e_4d42)
+        );
+    }
+
+    #[test]
+    fn aligned_buffers_start_on_a_page() {
+        for n in [1usize, 100, 5000] {
+            let mut b = AlignedBuf::new(n);
+            assert_eq!(b.get(n).as_ptr().addr() % PAGE, 0);
+            assert_eq!(b.get_mut(n).len(), n);
+            assert_eq!(b.len(), n);
+        }
+    }
+}
