@@ -339,12 +339,25 @@ fn main() {
             }
             let t0 = Instant::now();
             let mut b = [0u8; 8];
-            let res = if t.r == 2 { world.recv(&mut b, Source::Any, Tag::Any) } else { world.recv(&mut b, 1, Tag(0)) };
+            let res = if t.r == 2 { world.recv(&mut b, Source::Any, Tag(0)) } else { world.recv(&mut b, 1, Tag(0)) };
             match res {
                 Err(CommError::PeerLost { rank: 1, op, .. }) => {
                     println!("rank {} got PeerLost(rank 1) in {op} after {} ms", t.r, t0.elapsed().as_millis())
                 }
                 other => println!("rank {} got {other:?}", t.r),
+            }
+            // Survivors leave together, so no one's exit reaches another's wildcard receive.
+            let survivors: Vec<u32> = (0..t.n).filter(|&r| r != 1).collect();
+            if t.r == 0 {
+                for &p in &survivors[1..] {
+                    world.recv(&mut b, p, Tag(999)).unwrap();
+                }
+                for &p in &survivors[1..] {
+                    world.send(&b, p, Tag(998)).unwrap();
+                }
+            } else {
+                world.send(&b, 0, Tag(999)).unwrap();
+                world.recv(&mut b, 0, Tag(998)).unwrap();
             }
         }
         m => panic!("unknown mode {m:?}"),
