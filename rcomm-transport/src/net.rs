@@ -303,8 +303,8 @@ impl Net {
     }
 
     /// The first shared-memory peer seen dead (its local-channel connection hung up).
-    pub fn dead_peer(&self) -> Option<u32> {
-        self.shm.as_ref().and_then(|s| s.dead_peer())
+    pub fn dead_peer(&mut self) -> Option<u32> {
+        self.shm.as_mut().and_then(|s| s.dead_peer())
     }
 }
 

@@ -116,6 +116,11 @@ struct Peer {
     rx: Option<Consumer>,
     bulk_tx: Option<BulkTx>,
     bulk_rx: Option<BulkRx>,
+    /// Its local-channel connection reached end-of-file: it exited or died. What it pushed
+    /// before stays readable in its ring, so it is reported lost only once the ring is empty.
+    closed: bool,
+    /// Already reported lost.
+    reported: bool,
 }
 
 /// Something that arrived from a peer.
@@ -273,6 +278,8 @@ impl ShmNet {
                     rx: None,
                     bulk_tx: None,
                     bulk_rx: None,
+                    closed: false,
+                    reported: false,
                 },
             );
         }
@@ -448,11 +455,18 @@ impl ShmNet {
             return Ok(());
         }
         mb.ctl_pending.0.swap(0, Ordering::Acquire);
+        // Every peer is drained even if one fails, so one broken peer cannot hide another's
+        // ring (the flag is cleared once for all of them).
+        let mut first = Ok(());
         let ranks: Vec<u32> = self.peers.keys().copied().collect();
         for r in ranks {
-            self.drain_peer_control(r)?;
+            if let Err(e) = self.drain_peer_control(r) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
         }
-        Ok(())
+        first
     }
 
     /// Reads every control message `peer` has sent on the local channel.
@@ -463,6 +477,10 @@ impl ShmNet {
                 let m = match p.conn.recv() {
                     Ok(m) => m,
                     Err(e) if e.is_would_block() => break,
+                    Err(LocalError::PeerClosed { .. }) => {
+                        p.closed = true;
+                        break;
+                    }
                     Err(e) => return Err(lerr(p.rank, e)),
                 };
                 let peer = p.rank;
@@ -494,7 +512,9 @@ impl ShmNet {
 
     /// Delivers what arrived, at most `budget` entries; returns how many were delivered.
     pub fn progress(&mut self, budget: usize, on_in: &mut dyn FnMut(u32, Incoming<'_>)) -> Result<usize, TransportError> {
-        self.drain_control()?;
+        // A control error is reported after the rings are read: messages already there are
+        // delivered first.
+        let control = self.drain_control();
         let mut done = 0;
         let n = self.rx_list.len();
         for k in 0..n {
@@ -574,6 +594,9 @@ impl ShmNet {
                 break;
             }
         }
+        // Closed peers are reported by `dead_peer`, which callers poll now and then: a poll(2)
+        // per peer on every pass would cost the hot path a system call.
+        control?;
         Ok(done)
     }
 
@@ -600,9 +623,24 @@ impl ShmNet {
         let _ = self.bell.wait(Some(std::time::Duration::ZERO));
     }
 
-    /// The first peer whose connection has hung up (it died), if any.
-    pub fn dead_peer(&self) -> Option<u32> {
-        self.peers.values().find(|p| p.conn.poll_closed()).map(|p| p.rank)
+    /// A peer whose connection has hung up (it exited or died) and whose ring holds nothing
+    /// more, reported once.
+    pub fn dead_peer(&mut self) -> Option<u32> {
+        let newly: Vec<u32> = self.peers.values().filter(|p| !p.closed && p.conn.poll_closed()).map(|p| p.rank).collect();
+        for r in newly {
+            // Rings and buffers announced before the end are still readable: attach them.
+            let _ = self.drain_peer_control(r);
+            if let Some(p) = self.peers.get_mut(&r) {
+                p.closed = true;
+            }
+        }
+        for p in self.peers.values_mut() {
+            if !p.reported && p.closed && p.rx.as_mut().is_none_or(|rx| !rx.ready()) {
+                p.reported = true;
+                return Some(p.rank);
+            }
+        }
+        None
     }
 
     /// Peers reached through this transport.

@@ -70,7 +70,7 @@ impl Job {
         cmd.arg("-n").arg(n.to_string()).args(args);
         // Tag every process of this job so leftovers can be found even without the job id.
         let marker = format!("{}-{}", std::process::id(), next_id());
-        cmd.env("RCOMM_TEST_MARKER", &marker);
+        cmd.env("RCOMMTEST_MARKER", &marker);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         Self { cmd, deadline: Duration::from_secs(60), marker }
     }
@@ -131,7 +131,7 @@ impl Running {
         let stdout = self.out.join().unwrap_or_default();
         let stderr = self.err.join().unwrap_or_default();
         let out = JobOutput { status, stdout, stderr, elapsed };
-        let left = wait_no_processes("RCOMM_TEST_MARKER", &self.marker, Duration::from_secs(3));
+        let left = wait_no_processes("RCOMMTEST_MARKER", &self.marker, Duration::from_secs(3));
         assert!(left.is_empty(), "processes left behind: {left:?}\n{out}");
         assert!(status.is_some(), "job exceeded its deadline of {:?}\n{out}", self.deadline);
         out
