@@ -13,7 +13,11 @@ fn main() {
         .filter(|&r| r != world.rank())
         .map(|r| {
             let p = world.peer(r).expect("rank in range");
-            let place = if world.same_node(r).unwrap_or(false) { "this node" } else { "remote" };
+            let place = if world.same_node(r).unwrap_or(false) {
+                "this node"
+            } else {
+                "remote"
+            };
             format!("{r}@{}/pid{} ({place})", p.hostname, p.pid)
         })
         .collect();
@@ -25,6 +29,10 @@ fn main() {
         world.local_rank(),
         world.local_size(),
         world.job_id(),
-        if peers.is_empty() { "none".into() } else { peers.join(", ") }
+        if peers.is_empty() {
+            "none".into()
+        } else {
+            peers.join(", ")
+        }
     );
 }

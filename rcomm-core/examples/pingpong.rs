@@ -34,7 +34,10 @@ fn main() -> Result<(), rcomm::CommError> {
                 }
                 assert_eq!(back, data);
                 let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0;
-                println!("rank 0 <-> rank {peer} via {}: {len} B, {us:.2} us one way", world.transport_to(peer)?);
+                println!(
+                    "rank 0 <-> rank {peer} via {}: {len} B, {us:.2} us one way",
+                    world.transport_to(peer)?
+                );
             } else if rank == peer {
                 for _ in 0..50 {
                     let st = world.recv(&mut back, Source::Rank(0), Tag(2))?;

@@ -22,7 +22,11 @@ impl Tag {
     pub const Any: Tag = Tag(-1);
 
     fn sel(self) -> TagSel {
-        if self == Tag::Any { TagSel::Any } else { TagSel::Tag(self.0) }
+        if self == Tag::Any {
+            TagSel::Any
+        } else {
+            TagSel::Tag(self.0)
+        }
     }
 }
 
@@ -55,8 +59,17 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(engine: Engine, notices: Option<Arc<NoticeBoard>>, policy: WaitPolicy) -> Self {
-        Self { engine: Mutex::new(engine), notices, seen_notices: AtomicU64::new(0), policy }
+    pub(crate) fn new(
+        engine: Engine,
+        notices: Option<Arc<NoticeBoard>>,
+        policy: WaitPolicy,
+    ) -> Self {
+        Self {
+            engine: Mutex::new(engine),
+            notices,
+            seen_notices: AtomicU64::new(0),
+            policy,
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
@@ -153,7 +166,10 @@ fn bytes_of_mut<T: Pod>(b: &mut [T]) -> &mut [u8] {
 fn check_elems<T>(st: &Status) -> Result<Status> {
     let elem = size_of::<T>();
     if elem > 0 && st.bytes % elem != 0 {
-        return Err(CommError::Size { bytes: st.bytes, elem });
+        return Err(CommError::Size {
+            bytes: st.bytes,
+            elem,
+        });
     }
     Ok(*st)
 }
@@ -171,24 +187,56 @@ impl Communicator {
 
     /// Sends `buf` to `dest` with `tag`; returns when `buf` may be reused.
     pub fn send<T: Pod>(&self, buf: &[T], dest: u32, tag: Tag) -> Result<()> {
-        let req = self.shared.lock().isend(self.ctx, dest, tag.0, Region::from_ref(bytes_of(buf)), "send")?;
+        let req = self.shared.lock().isend(
+            self.ctx,
+            dest,
+            tag.0,
+            Region::from_ref(bytes_of(buf)),
+            "send",
+        )?;
         self.shared.wait(req).map(drop)
     }
 
     /// Receives into `buf` from `src` (a rank or [`Source::Any`]) with `tag` (or [`Tag::Any`]).
     /// A message larger than `buf` is consumed and reported as [`CommError::Truncated`].
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: impl Into<Source>, tag: Tag) -> Result<Status> {
-        let req = self.shared.lock().irecv(self.ctx, src.into(), tag.sel(), Region::from_mut(bytes_of_mut(buf)), "recv")?;
+        let req = self.shared.lock().irecv(
+            self.ctx,
+            src.into(),
+            tag.sel(),
+            Region::from_mut(bytes_of_mut(buf)),
+            "recv",
+        )?;
         check_elems::<T>(&self.shared.wait(req)?)
     }
 
     /// Sends `sbuf` to `dest` and receives into `rbuf` from `src` at once (no deadlock when two
     /// ranks exchange).
-    pub fn sendrecv<T: Pod, U: Pod>(&self, sbuf: &[T], dest: u32, stag: Tag, rbuf: &mut [U], src: impl Into<Source>, rtag: Tag) -> Result<Status> {
+    pub fn sendrecv<T: Pod, U: Pod>(
+        &self,
+        sbuf: &[T],
+        dest: u32,
+        stag: Tag,
+        rbuf: &mut [U],
+        src: impl Into<Source>,
+        rtag: Tag,
+    ) -> Result<Status> {
         let (s, r) = {
             let mut e = self.shared.lock();
-            let r = e.irecv(self.ctx, src.into(), rtag.sel(), Region::from_mut(bytes_of_mut(rbuf)), "sendrecv")?;
-            match e.isend(self.ctx, dest, stag.0, Region::from_ref(bytes_of(sbuf)), "sendrecv") {
+            let r = e.irecv(
+                self.ctx,
+                src.into(),
+                rtag.sel(),
+                Region::from_mut(bytes_of_mut(rbuf)),
+                "sendrecv",
+            )?;
+            match e.isend(
+                self.ctx,
+                dest,
+                stag.0,
+                Region::from_ref(bytes_of(sbuf)),
+                "sendrecv",
+            ) {
                 Ok(s) => (s, r),
                 Err(err) => {
                     if !e.cancel(r) {
@@ -208,22 +256,47 @@ impl Communicator {
     /// Starts sending `buf`, which the request owns until [`Request::wait`] hands it back.
     pub fn isend<T: Pod + Send>(&self, buf: Vec<T>, dest: u32, tag: Tag) -> Result<Request<T>> {
         let region = Region::from_ref(bytes_of(&buf));
-        let req = self.shared.lock().isend(self.ctx, dest, tag.0, region, "isend")?;
-        Ok(Request { shared: self.shared.clone(), req: Some(req), buf: Some(buf), recv: false })
+        let req = self
+            .shared
+            .lock()
+            .isend(self.ctx, dest, tag.0, region, "isend")?;
+        Ok(Request {
+            shared: self.shared.clone(),
+            req: Some(req),
+            buf: Some(buf),
+            recv: false,
+        })
     }
 
     /// Starts receiving into `buf`, which the request owns until [`Request::wait`] hands it back.
     /// Dropping the request before a message matched cancels the receive.
-    pub fn irecv<T: Pod + Send>(&self, mut buf: Vec<T>, src: impl Into<Source>, tag: Tag) -> Result<Request<T>> {
+    pub fn irecv<T: Pod + Send>(
+        &self,
+        mut buf: Vec<T>,
+        src: impl Into<Source>,
+        tag: Tag,
+    ) -> Result<Request<T>> {
         let region = Region::from_mut(bytes_of_mut(&mut buf));
-        let req = self.shared.lock().irecv(self.ctx, src.into(), tag.sel(), region, "irecv")?;
-        Ok(Request { shared: self.shared.clone(), req: Some(req), buf: Some(buf), recv: true })
+        let req = self
+            .shared
+            .lock()
+            .irecv(self.ctx, src.into(), tag.sel(), region, "irecv")?;
+        Ok(Request {
+            shared: self.shared.clone(),
+            req: Some(req),
+            buf: Some(buf),
+            recv: true,
+        })
     }
 
     /// Runs `f` with a scope in which requests may borrow buffers; the scope waits for every
     /// request started in it before returning, so borrowed buffers are never used after.
     pub fn scope<'env, R>(&self, f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> R) -> R {
-        let scope = Scope { comm: self, live: Mutex::new(Vec::new()), _env: PhantomData };
+        let scope = Scope {
+            comm: self,
+            live: Mutex::new(Vec::new()),
+            _env: PhantomData,
+        };
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&scope)));
         let live = std::mem::take(&mut *scope.live.lock().unwrap_or_else(|p| p.into_inner()));
         for req in live {
@@ -241,7 +314,8 @@ impl Communicator {
     /// Waits for a message matching (`src`, `tag`) and describes it without receiving it.
     pub fn probe(&self, src: impl Into<Source>, tag: Tag) -> Result<Status> {
         let (src, tag) = (src.into(), tag.sel());
-        self.shared.block_on(|e| e.probe(self.ctx, src, tag).transpose())
+        self.shared
+            .block_on(|e| e.probe(self.ctx, src, tag).transpose())
     }
 
     /// Describes a matching message if one is there now.
@@ -255,15 +329,26 @@ impl Communicator {
     /// [`Message`] can receive it (no other thread's receive can steal it).
     pub fn mprobe(&self, src: impl Into<Source>, tag: Tag) -> Result<Message> {
         let (src, tag) = (src.into(), tag.sel());
-        let (env, stored) = self.shared.block_on(|e| e.mprobe(self.ctx, src, tag).transpose())?;
-        Ok(Message { shared: self.shared.clone(), env, stored: Some(stored) })
+        let (env, stored) = self
+            .shared
+            .block_on(|e| e.mprobe(self.ctx, src, tag).transpose())?;
+        Ok(Message {
+            shared: self.shared.clone(),
+            env,
+            stored: Some(stored),
+        })
     }
 
     /// Takes a matching message if one is there now.
     pub fn improbe(&self, src: impl Into<Source>, tag: Tag) -> Result<Option<Message>> {
         let mut e = self.shared.lock();
         e.progress();
-        Ok(e.mprobe(self.ctx, src.into(), tag.sel())?.map(|(env, stored)| Message { shared: self.shared.clone(), env, stored: Some(stored) }))
+        Ok(e.mprobe(self.ctx, src.into(), tag.sel())?
+            .map(|(env, stored)| Message {
+                shared: self.shared.clone(),
+                env,
+                stored: Some(stored),
+            }))
     }
 
     /// Bytes moved so far by each transport (tests use them to prove which transport carried
@@ -275,7 +360,10 @@ impl Communicator {
     /// The transport used to reach `rank` ("self", "shm", "tcp").
     pub fn transport_to(&self, rank: u32) -> Result<&'static str> {
         if rank >= self.size {
-            return Err(CommError::InvalidRank { rank, size: self.size });
+            return Err(CommError::InvalidRank {
+                rank,
+                size: self.size,
+            });
         }
         Ok(self.shared.lock().route(rank).name())
     }
@@ -308,7 +396,14 @@ impl<T: Pod + Send> Request<T> {
         let st = self.shared.wait(req);
         let buf = self.buf.take().expect("buffer held");
         let st = st?;
-        Ok((buf, if self.recv { check_elems::<T>(&st)? } else { st }))
+        Ok((
+            buf,
+            if self.recv {
+                check_elems::<T>(&st)?
+            } else {
+                st
+            },
+        ))
     }
 
     /// Whether the operation has completed (progressing once).
@@ -343,7 +438,10 @@ pub fn wait_all<T: Pod + Send>(reqs: Vec<Request<T>>) -> Result<Vec<(Vec<T>, Sta
 /// status.
 pub fn wait_any<T: Pod + Send>(reqs: &mut Vec<Request<T>>) -> Result<(usize, Vec<T>, Status)> {
     if reqs.is_empty() {
-        return Err(CommError::Protocol { rank: u32::MAX, why: "wait_any on no requests".into() });
+        return Err(CommError::Protocol {
+            rank: u32::MAX,
+            why: "wait_any on no requests".into(),
+        });
     }
     let shared = reqs[0].shared.clone();
     let ids: Vec<ReqId> = reqs.iter().map(|r| r.req.expect("pending")).collect();
@@ -372,20 +470,47 @@ pub struct ScopedRequest<'s, 'env> {
 
 impl<'s, 'env> Scope<'s, 'env> {
     fn track(&'s self, req: ReqId, elem: usize) -> ScopedRequest<'s, 'env> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner()).push(req);
-        ScopedRequest { scope: self, req, elem }
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(req);
+        ScopedRequest {
+            scope: self,
+            req,
+            elem,
+        }
     }
 
     /// Starts sending a borrowed buffer.
-    pub fn isend<T: Pod>(&'s self, buf: &'env [T], dest: u32, tag: Tag) -> Result<ScopedRequest<'s, 'env>> {
-        let req = self.comm.shared.lock().isend(self.comm.ctx, dest, tag.0, Region::from_ref(bytes_of(buf)), "isend")?;
+    pub fn isend<T: Pod>(
+        &'s self,
+        buf: &'env [T],
+        dest: u32,
+        tag: Tag,
+    ) -> Result<ScopedRequest<'s, 'env>> {
+        let req = self.comm.shared.lock().isend(
+            self.comm.ctx,
+            dest,
+            tag.0,
+            Region::from_ref(bytes_of(buf)),
+            "isend",
+        )?;
         Ok(self.track(req, size_of::<T>()))
     }
 
     /// Starts receiving into a borrowed buffer.
-    pub fn irecv<T: Pod>(&'s self, buf: &'env mut [T], src: impl Into<Source>, tag: Tag) -> Result<ScopedRequest<'s, 'env>> {
+    pub fn irecv<T: Pod>(
+        &'s self,
+        buf: &'env mut [T],
+        src: impl Into<Source>,
+        tag: Tag,
+    ) -> Result<ScopedRequest<'s, 'env>> {
         let region = Region::from_mut(bytes_of_mut(buf));
-        let req = self.comm.shared.lock().irecv(self.comm.ctx, src.into(), tag.sel(), region, "irecv")?;
+        let req =
+            self.comm
+                .shared
+                .lock()
+                .irecv(self.comm.ctx, src.into(), tag.sel(), region, "irecv")?;
         Ok(self.track(req, size_of::<T>()))
     }
 }
@@ -393,10 +518,17 @@ impl<'s, 'env> Scope<'s, 'env> {
 impl ScopedRequest<'_, '_> {
     /// Waits for completion.
     pub fn wait(self) -> Result<Status> {
-        self.scope.live.lock().unwrap_or_else(|p| p.into_inner()).retain(|&r| r != self.req);
+        self.scope
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|&r| r != self.req);
         let st = self.scope.comm.shared.wait(self.req)?;
         if self.elem > 0 && st.bytes % self.elem != 0 {
-            return Err(CommError::Size { bytes: st.bytes, elem: self.elem });
+            return Err(CommError::Size {
+                bytes: st.bytes,
+                elem: self.elem,
+            });
         }
         Ok(st)
     }
@@ -422,13 +554,20 @@ pub struct Message {
 impl Message {
     /// Sender, tag and size.
     pub fn status(&self) -> Status {
-        Status { source: self.env.source, tag: self.env.tag, bytes: self.env.len as usize }
+        Status {
+            source: self.env.source,
+            tag: self.env.tag,
+            bytes: self.env.len as usize,
+        }
     }
 
     /// Receives the message into `buf` (truncation as for [`Communicator::recv`]).
     pub fn recv_into<T: Pod>(mut self, buf: &mut [T]) -> Result<Status> {
         let stored = self.stored.take().expect("message unreceived");
-        let req = self.shared.lock().recv_stored(self.env, stored, Region::from_mut(bytes_of_mut(buf)));
+        let req =
+            self.shared
+                .lock()
+                .recv_stored(self.env, stored, Region::from_mut(bytes_of_mut(buf)));
         check_elems::<T>(&self.shared.wait(req)?)
     }
 

@@ -22,7 +22,9 @@ pub enum CommError {
     #[error("{0}")]
     ForeignLauncher(String),
     /// Ranks run different rcomm versions.
-    #[error("rank {rank} runs rcomm {theirs} but rank 0 runs {ours}: rebuild every rank with one version")]
+    #[error(
+        "rank {rank} runs rcomm {theirs} but rank 0 runs {ours}: rebuild every rank with one version"
+    )]
     Version {
         /// The odd rank.
         rank: u32,
@@ -52,7 +54,9 @@ pub enum CommError {
         why: String,
     },
     /// The receive buffer was smaller than the message; the message is consumed.
-    #[error("message truncated: {message} bytes do not fit the {buffer}-byte buffer (the message was consumed)")]
+    #[error(
+        "message truncated: {message} bytes do not fit the {buffer}-byte buffer (the message was consumed)"
+    )]
     Truncated {
         /// Buffer size in bytes.
         buffer: usize,

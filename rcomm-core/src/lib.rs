@@ -23,8 +23,8 @@ pub use comm::{Communicator, Message, Request, Scope, ScopedRequest, Tag, wait_a
 pub use error::CommError;
 pub use p2p::engine::Status;
 pub use p2p::matcher::Source;
-pub use rcomm_transport::net::NetCounters;
 pub use rcomm_transport::identity::PeerInfo;
+pub use rcomm_transport::net::NetCounters;
 pub use world::{World, init};
 
 /// `Result` with [`CommError`].

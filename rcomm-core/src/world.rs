@@ -4,17 +4,17 @@ use crate::comm::{Communicator, Shared, WaitPolicy};
 use crate::p2p::engine::{Engine, ProtoConfig};
 use crate::{CommError, Result};
 use rcomm_transport::auth::Secret;
-use rcomm_transport::local::LocalListener;
-use rcomm_transport::net::{self, Net, Route};
-use rcomm_transport::shmnet::{LocalPeer, ShmConfig, ShmNet};
-use rcomm_transport::tcp::{TcpAcceptor, TcpConfig};
-use rcomm_transport::wire::EndpointAddr;
 use rcomm_transport::bootstrap::kvs::{NoticeBoard, Notices};
 use rcomm_transport::bootstrap::{self, Bootstrap, KvsClient, Singleton};
 use rcomm_transport::config::{self, Config};
 use rcomm_transport::identity::{self, PeerInfo};
+use rcomm_transport::local::LocalListener;
+use rcomm_transport::net::{self, Net, Route};
 use rcomm_transport::rlog;
+use rcomm_transport::shmnet::{LocalPeer, ShmConfig, ShmNet};
+use rcomm_transport::tcp::{TcpAcceptor, TcpConfig};
 use rcomm_transport::wire::AddrRecord;
+use rcomm_transport::wire::EndpointAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,7 +37,11 @@ pub struct World {
 
 impl std::fmt::Debug for World {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("World").field("rank", &self.rank).field("size", &self.size).field("job_id", &self.job_id).finish()
+        f.debug_struct("World")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("job_id", &self.job_id)
+            .finish()
     }
 }
 
@@ -48,13 +52,19 @@ impl std::fmt::Debug for World {
 /// present without a bootstrap rcomm can use, which is an error saying what to do (rather than
 /// a silent world of one per process).
 pub fn init() -> Result<World> {
-    let cfg = config::global().as_ref().map_err(|e| CommError::Config(e.clone()))?;
+    let cfg = config::global()
+        .as_ref()
+        .map_err(|e| CommError::Config(e.clone()))?;
     init_with(cfg)
 }
 
 fn init_with(cfg: &Config) -> Result<World> {
     for name in &cfg.unknown {
-        rlog!(Warn, "INIT", "unknown variable {name} ignored (a typo? the README lists every RCOMM_ variable)");
+        rlog!(
+            Warn,
+            "INIT",
+            "unknown variable {name} ignored (a typo? the README lists every RCOMM_ variable)"
+        );
     }
     let (mut boot, notices, secret, ip): (Box<dyn Bootstrap>, _, _, _) = match &cfg.launch {
         Some(env) => {
@@ -70,7 +80,8 @@ fn init_with(cfg: &Config) -> Result<World> {
             if let Some(why) = bootstrap::foreign_launcher(&|k| std::env::var(k).ok()) {
                 return Err(CommError::ForeignLauncher(why));
             }
-            let secret = Secret::random().map_err(|e| bootstrap::BootstrapError::Env(e.to_string()))?;
+            let secret =
+                Secret::random().map_err(|e| bootstrap::BootstrapError::Env(e.to_string()))?;
             (Box::new(Singleton::default()), None, secret, None)
         }
     };
@@ -85,7 +96,10 @@ fn init_with(cfg: &Config) -> Result<World> {
     } else {
         None
     };
-    let tcp_cfg = TcpConfig { streams: cfg.tcp_streams, ..TcpConfig::default() };
+    let tcp_cfg = TcpConfig {
+        streams: cfg.tcp_streams,
+        ..TcpConfig::default()
+    };
     let acceptor = if size > 1 {
         let ip = ip.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
         let a = TcpAcceptor::bind(ip, rank, size, &secret, &tcp_cfg)?;
@@ -94,7 +108,10 @@ fn init_with(cfg: &Config) -> Result<World> {
     } else {
         None
     };
-    let me = AddrRecord { info: PeerInfo::local(cfg.protocol_settings()), endpoints };
+    let me = AddrRecord {
+        info: PeerInfo::local(cfg.protocol_settings()),
+        endpoints,
+    };
     boot.put(ADDR_KEY, &me.encode())?;
     boot.fence()?;
     let mut peers = Vec::with_capacity(size as usize);
@@ -104,14 +121,29 @@ fn init_with(cfg: &Config) -> Result<World> {
     }
     let infos: Vec<PeerInfo> = peers.iter().map(|p| p.info.clone()).collect();
     identity::check_settings(&infos)?;
-    if let Some((r, p)) = infos.iter().enumerate().find(|(_, p)| p.version != infos[0].version) {
-        return Err(CommError::Version { rank: r as u32, theirs: p.version.clone(), ours: infos[0].version.clone() });
+    if let Some((r, p)) = infos
+        .iter()
+        .enumerate()
+        .find(|(_, p)| p.version != infos[0].version)
+    {
+        return Err(CommError::Version {
+            rank: r as u32,
+            theirs: p.version.clone(),
+            ours: infos[0].version.clone(),
+        });
     }
-    let on_node = infos.iter().filter(|p| p.same_node(&infos[rank as usize])).count();
+    let on_node = infos
+        .iter()
+        .filter(|p| p.same_node(&infos[rank as usize]))
+        .count();
     let mine = &infos[rank as usize];
     let mut routes = Vec::with_capacity(size as usize);
     for (r, p) in infos.iter().enumerate() {
-        let route = net::select(mine, p, cfg.transport).map_err(|why| CommError::NoRoute { from: rank, to: r as u32, why })?;
+        let route = net::select(mine, p, cfg.transport).map_err(|why| CommError::NoRoute {
+            from: rank,
+            to: r as u32,
+            why,
+        })?;
         rlog!(Info, "INIT", "rank {rank} -> rank {r}: {}", route.name());
         routes.push(route);
     }
@@ -122,10 +154,23 @@ fn init_with(cfg: &Config) -> Result<World> {
         .map(|(r, p)| LocalPeer {
             rank: r as u32,
             pid: p.info.pid,
-            name: p.endpoints.iter().find_map(|e| if let EndpointAddr::Local(n) = e { Some(n.clone()) } else { None }).unwrap_or_default(),
+            name: p
+                .endpoints
+                .iter()
+                .find_map(|e| {
+                    if let EndpointAddr::Local(n) = e {
+                        Some(n.clone())
+                    } else {
+                        None
+                    }
+                })
+                .unwrap_or_default(),
         })
         .collect();
-    let shm_cfg = ShmConfig { cma: cfg.shm_cma, ..ShmConfig::default() };
+    let shm_cfg = ShmConfig {
+        cma: cfg.shm_cma,
+        ..ShmConfig::default()
+    };
     let shm = match (&listener, local_peers.is_empty()) {
         (Some(l), false) => Some(ShmNet::connect(rank, l, &local_peers, &secret, shm_cfg)?),
         _ => None,
@@ -133,16 +178,41 @@ fn init_with(cfg: &Config) -> Result<World> {
     drop(listener); // every node peer is connected; the name can go
     let tcp_addrs = peers
         .iter()
-        .map(|p| p.endpoints.iter().find_map(|e| if let EndpointAddr::Tcp(a) = e { Some(a.clone()) } else { None }))
+        .map(|p| {
+            p.endpoints.iter().find_map(|e| {
+                if let EndpointAddr::Tcp(a) = e {
+                    Some(a.clone())
+                } else {
+                    None
+                }
+            })
+        })
         .collect();
     let net = Net::new(rank, routes, shm, acceptor, tcp_addrs, tcp_cfg, secret);
     let hosts = infos.iter().map(|p| p.hostname.clone()).collect();
-    let proto = ProtoConfig { cma_max: if cfg.shm_cma { cfg.shm_cma_max } else { 0 } };
+    let proto = ProtoConfig {
+        cma_max: if cfg.shm_cma { cfg.shm_cma_max } else { 0 },
+    };
     let engine = Engine::new(rank, size, net, hosts, proto);
     let oversubscribed = on_node > rcomm_transport::os::usable_cpus();
-    let policy = if oversubscribed { WaitPolicy { spin: 64, yield_until: 4096 } } else { WaitPolicy { spin: 20_000, yield_until: 40_000 } };
+    let policy = if oversubscribed {
+        WaitPolicy {
+            spin: 64,
+            yield_until: 4096,
+        }
+    } else {
+        WaitPolicy {
+            spin: 20_000,
+            yield_until: 40_000,
+        }
+    };
     let shared = Arc::new(Shared::new(engine, notices.clone(), policy));
-    let comm = Communicator { ctx: 0, rank, size, shared };
+    let comm = Communicator {
+        ctx: 0,
+        rank,
+        size,
+        shared,
+    };
     rlog!(
         Info,
         "INIT",
@@ -186,18 +256,29 @@ impl World {
 
     /// What `rank` published about itself at init.
     pub fn peer(&self, rank: u32) -> Result<&PeerInfo> {
-        self.peers.get(rank as usize).map(|p| &p.info).ok_or(CommError::InvalidRank { rank, size: self.size })
+        self.peers
+            .get(rank as usize)
+            .map(|p| &p.info)
+            .ok_or(CommError::InvalidRank {
+                rank,
+                size: self.size,
+            })
     }
 
     /// Whether `rank` runs on this node (same hostname, boot id and network namespace).
     pub fn same_node(&self, rank: u32) -> Result<bool> {
-        Ok(self.peer(rank)?.same_node(&self.peers[self.rank as usize].info))
+        Ok(self
+            .peer(rank)?
+            .same_node(&self.peers[self.rank as usize].info))
     }
 
     /// What the launcher has reported since init: failed ranks and aborts. Notices arrive in the
     /// background, also while this rank computes.
     pub fn notices(&self) -> Notices {
-        self.notices.as_ref().map(|n| n.snapshot()).unwrap_or_default()
+        self.notices
+            .as_ref()
+            .map(|n| n.snapshot())
+            .unwrap_or_default()
     }
 
     /// Waits up to `timeout` for the launcher to report a failed rank; returns the failures
@@ -236,7 +317,9 @@ impl Drop for World {
     fn drop(&mut self) {
         // Finish sends still queued in the transports (bounded: a dead peer must not hang exit).
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        self.comm.shared.block_on(|e| (!e.busy() || std::time::Instant::now() > deadline).then_some(()));
+        self.comm
+            .shared
+            .block_on(|e| (!e.busy() || std::time::Instant::now() > deadline).then_some(()));
         let mut b = self.boot.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = b.finalize() {
             rlog!(Warn, "INIT", "finalize: {e}");
@@ -254,6 +337,9 @@ mod tests {
         let w = init_with(&cfg).unwrap();
         assert_eq!((w.rank(), w.size(), w.job_id()), (0, 1, "singleton"));
         assert!(w.same_node(0).unwrap());
-        assert!(matches!(w.peer(1), Err(CommError::InvalidRank { rank: 1, size: 1 })));
+        assert!(matches!(
+            w.peer(1),
+            Err(CommError::InvalidRank { rank: 1, size: 1 })
+        ));
     }
 }

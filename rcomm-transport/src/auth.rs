@@ -60,7 +60,8 @@ impl Secret {
     /// A fresh random secret.
     pub fn random() -> Result<Self, AuthError> {
         let mut b = [0u8; SECRET_LEN];
-        crate::os::random_bytes(&mut b).map_err(|e| AuthError::Secret(format!("getrandom: {e}")))?;
+        crate::os::random_bytes(&mut b)
+            .map_err(|e| AuthError::Secret(format!("getrandom: {e}")))?;
         Ok(Self(b))
     }
 
@@ -78,17 +79,30 @@ impl Secret {
     /// descriptor close-on-exec so programs the rank starts do not inherit it.
     pub fn from_fd(fd: RawFd) -> Result<Self, AuthError> {
         let mut b = [0u8; SECRET_LEN];
-        let n = crate::os::pread_all(fd, &mut b)
-            .map_err(|e| AuthError::Secret(format!("reading RCOMM_SECRET_FD={fd}: {e} (was the descriptor closed by a wrapper script?)")))?;
+        let n = crate::os::pread_all(fd, &mut b).map_err(|e| {
+            AuthError::Secret(format!(
+                "reading RCOMM_SECRET_FD={fd}: {e} (was the descriptor closed by a wrapper script?)"
+            ))
+        })?;
         if n != SECRET_LEN {
-            return Err(AuthError::Secret(format!("RCOMM_SECRET_FD={fd} held {n} bytes, expected {SECRET_LEN}")));
+            return Err(AuthError::Secret(format!(
+                "RCOMM_SECRET_FD={fd} held {n} bytes, expected {SECRET_LEN}"
+            )));
         }
         let _ = crate::os::set_cloexec(fd);
         Ok(Self(b))
     }
 
-    fn mac(&self, side: &[u8], purpose: &str, id: u32, first: &[u8], second: &[u8]) -> [u8; MAC_LEN] {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length");
+    fn mac(
+        &self,
+        side: &[u8],
+        purpose: &str,
+        id: u32,
+        first: &[u8],
+        second: &[u8],
+    ) -> [u8; MAC_LEN] {
+        let mut m =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length");
         m.update(side);
         m.update(purpose.as_bytes());
         m.update(&[0]);
@@ -98,8 +112,17 @@ impl Secret {
         m.finalize().into_bytes().into()
     }
 
-    fn verify(&self, mac: &[u8], side: &[u8], purpose: &str, id: u32, first: &[u8], second: &[u8]) -> bool {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length");
+    fn verify(
+        &self,
+        mac: &[u8],
+        side: &[u8],
+        purpose: &str,
+        id: u32,
+        first: &[u8],
+        second: &[u8],
+    ) -> bool {
+        let mut m =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length");
         m.update(side);
         m.update(purpose.as_bytes());
         m.update(&[0]);
@@ -145,11 +168,13 @@ fn expect<S: Read>(s: &mut S, kind: u8) -> Result<Vec<u8>, AuthError> {
 /// Runs the server side; returns the client's authenticated id. Deadlines are restored to
 /// blocking afterwards. Whatever fails, the caller should drop the connection.
 pub fn accept<S: Deadline>(s: &mut S, secret: &Secret, purpose: &str) -> Result<u32, AuthError> {
-    s.set_deadline(Some(HANDSHAKE_TIMEOUT)).map_err(FrameIoError::from)?;
+    s.set_deadline(Some(HANDSHAKE_TIMEOUT))
+        .map_err(FrameIoError::from)?;
     let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
     let ns = nonce()?;
     wire::write_frame(s, auth_kind::CHALLENGE, &ns)?;
-    let resp = AuthResponse::decode(&expect(s, auth_kind::RESPONSE)?).map_err(FrameIoError::from)?;
+    let resp =
+        AuthResponse::decode(&expect(s, auth_kind::RESPONSE)?).map_err(FrameIoError::from)?;
     if std::time::Instant::now() > deadline {
         return Err(FrameIoError::Io(io::ErrorKind::TimedOut.into()).into());
     }
@@ -163,13 +188,30 @@ pub fn accept<S: Deadline>(s: &mut S, secret: &Secret, purpose: &str) -> Result<
 }
 
 /// Runs the client side as `client_id`; fails unless the server proves it holds the secret.
-pub fn connect<S: Deadline>(s: &mut S, secret: &Secret, purpose: &str, client_id: u32) -> Result<(), AuthError> {
-    s.set_deadline(Some(HANDSHAKE_TIMEOUT)).map_err(FrameIoError::from)?;
+pub fn connect<S: Deadline>(
+    s: &mut S,
+    secret: &Secret,
+    purpose: &str,
+    client_id: u32,
+) -> Result<(), AuthError> {
+    s.set_deadline(Some(HANDSHAKE_TIMEOUT))
+        .map_err(FrameIoError::from)?;
     let ch = expect(s, auth_kind::CHALLENGE)?;
-    let ns: [u8; NONCE_LEN] = ch.try_into().map_err(|_| AuthError::Unexpected(auth_kind::CHALLENGE))?;
+    let ns: [u8; NONCE_LEN] = ch
+        .try_into()
+        .map_err(|_| AuthError::Unexpected(auth_kind::CHALLENGE))?;
     let nc = nonce()?;
     let mac = secret.mac(b"c", purpose, client_id, &ns, &nc);
-    wire::write_frame(s, auth_kind::RESPONSE, &AuthResponse { client_id, nonce: nc, mac }.encode())?;
+    wire::write_frame(
+        s,
+        auth_kind::RESPONSE,
+        &AuthResponse {
+            client_id,
+            nonce: nc,
+            mac,
+        }
+        .encode(),
+    )?;
     let proof = expect(s, auth_kind::PROOF)?;
     if !secret.verify(&proof, b"s", purpose, client_id, &nc, &ns) {
         return Err(AuthError::BadProof);
@@ -185,7 +227,12 @@ mod tests {
     use std::thread;
     use std::time::Instant;
 
-    fn pair(server_secret: Secret, client_secret: Secret, ps: &'static str, pc: &'static str) -> (Result<u32, AuthError>, Result<(), AuthError>) {
+    fn pair(
+        server_secret: Secret,
+        client_secret: Secret,
+        ps: &'static str,
+        pc: &'static str,
+    ) -> (Result<u32, AuthError>, Result<(), AuthError>) {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         let t = thread::spawn(move || accept(&mut a, &server_secret, ps));
         let c = connect(&mut b, &client_secret, pc, 7);
@@ -203,7 +250,12 @@ mod tests {
 
     #[test]
     fn wrong_secret_or_purpose_is_refused() {
-        let (srv, cli) = pair(Secret::random().unwrap(), Secret::random().unwrap(), "kvs", "kvs");
+        let (srv, cli) = pair(
+            Secret::random().unwrap(),
+            Secret::random().unwrap(),
+            "kvs",
+            "kvs",
+        );
         assert!(matches!(srv, Err(AuthError::BadProof)));
         assert!(cli.is_err());
         let s = Secret::random().unwrap();
@@ -218,7 +270,10 @@ mod tests {
         let e = accept(&mut a, &Secret::random().unwrap(), "kvs").unwrap_err();
         let took = t0.elapsed();
         assert!(e.is_timeout(), "{e}");
-        assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(3), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
     }
 
     #[test]

@@ -21,19 +21,71 @@ pub struct VarSpec {
 
 /// Every `RCOMM_*` variable rcomm reads.
 pub const VARIABLES: &[VarSpec] = &[
-    VarSpec { name: "RCOMM_RANK", protocol: false, help: "set by the launcher: this process's rank" },
-    VarSpec { name: "RCOMM_SIZE", protocol: false, help: "set by the launcher: number of ranks" },
-    VarSpec { name: "RCOMM_LOCAL_RANK", protocol: false, help: "set by the launcher: rank among the ranks on this node" },
-    VarSpec { name: "RCOMM_LOCAL_SIZE", protocol: false, help: "set by the launcher: number of ranks on this node" },
-    VarSpec { name: "RCOMM_KVS_ADDR", protocol: false, help: "set by the launcher: ip:port of its key-value store" },
-    VarSpec { name: "RCOMM_JOB_ID", protocol: false, help: "set by the launcher: the job's id; tags every process of the job" },
-    VarSpec { name: "RCOMM_SECRET_FD", protocol: false, help: "set by the launcher: inherited descriptor holding the job secret (never on a command line)" },
-    VarSpec { name: "RCOMM_DEBUG", protocol: false, help: "log level: WARN (default), INFO, TRACE; logs go to stderr prefixed with host, pid and rank" },
-    VarSpec { name: "RCOMM_DEBUG_SUBSYS", protocol: false, help: "comma list limiting logs to INIT, P2P, COLL, NET, TOPO, LAUNCH (default: all)" },
-    VarSpec { name: "RCOMM_TRANSPORT", protocol: true, help: "transport between ranks: auto (default), shm, tcp; must agree on every rank" },
-    VarSpec { name: "RCOMM_SHM_CMA", protocol: false, help: "1 (default): large shared-memory messages up to RCOMM_SHM_CMA_MAX move by single copy (process_vm_readv); 0: always pipelined copy through shared buffers" },
-    VarSpec { name: "RCOMM_SHM_CMA_MAX", protocol: false, help: "largest message (bytes, K/M/G suffixes) moved by single copy; larger ones use pipelined copy (default 4M)" },
-    VarSpec { name: "RCOMM_TCP_STREAMS", protocol: false, help: "TCP connections per peer for bulk data (default 1, at most 8)" },
+    VarSpec {
+        name: "RCOMM_RANK",
+        protocol: false,
+        help: "set by the launcher: this process's rank",
+    },
+    VarSpec {
+        name: "RCOMM_SIZE",
+        protocol: false,
+        help: "set by the launcher: number of ranks",
+    },
+    VarSpec {
+        name: "RCOMM_LOCAL_RANK",
+        protocol: false,
+        help: "set by the launcher: rank among the ranks on this node",
+    },
+    VarSpec {
+        name: "RCOMM_LOCAL_SIZE",
+        protocol: false,
+        help: "set by the launcher: number of ranks on this node",
+    },
+    VarSpec {
+        name: "RCOMM_KVS_ADDR",
+        protocol: false,
+        help: "set by the launcher: ip:port of its key-value store",
+    },
+    VarSpec {
+        name: "RCOMM_JOB_ID",
+        protocol: false,
+        help: "set by the launcher: the job's id; tags every process of the job",
+    },
+    VarSpec {
+        name: "RCOMM_SECRET_FD",
+        protocol: false,
+        help: "set by the launcher: inherited descriptor holding the job secret (never on a command line)",
+    },
+    VarSpec {
+        name: "RCOMM_DEBUG",
+        protocol: false,
+        help: "log level: WARN (default), INFO, TRACE; logs go to stderr prefixed with host, pid and rank",
+    },
+    VarSpec {
+        name: "RCOMM_DEBUG_SUBSYS",
+        protocol: false,
+        help: "comma list limiting logs to INIT, P2P, COLL, NET, TOPO, LAUNCH (default: all)",
+    },
+    VarSpec {
+        name: "RCOMM_TRANSPORT",
+        protocol: true,
+        help: "transport between ranks: auto (default), shm, tcp; must agree on every rank",
+    },
+    VarSpec {
+        name: "RCOMM_SHM_CMA",
+        protocol: false,
+        help: "1 (default): large shared-memory messages up to RCOMM_SHM_CMA_MAX move by single copy (process_vm_readv); 0: always pipelined copy through shared buffers",
+    },
+    VarSpec {
+        name: "RCOMM_SHM_CMA_MAX",
+        protocol: false,
+        help: "largest message (bytes, K/M/G suffixes) moved by single copy; larger ones use pipelined copy (default 4M)",
+    },
+    VarSpec {
+        name: "RCOMM_TCP_STREAMS",
+        protocol: false,
+        help: "TCP connections per peer for bulk data (default 1, at most 8)",
+    },
 ];
 
 /// A parsing error, naming the variable and the accepted values.
@@ -114,7 +166,10 @@ fn get(env: &BTreeMap<String, String>, name: &str) -> Option<String> {
     env.get(name).filter(|v| !v.is_empty()).cloned()
 }
 
-fn parse_u32(env: &BTreeMap<String, String>, name: &'static str) -> Result<Option<u32>, ConfigError> {
+fn parse_u32(
+    env: &BTreeMap<String, String>,
+    name: &'static str,
+) -> Result<Option<u32>, ConfigError> {
     get(env, name)
         .map(|v| {
             v.trim().parse::<u32>().map_err(|_| ConfigError {
@@ -138,10 +193,17 @@ pub fn parse_size_str(v: &str) -> Option<usize> {
     num.trim().parse::<usize>().ok()?.checked_mul(mul)
 }
 
-fn parse_size(env: &BTreeMap<String, String>, name: &'static str) -> Result<Option<usize>, ConfigError> {
+fn parse_size(
+    env: &BTreeMap<String, String>,
+    name: &'static str,
+) -> Result<Option<usize>, ConfigError> {
     get(env, name)
         .map(|v| {
-            parse_size_str(&v).ok_or_else(|| ConfigError { name, value: v.clone(), expected: "a byte count like 65536, 64K or 4M".into() })
+            parse_size_str(&v).ok_or_else(|| ConfigError {
+                name,
+                value: v.clone(),
+                expected: "a byte count like 65536, 64K or 4M".into(),
+            })
         })
         .transpose()
 }
@@ -152,7 +214,9 @@ fn choice<T: Copy>(
     default: T,
     table: &[(&str, T)],
 ) -> Result<T, ConfigError> {
-    let Some(v) = get(env, name) else { return Ok(default) };
+    let Some(v) = get(env, name) else {
+        return Ok(default);
+    };
     table
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case(v.trim()))
@@ -160,7 +224,10 @@ fn choice<T: Copy>(
         .ok_or_else(|| ConfigError {
             name,
             value: v,
-            expected: format!("one of {}", table.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")),
+            expected: format!(
+                "one of {}",
+                table.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+            ),
         })
 }
 
@@ -176,28 +243,50 @@ impl Config {
             env,
             "RCOMM_DEBUG",
             Level::Warn,
-            &[("WARN", Level::Warn), ("INFO", Level::Info), ("TRACE", Level::Trace)],
+            &[
+                ("WARN", Level::Warn),
+                ("INFO", Level::Info),
+                ("TRACE", Level::Trace),
+            ],
         )?;
-        let debug_subsys = get(env, "RCOMM_DEBUG_SUBSYS")
-            .map(|v| v.split(',').map(|s| s.trim().to_ascii_uppercase()).filter(|s| !s.is_empty()).collect());
+        let debug_subsys = get(env, "RCOMM_DEBUG_SUBSYS").map(|v| {
+            v.split(',')
+                .map(|s| s.trim().to_ascii_uppercase())
+                .filter(|s| !s.is_empty())
+                .collect()
+        });
         let transport = choice(
             env,
             "RCOMM_TRANSPORT",
             TransportChoice::Auto,
-            &[("auto", TransportChoice::Auto), ("shm", TransportChoice::Shm), ("tcp", TransportChoice::Tcp)],
+            &[
+                ("auto", TransportChoice::Auto),
+                ("shm", TransportChoice::Shm),
+                ("tcp", TransportChoice::Tcp),
+            ],
         )?;
-        let shm_cma = choice(env, "RCOMM_SHM_CMA", true, &[("1", true), ("0", false), ("on", true), ("off", false)])?;
+        let shm_cma = choice(
+            env,
+            "RCOMM_SHM_CMA",
+            true,
+            &[("1", true), ("0", false), ("on", true), ("off", false)],
+        )?;
         let shm_cma_max = parse_size(env, "RCOMM_SHM_CMA_MAX")?.unwrap_or(4 << 20);
         let tcp_streams = parse_u32(env, "RCOMM_TCP_STREAMS")?.unwrap_or(1) as usize;
         if !(1..=8).contains(&tcp_streams) {
-            return Err(ConfigError { name: "RCOMM_TCP_STREAMS", value: tcp_streams.to_string(), expected: "1 to 8".into() });
+            return Err(ConfigError {
+                name: "RCOMM_TCP_STREAMS",
+                value: tcp_streams.to_string(),
+                expected: "1 to 8".into(),
+            });
         }
         let launch = match (parse_u32(env, "RCOMM_RANK")?, parse_u32(env, "RCOMM_SIZE")?) {
             (Some(rank), Some(size)) => {
                 let missing = |name: &'static str| ConfigError {
                     name,
                     value: String::new(),
-                    expected: "to be set by the launcher together with RCOMM_RANK and RCOMM_SIZE".into(),
+                    expected: "to be set by the launcher together with RCOMM_RANK and RCOMM_SIZE"
+                        .into(),
                 };
                 if size == 0 || rank >= size {
                     return Err(ConfigError {
@@ -206,13 +295,15 @@ impl Config {
                         expected: format!("a rank below RCOMM_SIZE={size}"),
                     });
                 }
-                let secret_fd = parse_u32(env, "RCOMM_SECRET_FD")?.ok_or_else(|| missing("RCOMM_SECRET_FD"))?;
+                let secret_fd =
+                    parse_u32(env, "RCOMM_SECRET_FD")?.ok_or_else(|| missing("RCOMM_SECRET_FD"))?;
                 Some(LaunchEnv {
                     rank,
                     size,
                     local_rank: parse_u32(env, "RCOMM_LOCAL_RANK")?.unwrap_or(0),
                     local_size: parse_u32(env, "RCOMM_LOCAL_SIZE")?.unwrap_or(1),
-                    kvs_addr: get(env, "RCOMM_KVS_ADDR").ok_or_else(|| missing("RCOMM_KVS_ADDR"))?,
+                    kvs_addr: get(env, "RCOMM_KVS_ADDR")
+                        .ok_or_else(|| missing("RCOMM_KVS_ADDR"))?,
                     job_id: get(env, "RCOMM_JOB_ID").ok_or_else(|| missing("RCOMM_JOB_ID"))?,
                     secret_fd: secret_fd as i32,
                 })
@@ -220,7 +311,11 @@ impl Config {
             (None, None) => None,
             (r, _) => {
                 return Err(ConfigError {
-                    name: if r.is_some() { "RCOMM_SIZE" } else { "RCOMM_RANK" },
+                    name: if r.is_some() {
+                        "RCOMM_SIZE"
+                    } else {
+                        "RCOMM_RANK"
+                    },
                     value: String::new(),
                     expected: "RCOMM_RANK and RCOMM_SIZE to be set together (by rcomm-run)".into(),
                 });
@@ -231,7 +326,16 @@ impl Config {
             .filter(|k| k.starts_with("RCOMM_") && !VARIABLES.iter().any(|v| v.name == k.as_str()))
             .cloned()
             .collect();
-        Ok(Self { debug, debug_subsys, transport, shm_cma, shm_cma_max, tcp_streams, launch, unknown })
+        Ok(Self {
+            debug,
+            debug_subsys,
+            transport,
+            shm_cma,
+            shm_cma_max,
+            tcp_streams,
+            launch,
+            unknown,
+        })
     }
 
     /// The protocol-relevant settings as (name, value) pairs, in [`VARIABLES`] order; these must
@@ -248,7 +352,10 @@ impl Config {
     /// Whether a message at `level` for `subsys` should be logged.
     pub fn logs(&self, level: Level, subsys: &str) -> bool {
         level <= self.debug
-            && self.debug_subsys.as_ref().is_none_or(|l| l.iter().any(|s| s == subsys))
+            && self
+                .debug_subsys
+                .as_ref()
+                .is_none_or(|l| l.iter().any(|s| s == subsys))
     }
 }
 
@@ -269,7 +376,10 @@ pub fn log_line(level: Level, subsys: &str, msg: std::fmt::Arguments<'_>) {
     if on {
         let host = crate::identity::hostname();
         let rank = std::env::var("RCOMM_RANK").unwrap_or_else(|_| "-".into());
-        eprintln!("{host}:{}:{rank} rcomm {level:?} {subsys} {msg}", std::process::id());
+        eprintln!(
+            "{host}:{}:{rank} rcomm {level:?} {subsys} {msg}",
+            std::process::id()
+        );
     }
 }
 
@@ -286,13 +396,19 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
     }
 
     #[test]
     fn defaults_without_variables() {
         let c = Config::from_map(&env(&[])).unwrap();
-        assert_eq!((c.debug, c.transport, c.launch.is_none()), (Level::Warn, TransportChoice::Auto, true));
+        assert_eq!(
+            (c.debug, c.transport, c.launch.is_none()),
+            (Level::Warn, TransportChoice::Auto, true)
+        );
     }
 
     #[test]
@@ -325,7 +441,10 @@ mod tests {
     fn every_protocol_setting_is_a_documented_protocol_variable() {
         let c = Config::from_map(&env(&[])).unwrap();
         for (name, _) in c.protocol_settings() {
-            assert!(VARIABLES.iter().any(|v| v.name == name && v.protocol), "{name}");
+            assert!(
+                VARIABLES.iter().any(|v| v.name == name && v.protocol),
+                "{name}"
+            );
         }
     }
 }

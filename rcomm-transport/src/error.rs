@@ -54,9 +54,10 @@ impl TransportError {
     /// The peer this error is about, if any.
     pub fn peer(&self) -> Option<u32> {
         match self {
-            Self::PeerClosed { peer } | Self::Link { peer, .. } | Self::Protocol { peer, .. } | Self::Connect { peer, .. } => {
-                Some(*peer)
-            }
+            Self::PeerClosed { peer }
+            | Self::Link { peer, .. }
+            | Self::Protocol { peer, .. }
+            | Self::Connect { peer, .. } => Some(*peer),
             Self::Io { .. } => None,
         }
     }

@@ -48,7 +48,13 @@ pub fn rank_list(r: &[u32]) -> String {
         while j + 1 < r.len() && r[j + 1] == r[j] + 1 {
             j += 1;
         }
-        out.push(if j > i + 1 { format!("{}-{}", r[i], r[j]) } else if j == i + 1 { format!("{},{}", r[i], r[j]) } else { r[i].to_string() });
+        out.push(if j > i + 1 {
+            format!("{}-{}", r[i], r[j])
+        } else if j == i + 1 {
+            format!("{},{}", r[i], r[j])
+        } else {
+            r[i].to_string()
+        });
         i = j + 1;
     }
     out.join(",")
@@ -65,7 +71,9 @@ impl PeerInfo {
         let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .map(|s| s.trim().to_string())
             .unwrap_or_default();
-        let netns = std::fs::metadata("/proc/self/ns/net").map(|m| m.ino()).unwrap_or(0);
+        let netns = std::fs::metadata("/proc/self/ns/net")
+            .map(|m| m.ino())
+            .unwrap_or(0);
         Self {
             hostname: hostname(),
             boot_id,
@@ -79,7 +87,9 @@ impl PeerInfo {
 
     /// Whether `other` runs on the same node (shared memory and the local channel reach it).
     pub fn same_node(&self, other: &PeerInfo) -> bool {
-        self.hostname == other.hostname && self.boot_id == other.boot_id && self.netns == other.netns
+        self.hostname == other.hostname
+            && self.boot_id == other.boot_id
+            && self.netns == other.netns
     }
 
     /// A 64-bit FNV-1a hash of the settings: cheap to compare, and to log.
@@ -95,7 +105,12 @@ impl PeerInfo {
     }
 
     pub(crate) fn encode_into(&self, e: &mut Enc) {
-        e.str(&self.hostname).str(&self.boot_id).u64(self.netns).u32(self.uid).u32(self.pid).str(&self.version);
+        e.str(&self.hostname)
+            .str(&self.boot_id)
+            .u64(self.netns)
+            .u32(self.uid)
+            .u32(self.pid)
+            .str(&self.version);
         e.u16(self.settings.len() as u16);
         for (k, v) in &self.settings {
             e.str(k).str(v);
@@ -111,43 +126,74 @@ impl PeerInfo {
         let version = d.str(MAX_TEXT_LEN, "version")?;
         let n = d.u16("settings count")? as usize;
         if n > MAX_SETTINGS {
-            return Err(WireError::TooLong { len: n, limit: MAX_SETTINGS });
+            return Err(WireError::TooLong {
+                len: n,
+                limit: MAX_SETTINGS,
+            });
         }
         let mut settings = Vec::with_capacity(n);
         for _ in 0..n {
-            settings.push((d.str(MAX_TEXT_LEN, "setting name")?, d.str(MAX_TEXT_LEN, "setting value")?));
+            settings.push((
+                d.str(MAX_TEXT_LEN, "setting name")?,
+                d.str(MAX_TEXT_LEN, "setting value")?,
+            ));
         }
-        Ok(Self { hostname, boot_id, netns, uid, pid, version, settings })
+        Ok(Self {
+            hostname,
+            boot_id,
+            netns,
+            uid,
+            pid,
+            version,
+            settings,
+        })
     }
 }
 
 /// The real uid, read from the owner of `/proc/self` (avoids an FFI call for a constant).
 fn current_uid() -> u32 {
-    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX)
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX)
 }
 
 /// Checks that every rank has the same protocol-relevant settings; `infos[r]` belongs to rank r.
 /// The error names the first differing variable and which ranks hold which value.
 pub fn check_settings(infos: &[PeerInfo]) -> Result<(), SettingsMismatch> {
-    let Some(first) = infos.first() else { return Ok(()) };
+    let Some(first) = infos.first() else {
+        return Ok(());
+    };
     let h0 = first.settings_hash();
-    if infos.iter().all(|i| i.settings_hash() == h0 && i.settings == first.settings) {
+    if infos
+        .iter()
+        .all(|i| i.settings_hash() == h0 && i.settings == first.settings)
+    {
         return Ok(());
     }
-    let mut names: Vec<&str> = infos.iter().flat_map(|i| i.settings.iter().map(|(k, _)| k.as_str())).collect();
+    let mut names: Vec<&str> = infos
+        .iter()
+        .flat_map(|i| i.settings.iter().map(|(k, _)| k.as_str()))
+        .collect();
     names.sort_unstable();
     names.dedup();
     for name in names {
         let mut groups: Vec<(String, Vec<u32>)> = Vec::new();
         for (r, i) in infos.iter().enumerate() {
-            let v = i.settings.iter().find(|(k, _)| k == name).map_or("<unset>".to_string(), |(_, v)| v.clone());
+            let v = i
+                .settings
+                .iter()
+                .find(|(k, _)| k == name)
+                .map_or("<unset>".to_string(), |(_, v)| v.clone());
             match groups.iter_mut().find(|(g, _)| *g == v) {
                 Some((_, ranks)) => ranks.push(r as u32),
                 None => groups.push((v, vec![r as u32])),
             }
         }
         if groups.len() > 1 {
-            return Err(SettingsMismatch { name: name.to_string(), groups });
+            return Err(SettingsMismatch {
+                name: name.to_string(),
+                groups,
+            });
         }
     }
     Ok(())
@@ -158,16 +204,28 @@ mod tests {
     use super::*;
 
     fn info(t: &str) -> PeerInfo {
-        PeerInfo { settings: vec![("RCOMM_TRANSPORT".into(), t.into())], ..PeerInfo::local(vec![]) }
+        PeerInfo {
+            settings: vec![("RCOMM_TRANSPORT".into(), t.into())],
+            ..PeerInfo::local(vec![])
+        }
     }
 
     #[test]
     fn same_node_needs_hostname_boot_id_and_netns() {
         let a = PeerInfo::local(vec![]);
         assert!(a.same_node(&a.clone()));
-        assert!(!a.same_node(&PeerInfo { netns: a.netns + 1, ..a.clone() }));
-        assert!(!a.same_node(&PeerInfo { hostname: "other".into(), ..a.clone() }));
-        assert!(!a.same_node(&PeerInfo { boot_id: "x".into(), ..a.clone() }));
+        assert!(!a.same_node(&PeerInfo {
+            netns: a.netns + 1,
+            ..a.clone()
+        }));
+        assert!(!a.same_node(&PeerInfo {
+            hostname: "other".into(),
+            ..a.clone()
+        }));
+        assert!(!a.same_node(&PeerInfo {
+            boot_id: "x".into(),
+            ..a.clone()
+        }));
     }
 
     #[test]
@@ -182,9 +240,15 @@ mod tests {
         let infos = vec![info("auto"), info("auto"), info("tcp"), info("auto")];
         let e = check_settings(&infos).unwrap_err();
         assert_eq!(e.name, "RCOMM_TRANSPORT");
-        assert_eq!(e.groups, vec![("auto".into(), vec![0, 1, 3]), ("tcp".into(), vec![2])]);
+        assert_eq!(
+            e.groups,
+            vec![("auto".into(), vec![0, 1, 3]), ("tcp".into(), vec![2])]
+        );
         let msg = e.to_string();
-        assert!(msg.contains("\"tcp\" on rank 2") && msg.contains("ranks 0,1,3"), "{msg}");
+        assert!(
+            msg.contains("\"tcp\" on rank 2") && msg.contains("ranks 0,1,3"),
+            "{msg}"
+        );
         assert!(check_settings(&[info("x"), info("x")]).is_ok());
     }
 

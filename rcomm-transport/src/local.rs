@@ -1519,7 +1519,8 @@ mod tests {
 
         let seg = Segment::create(&seg_name("xproc"), 4096).unwrap();
         let bell = Doorbell::new().unwrap();
-        let ring_seg = std::sync::Arc::new(Segment::create(&seg_name("ring"), Ring::layout_size(8)).unwrap());
+        let ring_seg =
+            std::sync::Arc::new(Segment::create(&seg_name("ring"), Ring::layout_size(8)).unwrap());
         let mut cons = Ring::init(&ring_seg, 8).unwrap().consumer().unwrap();
         // SAFETY: fresh mapping; the child reads it only after receiving the descriptor.
         unsafe { std::ptr::copy_nonoverlapping(b"from parent".as_ptr(), seg.as_ptr(), 11) };

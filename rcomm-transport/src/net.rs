@@ -79,7 +79,10 @@ pub struct Net {
 
 impl std::fmt::Debug for Net {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Net").field("me", &self.me).field("routes", &self.routes).finish()
+        f.debug_struct("Net")
+            .field("me", &self.me)
+            .field("routes", &self.routes)
+            .finish()
     }
 }
 
@@ -120,10 +123,26 @@ impl Net {
     /// What the transport to `peer` offers.
     pub fn caps(&self, peer: u32) -> Caps {
         match self.route(peer) {
-            Route::SelfLoop => Caps { latency_s: 1e-7, bandwidth_bps: 2e10, eager_limit: usize::MAX, max_frame: usize::MAX, single_copy: false },
+            Route::SelfLoop => Caps {
+                latency_s: 1e-7,
+                bandwidth_bps: 2e10,
+                eager_limit: usize::MAX,
+                max_frame: usize::MAX,
+                single_copy: false,
+            },
             Route::Shm => {
-                let c = self.shm.as_ref().map(|s| s.config().clone()).unwrap_or_default();
-                Caps { latency_s: 3e-7, bandwidth_bps: 1.2e10, eager_limit: c.eager_limit, max_frame: c.eager_limit, single_copy: c.cma }
+                let c = self
+                    .shm
+                    .as_ref()
+                    .map(|s| s.config().clone())
+                    .unwrap_or_default();
+                Caps {
+                    latency_s: 3e-7,
+                    bandwidth_bps: 1.2e10,
+                    eager_limit: c.eager_limit,
+                    max_frame: c.eager_limit,
+                    single_copy: c.cma,
+                }
             }
             Route::Tcp => self.tcp_cfg.caps(),
         }
@@ -131,16 +150,24 @@ impl Net {
 
     /// Byte counters.
     pub fn counters(&self) -> NetCounters {
-        NetCounters { shm: self.shm.as_ref().map(|s| s.counters()).unwrap_or_default(), tcp: self.tcp_counters }
+        NetCounters {
+            shm: self.shm.as_ref().map(|s| s.counters()).unwrap_or_default(),
+            tcp: self.tcp_counters,
+        }
     }
 
     fn tcp_sender(&mut self, peer: u32) -> Result<&mut TcpSender, TransportError> {
         if !self.tcp_tx.contains_key(&peer) {
-            let addr = self.tcp_addrs.get(peer as usize).cloned().flatten().ok_or_else(|| TransportError::Connect {
-                peer,
-                addr: "-".into(),
-                why: "the peer published no TCP address".into(),
-            })?;
+            let addr = self
+                .tcp_addrs
+                .get(peer as usize)
+                .cloned()
+                .flatten()
+                .ok_or_else(|| TransportError::Connect {
+                    peer,
+                    addr: "-".into(),
+                    why: "the peer published no TCP address".into(),
+                })?;
             let s = TcpSender::connect(&addr, self.me, peer, &self.secret, &self.tcp_cfg)?;
             crate::rlog!(Info, "NET", "connected to rank {peer} over TCP at {addr}");
             self.tcp_tx.insert(peer, s);
@@ -149,9 +176,18 @@ impl Net {
     }
 
     /// Sends one message if the transport takes it now; `Ok(false)` means try again later.
-    pub fn try_send(&mut self, peer: u32, hdr: &Header, payload: &[u8]) -> Result<bool, TransportError> {
+    pub fn try_send(
+        &mut self,
+        peer: u32,
+        hdr: &Header,
+        payload: &[u8],
+    ) -> Result<bool, TransportError> {
         match self.route(peer) {
-            Route::Shm => self.shm.as_mut().expect("shm route implies shm").try_send(peer, hdr, payload),
+            Route::Shm => self
+                .shm
+                .as_mut()
+                .expect("shm route implies shm")
+                .try_send(peer, hdr, payload),
             Route::Tcp => {
                 let ok = self.tcp_sender(peer)?.try_send(hdr, payload)?;
                 if ok {
@@ -160,14 +196,27 @@ impl Net {
                 }
                 Ok(ok)
             }
-            Route::SelfLoop => Err(TransportError::Protocol { peer, why: "self messages never reach the transport".into() }),
+            Route::SelfLoop => Err(TransportError::Protocol {
+                peer,
+                why: "self messages never reach the transport".into(),
+            }),
         }
     }
 
     /// Sends a chunk of a rendezvous payload; returns the bytes taken (0 = later).
-    pub fn send_chunk(&mut self, peer: u32, token: u64, offset: u64, data: &[u8]) -> Result<usize, TransportError> {
+    pub fn send_chunk(
+        &mut self,
+        peer: u32,
+        token: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<usize, TransportError> {
         match self.route(peer) {
-            Route::Shm => self.shm.as_mut().expect("shm route implies shm").send_chunk(peer, token, offset, data),
+            Route::Shm => self
+                .shm
+                .as_mut()
+                .expect("shm route implies shm")
+                .send_chunk(peer, token, offset, data),
             Route::Tcp => {
                 let n = data.len().min(self.tcp_cfg.chunk);
                 let mut buf = std::mem::take(&mut self.scratch);
@@ -195,7 +244,10 @@ impl Net {
                     Ok(0)
                 }
             }
-            Route::SelfLoop => Err(TransportError::Protocol { peer, why: "self messages never reach the transport".into() }),
+            Route::SelfLoop => Err(TransportError::Protocol {
+                peer,
+                why: "self messages never reach the transport".into(),
+            }),
         }
     }
 
@@ -203,20 +255,30 @@ impl Net {
     pub fn cma_read(&mut self, peer: u32, addr: u64, dst: &mut [u8]) -> Result<(), TransportError> {
         match (self.route(peer), self.shm.as_mut()) {
             (Route::Shm, Some(s)) => s.cma_read(peer, addr, dst),
-            _ => Err(TransportError::Protocol { peer, why: "single copy needs shared memory".into() }),
+            _ => Err(TransportError::Protocol {
+                peer,
+                why: "single copy needs shared memory".into(),
+            }),
         }
     }
 
     /// Moves data: writes queued TCP bytes, accepts TCP connections, delivers arrivals (at most
     /// about `budget`). Returns how many arrivals were delivered.
-    pub fn progress(&mut self, budget: usize, on_in: &mut dyn FnMut(u32, Incoming<'_>)) -> Result<usize, TransportError> {
+    pub fn progress(
+        &mut self,
+        budget: usize,
+        on_in: &mut dyn FnMut(u32, Incoming<'_>),
+    ) -> Result<usize, TransportError> {
         let mut n = 0;
         if let Some(s) = self.shm.as_mut() {
             n += s.progress(budget, on_in)?;
         }
         if let Some(acc) = &self.tcp_acceptor {
             while let Some(inc) = acc.try_accept() {
-                let rx = self.tcp_rx.entry(inc.peer).or_insert_with(|| TcpReceiver::new(inc.peer, &self.tcp_cfg));
+                let rx = self
+                    .tcp_rx
+                    .entry(inc.peer)
+                    .or_insert_with(|| TcpReceiver::new(inc.peer, &self.tcp_cfg));
                 rx.add_stream(inc.index, inc.stream)?;
             }
         }
@@ -237,13 +299,23 @@ impl Net {
             let r = rx.progress(&mut |hdr, payload| {
                 if hdr.kind == ProtoKind::Data {
                     if payload.len() < CHUNK_PREFIX {
-                        bad = Some(TransportError::Protocol { peer, why: "short data frame".into() });
+                        bad = Some(TransportError::Protocol {
+                            peer,
+                            why: "short data frame".into(),
+                        });
                         return;
                     }
                     let token = u64::from_le_bytes(payload[0..8].try_into().expect("8"));
                     let offset = u64::from_le_bytes(payload[8..16].try_into().expect("8"));
                     counters.bytes_recv += (payload.len() - CHUNK_PREFIX) as u64;
-                    on_in(peer, Incoming::Chunk { token, offset, data: &payload[CHUNK_PREFIX..] });
+                    on_in(
+                        peer,
+                        Incoming::Chunk {
+                            token,
+                            offset,
+                            data: &payload[CHUNK_PREFIX..],
+                        },
+                    );
                 } else {
                     counters.msgs_recv += 1;
                     counters.bytes_recv += payload.len() as u64;
@@ -313,23 +385,54 @@ mod tests {
     use super::*;
 
     fn info(host: &str, netns: u64, pid: u32) -> PeerInfo {
-        PeerInfo { hostname: host.into(), boot_id: "b".into(), netns, uid: 0, pid, version: "v".into(), settings: vec![] }
+        PeerInfo {
+            hostname: host.into(),
+            boot_id: "b".into(),
+            netns,
+            uid: 0,
+            pid,
+            version: "v".into(),
+            settings: vec![],
+        }
     }
 
     #[test]
     fn selection_is_symmetric_and_honours_the_choice() {
-        let ps = [info("a", 1, 10), info("a", 1, 11), info("a", 2, 12), info("b", 1, 13)];
-        for choice in [TransportChoice::Auto, TransportChoice::Tcp, TransportChoice::Shm] {
+        let ps = [
+            info("a", 1, 10),
+            info("a", 1, 11),
+            info("a", 2, 12),
+            info("b", 1, 13),
+        ];
+        for choice in [
+            TransportChoice::Auto,
+            TransportChoice::Tcp,
+            TransportChoice::Shm,
+        ] {
             for x in &ps {
                 for y in &ps {
                     assert_eq!(select(x, y, choice).ok(), select(y, x, choice).ok());
                 }
             }
         }
-        assert_eq!(select(&ps[0], &ps[0], TransportChoice::Tcp), Ok(Route::SelfLoop));
-        assert_eq!(select(&ps[0], &ps[1], TransportChoice::Auto), Ok(Route::Shm));
+        assert_eq!(
+            select(&ps[0], &ps[0], TransportChoice::Tcp),
+            Ok(Route::SelfLoop)
+        );
+        assert_eq!(
+            select(&ps[0], &ps[1], TransportChoice::Auto),
+            Ok(Route::Shm)
+        );
         assert_eq!(select(&ps[0], &ps[1], TransportChoice::Tcp), Ok(Route::Tcp));
-        assert_eq!(select(&ps[0], &ps[2], TransportChoice::Auto), Ok(Route::Tcp), "other netns = other node");
-        assert!(select(&ps[0], &ps[3], TransportChoice::Shm).unwrap_err().contains("RCOMM_TRANSPORT=shm"));
+        assert_eq!(
+            select(&ps[0], &ps[2], TransportChoice::Auto),
+            Ok(Route::Tcp),
+            "other netns = other node"
+        );
+        assert!(
+            select(&ps[0], &ps[3], TransportChoice::Shm)
+                .unwrap_err()
+                .contains("RCOMM_TRANSPORT=shm")
+        );
     }
 }

@@ -51,7 +51,12 @@ pub fn sealed_memfd(name: &str, data: &[u8], inherit: bool) -> io::Result<OwnedF
     while off < data.len() {
         // SAFETY: the slice tail is valid for reads of the given length.
         let n = unsafe {
-            libc::pwrite(fd.as_raw_fd(), data[off..].as_ptr().cast(), data.len() - off, off as libc::off_t)
+            libc::pwrite(
+                fd.as_raw_fd(),
+                data[off..].as_ptr().cast(),
+                data.len() - off,
+                off as libc::off_t,
+            )
         };
         if n < 0 {
             return Err(io::Error::last_os_error());
@@ -72,7 +77,14 @@ pub fn pread_all(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     let mut off = 0;
     while off < buf.len() {
         // SAFETY: the slice tail is valid for writes of the given length; a bad fd gives EBADF.
-        let n = unsafe { libc::pread(fd, buf[off..].as_mut_ptr().cast(), buf.len() - off, off as libc::off_t) };
+        let n = unsafe {
+            libc::pread(
+                fd,
+                buf[off..].as_mut_ptr().cast(),
+                buf.len() - off,
+                off as libc::off_t,
+            )
+        };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -104,21 +116,33 @@ pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
 
 /// Waits until one of `fds` is readable or hung up, or `timeout` passes; true if one is.
 pub fn poll_readable(fds: &[RawFd], timeout: std::time::Duration) -> io::Result<bool> {
-    let mut pfds: Vec<libc::pollfd> =
-        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN | libc::POLLRDHUP, revents: 0 }).collect();
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        })
+        .collect();
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structs that poll may write.
     let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
     if n < 0 {
         let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted { Ok(true) } else { Err(e) };
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(true)
+        } else {
+            Err(e)
+        };
     }
     Ok(n > 0)
 }
 
 /// Number of CPUs this process may run on.
 pub fn usable_cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 /// The name of a signal, for messages ("SIGKILL").

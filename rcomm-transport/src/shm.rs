@@ -71,7 +71,9 @@ pub enum ShmError {
     #[error("shared-memory ring: {0}")]
     Invalid(String),
     /// A message larger than the ring can ever hold.
-    #[error("message of {len} bytes exceeds the ring's limit of {cap} bytes; larger messages need another path")]
+    #[error(
+        "message of {len} bytes exceeds the ring's limit of {cap} bytes; larger messages need another path"
+    )]
     TooLarge {
         /// Message length.
         len: usize,
@@ -138,7 +140,9 @@ unsafe impl Send for Ring {}
 
 impl std::fmt::Debug for Ring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ring").field("slots", &self.n).finish_non_exhaustive()
+        f.debug_struct("Ring")
+            .field("slots", &self.n)
+            .finish_non_exhaustive()
     }
 }
 
@@ -153,7 +157,11 @@ impl Ring {
         // SAFETY: the segment is at least `layout_size(slots)` long (checked by both callers), so
         // `base` points to `slots` whole lines inside it.
         let base = unsafe { seg.as_ptr().add(SLOTS_OFFSET) };
-        Self { seg: seg.clone(), base, n: slots }
+        Self {
+            seg: seg.clone(),
+            base,
+            n: slots,
+        }
     }
 
     fn ctl(&self) -> &Control {
@@ -176,7 +184,9 @@ impl Ring {
     /// `seg`. Only the segment's creator calls this, before handing the segment to the peer.
     pub fn init(seg: &Arc<Segment>, slots: usize) -> Result<Self, ShmError> {
         if !slots.is_power_of_two() || !(2..=MAX_SLOTS).contains(&slots) {
-            return Err(ShmError::Invalid(format!("{slots} slots: need a power of two from 2 to {MAX_SLOTS}")));
+            return Err(ShmError::Invalid(format!(
+                "{slots} slots: need a power of two from 2 to {MAX_SLOTS}"
+            )));
         }
         if seg.len() < Self::layout_size(slots) {
             return Err(ShmError::Invalid(format!(
@@ -208,7 +218,10 @@ impl Ring {
     /// process), checking its header against the segment.
     pub fn attach(seg: &Arc<Segment>) -> Result<Self, ShmError> {
         if seg.len() < SLOTS_OFFSET {
-            return Err(ShmError::Invalid(format!("segment of {} bytes cannot hold a ring", seg.len())));
+            return Err(ShmError::Invalid(format!(
+                "segment of {} bytes cannot hold a ring",
+                seg.len()
+            )));
         }
         let v = Self::view(seg, 0);
         let h = &v.ctl().header.0;
@@ -249,14 +262,21 @@ impl Ring {
         // Acquire on the claim (above) orders these loads after a previous producer's release.
         let head = self.ctl().head.0.load(Ordering::Relaxed);
         let cached_tail = self.ctl().tail.0.load(Ordering::Acquire);
-        Ok(Producer { ring: self.clone(), head, cached_tail })
+        Ok(Producer {
+            ring: self.clone(),
+            head,
+            cached_tail,
+        })
     }
 
     /// Takes the consumer end; fails while another consumer (in any process) holds it.
     pub fn consumer(&self) -> Result<Consumer, ShmError> {
         claim(&self.ctl().header.0.consumer_taken, "consumer")?;
         let tail = self.ctl().tail.0.load(Ordering::Relaxed);
-        Ok(Consumer { ring: self.clone(), tail })
+        Ok(Consumer {
+            ring: self.clone(),
+            tail,
+        })
     }
 }
 
@@ -317,13 +337,20 @@ impl Producer {
     pub fn try_push_parts(&mut self, parts: &[&[u8]]) -> Result<bool, ShmError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > self.max_msg() {
-            return Err(ShmError::TooLarge { len, cap: self.max_msg() });
+            return Err(ShmError::TooLarge {
+                len,
+                cap: self.max_msg(),
+            });
         }
-        let Some((pad, _)) = self.room_for(len) else { return Ok(false) };
+        let Some((pad, _)) = self.room_for(len) else {
+            return Ok(false);
+        };
         if pad > 0 {
             // Release so the consumer, seeing the pad, also sees nothing stale (it reads nothing
             // else from these slots); ordering only matters for the word itself.
-            self.ring.word_at(self.head).store(word(self.head, PAD), Ordering::Release);
+            self.ring
+                .word_at(self.head)
+                .store(word(self.head, PAD), Ordering::Release);
             self.head += pad;
         }
         let start = ((self.head as usize) & (self.ring.n - 1)) * SLOT_SIZE + WORD;
@@ -333,11 +360,15 @@ impl Producer {
             // (room_for placed a pad otherwise) and are released by the consumer (room_for
             // checked `tail`); we are the only producer (claimed), so nothing else touches these
             // bytes until we publish the word below.
-            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), self.ring.base.add(start + off), p.len()) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.as_ptr(), self.ring.base.add(start + off), p.len())
+            };
             off += p.len();
         }
         // Release: the bytes are visible to whoever Acquires this word.
-        self.ring.word_at(self.head).store(word(self.head, len as u64), Ordering::Release);
+        self.ring
+            .word_at(self.head)
+            .store(word(self.head, len as u64), Ordering::Release);
         self.head += slots_for(len);
         self.ring.ctl().head.0.store(self.head, Ordering::Relaxed);
         Ok(true)
@@ -352,13 +383,21 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         // Release: a later producer's Acquire claim sees our last `head` store.
-        self.ring.ctl().header.0.producer_taken.store(0, Ordering::Release);
+        self.ring
+            .ctl()
+            .header
+            .0
+            .producer_taken
+            .store(0, Ordering::Release);
     }
 }
 
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Producer").field("head", &self.head).field("slots", &self.ring.slots()).finish()
+        f.debug_struct("Producer")
+            .field("head", &self.head)
+            .field("slots", &self.ring.slots())
+            .finish()
     }
 }
 
@@ -408,7 +447,9 @@ impl Consumer {
     /// when `f` returns false — for a consumer that must first fetch something the message
     /// refers to.
     pub fn try_pop_if<F: FnOnce(&[u8]) -> bool>(&mut self, f: F) -> bool {
-        let Some(w) = self.next_word() else { return false };
+        let Some(w) = self.next_word() else {
+            return false;
+        };
         let n = self.ring.n;
         let off = (self.tail as usize) & (n - 1);
         // A producer following the protocol never announces more than fits before the ring's
@@ -416,7 +457,8 @@ impl Consumer {
         let len = ((w & LEN_MASK) as usize).min((n - off) * SLOT_SIZE - WORD);
         // SAFETY: the word is published for our position, so the producer has finished these
         // bytes and will not touch them again until we publish a `tail` past them, after `f`.
-        let bytes = unsafe { std::slice::from_raw_parts(self.ring.base.add(off * SLOT_SIZE + WORD), len) };
+        let bytes =
+            unsafe { std::slice::from_raw_parts(self.ring.base.add(off * SLOT_SIZE + WORD), len) };
         if !f(bytes) {
             return false;
         }
@@ -435,20 +477,33 @@ impl Consumer {
     /// Slots pushed but not yet popped, as far as this side can tell now (a diagnostic and the
     /// sleep re-check: the producer may push more at any moment).
     pub fn backlog(&self) -> u64 {
-        self.ring.ctl().head.0.load(Ordering::Relaxed).wrapping_sub(self.tail)
+        self.ring
+            .ctl()
+            .head
+            .0
+            .load(Ordering::Relaxed)
+            .wrapping_sub(self.tail)
     }
 }
 
 impl Drop for Consumer {
     fn drop(&mut self) {
         // Release: a later consumer's Acquire claim sees our last `tail` store.
-        self.ring.ctl().header.0.consumer_taken.store(0, Ordering::Release);
+        self.ring
+            .ctl()
+            .header
+            .0
+            .consumer_taken
+            .store(0, Ordering::Release);
     }
 }
 
 impl std::fmt::Debug for Consumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Consumer").field("tail", &self.tail).field("slots", &self.ring.slots()).finish()
+        f.debug_struct("Consumer")
+            .field("tail", &self.tail)
+            .field("slots", &self.ring.slots())
+            .finish()
     }
 }
 
@@ -460,11 +515,13 @@ mod tests {
     use std::time::{Duration, Instant};
 
     fn segment(slots: usize) -> Arc<Segment> {
-        Arc::new(Segment::create(
-            &format!("rcomm-test-{}-ring", std::process::id()),
-            Ring::layout_size(slots),
+        Arc::new(
+            Segment::create(
+                &format!("rcomm-test-{}-ring", std::process::id()),
+                Ring::layout_size(slots),
+            )
+            .unwrap(),
         )
-        .unwrap())
     }
 
     fn pop(c: &mut Consumer) -> Option<Vec<u8>> {
@@ -490,7 +547,10 @@ mod tests {
         assert!(p.try_push_parts(&[&big[..10], &big[10..]]).unwrap());
         assert_eq!(pop(&mut c), Some(big));
         assert_eq!(p.max_msg(), 4 * SLOT_SIZE - 8);
-        assert_eq!(p.try_push(&[0; 4 * SLOT_SIZE - 7]), Err(ShmError::TooLarge { len: 249, cap: 248 }));
+        assert_eq!(
+            p.try_push(&[0; 4 * SLOT_SIZE - 7]),
+            Err(ShmError::TooLarge { len: 249, cap: 248 })
+        );
     }
 
     #[test]
@@ -635,7 +695,9 @@ mod tests {
         let seg = segment(64);
         let r = Ring::init(&seg, 64).unwrap();
         let (mut p, mut c) = (r.producer().unwrap(), r.consumer().unwrap());
-        let sizes: Vec<usize> = (0..2000u64).map(|i| 8 + (i.wrapping_mul(37) % 1000) as usize).collect();
+        let sizes: Vec<usize> = (0..2000u64)
+            .map(|i| 8 + (i.wrapping_mul(37) % 1000) as usize)
+            .collect();
         // single thread, alternating patterns
         let mut q = std::collections::VecDeque::new();
         let mut i = 0;
@@ -643,7 +705,11 @@ mod tests {
         while popped < sizes.len() {
             if i < sizes.len() {
                 let m: Vec<u8> = (0..sizes[i]).map(|k| (i * 31 + k) as u8).collect();
-                if p.try_push(&m).unwrap() { q.push_back(m); i += 1; continue; }
+                if p.try_push(&m).unwrap() {
+                    q.push_back(m);
+                    i += 1;
+                    continue;
+                }
             }
             let want = q.pop_front().unwrap();
             let mut got = None;

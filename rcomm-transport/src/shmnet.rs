@@ -49,7 +49,13 @@ pub struct ShmConfig {
 
 impl Default for ShmConfig {
     fn default() -> Self {
-        Self { ring_slots: 1024, eager_limit: 16 * 1024, cma: true, chunk: 256 * 1024, chunks: 8 }
+        Self {
+            ring_slots: 1024,
+            eager_limit: 16 * 1024,
+            cma: true,
+            chunk: 256 * 1024,
+            chunks: 8,
+        }
     }
 }
 
@@ -170,7 +176,10 @@ pub struct ShmNet {
 
 impl std::fmt::Debug for ShmNet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShmNet").field("me", &self.me).field("peers", &self.peers.len()).finish()
+        f.debug_struct("ShmNet")
+            .field("me", &self.me)
+            .field("peers", &self.peers.len())
+            .finish()
     }
 }
 
@@ -188,12 +197,18 @@ pub struct LocalPeer {
 fn lerr(peer: u32, e: LocalError) -> TransportError {
     match e {
         LocalError::PeerClosed { .. } => TransportError::PeerClosed { peer },
-        e => TransportError::Protocol { peer, why: e.to_string() },
+        e => TransportError::Protocol {
+            peer,
+            why: e.to_string(),
+        },
     }
 }
 
 fn ioerr(what: &'static str) -> impl Fn(LocalError) -> TransportError {
-    move |e| TransportError::Io { what, source: io::Error::other(e.to_string()) }
+    move |e| TransportError::Io {
+        what,
+        source: io::Error::other(e.to_string()),
+    }
 }
 
 impl ShmNet {
@@ -207,7 +222,8 @@ impl ShmNet {
         secret: &Secret,
         cfg: ShmConfig,
     ) -> Result<Self, TransportError> {
-        let mailbox = Segment::create("rcomm-mailbox", MAILBOX_LEN).map_err(ioerr("creating the mailbox"))?;
+        let mailbox =
+            Segment::create("rcomm-mailbox", MAILBOX_LEN).map_err(ioerr("creating the mailbox"))?;
         let bell = Doorbell::new().map_err(ioerr("creating the doorbell"))?;
         let higher = peers.iter().filter(|p| p.rank > me).count();
         let mut conns: Vec<LocalConn> = Vec::with_capacity(peers.len());
@@ -217,17 +233,23 @@ impl ShmNet {
                 while got.len() < higher {
                     match listener.accept() {
                         Ok(c) => got.push(c),
-                        Err(e) => crate::rlog!(Warn, "NET", "local channel: refused a connection: {e}"),
+                        Err(e) => {
+                            crate::rlog!(Warn, "NET", "local channel: refused a connection: {e}")
+                        }
                     }
                 }
                 Ok(got)
             });
             for p in peers.iter().filter(|p| p.rank < me) {
-                conns.push(LocalConn::connect(&p.name, listener.local_rank(), secret).map_err(|e| TransportError::Connect {
-                    peer: p.rank,
-                    addr: p.name.clone(),
-                    why: e.to_string(),
-                })?);
+                conns.push(
+                    LocalConn::connect(&p.name, listener.local_rank(), secret).map_err(|e| {
+                        TransportError::Connect {
+                            peer: p.rank,
+                            addr: p.name.clone(),
+                            why: e.to_string(),
+                        }
+                    })?,
+                );
             }
             conns.extend(acceptor.join().map_err(|_| TransportError::Io {
                 what: "local accept thread",
@@ -239,7 +261,8 @@ impl ShmNet {
         let mut hello = Vec::with_capacity(4);
         hello.extend_from_slice(&me.to_le_bytes());
         for c in &conns {
-            c.send(KIND_HELLO, &hello, &[mailbox.fd(), bell.fd()]).map_err(ioerr("sending the mailbox"))?;
+            c.send(KIND_HELLO, &hello, &[mailbox.fd(), bell.fd()])
+                .map_err(ioerr("sending the mailbox"))?;
         }
         let mut net = Self {
             me,
@@ -253,12 +276,18 @@ impl ShmNet {
         };
         for c in conns {
             let m = c.recv().map_err(ioerr("reading a peer's mailbox"))?;
-            let bad = |why: &str| TransportError::Protocol { peer: u32::MAX, why: why.to_string() };
+            let bad = |why: &str| TransportError::Protocol {
+                peer: u32::MAX,
+                why: why.to_string(),
+            };
             if m.kind != KIND_HELLO || m.payload.len() != 4 || m.fds.len() != 2 {
                 return Err(bad("malformed hello on the local channel"));
             }
             let rank = u32::from_le_bytes(m.payload[..4].try_into().expect("4 bytes"));
-            let info = peers.iter().find(|p| p.rank == rank).ok_or_else(|| bad("hello from a rank not on this node"))?;
+            let info = peers
+                .iter()
+                .find(|p| p.rank == rank)
+                .ok_or_else(|| bad("hello from a rank not on this node"))?;
             let mut fds = m.fds.into_iter();
             let mbx = Segment::from_fd(fds.next().expect("2 fds")).map_err(|e| lerr(rank, e))?;
             if mbx.len() != MAILBOX_LEN {
@@ -284,7 +313,10 @@ impl ShmNet {
             );
         }
         if net.peers.len() != peers.len() {
-            return Err(TransportError::Protocol { peer: u32::MAX, why: "some node peers never said hello".into() });
+            return Err(TransportError::Protocol {
+                peer: u32::MAX,
+                why: "some node peers never said hello".into(),
+            });
         }
         Ok(net)
     }
@@ -310,7 +342,10 @@ impl ShmNet {
     }
 
     fn raise_ctl(peer: &Peer) -> Result<(), TransportError> {
-        mailbox(&peer.mailbox).ctl_pending.0.store(1, Ordering::Release);
+        mailbox(&peer.mailbox)
+            .ctl_pending
+            .0
+            .store(1, Ordering::Release);
         fence(Ordering::SeqCst);
         if mailbox(&peer.mailbox).sleeping.0.load(Ordering::Relaxed) != 0 {
             peer.bell.ring().map_err(|e| lerr(peer.rank, e))?;
@@ -320,26 +355,57 @@ impl ShmNet {
 
     fn ensure_tx(&mut self, peer: u32) -> Result<&mut Peer, TransportError> {
         let slots = self.cfg.ring_slots;
-        let p = self.peers.get_mut(&peer).ok_or_else(|| TransportError::Protocol { peer, why: "not a node peer".into() })?;
+        let p = self
+            .peers
+            .get_mut(&peer)
+            .ok_or_else(|| TransportError::Protocol {
+                peer,
+                why: "not a node peer".into(),
+            })?;
         if p.tx.is_none() {
-            let seg = Arc::new(Segment::create("rcomm-ring", Ring::layout_size(slots)).map_err(ioerr("creating a ring"))?);
-            let ring = Ring::init(&seg, slots).map_err(|e| TransportError::Protocol { peer, why: e.to_string() })?;
-            p.conn.send(KIND_RING, &[], &[seg.fd()]).map_err(|e| lerr(peer, e))?;
+            let seg = Arc::new(
+                Segment::create("rcomm-ring", Ring::layout_size(slots))
+                    .map_err(ioerr("creating a ring"))?,
+            );
+            let ring = Ring::init(&seg, slots).map_err(|e| TransportError::Protocol {
+                peer,
+                why: e.to_string(),
+            })?;
+            p.conn
+                .send(KIND_RING, &[], &[seg.fd()])
+                .map_err(|e| lerr(peer, e))?;
             Self::raise_ctl(p)?;
-            p.tx = Some(ring.producer().map_err(|e| TransportError::Protocol { peer, why: e.to_string() })?);
+            p.tx = Some(ring.producer().map_err(|e| TransportError::Protocol {
+                peer,
+                why: e.to_string(),
+            })?);
         }
         Ok(p)
     }
 
     /// Sends one message (header + payload) if the ring has room; `Ok(false)` otherwise.
-    pub fn try_send(&mut self, peer: u32, hdr: &Header, payload: &[u8]) -> Result<bool, TransportError> {
+    pub fn try_send(
+        &mut self,
+        peer: u32,
+        hdr: &Header,
+        payload: &[u8],
+    ) -> Result<bool, TransportError> {
         if Header::LEN + payload.len() > self.ring_max() {
-            return Err(TransportError::Protocol { peer, why: format!("{} bytes exceed the ring's entry limit", payload.len()) });
+            return Err(TransportError::Protocol {
+                peer,
+                why: format!("{} bytes exceed the ring's entry limit", payload.len()),
+            });
         }
         let p = self.ensure_tx(peer)?;
         let hb = hdr.encode();
         let tx = p.tx.as_mut().expect("ensured");
-        if !tx.try_push_parts(&[&hb, payload]).map_err(|e| TransportError::Protocol { peer, why: e.to_string() })? {
+        if !tx
+            .try_push_parts(&[&hb, payload])
+            .map_err(|e| TransportError::Protocol {
+                peer,
+                why: e.to_string(),
+            })?
+        {
             return Ok(false);
         }
         Self::wake(p)?;
@@ -359,19 +425,32 @@ impl ShmNet {
 
     /// Copies up to one chunk of `data` into the bulk buffer towards `peer` and announces it;
     /// returns the bytes taken (0 when the buffer or the ring is full).
-    pub fn send_chunk(&mut self, peer: u32, token: u64, offset: u64, data: &[u8]) -> Result<usize, TransportError> {
+    pub fn send_chunk(
+        &mut self,
+        peer: u32,
+        token: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<usize, TransportError> {
         let (chunk, chunks) = (self.cfg.chunk, self.cfg.chunks);
         let p = self.ensure_tx(peer)?;
         if p.bulk_tx.is_none() {
             let seg = Arc::new(
-                Segment::create("rcomm-bulk", BULK_DATA_OFFSET + chunk * chunks).map_err(ioerr("creating a bulk buffer"))?,
+                Segment::create("rcomm-bulk", BULK_DATA_OFFSET + chunk * chunks)
+                    .map_err(ioerr("creating a bulk buffer"))?,
             );
             let mut desc = Vec::with_capacity(16);
             desc.extend_from_slice(&(chunk as u64).to_le_bytes());
             desc.extend_from_slice(&(chunks as u64).to_le_bytes());
-            p.conn.send(KIND_BULK, &desc, &[seg.fd()]).map_err(|e| lerr(peer, e))?;
+            p.conn
+                .send(KIND_BULK, &desc, &[seg.fd()])
+                .map_err(|e| lerr(peer, e))?;
             Self::raise_ctl(p)?;
-            p.bulk_tx = Some(BulkTx { seg, written: 0, cached_released: 0 });
+            p.bulk_tx = Some(BulkTx {
+                seg,
+                written: 0,
+                cached_released: 0,
+            });
         }
         let bulk = p.bulk_tx.as_mut().expect("made above");
         if bulk.written - bulk.cached_released >= chunks as u64 {
@@ -390,7 +469,11 @@ impl ShmNet {
         // bytes) and has been released by the receiver (checked above), which reads it again
         // only after the Data entry below is published with Release.
         unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), bulk.seg.as_ptr().add(BULK_DATA_OFFSET + idx * chunk), n)
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                bulk.seg.as_ptr().add(BULK_DATA_OFFSET + idx * chunk),
+                n,
+            )
         };
         let hdr = Header {
             context: 0,
@@ -408,7 +491,12 @@ impl ShmNet {
         desc[8..16].copy_from_slice(&offset.to_le_bytes());
         desc[16..20].copy_from_slice(&(idx as u32).to_le_bytes());
         desc[20..24].copy_from_slice(&(n as u32).to_le_bytes());
-        let pushed = tx.try_push_parts(&[&hdr.encode(), &desc]).map_err(|e| TransportError::Protocol { peer, why: e.to_string() })?;
+        let pushed =
+            tx.try_push_parts(&[&hdr.encode(), &desc])
+                .map_err(|e| TransportError::Protocol {
+                    peer,
+                    why: e.to_string(),
+                })?;
         debug_assert!(pushed, "fits() said so and we are the only producer");
         bulk.written += 1;
         Self::wake(p)?;
@@ -418,13 +506,26 @@ impl ShmNet {
 
     /// Reads `dst.len()` bytes at `addr` in `peer`'s memory (single copy).
     pub fn cma_read(&mut self, peer: u32, addr: u64, dst: &mut [u8]) -> Result<(), TransportError> {
-        let pid = self.peers.get(&peer).map(|p| p.pid).ok_or_else(|| TransportError::Protocol { peer, why: "not a node peer".into() })?;
+        let pid = self
+            .peers
+            .get(&peer)
+            .map(|p| p.pid)
+            .ok_or_else(|| TransportError::Protocol {
+                peer,
+                why: "not a node peer".into(),
+            })?;
         let mut done = 0usize;
         while done < dst.len() {
             // Linux moves at most ~2 GiB per call; stay well below.
             let n = (dst.len() - done).min(1 << 30);
-            let local = libc::iovec { iov_base: dst[done..].as_mut_ptr().cast(), iov_len: n };
-            let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: n };
+            let local = libc::iovec {
+                iov_base: dst[done..].as_mut_ptr().cast(),
+                iov_len: n,
+            };
+            let remote = libc::iovec {
+                iov_base: (addr as usize + done) as *mut libc::c_void,
+                iov_len: n,
+            };
             // SAFETY: `local` describes writable memory we own (`dst`); `remote` is only read by
             // the kernel in the peer's address space, which checks it; no Rust memory is
             // touched besides `dst`.
@@ -440,7 +541,10 @@ impl ShmNet {
                 });
             }
             if r == 0 {
-                return Err(TransportError::Protocol { peer, why: "single copy read nothing".into() });
+                return Err(TransportError::Protocol {
+                    peer,
+                    why: "single copy read nothing".into(),
+                });
             }
             done += r as usize;
         }
@@ -485,7 +589,9 @@ impl ShmNet {
                 };
                 let peer = p.rank;
                 let perr = |why: String| TransportError::Protocol { peer, why };
-                let Some(fd) = m.fds.into_iter().next() else { return Err(perr("control message without a descriptor".into())) };
+                let Some(fd) = m.fds.into_iter().next() else {
+                    return Err(perr("control message without a descriptor".into()));
+                };
                 let seg = Arc::new(Segment::from_fd(fd).map_err(|e| lerr(peer, e))?);
                 match m.kind {
                     KIND_RING => {
@@ -496,12 +602,27 @@ impl ShmNet {
                         }
                     }
                     KIND_BULK if m.payload.len() == 16 => {
-                        let chunk = u64::from_le_bytes(m.payload[0..8].try_into().expect("8")) as usize;
-                        let chunks = u64::from_le_bytes(m.payload[8..16].try_into().expect("8")) as usize;
-                        if chunk == 0 || chunks == 0 || chunk.checked_mul(chunks).and_then(|b| b.checked_add(BULK_DATA_OFFSET)) != Some(seg.len()) {
-                            return Err(perr("bulk buffer geometry does not match its segment".into()));
+                        let chunk =
+                            u64::from_le_bytes(m.payload[0..8].try_into().expect("8")) as usize;
+                        let chunks =
+                            u64::from_le_bytes(m.payload[8..16].try_into().expect("8")) as usize;
+                        if chunk == 0
+                            || chunks == 0
+                            || chunk
+                                .checked_mul(chunks)
+                                .and_then(|b| b.checked_add(BULK_DATA_OFFSET))
+                                != Some(seg.len())
+                        {
+                            return Err(perr(
+                                "bulk buffer geometry does not match its segment".into(),
+                            ));
                         }
-                        p.bulk_rx = Some(BulkRx { seg, chunk, chunks, released: 0 });
+                        p.bulk_rx = Some(BulkRx {
+                            seg,
+                            chunk,
+                            chunks,
+                            released: 0,
+                        });
                     }
                     k => return Err(perr(format!("unknown local-channel message kind {k}"))),
                 }
@@ -511,7 +632,11 @@ impl ShmNet {
     }
 
     /// Delivers what arrived, at most `budget` entries; returns how many were delivered.
-    pub fn progress(&mut self, budget: usize, on_in: &mut dyn FnMut(u32, Incoming<'_>)) -> Result<usize, TransportError> {
+    pub fn progress(
+        &mut self,
+        budget: usize,
+        on_in: &mut dyn FnMut(u32, Incoming<'_>),
+    ) -> Result<usize, TransportError> {
         // A control error is reported after the rings are read: messages already there are
         // delivered first.
         let control = self.drain_control();
@@ -531,7 +656,10 @@ impl ShmNet {
                     let hdr = match bytes.get(..Header::LEN).map(Header::decode) {
                         Some(Ok(h)) => h,
                         _ => {
-                            err = Some(TransportError::Protocol { peer, why: "malformed ring entry".into() });
+                            err = Some(TransportError::Protocol {
+                                peer,
+                                why: "malformed ring entry".into(),
+                            });
                             return true;
                         }
                     };
@@ -552,10 +680,15 @@ impl ShmNet {
                         (Some(b), true) => {
                             let token = u64::from_le_bytes(payload[0..8].try_into().expect("8"));
                             let offset = u64::from_le_bytes(payload[8..16].try_into().expect("8"));
-                            let idx = u32::from_le_bytes(payload[16..20].try_into().expect("4")) as usize;
-                            let len = u32::from_le_bytes(payload[20..24].try_into().expect("4")) as usize;
+                            let idx =
+                                u32::from_le_bytes(payload[16..20].try_into().expect("4")) as usize;
+                            let len =
+                                u32::from_le_bytes(payload[20..24].try_into().expect("4")) as usize;
                             if idx >= b.chunks || len > b.chunk {
-                                err = Some(TransportError::Protocol { peer, why: "data entry outside the bulk buffer".into() });
+                                err = Some(TransportError::Protocol {
+                                    peer,
+                                    why: "data entry outside the bulk buffer".into(),
+                                });
                                 return true;
                             }
                             // SAFETY: the chunk lies inside the bulk segment (bounds checked just
@@ -563,15 +696,33 @@ impl ShmNet {
                             // the ring word, Acquire in try_pop); it does not touch it again until
                             // we release it below.
                             let data = unsafe {
-                                std::slice::from_raw_parts(b.seg.as_ptr().add(BULK_DATA_OFFSET + idx * b.chunk), len)
+                                std::slice::from_raw_parts(
+                                    b.seg.as_ptr().add(BULK_DATA_OFFSET + idx * b.chunk),
+                                    len,
+                                )
                             };
                             counters.bytes_recv += len as u64;
-                            on_in(peer, Incoming::Chunk { token, offset, data });
+                            on_in(
+                                peer,
+                                Incoming::Chunk {
+                                    token,
+                                    offset,
+                                    data,
+                                },
+                            );
                             b.released += 1;
                             // Release: our reads of the chunk happen-before the sender reuses it.
-                            bulk_ctl(&b.seg).released.0.store(b.released, Ordering::Release);
+                            bulk_ctl(&b.seg)
+                                .released
+                                .0
+                                .store(b.released, Ordering::Release);
                         }
-                        _ => err = Some(TransportError::Protocol { peer, why: "malformed data entry".into() }),
+                        _ => {
+                            err = Some(TransportError::Protocol {
+                                peer,
+                                why: "malformed data entry".into(),
+                            })
+                        }
                     }
                     true
                 });
@@ -586,7 +737,10 @@ impl ShmNet {
             if need_control {
                 self.drain_peer_control(peer)?;
                 if self.peers.get(&peer).is_some_and(|p| p.bulk_rx.is_none()) {
-                    return Err(TransportError::Protocol { peer, why: "data entry without a bulk buffer".into() });
+                    return Err(TransportError::Protocol {
+                        peer,
+                        why: "data entry without a bulk buffer".into(),
+                    });
                 }
             }
             if done >= budget {
@@ -608,7 +762,10 @@ impl ShmNet {
 
     /// Clears the sleep flag and drains the doorbell.
     pub fn end_sleep(&self) {
-        mailbox(&self.mailbox).sleeping.0.store(0, Ordering::Relaxed);
+        mailbox(&self.mailbox)
+            .sleeping
+            .0
+            .store(0, Ordering::Relaxed);
     }
 
     /// Descriptors a sleeping rank waits on: its doorbell (readable when rung) and every peer
@@ -626,7 +783,12 @@ impl ShmNet {
     /// A peer whose connection has hung up (it exited or died) and whose ring holds nothing
     /// more, reported once.
     pub fn dead_peer(&mut self) -> Option<u32> {
-        let newly: Vec<u32> = self.peers.values().filter(|p| !p.closed && p.conn.poll_closed()).map(|p| p.rank).collect();
+        let newly: Vec<u32> = self
+            .peers
+            .values()
+            .filter(|p| !p.closed && p.conn.poll_closed())
+            .map(|p| p.rank)
+            .collect();
         for r in newly {
             // Rings and buffers announced before the end are still readable: attach them.
             let _ = self.drain_peer_control(r);
@@ -650,6 +812,9 @@ impl ShmNet {
 
     /// Whether every message sent to `peer` has been taken off its ring.
     pub fn drained(&self, peer: u32) -> bool {
-        self.peers.get(&peer).and_then(|p| p.tx.as_ref()).is_none_or(|t| t.is_drained())
+        self.peers
+            .get(&peer)
+            .and_then(|p| p.tx.as_ref())
+            .is_none_or(|t| t.is_drained())
     }
 }

@@ -33,7 +33,9 @@ pub enum WireError {
     #[error("bad magic {0:02x?}: the peer does not speak the rcomm protocol")]
     BadMagic([u8; 2]),
     /// The peer speaks another version of the protocol.
-    #[error("wire version {got} but this rcomm speaks version {WIRE_VERSION}: mixed rcomm builds in one job?")]
+    #[error(
+        "wire version {got} but this rcomm speaks version {WIRE_VERSION}: mixed rcomm builds in one job?"
+    )]
     Version {
         /// Version found in the frame.
         got: u8,
@@ -99,7 +101,10 @@ pub struct FrameHeader {
 }
 
 /// Checks and decodes a frame header, enforcing `limit` on the announced payload length.
-pub fn decode_frame_header(b: &[u8; FRAME_HEADER_LEN], limit: usize) -> Result<FrameHeader, WireError> {
+pub fn decode_frame_header(
+    b: &[u8; FRAME_HEADER_LEN],
+    limit: usize,
+) -> Result<FrameHeader, WireError> {
     if b[0..2] != MAGIC {
         return Err(WireError::BadMagic([b[0], b[1]]));
     }
@@ -169,7 +174,11 @@ pub fn read_frame<R: Read>(r: &mut R, limit: usize) -> Result<(u8, Vec<u8>), Fra
 /// Writes one frame to a blocking stream in a single write call where possible.
 pub fn write_frame<W: Write>(w: &mut W, kind: u8, payload: &[u8]) -> Result<(), FrameIoError> {
     if payload.len() > MAX_FRAME_PAYLOAD {
-        return Err(WireError::TooLong { len: payload.len(), limit: MAX_FRAME_PAYLOAD }.into());
+        return Err(WireError::TooLong {
+            len: payload.len(),
+            limit: MAX_FRAME_PAYLOAD,
+        }
+        .into());
     }
     w.write_all(&encode_frame(kind, payload))?;
     w.flush()?;
@@ -248,7 +257,10 @@ impl<'a> Dec<'a> {
     /// Takes `n` raw bytes.
     pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], WireError> {
         if self.buf.len() < n {
-            return Err(WireError::Truncated { what, needed: n - self.buf.len() });
+            return Err(WireError::Truncated {
+                what,
+                needed: n - self.buf.len(),
+            });
         }
         let (a, b) = self.buf.split_at(n);
         self.buf = b;
@@ -292,12 +304,18 @@ impl<'a> Dec<'a> {
     /// Reads a length-prefixed UTF-8 string of at most `max` bytes.
     pub fn str(&mut self, max: usize, what: &'static str) -> Result<String, WireError> {
         let b = self.bytes(max, what)?;
-        String::from_utf8(b.to_vec())
-            .map_err(|_| WireError::Invalid { what, why: "not UTF-8".into() })
+        String::from_utf8(b.to_vec()).map_err(|_| WireError::Invalid {
+            what,
+            why: "not UTF-8".into(),
+        })
     }
     /// Fails unless every byte was consumed.
     pub fn end(&self) -> Result<(), WireError> {
-        if self.buf.is_empty() { Ok(()) } else { Err(WireError::Trailing(self.buf.len())) }
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(WireError::Trailing(self.buf.len()))
+        }
     }
 }
 
@@ -334,12 +352,20 @@ pub struct AuthResponse {
 impl AuthResponse {
     /// Encodes the payload.
     pub fn encode(&self) -> Vec<u8> {
-        Enc::new().u32(self.client_id).raw(&self.nonce).raw(&self.mac).finish()
+        Enc::new()
+            .u32(self.client_id)
+            .raw(&self.nonce)
+            .raw(&self.mac)
+            .finish()
     }
     /// Decodes the payload.
     pub fn decode(b: &[u8]) -> Result<Self, WireError> {
         let mut d = Dec::new(b);
-        let r = Self { client_id: d.u32("client id")?, nonce: d.array("nonce")?, mac: d.array("mac")? };
+        let r = Self {
+            client_id: d.u32("client id")?,
+            nonce: d.array("nonce")?,
+            mac: d.array("mac")?,
+        };
         d.end()?;
         Ok(r)
     }
@@ -428,11 +454,22 @@ impl KvsRequest {
                 key: d.str(MAX_KEY_LEN, "key")?,
                 val: d.bytes(MAX_FRAME_PAYLOAD, "value")?.to_vec(),
             },
-            kvs_req::GET => Self::Get { rank: d.u32("rank")?, key: d.str(MAX_KEY_LEN, "key")? },
+            kvs_req::GET => Self::Get {
+                rank: d.u32("rank")?,
+                key: d.str(MAX_KEY_LEN, "key")?,
+            },
             kvs_req::FENCE => Self::Fence,
-            kvs_req::ABORT => Self::Abort { code: d.i32("code")?, msg: d.str(MAX_TEXT_LEN, "message")? },
+            kvs_req::ABORT => Self::Abort {
+                code: d.i32("code")?,
+                msg: d.str(MAX_TEXT_LEN, "message")?,
+            },
             kvs_req::FINALIZE => Self::Finalize,
-            k => return Err(WireError::UnknownKind { what: "KVS request", kind: k }),
+            k => {
+                return Err(WireError::UnknownKind {
+                    what: "KVS request",
+                    kind: k,
+                });
+            }
         };
         d.end()?;
         Ok(r)
@@ -513,15 +550,21 @@ impl KvsReply {
             kvs_rep::NOT_FOUND => Self::NotFound,
             kvs_rep::FENCE_DONE => Self::FenceDone,
             kvs_rep::ERROR => Self::Error(d.str(MAX_TEXT_LEN, "error")?),
-            kvs_rep::NOTICE_RANK_FAILED => {
-                Self::RankFailed { rank: d.u32("rank")?, how: d.str(MAX_TEXT_LEN, "how")? }
-            }
+            kvs_rep::NOTICE_RANK_FAILED => Self::RankFailed {
+                rank: d.u32("rank")?,
+                how: d.str(MAX_TEXT_LEN, "how")?,
+            },
             kvs_rep::NOTICE_ABORT => Self::Abort {
                 from: d.u32("from")?,
                 code: d.i32("code")?,
                 msg: d.str(MAX_TEXT_LEN, "message")?,
             },
-            k => return Err(WireError::UnknownKind { what: "KVS reply", kind: k }),
+            k => {
+                return Err(WireError::UnknownKind {
+                    what: "KVS reply",
+                    kind: k,
+                });
+            }
         };
         d.end()?;
         Ok(r)
@@ -583,14 +626,20 @@ impl AddrRecord {
         let info = crate::identity::PeerInfo::decode_from(&mut d)?;
         let n = d.u16("endpoint count")? as usize;
         if n > MAX_ENDPOINTS {
-            return Err(WireError::TooLong { len: n, limit: MAX_ENDPOINTS });
+            return Err(WireError::TooLong {
+                len: n,
+                limit: MAX_ENDPOINTS,
+            });
         }
         let mut endpoints = Vec::with_capacity(n);
         for _ in 0..n {
             endpoints.push(match d.u8("endpoint kind")? {
                 1 => EndpointAddr::Tcp(d.str(MAX_TEXT_LEN, "tcp address")?),
                 2 => EndpointAddr::Local(d.str(MAX_TEXT_LEN, "local name")?),
-                kind => EndpointAddr::Other { kind, data: d.bytes(MAX_TEXT_LEN, "endpoint")?.to_vec() },
+                kind => EndpointAddr::Other {
+                    kind,
+                    data: d.bytes(MAX_TEXT_LEN, "endpoint")?.to_vec(),
+                },
             });
         }
         d.end()?;
@@ -633,7 +682,12 @@ impl TryFrom<u8> for ProtoKind {
             5 => Self::Credit,
             6 => Self::Control,
             7 => Self::Data,
-            kind => return Err(WireError::UnknownKind { what: "protocol", kind }),
+            kind => {
+                return Err(WireError::UnknownKind {
+                    what: "protocol",
+                    kind,
+                });
+            }
         })
     }
 }
@@ -696,11 +750,24 @@ impl Header {
         let flags = d.u8("flags")?;
         let reserved = d.u16("reserved")?;
         if reserved != 0 {
-            return Err(WireError::Invalid { what: "header", why: "reserved bits set".into() });
+            return Err(WireError::Invalid {
+                what: "header",
+                why: "reserved bits set".into(),
+            });
         }
         let coll_seq = d.u32("coll_seq")?;
         let signature = d.u64("signature")?;
-        Ok(Self { context, source, seq, tag, len, kind, flags, coll_seq, signature })
+        Ok(Self {
+            context,
+            source,
+            seq,
+            tag,
+            len,
+            kind,
+            flags,
+            coll_seq,
+            signature,
+        })
     }
 }
 
@@ -737,13 +804,22 @@ mod tests {
         let mut f = encode_frame(1, b"");
         f[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
         let err = read_frame(&mut &f[..], MAX_FRAME_PAYLOAD).unwrap_err();
-        assert!(matches!(err, FrameIoError::Wire(WireError::TooLong { .. })), "{err}");
+        assert!(
+            matches!(err, FrameIoError::Wire(WireError::TooLong { .. })),
+            "{err}"
+        );
     }
 
     #[test]
     fn garbage_is_refused_at_the_first_bytes() {
-        assert!(matches!(decode_frame(b"GET / HTTP/1.1", 100), Err(WireError::BadMagic(_))));
-        assert!(matches!(decode_frame(b"G", 100), Err(WireError::BadMagic(_))));
+        assert!(matches!(
+            decode_frame(b"GET / HTTP/1.1", 100),
+            Err(WireError::BadMagic(_))
+        ));
+        assert!(matches!(
+            decode_frame(b"G", 100),
+            Err(WireError::BadMagic(_))
+        ));
         let mut f = encode_frame(1, b"");
         f[2] = 99;
         assert_eq!(decode_frame(&f, 100), Err(WireError::Version { got: 99 }));
@@ -752,10 +828,19 @@ mod tests {
     #[test]
     fn kvs_messages_round_trip() {
         let reqs = [
-            KvsRequest::Put { key: "addr".into(), val: vec![1, 2, 3] },
-            KvsRequest::Get { rank: 3, key: "addr".into() },
+            KvsRequest::Put {
+                key: "addr".into(),
+                val: vec![1, 2, 3],
+            },
+            KvsRequest::Get {
+                rank: 3,
+                key: "addr".into(),
+            },
             KvsRequest::Fence,
-            KvsRequest::Abort { code: 3, msg: "bye".into() },
+            KvsRequest::Abort {
+                code: 3,
+                msg: "bye".into(),
+            },
             KvsRequest::Finalize,
         ];
         for r in reqs {
@@ -769,8 +854,15 @@ mod tests {
             KvsReply::NotFound,
             KvsReply::FenceDone,
             KvsReply::Error("x".into()),
-            KvsReply::RankFailed { rank: 1, how: "killed".into() },
-            KvsReply::Abort { from: 2, code: 1, msg: "m".into() },
+            KvsReply::RankFailed {
+                rank: 1,
+                how: "killed".into(),
+            },
+            KvsReply::Abort {
+                from: 2,
+                code: 1,
+                msg: "m".into(),
+            },
         ];
         for r in reps {
             let f = r.to_frame();
@@ -786,7 +878,10 @@ mod tests {
             endpoints: vec![
                 EndpointAddr::Tcp("10.77.0.1:4000".into()),
                 EndpointAddr::Local("rcomm-x-1".into()),
-                EndpointAddr::Other { kind: 9, data: vec![1] },
+                EndpointAddr::Other {
+                    kind: 9,
+                    data: vec![1],
+                },
             ],
         };
         assert_eq!(AddrRecord::decode(&r.encode()).unwrap(), r);

@@ -13,7 +13,11 @@ pub fn rcomm_run() -> PathBuf {
     // target/<profile>/deps/<test> -> target/<profile>/rcomm-run
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
     let p = dir.join("rcomm-run");
-    assert!(p.exists(), "{} not found: run the suite with `cargo test --workspace`", p.display());
+    assert!(
+        p.exists(),
+        "{} not found: run the suite with `cargo test --workspace`",
+        p.display()
+    );
     p
 }
 
@@ -38,13 +42,20 @@ impl JobOutput {
     /// Stdout lines of one rank (prefix `[r] ` removed).
     pub fn rank_lines(&self, rank: u32) -> Vec<&str> {
         let p = format!("[{rank}] ");
-        self.stdout.lines().filter_map(|l| l.strip_prefix(p.as_str())).collect()
+        self.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(p.as_str()))
+            .collect()
     }
 }
 
 impl std::fmt::Display for JobOutput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "status {:?} after {:?}\n--- stdout\n{}--- stderr\n{}", self.status, self.elapsed, self.stdout, self.stderr)
+        write!(
+            f,
+            "status {:?} after {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.status, self.elapsed, self.stdout, self.stderr
+        )
     }
 }
 
@@ -71,8 +82,14 @@ impl Job {
         // Tag every process of this job so leftovers can be found even without the job id.
         let marker = format!("{}-{}", std::process::id(), next_id());
         cmd.env("RCOMMTEST_MARKER", &marker);
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        Self { cmd, deadline: Duration::from_secs(60), marker }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Self {
+            cmd,
+            deadline: Duration::from_secs(60),
+            marker,
+        }
     }
     /// Sets an environment variable for the launcher (and so every rank).
     pub fn env(mut self, k: &str, v: &str) -> Self {
@@ -93,7 +110,14 @@ impl Job {
         let mut child = self.cmd.spawn().expect("spawn rcomm-run");
         let out = spawn_reader(child.stdout.take().unwrap());
         let err = spawn_reader(child.stderr.take().unwrap());
-        Running { child, out, err, start: Instant::now(), deadline: self.deadline, marker: self.marker }
+        Running {
+            child,
+            out,
+            err,
+            start: Instant::now(),
+            deadline: self.deadline,
+            marker: self.marker,
+        }
     }
     /// Runs the job to completion (or the deadline) and checks nothing was left behind.
     pub fn run(self) -> JobOutput {
@@ -130,10 +154,19 @@ impl Running {
         let elapsed = self.start.elapsed();
         let stdout = self.out.join().unwrap_or_default();
         let stderr = self.err.join().unwrap_or_default();
-        let out = JobOutput { status, stdout, stderr, elapsed };
+        let out = JobOutput {
+            status,
+            stdout,
+            stderr,
+            elapsed,
+        };
         let left = wait_no_processes("RCOMMTEST_MARKER", &self.marker, Duration::from_secs(3));
         assert!(left.is_empty(), "processes left behind: {left:?}\n{out}");
-        assert!(status.is_some(), "job exceeded its deadline of {:?}\n{out}", self.deadline);
+        assert!(
+            status.is_some(),
+            "job exceeded its deadline of {:?}\n{out}",
+            self.deadline
+        );
         out
     }
 }
@@ -149,17 +182,27 @@ pub fn processes_with_env(key: &str, value: &str) -> Vec<u32> {
     let needle = format!("{key}={value}");
     let me = std::process::id();
     let mut found = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return found };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
     for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
         if pid == me {
             continue;
         }
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
         if env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) {
             // A zombie is already dead; only its parent's reaping is missing.
             let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|s| s.rsplit(')').next().is_some_and(|t| t.trim_start().starts_with('Z')))
+                .map(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .is_some_and(|t| t.trim_start().starts_with('Z'))
+                })
                 .unwrap_or(false);
             if !zombie {
                 found.push(pid);

@@ -4,7 +4,16 @@
 use rcomm_tests::{Job, JobOutput, dev_shm, test_program};
 use std::time::Duration;
 
-const CASES: [&str; 8] = ["sizes", "64MiB", "wildcards", "ordering", "truncation", "probes", "nonblocking", "bad-input"];
+const CASES: [&str; 8] = [
+    "sizes",
+    "64MiB",
+    "wildcards",
+    "ordering",
+    "truncation",
+    "probes",
+    "nonblocking",
+    "bad-input",
+];
 
 struct Counters {
     shm_sent: u64,
@@ -14,10 +23,24 @@ struct Counters {
 }
 
 fn counters(out: &JobOutput, rank: u32) -> Counters {
-    let line = out.rank_lines(rank).into_iter().find(|l| l.starts_with("counters")).unwrap_or_else(|| panic!("no counters from rank {rank}\n{out}"));
+    let line = out
+        .rank_lines(rank)
+        .into_iter()
+        .find(|l| l.starts_with("counters"))
+        .unwrap_or_else(|| panic!("no counters from rank {rank}\n{out}"));
     let f: Vec<&str> = line.split_whitespace().collect();
-    let num = |k: &str| f.iter().position(|x| *x == k).map(|i| f[i + 1].parse::<u64>().unwrap()).unwrap();
-    Counters { shm_sent: num("shm_sent"), shm_cma: num("shm_cma"), tcp_sent: num("tcp_sent"), routes: f.last().unwrap().to_string() }
+    let num = |k: &str| {
+        f.iter()
+            .position(|x| *x == k)
+            .map(|i| f[i + 1].parse::<u64>().unwrap())
+            .unwrap()
+    };
+    Counters {
+        shm_sent: num("shm_sent"),
+        shm_cma: num("shm_cma"),
+        tcp_sent: num("tcp_sent"),
+        routes: f.last().unwrap().to_string(),
+    }
 }
 
 fn table(n: u32, env: &[(&str, &str)], extra: &[&str]) -> JobOutput {
@@ -30,9 +53,16 @@ fn table(n: u32, env: &[(&str, &str)], extra: &[&str]) -> JobOutput {
     }
     let out = job.run();
     assert_eq!(out.code(), 0, "{n} ranks {env:?}\n{out}");
-    let ok: Vec<&str> = out.rank_lines(0).into_iter().filter_map(|l| l.strip_prefix("ok ")).collect();
+    let ok: Vec<&str> = out
+        .rank_lines(0)
+        .into_iter()
+        .filter_map(|l| l.strip_prefix("ok "))
+        .collect();
     for c in CASES {
-        assert!(ok.contains(&c), "case {c} did not pass at {n} ranks {env:?}\n{out}");
+        assert!(
+            ok.contains(&c),
+            "case {c} did not pass at {n} ranks {env:?}\n{out}"
+        );
     }
     out
 }
@@ -49,10 +79,18 @@ fn p2p_table_over_the_default_transport_uses_shared_memory_at_1_to_8_ranks() {
                 assert!(c.shm_sent > 0, "{out}");
                 assert!(c.shm_cma > 0, "single copy is on by default\n{out}");
             }
-            assert!(c.routes.split(',').all(|t| t == "shm" || t == "self"), "{}", c.routes);
+            assert!(
+                c.routes.split(',').all(|t| t == "shm" || t == "self"),
+                "{}",
+                c.routes
+            );
         }
     }
-    assert_eq!(dev_shm(), shm0, "shared memory is memfd-backed: nothing in /dev/shm");
+    assert_eq!(
+        dev_shm(),
+        shm0,
+        "shared memory is memfd-backed: nothing in /dev/shm"
+    );
 }
 
 #[test]
@@ -89,7 +127,9 @@ fn a_message_of_2_gib_plus_1_arrives_intact() {
 #[test]
 fn an_8_byte_send_recv_pair_allocates_nothing() {
     for t in ["auto", "tcp"] {
-        let out = Job::new(2, &[&test_program("rt_alloc")]).env("RCOMM_TRANSPORT", t).run();
+        let out = Job::new(2, &[&test_program("rt_alloc")])
+            .env("RCOMM_TRANSPORT", t)
+            .run();
         assert_eq!(out.code(), 0, "{out}");
         for r in 0..2 {
             assert_eq!(out.rank_lines(r), vec!["allocations 0"], "{t}\n{out}");
@@ -100,10 +140,13 @@ fn an_8_byte_send_recv_pair_allocates_nothing() {
 #[test]
 fn survivors_get_peer_lost_within_2s_when_a_rank_is_killed() {
     for t in ["auto", "tcp"] {
-        let out = Job::new(4, &["--on-failure", "continue", &test_program("rt_p2p"), "die"])
-            .env("RCOMM_TRANSPORT", t)
-            .deadline(Duration::from_secs(30))
-            .run();
+        let out = Job::new(
+            4,
+            &["--on-failure", "continue", &test_program("rt_p2p"), "die"],
+        )
+        .env("RCOMM_TRANSPORT", t)
+        .deadline(Duration::from_secs(30))
+        .run();
         assert_eq!(out.code(), 137, "{out}");
         for r in [0, 2, 3] {
             let l = out.rank_lines(r);

@@ -167,7 +167,8 @@ fn small(vals: &[u64]) -> OutPayload {
 }
 
 fn u64_at(b: &[u8], i: usize) -> Option<u64> {
-    b.get(i * 8..i * 8 + 8).map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+    b.get(i * 8..i * 8 + 8)
+        .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
 }
 
 impl Engine {
@@ -189,7 +190,9 @@ impl Engine {
                 released: Vec::new(),
                 next_token: 1,
                 failed: HashMap::new(),
-                cma: (0..size).map(|p| net.caps(p).single_copy && cfg.cma_max > 0).collect(),
+                cma: (0..size)
+                    .map(|p| net.caps(p).single_copy && cfg.cma_max > 0)
+                    .collect(),
                 hosts,
                 error: None,
                 pool: Vec::new(),
@@ -211,7 +214,14 @@ impl Engine {
     }
 
     /// Starts a send of `region` to `dest`; the request completes when the buffer may be reused.
-    pub(crate) fn isend(&mut self, ctx: u32, dest: u32, tag: i32, region: Region, op: &'static str) -> Result<ReqId, CommError> {
+    pub(crate) fn isend(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        region: Region,
+        op: &'static str,
+    ) -> Result<ReqId, CommError> {
         self.st.check_peer(dest, op)?;
         if tag < 0 {
             return Err(CommError::InvalidTag { tag });
@@ -236,14 +246,34 @@ impl Engine {
         if dest == me {
             // Self: deliver directly, always eagerly (the copy is the transfer).
             self.st.deliver(me, &hdr(ProtoKind::Eager), region.bytes());
-            self.st.complete(req, Ok(Status { source: me, tag, bytes: region.len() }));
+            self.st.complete(
+                req,
+                Ok(Status {
+                    source: me,
+                    tag,
+                    bytes: region.len(),
+                }),
+            );
             return Ok(req);
         }
         if region.len() <= self.net.caps(dest).eager_limit {
-            self.st.out.entry(dest).or_default().push_back(Out { hdr: hdr(ProtoKind::Eager), payload: OutPayload::User(region), req: Some(req) });
+            self.st.out.entry(dest).or_default().push_back(Out {
+                hdr: hdr(ProtoKind::Eager),
+                payload: OutPayload::User(region),
+                req: Some(req),
+            });
         } else {
             let token = self.st.token();
-            self.st.rndv_send.insert(token, RndvSend { req, peer: dest, region, recv_token: None, offset: 0 });
+            self.st.rndv_send.insert(
+                token,
+                RndvSend {
+                    req,
+                    peer: dest,
+                    region,
+                    recv_token: None,
+                    offset: 0,
+                },
+            );
             self.st.out.entry(dest).or_default().push_back(Out {
                 hdr: hdr(ProtoKind::RndvRts),
                 payload: small(&[token, region.addr()]),
@@ -255,7 +285,14 @@ impl Engine {
     }
 
     /// Posts a receive into `region`.
-    pub(crate) fn irecv(&mut self, ctx: u32, src: Source, tag: TagSel, region: Region, op: &'static str) -> Result<ReqId, CommError> {
+    pub(crate) fn irecv(
+        &mut self,
+        ctx: u32,
+        src: Source,
+        tag: TagSel,
+        region: Region,
+        op: &'static str,
+    ) -> Result<ReqId, CommError> {
         let peer = match src {
             Source::Rank(r) => {
                 self.st.check_peer(r, op)?;
@@ -296,19 +333,41 @@ impl Engine {
     /// Drops a message taken by `mprobe` without receiving it: the sender is released.
     pub(crate) fn discard_stored(&mut self, env: Envelope, stored: Stored) {
         if let Stored::Rts { sender_token, .. } = stored {
-            self.st.send_ctl(env.source, ProtoKind::RndvFin, &[sender_token]);
+            self.st
+                .send_ctl(env.source, ProtoKind::RndvFin, &[sender_token]);
             self.after_protocol();
         }
     }
 
     /// The earliest matching message, without receiving it.
-    pub(crate) fn probe(&mut self, ctx: u32, src: Source, tag: TagSel) -> Result<Option<Status>, CommError> {
+    pub(crate) fn probe(
+        &mut self,
+        ctx: u32,
+        src: Source,
+        tag: TagSel,
+    ) -> Result<Option<Status>, CommError> {
         self.check_probe(src)?;
-        Ok(self.st.ctx.entry(ctx).or_default().m.probe(src, tag).map(|e| Status { source: e.source, tag: e.tag, bytes: e.len as usize }))
+        Ok(self
+            .st
+            .ctx
+            .entry(ctx)
+            .or_default()
+            .m
+            .probe(src, tag)
+            .map(|e| Status {
+                source: e.source,
+                tag: e.tag,
+                bytes: e.len as usize,
+            }))
     }
 
     /// Takes the earliest matching message out of matching.
-    pub(crate) fn mprobe(&mut self, ctx: u32, src: Source, tag: TagSel) -> Result<Option<(Envelope, Stored)>, CommError> {
+    pub(crate) fn mprobe(
+        &mut self,
+        ctx: u32,
+        src: Source,
+        tag: TagSel,
+    ) -> Result<Option<(Envelope, Stored)>, CommError> {
         self.check_probe(src)?;
         Ok(self.st.ctx.entry(ctx).or_default().m.take(src, tag))
     }
@@ -325,7 +384,10 @@ impl Engine {
 
     /// Whether the request has completed.
     pub(crate) fn is_done(&self, req: ReqId) -> bool {
-        matches!(self.st.reqs[req].as_ref().map(|r| &r.state), Some(ReqState::Done(_)))
+        matches!(
+            self.st.reqs[req].as_ref().map(|r| &r.state),
+            Some(ReqState::Done(_))
+        )
     }
 
     /// Takes a completed request's result and frees it.
@@ -340,7 +402,9 @@ impl Engine {
 
     /// Cancels a receive not yet matched; true if it was (the request is then freed).
     pub(crate) fn cancel(&mut self, req: ReqId) -> bool {
-        let Some((ctx, rid)) = self.st.reqs[req].as_ref().and_then(|r| r.posted) else { return false };
+        let Some((ctx, rid)) = self.st.reqs[req].as_ref().and_then(|r| r.posted) else {
+            return false;
+        };
         if self.st.ctx.get_mut(&ctx).is_some_and(|c| c.m.cancel(rid)) {
             self.st.posted.remove(&(ctx, rid));
             self.st.reqs[req] = None;
@@ -364,7 +428,11 @@ impl Engine {
         let st = &mut self.st;
         let n = match self.net.progress(64, &mut |peer, inc| match inc {
             Incoming::Msg(hdr, payload) => st.deliver(peer, hdr, payload),
-            Incoming::Chunk { token, offset, data } => st.chunk(peer, token, offset, data),
+            Incoming::Chunk {
+                token,
+                offset,
+                data,
+            } => st.chunk(peer, token, offset, data),
         }) {
             Ok(n) => n,
             Err(e) => {
@@ -382,16 +450,36 @@ impl Engine {
         while let Some(p) = self.st.pulls.pop() {
             work += 1;
             let region = self.st.req_region(p.req);
-            match self.net.cma_read(p.peer, p.addr, &mut region.bytes_mut()[..p.env.len as usize]) {
+            match self.net.cma_read(
+                p.peer,
+                p.addr,
+                &mut region.bytes_mut()[..p.env.len as usize],
+            ) {
                 Ok(()) => {
-                    self.st.send_ctl(p.peer, ProtoKind::RndvFin, &[p.sender_token]);
-                    self.st.complete(p.req, Ok(Status { source: p.env.source, tag: p.env.tag, bytes: p.env.len as usize }));
+                    self.st
+                        .send_ctl(p.peer, ProtoKind::RndvFin, &[p.sender_token]);
+                    self.st.complete(
+                        p.req,
+                        Ok(Status {
+                            source: p.env.source,
+                            tag: p.env.tag,
+                            bytes: p.env.len as usize,
+                        }),
+                    );
                 }
                 Err(rcomm_transport::error::TransportError::Link { source, .. })
-                    if matches!(source.raw_os_error(), Some(libc::EPERM) | Some(libc::EFAULT) | Some(libc::ENOSYS)) =>
+                    if matches!(
+                        source.raw_os_error(),
+                        Some(libc::EPERM) | Some(libc::EFAULT) | Some(libc::ENOSYS)
+                    ) =>
                 {
                     // Single copy refused (ptrace policy): use the copy path with this peer.
-                    rcomm_transport::rlog!(Info, "P2P", "single copy from rank {} refused ({source}); using pipelined copy", p.peer);
+                    rcomm_transport::rlog!(
+                        Info,
+                        "P2P",
+                        "single copy from rank {} refused ({source}); using pipelined copy",
+                        p.peer
+                    );
                     self.st.cma[p.peer as usize] = false;
                     self.st.start_cts(p.req, p.peer, p.env, p.sender_token);
                 }
@@ -401,7 +489,13 @@ impl Engine {
                 }
             }
         }
-        let peers: Vec<u32> = self.st.out.iter().filter(|(_, q)| !q.is_empty()).map(|(&p, _)| p).collect();
+        let peers: Vec<u32> = self
+            .st
+            .out
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(&p, _)| p)
+            .collect();
         for p in peers {
             work += self.flush_peer(p);
         }
@@ -415,7 +509,12 @@ impl Engine {
             let recv_token = s.recv_token.expect("streaming after CTS");
             let mut failed = None;
             while s.offset < s.region.len() {
-                match self.net.send_chunk(s.peer, recv_token, s.offset as u64, &s.region.bytes()[s.offset..]) {
+                match self.net.send_chunk(
+                    s.peer,
+                    recv_token,
+                    s.offset as u64,
+                    &s.region.bytes()[s.offset..],
+                ) {
                     Ok(0) => break,
                     Ok(n) => {
                         s.offset += n;
@@ -436,7 +535,14 @@ impl Engine {
                 self.st.rndv_send.remove(&token);
                 self.st.streaming.swap_remove(i);
                 let _ = peer;
-                self.st.complete(req, Ok(Status { source: self.st.me, tag: 0, bytes: len }));
+                self.st.complete(
+                    req,
+                    Ok(Status {
+                        source: self.st.me,
+                        tag: 0,
+                        bytes: len,
+                    }),
+                );
             } else {
                 i += 1;
             }
@@ -447,7 +553,9 @@ impl Engine {
     fn flush_peer(&mut self, peer: u32) -> usize {
         let mut sent = 0;
         loop {
-            let Some(q) = self.st.out.get_mut(&peer) else { return sent };
+            let Some(q) = self.st.out.get_mut(&peer) else {
+                return sent;
+            };
             let Some(o) = q.front() else { return sent };
             let bytes = match &o.payload {
                 OutPayload::Small(b, n) => &b[..*n as usize],
@@ -458,7 +566,14 @@ impl Engine {
                     let o = q.pop_front().expect("front exists");
                     sent += 1;
                     if let Some(req) = o.req {
-                        self.st.complete(req, Ok(Status { source: self.st.me, tag: o.hdr.tag, bytes: o.hdr.len as usize }));
+                        self.st.complete(
+                            req,
+                            Ok(Status {
+                                source: self.st.me,
+                                tag: o.hdr.tag,
+                                bytes: o.hdr.len as usize,
+                            }),
+                        );
                     }
                 }
                 Ok(false) => return sent,
@@ -472,7 +587,9 @@ impl Engine {
 
     /// Whether anything is queued that needs progress even with nothing arriving.
     pub(crate) fn busy(&self) -> bool {
-        !self.st.streaming.is_empty() || self.st.out.values().any(|q| !q.is_empty()) || self.net.has_queued_output()
+        !self.st.streaming.is_empty()
+            || self.st.out.values().any(|q| !q.is_empty())
+            || self.net.has_queued_output()
     }
 
     fn transport_failed(&mut self, peer: Option<u32>, why: String) {
@@ -498,7 +615,13 @@ impl Engine {
             .reqs
             .iter()
             .enumerate()
-            .filter_map(|(i, r)| r.as_ref().filter(|r| matches!(r.state, ReqState::Active) && (r.peer == Some(peer) || r.wildcard)).map(|_| i))
+            .filter_map(|(i, r)| {
+                r.as_ref()
+                    .filter(|r| {
+                        matches!(r.state, ReqState::Active) && (r.peer == Some(peer) || r.wildcard)
+                    })
+                    .map(|_| i)
+            })
             .collect();
         for req in lost {
             if let Some((ctx, rid)) = self.st.req_mut(req).posted.take() {
@@ -522,7 +645,10 @@ impl Engine {
     /// The first peer seen dead by a transport, without waiting.
     pub(crate) fn poll_dead(&mut self) {
         if let Some(p) = self.net.dead_peer() {
-            self.peer_failed(p, "its connection closed (the process exited or died)".into());
+            self.peer_failed(
+                p,
+                "its connection closed (the process exited or died)".into(),
+            );
         }
     }
 
@@ -539,7 +665,10 @@ impl State {
 
     fn check_peer(&self, r: u32, op: &'static str) -> Result<(), CommError> {
         if r >= self.size {
-            return Err(CommError::InvalidRank { rank: r, size: self.size });
+            return Err(CommError::InvalidRank {
+                rank: r,
+                size: self.size,
+            });
         }
         match self.failed.get(&r) {
             Some(why) => Err(self.lost(r, op, why.clone())),
@@ -548,11 +677,30 @@ impl State {
     }
 
     fn lost(&self, rank: u32, op: &'static str, why: String) -> CommError {
-        CommError::PeerLost { rank, host: self.hosts.get(rank as usize).cloned().unwrap_or_default(), op, why }
+        CommError::PeerLost {
+            rank,
+            host: self.hosts.get(rank as usize).cloned().unwrap_or_default(),
+            op,
+            why,
+        }
     }
 
-    fn new_req(&mut self, op: &'static str, peer: Option<u32>, wildcard: bool, region: Region) -> ReqId {
-        let r = Req { op, peer, wildcard, region, state: ReqState::Active, posted: None, orphan: None };
+    fn new_req(
+        &mut self,
+        op: &'static str,
+        peer: Option<u32>,
+        wildcard: bool,
+        region: Region,
+    ) -> ReqId {
+        let r = Req {
+            op,
+            peer,
+            wildcard,
+            region,
+            state: ReqState::Active,
+            posted: None,
+            orphan: None,
+        };
         match self.free.pop() {
             Some(i) => {
                 self.reqs[i] = Some(r);
@@ -585,8 +733,22 @@ impl State {
     }
 
     fn send_ctl(&mut self, peer: u32, kind: ProtoKind, vals: &[u64]) {
-        let hdr = Header { context: 0, source: self.me, seq: 0, tag: 0, len: 0, kind, flags: 0, coll_seq: 0, signature: 0 };
-        self.out.entry(peer).or_default().push_back(Out { hdr, payload: small(vals), req: None });
+        let hdr = Header {
+            context: 0,
+            source: self.me,
+            seq: 0,
+            tag: 0,
+            len: 0,
+            kind,
+            flags: 0,
+            coll_seq: 0,
+            signature: 0,
+        };
+        self.out.entry(peer).or_default().push_back(Out {
+            hdr,
+            payload: small(vals),
+            req: None,
+        });
     }
 
     /// A message arrived from `peer`.
@@ -594,7 +756,12 @@ impl State {
         match hdr.kind {
             ProtoKind::Eager | ProtoKind::RndvRts => {
                 if hdr.source != peer {
-                    rcomm_transport::rlog!(Warn, "P2P", "rank {peer} sent a header claiming source {}; dropped", hdr.source);
+                    rcomm_transport::rlog!(
+                        Warn,
+                        "P2P",
+                        "rank {peer} sent a header claiming source {}; dropped",
+                        hdr.source
+                    );
                     return;
                 }
                 let pool = &mut self.pool;
@@ -605,24 +772,44 @@ impl State {
                         v.extend_from_slice(payload);
                         Some(Stored::Eager(v))
                     }
-                    _ => Some(Stored::Rts { sender_token: u64_at(payload, 0)?, addr: u64_at(payload, 1)? }),
+                    _ => Some(Stored::Rts {
+                        sender_token: u64_at(payload, 0)?,
+                        addr: u64_at(payload, 1)?,
+                    }),
                 };
-                let env = Envelope { source: peer, tag: hdr.tag, len: hdr.len };
+                let env = Envelope {
+                    source: peer,
+                    tag: hdr.tag,
+                    len: hdr.len,
+                };
                 let c = self.ctx.entry(hdr.context).or_default();
                 match c.m.arrive(&env, hdr.seq) {
                     MRoute::Deliver(rid) => {
-                        let req = self.posted.remove(&(hdr.context, rid)).expect("posted receive has a request");
+                        let req = self
+                            .posted
+                            .remove(&(hdr.context, rid))
+                            .expect("posted receive has a request");
                         match hdr.kind {
                             ProtoKind::Eager => self.finish_eager(req, env, payload),
                             _ => match stored() {
                                 Some(s) => self.start_recv(req, env, s),
-                                None => self.complete(req, Err(CommError::Protocol { rank: peer, why: "malformed RTS".into() })),
+                                None => self.complete(
+                                    req,
+                                    Err(CommError::Protocol {
+                                        rank: peer,
+                                        why: "malformed RTS".into(),
+                                    }),
+                                ),
                             },
                         }
                     }
                     MRoute::Keep => match stored() {
                         Some(s) => c.m.keep(env, hdr.seq, s),
-                        None => rcomm_transport::rlog!(Warn, "P2P", "malformed RTS from rank {peer}; dropped"),
+                        None => rcomm_transport::rlog!(
+                            Warn,
+                            "P2P",
+                            "malformed RTS from rank {peer}; dropped"
+                        ),
                     },
                 }
                 let mut released = std::mem::take(&mut self.released);
@@ -630,7 +817,10 @@ impl State {
                     c.m.release(peer, &mut |rid, env, s| released.push((rid, env, s)));
                 }
                 for (rid, env, s) in released.drain(..) {
-                    let req = self.posted.remove(&(hdr.context, rid)).expect("posted receive has a request");
+                    let req = self
+                        .posted
+                        .remove(&(hdr.context, rid))
+                        .expect("posted receive has a request");
                     self.start_recv(req, env, s);
                 }
                 self.released = released;
@@ -646,7 +836,14 @@ impl State {
             ProtoKind::RndvFin => {
                 if let Some(s) = u64_at(payload, 0).and_then(|t| self.rndv_send.remove(&t)) {
                     let len = s.region.len();
-                    self.complete(s.req, Ok(Status { source: self.me, tag: 0, bytes: len }));
+                    self.complete(
+                        s.req,
+                        Ok(Status {
+                            source: self.me,
+                            tag: 0,
+                            bytes: len,
+                        }),
+                    );
                 }
             }
             ProtoKind::Data | ProtoKind::Credit | ProtoKind::Control => {
@@ -658,10 +855,17 @@ impl State {
     fn finish_eager(&mut self, req: ReqId, env: Envelope, payload: &[u8]) {
         let region = self.req_region(req);
         let res = if (env.len as usize) > region.len() {
-            Err(CommError::Truncated { buffer: region.len(), message: env.len as usize })
+            Err(CommError::Truncated {
+                buffer: region.len(),
+                message: env.len as usize,
+            })
         } else {
             region.write(0, payload);
-            Ok(Status { source: env.source, tag: env.tag, bytes: payload.len() })
+            Ok(Status {
+                source: env.source,
+                tag: env.tag,
+                bytes: payload.len(),
+            })
         };
         self.req_mut(req).peer = Some(env.source);
         self.complete(req, res);
@@ -682,11 +886,23 @@ impl State {
                 if env.len as usize > cap {
                     // Truncation consumes the message (MPI_ERR_TRUNCATE): release the sender.
                     self.send_ctl(env.source, ProtoKind::RndvFin, &[sender_token]);
-                    self.complete(req, Err(CommError::Truncated { buffer: cap, message: env.len as usize }));
+                    self.complete(
+                        req,
+                        Err(CommError::Truncated {
+                            buffer: cap,
+                            message: env.len as usize,
+                        }),
+                    );
                 } else if env.source == self.me {
                     unreachable!("self messages are eager");
                 } else if self.cma_ok(env.source, env.len as usize) {
-                    self.pulls.push(Pull { req, peer: env.source, env, sender_token, addr });
+                    self.pulls.push(Pull {
+                        req,
+                        peer: env.source,
+                        env,
+                        sender_token,
+                        addr,
+                    });
                 } else {
                     self.start_cts(req, env.source, env, sender_token);
                 }
@@ -700,27 +916,54 @@ impl State {
 
     fn start_cts(&mut self, req: ReqId, peer: u32, env: Envelope, sender_token: u64) {
         let token = self.token();
-        self.rndv_recv.insert(token, RndvRecv { req, peer, env, received: 0 });
+        self.rndv_recv.insert(
+            token,
+            RndvRecv {
+                req,
+                peer,
+                env,
+                received: 0,
+            },
+        );
         self.send_ctl(peer, ProtoKind::RndvCts, &[sender_token, token]);
     }
 
     fn chunk(&mut self, peer: u32, token: u64, offset: u64, data: &[u8]) {
         let Some(r) = self.rndv_recv.get_mut(&token) else {
-            rcomm_transport::rlog!(Trace, "P2P", "chunk for unknown token {token} from rank {peer}");
+            rcomm_transport::rlog!(
+                Trace,
+                "P2P",
+                "chunk for unknown token {token} from rank {peer}"
+            );
             return;
         };
         let region = self.reqs[r.req].as_ref().expect("live request").region;
-        let ok = r.peer == peer && offset + data.len() as u64 <= r.env.len && region.write(offset as usize, data);
+        let ok = r.peer == peer
+            && offset + data.len() as u64 <= r.env.len
+            && region.write(offset as usize, data);
         if !ok {
             let req = r.req;
             self.rndv_recv.remove(&token);
-            self.complete(req, Err(CommError::Protocol { rank: peer, why: "data chunk outside the message".into() }));
+            self.complete(
+                req,
+                Err(CommError::Protocol {
+                    rank: peer,
+                    why: "data chunk outside the message".into(),
+                }),
+            );
             return;
         }
         r.received += data.len() as u64;
         if r.received == r.env.len {
             let r = self.rndv_recv.remove(&token).expect("present");
-            self.complete(r.req, Ok(Status { source: r.env.source, tag: r.env.tag, bytes: r.env.len as usize }));
+            self.complete(
+                r.req,
+                Ok(Status {
+                    source: r.env.source,
+                    tag: r.env.tag,
+                    bytes: r.env.len as usize,
+                }),
+            );
         }
     }
 }

@@ -190,7 +190,10 @@ impl<P> Matcher<P> {
             self.push_unexpected(env, payload);
             self.expected.insert(env.source, seq.wrapping_add(1));
         } else {
-            self.early.entry(env.source).or_default().insert(seq, (env, payload));
+            self.early
+                .entry(env.source)
+                .or_default()
+                .insert(seq, (env, payload));
         }
     }
 
@@ -199,8 +202,12 @@ impl<P> Matcher<P> {
     pub fn release(&mut self, source: u32, deliver: &mut dyn FnMut(RecvId, Envelope, P)) {
         loop {
             let exp = *self.expected.entry(source).or_insert(0);
-            let Some(q) = self.early.get_mut(&source) else { return };
-            let Some((env, payload)) = q.remove(&exp) else { return };
+            let Some(q) = self.early.get_mut(&source) else {
+                return;
+            };
+            let Some((env, payload)) = q.remove(&exp) else {
+                return;
+            };
             if q.is_empty() {
                 self.early.remove(&source);
             }
@@ -214,7 +221,8 @@ impl<P> Matcher<P> {
 
     /// The earliest stored message a receive for (`src`, `tag`) would get, without taking it.
     pub fn probe(&self, src: Source, tag: TagSel) -> Option<&Envelope> {
-        self.find_unexpected(src, tag).map(|(s, i)| &self.unexpected[&s][i].env)
+        self.find_unexpected(src, tag)
+            .map(|(s, i)| &self.unexpected[&s][i].env)
     }
 
     /// Takes the earliest stored matching message (for `mprobe`): no later receive can get it.
@@ -239,7 +247,10 @@ impl<P> Matcher<P> {
         if let Some(q) = self.unexpected.remove(&source) {
             self.unexpected_count -= q.len();
         }
-        self.by_source.remove(&source).map(|q| q.into_iter().map(|p| p.id).collect()).unwrap_or_default()
+        self.by_source
+            .remove(&source)
+            .map(|q| q.into_iter().map(|p| p.id).collect())
+            .unwrap_or_default()
     }
 
     /// Ids of every posted wildcard receive (to fail them when any peer is lost).
@@ -250,17 +261,29 @@ impl<P> Matcher<P> {
     fn push_unexpected(&mut self, env: Envelope, payload: P) {
         let arrival = self.next_arrival;
         self.next_arrival += 1;
-        self.unexpected.entry(env.source).or_default().push_back(Stored { env, arrival, payload });
+        self.unexpected
+            .entry(env.source)
+            .or_default()
+            .push_back(Stored {
+                env,
+                arrival,
+                payload,
+            });
         self.unexpected_count += 1;
     }
 
     /// Earliest-posted receive matching `env`, removed from its queue.
     fn take_posted(&mut self, env: &Envelope) -> Option<RecvId> {
-        let specific = self
-            .by_source
-            .get(&env.source)
-            .and_then(|q| q.iter().position(|p| env.matches(p.src, p.tag)).map(|i| (i, q[i].id)));
-        let wild = self.wildcard.iter().position(|p| env.matches(p.src, p.tag)).map(|i| (i, self.wildcard[i].id));
+        let specific = self.by_source.get(&env.source).and_then(|q| {
+            q.iter()
+                .position(|p| env.matches(p.src, p.tag))
+                .map(|i| (i, q[i].id))
+        });
+        let wild = self
+            .wildcard
+            .iter()
+            .position(|p| env.matches(p.src, p.tag))
+            .map(|i| (i, self.wildcard[i].id));
         match (specific, wild) {
             (Some((i, a)), Some((_, b))) if a < b => {
                 self.by_source.get_mut(&env.source)?.remove(i);
@@ -283,10 +306,18 @@ impl<P> Matcher<P> {
         if self.unexpected_count == 0 {
             return None;
         }
-        let first_in = |s: u32, q: &VecDeque<Stored<P>>| q.iter().position(|m| m.env.matches(src, tag)).map(|i| (s, i, q[i].arrival));
+        let first_in = |s: u32, q: &VecDeque<Stored<P>>| {
+            q.iter()
+                .position(|m| m.env.matches(src, tag))
+                .map(|i| (s, i, q[i].arrival))
+        };
         let best = match src {
             Source::Rank(r) => self.unexpected.get(&r).and_then(|q| first_in(r, q)),
-            Source::Any => self.unexpected.iter().filter_map(|(&s, q)| first_in(s, q)).min_by_key(|&(_, _, a)| a),
+            Source::Any => self
+                .unexpected
+                .iter()
+                .filter_map(|(&s, q)| first_in(s, q))
+                .min_by_key(|&(_, _, a)| a),
         };
         best.map(|(s, i, _)| (s, i))
     }
@@ -309,7 +340,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn env(source: u32, tag: i32) -> Envelope {
-        Envelope { source, tag, len: 0 }
+        Envelope {
+            source,
+            tag,
+            len: 0,
+        }
     }
 
     /// Delivers one arrival the way a transport's progress loop does; returns (recv, payload)
@@ -344,20 +379,32 @@ mod tests {
     #[test]
     fn early_arrivals_are_held_until_their_predecessors_arrive() {
         let mut m = Matcher::new();
-        let Posting::Posted(a) = m.post(Source::Rank(0), TagSel::Any) else { panic!() };
-        assert!(arrive(&mut m, env(0, 1), 1, 11).is_empty(), "seq 1 must wait for seq 0");
+        let Posting::Posted(a) = m.post(Source::Rank(0), TagSel::Any) else {
+            panic!()
+        };
+        assert!(
+            arrive(&mut m, env(0, 1), 1, 11).is_empty(),
+            "seq 1 must wait for seq 0"
+        );
         assert_eq!(m.stored(), 1);
         let got = arrive(&mut m, env(0, 1), 0, 10);
         assert_eq!(got, vec![(a, 10)]);
         assert_eq!(m.stored(), 1, "seq 1 released into the unexpected queue");
-        assert!(matches!(m.post(Source::Rank(0), TagSel::Any), Posting::Matched(_, 11)));
+        assert!(matches!(
+            m.post(Source::Rank(0), TagSel::Any),
+            Posting::Matched(_, 11)
+        ));
     }
 
     #[test]
     fn posted_receives_match_in_post_order_across_specific_and_wildcard() {
         let mut m = Matcher::<u64>::new();
-        let Posting::Posted(w) = m.post(Source::Any, TagSel::Tag(3)) else { panic!() };
-        let Posting::Posted(s) = m.post(Source::Rank(2), TagSel::Tag(3)) else { panic!() };
+        let Posting::Posted(w) = m.post(Source::Any, TagSel::Tag(3)) else {
+            panic!()
+        };
+        let Posting::Posted(s) = m.post(Source::Rank(2), TagSel::Tag(3)) else {
+            panic!()
+        };
         assert_eq!(arrive(&mut m, env(2, 3), 0, 1), vec![(w, 1)]);
         assert_eq!(arrive(&mut m, env(2, 3), 1, 2), vec![(s, 2)]);
         assert!(!m.cancel(w) && !m.cancel(s));
@@ -366,7 +413,9 @@ mod tests {
     #[test]
     fn cancel_withdraws_a_posted_receive() {
         let mut m = Matcher::<u64>::new();
-        let Posting::Posted(a) = m.post(Source::Rank(0), TagSel::Any) else { panic!() };
+        let Posting::Posted(a) = m.post(Source::Rank(0), TagSel::Any) else {
+            panic!()
+        };
         assert!(m.cancel(a));
         assert!(arrive(&mut m, env(0, 0), 0, 5).is_empty());
         assert_eq!(m.probe(Source::Any, TagSel::Any).map(|e| e.source), Some(0));
@@ -378,8 +427,14 @@ mod tests {
         m.expected.insert(0, u32::MAX);
         arrive(&mut m, env(0, 0), 0, 2); // early (after the wrap)
         arrive(&mut m, env(0, 0), u32::MAX, 1);
-        assert!(matches!(m.post(Source::Rank(0), TagSel::Any), Posting::Matched(_, 1)));
-        assert!(matches!(m.post(Source::Rank(0), TagSel::Any), Posting::Matched(_, 2)));
+        assert!(matches!(
+            m.post(Source::Rank(0), TagSel::Any),
+            Posting::Matched(_, 1)
+        ));
+        assert!(matches!(
+            m.post(Source::Rank(0), TagSel::Any),
+            Posting::Matched(_, 2)
+        ));
     }
 
     // ---- reference model -------------------------------------------------------------------
@@ -387,17 +442,32 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Op {
         /// Sender `src` sends a message with `tag` (gets the next sequence number).
-        Send { src: u32, tag: i32 },
+        Send {
+            src: u32,
+            tag: i32,
+        },
         /// Deliver one in-flight message (index into the in-flight list, mod its length).
         Deliver(usize),
-        Post { src: Option<u32>, tag: Option<i32> },
-        Probe { src: Option<u32>, tag: Option<i32> },
-        MProbe { src: Option<u32>, tag: Option<i32> },
+        Post {
+            src: Option<u32>,
+            tag: Option<i32>,
+        },
+        Probe {
+            src: Option<u32>,
+            tag: Option<i32>,
+        },
+        MProbe {
+            src: Option<u32>,
+            tag: Option<i32>,
+        },
         Cancel(usize),
     }
 
     fn sel(src: Option<u32>, tag: Option<i32>) -> (Source, TagSel) {
-        (src.map_or(Source::Any, Source::Rank), tag.map_or(TagSel::Any, TagSel::Tag))
+        (
+            src.map_or(Source::Any, Source::Rank),
+            tag.map_or(TagSel::Any, TagSel::Tag),
+        )
     }
 
     /// The model: every message in send order per source is in one global "sent" log; a message
@@ -419,13 +489,23 @@ mod tests {
             env(e.0, e.1).matches(s, t)
         }
         fn on_deliver(&mut self, src: u32, seq: u32, tag: i32, id: u64) {
-            self.delivered.entry(src).or_default().insert(seq, (tag, id));
+            self.delivered
+                .entry(src)
+                .or_default()
+                .insert(seq, (tag, id));
             loop {
                 let n = *self.next_visible.entry(src).or_default();
-                let Some((tag, id)) = self.delivered.get_mut(&src).and_then(|d| d.remove(&n)) else { break };
+                let Some((tag, id)) = self.delivered.get_mut(&src).and_then(|d| d.remove(&n))
+                else {
+                    break;
+                };
                 self.next_visible.insert(src, n + 1);
                 // First posted receive in post order that matches.
-                if let Some(i) = self.posted.iter().position(|&(_, s, t)| Self::ok((src, tag), s, t)) {
+                if let Some(i) = self
+                    .posted
+                    .iter()
+                    .position(|&(_, s, t)| Self::ok((src, tag), s, t))
+                {
                     let (r, _, _) = self.posted.remove(i);
                     self.matched.push((r, id));
                 } else {

@@ -24,12 +24,18 @@ unsafe impl Send for Region {}
 impl Region {
     /// A region the request may write (receives).
     pub(crate) fn from_mut(b: &mut [u8]) -> Self {
-        Self { ptr: b.as_mut_ptr(), len: b.len() }
+        Self {
+            ptr: b.as_mut_ptr(),
+            len: b.len(),
+        }
     }
 
     /// A region the request only reads (sends). It is never written through.
     pub(crate) fn from_ref(b: &[u8]) -> Self {
-        Self { ptr: b.as_ptr().cast_mut(), len: b.len() }
+        Self {
+            ptr: b.as_ptr().cast_mut(),
+            len: b.len(),
+        }
     }
 
     /// Length in bytes.

@@ -44,7 +44,10 @@ impl NoticeBoard {
     /// Waits until `pred` holds or `timeout` passes; returns the notices then.
     pub fn wait_for(&self, timeout: Duration, pred: impl Fn(&Notices) -> bool) -> Notices {
         let g = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (g, _) = self.cv.wait_timeout_while(g, timeout, |n| !pred(n)).unwrap_or_else(|p| p.into_inner());
+        let (g, _) = self
+            .cv
+            .wait_timeout_while(g, timeout, |n| !pred(n))
+            .unwrap_or_else(|p| p.into_inner());
         g.clone()
     }
 
@@ -55,7 +58,8 @@ impl NoticeBoard {
 
     fn update(&self, f: impl FnOnce(&mut Notices)) {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
-        self.version.fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         self.cv.notify_all();
     }
 }
@@ -76,7 +80,10 @@ impl KvsClient {
     /// Connects to the launcher named in `env` and authenticates as `env.rank`.
     pub fn connect(env: LaunchEnv, secret: &Secret) -> Result<Self, BootstrapError> {
         let addr = env.kvs_addr.clone();
-        let conn_err = |e: &dyn std::fmt::Display| BootstrapError::Connect { addr: addr.clone(), err: e.to_string() };
+        let conn_err = |e: &dyn std::fmt::Display| BootstrapError::Connect {
+            addr: addr.clone(),
+            err: e.to_string(),
+        };
         let sa = addr
             .to_socket_addrs()
             .map_err(|e| conn_err(&e))?
@@ -87,15 +94,23 @@ impl KvsClient {
             match TcpStream::connect_timeout(&sa, Duration::from_secs(2)) {
                 Ok(s) => break s,
                 Err(e) if start.elapsed() < CONNECT_PATIENCE => {
-                    rlog!(Trace, "INIT", "KVS connect to {addr} failed ({e}); retrying");
+                    rlog!(
+                        Trace,
+                        "INIT",
+                        "KVS connect to {addr} failed ({e}); retrying"
+                    );
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 Err(e) => return Err(conn_err(&e)),
             }
         };
         let _ = stream.set_nodelay(true);
-        auth::connect(&mut stream, secret, "kvs", env.rank)
-            .map_err(|source| BootstrapError::Auth { addr: addr.clone(), source })?;
+        auth::connect(&mut stream, secret, "kvs", env.rank).map_err(|source| {
+            BootstrapError::Auth {
+                addr: addr.clone(),
+                source,
+            }
+        })?;
         let mut reader = stream.try_clone().map_err(|e| conn_err(&e))?;
         let (tx, replies) = channel();
         let notices = Arc::new(NoticeBoard::default());
@@ -106,7 +121,9 @@ impl KvsClient {
                 loop {
                     let rep = wire::read_frame(&mut reader, MAX_FRAME_PAYLOAD)
                         .map_err(|e| match e {
-                            FrameIoError::Closed => "the launcher closed the connection".to_string(),
+                            FrameIoError::Closed => {
+                                "the launcher closed the connection".to_string()
+                            }
                             e => e.to_string(),
                         })
                         .and_then(|(k, p)| KvsReply::decode(k, &p).map_err(|e| e.to_string()));
@@ -132,7 +149,12 @@ impl KvsClient {
                 }
             })
             .map_err(|e| conn_err(&e))?;
-        Ok(Self { env, writer: stream, replies, notices })
+        Ok(Self {
+            env,
+            writer: stream,
+            replies,
+            notices,
+        })
     }
 
     /// The local address of the connection to the launcher: the interface that reaches it,
@@ -147,7 +169,10 @@ impl KvsClient {
     }
 
     fn request(&mut self, op: &'static str, req: KvsRequest) -> Result<KvsReply, BootstrapError> {
-        let lost = |err: String| BootstrapError::Connect { addr: self.env.kvs_addr.clone(), err };
+        let lost = |err: String| BootstrapError::Connect {
+            addr: self.env.kvs_addr.clone(),
+            err,
+        };
         if let Err(e) = self.writer.write_all(&req.to_frame()) {
             return Err(self.aborted().unwrap_or_else(|| lost(e.to_string())));
         }
@@ -155,13 +180,18 @@ impl KvsClient {
             Ok(Ok(KvsReply::Error(msg))) => Err(self.explain(op, msg)),
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(self.aborted().unwrap_or_else(|| lost(e))),
-            Err(_) => Err(self.aborted().unwrap_or_else(|| lost("the reader thread stopped".into()))),
+            Err(_) => Err(self
+                .aborted()
+                .unwrap_or_else(|| lost("the reader thread stopped".into()))),
         }
     }
 
     /// The abort notice, as an error, if the job is being aborted.
     fn aborted(&self) -> Option<BootstrapError> {
-        self.notices.snapshot().abort.map(|(from, code, msg)| BootstrapError::Aborted { from, code, msg })
+        self.notices
+            .snapshot()
+            .abort
+            .map(|(from, code, msg)| BootstrapError::Aborted { from, code, msg })
     }
 
     fn explain(&self, op: &'static str, msg: String) -> BootstrapError {
@@ -191,23 +221,52 @@ impl Bootstrap for KvsClient {
         &self.env.job_id
     }
     fn put(&mut self, key: &str, val: &[u8]) -> Result<(), BootstrapError> {
-        self.request("put", KvsRequest::Put { key: key.to_string(), val: val.to_vec() }).map(drop)
+        self.request(
+            "put",
+            KvsRequest::Put {
+                key: key.to_string(),
+                val: val.to_vec(),
+            },
+        )
+        .map(drop)
     }
     fn fence(&mut self) -> Result<(), BootstrapError> {
         match self.request("fence", KvsRequest::Fence)? {
             KvsReply::FenceDone => Ok(()),
-            r => Err(BootstrapError::Refused { op: "fence", msg: format!("unexpected reply {r:?}") }),
+            r => Err(BootstrapError::Refused {
+                op: "fence",
+                msg: format!("unexpected reply {r:?}"),
+            }),
         }
     }
     fn get(&mut self, from: u32, key: &str) -> Result<Vec<u8>, BootstrapError> {
-        match self.request("get", KvsRequest::Get { rank: from, key: key.to_string() })? {
+        match self.request(
+            "get",
+            KvsRequest::Get {
+                rank: from,
+                key: key.to_string(),
+            },
+        )? {
             KvsReply::Value(v) => Ok(v),
-            KvsReply::NotFound => Err(BootstrapError::NotFound { rank: from, key: key.to_string() }),
-            r => Err(BootstrapError::Refused { op: "get", msg: format!("unexpected reply {r:?}") }),
+            KvsReply::NotFound => Err(BootstrapError::NotFound {
+                rank: from,
+                key: key.to_string(),
+            }),
+            r => Err(BootstrapError::Refused {
+                op: "get",
+                msg: format!("unexpected reply {r:?}"),
+            }),
         }
     }
     fn abort(&mut self, code: i32, msg: &str) -> Result<(), BootstrapError> {
-        self.request("abort", KvsRequest::Abort { code, msg: msg.to_string() }).map(drop)
+        self.request(
+            "abort",
+            KvsRequest::Abort {
+                code,
+                msg: msg.to_string(),
+            },
+        )
+        .map(drop)
     }
     fn finalize(&mut self) -> Result<(), BootstrapError> {
         self.request("finalize", KvsRequest::Finalize).map(drop)

@@ -45,7 +45,9 @@ pub enum BootstrapError {
         msg: String,
     },
     /// A key was not published.
-    #[error("rank {rank} published no key {key:?} (get before fence, or a rank that never called init?)")]
+    #[error(
+        "rank {rank} published no key {key:?} (get before fence, or a rank that never called init?)"
+    )]
     NotFound {
         /// Rank asked for.
         rank: u32,
@@ -131,7 +133,10 @@ impl Bootstrap for Singleton {
     fn get(&mut self, from: u32, key: &str) -> Result<Vec<u8>, BootstrapError> {
         match (from, self.store.get(key)) {
             (0, Some(v)) => Ok(v.clone()),
-            _ => Err(BootstrapError::NotFound { rank: from, key: key.to_string() }),
+            _ => Err(BootstrapError::NotFound {
+                rank: from,
+                key: key.to_string(),
+            }),
         }
     }
     fn abort(&mut self, code: i32, msg: &str) -> Result<(), BootstrapError> {
@@ -146,7 +151,10 @@ impl Bootstrap for Singleton {
 /// Names the foreign launcher whose environment is present, if any: starting as a world of one
 /// under `srun -n 4` or `mpirun -np 4` would silently run 4 separate jobs.
 pub fn foreign_launcher(env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
-    if let Some(n) = env("SLURM_NTASKS").and_then(|v| v.trim().parse::<u32>().ok()).filter(|&n| n > 1) {
+    if let Some(n) = env("SLURM_NTASKS")
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|&n| n > 1)
+    {
         if env("PMI_FD").is_none() {
             return Some(format!(
                 "Slurm started {n} tasks (SLURM_NTASKS={n}) but no PMI is available: run with `srun --mpi=pmi2`, or use rcomm-run"
@@ -174,17 +182,33 @@ mod tests {
         s.put("a", b"1").unwrap();
         s.fence().unwrap();
         assert_eq!(s.get(0, "a").unwrap(), b"1");
-        assert!(matches!(s.get(1, "a"), Err(BootstrapError::NotFound { .. })));
+        assert!(matches!(
+            s.get(1, "a"),
+            Err(BootstrapError::NotFound { .. })
+        ));
     }
 
     #[test]
     fn foreign_launchers_are_named() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| pairs.iter().find(|(a, _)| *a == k).map(|(_, b)| b.to_string())
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(a, _)| *a == k)
+                    .map(|(_, b)| b.to_string())
+            }
         };
-        assert!(foreign_launcher(&env(&[("SLURM_NTASKS", "4")])).unwrap().contains("--mpi=pmi2"));
+        assert!(
+            foreign_launcher(&env(&[("SLURM_NTASKS", "4")]))
+                .unwrap()
+                .contains("--mpi=pmi2")
+        );
         assert!(foreign_launcher(&env(&[("SLURM_NTASKS", "1")])).is_none());
-        assert!(foreign_launcher(&env(&[("OMPI_COMM_WORLD_SIZE", "2")])).unwrap().contains("PMIx"));
+        assert!(
+            foreign_launcher(&env(&[("OMPI_COMM_WORLD_SIZE", "2")]))
+                .unwrap()
+                .contains("PMIx")
+        );
         assert!(foreign_launcher(&env(&[("PMIX_RANK", "0")])).is_some());
         assert!(foreign_launcher(&env(&[])).is_none());
     }

@@ -80,7 +80,10 @@ pub struct KvsServer {
 
 impl std::fmt::Debug for KvsServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KvsServer").field("addr", &self.addr).field("size", &self.shared.size).finish()
+        f.debug_struct("KvsServer")
+            .field("addr", &self.addr)
+            .field("size", &self.shared.size)
+            .finish()
     }
 }
 
@@ -105,8 +108,15 @@ impl KvsServer {
             events: Mutex::new(tx),
         });
         let sh = shared.clone();
-        let acceptor = std::thread::Builder::new().name("rcomm-kvs-accept".into()).spawn(move || accept_loop(listener, sh))?;
-        Ok(Self { shared, addr, events: Some(rx), acceptor: Some(acceptor) })
+        let acceptor = std::thread::Builder::new()
+            .name("rcomm-kvs-accept".into())
+            .spawn(move || accept_loop(listener, sh))?;
+        Ok(Self {
+            shared,
+            addr,
+            events: Some(rx),
+            acceptor: Some(acceptor),
+        })
     }
 
     /// The address ranks connect to (`RCOMM_KVS_ADDR`).
@@ -125,7 +135,10 @@ impl KvsServer {
         let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
         st.failed.insert(rank, how.to_string());
         st.conns.remove(&rank);
-        let notice = KvsReply::RankFailed { rank, how: how.to_string() };
+        let notice = KvsReply::RankFailed {
+            rank,
+            how: how.to_string(),
+        };
         for c in st.conns.values() {
             let _ = send(c, &notice);
         }
@@ -142,7 +155,11 @@ impl KvsServer {
     /// Tells every connected rank that the job is being aborted.
     pub fn notify_abort(&self, from: u32, code: i32, msg: &str) {
         let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        let notice = KvsReply::Abort { from, code, msg: msg.to_string() };
+        let notice = KvsReply::Abort {
+            from,
+            code,
+            msg: msg.to_string(),
+        };
         for c in st.conns.values() {
             let _ = send(c, &notice);
         }
@@ -182,15 +199,30 @@ fn accept_loop(listener: TcpListener, sh: Arc<Shared>) {
             return;
         }
         let Ok(stream) = conn else { continue };
-        let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
         if sh.pending.fetch_add(1, Ordering::SeqCst) >= MAX_PENDING_HANDSHAKES {
             sh.pending.fetch_sub(1, Ordering::SeqCst);
-            rlog!(Warn, "LAUNCH", "KVS: refused {peer}: too many connections in handshake");
-            event(&sh, KvsEvent::Refused { peer, why: "too many pending handshakes".into() });
+            rlog!(
+                Warn,
+                "LAUNCH",
+                "KVS: refused {peer}: too many connections in handshake"
+            );
+            event(
+                &sh,
+                KvsEvent::Refused {
+                    peer,
+                    why: "too many pending handshakes".into(),
+                },
+            );
             continue;
         }
         let sh2 = sh.clone();
-        let spawned = std::thread::Builder::new().name("rcomm-kvs-conn".into()).spawn(move || serve(stream, peer, sh2));
+        let spawned = std::thread::Builder::new()
+            .name("rcomm-kvs-conn".into())
+            .spawn(move || serve(stream, peer, sh2));
         if spawned.is_err() {
             sh.pending.fetch_sub(1, Ordering::SeqCst);
         }
@@ -209,16 +241,28 @@ fn serve(mut stream: TcpStream, peer: String, sh: Arc<Shared>) {
     sh.pending.fetch_sub(1, Ordering::SeqCst);
     let rank = match auth {
         Ok(r) if r < sh.size => r,
-        Ok(r) => return refuse(&sh, peer, format!("claims rank {r} but the job has {} ranks", sh.size)),
+        Ok(r) => {
+            return refuse(
+                &sh,
+                peer,
+                format!("claims rank {r} but the job has {} ranks", sh.size),
+            );
+        }
         Err(e) => return refuse(&sh, peer, e.to_string()),
     };
-    let Ok(write_half) = stream.try_clone() else { return };
+    let Ok(write_half) = stream.try_clone() else {
+        return;
+    };
     let conn = Arc::new(Mutex::new(write_half));
     {
         let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
         if st.conns.contains_key(&rank) || st.failed.contains_key(&rank) {
             drop(st);
-            return refuse(&sh, peer, format!("rank {rank} is already connected or has failed"));
+            return refuse(
+                &sh,
+                peer,
+                format!("rank {rank} is already connected or has failed"),
+            );
         }
         st.conns.insert(rank, conn.clone());
     }
@@ -230,7 +274,11 @@ fn serve(mut stream: TcpStream, peer: String, sh: Arc<Shared>) {
             // A rank that dies mid-connection: the launcher reports the death itself.
             Err(FrameIoError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
             Err(e) => {
-                rlog!(Warn, "LAUNCH", "KVS: rank {rank} sent a bad frame ({e}); dropping it");
+                rlog!(
+                    Warn,
+                    "LAUNCH",
+                    "KVS: rank {rank} sent a bad frame ({e}); dropping it"
+                );
                 break;
             }
         };
@@ -261,7 +309,9 @@ fn handle(sh: &Shared, rank: u32, req: KvsRequest) -> Option<KvsReply> {
             let new_key = !st.store.contains_key(&(rank, key.clone()));
             let n = st.keys_per_rank.entry(rank).or_default();
             if new_key && *n >= MAX_KEYS_PER_RANK {
-                return Some(KvsReply::Error(format!("rank {rank} published more than {MAX_KEYS_PER_RANK} keys")));
+                return Some(KvsReply::Error(format!(
+                    "rank {rank} published more than {MAX_KEYS_PER_RANK} keys"
+                )));
             }
             if new_key {
                 *n += 1;
@@ -271,17 +321,26 @@ fn handle(sh: &Shared, rank: u32, req: KvsRequest) -> Option<KvsReply> {
         }
         KvsRequest::Get { rank: from, key } => {
             if from >= sh.size {
-                KvsReply::Error(format!("rank {from} does not exist (job of {} ranks)", sh.size))
+                KvsReply::Error(format!(
+                    "rank {from} does not exist (job of {} ranks)",
+                    sh.size
+                ))
             } else {
-                st.store.get(&(from, key)).map_or(KvsReply::NotFound, |v| KvsReply::Value(v.clone()))
+                st.store
+                    .get(&(from, key))
+                    .map_or(KvsReply::NotFound, |v| KvsReply::Value(v.clone()))
             }
         }
         KvsRequest::Fence => {
             if let Some((r, how)) = st.failed.iter().next() {
-                return Some(KvsReply::Error(format!("fence cannot complete: rank {r} failed ({how})")));
+                return Some(KvsReply::Error(format!(
+                    "fence cannot complete: rank {r} failed ({how})"
+                )));
             }
             if !st.fence_waiting.insert(rank) {
-                return Some(KvsReply::Error("fence called twice without waiting for the first".into()));
+                return Some(KvsReply::Error(
+                    "fence called twice without waiting for the first".into(),
+                ));
             }
             if st.fence_waiting.len() as u32 == sh.size {
                 for r in std::mem::take(&mut st.fence_waiting) {
@@ -315,7 +374,10 @@ mod tests {
 
     fn server(size: u32) -> (KvsServer, Secret) {
         let secret = Secret::random().unwrap();
-        (KvsServer::start("127.0.0.1:0".parse().unwrap(), secret.clone(), size).unwrap(), secret)
+        (
+            KvsServer::start("127.0.0.1:0".parse().unwrap(), secret.clone(), size).unwrap(),
+            secret,
+        )
     }
 
     fn env(srv: &KvsServer, rank: u32, size: u32) -> LaunchEnv {
@@ -345,9 +407,18 @@ mod tests {
                     // A second round reuses the fence.
                     c.put("round2", &[r as u8]).unwrap();
                     c.fence().unwrap();
-                    assert_eq!(c.get((r + 1) % n, "round2").unwrap(), vec![((r + 1) % n) as u8]);
-                    assert!(matches!(c.get(r, "nope"), Err(BootstrapError::NotFound { .. })));
-                    assert!(matches!(c.get(n, "addr"), Err(BootstrapError::Refused { .. })));
+                    assert_eq!(
+                        c.get((r + 1) % n, "round2").unwrap(),
+                        vec![((r + 1) % n) as u8]
+                    );
+                    assert!(matches!(
+                        c.get(r, "nope"),
+                        Err(BootstrapError::NotFound { .. })
+                    ));
+                    assert!(matches!(
+                        c.get(n, "addr"),
+                        Err(BootstrapError::Refused { .. })
+                    ));
                     c.finalize().unwrap();
                 })
             })
@@ -410,9 +481,19 @@ mod tests {
         assert!(matches!(bad, Err(BootstrapError::Auth { .. })));
         let evs = srv.take_events().unwrap();
         // Authenticated but outside the job: dropped before any request is served.
-        let mut outside = KvsClient::connect(LaunchEnv { rank: 5, ..env(&srv, 0, 2) }, &secret).unwrap();
+        let mut outside = KvsClient::connect(
+            LaunchEnv {
+                rank: 5,
+                ..env(&srv, 0, 2)
+            },
+            &secret,
+        )
+        .unwrap();
         assert!(outside.put("k", b"v").is_err());
-        let refusals: Vec<_> = evs.try_iter().filter(|e| matches!(e, KvsEvent::Refused { .. })).collect();
+        let refusals: Vec<_> = evs
+            .try_iter()
+            .filter(|e| matches!(e, KvsEvent::Refused { .. }))
+            .collect();
         assert!(!refusals.is_empty());
         let t: Vec<_> = (0..2)
             .map(|r| {
@@ -457,10 +538,15 @@ mod tests {
         for w in waiters {
             let (res, notices, took) = w.join().unwrap();
             match res {
-                Err(BootstrapError::RankFailed { rank: 2, how }) => assert!(how.contains("SIGKILL")),
+                Err(BootstrapError::RankFailed { rank: 2, how }) => {
+                    assert!(how.contains("SIGKILL"))
+                }
                 other => panic!("fence should fail naming rank 2, got {other:?}"),
             }
-            assert_eq!(notices.failed, vec![(2, "killed by signal 9 (SIGKILL)".to_string())]);
+            assert_eq!(
+                notices.failed,
+                vec![(2, "killed by signal 9 (SIGKILL)".to_string())]
+            );
             assert!(took < Duration::from_secs(2));
         }
     }

@@ -42,7 +42,10 @@ unsafe impl GlobalAlloc for Counting {
 static A: Counting = Counting;
 
 fn main() {
-    TRAP.store(std::env::var_os("RT_ALLOC_TRAP").is_some(), Ordering::Relaxed);
+    TRAP.store(
+        std::env::var_os("RT_ALLOC_TRAP").is_some(),
+        Ordering::Relaxed,
+    );
     let w = rcomm::init().expect("init");
     assert_eq!(w.size(), 2, "run with 2 ranks");
     let peer = 1 - w.rank();

@@ -16,14 +16,19 @@ const SLOTS: usize = 64;
 
 fn payload(rank: u32, i: u32) -> Vec<u8> {
     let n = 1 + (i as usize * 7 + rank as usize) % 56;
-    (0..n).map(|k| (rank as usize * 31 + i as usize * 17 + k) as u8).collect()
+    (0..n)
+        .map(|k| (rank as usize * 31 + i as usize * 17 + k) as u8)
+        .collect()
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let iters: u32 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let die = args.get(2).is_some_and(|a| a == "die");
-    let env = Config::from_env().unwrap().launch.expect("run me with rcomm-run");
+    let env = Config::from_env()
+        .unwrap()
+        .launch
+        .expect("run me with rcomm-run");
     let secret = Secret::from_fd(env.secret_fd).unwrap();
     let listener = LocalListener::bind(&env.job_id, env.local_rank, secret.clone()).unwrap();
     let mut kvs = KvsClient::connect(env.clone(), &secret).unwrap();
@@ -45,24 +50,37 @@ fn main() {
         Ring::init(&a, SLOTS).unwrap();
         Ring::init(&b, SLOTS).unwrap();
         let bell = Doorbell::new().unwrap();
-        conn.send(1, b"rings", &[a.fd(), b.fd(), bell.fd()]).unwrap();
+        conn.send(1, b"rings", &[a.fd(), b.fd(), bell.fd()])
+            .unwrap();
         (conn, a, b, bell)
     } else {
         let conn = listener.accept().unwrap();
         assert_eq!(conn.peer_rank(), Some(env.local_rank ^ 1));
         let msg = conn.recv().unwrap();
-        assert_eq!((msg.kind, msg.payload.as_slice(), msg.fds.len()), (1, &b"rings"[..], 3));
+        assert_eq!(
+            (msg.kind, msg.payload.as_slice(), msg.fds.len()),
+            (1, &b"rings"[..], 3)
+        );
         let mut fds = msg.fds.into_iter();
         let a = Arc::new(Segment::from_fd(fds.next().unwrap()).unwrap());
         let b = Arc::new(Segment::from_fd(fds.next().unwrap()).unwrap());
         let bell = Doorbell::from_fd(fds.next().unwrap()).unwrap();
         (conn, a, b, bell)
     };
-    let (ring_to_odd, ring_to_even) = (Ring::attach(&to_odd).unwrap(), Ring::attach(&to_even).unwrap());
+    let (ring_to_odd, ring_to_even) = (
+        Ring::attach(&to_odd).unwrap(),
+        Ring::attach(&to_even).unwrap(),
+    );
     let (mut tx, mut rx) = if even {
-        (ring_to_odd.producer().unwrap(), ring_to_even.consumer().unwrap())
+        (
+            ring_to_odd.producer().unwrap(),
+            ring_to_even.consumer().unwrap(),
+        )
     } else {
-        (ring_to_even.producer().unwrap(), ring_to_odd.consumer().unwrap())
+        (
+            ring_to_even.producer().unwrap(),
+            ring_to_odd.consumer().unwrap(),
+        )
     };
     let send = |tx: &mut Producer, data: &[u8]| {
         while !tx.try_push(data).unwrap() {
@@ -84,7 +102,11 @@ fn main() {
                 std::thread::yield_now(); // oversubscribed runs must let the partner run
             }
         }
-        assert_eq!(got.unwrap(), payload(partner, i), "message {i} from rank {partner}");
+        assert_eq!(
+            got.unwrap(),
+            payload(partner, i),
+            "message {i} from rank {partner}"
+        );
         if !even {
             send(&mut tx, &payload(rank, i));
         }
@@ -101,7 +123,10 @@ fn main() {
         let t = Instant::now();
         match conn.recv() {
             Err(LocalError::PeerClosed { .. }) => {
-                println!("rank {rank} saw rank {partner} die after {} ms", t.elapsed().as_millis())
+                println!(
+                    "rank {rank} saw rank {partner} die after {} ms",
+                    t.elapsed().as_millis()
+                )
             }
             other => panic!("expected PeerClosed, got {other:?}"),
         }

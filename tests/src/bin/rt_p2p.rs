@@ -22,7 +22,11 @@ fn pattern(src: u32, dst: u32, case: u32, idx: usize, len: usize) -> Vec<u8> {
 fn check(got: &[u8], want: &[u8], what: &str) {
     if got != want {
         let first = got.iter().zip(want).position(|(a, b)| a != b);
-        panic!("{what}: data mismatch (lengths {} vs {}, first difference at {first:?})", got.len(), want.len());
+        panic!(
+            "{what}: data mismatch (lengths {} vs {}, first difference at {first:?})",
+            got.len(),
+            want.len()
+        );
     }
 }
 
@@ -66,14 +70,27 @@ impl T<'_> {
                 let src = (self.r + self.n - k) % self.n;
                 let out = pattern(self.r, dst, case, i, len);
                 let mut inb = vec![0u8; len];
-                let st = self.w.sendrecv(&out, dst, Tag(i as i32), &mut inb, src, Tag(i as i32)).unwrap();
-                assert_eq!((st.source, st.tag, st.bytes), (src, i as i32, len), "status of size {len}");
-                check(&inb, &pattern(src, self.r, case, i, len), &format!("size {len} from {src}"));
+                let st = self
+                    .w
+                    .sendrecv(&out, dst, Tag(i as i32), &mut inb, src, Tag(i as i32))
+                    .unwrap();
+                assert_eq!(
+                    (st.source, st.tag, st.bytes),
+                    (src, i as i32, len),
+                    "status of size {len}"
+                );
+                check(
+                    &inb,
+                    &pattern(src, self.r, case, i, len),
+                    &format!("size {len} from {src}"),
+                );
             }
             // Self messages.
             let out = pattern(self.r, self.r, case, i, len);
             let mut inb = vec![0u8; len];
-            self.w.sendrecv(&out, self.r, Tag(7), &mut inb, self.r, Tag(7)).unwrap();
+            self.w
+                .sendrecv(&out, self.r, Tag(7), &mut inb, self.r, Tag(7))
+                .unwrap();
             check(&inb, &out, &format!("self size {len}"));
         }
     }
@@ -86,8 +103,16 @@ impl T<'_> {
                 let mut b = vec![0u8; 100];
                 let st = self.w.recv(&mut b, Source::Any, Tag::Any).unwrap();
                 assert_eq!(st.tag, 40 + st.source as i32);
-                check(&b[..st.bytes], &pattern(st.source, 0, 2, 0, 50 + st.source as usize), "wildcard");
-                assert!(!std::mem::replace(&mut seen[st.source as usize], true), "twice from {}", st.source);
+                check(
+                    &b[..st.bytes],
+                    &pattern(st.source, 0, 2, 0, 50 + st.source as usize),
+                    "wildcard",
+                );
+                assert!(
+                    !std::mem::replace(&mut seen[st.source as usize], true),
+                    "twice from {}",
+                    st.source
+                );
             }
             for p in 1..self.n {
                 self.w.send(&[0u8], p, Tag(41)).unwrap();
@@ -95,7 +120,13 @@ impl T<'_> {
         } else {
             // The ack (sent once every wildcard message is in) keeps this rank's next message
             // out of rank 0's wildcard receives.
-            self.w.send(&pattern(self.r, 0, 2, 0, 50 + self.r as usize), 0, Tag(40 + self.r as i32)).unwrap();
+            self.w
+                .send(
+                    &pattern(self.r, 0, 2, 0, 50 + self.r as usize),
+                    0,
+                    Tag(40 + self.r as i32),
+                )
+                .unwrap();
             self.w.recv(&mut [0u8; 1], 0, Tag(41)).unwrap();
         }
     }
@@ -141,10 +172,16 @@ impl T<'_> {
                 self.w.send(&pattern(1, 0, 4, i, 8 + i), 0, Tag(9)).unwrap();
             }
         } else if self.r == 0 {
-            let reqs: Vec<_> = (0..4).map(|_| self.w.irecv(vec![0u8; 16], 1, Tag(9)).unwrap()).collect();
+            let reqs: Vec<_> = (0..4)
+                .map(|_| self.w.irecv(vec![0u8; 16], 1, Tag(9)).unwrap())
+                .collect();
             for (i, (b, st)) in rcomm::wait_all(reqs).unwrap().into_iter().enumerate() {
                 assert_eq!(st.bytes, 8 + i, "post order");
-                check(&b[..st.bytes], &pattern(1, 0, 4, i, 8 + i), "post order data");
+                check(
+                    &b[..st.bytes],
+                    &pattern(1, 0, 4, i, 8 + i),
+                    "post order data",
+                );
             }
         }
     }
@@ -156,20 +193,32 @@ impl T<'_> {
         }
         if self.r == 1 {
             self.w.send(&pattern(1, 0, 5, 0, 100), 0, Tag(1)).unwrap();
-            self.w.send(&pattern(1, 0, 5, 1, 1 << 20), 0, Tag(1)).unwrap();
+            self.w
+                .send(&pattern(1, 0, 5, 1, 1 << 20), 0, Tag(1))
+                .unwrap();
             self.w.send(&pattern(1, 0, 5, 2, 33), 0, Tag(1)).unwrap();
         } else if self.r == 0 {
             let mut small = vec![0u8; 50];
             match self.w.recv(&mut small, 1, Tag(1)) {
-                Err(CommError::Truncated { buffer: 50, message: 100 }) => {}
+                Err(CommError::Truncated {
+                    buffer: 50,
+                    message: 100,
+                }) => {}
                 other => panic!("expected truncation, got {other:?}"),
             }
             match self.w.recv(&mut small, 1, Tag(1)) {
-                Err(CommError::Truncated { buffer: 50, message }) if message == 1 << 20 => {}
+                Err(CommError::Truncated {
+                    buffer: 50,
+                    message,
+                }) if message == 1 << 20 => {}
                 other => panic!("expected rendezvous truncation, got {other:?}"),
             }
             let st = self.w.recv(&mut small, 1, Tag(1)).unwrap();
-            check(&small[..st.bytes], &pattern(1, 0, 5, 2, 33), "after truncation");
+            check(
+                &small[..st.bytes],
+                &pattern(1, 0, 5, 2, 33),
+                "after truncation",
+            );
         }
     }
 
@@ -180,7 +229,9 @@ impl T<'_> {
         }
         if self.r == 1 {
             self.w.send(&pattern(1, 0, 6, 0, 1234), 0, Tag(11)).unwrap();
-            self.w.send(&pattern(1, 0, 6, 1, 2 << 20), 0, Tag(12)).unwrap();
+            self.w
+                .send(&pattern(1, 0, 6, 1, 2 << 20), 0, Tag(12))
+                .unwrap();
             self.w.send(&pattern(1, 0, 6, 2, 77), 0, Tag(13)).unwrap();
         } else if self.r == 0 {
             let st = self.w.probe(Source::Any, Tag(11)).unwrap();
@@ -198,7 +249,10 @@ impl T<'_> {
                 if let Some(m) = self.w.improbe(1, Tag(13)).unwrap() {
                     break m;
                 }
-                assert!(t0.elapsed() < Duration::from_secs(20), "improbe never matched");
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "improbe never matched"
+                );
             };
             let mut b = [0u8; 77];
             m.recv_into(&mut b).unwrap();
@@ -214,8 +268,29 @@ impl T<'_> {
         let left = (self.r + self.n - 1) % self.n;
         for iter in 0..3 {
             let lens = [0usize, 1, 100, 20_000, 70_000, 300_000];
-            let recvs: Vec<_> = lens.iter().enumerate().map(|(i, &l)| self.w.irecv(vec![0u8; l], left, Tag(100 + i as i32)).unwrap()).collect();
-            let sends: Vec<_> = lens.iter().enumerate().rev().map(|(i, &l)| self.w.isend(pattern(self.r, right, 8 + iter, i, l), right, Tag(100 + i as i32)).unwrap()).collect();
+            let recvs: Vec<_> = lens
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| {
+                    self.w
+                        .irecv(vec![0u8; l], left, Tag(100 + i as i32))
+                        .unwrap()
+                })
+                .collect();
+            let sends: Vec<_> = lens
+                .iter()
+                .enumerate()
+                .rev()
+                .map(|(i, &l)| {
+                    self.w
+                        .isend(
+                            pattern(self.r, right, 8 + iter, i, l),
+                            right,
+                            Tag(100 + i as i32),
+                        )
+                        .unwrap()
+                })
+                .collect();
             let mut recvs = recvs;
             let mut got = 0;
             while !recvs.is_empty() {
@@ -230,7 +305,9 @@ impl T<'_> {
             }
         }
         // Scoped requests borrow; the scope waits for what is not waited for explicitly.
-        let out: Vec<Vec<u8>> = (0..4).map(|i| pattern(self.r, right, 11, i, 1000 * i + 1)).collect();
+        let out: Vec<Vec<u8>> = (0..4)
+            .map(|i| pattern(self.r, right, 11, i, 1000 * i + 1))
+            .collect();
         let mut inb: Vec<Vec<u8>> = (0..4).map(|i| vec![0u8; 1000 * i + 1]).collect();
         self.w.scope(|s| {
             let mut rs = Vec::new();
@@ -249,26 +326,46 @@ impl T<'_> {
         let before = self.w.irecv(vec![0u8; 8], left, Tag(300)).unwrap();
         drop(before);
         self.barrier(); // nobody sends before every rank has dropped its receive
-        self.w.send(&pattern(self.r, right, 12, 0, 8), right, Tag(300)).unwrap();
+        self.w
+            .send(&pattern(self.r, right, 12, 0, 8), right, Tag(300))
+            .unwrap();
         let mut b = [0u8; 8];
         self.w.recv(&mut b, left, Tag(300)).unwrap();
         check(&b, &pattern(left, self.r, 12, 0, 8), "after cancel");
     }
 
     fn bad_input(&self) {
-        assert!(matches!(self.w.send(&[1u8], self.n, Tag(0)), Err(CommError::InvalidRank { .. })));
-        assert!(matches!(self.w.send(&[1u8], 0, Tag(-5)), Err(CommError::InvalidTag { tag: -5 })));
-        assert!(matches!(self.w.send(&[1u8], 0, Tag::Any), Err(CommError::InvalidTag { .. })));
+        assert!(matches!(
+            self.w.send(&[1u8], self.n, Tag(0)),
+            Err(CommError::InvalidRank { .. })
+        ));
+        assert!(matches!(
+            self.w.send(&[1u8], 0, Tag(-5)),
+            Err(CommError::InvalidTag { tag: -5 })
+        ));
+        assert!(matches!(
+            self.w.send(&[1u8], 0, Tag::Any),
+            Err(CommError::InvalidTag { .. })
+        ));
         let mut b = [0u8; 1];
-        assert!(matches!(self.w.recv(&mut b, self.n + 3, Tag(0)), Err(CommError::InvalidRank { .. })));
+        assert!(matches!(
+            self.w.recv(&mut b, self.n + 3, Tag(0)),
+            Err(CommError::InvalidRank { .. })
+        ));
         // A message of 5 bytes into u32 elements is not a whole number of elements.
         self.w.send(&[1u8, 2, 3, 4, 5], self.r, Tag(1)).unwrap();
         let mut w = [0u32; 4];
-        assert!(matches!(self.w.recv(&mut w, self.r, Tag(1)), Err(CommError::Size { bytes: 5, elem: 4 })));
+        assert!(matches!(
+            self.w.recv(&mut w, self.r, Tag(1)),
+            Err(CommError::Size { bytes: 5, elem: 4 })
+        ));
         // Typed messages round-trip.
         let f: Vec<f64> = (0..1000).map(|i| i as f64 * 0.5 + self.r as f64).collect();
         let mut g = vec![0f64; 1000];
-        let st = self.w.sendrecv(&f, self.r, Tag(2), &mut g, self.r, Tag(2)).unwrap();
+        let st = self
+            .w
+            .sendrecv(&f, self.r, Tag(2), &mut g, self.r, Tag(2))
+            .unwrap();
         assert_eq!((st.count::<f64>(), &g), (1000, &f));
     }
 
@@ -286,7 +383,10 @@ impl T<'_> {
             let mut v = vec![0u8; len];
             let st = self.w.recv(&mut v, 1, Tag(1)).unwrap();
             assert_eq!(st.bytes, len);
-            assert!(v.chunks(period.len()).all(|c| c == &period[..c.len()]), "2 GiB + 1 message corrupt");
+            assert!(
+                v.chunks(period.len()).all(|c| c == &period[..c.len()]),
+                "2 GiB + 1 message corrupt"
+            );
         }
     }
 }
@@ -294,11 +394,27 @@ impl T<'_> {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let world = rcomm::init().expect("init");
-    let t = T { w: &world, r: world.rank(), n: world.size() };
+    let t = T {
+        w: &world,
+        r: world.rank(),
+        n: world.size(),
+    };
     match args.get(1).map(String::as_str) {
         Some("table") => {
             let (shm_eager, tcp_eager) = (16 << 10, 64 << 10);
-            let sizes = [0usize, 1, 7, shm_eager - 1, shm_eager, shm_eager + 1, tcp_eager - 1, tcp_eager, tcp_eager + 1, (64 << 10) + 3, (1 << 20) + 3];
+            let sizes = [
+                0usize,
+                1,
+                7,
+                shm_eager - 1,
+                shm_eager,
+                shm_eager + 1,
+                tcp_eager - 1,
+                tcp_eager,
+                tcp_eager + 1,
+                (64 << 10) + 3,
+                (1 << 20) + 3,
+            ];
             t.sizes(&sizes, 1);
             t.ok("sizes");
             let big_sizes: &[usize] = if t.n <= 4 { &[64 << 20] } else { &[] };
@@ -339,10 +455,18 @@ fn main() {
             }
             let t0 = Instant::now();
             let mut b = [0u8; 8];
-            let res = if t.r == 2 { world.recv(&mut b, Source::Any, Tag(0)) } else { world.recv(&mut b, 1, Tag(0)) };
+            let res = if t.r == 2 {
+                world.recv(&mut b, Source::Any, Tag(0))
+            } else {
+                world.recv(&mut b, 1, Tag(0))
+            };
             match res {
                 Err(CommError::PeerLost { rank: 1, op, .. }) => {
-                    println!("rank {} got PeerLost(rank 1) in {op} after {} ms", t.r, t0.elapsed().as_millis())
+                    println!(
+                        "rank {} got PeerLost(rank 1) in {op} after {} ms",
+                        t.r,
+                        t0.elapsed().as_millis()
+                    )
                 }
                 other => println!("rank {} got {other:?}", t.r),
             }

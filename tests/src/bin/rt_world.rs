@@ -14,7 +14,10 @@ use rcomm_transport::config::Config;
 use std::time::{Duration, Instant};
 
 fn env_u32(k: &str) -> u32 {
-    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{k} missing"))
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{k} missing"))
 }
 
 fn basic() {
@@ -30,7 +33,12 @@ fn basic() {
     }
     assert_eq!(w.peer(w.rank()).unwrap().pid, std::process::id());
     assert!(w.peer(w.size()).is_err());
-    println!("ok rank {} size {} peers {}", w.rank(), w.size(), pids.len());
+    println!(
+        "ok rank {} size {} peers {}",
+        w.rank(),
+        w.size(),
+        pids.len()
+    );
 }
 
 fn kvs(rounds: u32) {
@@ -39,12 +47,18 @@ fn kvs(rounds: u32) {
     let secret = Secret::from_fd(env.secret_fd).unwrap();
     let mut c = KvsClient::connect(env, &secret).unwrap();
     let (rank, size) = (c.rank(), c.size());
-    let val = |r: u32, round: u32| format!("r{r}-i{round}-{}", (r * 7919 + round * 104729) % 1000003).into_bytes();
+    let val = |r: u32, round: u32| {
+        format!("r{r}-i{round}-{}", (r * 7919 + round * 104729) % 1000003).into_bytes()
+    };
     for round in 0..rounds {
         c.put(&format!("k{round}"), &val(rank, round)).unwrap();
         c.fence().unwrap();
         for p in 0..size {
-            assert_eq!(c.get(p, &format!("k{round}")).unwrap(), val(p, round), "round {round} from {p}");
+            assert_eq!(
+                c.get(p, &format!("k{round}")).unwrap(),
+                val(p, round),
+                "round {round} from {p}"
+            );
         }
     }
     c.finalize().unwrap();
@@ -74,7 +88,10 @@ fn main() {
             }
             let t0 = Instant::now();
             match w.wait_for_failure(Duration::from_secs(5)).first() {
-                Some((r, how)) => println!("saw failure of rank {r} after {} ms: {how}", t0.elapsed().as_millis()),
+                Some((r, how)) => println!(
+                    "saw failure of rank {r} after {} ms: {how}",
+                    t0.elapsed().as_millis()
+                ),
                 None => println!("no notice"),
             }
             std::thread::sleep(Duration::from_secs(30));
