@@ -6,6 +6,7 @@ pub mod auth;
 pub mod bootstrap;
 pub mod config;
 pub mod error;
+pub mod fastmap;
 pub mod identity;
 pub mod local;
 pub mod net;

@@ -11,7 +11,7 @@ use crate::identity::PeerInfo;
 use crate::shmnet::{Counters, Incoming, ShmNet};
 use crate::tcp::{TcpAcceptor, TcpConfig, TcpReceiver, TcpSender};
 use crate::wire::{Header, ProtoKind};
-use std::collections::HashMap;
+use crate::fastmap::FastMap;
 use std::os::fd::RawFd;
 
 /// How one peer is reached.
@@ -70,8 +70,8 @@ pub struct Net {
     tcp_cfg: TcpConfig,
     tcp_addrs: Vec<Option<String>>,
     tcp_acceptor: Option<TcpAcceptor>,
-    tcp_tx: HashMap<u32, TcpSender>,
-    tcp_rx: HashMap<u32, TcpReceiver>,
+    tcp_tx: FastMap<u32, TcpSender>,
+    tcp_rx: FastMap<u32, TcpReceiver>,
     tcp_counters: Counters,
     /// Reused to build TCP data frames without allocating per chunk.
     scratch: Vec<u8>,
@@ -108,8 +108,8 @@ impl Net {
             tcp_cfg,
             tcp_addrs,
             tcp_acceptor,
-            tcp_tx: HashMap::new(),
-            tcp_rx: HashMap::new(),
+            tcp_tx: FastMap::default(),
+            tcp_rx: FastMap::default(),
             tcp_counters: Counters::default(),
             scratch: Vec::new(),
         }

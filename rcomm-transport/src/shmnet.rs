@@ -26,7 +26,7 @@ use crate::error::TransportError;
 use crate::local::{Doorbell, LocalConn, LocalError, LocalListener, Segment};
 use crate::shm::{Consumer, Producer, Ring};
 use crate::wire::{Header, ProtoKind};
-use std::collections::HashMap;
+use crate::fastmap::FastMap;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
@@ -166,7 +166,7 @@ pub struct ShmNet {
     cfg: ShmConfig,
     mailbox: Segment,
     bell: Doorbell,
-    peers: HashMap<u32, Peer>,
+    peers: FastMap<u32, Peer>,
     /// Peers with an attached incoming ring, polled in this order.
     rx_list: Vec<u32>,
     /// Where polling resumes, so a busy peer cannot starve the others.
@@ -269,7 +269,7 @@ impl ShmNet {
             cfg,
             mailbox,
             bell,
-            peers: HashMap::new(),
+            peers: FastMap::default(),
             rx_list: Vec::new(),
             rx_next: 0,
             counters: Counters::default(),

@@ -17,7 +17,8 @@ use crate::CommError;
 use rcomm_transport::net::{Net, NetCounters, Route};
 use rcomm_transport::shmnet::Incoming;
 use rcomm_transport::wire::{Header, ProtoKind};
-use std::collections::{HashMap, VecDeque};
+use rcomm_transport::fastmap::FastMap;
+use std::collections::VecDeque;
 
 /// What a completed receive reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,7 +111,7 @@ struct Pull {
 #[derive(Debug, Default)]
 struct Ctx {
     m: Matcher<Stored>,
-    send_seq: HashMap<u32, u32>,
+    send_seq: FastMap<u32, u32>,
 }
 
 /// Sizes from which single copy is used on shared memory (it wins from 64 KiB; pipelined copy
@@ -126,18 +127,18 @@ struct State {
     me: u32,
     size: u32,
     cfg: ProtoConfig,
-    ctx: HashMap<u32, Ctx>,
+    ctx: FastMap<u32, Ctx>,
     reqs: Vec<Option<Req>>,
     free: Vec<ReqId>,
-    posted: HashMap<(u32, RecvId), ReqId>,
-    out: HashMap<u32, VecDeque<Out>>,
-    rndv_send: HashMap<u64, RndvSend>,
-    rndv_recv: HashMap<u64, RndvRecv>,
+    posted: FastMap<(u32, RecvId), ReqId>,
+    out: FastMap<u32, VecDeque<Out>>,
+    rndv_send: FastMap<u64, RndvSend>,
+    rndv_recv: FastMap<u64, RndvRecv>,
     streaming: Vec<u64>,
     pulls: Vec<Pull>,
     released: Vec<(RecvId, Envelope, Stored)>,
     next_token: u64,
-    failed: HashMap<u32, String>,
+    failed: FastMap<u32, String>,
     /// Peers whose memory this rank may read by single copy (cleared if the kernel refuses).
     cma: Vec<bool>,
     hosts: Vec<String>,
@@ -178,18 +179,18 @@ impl Engine {
                 me,
                 size,
                 cfg,
-                ctx: HashMap::new(),
+                ctx: FastMap::default(),
                 reqs: Vec::new(),
                 free: Vec::new(),
-                posted: HashMap::new(),
-                out: HashMap::new(),
-                rndv_send: HashMap::new(),
-                rndv_recv: HashMap::new(),
+                posted: FastMap::default(),
+                out: FastMap::default(),
+                rndv_send: FastMap::default(),
+                rndv_recv: FastMap::default(),
                 streaming: Vec::new(),
                 pulls: Vec::new(),
                 released: Vec::new(),
                 next_token: 1,
-                failed: HashMap::new(),
+                failed: FastMap::default(),
                 cma: (0..size)
                     .map(|p| net.caps(p).single_copy && cfg.cma_max > 0)
                     .collect(),
@@ -214,14 +215,21 @@ impl Engine {
     }
 
     /// Starts a send of `region` to `dest`; the request completes when the buffer may be reused.
-    pub(crate) fn isend(
+    pub(crate) fn isend(&mut self, ctx: u32, dest: u32, tag: i32, region: Region, op: &'static str) -> Result<ReqId, CommError> {
+        self.send(ctx, dest, tag, region, op, false).map(|r| r.expect("non-blocking sends always make a request"))
+    }
+
+    /// Starts a send; a blocking caller (`blocking`) gets `None` when the message went out at
+    /// once and there is nothing to wait for.
+    pub(crate) fn send(
         &mut self,
         ctx: u32,
         dest: u32,
         tag: i32,
         region: Region,
         op: &'static str,
-    ) -> Result<ReqId, CommError> {
+        blocking: bool,
+    ) -> Result<Option<ReqId>, CommError> {
         self.st.check_peer(dest, op)?;
         if tag < 0 {
             return Err(CommError::InvalidTag { tag });
@@ -242,6 +250,17 @@ impl Engine {
             coll_seq: 0,
             signature: 0,
         };
+        if blocking && dest != me && region.len() <= self.net.caps(dest).eager_limit && self.st.out.get(&dest).is_none_or(|q| q.is_empty()) {
+            // Fast path of a blocking eager send: straight into the transport, no request.
+            match self.net.try_send(dest, &hdr(ProtoKind::Eager), region.bytes()) {
+                Ok(true) => return Ok(None),
+                Ok(false) => {}
+                Err(e) => {
+                    self.transport_failed(Some(dest), e.to_string());
+                    return Err(self.st.lost(dest, op, e.to_string()));
+                }
+            }
+        }
         let req = self.st.new_req(op, Some(dest), false, region);
         if dest == me {
             // Self: deliver directly, always eagerly (the copy is the transfer).
@@ -254,7 +273,7 @@ impl Engine {
                     bytes: region.len(),
                 }),
             );
-            return Ok(req);
+            return Ok(Some(req));
         }
         if region.len() <= self.net.caps(dest).eager_limit {
             self.st.out.entry(dest).or_default().push_back(Out {
@@ -281,7 +300,7 @@ impl Engine {
             });
         }
         self.flush_peer(dest);
-        Ok(req)
+        Ok(Some(req))
     }
 
     /// Posts a receive into `region`.
@@ -652,7 +671,7 @@ impl Engine {
         }
     }
 
-    pub(crate) fn failed(&self) -> &HashMap<u32, String> {
+    pub(crate) fn failed(&self) -> &FastMap<u32, String> {
         &self.st.failed
     }
 }

@@ -17,7 +17,8 @@
 //! wait. An eager message matching a posted receive is therefore copied once, straight from the
 //! transport's slot into the user's buffer.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use rcomm_transport::fastmap::FastMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Which sources a receive accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -92,14 +93,14 @@ struct Posted {
 #[derive(Debug)]
 pub struct Matcher<P> {
     /// Next expected sequence number per source.
-    expected: HashMap<u32, u32>,
+    expected: FastMap<u32, u32>,
     /// Early arrivals per source, by sequence number.
-    early: HashMap<u32, BTreeMap<u32, (Envelope, P)>>,
+    early: FastMap<u32, BTreeMap<u32, (Envelope, P)>>,
     /// Unexpected messages per source, in arrival (= sequence) order.
-    unexpected: HashMap<u32, VecDeque<Stored<P>>>,
+    unexpected: FastMap<u32, VecDeque<Stored<P>>>,
     unexpected_count: usize,
     /// Posted receives for one source, in post order.
-    by_source: HashMap<u32, VecDeque<Posted>>,
+    by_source: FastMap<u32, VecDeque<Posted>>,
     /// Posted wildcard-source receives, in post order.
     wildcard: VecDeque<Posted>,
     next_recv: u64,
@@ -109,11 +110,11 @@ pub struct Matcher<P> {
 impl<P> Default for Matcher<P> {
     fn default() -> Self {
         Self {
-            expected: HashMap::new(),
-            early: HashMap::new(),
-            unexpected: HashMap::new(),
+            expected: FastMap::default(),
+            early: FastMap::default(),
+            unexpected: FastMap::default(),
             unexpected_count: 0,
-            by_source: HashMap::new(),
+            by_source: FastMap::default(),
             wildcard: VecDeque::new(),
             next_recv: 0,
             next_arrival: 0,
@@ -337,6 +338,7 @@ impl<P> Matcher<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use proptest::prelude::*;
 
     fn env(source: u32, tag: i32) -> Envelope {
