@@ -17,4 +17,11 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 
-exec cargo test --workspace --locked "$@"
+# The suite, then loom's model checks of the shared-memory ring protocol (rcomm-transport's
+# shm::loom tests). `--cfg loom` changes every crate's flags, so those build in their own target
+# dir; release, because loom explores ~170,000 executions. Both run; the script fails if either does.
+status=0
+cargo test --workspace --locked "$@" || status=$?
+RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
+    cargo test --locked -p rcomm-transport --lib --release shm::loom || status=$?
+exit "$status"

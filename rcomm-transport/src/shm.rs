@@ -42,6 +42,16 @@
 //! The atomics live in memory shared between processes; Rust's lock-free atomics are plain
 //! machine instructions on the address, so they order accesses across processes exactly as
 //! across threads.
+//!
+//! The protocol is written once, over a small private trait (`RingMem`: the slot words, `head`,
+//! `tail`, the claims, and byte copies in and out of the slots). [`Ring`], the mapped segment,
+//! implements it for production, with static dispatch and inlined accesses. Under `cfg(loom)`
+//! the tests implement it with loom's atomics and checked cells and model-check the same
+//! producer and consumer code:
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p rcomm-transport --lib --release shm::loom
+//! ```
 
 use crate::local::Segment;
 use std::sync::Arc;
@@ -121,6 +131,58 @@ fn slots_for(len: usize) -> u64 {
     (WORD + len).div_ceil(SLOT_SIZE) as u64
 }
 
+/// One end of a ring.
+#[derive(Clone, Copy)]
+enum End {
+    Producer,
+    Consumer,
+}
+
+/// The memory the ring protocol runs on. The producer ([`Tx`]) and consumer ([`Rx`]) logic is
+/// written once over this trait: [`Ring`] (the mapped segment) implements it for production, and
+/// under `cfg(loom)` a model does, so that loom checks the real protocol code.
+///
+/// `pos` arguments are the protocol's unbounded slot positions; implementations take them modulo
+/// the slot count. `at` arguments are byte offsets from the start of slot 0. Orderings are the
+/// caller's choice (the protocol's), except for the claims.
+trait RingMem: Clone {
+    /// Number of slots: a power of two, at least 2.
+    fn slots(&self) -> usize;
+    /// Loads the word at the start of slot `pos`.
+    fn load_word(&self, pos: u64, order: Ordering) -> u64;
+    /// Stores the word at the start of slot `pos` (a message's first slot, or a pad).
+    fn store_word(&self, pos: u64, w: u64, order: Ordering);
+    /// Zeroes the word of slot `pos`, a continuation slot whose first 8 bytes held user data. In
+    /// memory this is `store_word(pos, 0, order)`; the model also records it as an access to the
+    /// slot's bytes.
+    fn zero_word(&self, pos: u64, order: Ordering);
+    /// Loads `head` (slot positions pushed so far).
+    fn load_head(&self, order: Ordering) -> u64;
+    /// Stores `head`.
+    fn store_head(&self, head: u64, order: Ordering);
+    /// Loads `tail` (slot positions popped so far).
+    fn load_tail(&self, order: Ordering) -> u64;
+    /// Stores `tail`.
+    fn store_tail(&self, tail: u64, order: Ordering);
+    /// Takes `end`: compare-exchange of its claim word from 0 to 1 with Acquire, so the taker
+    /// sees what the previous holder did before [`unclaim`](Self::unclaim). False if taken.
+    fn claim(&self, end: End) -> bool;
+    /// Gives `end` back: stores 0 to its claim word with Release.
+    fn unclaim(&self, end: End);
+    /// Copies `src` into the slot bytes `at..at + src.len()`.
+    ///
+    /// # Safety
+    /// The range lies inside the slots, and the protocol gives those bytes to the caller (the
+    /// producer): no one reads or writes them until the caller publishes them.
+    unsafe fn write(&self, at: usize, src: &[u8]);
+    /// Hands `f` the slot bytes `at..at + len`.
+    ///
+    /// # Safety
+    /// The range lies inside the slots, and the protocol keeps every writer off it until `f`
+    /// returns.
+    unsafe fn read<R>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R;
+}
+
 /// A view of a ring inside a segment; take its [`producer`](Ring::producer) or
 /// [`consumer`](Ring::consumer) end.
 #[derive(Clone)]
@@ -164,6 +226,7 @@ impl Ring {
         }
     }
 
+    #[inline]
     fn ctl(&self) -> &Control {
         // SAFETY: the segment is page-aligned and longer than `Control` (checked when the view
         // was made), so `Control` lies inside it, suitably aligned. It holds only atomics, so
@@ -173,11 +236,22 @@ impl Ring {
     }
 
     /// The word at the start of slot `i` (taken modulo the ring size).
+    #[inline]
     fn word_at(&self, i: u64) -> &AtomicU64 {
         let i = (i as usize) & (self.n - 1);
         // SAFETY: slot i lies inside the mapping (i < n) and is 64-byte aligned, so its first 8
         // bytes form a valid, aligned AtomicU64; all concurrent accesses to a word are atomic.
         unsafe { &*self.base.add(i * SLOT_SIZE).cast::<AtomicU64>() }
+    }
+
+    /// The claim word of `end`.
+    #[inline]
+    fn claim_word(&self, end: End) -> &AtomicU32 {
+        let h = &self.ctl().header.0;
+        match end {
+            End::Producer => &h.producer_taken,
+            End::Consumer => &h.consumer_taken,
+        }
     }
 
     /// Lays out an empty ring of `slots` slots (a power of two, at least 2) at the start of
@@ -258,68 +332,133 @@ impl Ring {
 
     /// Takes the producer end; fails while another producer (in any process) holds it.
     pub fn producer(&self) -> Result<Producer, ShmError> {
-        claim(&self.ctl().header.0.producer_taken, "producer")?;
+        Tx::new(self.clone()).map(Producer)
+    }
+
+    /// Takes the consumer end; fails while another consumer (in any process) holds it.
+    pub fn consumer(&self) -> Result<Consumer, ShmError> {
+        Rx::new(self.clone()).map(Consumer)
+    }
+}
+
+/// The production memory: the mapped segment, accessed in place.
+impl RingMem for Ring {
+    #[inline]
+    fn slots(&self) -> usize {
+        self.n
+    }
+
+    #[inline]
+    fn load_word(&self, pos: u64, order: Ordering) -> u64 {
+        self.word_at(pos).load(order)
+    }
+
+    #[inline]
+    fn store_word(&self, pos: u64, w: u64, order: Ordering) {
+        self.word_at(pos).store(w, order);
+    }
+
+    #[inline]
+    fn zero_word(&self, pos: u64, order: Ordering) {
+        self.word_at(pos).store(0, order);
+    }
+
+    #[inline]
+    fn load_head(&self, order: Ordering) -> u64 {
+        self.ctl().head.0.load(order)
+    }
+
+    #[inline]
+    fn store_head(&self, head: u64, order: Ordering) {
+        self.ctl().head.0.store(head, order);
+    }
+
+    #[inline]
+    fn load_tail(&self, order: Ordering) -> u64 {
+        self.ctl().tail.0.load(order)
+    }
+
+    #[inline]
+    fn store_tail(&self, tail: u64, order: Ordering) {
+        self.ctl().tail.0.store(tail, order);
+    }
+
+    /// The claim words make "single producer, single consumer" a checked fact rather than a
+    /// promise, within a process and across processes that follow this code.
+    #[inline]
+    fn claim(&self, end: End) -> bool {
+        self.claim_word(end)
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    #[inline]
+    fn unclaim(&self, end: End) {
+        self.claim_word(end).store(0, Ordering::Release);
+    }
+
+    #[inline]
+    unsafe fn write(&self, at: usize, src: &[u8]) {
+        // SAFETY: the caller guarantees `at..at + src.len()` lies inside the slots, which lie
+        // inside the mapping, and that nothing else accesses those bytes meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.base.add(at), src.len()) }
+    }
+
+    #[inline]
+    unsafe fn read<R>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+        // SAFETY: the caller guarantees `at..at + len` lies inside the slots, which lie inside
+        // the mapping, and that no one writes those bytes until `f` returns; the slice does not
+        // outlive the call, and `self` keeps the mapping alive during it.
+        f(unsafe { std::slice::from_raw_parts(self.base.add(at), len) })
+    }
+}
+
+/// The producer's half of the protocol, over any [`RingMem`].
+struct Tx<M: RingMem> {
+    mem: M,
+    /// Slot positions pushed so far (ours; published to `head` for diagnostics).
+    head: u64,
+    /// The consumer's `tail` as last loaded.
+    cached_tail: u64,
+}
+
+impl<M: RingMem> Tx<M> {
+    /// Claims the producer end of `mem`.
+    fn new(mem: M) -> Result<Self, ShmError> {
+        if !mem.claim(End::Producer) {
+            return Err(ShmError::RoleTaken("producer"));
+        }
         // Acquire on the claim (above) orders these loads after a previous producer's release.
-        let head = self.ctl().head.0.load(Ordering::Relaxed);
-        let cached_tail = self.ctl().tail.0.load(Ordering::Acquire);
-        Ok(Producer {
-            ring: self.clone(),
+        let head = mem.load_head(Ordering::Relaxed);
+        let cached_tail = mem.load_tail(Ordering::Acquire);
+        Ok(Self {
+            mem,
             head,
             cached_tail,
         })
     }
 
-    /// Takes the consumer end; fails while another consumer (in any process) holds it.
-    pub fn consumer(&self) -> Result<Consumer, ShmError> {
-        claim(&self.ctl().header.0.consumer_taken, "consumer")?;
-        let tail = self.ctl().tail.0.load(Ordering::Relaxed);
-        Ok(Consumer {
-            ring: self.clone(),
-            tail,
-        })
-    }
-}
-
-/// The claim words make "single producer, single consumer" a checked fact rather than a
-/// promise, within a process and across processes that follow this code.
-fn claim(flag: &AtomicU32, role: &'static str) -> Result<(), ShmError> {
-    flag.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-        .map(|_| ())
-        .map_err(|_| ShmError::RoleTaken(role))
-}
-
-/// The writing end of a ring.
-pub struct Producer {
-    ring: Ring,
-    head: u64,
-    cached_tail: u64,
-}
-
-// SAFETY: see `Ring`'s Send; the producer role is exclusive (claimed) wherever the value lives.
-unsafe impl Send for Producer {}
-
-impl Producer {
-    /// Largest message this ring accepts: half the ring, so a message plus its pad always fits
-    /// an empty ring.
-    pub fn max_msg(&self) -> usize {
-        (self.ring.n / 2 * SLOT_SIZE - WORD).min(PAD as usize - 1)
+    #[inline]
+    fn max_msg(&self) -> usize {
+        (self.mem.slots() / 2 * SLOT_SIZE - WORD).min(PAD as usize - 1)
     }
 
-    /// Whether a message of `len` bytes would fit right now.
-    pub fn fits(&mut self, len: usize) -> bool {
+    #[inline]
+    fn fits(&mut self, len: usize) -> bool {
         len <= self.max_msg() && self.room_for(len).is_some()
     }
 
     /// Slots needed now (pad + message) if they are free.
+    #[inline]
     fn room_for(&mut self, len: usize) -> Option<(u64, u64)> {
-        let n = self.ring.n as u64;
+        let n = self.mem.slots() as u64;
         let need = slots_for(len);
         let off = self.head & (n - 1);
         let pad = if off + need > n { n - off } else { 0 };
         if self.head + pad + need - self.cached_tail > n {
             // Acquire pairs with the consumer's Release of `tail`: its reads of the slots we are
             // about to overwrite are finished.
-            self.cached_tail = self.ring.ctl().tail.0.load(Ordering::Acquire);
+            self.cached_tail = self.mem.load_tail(Ordering::Acquire);
             if self.head + pad + need - self.cached_tail > n {
                 return None;
             }
@@ -327,14 +466,9 @@ impl Producer {
         Some((pad, need))
     }
 
-    /// Copies `data` into the ring as one message; `Ok(false)` if the ring is full now.
-    pub fn try_push(&mut self, data: &[u8]) -> Result<bool, ShmError> {
-        self.try_push_parts(&[data])
-    }
-
-    /// Copies the concatenation of `parts` into the ring as one message (a header and a
-    /// payload, without gluing them first); `Ok(false)` if the ring is full now.
-    pub fn try_push_parts(&mut self, parts: &[&[u8]]) -> Result<bool, ShmError> {
+    // Always: the public wrapper is this function, as before the protocol was made generic.
+    #[inline(always)]
+    fn try_push_parts(&mut self, parts: &[&[u8]]) -> Result<bool, ShmError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > self.max_msg() {
             return Err(ShmError::TooLarge {
@@ -348,96 +482,173 @@ impl Producer {
         if pad > 0 {
             // Release so the consumer, seeing the pad, also sees nothing stale (it reads nothing
             // else from these slots); ordering only matters for the word itself.
-            self.ring
-                .word_at(self.head)
-                .store(word(self.head, PAD), Ordering::Release);
+            self.mem
+                .store_word(self.head, word(self.head, PAD), Ordering::Release);
             self.head += pad;
         }
-        let start = ((self.head as usize) & (self.ring.n - 1)) * SLOT_SIZE + WORD;
-        let mut off = 0;
+        let mut at = ((self.head as usize) & (self.mem.slots() - 1)) * SLOT_SIZE + WORD;
         for p in parts {
             // SAFETY: the message's slots [head, head + need) lie inside the ring without wrapping
             // (room_for placed a pad otherwise) and are released by the consumer (room_for
             // checked `tail`); we are the only producer (claimed), so nothing else touches these
             // bytes until we publish the word below.
-            unsafe {
-                std::ptr::copy_nonoverlapping(p.as_ptr(), self.ring.base.add(start + off), p.len())
-            };
-            off += p.len();
+            unsafe { self.mem.write(at, p) };
+            at += p.len();
         }
         // Release: the bytes are visible to whoever Acquires this word.
-        self.ring
-            .word_at(self.head)
-            .store(word(self.head, len as u64), Ordering::Release);
+        self.mem
+            .store_word(self.head, word(self.head, len as u64), Ordering::Release);
         self.head += slots_for(len);
-        self.ring.ctl().head.0.store(self.head, Ordering::Relaxed);
+        self.mem.store_head(self.head, Ordering::Relaxed);
         Ok(true)
     }
 
-    /// Whether the consumer has taken every message pushed so far.
-    pub fn is_drained(&self) -> bool {
-        self.ring.ctl().tail.0.load(Ordering::Acquire) == self.head
+    #[inline]
+    fn is_drained(&self) -> bool {
+        self.mem.load_tail(Ordering::Acquire) == self.head
     }
 }
 
-impl Drop for Producer {
+impl<M: RingMem> Drop for Tx<M> {
     fn drop(&mut self) {
         // Release: a later producer's Acquire claim sees our last `head` store.
-        self.ring
-            .ctl()
-            .header
-            .0
-            .producer_taken
-            .store(0, Ordering::Release);
+        self.mem.unclaim(End::Producer);
     }
 }
 
-impl std::fmt::Debug for Producer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Producer")
-            .field("head", &self.head)
-            .field("slots", &self.ring.slots())
-            .finish()
-    }
-}
-
-/// The reading end of a ring.
-pub struct Consumer {
-    ring: Ring,
+/// The consumer's half of the protocol, over any [`RingMem`].
+struct Rx<M: RingMem> {
+    mem: M,
+    /// Slot positions popped so far (ours; published to `tail`).
     tail: u64,
 }
 
-// SAFETY: see `Ring`'s Send; the consumer role is exclusive (claimed) wherever the value lives.
-unsafe impl Send for Consumer {}
-
-impl Consumer {
-    /// Whether a message is ready (one Acquire load of the next word, two after a pad).
-    pub fn ready(&mut self) -> bool {
-        self.next_word().is_some()
+impl<M: RingMem> Rx<M> {
+    /// Claims the consumer end of `mem`.
+    fn new(mem: M) -> Result<Self, ShmError> {
+        if !mem.claim(End::Consumer) {
+            return Err(ShmError::RoleTaken("consumer"));
+        }
+        let tail = mem.load_tail(Ordering::Relaxed);
+        Ok(Self { mem, tail })
     }
 
     /// The published word of the next message, skipping a pad; `None` if nothing is published.
     /// The word is loaded once and then trusted: reloading could see a pad published between
     /// the loads and take it for a message.
+    #[inline]
     fn next_word(&mut self) -> Option<u64> {
         // Acquire pairs with the producer's Release of the word: what it published is visible.
-        let w = self.ring.word_at(self.tail).load(Ordering::Acquire);
+        let w = self.mem.load_word(self.tail, Ordering::Acquire);
         if !word_seq_matches(w, self.tail) {
             return None;
         }
         if w & LEN_MASK != PAD {
             return Some(w);
         }
-        let n = self.ring.n as u64;
+        let n = self.mem.slots() as u64;
         self.tail += n - (self.tail & (n - 1));
-        let w = self.ring.word_at(self.tail).load(Ordering::Acquire);
+        let w = self.mem.load_word(self.tail, Ordering::Acquire);
         (word_seq_matches(w, self.tail) && w & LEN_MASK != PAD).then_some(w)
+    }
+
+    // Always: the public wrapper is this function, as before the protocol was made generic.
+    #[inline(always)]
+    fn try_pop_if<F: FnOnce(&[u8]) -> bool>(&mut self, f: F) -> bool {
+        let Some(w) = self.next_word() else {
+            return false;
+        };
+        let n = self.mem.slots();
+        let off = (self.tail as usize) & (n - 1);
+        // A producer following the protocol never announces more than fits before the ring's
+        // end; the clamp keeps a broken one from making us read past the slots.
+        let len = ((w & LEN_MASK) as usize).min((n - off) * SLOT_SIZE - WORD);
+        // SAFETY: the word is published for our position, so the producer has finished these
+        // bytes and will not touch them again until we publish a `tail` past them, after `f`.
+        if !unsafe { self.mem.read(off * SLOT_SIZE + WORD, len, f) } {
+            return false;
+        }
+        let used = slots_for(len);
+        for k in 1..used {
+            // Continuation slots hold user bytes where a word could be; zero them so a later lap
+            // never mistakes them for a published word (see the module notes).
+            self.mem.zero_word(self.tail + k, Ordering::Relaxed);
+        }
+        self.tail += used;
+        // Release: our reads (and the zeroing) happen-before the producer reuses the slots.
+        self.mem.store_tail(self.tail, Ordering::Release);
+        true
+    }
+
+    #[inline]
+    fn backlog(&self) -> u64 {
+        self.mem
+            .load_head(Ordering::Relaxed)
+            .wrapping_sub(self.tail)
+    }
+}
+
+impl<M: RingMem> Drop for Rx<M> {
+    fn drop(&mut self) {
+        // Release: a later consumer's Acquire claim sees our last `tail` store.
+        self.mem.unclaim(End::Consumer);
+    }
+}
+
+/// The writing end of a ring.
+pub struct Producer(Tx<Ring>);
+
+impl Producer {
+    /// Largest message this ring accepts: half the ring, so a message plus its pad always fits
+    /// an empty ring.
+    pub fn max_msg(&self) -> usize {
+        self.0.max_msg()
+    }
+
+    /// Whether a message of `len` bytes would fit right now.
+    pub fn fits(&mut self, len: usize) -> bool {
+        self.0.fits(len)
+    }
+
+    /// Copies `data` into the ring as one message; `Ok(false)` if the ring is full now.
+    pub fn try_push(&mut self, data: &[u8]) -> Result<bool, ShmError> {
+        self.0.try_push_parts(&[data])
+    }
+
+    /// Copies the concatenation of `parts` into the ring as one message (a header and a
+    /// payload, without gluing them first); `Ok(false)` if the ring is full now.
+    pub fn try_push_parts(&mut self, parts: &[&[u8]]) -> Result<bool, ShmError> {
+        self.0.try_push_parts(parts)
+    }
+
+    /// Whether the consumer has taken every message pushed so far.
+    pub fn is_drained(&self) -> bool {
+        self.0.is_drained()
+    }
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("head", &self.0.head)
+            .field("slots", &self.0.mem.slots())
+            .finish()
+    }
+}
+
+/// The reading end of a ring.
+pub struct Consumer(Rx<Ring>);
+
+impl Consumer {
+    /// Whether a message is ready (one Acquire load of the next word, two after a pad).
+    pub fn ready(&mut self) -> bool {
+        self.0.next_word().is_some()
     }
 
     /// Hands the next message to `f` as a slice of the ring itself (no copy) and frees its slots
     /// when `f` returns; false if the ring is empty.
     pub fn try_pop<F: FnOnce(&[u8])>(&mut self, f: F) -> bool {
-        self.try_pop_if(|b| {
+        self.0.try_pop_if(|b| {
             f(b);
             true
         })
@@ -447,62 +658,21 @@ impl Consumer {
     /// when `f` returns false — for a consumer that must first fetch something the message
     /// refers to.
     pub fn try_pop_if<F: FnOnce(&[u8]) -> bool>(&mut self, f: F) -> bool {
-        let Some(w) = self.next_word() else {
-            return false;
-        };
-        let n = self.ring.n;
-        let off = (self.tail as usize) & (n - 1);
-        // A producer following the protocol never announces more than fits before the ring's
-        // end; the clamp keeps a broken one from making us read past the mapping.
-        let len = ((w & LEN_MASK) as usize).min((n - off) * SLOT_SIZE - WORD);
-        // SAFETY: the word is published for our position, so the producer has finished these
-        // bytes and will not touch them again until we publish a `tail` past them, after `f`.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(self.ring.base.add(off * SLOT_SIZE + WORD), len) };
-        if !f(bytes) {
-            return false;
-        }
-        let used = slots_for(len);
-        for k in 1..used {
-            // Continuation slots hold user bytes where a word could be; zero them so a later lap
-            // never mistakes them for a published word (see the module notes).
-            self.ring.word_at(self.tail + k).store(0, Ordering::Relaxed);
-        }
-        self.tail += used;
-        // Release: our reads (and the zeroing) happen-before the producer reuses the slots.
-        self.ring.ctl().tail.0.store(self.tail, Ordering::Release);
-        true
+        self.0.try_pop_if(f)
     }
 
     /// Slots pushed but not yet popped, as far as this side can tell now (a diagnostic and the
     /// sleep re-check: the producer may push more at any moment).
     pub fn backlog(&self) -> u64 {
-        self.ring
-            .ctl()
-            .head
-            .0
-            .load(Ordering::Relaxed)
-            .wrapping_sub(self.tail)
-    }
-}
-
-impl Drop for Consumer {
-    fn drop(&mut self) {
-        // Release: a later consumer's Acquire claim sees our last `tail` store.
-        self.ring
-            .ctl()
-            .header
-            .0
-            .consumer_taken
-            .store(0, Ordering::Release);
+        self.0.backlog()
     }
 }
 
 impl std::fmt::Debug for Consumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Consumer")
-            .field("tail", &self.tail)
-            .field("slots", &self.ring.slots())
+            .field("tail", &self.0.tail)
+            .field("slots", &self.0.mem.slots())
             .finish()
     }
 }
@@ -767,5 +937,375 @@ mod tests {
             }
             prop_assert_eq!(pop(&mut c), None);
         }
+    }
+}
+
+/// Model checking of the protocol with loom: the `Tx`/`Rx` code above, over a model of the ring's
+/// memory built from loom's atomics and checked cells. Run with
+/// `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p rcomm-transport --lib --release shm::loom`.
+#[cfg(all(test, loom))]
+mod loom {
+    use super::*;
+    use ::loom::cell::UnsafeCell;
+    use ::loom::model::Builder;
+    use ::loom::sync::Arc;
+    use ::loom::sync::atomic::{AtomicU32 as LoomU32, AtomicU64 as LoomU64};
+    use ::loom::thread;
+
+    /// One 64-byte slot of the model.
+    ///
+    /// In the segment, the first 8 bytes of every slot are at once the slot's word (accessed
+    /// atomically by the protocol) and, in a message's continuation slots, plain user bytes
+    /// written by the producer's copy. The model keeps one value for those 8 bytes, `word`, so
+    /// that user bytes *are* what a later word load sees, as in memory: the producer's copy
+    /// stores them into `word` (Relaxed; the copy is ordered only by the first slot's Release,
+    /// like a plain write), the consumer's read of the message loads them from `word` (Relaxed),
+    /// and the zeroing is a store to `word`. A message whose bytes spell a valid future word
+    /// therefore misleads a consumer that skips the zeroing, which the tests check.
+    ///
+    /// `bytes` is the whole line; its first 8 bytes are written by a copy but never read back
+    /// (their value is `word`'s).
+    /// Every plain access to the slot (a copy in, a copy out, the zeroing, which overwrites user
+    /// bytes) goes through it, so loom reports a copy that is not ordered against another
+    /// access to the same slot. One cell per slot: loom tracks races per slot, and a message
+    /// spanning several slots is copied slot by slot.
+    struct Slot {
+        word: LoomU64,
+        bytes: UnsafeCell<[u8; SLOT_SIZE]>,
+    }
+
+    struct Mem {
+        head: LoomU64,
+        tail: LoomU64,
+        producer_taken: LoomU32,
+        consumer_taken: LoomU32,
+        slots: Vec<Slot>,
+    }
+
+    // SAFETY: the cells are only accessed through `with`/`with_mut`, which loom checks: an
+    // access that the protocol does not order against a conflicting one fails the test.
+    unsafe impl Sync for Mem {}
+
+    /// A freshly initialised ring of `n` slots (all words zero), shared by the model's threads.
+    #[derive(Clone)]
+    struct ModelRing(Arc<Mem>);
+
+    impl ModelRing {
+        fn new(n: usize) -> Self {
+            assert!(n.is_power_of_two() && n >= 2);
+            let slots = (0..n)
+                .map(|_| Slot {
+                    word: LoomU64::new(0),
+                    bytes: UnsafeCell::new([0; SLOT_SIZE]),
+                })
+                .collect();
+            Self(Arc::new(Mem {
+                head: LoomU64::new(0),
+                tail: LoomU64::new(0),
+                producer_taken: LoomU32::new(0),
+                consumer_taken: LoomU32::new(0),
+                slots,
+            }))
+        }
+
+        fn slot(&self, pos: u64) -> &Slot {
+            &self.0.slots[(pos as usize) & (self.0.slots.len() - 1)]
+        }
+
+        fn claim_word(&self, end: End) -> &LoomU32 {
+            match end {
+                End::Producer => &self.0.producer_taken,
+                End::Consumer => &self.0.consumer_taken,
+            }
+        }
+
+        /// Splits the byte range `at..at + len` into per-slot pieces: (slot, offset in it,
+        /// offset in the range, length). Panics if the range leaves the slots.
+        fn pieces(&self, at: usize, len: usize) -> Vec<(&Slot, usize, usize, usize)> {
+            assert!(
+                at + len <= self.0.slots.len() * SLOT_SIZE,
+                "access past the slots"
+            );
+            let mut out = Vec::new();
+            let mut done = 0;
+            while done < len {
+                let (i, o) = ((at + done) / SLOT_SIZE, (at + done) % SLOT_SIZE);
+                let k = (SLOT_SIZE - o).min(len - done);
+                out.push((&self.0.slots[i], o, done, k));
+                done += k;
+            }
+            out
+        }
+    }
+
+    impl RingMem for ModelRing {
+        fn slots(&self) -> usize {
+            self.0.slots.len()
+        }
+
+        fn load_word(&self, pos: u64, order: Ordering) -> u64 {
+            self.slot(pos).word.load(order)
+        }
+
+        fn store_word(&self, pos: u64, w: u64, order: Ordering) {
+            self.slot(pos).word.store(w, order);
+        }
+
+        fn zero_word(&self, pos: u64, order: Ordering) {
+            let s = self.slot(pos);
+            // The zeroing overwrites user bytes: a plain write as far as the producer's copy is
+            // concerned, so it must be ordered before the producer's next copy into this slot.
+            s.bytes.with_mut(|_| ());
+            s.word.store(0, order);
+        }
+
+        fn load_head(&self, order: Ordering) -> u64 {
+            self.0.head.load(order)
+        }
+
+        fn store_head(&self, head: u64, order: Ordering) {
+            self.0.head.store(head, order);
+        }
+
+        fn load_tail(&self, order: Ordering) -> u64 {
+            self.0.tail.load(order)
+        }
+
+        fn store_tail(&self, tail: u64, order: Ordering) {
+            self.0.tail.store(tail, order);
+        }
+
+        fn claim(&self, end: End) -> bool {
+            self.claim_word(end)
+                .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        }
+
+        fn unclaim(&self, end: End) {
+            self.claim_word(end).store(0, Ordering::Release);
+        }
+
+        unsafe fn write(&self, at: usize, src: &[u8]) {
+            for (s, o, from, k) in self.pieces(at, src.len()) {
+                let src = &src[from..from + k];
+                // Loom checks this access against every other access to the slot.
+                s.bytes.with_mut(|p| {
+                    // SAFETY: `p` points to the cell's line, which loom lets us write now.
+                    let line = unsafe { &mut *p };
+                    line[o..o + k].copy_from_slice(src);
+                });
+                if o < WORD {
+                    // User bytes over a continuation slot's word (see `Slot`).
+                    let mut w = s.word.load(Ordering::Relaxed).to_ne_bytes();
+                    let m = (WORD - o).min(k);
+                    w[o..o + m].copy_from_slice(&src[..m]);
+                    s.word.store(u64::from_ne_bytes(w), Ordering::Relaxed);
+                }
+            }
+        }
+
+        /// Copies the bytes out slot by slot and hands `f` the copy: the checked reads happen
+        /// just before `f` runs rather than inside it, in both cases before the consumer
+        /// publishes `tail`, which is what the protocol orders.
+        unsafe fn read<R>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R {
+            let mut buf = vec![0; len];
+            for (s, o, to, k) in self.pieces(at, len) {
+                let dst = &mut buf[to..to + k];
+                // Loom checks this access against every other access to the slot.
+                s.bytes.with(|p| {
+                    // SAFETY: `p` points to the cell's line, which loom lets us read now.
+                    let line = unsafe { &*p };
+                    dst.copy_from_slice(&line[o..o + k]);
+                });
+                if o < WORD {
+                    // What the word holds is what these bytes are (see `Slot`).
+                    let w = s.word.load(Ordering::Relaxed).to_ne_bytes();
+                    let m = (WORD - o).min(k);
+                    dst[..m].copy_from_slice(&w[o..o + m]);
+                }
+            }
+            f(&buf)
+        }
+    }
+
+    /// Tries per blocking push or pop; a correct peer makes progress long before.
+    const TRIES: usize = 100;
+
+    /// Checks `f` under every interleaving loom distinguishes (no preemption bound unless
+    /// `LOOM_MAX_PREEMPTIONS` sets one: these models are small enough to explore whole, about
+    /// 170,000 executions for the four, some seconds in release), and reports how many it ran
+    /// (seen with `--nocapture`).
+    fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+        let b = Builder::new();
+        let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = runs.clone();
+        b.check(move || {
+            count.fetch_add(1, Ordering::Relaxed);
+            f();
+        });
+        eprintln!(
+            "{name}: {} interleavings (preemption bound {:?})",
+            runs.load(Ordering::Relaxed),
+            b.preemption_bound
+        );
+    }
+
+    /// Message `i` of `len` bytes, distinct from every other message of the tests.
+    fn msg(i: u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|j| (j as u8).wrapping_mul(7) ^ i.wrapping_mul(0x35))
+            .collect()
+    }
+
+    fn push(tx: &mut Tx<ModelRing>, parts: &[&[u8]]) {
+        for _ in 0..TRIES {
+            if tx.try_push_parts(parts).unwrap() {
+                return;
+            }
+            thread::yield_now();
+        }
+        panic!("producer stuck at head {}", tx.head);
+    }
+
+    fn pop(rx: &mut Rx<ModelRing>) -> Vec<u8> {
+        for _ in 0..TRIES {
+            let mut got = None;
+            if rx.try_pop_if(|b| {
+                got = Some(b.to_vec());
+                true
+            }) {
+                return got.unwrap();
+            }
+            thread::yield_now();
+        }
+        panic!("consumer stuck at tail {}", rx.tail);
+    }
+
+    fn ends(n: usize) -> (Tx<ModelRing>, Rx<ModelRing>) {
+        let mem = ModelRing::new(n);
+        (Tx::new(mem.clone()).unwrap(), Rx::new(mem).unwrap())
+    }
+
+    /// Mixed sizes on 4 slots: one slot, two slots pushed as two parts split inside the
+    /// continuation slot's word bytes, two slots that must wrap behind a pad, one slot.
+    #[test]
+    fn mixed_sizes_arrive_in_order_and_intact() {
+        model("mixed_sizes_arrive_in_order_and_intact", || {
+            let (mut tx, mut rx) = ends(4);
+            let msgs = [msg(0, 5), msg(1, 100), msg(2, 70), msg(3, 20)];
+            let sent = msgs.clone();
+            let producer = thread::spawn(move || {
+                push(&mut tx, &[&sent[0]]);
+                // Bytes 56..64 of the message are the continuation slot's word bytes.
+                push(&mut tx, &[&sent[1][..60], &sent[1][60..]]);
+                push(&mut tx, &[&sent[2]]); // head 3: pad, then slots 0-1
+                push(&mut tx, &[&sent[3]]);
+                tx
+            });
+            for m in &msgs {
+                assert_eq!(&pop(&mut rx), m);
+            }
+            let tx = producer.join().unwrap();
+            assert!(!rx.try_pop_if(|_| panic!("nothing more was pushed")));
+            assert!(tx.is_drained());
+            assert_eq!(rx.backlog(), 0);
+        });
+    }
+
+    /// A full ring refuses the producer until the consumer frees enough slots.
+    #[test]
+    fn full_ring_blocks_the_producer_until_the_consumer_frees_slots() {
+        model(
+            "full_ring_blocks_the_producer_until_the_consumer_frees_slots",
+            || {
+                let (mut tx, mut rx) = ends(4);
+                let msgs = [msg(0, 100), msg(1, 100), msg(2, 30), msg(3, 100)];
+                push(&mut tx, &[&msgs[0]]);
+                push(&mut tx, &[&msgs[1]]);
+                assert!(!tx.fits(1), "4 slots hold two 2-slot messages");
+                assert!(!tx.try_push_parts(&[&msgs[2]]).unwrap());
+                let want = msgs.clone();
+                let consumer = thread::spawn(move || {
+                    for m in &want {
+                        assert_eq!(&pop(&mut rx), m);
+                    }
+                    rx
+                });
+                push(&mut tx, &[&msgs[2]]); // needs msgs[0] popped
+                push(&mut tx, &[&msgs[3]]); // needs msgs[1] popped
+                let rx = consumer.join().unwrap();
+                assert!(tx.is_drained());
+                assert_eq!(rx.tail, 7);
+            },
+        );
+    }
+
+    /// A message refused by `try_pop_if` stays, and its slots stay closed to the producer, until
+    /// a later pop takes it.
+    #[test]
+    fn refused_message_stays_for_a_later_pop() {
+        model("refused_message_stays_for_a_later_pop", || {
+            let (mut tx, mut rx) = ends(4);
+            let msgs = [msg(0, 100), msg(1, 100), msg(2, 20)];
+            let sent = msgs.clone();
+            let producer = thread::spawn(move || {
+                for m in &sent {
+                    push(&mut tx, &[m]); // the third needs the first's slots
+                }
+            });
+            let mut refused = false;
+            for _ in 0..TRIES {
+                let mut seen = None;
+                let popped = rx.try_pop_if(|b| {
+                    seen = Some(b.to_vec());
+                    false
+                });
+                assert!(!popped);
+                if let Some(b) = seen {
+                    assert_eq!(b, msgs[0]);
+                    refused = true;
+                    break;
+                }
+                thread::yield_now();
+            }
+            assert!(refused, "consumer never saw the first message");
+            assert!(
+                rx.next_word().is_some(),
+                "the refused message is still ready"
+            );
+            for m in &msgs {
+                assert_eq!(&pop(&mut rx), m);
+            }
+            producer.join().unwrap();
+        });
+    }
+
+    /// User bytes equal to the word of a future message at the same slot: without the
+    /// consumer's zeroing of continuation words, the consumer would take them for that message
+    /// before the producer wrote it.
+    #[test]
+    fn user_bytes_that_look_like_a_future_word_are_never_taken_for_one() {
+        model(
+            "user_bytes_that_look_like_a_future_word_are_never_taken_for_one",
+            || {
+                let (mut tx, mut rx) = ends(4);
+                // The fifth message lands at position 5: slot 1, the first message's continuation
+                // slot, whose first 8 bytes are the first message's bytes 56..64.
+                let mut first = msg(0, 120);
+                first[SLOT_INLINE..SLOT_SIZE].copy_from_slice(&word(5, 20).to_ne_bytes());
+                let msgs = [first, msg(1, 10), msg(2, 10), msg(3, 10), msg(4, 20)];
+                let sent = msgs.clone();
+                let producer = thread::spawn(move || {
+                    for m in &sent {
+                        push(&mut tx, &[m]);
+                    }
+                });
+                for m in &msgs {
+                    assert_eq!(&pop(&mut rx), m);
+                }
+                producer.join().unwrap();
+                assert!(!rx.try_pop_if(|_| panic!("nothing more was pushed")));
+            },
+        );
     }
 }
