@@ -382,6 +382,8 @@ int main(int argc, char **argv)
         int len;
         MPI_Get_library_version(lib, &len);
         lib[strcspn(lib, "\n,")] = '\0';
+        for (char *c = lib; *c; c++)
+            if (*c == '\t') *c = ' ';
         FILE *h = o.json ? stderr : stdout;
         fprintf(h, "# OSU-style %s Test (osu_%s methodology)\n",
                 o.test == LATENCY ? "Latency" : o.test == BW ? "Bandwidth" : "Bi-Directional Bandwidth",

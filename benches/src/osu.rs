@@ -33,7 +33,10 @@ pub const PAGE: usize = 4096;
 /// Largest supported message size.
 pub const MAX_SIZE: usize = 1 << 30;
 /// OSU's default size range.
-pub const DEFAULT_RANGE: SizeRange = SizeRange { min: 1, max: 4 << 20 };
+pub const DEFAULT_RANGE: SizeRange = SizeRange {
+    min: 1,
+    max: 4 << 20,
+};
 /// Most memory one rank may allocate for buffers (multiple buffers: 2 × window × size).
 pub const MEM_LIMIT: usize = 4 << 30;
 
@@ -61,8 +64,26 @@ impl Test {
     /// OSU's default loop counts for this test.
     pub fn default_counts(self) -> LoopCounts {
         match self {
-            Test::Latency => LoopCounts { small: Loop { iterations: 10_000, skip: 100 }, large: Loop { iterations: 1_000, skip: 10 } },
-            Test::Bw | Test::Bibw => LoopCounts { small: Loop { iterations: 100, skip: 10 }, large: Loop { iterations: 20, skip: 2 } },
+            Test::Latency => LoopCounts {
+                small: Loop {
+                    iterations: 10_000,
+                    skip: 100,
+                },
+                large: Loop {
+                    iterations: 1_000,
+                    skip: 10,
+                },
+            },
+            Test::Bw | Test::Bibw => LoopCounts {
+                small: Loop {
+                    iterations: 100,
+                    skip: 10,
+                },
+                large: Loop {
+                    iterations: 20,
+                    skip: 2,
+                },
+            },
         }
     }
 
@@ -77,7 +98,11 @@ impl Test {
 
     /// Column header line of the table.
     pub fn column_header(self) -> String {
-        let unit = if self == Test::Latency { "Latency (us)" } else { "Bandwidth (MB/s)" };
+        let unit = if self == Test::Latency {
+            "Latency (us)"
+        } else {
+            "Bandwidth (MB/s)"
+        };
         format!("{:<10}{:>20}", "# Size", unit)
     }
 
@@ -150,7 +175,11 @@ impl LoopCounts {
 
     /// The counts for `size`.
     pub fn for_size(&self, size: usize) -> Loop {
-        if size > LARGE_MESSAGE_SIZE { self.large } else { self.small }
+        if size > LARGE_MESSAGE_SIZE {
+            self.large
+        } else {
+            self.small
+        }
     }
 }
 
@@ -185,32 +214,50 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         Some(b'g' | b'G') => (&t[..t.len() - 1], 1 << 30),
         _ => (t, 1),
     };
-    let n: usize = digits.parse().map_err(|_| format!("bad size {s:?}: expected a number with an optional K, M or G suffix"))?;
-    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+    let n: usize = digits.parse().map_err(|_| {
+        format!("bad size {s:?}: expected a number with an optional K, M or G suffix")
+    })?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
 /// Parses OSU's `-m` argument: `MIN:MAX`, `MAX`, `MIN:` (up to the default maximum) or `:MAX`.
 pub fn parse_range(s: &str) -> Result<SizeRange, String> {
     let (min, max) = match s.split_once(':') {
         Some((a, b)) => {
-            let min = if a.trim().is_empty() { DEFAULT_RANGE.min } else { parse_size(a)? };
-            let max = if b.trim().is_empty() { DEFAULT_RANGE.max.max(min) } else { parse_size(b)? };
+            let min = if a.trim().is_empty() {
+                DEFAULT_RANGE.min
+            } else {
+                parse_size(a)?
+            };
+            let max = if b.trim().is_empty() {
+                DEFAULT_RANGE.max.max(min)
+            } else {
+                parse_size(b)?
+            };
             (min, max)
         }
         None => (DEFAULT_RANGE.min, parse_size(s)?),
     };
     if min > max {
-        return Err(format!("bad size range {s:?}: minimum {min} is above maximum {max}"));
+        return Err(format!(
+            "bad size range {s:?}: minimum {min} is above maximum {max}"
+        ));
     }
     if max > MAX_SIZE {
-        return Err(format!("bad size range {s:?}: sizes above 1 GiB ({MAX_SIZE} bytes) are not supported"));
+        return Err(format!(
+            "bad size range {s:?}: sizes above 1 GiB ({MAX_SIZE} bytes) are not supported"
+        ));
     }
     Ok(SizeRange { min, max })
 }
 
 /// Seed of the pattern a rank sends at one size from one window slot.
 pub fn seed(size: usize, rank: u32, slot: usize) -> u64 {
-    (size as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (u64::from(rank) << 48) ^ ((slot as u64) << 32) ^ 0x0005_DEEC_E66D
+    (size as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (u64::from(rank) << 48)
+        ^ ((slot as u64) << 32)
+        ^ 0x0005_DEEC_E66D
 }
 
 /// Seed of the poison written into receive buffers before a size runs.
@@ -254,7 +301,10 @@ pub fn first_mismatch(buf: &[u8], seed: u64) -> Option<usize> {
     }
     let rest = chunks.remainder();
     let w = word(seed, k).to_le_bytes();
-    rest.iter().zip(w).position(|(a, b)| *a != b).map(|i| k as usize * 8 + i)
+    rest.iter()
+        .zip(w)
+        .position(|(a, b)| *a != b)
+        .map(|i| k as usize * 8 + i)
 }
 
 /// A page-aligned, zero-initialised byte buffer (OSU aligns its buffers to the page size).
@@ -292,7 +342,11 @@ impl AlignedBuf {
 
     /// The first `n` bytes, writable.
     pub fn get_mut(&mut self, n: usize) -> &mut [u8] {
-        assert!(n <= self.len, "AlignedBuf::get_mut({n}) beyond {}", self.len);
+        assert!(
+            n <= self.len,
+            "AlignedBuf::get_mut({n}) beyond {}",
+            self.len
+        );
         &mut self.raw[self.off..self.off + n]
     }
 }
@@ -311,12 +365,39 @@ mod tests {
 
     #[test]
     fn ranges_accept_suffixes_and_osu_forms() {
-        assert_eq!(parse_range("1:4M").unwrap(), SizeRange { min: 1, max: 4 << 20 });
-        assert_eq!(parse_range("8:16m").unwrap(), SizeRange { min: 8, max: 16 << 20 });
-        assert_eq!(parse_range("64K").unwrap(), SizeRange { min: 1, max: 65536 });
-        assert_eq!(parse_range("1K:").unwrap(), SizeRange { min: 1024, max: 4 << 20 });
+        assert_eq!(
+            parse_range("1:4M").unwrap(),
+            SizeRange {
+                min: 1,
+                max: 4 << 20
+            }
+        );
+        assert_eq!(
+            parse_range("8:16m").unwrap(),
+            SizeRange {
+                min: 8,
+                max: 16 << 20
+            }
+        );
+        assert_eq!(
+            parse_range("64K").unwrap(),
+            SizeRange { min: 1, max: 65536 }
+        );
+        assert_eq!(
+            parse_range("1K:").unwrap(),
+            SizeRange {
+                min: 1024,
+                max: 4 << 20
+            }
+        );
         assert_eq!(parse_range(":2K").unwrap(), SizeRange { min: 1, max: 2048 });
-        assert_eq!(parse_range("1G:1G").unwrap(), SizeRange { min: 1 << 30, max: 1 << 30 });
+        assert_eq!(
+            parse_range("1G:1G").unwrap(),
+            SizeRange {
+                min: 1 << 30,
+                max: 1 << 30
+            }
+        );
         assert!(parse_range("2G:2G").unwrap_err().contains("1 GiB"));
         assert!(parse_range("8:4").unwrap_err().contains("above maximum"));
         assert!(parse_range("x").is_err());
@@ -326,14 +407,50 @@ mod tests {
     #[test]
     fn loop_counts_are_osus_and_overrides_set_both_classes() {
         let lat = Test::Latency.default_counts();
-        assert_eq!(lat.for_size(8192), Loop { iterations: 10_000, skip: 100 });
-        assert_eq!(lat.for_size(8193), Loop { iterations: 1_000, skip: 10 });
+        assert_eq!(
+            lat.for_size(8192),
+            Loop {
+                iterations: 10_000,
+                skip: 100
+            }
+        );
+        assert_eq!(
+            lat.for_size(8193),
+            Loop {
+                iterations: 1_000,
+                skip: 10
+            }
+        );
         let bw = Test::Bw.default_counts();
-        assert_eq!(bw.for_size(8), Loop { iterations: 100, skip: 10 });
-        assert_eq!(bw.for_size(1 << 20), Loop { iterations: 20, skip: 2 });
+        assert_eq!(
+            bw.for_size(8),
+            Loop {
+                iterations: 100,
+                skip: 10
+            }
+        );
+        assert_eq!(
+            bw.for_size(1 << 20),
+            Loop {
+                iterations: 20,
+                skip: 2
+            }
+        );
         let o = bw.with_overrides(Some(7), Some(1));
-        assert_eq!(o.for_size(8), Loop { iterations: 7, skip: 1 });
-        assert_eq!(o.for_size(1 << 20), Loop { iterations: 7, skip: 1 });
+        assert_eq!(
+            o.for_size(8),
+            Loop {
+                iterations: 7,
+                skip: 1
+            }
+        );
+        assert_eq!(
+            o.for_size(1 << 20),
+            Loop {
+                iterations: 7,
+                skip: 1
+            }
+        );
     }
 
     #[test]
@@ -343,8 +460,14 @@ mod tests {
         // 10 windows of 64 × 1 MB in 1 s: 640 MB/s; both ways: 1280.
         assert!((Test::Bw.figure(1_000_000, 10, 64, 1.0) - 640.0).abs() < 1e-9);
         assert!((Test::Bibw.figure(1_000_000, 10, 64, 1.0) - 1280.0).abs() < 1e-9);
-        assert_eq!(Test::Latency.json(8, 0.25), r#"{"size":8,"latency_us":0.250}"#);
-        assert_eq!(Test::Bw.json(1024, 2864.0), r#"{"size":1024,"bandwidth_MBps":2864.00}"#);
+        assert_eq!(
+            Test::Latency.json(8, 0.25),
+            r#"{"size":8,"latency_us":0.250}"#
+        );
+        assert_eq!(
+            Test::Bw.json(1024, 2864.0),
+            r#"{"size":1024,"bandwidth_MBps":2864.00}"#
+        );
         assert_eq!(Test::Bw.row(1024, 2864.0), "1024                   2864.00");
         assert!(!Test::Bw.runs_size(0) && Test::Latency.runs_size(0));
     }
@@ -380,7 +503,12 @@ mod tests {
         fill(&mut p, poison_seed(8, 1, 0));
         assert_eq!(
             (sd, w0, w1, u64::from_le_bytes(p)),
-            (0xf1ba_cdce_24bf_06c5, 0x22ee_5278_8308_ca7f, 0x0a3c_084a_57bf_a36e, 0x82a4_4253_fe0e_4d42)
+            (
+                0xf1ba_cdce_24bf_06c5,
+                0x22ee_5278_8308_ca7f,
+                0x0a3c_084a_57bf_a36e,
+                0x82a4_4253_fe0e_4d42
+            )
         );
     }
 

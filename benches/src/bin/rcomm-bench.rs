@@ -28,7 +28,11 @@ const TAG_CHECK: Tag = Tag(102);
 const TAG_SYNC: Tag = Tag(103);
 
 #[derive(Parser, Debug)]
-#[command(name = "rcomm-bench", version, about = "rcomm benchmarks (start with: rcomm-run -n 2 rcomm-bench pt2pt latency)")]
+#[command(
+    name = "rcomm-bench",
+    version,
+    about = "rcomm benchmarks (start with: rcomm-run -n 2 rcomm-bench pt2pt latency)"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -115,9 +119,18 @@ fn plan(a: &Pt2ptArgs) -> Res<Plan> {
             .into());
         }
     };
-    let sizes: Vec<usize> = a.range.sizes().into_iter().filter(|&s| test.runs_size(s)).collect();
+    let sizes: Vec<usize> = a
+        .range
+        .sizes()
+        .into_iter()
+        .filter(|&s| test.runs_size(s))
+        .collect();
     let largest = sizes.last().copied().unwrap_or(0);
-    let per_rank = if buffers == BufNum::Multiple && test != Test::Latency { 2 * window * largest } else { 2 * largest };
+    let per_rank = if buffers == BufNum::Multiple && test != Test::Latency {
+        2 * window * largest
+    } else {
+        2 * largest
+    };
     if per_rank > osu::MEM_LIMIT {
         return Err(format!(
             "{test} up to {largest} bytes with {} buffers needs {} MiB per rank (limit {} MiB); lower -m or -W",
@@ -127,8 +140,18 @@ fn plan(a: &Pt2ptArgs) -> Res<Plan> {
         )
         .into());
     }
-    let counts = test.default_counts().with_overrides(a.iterations.map(|v| v as usize), a.warmup.map(|v| v as usize));
-    Ok(Plan { test, sizes, counts, window, buffers, json: a.json })
+    let counts = test.default_counts().with_overrides(
+        a.iterations.map(|v| v as usize),
+        a.warmup.map(|v| v as usize),
+    );
+    Ok(Plan {
+        test,
+        sizes,
+        counts,
+        window,
+        buffers,
+        json: a.json,
+    })
 }
 
 fn main() -> ExitCode {
@@ -143,12 +166,25 @@ fn main() -> ExitCode {
     };
     match run(&plan) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<Quiet>() => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("rcomm-bench: {e}");
             ExitCode::FAILURE
         }
     }
 }
+
+/// A failure that rank 0 reports for every rank (the others exit without repeating it).
+#[derive(Debug)]
+struct Quiet;
+
+impl std::fmt::Display for Quiet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("failed (reported by rank 0)")
+    }
+}
+
+impl Error for Quiet {}
 
 /// The two ranks of a benchmark.
 struct Pair<'a> {
@@ -174,7 +210,9 @@ impl Pair<'_> {
     /// Combines both ranks' check results (first bad buffer: slot and byte offset) on both
     /// ranks; an error names the rank, slot and offset.
     fn agree(&self, test: Test, size: usize, mine: Option<(usize, usize)>) -> Res<()> {
-        let enc = |m: Option<(usize, usize)>| m.map_or([0u64; 3], |(slot, off)| [1, slot as u64, off as u64]);
+        let enc = |m: Option<(usize, usize)>| {
+            m.map_or([0u64; 3], |(slot, off)| [1, slot as u64, off as u64])
+        };
         let mut theirs = [0u64; 3];
         if self.rank == 0 {
             self.comm.recv(&mut theirs, self.peer, TAG_CHECK)?;
@@ -193,6 +231,7 @@ impl Pair<'_> {
         bad.sort();
         match bad.first() {
             None => Ok(()),
+            Some(_) if self.rank != 0 => Err(Quiet.into()),
             Some((r, slot, off)) => Err(format!(
                 "{test}, size {size}: rank {r} received wrong data in receive buffer {slot} at byte {off} (the check \
                  pass after the timed loop compares the last message with the sender's pattern)"
@@ -206,6 +245,9 @@ fn run(plan: &Plan) -> Res<()> {
     let world = rcomm::init()?;
     let (rank, size) = (world.rank(), world.size());
     if size != 2 {
+        if rank != 0 {
+            return Err(Quiet.into());
+        }
         return Err(format!(
             "pt2pt needs exactly 2 ranks; this job has {size} (rank {rank}). Start it with: rcomm-run -n 2 rcomm-bench \
              pt2pt {} ...",
@@ -213,7 +255,11 @@ fn run(plan: &Plan) -> Res<()> {
         )
         .into());
     }
-    let pair = Pair { comm: &world, rank, peer: 1 - rank };
+    let pair = Pair {
+        comm: &world,
+        rank,
+        peer: 1 - rank,
+    };
     let t = plan.test;
     if rank == 0 {
         let header = [
@@ -222,18 +268,31 @@ fn run(plan: &Plan) -> Res<()> {
                 "# rcomm {} | transport to rank 1: {} | buffers: {} | window: {}",
                 env!("CARGO_PKG_VERSION"),
                 world.transport_to(1)?,
-                if plan.buffers == BufNum::Single { "single" } else { "multiple" },
-                if t == Test::Latency { "-".to_string() } else { plan.window.to_string() },
+                if plan.buffers == BufNum::Single {
+                    "single"
+                } else {
+                    "multiple"
+                },
+                if t == Test::Latency {
+                    "-".to_string()
+                } else {
+                    plan.window.to_string()
+                },
             ),
             t.column_header(),
         ];
         for h in header {
-            if plan.json { eprintln!("{h}") } else { println!("{h}") }
+            if plan.json {
+                eprintln!("{h}")
+            } else {
+                println!("{h}")
+            }
         }
     }
     // Single buffers are allocated once for the largest size (as OSU does).
     let largest = plan.sizes.last().copied().unwrap_or(0);
-    let mut single = (plan.buffers == BufNum::Single).then(|| (AlignedBuf::new(largest), AlignedBuf::new(largest)));
+    let mut single = (plan.buffers == BufNum::Single)
+        .then(|| (AlignedBuf::new(largest), AlignedBuf::new(largest)));
     let mut out = std::io::stdout().lock();
     for &n in &plan.sizes {
         let lp = plan.counts.for_size(n);
@@ -267,7 +326,13 @@ fn run(plan: &Plan) -> Res<()> {
 }
 
 /// `osu_latency` for one size: blocking send from `s`, blocking receive into `r`.
-fn latency(p: &Pair<'_>, n: usize, lp: Loop, s: &mut AlignedBuf, r: &mut AlignedBuf) -> Res<Duration> {
+fn latency(
+    p: &Pair<'_>,
+    n: usize,
+    lp: Loop,
+    s: &mut AlignedBuf,
+    r: &mut AlignedBuf,
+) -> Res<Duration> {
     osu::fill(s.get_mut(n), osu::seed(n, p.rank, 0));
     osu::fill(r.get_mut(n), osu::poison_seed(n, p.rank, 0));
     let (sb, rb) = (s.get(n), r.get_mut(n));
@@ -295,7 +360,14 @@ fn latency(p: &Pair<'_>, n: usize, lp: Loop, s: &mut AlignedBuf, r: &mut Aligned
 }
 
 /// `osu_bw` / `osu_bibw` for one size, one send and one receive buffer per window slot.
-fn bandwidth(p: &Pair<'_>, t: Test, n: usize, lp: Loop, sbufs: &mut [AlignedBuf], rbufs: &mut [AlignedBuf]) -> Res<Duration> {
+fn bandwidth(
+    p: &Pair<'_>,
+    t: Test,
+    n: usize,
+    lp: Loop,
+    sbufs: &mut [AlignedBuf],
+    rbufs: &mut [AlignedBuf],
+) -> Res<Duration> {
     for (j, b) in sbufs.iter_mut().enumerate() {
         osu::fill(b.get_mut(n), osu::seed(n, p.rank, j));
     }
@@ -305,9 +377,16 @@ fn bandwidth(p: &Pair<'_>, t: Test, n: usize, lp: Loop, sbufs: &mut [AlignedBuf]
     let window = sbufs.len();
     let sends: Vec<&[u8]> = sbufs.iter().map(|b| b.get(n)).collect();
     let mut recvs: Vec<&mut [u8]> = rbufs.iter_mut().map(|b| b.get_mut(n)).collect();
-    let (sender, receiver) = (t == Test::Bibw || p.rank == 0, t == Test::Bibw || p.rank == 1);
+    let (sender, receiver) = (
+        t == Test::Bibw || p.rank == 0,
+        t == Test::Bibw || p.rank == 1,
+    );
     // osu_bw: rank 0 sends tag 100; osu_bibw: rank 0 sends tag 100, rank 1 sends tag 10.
-    let (stag, rtag) = if p.rank == 0 { (TAG_DATA, TAG_DATA_BACK) } else { (TAG_DATA_BACK, TAG_DATA) };
+    let (stag, rtag) = if p.rank == 0 {
+        (TAG_DATA, TAG_DATA_BACK)
+    } else {
+        (TAG_DATA_BACK, TAG_DATA)
+    };
     let mut ack = [0u8; 4];
     p.sync()?;
     let mut total = Duration::ZERO;
@@ -350,7 +429,10 @@ fn bandwidth(p: &Pair<'_>, t: Test, n: usize, lp: Loop, sbufs: &mut [AlignedBuf]
     }
     // Check pass, outside the timed loop: every receive buffer holds its slot's message.
     let bad = if receiver {
-        recvs.iter().enumerate().find_map(|(j, b)| osu::first_mismatch(b, osu::seed(n, p.peer, j)).map(|off| (j, off)))
+        recvs
+            .iter()
+            .enumerate()
+            .find_map(|(j, b)| osu::first_mismatch(b, osu::seed(n, p.peer, j)).map(|off| (j, off)))
     } else {
         None
     };
@@ -362,7 +444,13 @@ fn bandwidth(p: &Pair<'_>, t: Test, n: usize, lp: Loop, sbufs: &mut [AlignedBuf]
 /// (shared memory or TCP, and how much of it moved by single copy).
 fn report_counters(p: &Pair<'_>, json: bool) -> Res<()> {
     let c = p.comm.transport_counters();
-    let mine = [c.shm.bytes_sent, c.shm.bytes_recv, c.shm.bytes_cma, c.tcp.bytes_sent, c.tcp.bytes_recv];
+    let mine = [
+        c.shm.bytes_sent,
+        c.shm.bytes_recv,
+        c.shm.bytes_cma,
+        c.tcp.bytes_sent,
+        c.tcp.bytes_recv,
+    ];
     if p.rank == 1 {
         p.comm.send(&mine, p.peer, TAG_CHECK)?;
         return Ok(());
@@ -374,7 +462,11 @@ fn report_counters(p: &Pair<'_>, json: bool) -> Res<()> {
             "# rank {r} bytes: shm sent {} received {} single-copy read {} | tcp sent {} received {}",
             v[0], v[1], v[2], v[3], v[4]
         );
-        if json { eprintln!("{line}") } else { println!("{line}") }
+        if json {
+            eprintln!("{line}")
+        } else {
+            println!("{line}")
+        }
     }
     Ok(())
 }
