@@ -92,7 +92,9 @@ impl Shared {
     /// Progresses until `done` yields a value.
     pub(crate) fn block_on<R>(&self, mut done: impl FnMut(&mut Engine) -> Option<R>) -> R {
         let mut spins: u32 = 0;
-        let mut last_check = Instant::now();
+        // The clock is read only once spinning is over: a sub-microsecond wait must not pay
+        // for clock_gettime.
+        let mut last_check: Option<Instant> = None;
         let mut fds = Vec::new();
         loop {
             {
@@ -106,8 +108,10 @@ impl Shared {
                 if let Some(r) = done(&mut e) {
                     return r;
                 }
-                if spins >= self.policy.spin && last_check.elapsed() > Duration::from_millis(20) {
-                    last_check = Instant::now();
+                if spins >= self.policy.spin
+                    && last_check.is_none_or(|t| t.elapsed() > Duration::from_millis(20))
+                {
+                    last_check = Some(Instant::now());
                     self.apply_notices(&mut e);
                     e.poll_dead();
                     if let Some(r) = done(&mut e) {
@@ -294,12 +298,12 @@ impl Communicator {
     pub fn scope<'env, R>(&self, f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> R) -> R {
         let scope = Scope {
             comm: self,
-            live: Mutex::new(Vec::new()),
+            live: Mutex::new(Default::default()),
             _env: PhantomData,
         };
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&scope)));
         let live = std::mem::take(&mut *scope.live.lock().unwrap_or_else(|p| p.into_inner()));
-        for req in live {
+        for (req, ()) in live {
             let done_or_cancelled = self.shared.lock().cancel(req);
             if !done_or_cancelled {
                 let _ = self.shared.wait(req);
@@ -455,7 +459,8 @@ pub fn wait_any<T: Pod + Send>(reqs: &mut Vec<Request<T>>) -> Result<(usize, Vec
 #[derive(Debug)]
 pub struct Scope<'s, 'env> {
     comm: &'s Communicator,
-    live: Mutex<Vec<ReqId>>,
+    /// Requests started in the scope and not yet waited for (by request id).
+    live: Mutex<rcomm_transport::fastmap::FastMap<ReqId, ()>>,
     _env: PhantomData<&'env mut &'env ()>,
 }
 
@@ -473,7 +478,7 @@ impl<'s, 'env> Scope<'s, 'env> {
         self.live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(req);
+            .insert(req, ());
         ScopedRequest {
             scope: self,
             req,
@@ -522,7 +527,7 @@ impl ScopedRequest<'_, '_> {
             .live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|&r| r != self.req);
+            .remove(&self.req);
         let st = self.scope.comm.shared.wait(self.req)?;
         if self.elem > 0 && st.bytes % self.elem != 0 {
             return Err(CommError::Size {

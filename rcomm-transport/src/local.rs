@@ -1307,7 +1307,10 @@ mod tests {
     fn another_users_process_is_refused_by_uid() {
         if euid() != 0 {
             // CI runs as root: a skip there would hide a regression.
-            assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but not root: this test must run");
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI=true but not root: this test must run"
+            );
             eprintln!("skipped: needs root to connect as another uid");
             return;
         }
@@ -1335,7 +1338,10 @@ mod tests {
             });
         }
         let Ok(mut child) = cmd.spawn() else {
-            assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but uid 65534 cannot be used: this test must run");
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI=true but uid 65534 cannot be used: this test must run"
+            );
             eprintln!("skipped: cannot run a process as uid 65534 here");
             return;
         };

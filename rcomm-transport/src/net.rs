@@ -7,11 +7,11 @@
 use crate::auth::Secret;
 use crate::config::TransportChoice;
 use crate::error::{Caps, TransportError};
+use crate::fastmap::FastMap;
 use crate::identity::PeerInfo;
 use crate::shmnet::{Counters, Incoming, ShmNet};
 use crate::tcp::{TcpAcceptor, TcpConfig, TcpReceiver, TcpSender};
 use crate::wire::{Header, ProtoKind};
-use crate::fastmap::FastMap;
 use std::os::fd::RawFd;
 
 /// How one peer is reached.

@@ -23,10 +23,10 @@
 
 use crate::auth::Secret;
 use crate::error::TransportError;
+use crate::fastmap::FastMap;
 use crate::local::{Doorbell, LocalConn, LocalError, LocalListener, Segment};
 use crate::shm::{Consumer, Producer, Ring};
 use crate::wire::{Header, ProtoKind};
-use crate::fastmap::FastMap;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;

@@ -14,10 +14,10 @@
 use super::matcher::{Envelope, Matcher, Posting, RecvId, Route as MRoute, Source, TagSel};
 use super::region::Region;
 use crate::CommError;
+use rcomm_transport::fastmap::FastMap;
 use rcomm_transport::net::{Net, NetCounters, Route};
 use rcomm_transport::shmnet::Incoming;
 use rcomm_transport::wire::{Header, ProtoKind};
-use rcomm_transport::fastmap::FastMap;
 use std::collections::VecDeque;
 
 /// What a completed receive reports.
@@ -51,7 +51,8 @@ pub(crate) enum Stored {
 #[derive(Debug)]
 enum ReqState {
     Active,
-    Done(Result<Status, CommError>),
+    /// Boxed error: a request's state stays small, so completing one moves a few words.
+    Done(Result<Status, Box<CommError>>),
 }
 
 #[derive(Debug)]
@@ -132,6 +133,8 @@ struct State {
     free: Vec<ReqId>,
     posted: FastMap<(u32, RecvId), ReqId>,
     out: FastMap<u32, VecDeque<Out>>,
+    /// Entries in all of `out`, so an idle progress pass skips the queues in O(1).
+    out_len: usize,
     rndv_send: FastMap<u64, RndvSend>,
     rndv_recv: FastMap<u64, RndvRecv>,
     streaming: Vec<u64>,
@@ -184,6 +187,7 @@ impl Engine {
                 free: Vec::new(),
                 posted: FastMap::default(),
                 out: FastMap::default(),
+                out_len: 0,
                 rndv_send: FastMap::default(),
                 rndv_recv: FastMap::default(),
                 streaming: Vec::new(),
@@ -215,8 +219,16 @@ impl Engine {
     }
 
     /// Starts a send of `region` to `dest`; the request completes when the buffer may be reused.
-    pub(crate) fn isend(&mut self, ctx: u32, dest: u32, tag: i32, region: Region, op: &'static str) -> Result<ReqId, CommError> {
-        self.send(ctx, dest, tag, region, op, false).map(|r| r.expect("non-blocking sends always make a request"))
+    pub(crate) fn isend(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        region: Region,
+        op: &'static str,
+    ) -> Result<ReqId, CommError> {
+        self.send(ctx, dest, tag, region, op, false)
+            .map(|r| r.expect("non-blocking sends always make a request"))
     }
 
     /// Starts a send; a blocking caller (`blocking`) gets `None` when the message went out at
@@ -250,9 +262,16 @@ impl Engine {
             coll_seq: 0,
             signature: 0,
         };
-        if blocking && dest != me && region.len() <= self.net.caps(dest).eager_limit && self.st.out.get(&dest).is_none_or(|q| q.is_empty()) {
+        if blocking
+            && dest != me
+            && region.len() <= self.net.caps(dest).eager_limit
+            && self.st.out.get(&dest).is_none_or(|q| q.is_empty())
+        {
             // Fast path of a blocking eager send: straight into the transport, no request.
-            match self.net.try_send(dest, &hdr(ProtoKind::Eager), region.bytes()) {
+            match self
+                .net
+                .try_send(dest, &hdr(ProtoKind::Eager), region.bytes())
+            {
                 Ok(true) => return Ok(None),
                 Ok(false) => {}
                 Err(e) => {
@@ -276,6 +295,7 @@ impl Engine {
             return Ok(Some(req));
         }
         if region.len() <= self.net.caps(dest).eager_limit {
+            self.st.out_len += 1;
             self.st.out.entry(dest).or_default().push_back(Out {
                 hdr: hdr(ProtoKind::Eager),
                 payload: OutPayload::User(region),
@@ -293,6 +313,7 @@ impl Engine {
                     offset: 0,
                 },
             );
+            self.st.out_len += 1;
             self.st.out.entry(dest).or_default().push_back(Out {
                 hdr: hdr(ProtoKind::RndvRts),
                 payload: small(&[token, region.addr()]),
@@ -414,7 +435,7 @@ impl Engine {
         let r = self.st.reqs[req].take().expect("live request");
         self.st.free.push(req);
         match r.state {
-            ReqState::Done(res) => res,
+            ReqState::Done(res) => res.map_err(|e| *e),
             ReqState::Active => unreachable!("take() on an active request"),
         }
     }
@@ -508,15 +529,17 @@ impl Engine {
                 }
             }
         }
-        let peers: Vec<u32> = self
-            .st
-            .out
-            .iter()
-            .filter(|(_, q)| !q.is_empty())
-            .map(|(&p, _)| p)
-            .collect();
-        for p in peers {
-            work += self.flush_peer(p);
+        if self.st.out_len > 0 {
+            let peers: Vec<u32> = self
+                .st
+                .out
+                .iter()
+                .filter(|(_, q)| !q.is_empty())
+                .map(|(&p, _)| p)
+                .collect();
+            for p in peers {
+                work += self.flush_peer(p);
+            }
         }
         let mut i = 0;
         while i < self.st.streaming.len() {
@@ -583,6 +606,7 @@ impl Engine {
             match self.net.try_send(peer, &o.hdr, bytes) {
                 Ok(true) => {
                     let o = q.pop_front().expect("front exists");
+                    self.st.out_len -= 1;
                     sent += 1;
                     if let Some(req) = o.req {
                         self.st.complete(
@@ -606,9 +630,7 @@ impl Engine {
 
     /// Whether anything is queued that needs progress even with nothing arriving.
     pub(crate) fn busy(&self) -> bool {
-        !self.st.streaming.is_empty()
-            || self.st.out.values().any(|q| !q.is_empty())
-            || self.net.has_queued_output()
+        !self.st.streaming.is_empty() || self.st.out_len > 0 || self.net.has_queued_output()
     }
 
     fn transport_failed(&mut self, peer: Option<u32>, why: String) {
@@ -628,7 +650,9 @@ impl Engine {
         }
         rcomm_transport::rlog!(Info, "P2P", "rank {peer} lost: {why}");
         self.st.failed.insert(peer, why.clone());
-        self.st.out.remove(&peer);
+        if let Some(q) = self.st.out.remove(&peer) {
+            self.st.out_len -= q.len();
+        }
         let lost: Vec<ReqId> = self
             .st
             .reqs
@@ -742,7 +766,7 @@ impl State {
 
     fn complete(&mut self, req: ReqId, res: Result<Status, CommError>) {
         let r = self.req_mut(req);
-        r.state = ReqState::Done(res);
+        r.state = ReqState::Done(res.map_err(Box::new));
         r.posted = None;
         if r.orphan.is_some() {
             // Nobody waits for it: free the request and the buffer it kept alive.
@@ -763,6 +787,7 @@ impl State {
             coll_seq: 0,
             signature: 0,
         };
+        self.out_len += 1;
         self.out.entry(peer).or_default().push_back(Out {
             hdr,
             payload: small(vals),

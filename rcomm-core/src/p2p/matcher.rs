@@ -338,8 +338,8 @@ impl<P> Matcher<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     fn env(source: u32, tag: i32) -> Envelope {
         Envelope {

@@ -68,7 +68,16 @@ impl Region {
     pub(crate) fn write(&self, offset: usize, data: &[u8]) -> bool {
         match offset.checked_add(data.len()) {
             Some(end) if end <= self.len => {
-                self.bytes_mut()[offset..end].copy_from_slice(data);
+                // SAFETY: offset..end lies inside the region (checked), which the module
+                // invariant makes valid and exclusively the request's; `data` is a distinct
+                // buffer (a transport's slot or a stored message).
+                unsafe {
+                    rcomm_transport::shm::copy_bytes(
+                        data.as_ptr(),
+                        self.ptr.add(offset),
+                        data.len(),
+                    )
+                };
                 true
             }
             _ => false,
