@@ -47,6 +47,10 @@ pub(crate) struct WaitPolicy {
 /// The engine shared by every communicator of a process, with what waiting needs.
 pub(crate) struct Shared {
     engine: Mutex<Engine>,
+    /// Context ids in use in this process.
+    pub(crate) ctx_ids: Arc<crate::group::CtxIds>,
+    /// For each world rank, the lowest world rank on its node (a node's colour).
+    pub(crate) node_of: Vec<u32>,
     notices: Option<Arc<NoticeBoard>>,
     seen_notices: AtomicU64,
     policy: WaitPolicy,
@@ -63,9 +67,12 @@ impl Shared {
         engine: Engine,
         notices: Option<Arc<NoticeBoard>>,
         policy: WaitPolicy,
+        node_of: Vec<u32>,
     ) -> Self {
         Self {
             engine: Mutex::new(engine),
+            ctx_ids: Arc::new(crate::group::CtxIds::new()),
+            node_of,
             notices,
             seen_notices: AtomicU64::new(0),
             policy,
@@ -149,13 +156,45 @@ impl Shared {
 }
 
 /// A group of ranks with its own message space: messages on one communicator never match
-/// receives on another.
+/// receives on another. Ranks given to and reported by a communicator are its own (0..size);
+/// errors about lost peers name world ranks.
 #[derive(Debug, Clone)]
 pub struct Communicator {
+    /// Context id of user messages; `ctx + 1` carries this communicator's internal traffic.
     pub(crate) ctx: u32,
     pub(crate) rank: u32,
     pub(crate) size: u32,
+    /// Members by communicator rank (world ranks); `None` for the world itself.
+    pub(crate) group: Option<Arc<Group>>,
+    /// Frees the context id when the last clone goes (absent for the world).
+    pub(crate) _ctx_guard: Option<Arc<crate::group::CtxGuard>>,
     pub(crate) shared: Arc<Shared>,
+}
+
+/// The members of a communicator, as world ranks, with the reverse map.
+#[derive(Debug)]
+pub(crate) struct Group {
+    pub(crate) world: Vec<u32>,
+    pub(crate) local: rcomm_transport::fastmap::FastMap<u32, u32>,
+}
+
+impl Group {
+    pub(crate) fn new(world: Vec<u32>) -> Self {
+        let local = world
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (w, i as u32))
+            .collect();
+        Self { world, local }
+    }
+}
+
+/// World rank → communicator rank in a status.
+fn localize(group: &Option<Arc<Group>>, mut st: Status) -> Status {
+    if let Some(g) = group {
+        st.source = g.local.get(&st.source).copied().unwrap_or(u32::MAX);
+    }
+    st
 }
 
 fn bytes_of<T: Pod>(b: &[T]) -> &[u8] {
@@ -189,29 +228,60 @@ impl Communicator {
         self.size
     }
 
+    /// The world rank of communicator rank `r`.
+    pub fn world_rank(&self, r: u32) -> Result<u32> {
+        if r >= self.size {
+            return Err(CommError::InvalidRank {
+                rank: r,
+                size: self.size,
+            });
+        }
+        Ok(match &self.group {
+            Some(g) => g.world[r as usize],
+            None => r,
+        })
+    }
+
+    fn source(&self, s: Source) -> Result<Source> {
+        Ok(match s {
+            Source::Any => Source::Any,
+            Source::Rank(r) => Source::Rank(self.world_rank(r)?),
+        })
+    }
+
+    fn local(&self, st: Status) -> Status {
+        localize(&self.group, st)
+    }
+
     /// Sends `buf` to `dest` with `tag`; returns when `buf` may be reused.
     pub fn send<T: Pod>(&self, buf: &[T], dest: u32, tag: Tag) -> Result<()> {
-        let req = self.shared.lock().isend(
+        let dest = self.world_rank(dest)?;
+        let req = self.shared.lock().send(
             self.ctx,
             dest,
             tag.0,
             Region::from_ref(bytes_of(buf)),
             "send",
+            true,
         )?;
-        self.shared.wait(req).map(drop)
+        match req {
+            Some(req) => self.shared.wait(req).map(drop),
+            None => Ok(()),
+        }
     }
 
     /// Receives into `buf` from `src` (a rank or [`Source::Any`]) with `tag` (or [`Tag::Any`]).
     /// A message larger than `buf` is consumed and reported as [`CommError::Truncated`].
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: impl Into<Source>, tag: Tag) -> Result<Status> {
+        let src = self.source(src.into())?;
         let req = self.shared.lock().irecv(
             self.ctx,
-            src.into(),
+            src,
             tag.sel(),
             Region::from_mut(bytes_of_mut(buf)),
             "recv",
         )?;
-        check_elems::<T>(&self.shared.wait(req)?)
+        check_elems::<T>(&self.local(self.shared.wait(req)?))
     }
 
     /// Sends `sbuf` to `dest` and receives into `rbuf` from `src` at once (no deadlock when two
@@ -225,22 +295,36 @@ impl Communicator {
         src: impl Into<Source>,
         rtag: Tag,
     ) -> Result<Status> {
+        self.sendrecv_ctx(
+            self.ctx,
+            bytes_of(sbuf),
+            dest,
+            stag,
+            bytes_of_mut(rbuf),
+            src.into(),
+            rtag,
+        )
+        .and_then(|st| check_elems::<U>(&st))
+    }
+
+    /// `sendrecv` on a given context (internal traffic uses `ctx + 1`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn sendrecv_ctx(
+        &self,
+        ctx: u32,
+        sbuf: &[u8],
+        dest: u32,
+        stag: Tag,
+        rbuf: &mut [u8],
+        src: Source,
+        rtag: Tag,
+    ) -> Result<Status> {
+        let dest = self.world_rank(dest)?;
+        let src = self.source(src)?;
         let (s, r) = {
             let mut e = self.shared.lock();
-            let r = e.irecv(
-                self.ctx,
-                src.into(),
-                rtag.sel(),
-                Region::from_mut(bytes_of_mut(rbuf)),
-                "sendrecv",
-            )?;
-            match e.isend(
-                self.ctx,
-                dest,
-                stag.0,
-                Region::from_ref(bytes_of(sbuf)),
-                "sendrecv",
-            ) {
+            let r = e.irecv(ctx, src, rtag.sel(), Region::from_mut(rbuf), "sendrecv")?;
+            match e.isend(ctx, dest, stag.0, Region::from_ref(sbuf), "sendrecv") {
                 Ok(s) => (s, r),
                 Err(err) => {
                     if !e.cancel(r) {
@@ -254,11 +338,12 @@ impl Communicator {
         let sres = self.shared.wait(s);
         let rres = self.shared.wait(r);
         sres?;
-        check_elems::<U>(&rres?)
+        Ok(self.local(rres?))
     }
 
     /// Starts sending `buf`, which the request owns until [`Request::wait`] hands it back.
     pub fn isend<T: Pod + Send>(&self, buf: Vec<T>, dest: u32, tag: Tag) -> Result<Request<T>> {
+        let dest = self.world_rank(dest)?;
         let region = Region::from_ref(bytes_of(&buf));
         let req = self
             .shared
@@ -266,6 +351,7 @@ impl Communicator {
             .isend(self.ctx, dest, tag.0, region, "isend")?;
         Ok(Request {
             shared: self.shared.clone(),
+            group: self.group.clone(),
             req: Some(req),
             buf: Some(buf),
             recv: false,
@@ -280,13 +366,15 @@ impl Communicator {
         src: impl Into<Source>,
         tag: Tag,
     ) -> Result<Request<T>> {
+        let src = self.source(src.into())?;
         let region = Region::from_mut(bytes_of_mut(&mut buf));
         let req = self
             .shared
             .lock()
-            .irecv(self.ctx, src.into(), tag.sel(), region, "irecv")?;
+            .irecv(self.ctx, src, tag.sel(), region, "irecv")?;
         Ok(Request {
             shared: self.shared.clone(),
+            group: self.group.clone(),
             req: Some(req),
             buf: Some(buf),
             recv: true,
@@ -317,27 +405,31 @@ impl Communicator {
 
     /// Waits for a message matching (`src`, `tag`) and describes it without receiving it.
     pub fn probe(&self, src: impl Into<Source>, tag: Tag) -> Result<Status> {
-        let (src, tag) = (src.into(), tag.sel());
-        self.shared
-            .block_on(|e| e.probe(self.ctx, src, tag).transpose())
+        let (src, tag) = (self.source(src.into())?, tag.sel());
+        let st = self
+            .shared
+            .block_on(|e| e.probe(self.ctx, src, tag).transpose())?;
+        Ok(self.local(st))
     }
 
     /// Describes a matching message if one is there now.
     pub fn iprobe(&self, src: impl Into<Source>, tag: Tag) -> Result<Option<Status>> {
+        let src = self.source(src.into())?;
         let mut e = self.shared.lock();
         e.progress();
-        e.probe(self.ctx, src.into(), tag.sel())
+        Ok(e.probe(self.ctx, src, tag.sel())?.map(|st| self.local(st)))
     }
 
     /// Waits for a matching message and takes it out of matching: only the returned
     /// [`Message`] can receive it (no other thread's receive can steal it).
     pub fn mprobe(&self, src: impl Into<Source>, tag: Tag) -> Result<Message> {
-        let (src, tag) = (src.into(), tag.sel());
+        let (src, tag) = (self.source(src.into())?, tag.sel());
         let (env, stored) = self
             .shared
             .block_on(|e| e.mprobe(self.ctx, src, tag).transpose())?;
         Ok(Message {
             shared: self.shared.clone(),
+            group: self.group.clone(),
             env,
             stored: Some(stored),
         })
@@ -345,11 +437,13 @@ impl Communicator {
 
     /// Takes a matching message if one is there now.
     pub fn improbe(&self, src: impl Into<Source>, tag: Tag) -> Result<Option<Message>> {
+        let src = self.source(src.into())?;
         let mut e = self.shared.lock();
         e.progress();
-        Ok(e.mprobe(self.ctx, src.into(), tag.sel())?
+        Ok(e.mprobe(self.ctx, src, tag.sel())?
             .map(|(env, stored)| Message {
                 shared: self.shared.clone(),
+                group: self.group.clone(),
                 env,
                 stored: Some(stored),
             }))
@@ -361,18 +455,13 @@ impl Communicator {
         self.shared.lock().counters()
     }
 
-    /// The transport used to reach `rank` ("self", "shm", "tcp").
+    /// The transport used to reach communicator rank `rank` ("self", "shm", "tcp").
     pub fn transport_to(&self, rank: u32) -> Result<&'static str> {
-        if rank >= self.size {
-            return Err(CommError::InvalidRank {
-                rank,
-                size: self.size,
-            });
-        }
-        Ok(self.shared.lock().route(rank).name())
+        let w = self.world_rank(rank)?;
+        Ok(self.shared.lock().route(w).name())
     }
 
-    /// Ranks known to have failed, with what was seen.
+    /// World ranks known to have failed, with what was seen.
     pub fn failed_ranks(&self) -> Vec<(u32, String)> {
         let mut e = self.shared.lock();
         self.shared.apply_notices(&mut e);
@@ -388,6 +477,7 @@ impl Communicator {
 #[must_use = "a request does nothing useful unless waited for"]
 pub struct Request<T: Pod + Send> {
     shared: Arc<Shared>,
+    group: Option<Arc<Group>>,
     req: Option<ReqId>,
     buf: Option<Vec<T>>,
     recv: bool,
@@ -399,7 +489,7 @@ impl<T: Pod + Send> Request<T> {
         let req = self.req.take().expect("request pending");
         let st = self.shared.wait(req);
         let buf = self.buf.take().expect("buffer held");
-        let st = st?;
+        let st = localize(&self.group, st?);
         Ok((
             buf,
             if self.recv {
@@ -493,6 +583,7 @@ impl<'s, 'env> Scope<'s, 'env> {
         dest: u32,
         tag: Tag,
     ) -> Result<ScopedRequest<'s, 'env>> {
+        let dest = self.comm.world_rank(dest)?;
         let req = self.comm.shared.lock().isend(
             self.comm.ctx,
             dest,
@@ -510,12 +601,13 @@ impl<'s, 'env> Scope<'s, 'env> {
         src: impl Into<Source>,
         tag: Tag,
     ) -> Result<ScopedRequest<'s, 'env>> {
+        let src = self.comm.source(src.into())?;
         let region = Region::from_mut(bytes_of_mut(buf));
-        let req =
-            self.comm
-                .shared
-                .lock()
-                .irecv(self.comm.ctx, src.into(), tag.sel(), region, "irecv")?;
+        let req = self
+            .comm
+            .shared
+            .lock()
+            .irecv(self.comm.ctx, src, tag.sel(), region, "irecv")?;
         Ok(self.track(req, size_of::<T>()))
     }
 }
@@ -528,7 +620,10 @@ impl ScopedRequest<'_, '_> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&self.req);
-        let st = self.scope.comm.shared.wait(self.req)?;
+        let st = self
+            .scope
+            .comm
+            .local(self.scope.comm.shared.wait(self.req)?);
         if self.elem > 0 && st.bytes % self.elem != 0 {
             return Err(CommError::Size {
                 bytes: st.bytes,
@@ -552,6 +647,7 @@ impl ScopedRequest<'_, '_> {
 #[derive(Debug)]
 pub struct Message {
     shared: Arc<Shared>,
+    group: Option<Arc<Group>>,
     env: Envelope,
     stored: Option<Stored>,
 }
@@ -559,11 +655,14 @@ pub struct Message {
 impl Message {
     /// Sender, tag and size.
     pub fn status(&self) -> Status {
-        Status {
-            source: self.env.source,
-            tag: self.env.tag,
-            bytes: self.env.len as usize,
-        }
+        localize(
+            &self.group,
+            Status {
+                source: self.env.source,
+                tag: self.env.tag,
+                bytes: self.env.len as usize,
+            },
+        )
     }
 
     /// Receives the message into `buf` (truncation as for [`Communicator::recv`]).
@@ -573,7 +672,7 @@ impl Message {
             self.shared
                 .lock()
                 .recv_stored(self.env, stored, Region::from_mut(bytes_of_mut(buf)));
-        check_elems::<T>(&self.shared.wait(req)?)
+        check_elems::<T>(&localize(&self.group, self.shared.wait(req)?))
     }
 
     /// Receives the message into a new vector of exactly its size.

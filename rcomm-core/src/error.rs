@@ -98,6 +98,24 @@ pub enum CommError {
         /// Element size.
         elem: usize,
     },
+    /// Ranks passed different arguments to a collective call.
+    #[error("rank {rank} disagrees on {what}: it has {theirs}, this rank {ours}")]
+    Mismatch {
+        /// What differs.
+        what: String,
+        /// The other rank.
+        rank: u32,
+        /// Its value.
+        theirs: u64,
+        /// Ours.
+        ours: u64,
+    },
+    /// A resource ran out.
+    #[error("{0}")]
+    Exhausted(String),
+    /// An argument is invalid.
+    #[error("invalid argument: {0}")]
+    InvalidArg(String),
     /// A peer's address record could not be decoded.
     #[error("rank {rank}'s address record is unreadable: {err}")]
     BadRecord {

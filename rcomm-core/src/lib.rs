@@ -16,11 +16,13 @@
 
 mod comm;
 mod error;
+mod group;
 pub mod p2p;
 mod world;
 
 pub use comm::{Communicator, Message, Request, Scope, ScopedRequest, Tag, wait_all, wait_any};
 pub use error::CommError;
+pub use group::SplitType;
 pub use p2p::engine::Status;
 pub use p2p::matcher::Source;
 pub use rcomm_transport::identity::PeerInfo;

@@ -206,11 +206,17 @@ fn init_with(cfg: &Config) -> Result<World> {
             yield_until: 40_000,
         }
     };
-    let shared = Arc::new(Shared::new(engine, notices.clone(), policy));
+    let node_of = infos
+        .iter()
+        .map(|p| infos.iter().position(|q| q.same_node(p)).unwrap_or(0) as u32)
+        .collect();
+    let shared = Arc::new(Shared::new(engine, notices.clone(), policy, node_of));
     let comm = Communicator {
         ctx: 0,
         rank,
         size,
+        group: None,
+        _ctx_guard: None,
         shared,
     };
     rlog!(

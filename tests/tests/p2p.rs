@@ -162,3 +162,31 @@ fn survivors_get_peer_lost_within_2s_when_a_rank_is_killed() {
         }
     }
 }
+
+#[test]
+fn communicators_isolate_traffic_and_use_their_own_ranks_at_1_to_5_ranks() {
+    for n in [1u32, 2, 3, 4, 5] {
+        let out = Job::new(n, &[&test_program("rt_comm")])
+            .deadline(Duration::from_secs(60))
+            .run();
+        assert_eq!(out.code(), 0, "{n} ranks\n{out}");
+        let ok: Vec<&str> = out
+            .rank_lines(0)
+            .into_iter()
+            .filter_map(|l| l.strip_prefix("ok "))
+            .collect();
+        assert_eq!(
+            ok,
+            [
+                "dup-isolation",
+                "split-parity",
+                "split-opt-out",
+                "split-type-node",
+                "nested",
+                "ids-recycled",
+                "barriers"
+            ],
+            "{out}"
+        );
+    }
+}
