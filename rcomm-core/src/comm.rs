@@ -21,7 +21,7 @@ impl Tag {
     #[allow(non_upper_case_globals)]
     pub const Any: Tag = Tag(-1);
 
-    fn sel(self) -> TagSel {
+    pub(crate) fn sel(self) -> TagSel {
         if self == Tag::Any {
             TagSel::Any
         } else {
@@ -150,7 +150,7 @@ impl Shared {
         }
     }
 
-    fn wait(&self, req: ReqId) -> Result<Status> {
+    pub(crate) fn wait(&self, req: ReqId) -> Result<Status> {
         self.block_on(|e| e.is_done(req).then(|| e.take(req)))
     }
 }

@@ -285,11 +285,25 @@ impl Net {
         // One peer's failure must not stop traffic with the others: its connections are dropped
         // here and the error is reported once.
         let mut failed: Option<TransportError> = None;
-        self.tcp_tx.retain(|_, tx| match tx.flush() {
-            Ok(_) => true,
-            Err(e) => {
-                failed.get_or_insert(e);
-                false
+        self.tcp_tx.retain(|&peer, tx| {
+            let idle = tx.queued() == 0;
+            match tx.flush() {
+                Ok(_) => true,
+                // An idle connection whose peer has gone lost nothing: the peer may simply have
+                // finished. Whether it failed is for its incoming side (end-of-file after its
+                // last message) or the launcher to say; we just drop the connection.
+                Err(e) if idle => {
+                    crate::rlog!(
+                        Trace,
+                        "NET",
+                        "idle TCP connection to rank {peer} closed: {e}"
+                    );
+                    false
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    false
+                }
             }
         });
         let counters = &mut self.tcp_counters;

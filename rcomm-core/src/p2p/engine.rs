@@ -333,22 +333,45 @@ impl Engine {
         region: Region,
         op: &'static str,
     ) -> Result<ReqId, CommError> {
-        let peer = match src {
-            Source::Rank(r) => {
-                self.st.check_peer(r, op)?;
-                Some(r)
-            }
-            Source::Any => {
-                if let Some((&r, why)) = self.st.failed.iter().next() {
-                    return Err(self.st.lost(r, op, why.clone()));
-                }
-                None
-            }
-        };
         if let TagSel::Tag(t) = tag {
             if t < 0 {
                 return Err(CommError::InvalidTag { tag: t });
             }
+        }
+        let peer = match src {
+            Source::Rank(r) if r >= self.st.size => {
+                return Err(CommError::InvalidRank {
+                    rank: r,
+                    size: self.st.size,
+                });
+            }
+            Source::Rank(r) => Some(r),
+            Source::Any => None,
+        };
+        // A lost peer's messages that arrived before it went are still received; only a
+        // receive nothing already here can satisfy fails.
+        let lost = match peer {
+            Some(r) => self.st.failed.get(&r).map(|why| (r, why.clone())),
+            None => self
+                .st
+                .failed
+                .iter()
+                .next()
+                .map(|(&r, why)| (r, why.clone())),
+        };
+        if let Some((r, why)) = lost {
+            return match self.st.ctx.entry(ctx).or_default().m.take(src, tag) {
+                Some((env, stored))
+                    if !matches!(stored, Stored::Rts { .. })
+                        || !self.st.failed.contains_key(&env.source) =>
+                {
+                    let req = self.st.new_req(op, Some(env.source), false, region);
+                    self.st.start_recv(req, env, stored);
+                    self.after_protocol();
+                    Ok(req)
+                }
+                _ => Err(self.st.lost(r, op, why)),
+            };
         }
         let req = self.st.new_req(op, peer, peer.is_none(), region);
         match self.st.ctx.entry(ctx).or_default().m.post(src, tag) {
@@ -386,8 +409,7 @@ impl Engine {
         src: Source,
         tag: TagSel,
     ) -> Result<Option<Status>, CommError> {
-        self.check_probe(src)?;
-        Ok(self
+        let found = self
             .st
             .ctx
             .entry(ctx)
@@ -398,7 +420,11 @@ impl Engine {
                 source: e.source,
                 tag: e.tag,
                 bytes: e.len as usize,
-            }))
+            });
+        if found.is_none() {
+            self.check_probe(src)?;
+        }
+        Ok(found)
     }
 
     /// Takes the earliest matching message out of matching.
@@ -408,8 +434,11 @@ impl Engine {
         src: Source,
         tag: TagSel,
     ) -> Result<Option<(Envelope, Stored)>, CommError> {
-        self.check_probe(src)?;
-        Ok(self.st.ctx.entry(ctx).or_default().m.take(src, tag))
+        let found = self.st.ctx.entry(ctx).or_default().m.take(src, tag);
+        if found.is_none() {
+            self.check_probe(src)?;
+        }
+        Ok(found)
     }
 
     fn check_probe(&self, src: Source) -> Result<(), CommError> {
@@ -680,9 +709,7 @@ impl Engine {
         self.st.rndv_send.retain(|_, s| s.peer != peer);
         self.st.rndv_recv.retain(|_, s| s.peer != peer);
         self.st.pulls.retain(|p| p.peer != peer);
-        for c in self.st.ctx.values_mut() {
-            c.m.forget_source(peer);
-        }
+        // Messages that arrived complete before the peer went stay receivable.
     }
 
     /// The first peer seen dead by a transport, without waiting.

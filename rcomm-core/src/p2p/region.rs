@@ -38,6 +38,16 @@ impl Region {
         }
     }
 
+    /// A region of `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// The module invariant: the memory is valid for `len` bytes and is not otherwise accessed
+    /// until the request holding the region completes or is removed from the engine. The
+    /// collective executor uses it for disjoint pieces of one buffer within a phase.
+    pub(crate) unsafe fn from_raw(ptr: *mut u8, len: usize) -> Self {
+        Self { ptr, len }
+    }
+
     /// Length in bytes.
     pub(crate) fn len(&self) -> usize {
         self.len

@@ -1,0 +1,393 @@
+//! Collectives. Every algorithm produces a [`schedule::Schedule`] (plain data); one executor
+//! runs schedules over point-to-point on the communicator's internal context, so collective
+//! traffic never meets user messages.
+//!
+//! This is the first slice of the collectives work: allreduce (ring, recursive doubling) and
+//! broadcast (binomial tree) with a size-based choice that every rank computes alike. The
+//! rest of the MPI set, the cost-model tuner and the shared-memory direct algorithms build on
+//! the same schedule type.
+
+pub mod schedule;
+
+use crate::comm::{Communicator, Tag};
+use crate::p2p::matcher::Source;
+use crate::p2p::region::Region;
+use crate::{CommError, Result};
+pub use rcomm_kernels::{Dtype, Element, Op};
+use schedule::{Buf, Chunk, Schedule, Step};
+
+const TAG_COLL: Tag = Tag(3);
+
+/// An allreduce algorithm (forcing one is for tests and benchmarks; `Auto` picks by size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Algo {
+    /// Pick by message size and rank count (the same choice on every rank).
+    Auto,
+    /// Ring: reduce-scatter then allgather.
+    Ring,
+    /// Recursive doubling.
+    RecursiveDoubling,
+}
+
+/// Up to this many bytes allreduce uses recursive doubling (latency-bound), above it the ring.
+const RD_MAX_BYTES: usize = 64 << 10;
+
+impl Communicator {
+    /// Combines `buf` element-wise across all ranks with `op`; every rank gets the result, with
+    /// bitwise identical bytes on every rank. Collective; every rank passes the same length.
+    pub fn allreduce_in_place<T: Element>(&self, buf: &mut [T], op: Op) -> Result<()> {
+        self.allreduce_with(buf, op, Algo::Auto)
+    }
+
+    /// Like [`allreduce_in_place`](Self::allreduce_in_place), with a forced algorithm.
+    pub fn allreduce_with<T: Element>(&self, buf: &mut [T], op: Op, algo: Algo) -> Result<()> {
+        op.check(T::DTYPE)
+            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        let (n, count, elem) = (self.size, buf.len(), size_of::<T>());
+        let algo = match algo {
+            Algo::Auto if count * elem <= RD_MAX_BYTES || (count as u64) < u64::from(n) => {
+                Algo::RecursiveDoubling
+            }
+            Algo::Auto => Algo::Ring,
+            a => a,
+        };
+        let sched = match algo {
+            Algo::Ring => schedule::ring_allreduce(self.rank, n, count, elem),
+            _ => schedule::recursive_doubling_allreduce(self.rank, n, count, elem),
+        };
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        self.run_schedule(&sched, bytes, &[], Some((op, T::DTYPE)))?;
+        if op == Op::Avg {
+            rcomm_kernels::finalize_avg_typed(buf, n as usize)
+                .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// `recv = send ⊕ …` across all ranks (out of place).
+    pub fn allreduce<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
+        if send.len() != recv.len() {
+            return Err(CommError::InvalidArg(format!(
+                "allreduce: send has {} elements but recv {}",
+                send.len(),
+                recv.len()
+            )));
+        }
+        recv.copy_from_slice(send);
+        self.allreduce_in_place(recv, op)
+    }
+
+    /// Sends `buf` from `root` to every rank. Collective; every rank passes the same length.
+    pub fn bcast<T: bytemuck::Pod>(&self, buf: &mut [T], root: u32) -> Result<()> {
+        if root >= self.size {
+            return Err(CommError::InvalidRank {
+                rank: root,
+                size: self.size,
+            });
+        }
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let sched = schedule::binomial_bcast(self.rank, self.size, root, bytes.len());
+        self.run_schedule(&sched, bytes, &[], None)
+    }
+
+    fn check_root(&self, root: u32) -> Result<()> {
+        if root >= self.size {
+            return Err(CommError::InvalidRank {
+                rank: root,
+                size: self.size,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
+        if got != want {
+            return Err(CommError::InvalidArg(format!(
+                "{what}: buffer of {got} elements, expected {want}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Combines `send` across all ranks with `op` into `recv` on `root` (other ranks pass
+    /// `None`). Collective.
+    pub fn reduce<T: Element>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        op: Op,
+        root: u32,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        op.check(T::DTYPE)
+            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        let mut work = send.to_vec();
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut work);
+        let sched = schedule::binomial_reduce(self.rank, self.size, root, bytes.len());
+        self.run_schedule(&sched, bytes, &[], Some((op, T::DTYPE)))?;
+        if self.rank == root {
+            let recv = recv.ok_or_else(|| {
+                CommError::InvalidArg("reduce: the root must pass a receive buffer".into())
+            })?;
+            Self::check_len("reduce recv", recv.len(), send.len())?;
+            recv.copy_from_slice(&work);
+            if op == Op::Avg {
+                rcomm_kernels::finalize_avg_typed(recv, self.size as usize)
+                    .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every rank's `send` block, concatenated in rank order, into every rank's `recv`
+    /// (`size × send.len()` elements). Collective.
+    pub fn allgather<T: bytemuck::Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let (n, b) = (self.size as usize, send.len());
+        Self::check_len("allgather recv", recv.len(), n * b)?;
+        let r = self.rank as usize;
+        recv[r * b..(r + 1) * b].copy_from_slice(send);
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(recv);
+        let sched = schedule::ring_allgather(self.rank, self.size, b * size_of::<T>());
+        self.run_schedule(&sched, bytes, &[], None)
+    }
+
+    /// Reduces `send` (`size` blocks of `recv.len()` elements) across ranks and leaves block
+    /// `rank` of the result in `recv`. Collective.
+    pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
+        op.check(T::DTYPE)
+            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        let (n, b) = (self.size as usize, recv.len());
+        Self::check_len("reduce_scatter send", send.len(), n * b)?;
+        let mut work = send.to_vec();
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut work);
+        let sched = schedule::ring_reduce_scatter(self.rank, self.size, b * size_of::<T>());
+        self.run_schedule(&sched, bytes, &[], Some((op, T::DTYPE)))?;
+        let r = self.rank as usize;
+        recv.copy_from_slice(&work[r * b..(r + 1) * b]);
+        if op == Op::Avg {
+            rcomm_kernels::finalize_avg_typed(recv, n)
+                .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Every rank's `send` block, in rank order, into `recv` on `root` (`size × send.len()`
+    /// elements; other ranks pass `None`). Collective.
+    pub fn gather<T: bytemuck::Pod>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        root: u32,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        let (n, b, r) = (self.size as usize, send.len(), self.rank as usize);
+        let sched = schedule::linear_gather(self.rank, self.size, root, b * size_of::<T>());
+        if self.rank == root {
+            let recv = recv.ok_or_else(|| {
+                CommError::InvalidArg("gather: the root must pass a receive buffer".into())
+            })?;
+            Self::check_len("gather recv", recv.len(), n * b)?;
+            recv[r * b..(r + 1) * b].copy_from_slice(send);
+            self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
+        } else {
+            self.run_schedule(&sched, &mut [], bytemuck::cast_slice(send), None)
+        }
+    }
+
+    /// Block `rank` of the root's `send` (`size × recv.len()` elements; other ranks pass
+    /// `None`) into every rank's `recv`. Collective.
+    pub fn scatter<T: bytemuck::Pod>(
+        &self,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        root: u32,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        let (n, b, r) = (self.size as usize, recv.len(), self.rank as usize);
+        let sched = schedule::linear_scatter(self.rank, self.size, root, b * size_of::<T>());
+        if self.rank == root {
+            let send = send.ok_or_else(|| {
+                CommError::InvalidArg("scatter: the root must pass a send buffer".into())
+            })?;
+            Self::check_len("scatter send", send.len(), n * b)?;
+            recv.copy_from_slice(&send[r * b..(r + 1) * b]);
+            self.run_schedule(
+                &sched,
+                bytemuck::cast_slice_mut(recv),
+                bytemuck::cast_slice(send),
+                None,
+            )
+        } else {
+            self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
+        }
+    }
+
+    /// Block `j` of every rank's `send` goes to rank `j`, landing as block `rank of sender`
+    /// in `recv` (both `size × block` elements). Collective.
+    pub fn alltoall<T: bytemuck::Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let n = self.size as usize;
+        Self::check_len("alltoall recv", recv.len(), send.len())?;
+        if send.len() % n != 0 {
+            return Err(CommError::InvalidArg(format!(
+                "alltoall: {} elements are not {n} equal blocks",
+                send.len()
+            )));
+        }
+        let (b, r) = (send.len() / n, self.rank as usize);
+        recv[r * b..(r + 1) * b].copy_from_slice(&send[r * b..(r + 1) * b]);
+        let sched = schedule::pairwise_alltoall(self.rank, self.size, b * size_of::<T>());
+        self.run_schedule(
+            &sched,
+            bytemuck::cast_slice_mut(recv),
+            bytemuck::cast_slice(send),
+            None,
+        )
+    }
+
+    /// Inclusive prefix reduction: rank r gets `send(0) ⊕ … ⊕ send(r)`. Collective.
+    pub fn scan<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
+        self.scan_impl(send, recv, op, false)
+    }
+
+    /// Exclusive prefix reduction: rank r gets `send(0) ⊕ … ⊕ send(r−1)`. Rank 0's `recv` is
+    /// left unchanged (MPI leaves it undefined). Collective.
+    pub fn exscan<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
+        self.scan_impl(send, recv, op, true)
+    }
+
+    fn scan_impl<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: Op,
+        exclusive: bool,
+    ) -> Result<()> {
+        if op == Op::Avg {
+            return Err(CommError::InvalidArg("scan with Avg is not defined".into()));
+        }
+        op.check(T::DTYPE)
+            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        Self::check_len("scan recv", recv.len(), send.len())?;
+        let mut work = send.to_vec();
+        let sched =
+            schedule::chain_scan(self.rank, self.size, std::mem::size_of_val(send), exclusive);
+        self.run_schedule(
+            &sched,
+            bytemuck::cast_slice_mut(&mut work),
+            &[],
+            Some((op, T::DTYPE)),
+        )?;
+        if !(exclusive && self.rank == 0) {
+            recv.copy_from_slice(&work);
+        }
+        Ok(())
+    }
+
+    /// Runs a schedule over `data` (and a read-only `input`): per phase, post receives and
+    /// sends, wait for all, then apply the local steps.
+    pub(crate) fn run_schedule(
+        &self,
+        s: &Schedule,
+        data: &mut [u8],
+        input: &[u8],
+        reduce: Option<(Op, Dtype)>,
+    ) -> Result<()> {
+        let mut tmp = vec![0u8; s.tmp_len];
+        let ctx = self.ctx + 1;
+        for ph in &s.phases {
+            let region = |c: &Chunk, data: &mut [u8], tmp: &mut [u8]| -> Region {
+                let (base, len) = match c.buf {
+                    Buf::Data => (data.as_mut_ptr(), data.len()),
+                    Buf::Tmp => (tmp.as_mut_ptr(), tmp.len()),
+                    Buf::Input => (input.as_ptr().cast_mut(), input.len()),
+                };
+                assert!(c.off + c.len <= len, "schedule chunk outside its buffer");
+                // SAFETY: the chunk lies inside its buffer (asserted), the chunks of one phase
+                // do not overlap where one is written, `Input` chunks are only sent (never
+                // written), and every request of the phase completes (or is removed) before
+                // this function touches the buffers again or returns.
+                unsafe { Region::from_raw(base.add(c.off), c.len) }
+            };
+            let mut reqs = Vec::with_capacity(ph.xfers.len());
+            let mut err = None;
+            {
+                let mut e = self.shared.lock();
+                for st in &ph.xfers {
+                    if let Step::Recv { peer, dst } = st {
+                        let w = self.world_rank(*peer)?;
+                        match e.irecv(
+                            ctx,
+                            Source::Rank(w),
+                            TAG_COLL.sel(),
+                            region(dst, data, &mut tmp),
+                            "collective",
+                        ) {
+                            Ok(r) => reqs.push((r, Some(dst.len), *peer)),
+                            Err(x) => err = err.or(Some(x)),
+                        }
+                    }
+                }
+                for st in &ph.xfers {
+                    if let Step::Send { peer, src } = st {
+                        let w = self.world_rank(*peer)?;
+                        match e.isend(
+                            ctx,
+                            w,
+                            TAG_COLL.0,
+                            region(src, data, &mut tmp),
+                            "collective",
+                        ) {
+                            Ok(r) => reqs.push((r, None, *peer)),
+                            Err(x) => err = err.or(Some(x)),
+                        }
+                    }
+                }
+            }
+            for (r, want, peer) in reqs {
+                match self.shared.wait(r) {
+                    Ok(st) => {
+                        if let Some(len) = want {
+                            if st.bytes != len {
+                                err = err.or(Some(CommError::Mismatch {
+                                    what: "collective message size (do all ranks pass the same count?)".into(),
+                                    rank: peer,
+                                    theirs: st.bytes as u64,
+                                    ours: len as u64,
+                                }));
+                            }
+                        }
+                    }
+                    Err(x) => err = err.or(Some(x)),
+                }
+            }
+            if let Some(x) = err {
+                return Err(x);
+            }
+            for st in &ph.local {
+                let (dst, src) = match st {
+                    Step::Reduce { dst, src } | Step::Copy { dst, src } => (dst, src),
+                    _ => continue,
+                };
+                if src.buf != Buf::Tmp || dst.buf != Buf::Data {
+                    return Err(CommError::InvalidArg(
+                        "schedule combines other buffers than scratch into data".into(),
+                    ));
+                }
+                let srcb = &tmp[src.off..src.off + src.len];
+                let dstb = &mut data[dst.off..dst.off + dst.len];
+                match (st, reduce) {
+                    (Step::Reduce { .. }, Some((op, dtype))) => {
+                        rcomm_kernels::reduce_into(op, dtype, dstb, srcb)
+                            .map_err(|e| CommError::InvalidArg(e.to_string()))?
+                    }
+                    (Step::Reduce { .. }, None) => {
+                        return Err(CommError::InvalidArg("reduction step without an op".into()));
+                    }
+                    _ => dstb.copy_from_slice(srcb),
+                }
+            }
+        }
+        Ok(())
+    }
+}

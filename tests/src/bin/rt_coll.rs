@@ -1,0 +1,252 @@
+//! Rank program: the first collectives against a sequential reference. For every algorithm,
+//! dtype, op and count, each rank contributes data that depends on (rank, index, iteration);
+//! results are compared with the sequential reference (exact for integers, a stated tolerance
+//! for floats) and are checked bitwise equal across ranks (rank 0 gathers everyone's bytes).
+//! Broadcast from the first and the last rank. Prints `ok <case>` on rank 0.
+use rcomm::{Algo, Communicator, Element, Op, Source, Tag};
+
+fn contribution(rank: u32, i: usize, it: u32) -> i64 {
+    ((rank as i64 * 7919 + i as i64 * 104_729 + it as i64 * 31) % 2001) - 1000
+}
+
+fn same_bytes_everywhere(w: &Communicator, bytes: &[u8], what: &str) {
+    if w.rank() == 0 {
+        for p in 1..w.size() {
+            let mut other = vec![0u8; bytes.len()];
+            w.recv(&mut other, Source::Rank(p), Tag(77)).unwrap();
+            assert!(
+                other == bytes,
+                "{what}: rank {p}'s result differs bitwise from rank 0's"
+            );
+        }
+    } else {
+        w.send(bytes, 0, Tag(77)).unwrap();
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check<T: Element + Copy>(
+    w: &Communicator,
+    conv: fn(i64) -> T,
+    back: fn(T) -> f64,
+    tol: f64,
+    op: Op,
+    algo: Algo,
+    count: usize,
+    it: u32,
+) {
+    let (r, n) = (w.rank(), w.size());
+    let mut buf: Vec<T> = (0..count).map(|i| conv(contribution(r, i, it))).collect();
+    w.allreduce_with(&mut buf, op, algo).unwrap();
+    for (i, &got) in buf.iter().enumerate() {
+        let vals: Vec<f64> = (0..n).map(|p| back(conv(contribution(p, i, it)))).collect();
+        let want = match op {
+            Op::Sum => vals.iter().sum::<f64>(),
+            Op::Max => vals.iter().cloned().fold(f64::MIN, f64::max),
+            Op::Min => vals.iter().cloned().fold(f64::MAX, f64::min),
+            Op::Avg => vals.iter().sum::<f64>() / n as f64,
+            _ => unreachable!(),
+        };
+        let g = back(got);
+        let ok = if op == Op::Avg && tol == 0.0 {
+            (g - want.trunc()).abs() <= 1.0
+        } else {
+            (g - want).abs() <= tol * (1.0 + want.abs())
+        };
+        assert!(
+            ok,
+            "{op:?} {algo:?} count {count} element {i}: got {g}, want {want}"
+        );
+    }
+    same_bytes_everywhere(
+        w,
+        bytemuck::cast_slice(&buf),
+        &format!("{op:?} {algo:?} {count}"),
+    );
+}
+
+fn main() {
+    let w = rcomm::init().unwrap();
+    let counts = [0usize, 1, 7, 1023, 65_539];
+    for (it, algo) in [Algo::Auto, Algo::Ring, Algo::RecursiveDoubling]
+        .into_iter()
+        .enumerate()
+    {
+        for &count in &counts {
+            for op in [Op::Sum, Op::Max, Op::Min] {
+                check::<i32>(
+                    &w,
+                    |v| v as i32,
+                    |v| v as f64,
+                    0.0,
+                    op,
+                    algo,
+                    count,
+                    it as u32,
+                );
+                check::<f64>(
+                    &w,
+                    |v| v as f64 * 0.25,
+                    |v| v,
+                    1e-12,
+                    op,
+                    algo,
+                    count,
+                    it as u32,
+                );
+                check::<f32>(
+                    &w,
+                    |v| v as f32 * 0.5,
+                    |v| v as f64,
+                    1e-5,
+                    op,
+                    algo,
+                    count,
+                    it as u32,
+                );
+            }
+            check::<f64>(
+                &w,
+                |v| v as f64,
+                |v| v,
+                1e-12,
+                Op::Avg,
+                algo,
+                count,
+                it as u32,
+            );
+        }
+        if w.rank() == 0 {
+            println!("ok allreduce-{algo:?}");
+        }
+    }
+    for root in [0, w.size() - 1] {
+        for &count in &counts {
+            let mut buf: Vec<u64> = (0..count)
+                .map(|i| {
+                    if w.rank() == root {
+                        (i as u64) << 8 | u64::from(root)
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            w.bcast(&mut buf, root).unwrap();
+            assert!(
+                buf.iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == (i as u64) << 8 | u64::from(root)),
+                "bcast from {root}, count {count}"
+            );
+        }
+    }
+    w.barrier().unwrap();
+    if w.rank() == 0 {
+        println!("ok bcast");
+    }
+    // The rest of the set, against sequential references, every root first and last.
+    let (r, n) = (w.rank(), w.size());
+    let v = |p: u32, i: usize| contribution(p, i, 9);
+    for &b in &[0usize, 1, 7, 1000] {
+        for root in [0, n - 1] {
+            // reduce
+            let send: Vec<i64> = (0..b).map(|i| v(r, i)).collect();
+            let mut recv = vec![0i64; b];
+            w.reduce(
+                &send,
+                if r == root { Some(&mut recv) } else { None },
+                Op::Sum,
+                root,
+            )
+            .unwrap();
+            if r == root {
+                assert!(
+                    (0..b).all(|i| recv[i] == (0..n).map(|p| v(p, i)).sum::<i64>()),
+                    "reduce b={b} root={root}"
+                );
+            }
+            // gather
+            let mut all = vec![0i64; n as usize * b];
+            w.gather(&send, if r == root { Some(&mut all) } else { None }, root)
+                .unwrap();
+            if r == root {
+                assert!(
+                    (0..n as usize).all(|p| (0..b).all(|i| all[p * b + i] == v(p as u32, i))),
+                    "gather"
+                );
+            }
+            // scatter
+            let src: Vec<i64> = (0..n as usize * b).map(|k| v(root, k) * 3).collect();
+            let mut mine = vec![0i64; b];
+            w.scatter(if r == root { Some(&src) } else { None }, &mut mine, root)
+                .unwrap();
+            assert!(
+                (0..b).all(|i| mine[i] == v(root, r as usize * b + i) * 3),
+                "scatter"
+            );
+        }
+        // allgather
+        let send: Vec<i64> = (0..b).map(|i| v(r, i)).collect();
+        let mut all = vec![0i64; n as usize * b];
+        w.allgather(&send, &mut all).unwrap();
+        assert!(
+            (0..n as usize).all(|p| (0..b).all(|i| all[p * b + i] == v(p as u32, i))),
+            "allgather"
+        );
+        // reduce_scatter
+        let big: Vec<i64> = (0..n as usize * b).map(|k| v(r, k)).collect();
+        let mut part = vec![0i64; b];
+        w.reduce_scatter(&big, &mut part, Op::Sum).unwrap();
+        assert!(
+            (0..b).all(|i| part[i] == (0..n).map(|p| v(p, r as usize * b + i)).sum::<i64>()),
+            "reduce_scatter"
+        );
+        // alltoall: block j of rank p is (p, j)-dependent
+        let send: Vec<i64> = (0..n as usize * b)
+            .map(|k| v(r, k) * 11 + (k / b.max(1)) as i64)
+            .collect();
+        let mut got = vec![0i64; n as usize * b];
+        w.alltoall(&send, &mut got).unwrap();
+        assert!(
+            (0..n as usize).all(|p| (0..b)
+                .all(|i| got[p * b + i] == v(p as u32, r as usize * b + i) * 11 + r as i64)),
+            "alltoall"
+        );
+        // scan and exscan
+        let send: Vec<i64> = (0..b).map(|i| v(r, i)).collect();
+        let mut out = vec![0i64; b];
+        w.scan(&send, &mut out, Op::Sum).unwrap();
+        assert!(
+            (0..b).all(|i| out[i] == (0..=r).map(|p| v(p, i)).sum::<i64>()),
+            "scan"
+        );
+        let mut out = vec![-7i64; b];
+        w.exscan(&send, &mut out, Op::Sum).unwrap();
+        if r == 0 {
+            assert!(
+                out.iter().all(|&x| x == -7),
+                "exscan leaves rank 0's buffer unchanged"
+            );
+        } else {
+            assert!(
+                (0..b).all(|i| out[i] == (0..r).map(|p| v(p, i)).sum::<i64>()),
+                "exscan"
+            );
+        }
+    }
+    w.barrier().unwrap();
+    if w.rank() == 0 {
+        println!("ok reduce-gather-scatter-allgather-reduce_scatter-alltoall-scan");
+    }
+    // Bad input is an error, not a hang or corruption.
+    let mut f = [1.0f32; 4];
+    assert!(
+        w.allreduce_in_place(&mut f, Op::BAnd).is_err(),
+        "bitwise op on floats"
+    );
+    assert!(w.bcast(&mut f, w.size()).is_err(), "root out of range");
+    w.barrier().unwrap();
+    if w.rank() == 0 {
+        println!("ok bad-input");
+    }
+}

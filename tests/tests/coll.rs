@@ -1,0 +1,36 @@
+//! Collectives (allreduce by ring and recursive doubling, broadcast, reduce, gather, scatter,
+//! allgather, reduce_scatter, alltoall, scan, exscan) through
+//! real jobs, against a sequential reference and bitwise equal across ranks.
+
+use rcomm_tests::{Job, test_program};
+use std::time::Duration;
+
+#[test]
+fn allreduce_and_bcast_match_the_reference_at_1_to_8_ranks_on_shm_and_tcp() {
+    for t in ["auto", "tcp"] {
+        for n in [1u32, 2, 3, 5, 8] {
+            let out = Job::new(n, &[&test_program("rt_coll")])
+                .env("RCOMM_TRANSPORT", t)
+                .deadline(Duration::from_secs(120))
+                .run();
+            assert_eq!(out.code(), 0, "{t} {n} ranks\n{out}");
+            let ok: Vec<&str> = out
+                .rank_lines(0)
+                .into_iter()
+                .filter_map(|l| l.strip_prefix("ok "))
+                .collect();
+            assert_eq!(
+                ok,
+                [
+                    "allreduce-Auto",
+                    "allreduce-Ring",
+                    "allreduce-RecursiveDoubling",
+                    "bcast",
+                    "reduce-gather-scatter-allgather-reduce_scatter-alltoall-scan",
+                    "bad-input"
+                ],
+                "{t} {n}\n{out}"
+            );
+        }
+    }
+}
