@@ -51,6 +51,8 @@ pub(crate) struct Shared {
     pub(crate) ctx_ids: Arc<crate::group::CtxIds>,
     /// For each world rank, the lowest world rank on its node (a node's colour).
     pub(crate) node_of: Vec<u32>,
+    /// `RCOMM_ALGO`, checked equal on every rank at init.
+    pub(crate) algo: Vec<(String, String)>,
     notices: Option<Arc<NoticeBoard>>,
     seen_notices: AtomicU64,
     policy: WaitPolicy,
@@ -68,15 +70,25 @@ impl Shared {
         notices: Option<Arc<NoticeBoard>>,
         policy: WaitPolicy,
         node_of: Vec<u32>,
+        algo: Vec<(String, String)>,
     ) -> Self {
         Self {
             engine: Mutex::new(engine),
             ctx_ids: Arc::new(crate::group::CtxIds::new()),
             node_of,
+            algo,
             notices,
             seen_notices: AtomicU64::new(0),
             policy,
         }
+    }
+
+    /// The algorithm `RCOMM_ALGO` forces for `op`, if any (`auto` counts as none).
+    pub(crate) fn forced_algo(&self, op: &str) -> Option<&str> {
+        self.algo
+            .iter()
+            .find(|(o, a)| o == op && a != "auto")
+            .map(|(_, a)| a.as_str())
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {

@@ -59,6 +59,13 @@ pub fn init() -> Result<World> {
 }
 
 fn init_with(cfg: &Config) -> Result<World> {
+    if let Some(isa) = &cfg.kernel_isa {
+        let isa: rcomm_kernels::Isa = isa.parse().map_err(|e: rcomm_kernels::KernelError| {
+            CommError::InvalidArg(format!("RCOMM_KERNEL_ISA: {e}"))
+        })?;
+        rcomm_kernels::set_isa(isa)
+            .map_err(|e| CommError::InvalidArg(format!("RCOMM_KERNEL_ISA: {e}")))?;
+    }
     for name in &cfg.unknown {
         rlog!(
             Warn,
@@ -210,7 +217,13 @@ fn init_with(cfg: &Config) -> Result<World> {
         .iter()
         .map(|p| infos.iter().position(|q| q.same_node(p)).unwrap_or(0) as u32)
         .collect();
-    let shared = Arc::new(Shared::new(engine, notices.clone(), policy, node_of));
+    let shared = Arc::new(Shared::new(
+        engine,
+        notices.clone(),
+        policy,
+        node_of,
+        cfg.algo.clone(),
+    ));
     let comm = Communicator {
         ctx: 0,
         rank,

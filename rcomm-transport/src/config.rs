@@ -86,7 +86,64 @@ pub const VARIABLES: &[VarSpec] = &[
         protocol: false,
         help: "TCP connections per peer for bulk data (default 1, at most 8)",
     },
+    VarSpec {
+        name: "RCOMM_ALGO",
+        protocol: true,
+        help: "force collective algorithms, e.g. allreduce:ring,bcast:tree; must agree on every rank",
+    },
+    VarSpec {
+        name: "RCOMM_KERNEL_ISA",
+        protocol: false,
+        help: "reduction kernel instruction set: avx512, avx2, portable (default: the best the CPU has)",
+    },
 ];
+
+/// Collective algorithm names `RCOMM_ALGO` accepts, per operation.
+pub const ALGOS: &[(&str, &[&str])] = &[
+    ("allreduce", &["auto", "ring", "rd"]),
+    ("bcast", &["auto", "tree"]),
+    ("reduce", &["auto", "tree"]),
+    ("allgather", &["auto", "ring"]),
+    ("reduce_scatter", &["auto", "ring"]),
+    ("alltoall", &["auto", "pairwise"]),
+    ("gather", &["auto", "linear"]),
+    ("scatter", &["auto", "linear"]),
+    ("scan", &["auto", "chain"]),
+];
+
+/// Parses `RCOMM_ALGO` (`op:algo,op:algo`), checking every name against [`ALGOS`].
+pub fn parse_algo(v: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut out = Vec::new();
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let err = |why: String| ConfigError {
+            name: "RCOMM_ALGO",
+            value: v.to_string(),
+            expected: why,
+        };
+        let (op, algo) = item
+            .split_once(':')
+            .ok_or_else(|| err(format!("op:algo pairs; `{item}` has no `:`")))?;
+        let (op, algo) = (
+            op.trim().to_ascii_lowercase(),
+            algo.trim().to_ascii_lowercase(),
+        );
+        let Some((_, valid)) = ALGOS.iter().find(|(o, _)| *o == op) else {
+            let ops: Vec<&str> = ALGOS.iter().map(|(o, _)| *o).collect();
+            return Err(err(format!(
+                "an operation among {}; `{op}` is not one",
+                ops.join(", ")
+            )));
+        };
+        if !valid.contains(&algo.as_str()) {
+            return Err(err(format!(
+                "for {op} one of {}; `{algo}` is not one",
+                valid.join(", ")
+            )));
+        }
+        out.push((op, algo));
+    }
+    Ok(out)
+}
 
 /// A parsing error, naming the variable and the accepted values.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -156,6 +213,10 @@ pub struct Config {
     pub shm_cma_max: usize,
     /// TCP streams per peer.
     pub tcp_streams: usize,
+    /// Forced collective algorithms, (op, algo).
+    pub algo: Vec<(String, String)>,
+    /// Forced kernel instruction set, as given.
+    pub kernel_isa: Option<String>,
     /// Present when started by `rcomm-run` (or a daemon of it).
     pub launch: Option<LaunchEnv>,
     /// `RCOMM_*` names found in the environment that rcomm does not know (likely typos).
@@ -326,6 +387,20 @@ impl Config {
             .filter(|k| k.starts_with("RCOMM_") && !VARIABLES.iter().any(|v| v.name == k.as_str()))
             .cloned()
             .collect();
+        let algo = get(env, "RCOMM_ALGO")
+            .map(|v| parse_algo(&v))
+            .transpose()?
+            .unwrap_or_default();
+        let kernel_isa = get(env, "RCOMM_KERNEL_ISA").map(|v| v.trim().to_ascii_lowercase());
+        if let Some(isa) = &kernel_isa {
+            if !["avx512", "avx2", "portable"].contains(&isa.as_str()) {
+                return Err(ConfigError {
+                    name: "RCOMM_KERNEL_ISA",
+                    value: isa.clone(),
+                    expected: "one of avx512, avx2, portable".into(),
+                });
+            }
+        }
         Ok(Self {
             debug,
             debug_subsys,
@@ -333,6 +408,8 @@ impl Config {
             shm_cma,
             shm_cma_max,
             tcp_streams,
+            algo,
+            kernel_isa,
             launch,
             unknown,
         })
@@ -346,7 +423,11 @@ impl Config {
             TransportChoice::Shm => "shm",
             TransportChoice::Tcp => "tcp",
         };
-        vec![("RCOMM_TRANSPORT".to_string(), transport.to_string())]
+        let algo: Vec<String> = self.algo.iter().map(|(o, a)| format!("{o}:{a}")).collect();
+        vec![
+            ("RCOMM_TRANSPORT".to_string(), transport.to_string()),
+            ("RCOMM_ALGO".to_string(), algo.join(",")),
+        ]
     }
 
     /// Whether a message at `level` for `subsys` should be logged.
@@ -435,6 +516,23 @@ mod tests {
         .unwrap();
         assert_eq!(c.launch.unwrap().secret_fd, 9);
         assert_eq!(c.unknown, vec!["RCOMM_TRANSPOTR".to_string()]);
+    }
+
+    #[test]
+    fn algo_overrides_are_checked_against_the_known_names() {
+        let c = Config::from_map(&env(&[("RCOMM_ALGO", "allreduce:ring, bcast:tree")])).unwrap();
+        assert_eq!(
+            c.algo,
+            vec![
+                ("allreduce".into(), "ring".into()),
+                ("bcast".into(), "tree".into())
+            ]
+        );
+        let e = Config::from_map(&env(&[("RCOMM_ALGO", "allreduce:magic")])).unwrap_err();
+        assert!(e.to_string().contains("auto, ring, rd"), "{e}");
+        let e = Config::from_map(&env(&[("RCOMM_ALGO", "allfoo:ring")])).unwrap_err();
+        assert!(e.to_string().contains("allreduce, bcast"), "{e}");
+        assert!(Config::from_map(&env(&[("RCOMM_KERNEL_ISA", "sse")])).is_err());
     }
 
     #[test]

@@ -34,3 +34,21 @@ fn allreduce_and_bcast_match_the_reference_at_1_to_8_ranks_on_shm_and_tcp() {
         }
     }
 }
+
+#[test]
+fn rcomm_algo_forces_the_algorithm_and_rejects_unknown_names() {
+    let out = Job::new(3, &[&test_program("rt_coll")])
+        .env("RCOMM_ALGO", "allreduce:ring")
+        .env("RCOMM_KERNEL_ISA", "portable")
+        .run();
+    assert_eq!(out.code(), 0, "{out}");
+    let out = Job::new(2, &[&test_program("rt_coll")])
+        .env("RCOMM_ALGO", "allreduce:magic")
+        .deadline(Duration::from_secs(20))
+        .run();
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(
+        out.stderr.contains("RCOMM_ALGO") && out.stderr.contains("auto, ring, rd"),
+        "{out}"
+    );
+}

@@ -194,9 +194,15 @@ fn communicators_isolate_traffic_and_use_their_own_ranks_at_1_to_5_ranks() {
 #[test]
 fn messages_of_a_rank_that_left_stay_receivable_then_receives_fail() {
     for t in ["auto", "tcp"] {
-        let out = Job::new(2, &[&test_program("rt_p2p"), "gone"]).env("RCOMM_TRANSPORT", t).deadline(Duration::from_secs(30)).run();
+        let out = Job::new(2, &[&test_program("rt_p2p"), "gone"])
+            .env("RCOMM_TRANSPORT", t)
+            .deadline(Duration::from_secs(30))
+            .run();
         assert_eq!(out.code(), 0, "{t}\n{out}");
         let l = out.rank_lines(0);
-        assert!(l.len() == 1 && l[0].starts_with("rank 0 got all messages, then PeerLost after"), "{t}\n{out}");
+        assert!(
+            l.len() == 1 && l[0].starts_with("rank 0 got all messages, then PeerLost after"),
+            "{t}\n{out}"
+        );
     }
 }

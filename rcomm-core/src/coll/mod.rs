@@ -45,13 +45,29 @@ impl Communicator {
         op.check(T::DTYPE)
             .map_err(|e| CommError::InvalidArg(e.to_string()))?;
         let (n, count, elem) = (self.size, buf.len(), size_of::<T>());
-        let algo = match algo {
-            Algo::Auto if count * elem <= RD_MAX_BYTES || (count as u64) < u64::from(n) => {
+        // Every input of the choice is the same on every rank (count, dtype, rank count, the
+        // checked-equal RCOMM_ALGO), so ranks never disagree on the algorithm.
+        let forced = match self.shared.forced_algo("allreduce") {
+            Some("ring") => Algo::Ring,
+            Some("rd") => Algo::RecursiveDoubling,
+            _ => Algo::Auto,
+        };
+        let algo = match (algo, forced) {
+            (Algo::Auto, Algo::Auto)
+                if count * elem <= RD_MAX_BYTES || (count as u64) < u64::from(n) =>
+            {
                 Algo::RecursiveDoubling
             }
-            Algo::Auto => Algo::Ring,
-            a => a,
+            (Algo::Auto, Algo::Auto) => Algo::Ring,
+            (Algo::Auto, f) => f,
+            (a, _) => a,
         };
+        rcomm_transport::rlog!(
+            Trace,
+            "COLL",
+            "allreduce of {count} x {:?} on {n} ranks: {algo:?}",
+            T::DTYPE
+        );
         let sched = match algo {
             Algo::Ring => schedule::ring_allreduce(self.rank, n, count, elem),
             _ => schedule::recursive_doubling_allreduce(self.rank, n, count, elem),

@@ -452,7 +452,9 @@ fn main() {
             // still receives all three, and only a fourth receive fails.
             if t.r == 1 {
                 for i in 0..3 {
-                    world.send(&pattern(1, 0, 20, i, 100 + i), 0, Tag(i as i32)).unwrap();
+                    world
+                        .send(&pattern(1, 0, 20, i, 100 + i), 0, Tag(i as i32))
+                        .unwrap();
                 }
             } else if t.r == 0 {
                 std::thread::sleep(Duration::from_millis(500));
@@ -460,11 +462,18 @@ fn main() {
                 for i in (0..3).rev() {
                     let mut b = vec![0u8; 100 + i];
                     world.recv(&mut b, Source::Any, Tag(i as i32)).unwrap();
-                    check(&b, &pattern(1, 0, 20, i, 100 + i), "message of a rank that left");
+                    check(
+                        &b,
+                        &pattern(1, 0, 20, i, 100 + i),
+                        "message of a rank that left",
+                    );
                 }
                 let t0 = Instant::now();
                 match world.recv(&mut [0u8; 4], 1, Tag::Any) {
-                    Err(CommError::PeerLost { rank: 1, .. }) => println!("rank 0 got all messages, then PeerLost after {} ms", t0.elapsed().as_millis()),
+                    Err(CommError::PeerLost { rank: 1, .. }) => println!(
+                        "rank 0 got all messages, then PeerLost after {} ms",
+                        t0.elapsed().as_millis()
+                    ),
                     other => panic!("expected PeerLost, got {other:?}"),
                 }
             }
