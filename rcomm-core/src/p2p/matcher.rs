@@ -241,24 +241,6 @@ impl<P> Matcher<P> {
         self.wildcard.len() + self.by_source.values().map(VecDeque::len).sum::<usize>()
     }
 
-    /// Drops every stored message and posted receive of `source` (the peer is gone); returns the
-    /// ids of its posted receives so they can be failed.
-    pub fn forget_source(&mut self, source: u32) -> Vec<RecvId> {
-        self.early.remove(&source);
-        if let Some(q) = self.unexpected.remove(&source) {
-            self.unexpected_count -= q.len();
-        }
-        self.by_source
-            .remove(&source)
-            .map(|q| q.into_iter().map(|p| p.id).collect())
-            .unwrap_or_default()
-    }
-
-    /// Ids of every posted wildcard receive (to fail them when any peer is lost).
-    pub fn wildcard_ids(&self) -> Vec<RecvId> {
-        self.wildcard.iter().map(|p| p.id).collect()
-    }
-
     fn push_unexpected(&mut self, env: Envelope, payload: P) {
         let arrival = self.next_arrival;
         self.next_arrival += 1;
