@@ -180,6 +180,10 @@ pub struct Communicator {
     pub(crate) group: Option<Arc<Group>>,
     /// Frees the context id when the last clone goes (absent for the world).
     pub(crate) _ctx_guard: Option<Arc<crate::group::CtxGuard>>,
+    /// Collectives started on this communicator (shared by its clones): every rank starts
+    /// collectives in the same order, so the count names a collective alike everywhere and
+    /// gives each one its own tag — concurrent non-blocking collectives never mix messages.
+    pub(crate) coll_seq: Arc<std::sync::atomic::AtomicU32>,
     pub(crate) shared: Arc<Shared>,
 }
 

@@ -165,6 +165,7 @@ impl Communicator {
             size: world.len() as u32,
             group: Some(Arc::new(Group::new(world))),
             _ctx_guard: Some(guard),
+            coll_seq: Default::default(),
             shared: self.shared.clone(),
         }
     }

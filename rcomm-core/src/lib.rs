@@ -21,7 +21,7 @@ mod group;
 pub mod p2p;
 mod world;
 
-pub use coll::{Algo, Dtype, Element, Op};
+pub use coll::{Algo, CollRequest, Dtype, Element, Op};
 pub use comm::{Communicator, Message, Request, Scope, ScopedRequest, Tag, wait_all, wait_any};
 pub use error::CommError;
 pub use group::SplitType;

@@ -230,6 +230,7 @@ fn init_with(cfg: &Config) -> Result<World> {
         size,
         group: None,
         _ctx_guard: None,
+        coll_seq: Default::default(),
         shared,
     };
     rlog!(

@@ -27,6 +27,7 @@ fn allreduce_and_bcast_match_the_reference_at_1_to_8_ranks_on_shm_and_tcp() {
                     "allreduce-RecursiveDoubling",
                     "bcast",
                     "reduce-gather-scatter-allgather-reduce_scatter-alltoall-scan",
+                    "nonblocking",
                     "bad-input"
                 ],
                 "{t} {n}\n{out}"

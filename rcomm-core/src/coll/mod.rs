@@ -14,9 +14,10 @@ use crate::p2p::matcher::Source;
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
 pub use rcomm_kernels::{Dtype, Element, Op};
-use schedule::{Buf, Chunk, Schedule, Step};
+use schedule::{Buf, Chunk, Phase, Schedule, Step};
 
-const TAG_COLL: Tag = Tag(3);
+/// Collective tags start here on the internal context (below: barrier, allgather of ids, ...).
+const TAG_COLL_BASE: i32 = 16;
 
 /// An allreduce algorithm (forcing one is for tests and benchmarks; `Auto` picks by size).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,8 +301,15 @@ impl Communicator {
         Ok(())
     }
 
-    /// Runs a schedule over `data` (and a read-only `input`): per phase, post receives and
-    /// sends, wait for all, then apply the local steps.
+    /// The tag of the next collective on this communicator.
+    fn next_coll_tag(&self) -> Tag {
+        let seq = self
+            .coll_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Tag(TAG_COLL_BASE + (seq % (1 << 30)) as i32)
+    }
+
+    /// Runs a schedule over `data` (and a read-only `input`) to completion.
     pub(crate) fn run_schedule(
         &self,
         s: &Schedule,
@@ -310,100 +318,298 @@ impl Communicator {
         reduce: Option<(Op, Dtype)>,
     ) -> Result<()> {
         let mut tmp = vec![0u8; s.tmp_len];
-        let ctx = self.ctx + 1;
+        let tag = self.next_coll_tag();
         for ph in &s.phases {
-            let region = |c: &Chunk, data: &mut [u8], tmp: &mut [u8]| -> Region {
-                let (base, len) = match c.buf {
-                    Buf::Data => (data.as_mut_ptr(), data.len()),
-                    Buf::Tmp => (tmp.as_mut_ptr(), tmp.len()),
-                    Buf::Input => (input.as_ptr().cast_mut(), input.len()),
-                };
-                assert!(c.off + c.len <= len, "schedule chunk outside its buffer");
-                // SAFETY: the chunk lies inside its buffer (asserted), the chunks of one phase
-                // do not overlap where one is written, `Input` chunks are only sent (never
-                // written), and every request of the phase completes (or is removed) before
-                // this function touches the buffers again or returns.
-                unsafe { Region::from_raw(base.add(c.off), c.len) }
+            let reqs = self.post_phase(ph, tag, data, input, &mut tmp)?;
+            self.finish_phase(ph, reqs, data, &mut tmp, reduce, true)?;
+        }
+        Ok(())
+    }
+
+    /// Posts a phase's receives, then its sends. On error, requests already posted are waited
+    /// for (so no buffer is used after) and the first error is returned.
+    fn post_phase(
+        &self,
+        ph: &Phase,
+        tag: Tag,
+        data: &mut [u8],
+        input: &[u8],
+        tmp: &mut [u8],
+    ) -> Result<Vec<Pending>> {
+        let ctx = self.ctx + 1;
+        let region = |c: &Chunk, data: &mut [u8], tmp: &mut [u8]| -> Region {
+            let (base, len) = match c.buf {
+                Buf::Data => (data.as_mut_ptr(), data.len()),
+                Buf::Tmp => (tmp.as_mut_ptr(), tmp.len()),
+                Buf::Input => (input.as_ptr().cast_mut(), input.len()),
             };
-            let mut reqs = Vec::with_capacity(ph.xfers.len());
-            let mut err = None;
-            {
-                let mut e = self.shared.lock();
-                for st in &ph.xfers {
-                    if let Step::Recv { peer, dst } = st {
-                        let w = self.world_rank(*peer)?;
-                        match e.irecv(
-                            ctx,
-                            Source::Rank(w),
-                            TAG_COLL.sel(),
-                            region(dst, data, &mut tmp),
-                            "collective",
-                        ) {
-                            Ok(r) => reqs.push((r, Some(dst.len), *peer)),
-                            Err(x) => err = err.or(Some(x)),
-                        }
-                    }
-                }
-                for st in &ph.xfers {
-                    if let Step::Send { peer, src } = st {
-                        let w = self.world_rank(*peer)?;
-                        match e.isend(
-                            ctx,
-                            w,
-                            TAG_COLL.0,
-                            region(src, data, &mut tmp),
-                            "collective",
-                        ) {
-                            Ok(r) => reqs.push((r, None, *peer)),
-                            Err(x) => err = err.or(Some(x)),
-                        }
+            assert!(c.off + c.len <= len, "schedule chunk outside its buffer");
+            // SAFETY: the chunk lies inside its buffer (asserted), the chunks of one phase do
+            // not overlap where one is written, `Input` chunks are only sent (never written),
+            // and every request of the phase completes (or is removed) before the buffers are
+            // touched again or released (`finish_phase`, and `CollRequest`'s drop).
+            unsafe { Region::from_raw(base.add(c.off), c.len) }
+        };
+        let mut reqs = Vec::with_capacity(ph.xfers.len());
+        let mut err = None;
+        {
+            let mut e = self.shared.lock();
+            for st in &ph.xfers {
+                if let Step::Recv { peer, dst } = st {
+                    let w = self.world_rank(*peer)?;
+                    match e.irecv(
+                        ctx,
+                        Source::Rank(w),
+                        tag.sel(),
+                        region(dst, data, tmp),
+                        "collective",
+                    ) {
+                        Ok(r) => reqs.push(Pending {
+                            req: r,
+                            want: Some(dst.len),
+                            peer: *peer,
+                        }),
+                        Err(x) => err = err.or(Some(x)),
                     }
                 }
             }
-            for (r, want, peer) in reqs {
-                match self.shared.wait(r) {
-                    Ok(st) => {
-                        if let Some(len) = want {
-                            if st.bytes != len {
-                                err = err.or(Some(CommError::Mismatch {
-                                    what: "collective message size (do all ranks pass the same count?)".into(),
-                                    rank: peer,
-                                    theirs: st.bytes as u64,
-                                    ours: len as u64,
-                                }));
-                            }
-                        }
+            for st in &ph.xfers {
+                if let Step::Send { peer, src } = st {
+                    let w = self.world_rank(*peer)?;
+                    match e.isend(ctx, w, tag.0, region(src, data, tmp), "collective") {
+                        Ok(r) => reqs.push(Pending {
+                            req: r,
+                            want: None,
+                            peer: *peer,
+                        }),
+                        Err(x) => err = err.or(Some(x)),
                     }
-                    Err(x) => err = err.or(Some(x)),
-                }
-            }
-            if let Some(x) = err {
-                return Err(x);
-            }
-            for st in &ph.local {
-                let (dst, src) = match st {
-                    Step::Reduce { dst, src } | Step::Copy { dst, src } => (dst, src),
-                    _ => continue,
-                };
-                if src.buf != Buf::Tmp || dst.buf != Buf::Data {
-                    return Err(CommError::InvalidArg(
-                        "schedule combines other buffers than scratch into data".into(),
-                    ));
-                }
-                let srcb = &tmp[src.off..src.off + src.len];
-                let dstb = &mut data[dst.off..dst.off + dst.len];
-                match (st, reduce) {
-                    (Step::Reduce { .. }, Some((op, dtype))) => {
-                        rcomm_kernels::reduce_into(op, dtype, dstb, srcb)
-                            .map_err(|e| CommError::InvalidArg(e.to_string()))?
-                    }
-                    (Step::Reduce { .. }, None) => {
-                        return Err(CommError::InvalidArg("reduction step without an op".into()));
-                    }
-                    _ => dstb.copy_from_slice(srcb),
                 }
             }
         }
-        Ok(())
+        if let Some(x) = err {
+            for p in reqs {
+                let _ = self.shared.wait(p.req);
+            }
+            return Err(x);
+        }
+        Ok(reqs)
+    }
+
+    /// Completes a phase: waits for (or, with `block` false, checks) its requests, then runs
+    /// its local steps. Returns the requests still pending when not blocking.
+    fn finish_phase(
+        &self,
+        ph: &Phase,
+        reqs: Vec<Pending>,
+        data: &mut [u8],
+        tmp: &mut [u8],
+        reduce: Option<(Op, Dtype)>,
+        block: bool,
+    ) -> Result<Vec<Pending>> {
+        if !block {
+            let mut e = self.shared.lock();
+            e.progress();
+            if !reqs.iter().all(|p| e.is_done(p.req)) {
+                return Ok(reqs);
+            }
+        }
+        let mut err = None;
+        for p in reqs {
+            match self.shared.wait(p.req) {
+                Ok(st) => {
+                    if let Some(len) = p.want {
+                        if st.bytes != len {
+                            err = err.or(Some(CommError::Mismatch {
+                                what: "collective message size (do all ranks pass the same count?)"
+                                    .into(),
+                                rank: p.peer,
+                                theirs: st.bytes as u64,
+                                ours: len as u64,
+                            }));
+                        }
+                    }
+                }
+                Err(x) => err = err.or(Some(x)),
+            }
+        }
+        if let Some(x) = err {
+            return Err(x);
+        }
+        for st in &ph.local {
+            let (dst, src) = match st {
+                Step::Reduce { dst, src } | Step::Copy { dst, src } => (dst, src),
+                _ => continue,
+            };
+            if src.buf != Buf::Tmp || dst.buf != Buf::Data {
+                return Err(CommError::InvalidArg(
+                    "schedule combines other buffers than scratch into data".into(),
+                ));
+            }
+            let srcb = &tmp[src.off..src.off + src.len];
+            let dstb = &mut data[dst.off..dst.off + dst.len];
+            match (st, reduce) {
+                (Step::Reduce { .. }, Some((op, dtype))) => {
+                    rcomm_kernels::reduce_into(op, dtype, dstb, srcb)
+                        .map_err(|e| CommError::InvalidArg(e.to_string()))?
+                }
+                (Step::Reduce { .. }, None) => {
+                    return Err(CommError::InvalidArg("reduction step without an op".into()));
+                }
+                _ => dstb.copy_from_slice(srcb),
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// Starts an allreduce of `buf` (owned until [`CollRequest::wait`] hands it back) and
+    /// returns at once; the collective advances in `test`/`wait` (and any other rcomm call of
+    /// this rank), so computation can overlap it.
+    pub fn iallreduce<T: Element>(&self, buf: Vec<T>, op: Op) -> Result<CollRequest<T>> {
+        op.check(T::DTYPE)
+            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        let (n, count, elem) = (self.size, buf.len(), size_of::<T>());
+        let sched = if count * elem <= RD_MAX_BYTES || (count as u64) < u64::from(n) {
+            schedule::recursive_doubling_allreduce(self.rank, n, count, elem)
+        } else {
+            schedule::ring_allreduce(self.rank, n, count, elem)
+        };
+        CollRequest::start(
+            self.clone(),
+            sched,
+            buf,
+            Some((op, T::DTYPE)),
+            op == Op::Avg,
+        )
+    }
+
+    /// Starts a broadcast of `buf` from `root` (see [`iallreduce`](Self::iallreduce)).
+    pub fn ibcast<T: bytemuck::Pod + Send>(
+        &self,
+        buf: Vec<T>,
+        root: u32,
+    ) -> Result<CollRequest<T>> {
+        self.check_root(root)?;
+        let sched =
+            schedule::binomial_bcast(self.rank, self.size, root, std::mem::size_of_val(&buf[..]));
+        CollRequest::start(self.clone(), sched, buf, None, false)
+    }
+}
+
+/// A request of a phase in flight.
+#[derive(Debug)]
+struct Pending {
+    req: crate::p2p::engine::ReqId,
+    want: Option<usize>,
+    peer: u32,
+}
+
+/// A non-blocking collective that owns its buffer. Dropping it before completion waits for it
+/// (the other ranks are running the same collective, so it completes).
+#[derive(Debug)]
+#[must_use = "a collective request does nothing useful unless waited for"]
+pub struct CollRequest<T: bytemuck::Pod + Send> {
+    comm: Communicator,
+    tag: Tag,
+    sched: Schedule,
+    data: Vec<T>,
+    tmp: Vec<u8>,
+    phase: usize,
+    pending: Vec<Pending>,
+    reduce: Option<(Op, Dtype)>,
+    avg: bool,
+    failed: Option<CommError>,
+}
+
+impl<T: bytemuck::Pod + Send> CollRequest<T> {
+    fn start(
+        comm: Communicator,
+        sched: Schedule,
+        data: Vec<T>,
+        reduce: Option<(Op, Dtype)>,
+        avg: bool,
+    ) -> Result<Self> {
+        let tmp = vec![0u8; sched.tmp_len];
+        let tag = comm.next_coll_tag();
+        let mut r = Self {
+            comm,
+            tag,
+            sched,
+            data,
+            tmp,
+            phase: 0,
+            pending: Vec::new(),
+            reduce,
+            avg,
+            failed: None,
+        };
+        r.advance(false)?;
+        Ok(r)
+    }
+
+    /// Moves through as many phases as are ready (all of them when `block`).
+    fn advance(&mut self, block: bool) -> Result<bool> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        while self.phase < self.sched.phases.len() {
+            let ph = self.sched.phases[self.phase].clone();
+            let data: &mut [u8] = bytemuck::cast_slice_mut(&mut self.data);
+            if self.pending.is_empty() {
+                self.pending = self
+                    .comm
+                    .post_phase(&ph, self.tag, data, &[], &mut self.tmp)?;
+                if self.pending.is_empty() && ph.local.is_empty() {
+                    self.phase += 1;
+                    continue;
+                }
+            }
+            let reqs = std::mem::take(&mut self.pending);
+            match self
+                .comm
+                .finish_phase(&ph, reqs, data, &mut self.tmp, self.reduce, block)
+            {
+                Ok(left) if !left.is_empty() => {
+                    self.pending = left;
+                    return Ok(false);
+                }
+                Ok(_) => self.phase += 1,
+                Err(e) => {
+                    self.phase = self.sched.phases.len();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether the collective has completed (advancing it as far as possible without waiting).
+    pub fn test(&mut self) -> Result<bool> {
+        self.advance(false)
+    }
+
+    /// Waits for completion and hands back the buffer with the result.
+    pub fn wait(mut self) -> Result<Vec<T>> {
+        self.advance(true)?;
+        let mut data = std::mem::take(&mut self.data);
+        if self.avg {
+            if let Some((_, dtype)) = self.reduce {
+                let n = self.comm.size as usize;
+                rcomm_kernels::finalize_avg(dtype, bytemuck::cast_slice_mut(&mut data), n)
+                    .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+            }
+        }
+        Ok(data)
+    }
+}
+
+impl<T: bytemuck::Pod + Send> Drop for CollRequest<T> {
+    fn drop(&mut self) {
+        if self.phase < self.sched.phases.len() {
+            // The requests in flight point into our buffers: finish before freeing them.
+            if let Err(e) = self.advance(true) {
+                rcomm_transport::rlog!(Warn, "COLL", "a dropped collective request failed: {e}");
+            }
+        }
     }
 }

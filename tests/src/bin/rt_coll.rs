@@ -238,6 +238,57 @@ fn main() {
     if w.rank() == 0 {
         println!("ok reduce-gather-scatter-allgather-reduce_scatter-alltoall-scan");
     }
+    // Non-blocking: several collectives outstanding at once, advanced by test() while the rank
+    // computes, completed in another order than started.
+    {
+        let sizes = [3usize, 5000, 70_000];
+        let mut reqs: Vec<_> = sizes
+            .iter()
+            .map(|&c| {
+                w.iallreduce((0..c).map(|i| v(r, i)).collect::<Vec<i64>>(), Op::Sum)
+                    .unwrap()
+            })
+            .collect();
+        let root = n - 1;
+        let mut b = w
+            .ibcast(
+                (0..1000u64)
+                    .map(|i| if r == root { i * 3 } else { 0 })
+                    .collect::<Vec<u64>>(),
+                root,
+            )
+            .unwrap();
+        let mut acc = 0u64;
+        for k in 0..200_000u64 {
+            acc = acc.wrapping_add(k * k);
+            if k % 20_000 == 0 {
+                for q in &mut reqs {
+                    let _ = q.test().unwrap();
+                }
+                let _ = b.test().unwrap();
+            }
+        }
+        assert!(acc > 0);
+        let bres = b.wait().unwrap();
+        assert!(
+            bres.iter().enumerate().all(|(i, &x)| x == i as u64 * 3),
+            "ibcast"
+        );
+        while let Some(q) = reqs.pop() {
+            let c = sizes[reqs.len()];
+            let res = q.wait().unwrap();
+            assert!(
+                (0..c).all(|i| res[i] == (0..n).map(|p| v(p, i)).sum::<i64>()),
+                "iallreduce of {c}"
+            );
+        }
+        // Dropped before completion: it completes anyway (no buffer used after free).
+        drop(w.iallreduce(vec![1i32; 100_000], Op::Sum).unwrap());
+    }
+    w.barrier().unwrap();
+    if w.rank() == 0 {
+        println!("ok nonblocking");
+    }
     // Bad input is an error, not a hang or corruption.
     let mut f = [1.0f32; 4];
     assert!(
