@@ -40,6 +40,8 @@ pub use dtype::{Dtype, Element};
 pub use isa::{Isa, isa, set_isa};
 pub use op::Op;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 /// Why a kernel call was refused. Lengths are in bytes, also for the typed entry points.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -103,19 +105,47 @@ fn elements(dtype: Dtype, len: usize) -> Result<usize, KernelError> {
     }
 }
 
+/// Default of [`stream_threshold`]: 8 MiB.
+pub const DEFAULT_STREAM_THRESHOLD: usize = 8 << 20;
+
+static STREAM_THRESHOLD: AtomicUsize = AtomicUsize::new(DEFAULT_STREAM_THRESHOLD);
+
+/// Output size in bytes from which out-of-place reductions ([`reduce3`]) on the SIMD paths
+/// write with non-temporal (streaming) stores.
+///
+/// A normal store first reads the destination line into the cache, so an out-of-place
+/// reduction larger than the cache moves four bytes per three it counts; streaming stores skip
+/// that read (memcpy does the same at these sizes), but leave the result out of the cache,
+/// which only pays when it would not have stayed there anyway. In-place reductions
+/// ([`reduce_into`]) have already read the destination and never stream. Results are identical
+/// either way. The default suits a last-level cache of tens of MiB shared by a few ranks.
+pub fn stream_threshold() -> usize {
+    STREAM_THRESHOLD.load(Ordering::Relaxed)
+}
+
+/// Sets [`stream_threshold`] for this process (`usize::MAX` turns streaming off), e.g. from the
+/// topology's last-level cache size.
+pub fn set_stream_threshold(bytes: usize) {
+    STREAM_THRESHOLD.store(bytes, Ordering::Relaxed);
+}
+
 /// Runs the kernel of `isa`.
 ///
 /// # Safety
 /// `isa` is supported; `op` is defined for `dtype`; `a`, `b` valid for `n` elements of
 /// `dtype`, `out` for `n` element writes; `out` may equal `a` or `b` but not partially overlap.
 unsafe fn raw(isa: Isa, op: Op, dtype: Dtype, out: *mut u8, a: *const u8, b: *const u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    let stream = out.cast_const() != a
+        && out.cast_const() != b
+        && n.saturating_mul(dtype.size()) >= stream_threshold();
     // SAFETY: forwarded caller contract.
     unsafe {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => x86::avx512::reduce(op, dtype, out, a, b, n),
+            Isa::Avx512 => x86::avx512::reduce(op, dtype, out, a, b, n, stream),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => x86::avx2::reduce(op, dtype, out, a, b, n),
+            Isa::Avx2 => x86::avx2::reduce(op, dtype, out, a, b, n, stream),
             // Elsewhere the SIMD paths are never supported, so never reach here.
             _ => portable::reduce(op, dtype, out, a, b, n),
         }

@@ -52,6 +52,31 @@ unsafe fn st_pd(p: *mut f64, v: __m256d) {
     unsafe { _mm256_storeu_pd(p, v) }
 }
 
+// Streaming (non-temporal) stores. SAFETY (all of them): as the stores above, and `p` is
+// aligned to the vector's size (the kernels only stream from a 64-byte-aligned start); the
+// kernel fences them (`sfence`) before returning.
+
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn nt_i<T>(p: *mut T, v: __m256i) {
+    // SAFETY: see above.
+    unsafe { _mm256_stream_si256(p.cast(), v) }
+}
+
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn nt_ps(p: *mut f32, v: __m256) {
+    // SAFETY: see above.
+    unsafe { _mm256_stream_ps(p, v) }
+}
+
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn nt_pd(p: *mut f64, v: __m256d) {
+    // SAFETY: see above.
+    unsafe { _mm256_stream_pd(p, v) }
+}
+
 /// bf16 as pairs of f32 vectors (even and odd elements), as in the AVX-512 path: no shuffles.
 type Bf16x16 = [__m256; 2];
 
@@ -80,15 +105,27 @@ fn bf16_round(v: __m256) -> __m256i {
     _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb)
 }
 
-/// (8 even, 8 odd) canonical-NaN f32 → 16 bf16, each rounded once.
+/// (even, odd) canonical-NaN f32 → bf16, each rounded once, in memory order.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn bf16_pack(v: Bf16x16) -> __m256i {
+    let even = _mm256_srli_epi32::<16>(bf16_round(v[0]));
+    // Odd 16-bit words (the high halves) from the odd results, even words from the even ones.
+    _mm256_blend_epi16::<0xaa>(even, bf16_round(v[1]))
+}
+
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
 unsafe fn st_bf16(p: *mut bf16, v: Bf16x16) {
-    let even = _mm256_srli_epi32::<16>(bf16_round(v[0]));
-    // Odd 16-bit words (the high halves) from the odd results, even words from the even ones.
-    let h = _mm256_blend_epi16::<0xaa>(even, bf16_round(v[1]));
-    // SAFETY: see above (32 bytes).
-    unsafe { _mm256_storeu_si256(p.cast(), h) }
+    // SAFETY: see above.
+    unsafe { _mm256_storeu_si256(p.cast(), bf16_pack(v)) }
+}
+
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn nt_bf16(p: *mut bf16, v: Bf16x16) {
+    // SAFETY: see the streaming stores above.
+    unsafe { _mm256_stream_si256(p.cast(), bf16_pack(v)) }
 }
 
 #[target_feature(enable = "avx2,f16c")]
@@ -130,6 +167,13 @@ unsafe fn st_f16(p: *mut f16, v: __m256) {
     let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
     // SAFETY: see above (16 bytes).
     unsafe { _mm_storeu_si128(p.cast(), h) }
+}
+
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn nt_f16(p: *mut f16, v: __m256) {
+    // SAFETY: see the streaming stores above.
+    unsafe { _mm_stream_si128(p.cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v)) }
 }
 
 // ---- Float ops: every NaN result becomes the canonical NaN, as in `portable`. ----
@@ -282,6 +326,7 @@ int_kernels!(
     32,
     ld_i,
     st_i,
+    nt_i,
     add = _mm256_add_epi8,
     mul = mul_8,
     min = _mm256_min_epi8,
@@ -297,6 +342,7 @@ int_kernels!(
     32,
     ld_i,
     st_i,
+    nt_i,
     add = _mm256_add_epi8,
     mul = mul_8,
     min = _mm256_min_epu8,
@@ -312,6 +358,7 @@ int_kernels!(
     16,
     ld_i,
     st_i,
+    nt_i,
     add = _mm256_add_epi16,
     mul = _mm256_mullo_epi16,
     min = _mm256_min_epi16,
@@ -327,6 +374,7 @@ int_kernels!(
     16,
     ld_i,
     st_i,
+    nt_i,
     add = _mm256_add_epi16,
     mul = _mm256_mullo_epi16,
     min = _mm256_min_epu16,
@@ -342,6 +390,7 @@ int_kernels!(
     8,
     ld_i,
     st_i,
+    nt_i,
     add = _mm256_add_epi32,
     mul = _mm256_mullo_epi32,
     min = _mm256_min_epi32,
@@ -357,6 +406,7 @@ int_kernels!(
     8,
     ld_i,
     st_i,
+    nt_i,
     add = _mm256_add_epi32,
     mul = _mm256_mullo_epi32,
     min = _mm256_min_epu32,
@@ -372,6 +422,7 @@ int_kernels!(
     4,
     ld_i,
     st_i,
+    nt_i,
     add = _mm256_add_epi64,
     mul = mul_64,
     min = min_i64,
@@ -387,6 +438,7 @@ int_kernels!(
     4,
     ld_i,
     st_i,
+    nt_i,
     add = _mm256_add_epi64,
     mul = mul_64,
     min = min_u64,
@@ -403,6 +455,7 @@ float_kernels!(
     8,
     ld_ps,
     st_ps,
+    nt_ps,
     add = add_ps,
     mul = mul_ps,
     min = min_ps,
@@ -415,6 +468,7 @@ float_kernels!(
     4,
     ld_pd,
     st_pd,
+    nt_pd,
     add = add_pd,
     mul = mul_pd,
     min = min_pd,
@@ -427,6 +481,7 @@ float_kernels!(
     16,
     ld_bf16,
     st_bf16,
+    nt_bf16,
     add = add_bf16,
     mul = mul_bf16,
     min = min_bf16,
@@ -439,6 +494,7 @@ float_kernels!(
     8,
     ld_f16,
     st_f16,
+    nt_f16,
     add = add_ps,
     mul = mul_ps,
     min = min_ps,
