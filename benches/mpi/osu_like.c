@@ -6,6 +6,9 @@
  *
  *   mpirun -np 2 osu_like latency|bw|bibw [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-W WINDOW]
  *                                         [-b single|multiple] [--json]
+ *   mpirun -np N osu_like allreduce|bcast|barrier [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-i STEPBYTES]
+ *                        [-n ITERS] [-w WARMUP] [-d float|double|int32|int64] [-o sum|prod|min|max]
+ *                        [-r ROOT] [-c CHECK] [-a 0|1|2|3] [--json]
  *   osu_like --selftest      (no MPI launch needed: prints the pattern words rcomm-bench checks)
  *
  * Methodology (see benches/src/osu.rs, which documents the same):
@@ -26,6 +29,17 @@
  *    (size, rank, slot), receive buffers with poison; after the timed loop the receiver
  *    compares the last received buffers with the sender's pattern and both ranks agree on the
  *    result. A mismatch is reported and the program exits with status 1.
+ *
+ * Collective modes (allreduce, bcast, barrier): the methodology of `rcomm-bench coll` (nccl-tests'
+ * all_reduce_perf / broadcast_perf, see benches/src/coll.rs), so that rcomm and MPI are measured by
+ * the same loop: sizes -b..-e times -f; per size and variant (out of place: MPI_Allreduce(send,
+ * recv); in place: MPI_IN_PLACE; MPI_Bcast is in place only, its out-of-place columns are N/A) -w
+ * warm-up calls, MPI_Barrier, -n calls back to back timed as one loop, successive calls on
+ * successive windows of buffers sized for the largest size; per-rank time per call combined with
+ * -a (0 rank 0, 1 average, 2 min, 3 max); then -c check passes: inputs from the same data pattern
+ * as rcomm-bench (rcomm_benches::coll::input), outputs poisoned, one call, compared with a
+ * sequential reference, wrong elements summed over ranks (any: exit status 1). Output: nccl-tests'
+ * table, or with --json rcomm-bench coll's JSON objects ("algo":"mpi").
  *
  * Output on rank 0: an OSU-style table ("# Size  Latency (us)" / "# Size  Bandwidth (MB/s)"), or
  * with --json one object per size: {"size":N,"latency_us":X} / {"size":N,"bandwidth_MBps":X}
@@ -155,7 +169,12 @@ static int parse_range(const char *s, size_t *min, size_t *max)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: osu_like latency|bw|bibw [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-W WINDOW] "
-               "[-b single|multiple] [--json]\n       osu_like --selftest\n");
+               "[-b single|multiple] [--json]\n"
+               "       osu_like allreduce|bcast|barrier [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-i STEPBYTES] "
+               "[-n ITERS] [-w WARMUP]\n"
+               "                [-d float|double|int32|int64] [-o sum|prod|min|max] [-r ROOT] [-c CHECK] "
+               "[-a 0|1|2|3] [--json]\n"
+               "       osu_like --selftest\n");
 }
 
 /* 0: ok, 1: help, 2: bad usage (message in err). */
@@ -325,6 +344,380 @@ static double bandwidth(enum test t, size_t n, long iters, long skip, int window
     return total;
 }
 
+
+/* ================= collective modes (nccl-tests methodology, as rcomm-bench coll) ================= */
+
+enum coll_op { C_ALLREDUCE, C_BCAST, C_BARRIER };
+enum coll_type { T_FLOAT, T_DOUBLE, T_INT32, T_INT64 };
+enum coll_redop { R_SUM, R_PROD, R_MIN, R_MAX };
+
+static const char *coll_op_name[] = {"allreduce", "bcast", "barrier"};
+static const char *coll_type_name[] = {"float", "double", "int32", "int64"};
+static const size_t coll_type_size[] = {4, 8, 4, 8};
+static const char *coll_redop_name[] = {"sum", "prod", "min", "max"};
+
+struct copts {
+    enum coll_op op;
+    enum coll_type type;
+    enum coll_redop redop;
+    size_t min, max, factor, step;
+    long iters, warmup, check;
+    int average, root, json;
+};
+
+/* rcomm_benches::coll::mix */
+static uint64_t cmix(uint64_t seed, unsigned rank, uint64_t idx)
+{
+    uint64_t x = seed ^ ((uint64_t)rank * 0x9E3779B97F4A7C15ULL) ^ (idx * 0xBF58476D1CE4E5B9ULL) ^ 0x0005DEECE66DULL;
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBULL;
+    x ^= x >> 29;
+    return x;
+}
+
+/* rcomm_benches::coll::input, as a double (exact for these types and values). */
+static double cinput(const struct copts *o, int n, int rank, size_t idx, uint64_t seed)
+{
+    uint64_t h = cmix(seed, (unsigned)rank, idx);
+    int is_float = o->type == T_FLOAT || o->type == T_DOUBLE;
+    if (!is_float) {
+        if (o->redop == R_PROD) {
+            double v = (double)(h % 3) + 1.0;
+            return ((h >> 8) & 1) ? -v : v;
+        }
+        return (double)(h % 201) - 100.0;
+    }
+    if (o->redop == R_PROD) {
+        double sign = ((h >> 8) & 1) ? -1.0 : 1.0;
+        double mag = (n > 0 && idx % (size_t)n == (size_t)rank) ? ((h & 1) ? 2.0 : 0.5) : 1.0;
+        return sign * mag;
+    }
+    return ((double)(h % 65) - 32.0) / 4.0;
+}
+
+static void cstore(enum coll_type t, void *buf, size_t i, double v)
+{
+    switch (t) {
+    case T_FLOAT: ((float *)buf)[i] = (float)v; break;
+    case T_DOUBLE: ((double *)buf)[i] = v; break;
+    case T_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case T_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    }
+}
+
+static double cload(enum coll_type t, const void *buf, size_t i)
+{
+    switch (t) {
+    case T_FLOAT: return ((const float *)buf)[i];
+    case T_DOUBLE: return ((const double *)buf)[i];
+    case T_INT32: return ((const int32_t *)buf)[i];
+    case T_INT64: return (double)((const int64_t *)buf)[i];
+    }
+    return 0.0;
+}
+
+static void cfill(const struct copts *o, int n, int rank, void *buf, size_t count, uint64_t seed)
+{
+    for (size_t i = 0; i < count; i++) cstore(o->type, buf, i, cinput(o, n, rank, i, seed));
+}
+
+/* Wrong elements of this rank's output. Integers: exact with wrapping (computed in uint64_t and
+ * truncated to the type); floats: exact data (any order gives the same result up to 64 ranks),
+ * allowed 2 eps |want|. */
+static long ccheck(const struct copts *o, int n, int rank, const void *out, size_t count, uint64_t seed)
+{
+    long wrong = 0;
+    int is_float = o->type == T_FLOAT || o->type == T_DOUBLE;
+    double eps = o->type == T_FLOAT ? 1.1920929e-07 : 2.220446049250313e-16;
+    for (size_t j = 0; j < count; j++) {
+        double want;
+        if (o->op == C_BCAST) {
+            want = cinput(o, n, o->root, j, seed);
+        } else if (is_float) {
+            double acc = cinput(o, n, 0, j, seed);
+            for (int q = 1; q < n; q++) {
+                double x = cinput(o, n, q, j, seed);
+                acc = o->redop == R_SUM ? acc + x : o->redop == R_PROD ? acc * x : o->redop == R_MIN ? (x < acc ? x : acc) : (x > acc ? x : acc);
+            }
+            want = o->type == T_FLOAT ? (double)(float)acc : acc;
+        } else {
+            int64_t first = (int64_t)cinput(o, n, 0, j, seed);
+            uint64_t acc = (uint64_t)first;
+            int64_t mm = first;
+            for (int q = 1; q < n; q++) {
+                int64_t x = (int64_t)cinput(o, n, q, j, seed);
+                if (o->redop == R_SUM) acc += (uint64_t)x;
+                else if (o->redop == R_PROD) acc *= (uint64_t)x;
+                else if (o->redop == R_MIN) mm = x < mm ? x : mm;
+                else mm = x > mm ? x : mm;
+            }
+            if (o->redop == R_MIN || o->redop == R_MAX) want = (double)mm;
+            else want = o->type == T_INT32 ? (double)(int32_t)(uint32_t)acc : (double)(int64_t)acc;
+        }
+        double got = cload(o->type, out, j);
+        double tol = is_float ? 2.0 * eps * (want < 0 ? -want : want) : 0.0;
+        double d = got - want;
+        if (!(got == want || (d < 0 ? -d : d) <= tol)) {
+            if (wrong == 0)
+                fprintf(stderr, "osu_like: rank %d: %s size %zu: first wrong element %zu: got %g, expected %g\n", rank,
+                        coll_op_name[o->op], count * coll_type_size[o->type], j, got, want);
+            wrong++;
+        }
+    }
+    return wrong;
+}
+
+/* nccl-tests' getFloatStr */
+static void float_str(double value, int width, char *str)
+{
+    int power = 0;
+    for (double val = 1.0; value >= val && power < 400; val *= 10.0) power++;
+    if (power < width - 2) sprintf(str, "%*.2f", width, value);
+    else if (power < width - 1) sprintf(str, "%*.1f", width, value);
+    else if (power < width + 1) sprintf(str, "%*.0f", width, value);
+    else sprintf(str, "%*.1e", width, value);
+}
+
+struct cres {
+    int present;
+    double time_us, algbw, busbw;
+    long wrong; /* -1: not checked */
+};
+
+static void print_body(const struct cres *r, int timeonly)
+{
+    if (!r->present) {
+        printf("  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+        return;
+    }
+    char t[64], a[64], b[64];
+    float_str(r->time_us, 7, t);
+    if (timeonly) strcpy(a, "   N/A"), strcpy(b, "   N/A");
+    else float_str(r->algbw, 6, a), float_str(r->busbw, 6, b);
+    if (r->wrong < 0) printf("  %s  %s  %s     N/A", t, a, b);
+    else printf("  %s  %s  %s  %6ld", t, a, b, r->wrong);
+}
+
+static void json_body(const struct cres *r, int timeonly)
+{
+    printf("\"time_us\":%.3f,", r->time_us);
+    if (timeonly) printf("\"algbw\":null,\"busbw\":null,");
+    else printf("\"algbw\":%.4f,\"busbw\":%.4f,", r->algbw, r->busbw);
+    if (r->wrong < 0) printf("\"wrong\":null");
+    else printf("\"wrong\":%ld", r->wrong);
+}
+
+static int parse_long(const char *v, long lo, long *out)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < lo) return -1;
+    *out = x;
+    return 0;
+}
+
+/* 0 ok, 1 help, 2 bad usage */
+static int parse_coll(int argc, char **argv, struct copts *o, char *err, size_t errlen)
+{
+    memset(o, 0, sizeof *o);
+    o->min = o->max = 32UL << 20;
+    o->factor = 1;
+    o->step = 1UL << 20;
+    o->iters = 20;
+    o->warmup = 5;
+    o->check = 1;
+    o->average = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
+        if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "allreduce")) { o->op = C_ALLREDUCE; continue; }
+        if (!strcmp(a, "bcast")) { o->op = C_BCAST; continue; }
+        if (!strcmp(a, "barrier")) { o->op = C_BARRIER; continue; }
+        if (a[0] != '-' || !a[1] || a[2] || !strchr("befinwdorca", a[1])) {
+            snprintf(err, errlen, "unknown argument '%s'", a);
+            return 2;
+        }
+        if (!v) { snprintf(err, errlen, "%s needs a value", a); return 2; }
+        i++;
+        long x;
+        switch (a[1]) {
+        case 'b': if (parse_size(v, &o->min)) goto bad; break;
+        case 'e': if (parse_size(v, &o->max)) goto bad; break;
+        case 'i': if (parse_size(v, &o->step)) goto bad; break;
+        case 'f': if (parse_long(v, 1, &x)) goto bad; o->factor = (size_t)x; break;
+        case 'n': if (parse_long(v, 1, &o->iters)) goto bad; break;
+        case 'w': if (parse_long(v, 0, &o->warmup)) goto bad; break;
+        case 'c': if (parse_long(v, 0, &o->check)) goto bad; break;
+        case 'r': if (parse_long(v, 0, &x)) goto bad; o->root = (int)x; break;
+        case 'a': if (parse_long(v, 0, &x) || x > 3) goto bad; o->average = (int)x; break;
+        case 'd': {
+            int k = -1;
+            for (int t = 0; t < 4; t++) if (!strcmp(v, coll_type_name[t])) k = t;
+            if (k < 0) goto bad;
+            o->type = (enum coll_type)k;
+            break;
+        }
+        case 'o': {
+            int k = -1;
+            for (int t = 0; t < 4; t++) if (!strcmp(v, coll_redop_name[t])) k = t;
+            if (k < 0) goto bad;
+            o->redop = (enum coll_redop)k;
+            break;
+        }
+        }
+        continue;
+    bad:
+        snprintf(err, errlen, "bad value '%s' for %s", v, a);
+        return 2;
+    }
+    if (o->min > o->max) { snprintf(err, errlen, "-b is above -e"); return 2; }
+    if (o->max > MAX_SIZE) { snprintf(err, errlen, "sizes above 1 GiB are not supported"); return 2; }
+    return 0;
+}
+
+static int coll_main(int argc, char **argv)
+{
+    int n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    struct copts o;
+    char err[256] = "";
+    int pr = parse_coll(argc, argv, &o, err, sizeof err);
+    if (!pr && o.root >= n) snprintf(err, sizeof err, "-r %d: the job has %d ranks", o.root, n), pr = 2;
+    if (pr) {
+        if (rank == 0) {
+            if (pr == 2) fprintf(stderr, "osu_like: %s\n", err);
+            usage(pr == 2 ? stderr : stdout);
+        }
+        return pr == 2 ? 2 : 0;
+    }
+    MPI_Datatype mt = o.type == T_FLOAT ? MPI_FLOAT : o.type == T_DOUBLE ? MPI_DOUBLE : o.type == T_INT32 ? MPI_INT32_T : MPI_INT64_T;
+    MPI_Op mo = o.redop == R_SUM ? MPI_SUM : o.redop == R_PROD ? MPI_PROD : o.redop == R_MIN ? MPI_MIN : MPI_MAX;
+    size_t es = coll_type_size[o.type];
+    int timeonly = o.op == C_BARRIER;
+    FILE *h = o.json ? stderr : stdout;
+    if (rank == 0) {
+        char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+        int len;
+        MPI_Get_library_version(lib, &len);
+        lib[strcspn(lib, "\n,")] = '\0';
+        for (char *c = lib; *c; c++)
+            if (*c == '\t') *c = ' ';
+        fprintf(h, "# osu_like %s: nccl-tests layout (%s) | %s\n", coll_op_name[o.op],
+                o.op == C_ALLREDUCE ? "all_reduce_perf" : o.op == C_BCAST ? "broadcast_perf" : "time only", lib);
+        fprintf(h, "# nRanks %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %ld iters: %ld validation: %ld average: %d\n",
+                n, o.min, o.max, o.factor > 1 ? o.factor : o.step, o.factor > 1 ? "factor" : "bytes", o.warmup, o.iters,
+                o.check, o.average);
+        if (!o.json) {
+            printf("#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place\n", "", "", "", "", "");
+            printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop",
+                   "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+            printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s\n", "(B)", "(elements)", "", "", "", "(us)",
+                   "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)");
+        }
+        fflush(h);
+    }
+    size_t cap = timeonly ? 1 : o.max / es;
+    if (cap == 0) cap = 1;
+    unsigned char *sbuf = alloc_buf(cap * es), *rbuf = alloc_buf(cap * es);
+    cfill(&o, n, rank, sbuf, cap, 99);
+    cfill(&o, n, rank, rbuf, cap, 99);
+    double bw_sum = 0.0;
+    int bw_count = 0, failed = 0, status = 0;
+    long rep = 0;
+    for (size_t size = timeonly ? 0 : o.min; size <= (timeonly ? 0 : o.max);) {
+        size_t count = size / es;
+        struct cres res[2];
+        memset(res, 0, sizeof res);
+        for (int ip = 0; ip < 2; ip++) {
+            if ((o.op == C_BCAST && !ip) || (o.op == C_BARRIER && ip)) continue;
+            size_t steps = count ? cap / count : 1;
+            if (steps == 0) steps = 1;
+            double t = 0.0;
+            for (long it = -o.warmup; it < o.iters; it++) {
+                if (it == 0) {
+                    MPI_Barrier(MPI_COMM_WORLD);
+                    t = MPI_Wtime();
+                }
+                size_t at = count * es * ((size_t)(it < 0 ? it + o.warmup : it) % steps);
+                if (o.op == C_ALLREDUCE)
+                    MPI_Allreduce(ip ? MPI_IN_PLACE : (void *)(sbuf + at), rbuf + at, (int)count, mt, mo, MPI_COMM_WORLD);
+                else if (o.op == C_BCAST) MPI_Bcast(rbuf + at, (int)count, mt, o.root, MPI_COMM_WORLD);
+                else MPI_Barrier(MPI_COMM_WORLD);
+            }
+            t = (MPI_Wtime() - t) / (double)o.iters;
+            double comb = t;
+            if (o.average == 0) MPI_Bcast(&comb, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+            else {
+                MPI_Allreduce(&t, &comb, 1, MPI_DOUBLE, o.average == 1 ? MPI_SUM : o.average == 2 ? MPI_MIN : MPI_MAX,
+                              MPI_COMM_WORLD);
+                if (o.average == 1) comb /= n;
+            }
+            long wrong = timeonly || !o.check ? -1 : 0;
+            for (long c = 0; c < (timeonly ? 0 : o.check); c++) {
+                rep++;
+                uint64_t seed = 0x00C0FFEEULL ^ ((uint64_t)rep << 8) ^ (uint64_t)ip;
+                cfill(&o, n, rank, rbuf, count, seed ^ 0xA5A5A5A5A5A5A5A5ULL);
+                if (ip) {
+                    if (o.op != C_BCAST || rank == o.root) cfill(&o, n, rank, rbuf, count, seed);
+                } else {
+                    cfill(&o, n, rank, sbuf, count, seed);
+                }
+                if (o.op == C_ALLREDUCE)
+                    MPI_Allreduce(ip ? MPI_IN_PLACE : (void *)sbuf, rbuf, (int)count, mt, mo, MPI_COMM_WORLD);
+                else MPI_Bcast(rbuf, (int)count, mt, o.root, MPI_COMM_WORLD);
+                long mine = ccheck(&o, n, rank, rbuf, count, seed), sum = 0;
+                MPI_Allreduce(&mine, &sum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+                wrong += sum;
+                if (sum) break;
+            }
+            cfill(&o, n, rank, sbuf, cap, 99);
+            cfill(&o, n, rank, rbuf, cap, 99);
+            double factor = o.op == C_ALLREDUCE ? 2.0 * (n - 1) / n : 1.0;
+            res[ip].present = 1;
+            res[ip].time_us = comb * 1e6;
+            res[ip].algbw = comb > 0 ? (double)(count * es) / 1e9 / comb : 0.0;
+            res[ip].busbw = res[ip].algbw * factor;
+            res[ip].wrong = wrong;
+            if (!timeonly) bw_sum += res[ip].busbw, bw_count++;
+            if (wrong > 0) failed++, status = 1;
+        }
+        if (rank == 0) {
+            const char *tn = timeonly ? "none" : coll_type_name[o.type];
+            const char *rn = o.op == C_ALLREDUCE ? coll_redop_name[o.redop] : "none";
+            int root = o.op == C_BCAST ? o.root : -1;
+            if (o.json) {
+                printf("{\"op\":\"%s\",\"algo\":\"mpi\",\"size\":%zu,\"count\":%zu,\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,",
+                       coll_op_name[o.op], count * es, count, tn, rn, root);
+                if (res[0].present) json_body(&res[0], timeonly);
+                else printf("\"time_us\":null,\"algbw\":null,\"busbw\":null,\"wrong\":null");
+                if (res[1].present) printf(",\"inplace\":{"), json_body(&res[1], timeonly), printf("}}\n");
+                else printf(",\"inplace\":null}\n");
+            } else {
+                printf("%12zu  %12zu  %8s  %6s  %6d", count * es, count, tn, rn, root);
+                print_body(&res[0], timeonly);
+                print_body(&res[1], timeonly);
+                printf("\n");
+            }
+            fflush(stdout);
+        }
+        if (timeonly) break;
+        size_t next = o.factor > 1 ? (size ? size * o.factor : 1) : size + (o.step ? o.step : 1);
+        if (next <= size) break;
+        size = next;
+    }
+    if (rank == 0) {
+        fprintf(h, "# %-20s : %d %s\n", "Out of bounds values", failed, failed ? "FAILED" : "OK");
+        if (bw_count) fprintf(h, "# %-20s : %g\n", "Avg bus bandwidth", bw_sum / bw_count);
+        else fprintf(h, "# %-20s : N/A\n", "Avg bus bandwidth");
+        fprintf(h, "#\n");
+    }
+    free(sbuf);
+    free(rbuf);
+    return status;
+}
+
 static void selftest(void)
 {
     /* The first two pattern words of size 8, rank 1, slot 0 (rcomm_benches::osu has the same). */
@@ -332,6 +725,8 @@ static void selftest(void)
     printf("seed %016llx words %016llx %016llx poison %016llx\n", (unsigned long long)sd,
            (unsigned long long)word(sd, 0), (unsigned long long)word(sd, 1),
            (unsigned long long)word(poison_of(8, 1, 0), 0));
+    /* rcomm_benches::coll::mix(99, 1, 7) */
+    printf("coll mix %016llx\n", (unsigned long long)cmix(99, 1, 7));
 }
 
 int main(int argc, char **argv)
@@ -341,6 +736,13 @@ int main(int argc, char **argv)
         return 0;
     }
     MPI_Init(&argc, &argv);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "allreduce") || !strcmp(argv[i], "bcast") || !strcmp(argv[i], "barrier")) {
+            int st = coll_main(argc, argv);
+            MPI_Finalize();
+            return st;
+        }
+    }
     int size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -224,7 +224,7 @@ fn bytes_of_mut<T: Pod>(b: &mut [T]) -> &mut [u8] {
 /// Reinterprets a status' byte count for `T`, erroring on a partial element.
 fn check_elems<T>(st: &Status) -> Result<Status> {
     let elem = size_of::<T>();
-    if elem > 0 && st.bytes % elem != 0 {
+    if elem > 0 && !st.bytes.is_multiple_of(elem) {
         return Err(CommError::Size {
             bytes: st.bytes,
             elem,
@@ -640,7 +640,7 @@ impl ScopedRequest<'_, '_> {
             .scope
             .comm
             .local(self.scope.comm.shared.wait(self.req)?);
-        if self.elem > 0 && st.bytes % self.elem != 0 {
+        if self.elem > 0 && !st.bytes.is_multiple_of(self.elem) {
             return Err(CommError::Size {
                 bytes: st.bytes,
                 elem: self.elem,
@@ -695,7 +695,7 @@ impl Message {
     pub fn recv_vec<T: Pod>(self) -> Result<(Vec<T>, Status)> {
         let elem = size_of::<T>().max(1);
         let bytes = self.env.len as usize;
-        if bytes % elem != 0 {
+        if !bytes.is_multiple_of(elem) {
             return Err(CommError::Size { bytes, elem });
         }
         let mut v = vec![T::zeroed(); bytes / elem];

@@ -188,12 +188,12 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
                 )),
             }
         }
-        if let Some(stdin) = child.stdin.take() {
-            if output::forward_stdin(stdin).is_err() {
-                say(format_args!(
-                    "warning: cannot start the thread forwarding stdin; rank 0's stdin is closed"
-                ));
-            }
+        if let Some(stdin) = child.stdin.take()
+            && output::forward_stdin(stdin).is_err()
+        {
+            say(format_args!(
+                "warning: cannot start the thread forwarding stdin; rank 0's stdin is closed"
+            ));
         }
         for (src, dest) in [
             (

@@ -316,10 +316,10 @@ fn child_setup(s: &ChildSetup, empty: &SigSet) -> io::Result<()> {
         if libc::sigprocmask(libc::SIG_SETMASK, &empty.0, std::ptr::null_mut()) != 0 {
             return Err(last_err());
         }
-        if let Some(cpus) = &s.cpus {
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &cpus.0) != 0 {
-                return Err(last_err());
-            }
+        if let Some(cpus) = &s.cpus
+            && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &cpus.0) != 0
+        {
+            return Err(last_err());
         }
         // The launcher keeps the secret's descriptor close-on-exec so nothing else inherits
         // it; only ranks get it.

@@ -392,14 +392,14 @@ impl Config {
             .transpose()?
             .unwrap_or_default();
         let kernel_isa = get(env, "RCOMM_KERNEL_ISA").map(|v| v.trim().to_ascii_lowercase());
-        if let Some(isa) = &kernel_isa {
-            if !["avx512", "avx2", "portable"].contains(&isa.as_str()) {
-                return Err(ConfigError {
-                    name: "RCOMM_KERNEL_ISA",
-                    value: isa.clone(),
-                    expected: "one of avx512, avx2, portable".into(),
-                });
-            }
+        if let Some(isa) = &kernel_isa
+            && !["avx512", "avx2", "portable"].contains(&isa.as_str())
+        {
+            return Err(ConfigError {
+                name: "RCOMM_KERNEL_ISA",
+                value: isa.clone(),
+                expected: "one of avx512, avx2, portable".into(),
+            });
         }
         Ok(Self {
             debug,

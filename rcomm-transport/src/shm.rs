@@ -861,7 +861,7 @@ mod tests {
                     while !p.try_push(&buf[..len]).unwrap() {
                         assert!(Instant::now() < deadline, "producer stuck at {i}");
                         spins += 1;
-                        if spins % 64 == 0 {
+                        if spins.is_multiple_of(64) {
                             std::thread::yield_now();
                         } else {
                             std::hint::spin_loop();
@@ -879,7 +879,7 @@ mod tests {
                 } else {
                     assert!(Instant::now() < deadline, "consumer stuck at {i}");
                     spins += 1;
-                    if spins % 64 == 0 {
+                    if spins.is_multiple_of(64) {
                         std::thread::yield_now();
                     } else {
                         std::hint::spin_loop();

@@ -564,10 +564,10 @@ impl ShmNet {
         let mut first = Ok(());
         let ranks: Vec<u32> = self.peers.keys().copied().collect();
         for r in ranks {
-            if let Err(e) = self.drain_peer_control(r) {
-                if first.is_ok() {
-                    first = Err(e);
-                }
+            if let Err(e) = self.drain_peer_control(r)
+                && first.is_ok()
+            {
+                first = Err(e);
             }
         }
         first

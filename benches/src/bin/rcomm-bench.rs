@@ -3,12 +3,19 @@
 //! `rcomm-run -n 2 rcomm-bench pt2pt latency|bw|bibw [-m MIN:MAX] [-i ITERS] [-x WARMUP] [--json]`
 //! runs OSU 7.2's `osu_latency`, `osu_bw` or `osu_bibw` methodology over rcomm (see
 //! [`rcomm_benches::osu`]); `benches/mpi/osu_like.c` is the same program for MPI.
+//!
+//! `rcomm-run -n N rcomm-bench coll OP [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
+//! [-d TYPE] [-o REDOP] [-r ROOT] [-c CHECK] [-a 0|1|2|3] [-A ALGO] [--json] [--plot FILE.svg]`
+//! runs a collective with nccl-tests' methodology and columns (see [`rcomm_benches::coll`]).
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use rcomm::{Communicator, Tag};
+use rcomm::{Communicator, Dtype, Op, Tag};
+use rcomm_benches::coll::{self, CollOp};
+use rcomm_benches::coll_run::{self, WrongResults};
 use rcomm_benches::osu::{self, AlignedBuf, Loop, SizeRange, Test};
 use std::error::Error;
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -42,6 +49,162 @@ struct Cli {
 enum Cmd {
     /// Point-to-point latency and bandwidth between 2 ranks, with OSU 7.2's methodology.
     Pt2pt(Pt2ptArgs),
+    /// A collective on every rank, with nccl-tests' methodology, flags and columns.
+    Coll(CollArgs),
+}
+
+/// nccl-tests' flags (`all_reduce_perf -b 8 -e 128M -f 2 …`), plus `-A` for the algorithm.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Output: nccl-tests' table: `size count type redop root` (size: the larger \
+    buffer in bytes; count: the count passed to the call), then `time algbw busbw #wrong` out of \
+    place and again in place (N/A where rcomm has no such call: bcast is in place only, reduce, \
+    allgather, reduce_scatter, alltoall, gather, scatter and scan out of place only). Times in µs, \
+    bandwidths in GB/s (10^9 B/s); algbw = size / time, busbw = algbw × 2(n−1)/n (allreduce), \
+    (n−1)/n (allgather, reduce_scatter, alltoall, gather, scatter), 1 (bcast, reduce, scan); barrier \
+    reports a time only. #wrong: wrong elements over all ranks in the check pass after the timed \
+    loop; any makes the exit status 1. Check data: integers exact (wrapping); float inputs lie on \
+    a grid that keeps every partial result exact up to 64 ranks, so any combining order gives the \
+    reference, within 2·eps·|value|.\n\nDifferences from nccl-tests: the -w warm-up calls run \
+    before every size and variant (nccl-tests runs them once at the largest and smallest size); \
+    -A picks rcomm's algorithm (out of place with a forced algorithm copies the input to the \
+    output, then runs that algorithm in place)."
+)]
+struct CollArgs {
+    /// The collective: allreduce, reduce, bcast, allgather, reduce_scatter, alltoall, gather,
+    /// scatter, scan or barrier.
+    #[arg(value_parser = coll::parse_op, value_name = "OP")]
+    op: CollOp,
+    /// Smallest size in bytes (K/M/G suffixes).
+    #[arg(short = 'b', long = "minbytes", value_name = "MINBYTES", default_value = "32M", value_parser = osu::parse_size)]
+    min_bytes: usize,
+    /// Largest size in bytes (K/M/G suffixes).
+    #[arg(short = 'e', long = "maxbytes", value_name = "MAXBYTES", default_value = "32M", value_parser = osu::parse_size)]
+    max_bytes: usize,
+    /// Multiply the size by this from one step to the next (1: add -i bytes instead).
+    #[arg(
+        short = 'f',
+        long = "stepfactor",
+        value_name = "FACTOR",
+        default_value_t = 1
+    )]
+    factor: usize,
+    /// Add this many bytes from one step to the next when -f is 1.
+    #[arg(short = 'i', long = "stepbytes", value_name = "BYTES", default_value = "1M", value_parser = osu::parse_size)]
+    step: usize,
+    /// Timed calls per size (and variant), back to back.
+    #[arg(short = 'n', long = "iters", value_name = "ITERS", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    iters: u64,
+    /// Warm-up calls before each size (and variant).
+    #[arg(
+        short = 'w',
+        long = "warmup_iters",
+        value_name = "WARMUP",
+        default_value_t = 5
+    )]
+    warmup: u64,
+    /// Data type: int8 uint8 int16 uint16 int32 uint32 int64 uint64 half bfloat16 float double
+    /// (rcomm's names i8 … f64, bf16 work too).
+    #[arg(short = 'd', long = "datatype", value_name = "TYPE", default_value = "float", value_parser = coll::parse_dtype)]
+    dtype: Dtype,
+    /// Reduction: sum prod min max avg (and rcomm's band bor bxor for integers).
+    #[arg(short = 'o', long = "op", value_name = "REDOP", default_value = "sum", value_parser = coll::parse_redop)]
+    redop: Op,
+    /// Root of bcast, reduce, gather and scatter.
+    #[arg(short = 'r', long = "root", value_name = "ROOT", default_value_t = 0)]
+    root: u32,
+    /// Check passes after the timed loop of each size (0: no check, #wrong is N/A).
+    #[arg(short = 'c', long = "check", value_name = "CHECK", default_value_t = 1)]
+    check: u32,
+    /// How per-rank times are combined: 0 rank 0's, 1 average, 2 minimum, 3 maximum.
+    #[arg(short = 'a', long = "average", value_name = "0|1|2|3", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    average: u8,
+    /// Algorithm: auto (rcomm's choice, or RCOMM_ALGO's), all (each algorithm rcomm has for OP,
+    /// in turn), a name, or a comma-separated list. allreduce: ring, rd (recursive doubling);
+    /// the other operations have one each so far (bcast, reduce: tree; allgather,
+    /// reduce_scatter: ring; alltoall: pairwise; gather, scatter: linear; scan: chain).
+    #[arg(
+        short = 'A',
+        long = "algo",
+        value_name = "ALGO",
+        default_value = "auto"
+    )]
+    algo: String,
+    /// One JSON object per size on stdout instead of the table (headers go to stderr):
+    /// {"op","algo","size","count","type","redop","root","time_us","algbw","busbw","wrong",
+    /// "inplace":{"time_us","algbw","busbw","wrong"}}; null where a variant does not exist.
+    #[arg(long)]
+    json: bool,
+    /// Also draw busbw against size (log x) into this SVG file, one line per algorithm.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Testing the benchmark: corrupt one output element on the last rank in every check pass.
+    #[arg(long, hide = true)]
+    inject_wrong: bool,
+}
+
+fn coll_plan(a: &CollArgs) -> Result<coll_run::Plan, String> {
+    let algos = coll_run::parse_algos(a.op, &a.algo)?;
+    let p = coll_run::Plan {
+        op: a.op,
+        dtype: a.dtype,
+        redop: a.redop,
+        root: a.root,
+        sizes: coll::sizes(a.min_bytes, a.max_bytes, a.factor, a.step),
+        sweep: (a.min_bytes, a.max_bytes, a.factor, a.step),
+        iters: a.iters as usize,
+        warmup: a.warmup as usize,
+        check: a.check,
+        average: coll::Average::from_flag(a.average)?,
+        algos,
+        json: a.json,
+        plot: a.plot.clone(),
+        inject_wrong: a.inject_wrong,
+    };
+    coll_run::validate(&p)?;
+    // A send and a receive buffer of the largest size, per rank.
+    let largest = p.sizes.last().copied().unwrap_or(0);
+    let per_rank = 2 * largest;
+    if per_rank > osu::MEM_LIMIT {
+        return Err(format!(
+            "sizes up to {largest} bytes need {} MiB per rank (limit {} MiB); lower -e",
+            per_rank >> 20,
+            osu::MEM_LIMIT >> 20
+        ));
+    }
+    Ok(p)
+}
+
+fn main_coll(args: &CollArgs) -> ExitCode {
+    let plan = match coll_plan(args) {
+        Ok(p) => p,
+        Err(e) => {
+            // Every rank finds the same mistake; one says so.
+            if rcomm_rank0() {
+                eprintln!("rcomm-bench coll: {e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    match coll_run::run(&plan) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<coll_run::Quiet>() => ExitCode::FAILURE,
+        Err(e) if e.is::<WrongResults>() => {
+            if rcomm_rank0() {
+                eprintln!("rcomm-bench coll: {e}");
+            }
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("rcomm-bench coll: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Whether this process is rank 0 (or runs alone), from the launcher's environment.
+fn rcomm_rank0() -> bool {
+    std::env::var("RCOMM_RANK").map_or(true, |r| r.trim() == "0")
 }
 
 #[derive(Args, Debug)]
@@ -156,7 +319,10 @@ fn plan(a: &Pt2ptArgs) -> Res<Plan> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Cmd::Pt2pt(args) = cli.cmd;
+    let args = match cli.cmd {
+        Cmd::Pt2pt(a) => a,
+        Cmd::Coll(a) => return main_coll(&a),
+    };
     let plan = match plan(&args) {
         Ok(p) => p,
         Err(e) => {

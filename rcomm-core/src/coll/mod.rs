@@ -245,7 +245,7 @@ impl Communicator {
     pub fn alltoall<T: bytemuck::Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let n = self.size as usize;
         Self::check_len("alltoall recv", recv.len(), send.len())?;
-        if send.len() % n != 0 {
+        if !send.len().is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(
                 "alltoall: {} elements are not {n} equal blocks",
                 send.len()
@@ -418,16 +418,16 @@ impl Communicator {
         for p in reqs {
             match self.shared.wait(p.req) {
                 Ok(st) => {
-                    if let Some(len) = p.want {
-                        if st.bytes != len {
-                            err = err.or(Some(CommError::Mismatch {
-                                what: "collective message size (do all ranks pass the same count?)"
-                                    .into(),
-                                rank: p.peer,
-                                theirs: st.bytes as u64,
-                                ours: len as u64,
-                            }));
-                        }
+                    if let Some(len) = p.want
+                        && st.bytes != len
+                    {
+                        err = err.or(Some(CommError::Mismatch {
+                            what: "collective message size (do all ranks pass the same count?)"
+                                .into(),
+                            rank: p.peer,
+                            theirs: st.bytes as u64,
+                            ours: len as u64,
+                        }));
                     }
                 }
                 Err(x) => err = err.or(Some(x)),
@@ -592,12 +592,12 @@ impl<T: bytemuck::Pod + Send> CollRequest<T> {
     pub fn wait(mut self) -> Result<Vec<T>> {
         self.advance(true)?;
         let mut data = std::mem::take(&mut self.data);
-        if self.avg {
-            if let Some((_, dtype)) = self.reduce {
-                let n = self.comm.size as usize;
-                rcomm_kernels::finalize_avg(dtype, bytemuck::cast_slice_mut(&mut data), n)
-                    .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-            }
+        if self.avg
+            && let Some((_, dtype)) = self.reduce
+        {
+            let n = self.comm.size as usize;
+            rcomm_kernels::finalize_avg(dtype, bytemuck::cast_slice_mut(&mut data), n)
+                .map_err(|e| CommError::InvalidArg(e.to_string()))?;
         }
         Ok(data)
     }

@@ -333,10 +333,10 @@ impl Engine {
         region: Region,
         op: &'static str,
     ) -> Result<ReqId, CommError> {
-        if let TagSel::Tag(t) = tag {
-            if t < 0 {
-                return Err(CommError::InvalidTag { tag: t });
-            }
+        if let TagSel::Tag(t) = tag
+            && t < 0
+        {
+            return Err(CommError::InvalidTag { tag: t });
         }
         let peer = match src {
             Source::Rank(r) if r >= self.st.size => {
@@ -897,11 +897,11 @@ impl State {
                 self.released = released;
             }
             ProtoKind::RndvCts => {
-                if let (Some(st), Some(rt)) = (u64_at(payload, 0), u64_at(payload, 1)) {
-                    if let Some(s) = self.rndv_send.get_mut(&st) {
-                        s.recv_token = Some(rt);
-                        self.streaming.push(st);
-                    }
+                if let (Some(st), Some(rt)) = (u64_at(payload, 0), u64_at(payload, 1))
+                    && let Some(s) = self.rndv_send.get_mut(&st)
+                {
+                    s.recv_token = Some(rt);
+                    self.streaming.push(st);
                 }
             }
             ProtoKind::RndvFin => {

@@ -195,10 +195,10 @@ impl KvsClient {
     }
 
     fn explain(&self, op: &'static str, msg: String) -> BootstrapError {
-        if let Some((rank, how)) = self.notices.snapshot().failed.first().cloned() {
-            if msg.contains("failed") {
-                return BootstrapError::RankFailed { rank, how };
-            }
+        if let Some((rank, how)) = self.notices.snapshot().failed.first().cloned()
+            && msg.contains("failed")
+        {
+            return BootstrapError::RankFailed { rank, how };
         }
         BootstrapError::Refused { op, msg }
     }

@@ -154,12 +154,11 @@ pub fn foreign_launcher(env: &dyn Fn(&str) -> Option<String>) -> Option<String> 
     if let Some(n) = env("SLURM_NTASKS")
         .and_then(|v| v.trim().parse::<u32>().ok())
         .filter(|&n| n > 1)
+        && env("PMI_FD").is_none()
     {
-        if env("PMI_FD").is_none() {
-            return Some(format!(
-                "Slurm started {n} tasks (SLURM_NTASKS={n}) but no PMI is available: run with `srun --mpi=pmi2`, or use rcomm-run"
-            ));
-        }
+        return Some(format!(
+            "Slurm started {n} tasks (SLURM_NTASKS={n}) but no PMI is available: run with `srun --mpi=pmi2`, or use rcomm-run"
+        ));
     }
     if env("OMPI_COMM_WORLD_SIZE").is_some() {
         return Some(

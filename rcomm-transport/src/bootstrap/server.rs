@@ -289,10 +289,10 @@ fn serve(mut stream: TcpStream, peer: String, sh: Arc<Shared>) {
                 continue;
             }
         };
-        if let Some(rep) = handle(&sh, rank, req) {
-            if send(&conn, &rep).is_err() {
-                break;
-            }
+        if let Some(rep) = handle(&sh, rank, req)
+            && send(&conn, &rep).is_err()
+        {
+            break;
         }
     }
     let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());

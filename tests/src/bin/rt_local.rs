@@ -97,7 +97,7 @@ fn main() {
         let mut spins = 0u32;
         while !rx.try_pop(|b| got = Some(b.to_vec())) {
             spins += 1;
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 assert!(!conn.poll_closed(), "partner died mid-exchange");
                 std::thread::yield_now(); // oversubscribed runs must let the partner run
             }
