@@ -262,6 +262,156 @@ impl Communicator {
         )
     }
 
+    /// Like [`allgather`](Self::allgather) with `counts[i]` elements from rank i, packed in rank
+    /// order in `recv` (every rank passes the same `counts`). Collective.
+    pub fn allgatherv<T: bytemuck::Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+    ) -> Result<()> {
+        let (n, r) = (self.size as usize, self.rank as usize);
+        Self::check_len("allgatherv counts", counts.len(), n)?;
+        Self::check_len("allgatherv send", send.len(), counts[r])?;
+        Self::check_len("allgatherv recv", recv.len(), counts.iter().sum())?;
+        let off: usize = counts[..r].iter().sum();
+        recv[off..off + send.len()].copy_from_slice(send);
+        let blocks = schedule::packed_blocks(counts, size_of::<T>());
+        self.run_schedule(
+            &schedule::ring_allgather_v(self.rank, &blocks),
+            bytemuck::cast_slice_mut(recv),
+            &[],
+            None,
+        )
+    }
+
+    /// Like [`gather`](Self::gather) with `counts[i]` elements from rank i (the root needs
+    /// every count; others only their own). Collective.
+    pub fn gatherv<T: bytemuck::Pod>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        counts: &[usize],
+        root: u32,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        let (n, r) = (self.size as usize, self.rank as usize);
+        Self::check_len("gatherv counts", counts.len(), n)?;
+        Self::check_len("gatherv send", send.len(), counts[r])?;
+        let blocks = schedule::packed_blocks(counts, size_of::<T>());
+        let sched = schedule::linear_gather_v(self.rank, root, &blocks);
+        if self.rank == root {
+            let recv = recv.ok_or_else(|| {
+                CommError::InvalidArg("gatherv: the root must pass a receive buffer".into())
+            })?;
+            Self::check_len("gatherv recv", recv.len(), counts.iter().sum())?;
+            let off: usize = counts[..r].iter().sum();
+            recv[off..off + send.len()].copy_from_slice(send);
+            self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
+        } else {
+            self.run_schedule(&sched, &mut [], bytemuck::cast_slice(send), None)
+        }
+    }
+
+    /// Like [`scatter`](Self::scatter) with `counts[i]` elements to rank i. Collective.
+    pub fn scatterv<T: bytemuck::Pod>(
+        &self,
+        send: Option<&[T]>,
+        counts: &[usize],
+        recv: &mut [T],
+        root: u32,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        let (n, r) = (self.size as usize, self.rank as usize);
+        Self::check_len("scatterv counts", counts.len(), n)?;
+        Self::check_len("scatterv recv", recv.len(), counts[r])?;
+        let blocks = schedule::packed_blocks(counts, size_of::<T>());
+        let sched = schedule::linear_scatter_v(self.rank, root, &blocks);
+        if self.rank == root {
+            let send = send.ok_or_else(|| {
+                CommError::InvalidArg("scatterv: the root must pass a send buffer".into())
+            })?;
+            Self::check_len("scatterv send", send.len(), counts.iter().sum())?;
+            let off: usize = counts[..r].iter().sum();
+            recv.copy_from_slice(&send[off..off + recv.len()]);
+            self.run_schedule(
+                &sched,
+                bytemuck::cast_slice_mut(recv),
+                bytemuck::cast_slice(send),
+                None,
+            )
+        } else {
+            self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
+        }
+    }
+
+    /// All-to-all with `send_counts[j]` elements to rank j and `recv_counts[i]` from rank i,
+    /// packed in rank order. What rank i sends to j must be what j expects from i. Collective.
+    pub fn alltoallv<T: bytemuck::Pod>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        let (n, r) = (self.size as usize, self.rank as usize);
+        Self::check_len("alltoallv send_counts", send_counts.len(), n)?;
+        Self::check_len("alltoallv recv_counts", recv_counts.len(), n)?;
+        Self::check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
+        Self::check_len("alltoallv recv", recv.len(), recv_counts.iter().sum())?;
+        Self::check_len("alltoallv own block", recv_counts[r], send_counts[r])?;
+        let (so, ro): (usize, usize) =
+            (send_counts[..r].iter().sum(), recv_counts[..r].iter().sum());
+        recv[ro..ro + recv_counts[r]].copy_from_slice(&send[so..so + send_counts[r]]);
+        let e = size_of::<T>();
+        let sched = schedule::pairwise_alltoall_v(
+            self.rank,
+            &schedule::packed_blocks(send_counts, e),
+            &schedule::packed_blocks(recv_counts, e),
+        );
+        self.run_schedule(
+            &sched,
+            bytemuck::cast_slice_mut(recv),
+            bytemuck::cast_slice(send),
+            None,
+        )
+    }
+
+    /// Reduces `send` (`counts.iter().sum()` elements) across ranks and leaves the `counts[rank]`
+    /// elements of this rank's block in `recv`. Collective.
+    pub fn reduce_scatter_v<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        op: Op,
+    ) -> Result<()> {
+        op.check(T::DTYPE)
+            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        let (n, r) = (self.size as usize, self.rank as usize);
+        Self::check_len("reduce_scatter_v counts", counts.len(), n)?;
+        Self::check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
+        Self::check_len("reduce_scatter_v recv", recv.len(), counts[r])?;
+        let mut work = send.to_vec();
+        let sched = schedule::ring_reduce_scatter_v(
+            self.rank,
+            &schedule::packed_blocks(counts, size_of::<T>()),
+        );
+        self.run_schedule(
+            &sched,
+            bytemuck::cast_slice_mut(&mut work),
+            &[],
+            Some((op, T::DTYPE)),
+        )?;
+        let off: usize = counts[..r].iter().sum();
+        recv.copy_from_slice(&work[off..off + counts[r]]);
+        if op == Op::Avg {
+            rcomm_kernels::finalize_avg_typed(recv, n)
+                .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// Inclusive prefix reduction: rank r gets `send(0) ⊕ … ⊕ send(r)`. Collective.
     pub fn scan<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
         self.scan_impl(send, recv, op, false)

@@ -291,154 +291,215 @@ pub fn binomial_reduce(rank: u32, n: u32, root: u32, bytes: usize) -> Schedule {
     s
 }
 
-/// Ring allgather of `block` bytes per rank into `Data` (n blocks, this rank's already in
-/// place): n−1 steps, each forwarding the block received in the step before.
-pub fn ring_allgather(rank: u32, n: u32, block: usize) -> Schedule {
-    let (r, n) = (rank as usize, n as usize);
+/// Byte ranges of rank-ordered blocks: `(offset, length)` per rank.
+pub type Blocks = Vec<(usize, usize)>;
+
+/// `n` equal blocks of `block` bytes.
+pub fn equal_blocks(n: u32, block: usize) -> Blocks {
+    (0..n as usize).map(|i| (i * block, block)).collect()
+}
+
+/// Blocks of `counts[i]` elements of `elem` bytes, packed in rank order (MPI's v-variants with
+/// default displacements).
+pub fn packed_blocks(counts: &[usize], elem: usize) -> Blocks {
+    let mut off = 0;
+    counts
+        .iter()
+        .map(|&c| {
+            let b = (off, c * elem);
+            off += c * elem;
+            b
+        })
+        .collect()
+}
+
+fn xfer_pair(to: u32, src: Chunk, from: u32, dst: Chunk) -> Vec<Step> {
+    let mut v = Vec::with_capacity(2);
+    if src.len > 0 {
+        v.push(Step::Send { peer: to, src });
+    }
+    if dst.len > 0 {
+        v.push(Step::Recv { peer: from, dst });
+    }
+    v
+}
+
+/// Ring allgather into `Data` laid out as `blocks` (every rank knows every block; this rank's
+/// already in place): n−1 steps, each forwarding the block received in the step before.
+/// Empty blocks cost no message (both ends know they are empty).
+pub fn ring_allgather_v(rank: u32, blocks: &Blocks) -> Schedule {
+    let (r, n) = (rank as usize, blocks.len());
     let mut s = Schedule::default();
-    if n < 2 || block == 0 {
+    if n < 2 {
         return s;
     }
     let right = ((r + 1) % n) as u32;
     let left = ((r + n - 1) % n) as u32;
     for k in 0..n - 1 {
-        let sb = (r + n - k) % n;
-        let rb = (r + 2 * n - k - 1) % n;
-        s.phases.push(Phase {
-            xfers: vec![
-                Step::Send {
-                    peer: right,
-                    src: data(sb * block, block),
-                },
-                Step::Recv {
-                    peer: left,
-                    dst: data(rb * block, block),
-                },
-            ],
-            local: vec![],
-        });
+        let (so, sl) = blocks[(r + n - k) % n];
+        let (ro, rl) = blocks[(r + 2 * n - k - 1) % n];
+        let xfers = xfer_pair(right, data(so, sl), left, data(ro, rl));
+        if !xfers.is_empty() {
+            s.phases.push(Phase {
+                xfers,
+                local: vec![],
+            });
+        }
     }
     s
 }
 
-/// Ring reduce-scatter of n blocks of `block` bytes in `Data` (commutative ops): after n−1
-/// steps this rank's block `rank` holds the reduction over all ranks.
-pub fn ring_reduce_scatter(rank: u32, n: u32, block: usize) -> Schedule {
-    let (r, n) = (rank as usize, n as usize);
+/// Ring allgather of `block` bytes per rank.
+pub fn ring_allgather(rank: u32, n: u32, block: usize) -> Schedule {
+    ring_allgather_v(rank, &equal_blocks(n, block))
+}
+
+/// Ring reduce-scatter over `Data` laid out as `blocks` (commutative ops): after n−1 steps
+/// this rank's block holds the reduction over all ranks.
+pub fn ring_reduce_scatter_v(rank: u32, blocks: &Blocks) -> Schedule {
+    let (r, n) = (rank as usize, blocks.len());
+    let tmp_len = blocks.iter().map(|b| b.1).max().unwrap_or(0);
     let mut s = Schedule {
         phases: vec![],
-        tmp_len: block,
+        tmp_len,
     };
-    if n < 2 || block == 0 {
+    if n < 2 || tmp_len == 0 {
         return Schedule::default();
     }
     let right = ((r + 1) % n) as u32;
     let left = ((r + n - 1) % n) as u32;
     for k in 0..n - 1 {
-        let sb = (r + 2 * n - k - 1) % n;
-        let rb = (r + 2 * n - k - 2) % n;
+        let (so, sl) = blocks[(r + 2 * n - k - 1) % n];
+        let (ro, rl) = blocks[(r + 2 * n - k - 2) % n];
+        let xfers = xfer_pair(right, data(so, sl), left, tmp(rl));
+        let local = if rl > 0 {
+            vec![Step::Reduce {
+                dst: data(ro, rl),
+                src: tmp(rl),
+            }]
+        } else {
+            vec![]
+        };
+        if !xfers.is_empty() {
+            s.phases.push(Phase { xfers, local });
+        }
+    }
+    s
+}
+
+/// Ring reduce-scatter of n blocks of `block` bytes.
+pub fn ring_reduce_scatter(rank: u32, n: u32, block: usize) -> Schedule {
+    ring_reduce_scatter_v(rank, &equal_blocks(n, block))
+}
+
+/// Linear gather into the root's `Data` laid out as `blocks` (the root's own block already in
+/// place); every other rank sends its `Input` (`blocks[rank].1` bytes).
+pub fn linear_gather_v(rank: u32, root: u32, blocks: &Blocks) -> Schedule {
+    let n = blocks.len() as u32;
+    let mut s = Schedule::default();
+    if n < 2 {
+        return s;
+    }
+    let xfers: Vec<Step> = if rank == root {
+        (0..n)
+            .filter(|&p| p != root && blocks[p as usize].1 > 0)
+            .map(|p| Step::Recv {
+                peer: p,
+                dst: data(blocks[p as usize].0, blocks[p as usize].1),
+            })
+            .collect()
+    } else if blocks[rank as usize].1 > 0 {
+        vec![Step::Send {
+            peer: root,
+            src: input(0, blocks[rank as usize].1),
+        }]
+    } else {
+        vec![]
+    };
+    if !xfers.is_empty() {
         s.phases.push(Phase {
-            xfers: vec![
-                Step::Send {
-                    peer: right,
-                    src: data(sb * block, block),
-                },
-                Step::Recv {
-                    peer: left,
-                    dst: tmp(block),
-                },
-            ],
-            local: vec![Step::Reduce {
-                dst: data(rb * block, block),
-                src: tmp(block),
-            }],
+            xfers,
+            local: vec![],
         });
     }
     s
 }
 
-/// Linear gather of `block` bytes per rank into the root's `Data` (n blocks; the root's own
-/// block already in place); other ranks send their `Input`.
+/// Linear gather of `block` bytes per rank.
 pub fn linear_gather(rank: u32, n: u32, root: u32, block: usize) -> Schedule {
-    let mut s = Schedule::default();
-    if n < 2 || block == 0 {
-        return s;
-    }
-    let xfers = if rank == root {
-        (0..n)
-            .filter(|&p| p != root)
-            .map(|p| Step::Recv {
-                peer: p,
-                dst: data(p as usize * block, block),
-            })
-            .collect()
-    } else {
-        vec![Step::Send {
-            peer: root,
-            src: input(0, block),
-        }]
-    };
-    s.phases.push(Phase {
-        xfers,
-        local: vec![],
-    });
-    s
+    linear_gather_v(rank, root, &equal_blocks(n, block))
 }
 
-/// Linear scatter of the root's `Input` (n blocks of `block` bytes) into every rank's `Data`
-/// (one block; the root copies its own).
-pub fn linear_scatter(rank: u32, n: u32, root: u32, block: usize) -> Schedule {
+/// Linear scatter of the root's `Input` laid out as `blocks` into every rank's `Data` (its
+/// block; the root copies its own).
+pub fn linear_scatter_v(rank: u32, root: u32, blocks: &Blocks) -> Schedule {
+    let n = blocks.len() as u32;
     let mut s = Schedule::default();
-    if n < 2 || block == 0 {
+    if n < 2 {
         return s;
     }
-    let xfers = if rank == root {
+    let xfers: Vec<Step> = if rank == root {
         (0..n)
-            .filter(|&p| p != root)
+            .filter(|&p| p != root && blocks[p as usize].1 > 0)
             .map(|p| Step::Send {
                 peer: p,
-                src: input(p as usize * block, block),
+                src: input(blocks[p as usize].0, blocks[p as usize].1),
             })
             .collect()
-    } else {
+    } else if blocks[rank as usize].1 > 0 {
         vec![Step::Recv {
             peer: root,
-            dst: data(0, block),
+            dst: data(0, blocks[rank as usize].1),
         }]
+    } else {
+        vec![]
     };
-    s.phases.push(Phase {
-        xfers,
-        local: vec![],
-    });
+    if !xfers.is_empty() {
+        s.phases.push(Phase {
+            xfers,
+            local: vec![],
+        });
+    }
     s
 }
 
-/// Pairwise all-to-all: in step k each rank sends its block for rank+k from `Input` and
-/// receives the block from rank−k into `Data` (its own block copied beforehand).
-pub fn pairwise_alltoall(rank: u32, n: u32, block: usize) -> Schedule {
-    let (r, n) = (rank as usize, n as usize);
+/// Linear scatter of n blocks of `block` bytes.
+pub fn linear_scatter(rank: u32, n: u32, root: u32, block: usize) -> Schedule {
+    linear_scatter_v(rank, root, &equal_blocks(n, block))
+}
+
+/// Pairwise all-to-all: in step k this rank sends `send[rank+k]` of `Input` and receives
+/// `recv[rank−k]` of `Data` (its own block copied beforehand). The two tables are this rank's;
+/// the peers' must agree (what i sends to j is what j expects from i).
+pub fn pairwise_alltoall_v(rank: u32, send: &Blocks, recv: &Blocks) -> Schedule {
+    let (r, n) = (rank as usize, send.len());
     let mut s = Schedule::default();
-    if n < 2 || block == 0 {
+    if n < 2 {
         return s;
     }
     for k in 1..n {
         let to = (r + k) % n;
         let from = (r + n - k) % n;
-        s.phases.push(Phase {
-            xfers: vec![
-                Step::Send {
-                    peer: to as u32,
-                    src: input(to * block, block),
-                },
-                Step::Recv {
-                    peer: from as u32,
-                    dst: data(from * block, block),
-                },
-            ],
-            local: vec![],
-        });
+        let xfers = xfer_pair(
+            to as u32,
+            input(send[to].0, send[to].1),
+            from as u32,
+            data(recv[from].0, recv[from].1),
+        );
+        if !xfers.is_empty() {
+            s.phases.push(Phase {
+                xfers,
+                local: vec![],
+            });
+        }
     }
     s
+}
+
+/// Pairwise all-to-all of n blocks of `block` bytes.
+pub fn pairwise_alltoall(rank: u32, n: u32, block: usize) -> Schedule {
+    let b = equal_blocks(n, block);
+    pairwise_alltoall_v(rank, &b, &b)
 }
 
 /// Inclusive scan along the rank chain: rank r receives the prefix of ranks 0..r, combines it

@@ -234,6 +234,65 @@ fn main() {
             );
         }
     }
+    // v-variants with uneven counts, including zero-length blocks.
+    {
+        let count = |p: u32| ((p as usize * 7) % 5) * 3; // 0, 6, 12, 3, 9, ...
+        let counts: Vec<usize> = (0..n).map(count).collect();
+        let total: usize = counts.iter().sum();
+        let offs: Vec<usize> = (0..n as usize).map(|p| counts[..p].iter().sum()).collect();
+        let mine: Vec<i64> = (0..counts[r as usize]).map(|i| v(r, i) + 5).collect();
+        let mut all = vec![0i64; total];
+        w.allgatherv(&mine, &mut all, &counts).unwrap();
+        assert!(
+            (0..n)
+                .all(|p| (0..counts[p as usize]).all(|i| all[offs[p as usize] + i] == v(p, i) + 5)),
+            "allgatherv"
+        );
+        for root in [0, n - 1] {
+            let mut g = vec![0i64; total];
+            w.gatherv(
+                &mine,
+                if r == root { Some(&mut g) } else { None },
+                &counts,
+                root,
+            )
+            .unwrap();
+            if r == root {
+                assert_eq!(g, all, "gatherv");
+            }
+            let mut part = vec![0i64; counts[r as usize]];
+            w.scatterv(
+                if r == root { Some(&all) } else { None },
+                &counts,
+                &mut part,
+                root,
+            )
+            .unwrap();
+            assert_eq!(part, mine, "scatterv");
+        }
+        let big: Vec<i64> = (0..total).map(|k| v(r, k)).collect();
+        let mut red = vec![0i64; counts[r as usize]];
+        w.reduce_scatter_v(&big, &mut red, &counts, Op::Sum)
+            .unwrap();
+        assert!(
+            (0..counts[r as usize])
+                .all(|i| red[i] == (0..n).map(|p| v(p, offs[r as usize] + i)).sum::<i64>()),
+            "reduce_scatter_v"
+        );
+        // alltoallv: rank i sends (i + j) % 3 elements to rank j.
+        let c = |i: u32, j: u32| ((i + j) % 3) as usize;
+        let sc: Vec<usize> = (0..n).map(|j| c(r, j)).collect();
+        let rc: Vec<usize> = (0..n).map(|i| c(i, r)).collect();
+        let send: Vec<i64> = (0..n)
+            .flat_map(|j| (0..c(r, j)).map(move |k| (r as i64) * 100 + (j as i64) * 10 + k as i64))
+            .collect();
+        let mut recv = vec![0i64; rc.iter().sum()];
+        w.alltoallv(&send, &sc, &mut recv, &rc).unwrap();
+        let want: Vec<i64> = (0..n)
+            .flat_map(|i| (0..c(i, r)).map(move |k| (i as i64) * 100 + (r as i64) * 10 + k as i64))
+            .collect();
+        assert_eq!(recv, want, "alltoallv");
+    }
     w.barrier().unwrap();
     if w.rank() == 0 {
         println!("ok reduce-gather-scatter-allgather-reduce_scatter-alltoall-scan");
