@@ -46,23 +46,7 @@ impl Communicator {
         op.check(T::DTYPE)
             .map_err(|e| CommError::InvalidArg(e.to_string()))?;
         let (n, count, elem) = (self.size, buf.len(), size_of::<T>());
-        // Every input of the choice is the same on every rank (count, dtype, rank count, the
-        // checked-equal RCOMM_ALGO), so ranks never disagree on the algorithm.
-        let forced = match self.shared.forced_algo("allreduce") {
-            Some("ring") => Algo::Ring,
-            Some("rd") => Algo::RecursiveDoubling,
-            _ => Algo::Auto,
-        };
-        let algo = match (algo, forced) {
-            (Algo::Auto, Algo::Auto)
-                if count * elem <= RD_MAX_BYTES || (count as u64) < u64::from(n) =>
-            {
-                Algo::RecursiveDoubling
-            }
-            (Algo::Auto, Algo::Auto) => Algo::Ring,
-            (Algo::Auto, f) => f,
-            (a, _) => a,
-        };
+        let algo = self.allreduce_algo(algo, count, elem);
         rcomm_transport::rlog!(
             Trace,
             "COLL",
@@ -80,6 +64,27 @@ impl Communicator {
                 .map_err(|e| CommError::InvalidArg(e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// The allreduce algorithm: a pure function of inputs every rank shares (the requested
+    /// algorithm, count, element size, rank count and `RCOMM_ALGO`, checked equal at init), so
+    /// ranks never disagree, and blocking and non-blocking calls combine in the same order.
+    fn allreduce_algo(&self, algo: Algo, count: usize, elem: usize) -> Algo {
+        let forced = match self.shared.forced_algo("allreduce") {
+            Some("ring") => Algo::Ring,
+            Some("rd") => Algo::RecursiveDoubling,
+            _ => Algo::Auto,
+        };
+        match (algo, forced) {
+            (Algo::Auto, Algo::Auto)
+                if count * elem <= RD_MAX_BYTES || (count as u64) < u64::from(self.size) =>
+            {
+                Algo::RecursiveDoubling
+            }
+            (Algo::Auto, Algo::Auto) => Algo::Ring,
+            (Algo::Auto, f) => f,
+            (a, _) => a,
+        }
     }
 
     /// `recv = send ⊕ …` across all ranks (out of place).
@@ -619,10 +624,9 @@ impl Communicator {
         op.check(T::DTYPE)
             .map_err(|e| CommError::InvalidArg(e.to_string()))?;
         let (n, count, elem) = (self.size, buf.len(), size_of::<T>());
-        let sched = if count * elem <= RD_MAX_BYTES || (count as u64) < u64::from(n) {
-            schedule::recursive_doubling_allreduce(self.rank, n, count, elem)
-        } else {
-            schedule::ring_allreduce(self.rank, n, count, elem)
+        let sched = match self.allreduce_algo(Algo::Auto, count, elem) {
+            Algo::Ring => schedule::ring_allreduce(self.rank, n, count, elem),
+            _ => schedule::recursive_doubling_allreduce(self.rank, n, count, elem),
         };
         CollRequest::start(
             self.clone(),
