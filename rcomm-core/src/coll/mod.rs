@@ -165,13 +165,7 @@ impl Communicator {
     /// Every rank's `send` block, concatenated in rank order, into every rank's `recv`
     /// (`size × send.len()` elements). Collective.
     pub fn allgather<T: bytemuck::Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let (n, b) = (self.size as usize, send.len());
-        Self::check_len("allgather recv", recv.len(), n * b)?;
-        let r = self.rank as usize;
-        recv[r * b..(r + 1) * b].copy_from_slice(send);
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(recv);
-        let sched = schedule::ring_allgather(self.rank, self.size, b * size_of::<T>());
-        self.run_schedule(&sched, bytes, &[], None)
+        self.allgatherv(send, recv, &vec![send.len(); self.size as usize])
     }
 
     /// Reduces `send` (`size` blocks of `recv.len()` elements) across ranks and leaves block
@@ -202,19 +196,7 @@ impl Communicator {
         recv: Option<&mut [T]>,
         root: u32,
     ) -> Result<()> {
-        self.check_root(root)?;
-        let (n, b, r) = (self.size as usize, send.len(), self.rank as usize);
-        let sched = schedule::linear_gather(self.rank, self.size, root, b * size_of::<T>());
-        if self.rank == root {
-            let recv = recv.ok_or_else(|| {
-                CommError::InvalidArg("gather: the root must pass a receive buffer".into())
-            })?;
-            Self::check_len("gather recv", recv.len(), n * b)?;
-            recv[r * b..(r + 1) * b].copy_from_slice(send);
-            self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
-        } else {
-            self.run_schedule(&sched, &mut [], bytemuck::cast_slice(send), None)
-        }
+        self.gatherv(send, recv, &vec![send.len(); self.size as usize], root)
     }
 
     /// Block `rank` of the root's `send` (`size × recv.len()` elements; other ranks pass
@@ -225,24 +207,7 @@ impl Communicator {
         recv: &mut [T],
         root: u32,
     ) -> Result<()> {
-        self.check_root(root)?;
-        let (n, b, r) = (self.size as usize, recv.len(), self.rank as usize);
-        let sched = schedule::linear_scatter(self.rank, self.size, root, b * size_of::<T>());
-        if self.rank == root {
-            let send = send.ok_or_else(|| {
-                CommError::InvalidArg("scatter: the root must pass a send buffer".into())
-            })?;
-            Self::check_len("scatter send", send.len(), n * b)?;
-            recv.copy_from_slice(&send[r * b..(r + 1) * b]);
-            self.run_schedule(
-                &sched,
-                bytemuck::cast_slice_mut(recv),
-                bytemuck::cast_slice(send),
-                None,
-            )
-        } else {
-            self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
-        }
+        self.scatterv(send, &vec![recv.len(); self.size as usize], recv, root)
     }
 
     /// Block `j` of every rank's `send` goes to rank `j`, landing as block `rank of sender`

@@ -392,27 +392,40 @@ pub fn ring_reduce_scatter(rank: u32, n: u32, block: usize) -> Schedule {
     ring_reduce_scatter_v(rank, &equal_blocks(n, block))
 }
 
-/// Linear gather into the root's `Data` laid out as `blocks` (the root's own block already in
-/// place); every other rank sends its `Input` (`blocks[rank].1` bytes).
-pub fn linear_gather_v(rank: u32, root: u32, blocks: &Blocks) -> Schedule {
+/// One phase between the root and every other rank: the root receives every other rank's
+/// block into `Data` (`to_root`, gather) or sends each its block of `Input` (scatter); the other
+/// ranks send their `Input` / receive into `Data`. Empty blocks cost no message.
+fn linear_root_v(rank: u32, root: u32, blocks: &Blocks, to_root: bool) -> Schedule {
     let n = blocks.len() as u32;
     let mut s = Schedule::default();
     if n < 2 {
         return s;
     }
+    let step = |peer: u32, root_side: bool, (off, len): (usize, usize)| match (to_root, root_side) {
+        (true, true) => Step::Recv {
+            peer,
+            dst: data(off, len),
+        },
+        (true, false) => Step::Send {
+            peer,
+            src: input(0, len),
+        },
+        (false, true) => Step::Send {
+            peer,
+            src: input(off, len),
+        },
+        (false, false) => Step::Recv {
+            peer,
+            dst: data(0, len),
+        },
+    };
     let xfers: Vec<Step> = if rank == root {
         (0..n)
             .filter(|&p| p != root && blocks[p as usize].1 > 0)
-            .map(|p| Step::Recv {
-                peer: p,
-                dst: data(blocks[p as usize].0, blocks[p as usize].1),
-            })
+            .map(|p| step(p, true, blocks[p as usize]))
             .collect()
     } else if blocks[rank as usize].1 > 0 {
-        vec![Step::Send {
-            peer: root,
-            src: input(0, blocks[rank as usize].1),
-        }]
+        vec![step(root, false, blocks[rank as usize])]
     } else {
         vec![]
     };
@@ -423,6 +436,12 @@ pub fn linear_gather_v(rank: u32, root: u32, blocks: &Blocks) -> Schedule {
         });
     }
     s
+}
+
+/// Linear gather into the root's `Data` laid out as `blocks` (the root's own block already in
+/// place); every other rank sends its `Input` (`blocks[rank].1` bytes).
+pub fn linear_gather_v(rank: u32, root: u32, blocks: &Blocks) -> Schedule {
+    linear_root_v(rank, root, blocks, true)
 }
 
 /// Linear gather of `block` bytes per rank.
@@ -433,34 +452,7 @@ pub fn linear_gather(rank: u32, n: u32, root: u32, block: usize) -> Schedule {
 /// Linear scatter of the root's `Input` laid out as `blocks` into every rank's `Data` (its
 /// block; the root copies its own).
 pub fn linear_scatter_v(rank: u32, root: u32, blocks: &Blocks) -> Schedule {
-    let n = blocks.len() as u32;
-    let mut s = Schedule::default();
-    if n < 2 {
-        return s;
-    }
-    let xfers: Vec<Step> = if rank == root {
-        (0..n)
-            .filter(|&p| p != root && blocks[p as usize].1 > 0)
-            .map(|p| Step::Send {
-                peer: p,
-                src: input(blocks[p as usize].0, blocks[p as usize].1),
-            })
-            .collect()
-    } else if blocks[rank as usize].1 > 0 {
-        vec![Step::Recv {
-            peer: root,
-            dst: data(0, blocks[rank as usize].1),
-        }]
-    } else {
-        vec![]
-    };
-    if !xfers.is_empty() {
-        s.phases.push(Phase {
-            xfers,
-            local: vec![],
-        });
-    }
-    s
+    linear_root_v(rank, root, blocks, false)
 }
 
 /// Linear scatter of n blocks of `block` bytes.

@@ -343,11 +343,16 @@ fn main() {
         }
         // Blocking and non-blocking combine in the same order: bitwise equal float results.
         for c in [10usize, 70_000] {
-            let x: Vec<f32> = (0..c).map(|i| (contribution(r, i, 4) as f32) * 0.1 + 1e-3 * r as f32).collect();
+            let x: Vec<f32> = (0..c)
+                .map(|i| (contribution(r, i, 4) as f32) * 0.1 + 1e-3 * r as f32)
+                .collect();
             let mut blocking = x.clone();
             w.allreduce_in_place(&mut blocking, Op::Sum).unwrap();
             let nb = w.iallreduce(x, Op::Sum).unwrap().wait().unwrap();
-            assert!(bytemuck::cast_slice::<f32, u8>(&blocking) == bytemuck::cast_slice::<f32, u8>(&nb), "iallreduce differs bitwise from allreduce ({c})");
+            assert!(
+                bytemuck::cast_slice::<f32, u8>(&blocking) == bytemuck::cast_slice::<f32, u8>(&nb),
+                "iallreduce differs bitwise from allreduce ({c})"
+            );
         }
         // Dropped before completion: it completes anyway (no buffer used after free).
         drop(w.iallreduce(vec![1i32; 100_000], Op::Sum).unwrap());
