@@ -131,17 +131,17 @@ impl Net {
                 single_copy: false,
             },
             Route::Shm => {
-                let c = self
+                // Borrowed, not cloned: this runs on every send.
+                let (eager_limit, cma) = self
                     .shm
                     .as_ref()
-                    .map(|s| s.config().clone())
-                    .unwrap_or_default();
+                    .map_or((0, false), |s| (s.config().eager_limit, s.config().cma));
                 Caps {
                     latency_s: 3e-7,
                     bandwidth_bps: 1.2e10,
-                    eager_limit: c.eager_limit,
-                    max_frame: c.eager_limit,
-                    single_copy: c.cma,
+                    eager_limit,
+                    max_frame: eager_limit,
+                    single_copy: cma,
                 }
             }
             Route::Tcp => self.tcp_cfg.caps(),
