@@ -10,7 +10,10 @@ use crate::coll::{
 };
 use crate::osu::AlignedBuf;
 use crate::plot::{self, Series};
-use rcomm::{Algo, Communicator, Dtype, Op, Tag};
+use rcomm::{Communicator, Dtype, Op, Tag};
+
+/// An algorithm name as `RCOMM_ALGO` spells it (`auto`: rcomm's choice).
+type Algo = &'static str;
 use std::error::Error;
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,26 +26,14 @@ type Res<T> = Result<T, Box<dyn Error>>;
 const TAG_BOOK: Tag = Tag(201);
 
 /// Algorithms rcomm has for `op` (the names of `RCOMM_ALGO`), besides `auto`, which every
-/// operation has. Allreduce's are forced per call (`allreduce_with`); the other operations
-/// have one algorithm each so far, which is what `auto` runs (naming it labels the results).
+/// operation has; each is forced per run with [`Communicator::with_algo`].
 pub fn forcible(op: CollOp) -> &'static [&'static str] {
     match op {
-        CollOp::Allreduce => &["ring", "rd"],
-        CollOp::Bcast | CollOp::Reduce => &["tree"],
-        CollOp::Allgather | CollOp::ReduceScatter => &["ring"],
-        CollOp::Alltoall => &["pairwise"],
-        CollOp::Gather | CollOp::Scatter => &["linear"],
-        CollOp::Scan => &["chain"],
         CollOp::Barrier => &["dissemination"],
-    }
-}
-
-/// How the bench asks rcomm for algorithm `name` of `op`.
-fn algo_for(op: CollOp, name: &str) -> Algo {
-    match (op, name) {
-        (CollOp::Allreduce, "ring") => Algo::Ring,
-        (CollOp::Allreduce, "rd") => Algo::RecursiveDoubling,
-        _ => Algo::Auto,
+        _ => {
+            let all = rcomm::algorithms(op.name());
+            all.strip_prefix(&["auto"]).unwrap_or(all)
+        }
     }
 }
 
@@ -98,7 +89,7 @@ pub fn parse_algos(op: CollOp, s: &str) -> Result<Vec<(&'static str, Algo)>, Str
         };
         for n in names {
             if !out.iter().any(|(m, _)| *m == n) {
-                out.push((n, algo_for(op, n)));
+                out.push((n, n));
             }
         }
     }
@@ -227,7 +218,6 @@ fn exchange(comm: &Communicator, mine: [f64; 2]) -> Res<Vec<[f64; 2]>> {
 fn call<T: BenchElem>(
     comm: &Communicator,
     op: CollOp,
-    algo: Algo,
     redop: Op,
     root: u32,
     send: &[T],
@@ -236,14 +226,8 @@ fn call<T: BenchElem>(
 ) -> rcomm::Result<()> {
     let is_root = comm.rank() == root;
     match (op, inplace) {
-        (CollOp::Allreduce, false) if algo == Algo::Auto => comm.allreduce(send, recv, redop),
-        // rcomm has no out-of-place call that takes an algorithm: copy, then that algorithm in
-        // place (which is what `allreduce` itself does today).
-        (CollOp::Allreduce, false) => {
-            recv.copy_from_slice(send);
-            comm.allreduce_with(recv, redop, algo)
-        }
-        (CollOp::Allreduce, true) => comm.allreduce_with(recv, redop, algo),
+        (CollOp::Allreduce, false) => comm.allreduce(send, recv, redop),
+        (CollOp::Allreduce, true) => comm.allreduce_in_place(recv, redop),
         (CollOp::Bcast, _) => comm.bcast(recv, root),
         (CollOp::Reduce, _) => comm.reduce(send, is_root.then_some(recv), redop, root),
         (CollOp::Allgather, _) => comm.allgather(send, recv),
@@ -320,7 +304,14 @@ fn measure<T: BenchElem>(
     inplace: bool,
 ) -> Res<(f64, Option<u64>)> {
     let p = cx.plan;
-    let (comm, op) = (cx.comm, p.op);
+    let op = p.op;
+    let forced;
+    let comm = if algo.1 == "auto" || op == CollOp::Barrier {
+        cx.comm
+    } else {
+        forced = cx.comm.with_algo(op.name(), algo.1)?;
+        &forced
+    };
     let total = counts.total();
     // Successive calls use successive windows of the buffers (nccl-tests' startColl shift).
     let steps = bufs.cap.checked_div(total).unwrap_or(1).max(1);
@@ -333,7 +324,7 @@ fn measure<T: BenchElem>(
         } else {
             &mut recv[at..at + counts.recv]
         };
-        call(comm, op, algo.1, p.redop, p.root, s, r, inplace)
+        call(comm, op, p.redop, p.root, s, r, inplace)
     };
     for i in 0..p.warmup {
         one(i, send, recv)?;
@@ -661,22 +652,23 @@ mod tests {
     #[test]
     fn algorithm_lists() {
         let a = parse_algos(CollOp::Allreduce, "all").unwrap();
-        assert_eq!(a.iter().map(|x| x.0).collect::<Vec<_>>(), ["ring", "rd"]);
+        assert!(a.iter().any(|x| x.0 == "ring") && a.iter().any(|x| x.0 == "rd"));
+        assert!(!a.iter().any(|x| x.0 == "auto"));
         let a = parse_algos(CollOp::Allreduce, "auto,recursive-doubling,rd").unwrap();
+        assert_eq!(a, vec![("auto", "auto"), ("rd", "rd")]);
         assert_eq!(
-            a,
-            vec![("auto", Algo::Auto), ("rd", Algo::RecursiveDoubling)]
-        );
-        assert_eq!(
-            parse_algos(CollOp::Bcast, "all").unwrap(),
-            vec![("tree", Algo::Auto)]
+            parse_algos(CollOp::Bcast, "tree").unwrap(),
+            vec![("tree", "tree")]
         );
         let e = parse_algos(CollOp::Bcast, "ring").unwrap_err();
-        assert!(e.contains("valid: auto, tree, all"), "{e}");
+        assert!(e.contains("valid: auto, tree"), "{e}");
         assert!(
             parse_algos(CollOp::Allreduce, "tree")
                 .unwrap_err()
-                .contains("auto, ring, rd, all")
+                .contains("auto, rd, ring")
+                || parse_algos(CollOp::Allreduce, "tree")
+                    .unwrap_err()
+                    .contains("auto, ring, rd")
         );
     }
 

@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     notices: Option<Arc<NoticeBoard>>,
     seen_notices: AtomicU64,
     policy: WaitPolicy,
+    /// Collective scratch, schedule cache and the progress thread.
+    pub(crate) coll: crate::coll::CollShared,
 }
 
 impl std::fmt::Debug for Shared {
@@ -80,6 +82,7 @@ impl Shared {
             notices,
             seen_notices: AtomicU64::new(0),
             policy,
+            coll: crate::coll::CollShared::new(false),
         }
     }
 
@@ -185,6 +188,8 @@ pub struct Communicator {
     /// gives each one its own tag — concurrent non-blocking collectives never mix messages.
     pub(crate) coll_seq: Arc<std::sync::atomic::AtomicU32>,
     pub(crate) shared: Arc<Shared>,
+    /// Algorithms forced on this handle ([`Communicator::with_algo`]), before `RCOMM_ALGO`.
+    pub(crate) algo_force: Option<Arc<Vec<(String, String)>>>,
 }
 
 /// The members of a communicator, as world ranks, with the reverse map.

@@ -166,6 +166,7 @@ impl Communicator {
             group: Some(Arc::new(Group::new(world))),
             _ctx_guard: Some(guard),
             coll_seq: Default::default(),
+            algo_force: None,
             shared: self.shared.clone(),
         }
     }

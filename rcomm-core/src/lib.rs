@@ -21,7 +21,7 @@ mod group;
 pub mod p2p;
 mod world;
 
-pub use coll::{Algo, CollRequest, Dtype, Element, Op};
+pub use coll::{CollRequest, Dtype, Element, Op, ReduceOp, UserOp};
 pub use comm::{Communicator, Message, Request, Scope, ScopedRequest, Tag, wait_all, wait_any};
 pub use error::CommError;
 pub use group::SplitType;
@@ -30,6 +30,15 @@ pub use p2p::matcher::Source;
 pub use rcomm_transport::identity::PeerInfo;
 pub use rcomm_transport::net::NetCounters;
 pub use world::{World, init};
+
+/// The collective algorithms rcomm has for `op` (`allreduce`, `bcast`, …), as `RCOMM_ALGO`
+/// and [`Communicator::with_algo`] name them, `auto` first; empty for an unknown op.
+pub fn algorithms(op: &str) -> &'static [&'static str] {
+    rcomm_transport::config::ALGOS
+        .iter()
+        .find(|(o, _)| *o == op)
+        .map_or(&[], |(_, a)| a)
+}
 
 /// `Result` with [`CommError`].
 pub type Result<T, E = CommError> = std::result::Result<T, E>;

@@ -231,6 +231,7 @@ fn init_with(cfg: &Config) -> Result<World> {
         group: None,
         _ctx_guard: None,
         coll_seq: Default::default(),
+        algo_force: None,
         shared,
     };
     rlog!(
@@ -335,6 +336,9 @@ impl std::ops::Deref for World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        if let Some(p) = &self.comm.shared.coll.progress {
+            p.stop();
+        }
         // Finish sends still queued in the transports (bounded: a dead peer must not hang exit).
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         self.comm

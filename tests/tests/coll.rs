@@ -22,9 +22,9 @@ fn allreduce_and_bcast_match_the_reference_at_1_to_8_ranks_on_shm_and_tcp() {
             assert_eq!(
                 ok,
                 [
-                    "allreduce-Auto",
-                    "allreduce-Ring",
-                    "allreduce-RecursiveDoubling",
+                    "allreduce-auto",
+                    "allreduce-ring",
+                    "allreduce-rd",
                     "bcast",
                     "reduce-gather-scatter-allgather-reduce_scatter-alltoall-scan",
                     "nonblocking",

@@ -1,116 +1,152 @@
-//! Collectives. Every algorithm produces a [`schedule::Schedule`] (plain data); one executor
-//! runs schedules over point-to-point on the communicator's internal context, so collective
-//! traffic never meets user messages.
+//! Collectives. Every algorithm produces a [`schedule::Schedule`] (plain data, cached per
+//! shape); one executor runs schedules over point-to-point on the communicator's internal
+//! context, so collective traffic never meets user messages. Which algorithm runs is a pure
+//! function of inputs every rank shares, so ranks never disagree.
 //!
-//! This is the first slice of the collectives work: allreduce (ring, recursive doubling) and
-//! broadcast (binomial tree) with a size-based choice that every rank computes alike. The
-//! rest of the MPI set, the cost-model tuner and the shared-memory direct algorithms build on
-//! the same schedule type.
+//! Blocking calls borrow their buffers; the `i`-calls own theirs and return a
+//! [`CollRequest`] that hands the result back from `wait`.
 
+mod exec;
+pub(crate) mod progress;
+mod reduce;
 pub mod schedule;
 
-use crate::comm::{Communicator, Tag};
-use crate::p2p::matcher::Source;
-use crate::p2p::region::Region;
-use crate::{CommError, Result};
+pub use exec::CollRequest;
+pub(crate) use exec::CollShared;
+use exec::{Post, SchedKey};
 pub use rcomm_kernels::{Dtype, Element, Op};
-use schedule::{Buf, Chunk, Phase, Schedule, Step};
+pub(crate) use reduce::Reducer;
+pub use reduce::{Order, ReduceOp, UserOp};
+use schedule::Schedule;
 
-/// Collective tags start here on the internal context (below: barrier, allgather of ids, ...).
-const TAG_COLL_BASE: i32 = 16;
-
-/// An allreduce algorithm (forcing one is for tests and benchmarks; `Auto` picks by size).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Algo {
-    /// Pick by message size and rank count (the same choice on every rank).
-    Auto,
-    /// Ring: reduce-scatter then allgather.
-    Ring,
-    /// Recursive doubling.
-    RecursiveDoubling,
-}
+use crate::comm::Communicator;
+use crate::{CommError, Result};
+use bytemuck::Pod;
+use std::sync::Arc;
 
 /// Up to this many bytes allreduce uses recursive doubling (latency-bound), above it the ring.
 const RD_MAX_BYTES: usize = 64 << 10;
 
+/// Algorithms that combine operands in rank order (valid for non-commutative ops), per op.
+const RANK_ORDERED: &[(&str, &[&str])] = &[("allreduce", &["rd"]), ("scan", &["chain"])];
+
+fn elems<T>(n: usize) -> usize {
+    n * size_of::<T>()
+}
+
+fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
+    if got != want {
+        return Err(CommError::InvalidArg(format!(
+            "{what}: buffer of {got} elements, expected {want}"
+        )));
+    }
+    Ok(())
+}
+
+fn need<'a, B: ?Sized>(b: Option<&'a mut B>, what: &str) -> Result<&'a mut B> {
+    b.ok_or_else(|| CommError::InvalidArg(format!("{what}: the root must pass a buffer")))
+}
+
 impl Communicator {
-    /// Combines `buf` element-wise across all ranks with `op`; every rank gets the result, with
-    /// bitwise identical bytes on every rank. Collective; every rank passes the same length.
-    pub fn allreduce_in_place<T: Element>(&self, buf: &mut [T], op: Op) -> Result<()> {
-        self.allreduce_with(buf, op, Algo::Auto)
+    /// A handle to this communicator whose collectives of kind `op` (`allreduce`, `bcast`, …,
+    /// as in `RCOMM_ALGO`) use algorithm `algo`. Not collective, but every rank must force the
+    /// same algorithm for the same collectives (as with `RCOMM_ALGO`). `auto` removes a force.
+    pub fn with_algo(&self, op: &str, algo: &str) -> Result<Communicator> {
+        let parsed = rcomm_transport::config::parse_algo(&format!("{op}:{algo}"))
+            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        let mut c = self.clone();
+        let mut list: Vec<(String, String)> = c
+            .algo_force
+            .as_deref()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(o, _)| *o != parsed[0].0)
+            .collect();
+        list.extend(parsed);
+        c.algo_force = Some(Arc::new(list));
+        Ok(c)
     }
 
-    /// Like [`allreduce_in_place`](Self::allreduce_in_place), with a forced algorithm.
-    pub fn allreduce_with<T: Element>(&self, buf: &mut [T], op: Op, algo: Algo) -> Result<()> {
-        op.check(T::DTYPE)
-            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-        let (n, count, elem) = (self.size, buf.len(), size_of::<T>());
-        let algo = self.allreduce_algo(algo, count, elem);
+    /// The algorithm forced for `op` on this handle or by `RCOMM_ALGO`.
+    fn forced(&self, op: &str) -> Option<&str> {
+        if let Some(list) = &self.algo_force
+            && let Some((_, a)) = list.iter().find(|(o, _)| o == op)
+        {
+            return (a != "auto").then_some(a.as_str());
+        }
+        self.shared.forced_algo(op)
+    }
+
+    /// The algorithm for a collective of kind `op` moving `bytes` (the vector, or one block
+    /// for the gathering kinds): forced, or chosen by size. A pure function of inputs every
+    /// rank shares.
+    fn choose(&self, op: &'static str, bytes: usize, r: Option<&Reducer>) -> Result<&'static str> {
+        let ordered = r.is_some_and(|r| !r.commutative());
+        let allowed = |a: &str| {
+            !ordered
+                || RANK_ORDERED
+                    .iter()
+                    .any(|(o, list)| *o == op && list.contains(&a))
+        };
+        let algo: &'static str = match (op, self.forced(op)) {
+            ("allreduce", Some("ring")) => "ring",
+            ("allreduce", Some("rd")) => "rd",
+            ("allreduce", _) if ordered => "rd",
+            ("allreduce", _) if bytes <= RD_MAX_BYTES => "rd",
+            ("allreduce", _) => "ring",
+            ("bcast", _) => "tree",
+            ("reduce", _) => "tree",
+            ("allgather", _) => "ring",
+            ("reduce_scatter", _) => "ring",
+            ("alltoall", _) => "pairwise",
+            ("gather" | "scatter", _) => "linear",
+            ("scan", _) => "chain",
+            _ => "auto",
+        };
+        if !allowed(algo) {
+            let ok: Vec<&str> = RANK_ORDERED
+                .iter()
+                .filter(|(o, _)| *o == op)
+                .flat_map(|(_, l)| l.iter().copied())
+                .collect();
+            return Err(CommError::InvalidArg(format!(
+                "{op} with a non-commutative op needs an algorithm that combines in rank order \
+                 ({}); `{algo}` does not",
+                if ok.is_empty() {
+                    "none exists".to_string()
+                } else {
+                    ok.join(", ")
+                }
+            )));
+        }
         rcomm_transport::rlog!(
             Trace,
             "COLL",
-            "allreduce of {count} x {:?} on {n} ranks: {algo:?}",
-            T::DTYPE
+            "{op} of {bytes} B on {} ranks{}: {algo}",
+            self.size,
+            r.map(|r| format!(" ({})", r.name())).unwrap_or_default()
         );
-        let sched = match algo {
-            Algo::Ring => schedule::ring_allreduce(self.rank, n, count, elem),
-            _ => schedule::recursive_doubling_allreduce(self.rank, n, count, elem),
-        };
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        self.run_schedule(&sched, bytes, &[], Some((op, T::DTYPE)))?;
-        if op == Op::Avg {
-            rcomm_kernels::finalize_avg_typed(buf, n as usize)
-                .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-        }
-        Ok(())
+        Ok(algo)
     }
 
-    /// The allreduce algorithm: a pure function of inputs every rank shares (the requested
-    /// algorithm, count, element size, rank count and `RCOMM_ALGO`, checked equal at init), so
-    /// ranks never disagree, and blocking and non-blocking calls combine in the same order.
-    fn allreduce_algo(&self, algo: Algo, count: usize, elem: usize) -> Algo {
-        let forced = match self.shared.forced_algo("allreduce") {
-            Some("ring") => Algo::Ring,
-            Some("rd") => Algo::RecursiveDoubling,
-            _ => Algo::Auto,
-        };
-        match (algo, forced) {
-            (Algo::Auto, Algo::Auto)
-                if count * elem <= RD_MAX_BYTES || (count as u64) < u64::from(self.size) =>
-            {
-                Algo::RecursiveDoubling
-            }
-            (Algo::Auto, Algo::Auto) => Algo::Ring,
-            (Algo::Auto, f) => f,
-            (a, _) => a,
+    fn key(
+        &self,
+        op: &'static str,
+        algo: &'static str,
+        root: u32,
+        count: usize,
+        elem: usize,
+    ) -> SchedKey {
+        SchedKey {
+            op,
+            algo,
+            rank: self.rank,
+            n: self.size,
+            root,
+            count,
+            elem,
         }
-    }
-
-    /// `recv = send ⊕ …` across all ranks (out of place).
-    pub fn allreduce<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
-        if send.len() != recv.len() {
-            return Err(CommError::InvalidArg(format!(
-                "allreduce: send has {} elements but recv {}",
-                send.len(),
-                recv.len()
-            )));
-        }
-        recv.copy_from_slice(send);
-        self.allreduce_in_place(recv, op)
-    }
-
-    /// Sends `buf` from `root` to every rank. Collective; every rank passes the same length.
-    pub fn bcast<T: bytemuck::Pod>(&self, buf: &mut [T], root: u32) -> Result<()> {
-        if root >= self.size {
-            return Err(CommError::InvalidRank {
-                rank: root,
-                size: self.size,
-            });
-        }
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        let sched = schedule::binomial_bcast(self.rank, self.size, root, bytes.len());
-        self.run_schedule(&sched, bytes, &[], None)
     }
 
     fn check_root(&self, root: u32) -> Result<()> {
@@ -123,158 +159,468 @@ impl Communicator {
         Ok(())
     }
 
-    fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
-        if got != want {
-            return Err(CommError::InvalidArg(format!(
-                "{what}: buffer of {got} elements, expected {want}"
-            )));
-        }
-        Ok(())
+    // ---------------------------------------------------------------- plans
+
+    fn allreduce_plan(&self, count: usize, elem: usize, r: &Reducer) -> Result<Arc<Schedule>> {
+        r.check()?;
+        let algo = self.choose("allreduce", count * elem, Some(r))?;
+        let (rank, n) = (self.rank, self.size);
+        Ok(self
+            .shared
+            .coll
+            .schedule(self.key("allreduce", algo, 0, count, elem), || match algo {
+                "ring" => schedule::ring_allreduce(rank, n, count, elem),
+                _ => schedule::recursive_doubling_allreduce(rank, n, count, elem),
+            }))
     }
+
+    fn bcast_plan(&self, bytes: usize, root: u32) -> Result<Arc<Schedule>> {
+        self.check_root(root)?;
+        let algo = self.choose("bcast", bytes, None)?;
+        let (rank, n) = (self.rank, self.size);
+        Ok(self
+            .shared
+            .coll
+            .schedule(self.key("bcast", algo, root, bytes, 1), || {
+                schedule::binomial_bcast(rank, n, root, bytes)
+            }))
+    }
+
+    /// Reduce to `root` over a working buffer of `count` elements (the result lands in the
+    /// root's working buffer).
+    fn reduce_plan(
+        &self,
+        count: usize,
+        elem: usize,
+        r: &Reducer,
+        root: u32,
+    ) -> Result<Arc<Schedule>> {
+        self.check_root(root)?;
+        r.check()?;
+        let algo = self.choose("reduce", count * elem, Some(r))?;
+        let (rank, n) = (self.rank, self.size);
+        Ok(self
+            .shared
+            .coll
+            .schedule(self.key("reduce", algo, root, count, elem), || {
+                schedule::binomial_reduce(rank, n, root, count * elem)
+            }))
+    }
+
+    /// Allgather into a buffer laid out as `counts` (own block already in place).
+    fn allgather_plan(&self, counts: &[usize], elem: usize) -> Result<Arc<Schedule>> {
+        let n = self.size as usize;
+        check_len("allgather counts", counts.len(), n)?;
+        let equal = counts.iter().all(|&c| c == counts[0]);
+        let algo = self.choose("allgather", counts[0] * elem, None)?;
+        if equal {
+            let (rank, b) = (self.rank, counts[0] * elem);
+            return Ok(self
+                .shared
+                .coll
+                .schedule(self.key("allgather", algo, 0, counts[0], elem), || {
+                    schedule::ring_allgather(rank, n as u32, b)
+                }));
+        }
+        Ok(Arc::new(schedule::ring_allgather_v(
+            self.rank,
+            &schedule::packed_blocks(counts, elem),
+        )))
+    }
+
+    /// Reduce-scatter over a working buffer laid out as `counts`; block `rank` ends reduced.
+    fn reduce_scatter_plan(
+        &self,
+        counts: &[usize],
+        elem: usize,
+        r: &Reducer,
+    ) -> Result<Arc<Schedule>> {
+        r.check()?;
+        let n = self.size as usize;
+        check_len("reduce_scatter counts", counts.len(), n)?;
+        let total: usize = counts.iter().sum();
+        let algo = self.choose("reduce_scatter", total * elem, Some(r))?;
+        let _ = algo;
+        Ok(Arc::new(schedule::ring_reduce_scatter_v(
+            self.rank,
+            &schedule::packed_blocks(counts, elem),
+        )))
+    }
+
+    fn alltoall_plan(
+        &self,
+        send_counts: &[usize],
+        recv_counts: &[usize],
+        elem: usize,
+    ) -> Result<Arc<Schedule>> {
+        let n = self.size as usize;
+        check_len("alltoall send counts", send_counts.len(), n)?;
+        check_len("alltoall recv counts", recv_counts.len(), n)?;
+        let algo = self.choose("alltoall", send_counts[0] * elem, None)?;
+        let _ = algo;
+        Ok(Arc::new(schedule::pairwise_alltoall_v(
+            self.rank,
+            &schedule::packed_blocks(send_counts, elem),
+            &schedule::packed_blocks(recv_counts, elem),
+        )))
+    }
+
+    fn scan_plan(
+        &self,
+        count: usize,
+        elem: usize,
+        r: &Reducer,
+        exclusive: bool,
+    ) -> Result<Arc<Schedule>> {
+        if r.builtin() == Some(Op::Avg) {
+            return Err(CommError::InvalidArg("scan with Avg is not defined".into()));
+        }
+        r.check()?;
+        let algo = self.choose("scan", count * elem, Some(r))?;
+        let (rank, n) = (self.rank, self.size);
+        let name = if exclusive { "exscan-chain" } else { algo };
+        Ok(self
+            .shared
+            .coll
+            .schedule(self.key("scan", name, 0, count, elem), || {
+                schedule::chain_scan(rank, n, count * elem, exclusive)
+            }))
+    }
+
+    // ---------------------------------------------------------------- allreduce
+
+    /// Combines `buf` element-wise across all ranks with `op` (a built-in [`Op`] or a
+    /// [`UserOp`]); every rank gets the result, with bitwise identical bytes on every rank.
+    /// Collective; every rank passes the same length.
+    pub fn allreduce_in_place<T: Pod + Send>(
+        &self,
+        buf: &mut [T],
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<()> {
+        let r = op.into().0;
+        let sched = self.allreduce_plan(buf.len(), size_of::<T>(), &r)?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        self.run_schedule(&sched, bytes, &[], Some(&r))?;
+        r.finalize(bytes, self.size as usize)
+    }
+
+    /// `recv = send ⊕ …` across all ranks (out of place).
+    pub fn allreduce<T: Pod + Send>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<()> {
+        check_len("allreduce recv", recv.len(), send.len())?;
+        recv.copy_from_slice(send);
+        self.allreduce_in_place(recv, op)
+    }
+
+    /// Starts an allreduce of `buf` and returns at once; `wait` hands back the result (see
+    /// [`allreduce_in_place`](Self::allreduce_in_place); the same algorithm, so the same bits).
+    pub fn iallreduce<T: Pod + Send + 'static>(
+        &self,
+        buf: Vec<T>,
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<CollRequest<T>> {
+        let r = op.into().0;
+        let sched = self.allreduce_plan(buf.len(), size_of::<T>(), &r)?;
+        CollRequest::start(self, sched, buf, Vec::new(), Some(r), Post::Whole)
+    }
+
+    // ---------------------------------------------------------------- bcast
+
+    /// Sends `buf` from `root` to every rank. Collective; every rank passes the same length.
+    pub fn bcast<T: Pod>(&self, buf: &mut [T], root: u32) -> Result<()> {
+        let sched = self.bcast_plan(size_of_val(buf), root)?;
+        self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], None)
+    }
+
+    /// Starts a broadcast of `buf` from `root`; `wait` hands back the root's data.
+    pub fn ibcast<T: Pod + Send + 'static>(
+        &self,
+        buf: Vec<T>,
+        root: u32,
+    ) -> Result<CollRequest<T>> {
+        let sched = self.bcast_plan(size_of_val(&buf[..]), root)?;
+        CollRequest::start(self, sched, buf, Vec::new(), None, Post::Whole)
+    }
+
+    // ---------------------------------------------------------------- reduce
 
     /// Combines `send` across all ranks with `op` into `recv` on `root` (other ranks pass
     /// `None`). Collective.
-    pub fn reduce<T: Element>(
+    pub fn reduce<T: Pod + Send>(
         &self,
         send: &[T],
         recv: Option<&mut [T]>,
-        op: Op,
+        op: impl Into<ReduceOp<T>>,
         root: u32,
     ) -> Result<()> {
-        self.check_root(root)?;
-        op.check(T::DTYPE)
-            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-        let mut work = send.to_vec();
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut work);
-        let sched = schedule::binomial_reduce(self.rank, self.size, root, bytes.len());
-        self.run_schedule(&sched, bytes, &[], Some((op, T::DTYPE)))?;
+        let r = op.into().0;
+        let sched = self.reduce_plan(send.len(), size_of::<T>(), &r, root)?;
         if self.rank == root {
-            let recv = recv.ok_or_else(|| {
-                CommError::InvalidArg("reduce: the root must pass a receive buffer".into())
-            })?;
-            Self::check_len("reduce recv", recv.len(), send.len())?;
-            recv.copy_from_slice(&work);
-            if op == Op::Avg {
-                rcomm_kernels::finalize_avg_typed(recv, self.size as usize)
-                    .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-            }
+            let recv = need(recv, "reduce")?;
+            check_len("reduce recv", recv.len(), send.len())?;
+            recv.copy_from_slice(send);
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(recv);
+            self.run_schedule(&sched, bytes, &[], Some(&r))?;
+            r.finalize(bytes, self.size as usize)
+        } else {
+            let mut work = self.shared.coll.take_scratch(size_of_val(send));
+            let bytes = &mut work[..size_of_val(send)];
+            bytes.copy_from_slice(bytemuck::cast_slice(send));
+            let res = self.run_schedule(&sched, bytes, &[], Some(&r));
+            self.shared.coll.put_scratch(work);
+            res
         }
-        Ok(())
     }
+
+    /// In-place reduce: on `root`, `buf` holds its contribution and receives the result; on
+    /// the other ranks `buf` is their contribution and is left unchanged. Collective.
+    pub fn reduce_in_place<T: Pod + Send>(
+        &self,
+        buf: &mut [T],
+        op: impl Into<ReduceOp<T>>,
+        root: u32,
+    ) -> Result<()> {
+        if self.rank == root {
+            let r = op.into().0;
+            let sched = self.reduce_plan(buf.len(), size_of::<T>(), &r, root)?;
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+            self.run_schedule(&sched, bytes, &[], Some(&r))?;
+            r.finalize(bytes, self.size as usize)
+        } else {
+            self.reduce(buf, None, op, root)
+        }
+    }
+
+    /// Starts a reduce to `root`; `wait` hands the result back on the root and an empty vector
+    /// elsewhere.
+    pub fn ireduce<T: Pod + Send + 'static>(
+        &self,
+        send: Vec<T>,
+        op: impl Into<ReduceOp<T>>,
+        root: u32,
+    ) -> Result<CollRequest<T>> {
+        let r = op.into().0;
+        let sched = self.reduce_plan(send.len(), size_of::<T>(), &r, root)?;
+        let post = if self.rank == root {
+            Post::Whole
+        } else {
+            Post::Nothing
+        };
+        CollRequest::start(self, sched, send, Vec::new(), Some(r), post)
+    }
+
+    // ---------------------------------------------------------------- allgather
 
     /// Every rank's `send` block, concatenated in rank order, into every rank's `recv`
     /// (`size × send.len()` elements). Collective.
-    pub fn allgather<T: bytemuck::Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+    pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         self.allgatherv(send, recv, &vec![send.len(); self.size as usize])
     }
 
-    /// Reduces `send` (`size` blocks of `recv.len()` elements) across ranks and leaves block
-    /// `rank` of the result in `recv`. Collective.
-    pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
-        op.check(T::DTYPE)
-            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-        let (n, b) = (self.size as usize, recv.len());
-        Self::check_len("reduce_scatter send", send.len(), n * b)?;
-        let mut work = send.to_vec();
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut work);
-        let sched = schedule::ring_reduce_scatter(self.rank, self.size, b * size_of::<T>());
-        self.run_schedule(&sched, bytes, &[], Some((op, T::DTYPE)))?;
-        let r = self.rank as usize;
-        recv.copy_from_slice(&work[r * b..(r + 1) * b]);
-        if op == Op::Avg {
-            rcomm_kernels::finalize_avg_typed(recv, n)
-                .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-        }
-        Ok(())
-    }
-
-    /// Every rank's `send` block, in rank order, into `recv` on `root` (`size × send.len()`
-    /// elements; other ranks pass `None`). Collective.
-    pub fn gather<T: bytemuck::Pod>(
-        &self,
-        send: &[T],
-        recv: Option<&mut [T]>,
-        root: u32,
-    ) -> Result<()> {
-        self.gatherv(send, recv, &vec![send.len(); self.size as usize], root)
-    }
-
-    /// Block `rank` of the root's `send` (`size × recv.len()` elements; other ranks pass
-    /// `None`) into every rank's `recv`. Collective.
-    pub fn scatter<T: bytemuck::Pod>(
-        &self,
-        send: Option<&[T]>,
-        recv: &mut [T],
-        root: u32,
-    ) -> Result<()> {
-        self.scatterv(send, &vec![recv.len(); self.size as usize], recv, root)
-    }
-
-    /// Block `j` of every rank's `send` goes to rank `j`, landing as block `rank of sender`
-    /// in `recv` (both `size × block` elements). Collective.
-    pub fn alltoall<T: bytemuck::Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+    /// In-place allgather: `buf` holds `size` blocks and this rank's block is already in place.
+    pub fn allgather_in_place<T: Pod>(&self, buf: &mut [T]) -> Result<()> {
         let n = self.size as usize;
-        Self::check_len("alltoall recv", recv.len(), send.len())?;
-        if !send.len().is_multiple_of(n) {
+        if !buf.len().is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(
-                "alltoall: {} elements are not {n} equal blocks",
-                send.len()
+                "allgather: {} elements are not {n} equal blocks",
+                buf.len()
             )));
         }
-        let (b, r) = (send.len() / n, self.rank as usize);
-        recv[r * b..(r + 1) * b].copy_from_slice(&send[r * b..(r + 1) * b]);
-        let sched = schedule::pairwise_alltoall(self.rank, self.size, b * size_of::<T>());
-        self.run_schedule(
-            &sched,
-            bytemuck::cast_slice_mut(recv),
-            bytemuck::cast_slice(send),
-            None,
-        )
+        let sched = self.allgather_plan(&vec![buf.len() / n; n], size_of::<T>())?;
+        self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], None)
     }
 
     /// Like [`allgather`](Self::allgather) with `counts[i]` elements from rank i, packed in rank
     /// order in `recv` (every rank passes the same `counts`). Collective.
-    pub fn allgatherv<T: bytemuck::Pod>(
+    pub fn allgatherv<T: Pod>(&self, send: &[T], recv: &mut [T], counts: &[usize]) -> Result<()> {
+        let (n, r) = (self.size as usize, self.rank as usize);
+        check_len("allgatherv counts", counts.len(), n)?;
+        check_len("allgatherv send", send.len(), counts[r])?;
+        check_len("allgatherv recv", recv.len(), counts.iter().sum())?;
+        let off: usize = counts[..r].iter().sum();
+        recv[off..off + send.len()].copy_from_slice(send);
+        let sched = self.allgather_plan(counts, size_of::<T>())?;
+        self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
+    }
+
+    /// Starts an allgather; `wait` hands back the `size × send.len()` elements.
+    pub fn iallgather<T: Pod + Send + 'static>(&self, send: Vec<T>) -> Result<CollRequest<T>> {
+        let counts = vec![send.len(); self.size as usize];
+        self.iallgatherv(send, &counts)
+    }
+
+    /// Starts an allgatherv (see [`allgatherv`](Self::allgatherv)).
+    pub fn iallgatherv<T: Pod + Send + 'static>(
+        &self,
+        send: Vec<T>,
+        counts: &[usize],
+    ) -> Result<CollRequest<T>> {
+        let (n, r) = (self.size as usize, self.rank as usize);
+        check_len("allgatherv counts", counts.len(), n)?;
+        check_len("allgatherv send", send.len(), counts[r])?;
+        let off: usize = counts[..r].iter().sum();
+        let mut data = vec![T::zeroed(); counts.iter().sum()];
+        data[off..off + send.len()].copy_from_slice(&send);
+        let sched = self.allgather_plan(counts, size_of::<T>())?;
+        CollRequest::start(self, sched, data, Vec::new(), None, Post::Whole)
+    }
+
+    // ---------------------------------------------------------------- reduce_scatter
+
+    /// Reduces `send` (`size` blocks of `recv.len()` elements) across ranks and leaves block
+    /// `rank` of the result in `recv`. Collective.
+    pub fn reduce_scatter<T: Pod + Send>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<()> {
+        let n = self.size as usize;
+        check_len("reduce_scatter send", send.len(), n * recv.len())?;
+        self.reduce_scatter_v(send, recv, &vec![recv.len(); n], op)
+    }
+
+    /// In-place reduce-scatter: `buf` holds `size` equal blocks; afterwards block `rank` holds
+    /// this rank's reduced block (the other blocks are scratch). Collective.
+    pub fn reduce_scatter_in_place<T: Pod + Send>(
+        &self,
+        buf: &mut [T],
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<()> {
+        let n = self.size as usize;
+        if !buf.len().is_multiple_of(n) {
+            return Err(CommError::InvalidArg(format!(
+                "reduce_scatter: {} elements are not {n} equal blocks",
+                buf.len()
+            )));
+        }
+        let r = op.into().0;
+        let b = buf.len() / n;
+        let sched = self.reduce_scatter_plan(&vec![b; n], size_of::<T>(), &r)?;
+        self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], Some(&r))?;
+        let me = self.rank as usize;
+        r.finalize(bytemuck::cast_slice_mut(&mut buf[me * b..(me + 1) * b]), n)
+    }
+
+    /// Reduces `send` (`counts.iter().sum()` elements) across ranks and leaves the `counts[rank]`
+    /// elements of this rank's block in `recv`. Collective.
+    pub fn reduce_scatter_v<T: Pod + Send>(
         &self,
         send: &[T],
         recv: &mut [T],
         counts: &[usize],
+        op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
-        let (n, r) = (self.size as usize, self.rank as usize);
-        Self::check_len("allgatherv counts", counts.len(), n)?;
-        Self::check_len("allgatherv send", send.len(), counts[r])?;
-        Self::check_len("allgatherv recv", recv.len(), counts.iter().sum())?;
-        let off: usize = counts[..r].iter().sum();
-        recv[off..off + send.len()].copy_from_slice(send);
-        let blocks = schedule::packed_blocks(counts, size_of::<T>());
-        self.run_schedule(
-            &schedule::ring_allgather_v(self.rank, &blocks),
-            bytemuck::cast_slice_mut(recv),
-            &[],
-            None,
+        let r = op.into().0;
+        let (n, me) = (self.size as usize, self.rank as usize);
+        check_len("reduce_scatter_v counts", counts.len(), n)?;
+        check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
+        check_len("reduce_scatter_v recv", recv.len(), counts[me])?;
+        let sched = self.reduce_scatter_plan(counts, size_of::<T>(), &r)?;
+        let len = size_of_val(send);
+        let mut work = self.shared.coll.take_scratch(len);
+        work[..len].copy_from_slice(bytemuck::cast_slice(send));
+        let res = self.run_schedule(&sched, &mut work[..len], &[], Some(&r));
+        if res.is_ok() {
+            let off = elems::<T>(counts[..me].iter().sum());
+            let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
+            out.copy_from_slice(&work[off..off + out.len()]);
+        }
+        self.shared.coll.put_scratch(work);
+        res?;
+        r.finalize(bytemuck::cast_slice_mut(recv), n)
+    }
+
+    /// Starts a reduce-scatter of `send` (`size` equal blocks); `wait` hands back this rank's
+    /// reduced block.
+    pub fn ireduce_scatter<T: Pod + Send + 'static>(
+        &self,
+        send: Vec<T>,
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<CollRequest<T>> {
+        let n = self.size as usize;
+        if !send.len().is_multiple_of(n) {
+            return Err(CommError::InvalidArg(format!(
+                "reduce_scatter: {} elements are not {n} equal blocks",
+                send.len()
+            )));
+        }
+        let counts = vec![send.len() / n; n];
+        self.ireduce_scatter_v(send, &counts, op)
+    }
+
+    /// Starts a reduce-scatter with `counts[i]` elements in rank i's block.
+    pub fn ireduce_scatter_v<T: Pod + Send + 'static>(
+        &self,
+        send: Vec<T>,
+        counts: &[usize],
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<CollRequest<T>> {
+        let r = op.into().0;
+        let (n, me) = (self.size as usize, self.rank as usize);
+        check_len("reduce_scatter_v counts", counts.len(), n)?;
+        check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
+        let sched = self.reduce_scatter_plan(counts, size_of::<T>(), &r)?;
+        let off = counts[..me].iter().sum();
+        CollRequest::start(
+            self,
+            sched,
+            send,
+            Vec::new(),
+            Some(r),
+            Post::Range(off, counts[me]),
         )
+    }
+
+    // ---------------------------------------------------------------- gather / scatter
+
+    /// Every rank's `send` block, in rank order, into `recv` on `root` (`size × send.len()`
+    /// elements; other ranks pass `None`). Collective.
+    pub fn gather<T: Pod>(&self, send: &[T], recv: Option<&mut [T]>, root: u32) -> Result<()> {
+        self.gatherv(send, recv, &vec![send.len(); self.size as usize], root)
+    }
+
+    fn gather_plan(&self, counts: &[usize], elem: usize, root: u32) -> Result<Arc<Schedule>> {
+        self.check_root(root)?;
+        check_len("gatherv counts", counts.len(), self.size as usize)?;
+        let _ = self.choose("gather", counts[0] * elem, None)?;
+        Ok(Arc::new(schedule::linear_gather_v(
+            self.rank,
+            root,
+            &schedule::packed_blocks(counts, elem),
+        )))
+    }
+
+    fn scatter_plan(&self, counts: &[usize], elem: usize, root: u32) -> Result<Arc<Schedule>> {
+        self.check_root(root)?;
+        check_len("scatterv counts", counts.len(), self.size as usize)?;
+        let _ = self.choose("scatter", counts[0] * elem, None)?;
+        Ok(Arc::new(schedule::linear_scatter_v(
+            self.rank,
+            root,
+            &schedule::packed_blocks(counts, elem),
+        )))
     }
 
     /// Like [`gather`](Self::gather) with `counts[i]` elements from rank i (the root needs
     /// every count; others only their own). Collective.
-    pub fn gatherv<T: bytemuck::Pod>(
+    pub fn gatherv<T: Pod>(
         &self,
         send: &[T],
         recv: Option<&mut [T]>,
         counts: &[usize],
         root: u32,
     ) -> Result<()> {
-        self.check_root(root)?;
-        let (n, r) = (self.size as usize, self.rank as usize);
-        Self::check_len("gatherv counts", counts.len(), n)?;
-        Self::check_len("gatherv send", send.len(), counts[r])?;
-        let blocks = schedule::packed_blocks(counts, size_of::<T>());
-        let sched = schedule::linear_gather_v(self.rank, root, &blocks);
+        let sched = self.gather_plan(counts, size_of::<T>(), root)?;
+        let r = self.rank as usize;
+        check_len("gatherv send", send.len(), counts[r])?;
         if self.rank == root {
-            let recv = recv.ok_or_else(|| {
-                CommError::InvalidArg("gatherv: the root must pass a receive buffer".into())
-            })?;
-            Self::check_len("gatherv recv", recv.len(), counts.iter().sum())?;
+            let recv = need(recv, "gatherv")?;
+            check_len("gatherv recv", recv.len(), counts.iter().sum())?;
             let off: usize = counts[..r].iter().sum();
             recv[off..off + send.len()].copy_from_slice(send);
             self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
@@ -283,25 +629,59 @@ impl Communicator {
         }
     }
 
+    /// Starts a gather; `wait` hands back the `size × send.len()` elements on the root and an
+    /// empty vector elsewhere.
+    pub fn igather<T: Pod + Send + 'static>(
+        &self,
+        send: Vec<T>,
+        root: u32,
+    ) -> Result<CollRequest<T>> {
+        let counts = vec![send.len(); self.size as usize];
+        self.igatherv(send, &counts, root)
+    }
+
+    /// Starts a gatherv (see [`gatherv`](Self::gatherv)).
+    pub fn igatherv<T: Pod + Send + 'static>(
+        &self,
+        send: Vec<T>,
+        counts: &[usize],
+        root: u32,
+    ) -> Result<CollRequest<T>> {
+        let sched = self.gather_plan(counts, size_of::<T>(), root)?;
+        let r = self.rank as usize;
+        check_len("gatherv send", send.len(), counts[r])?;
+        if self.rank == root {
+            let off: usize = counts[..r].iter().sum();
+            let mut data = vec![T::zeroed(); counts.iter().sum()];
+            data[off..off + send.len()].copy_from_slice(&send);
+            CollRequest::start(self, sched, data, Vec::new(), None, Post::Whole)
+        } else {
+            CollRequest::start(self, sched, Vec::new(), send, None, Post::Nothing)
+        }
+    }
+
+    /// Block `rank` of the root's `send` (`size × recv.len()` elements; other ranks pass
+    /// `None`) into every rank's `recv`. Collective.
+    pub fn scatter<T: Pod>(&self, send: Option<&[T]>, recv: &mut [T], root: u32) -> Result<()> {
+        self.scatterv(send, &vec![recv.len(); self.size as usize], recv, root)
+    }
+
     /// Like [`scatter`](Self::scatter) with `counts[i]` elements to rank i. Collective.
-    pub fn scatterv<T: bytemuck::Pod>(
+    pub fn scatterv<T: Pod>(
         &self,
         send: Option<&[T]>,
         counts: &[usize],
         recv: &mut [T],
         root: u32,
     ) -> Result<()> {
-        self.check_root(root)?;
-        let (n, r) = (self.size as usize, self.rank as usize);
-        Self::check_len("scatterv counts", counts.len(), n)?;
-        Self::check_len("scatterv recv", recv.len(), counts[r])?;
-        let blocks = schedule::packed_blocks(counts, size_of::<T>());
-        let sched = schedule::linear_scatter_v(self.rank, root, &blocks);
+        let sched = self.scatter_plan(counts, size_of::<T>(), root)?;
+        let r = self.rank as usize;
+        check_len("scatterv recv", recv.len(), counts[r])?;
         if self.rank == root {
             let send = send.ok_or_else(|| {
                 CommError::InvalidArg("scatterv: the root must pass a send buffer".into())
             })?;
-            Self::check_len("scatterv send", send.len(), counts.iter().sum())?;
+            check_len("scatterv send", send.len(), counts.iter().sum())?;
             let off: usize = counts[..r].iter().sum();
             recv.copy_from_slice(&send[off..off + recv.len()]);
             self.run_schedule(
@@ -315,30 +695,81 @@ impl Communicator {
         }
     }
 
+    /// Starts a scatter of `count` elements per rank; the root passes `Some(send)`
+    /// (`size × count` elements). `wait` hands back this rank's block.
+    pub fn iscatter<T: Pod + Send + 'static>(
+        &self,
+        send: Option<Vec<T>>,
+        count: usize,
+        root: u32,
+    ) -> Result<CollRequest<T>> {
+        let counts = vec![count; self.size as usize];
+        self.iscatterv(send, &counts, root)
+    }
+
+    /// Starts a scatterv (see [`scatterv`](Self::scatterv)).
+    pub fn iscatterv<T: Pod + Send + 'static>(
+        &self,
+        send: Option<Vec<T>>,
+        counts: &[usize],
+        root: u32,
+    ) -> Result<CollRequest<T>> {
+        let sched = self.scatter_plan(counts, size_of::<T>(), root)?;
+        let r = self.rank as usize;
+        let mut data = vec![T::zeroed(); counts[r]];
+        if self.rank == root {
+            let send = send.ok_or_else(|| {
+                CommError::InvalidArg("scatterv: the root must pass a send buffer".into())
+            })?;
+            check_len("scatterv send", send.len(), counts.iter().sum())?;
+            let off: usize = counts[..r].iter().sum();
+            data.copy_from_slice(&send[off..off + counts[r]]);
+            CollRequest::start(self, sched, data, send, None, Post::Whole)
+        } else {
+            CollRequest::start(self, sched, data, Vec::new(), None, Post::Whole)
+        }
+    }
+
+    // ---------------------------------------------------------------- alltoall
+
+    /// Block `j` of every rank's `send` goes to rank `j`, landing as block `rank of sender`
+    /// in `recv` (both `size × block` elements). Collective.
+    pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let n = self.size as usize;
+        check_len("alltoall recv", recv.len(), send.len())?;
+        if !send.len().is_multiple_of(n) {
+            return Err(CommError::InvalidArg(format!(
+                "alltoall: {} elements are not {n} equal blocks",
+                send.len()
+            )));
+        }
+        let counts = vec![send.len() / n; n];
+        self.alltoallv(send, &counts, recv, &counts)
+    }
+
+    /// In-place all-to-all over `buf` (`size` equal blocks).
+    pub fn alltoall_in_place<T: Pod>(&self, buf: &mut [T]) -> Result<()> {
+        let send = buf.to_vec();
+        self.alltoall(&send, buf)
+    }
+
     /// All-to-all with `send_counts[j]` elements to rank j and `recv_counts[i]` from rank i,
     /// packed in rank order. What rank i sends to j must be what j expects from i. Collective.
-    pub fn alltoallv<T: bytemuck::Pod>(
+    pub fn alltoallv<T: Pod>(
         &self,
         send: &[T],
         send_counts: &[usize],
         recv: &mut [T],
         recv_counts: &[usize],
     ) -> Result<()> {
-        let (n, r) = (self.size as usize, self.rank as usize);
-        Self::check_len("alltoallv send_counts", send_counts.len(), n)?;
-        Self::check_len("alltoallv recv_counts", recv_counts.len(), n)?;
-        Self::check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
-        Self::check_len("alltoallv recv", recv.len(), recv_counts.iter().sum())?;
-        Self::check_len("alltoallv own block", recv_counts[r], send_counts[r])?;
+        let sched = self.alltoall_plan(send_counts, recv_counts, size_of::<T>())?;
+        let r = self.rank as usize;
+        check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
+        check_len("alltoallv recv", recv.len(), recv_counts.iter().sum())?;
+        check_len("alltoallv own block", recv_counts[r], send_counts[r])?;
         let (so, ro): (usize, usize) =
             (send_counts[..r].iter().sum(), recv_counts[..r].iter().sum());
         recv[ro..ro + recv_counts[r]].copy_from_slice(&send[so..so + send_counts[r]]);
-        let e = size_of::<T>();
-        let sched = schedule::pairwise_alltoall_v(
-            self.rank,
-            &schedule::packed_blocks(send_counts, e),
-            &schedule::packed_blocks(recv_counts, e),
-        );
         self.run_schedule(
             &sched,
             bytemuck::cast_slice_mut(recv),
@@ -347,388 +778,160 @@ impl Communicator {
         )
     }
 
-    /// Reduces `send` (`counts.iter().sum()` elements) across ranks and leaves the `counts[rank]`
-    /// elements of this rank's block in `recv`. Collective.
-    pub fn reduce_scatter_v<T: Element>(
+    /// Starts an all-to-all of `send` (`size` equal blocks); `wait` hands back the received
+    /// blocks.
+    pub fn ialltoall<T: Pod + Send + 'static>(&self, send: Vec<T>) -> Result<CollRequest<T>> {
+        let n = self.size as usize;
+        if !send.len().is_multiple_of(n) {
+            return Err(CommError::InvalidArg(format!(
+                "alltoall: {} elements are not {n} equal blocks",
+                send.len()
+            )));
+        }
+        let counts = vec![send.len() / n; n];
+        self.ialltoallv(send, &counts, &counts)
+    }
+
+    /// Starts an alltoallv (see [`alltoallv`](Self::alltoallv)).
+    pub fn ialltoallv<T: Pod + Send + 'static>(
+        &self,
+        send: Vec<T>,
+        send_counts: &[usize],
+        recv_counts: &[usize],
+    ) -> Result<CollRequest<T>> {
+        let sched = self.alltoall_plan(send_counts, recv_counts, size_of::<T>())?;
+        let r = self.rank as usize;
+        check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
+        check_len("alltoallv own block", recv_counts[r], send_counts[r])?;
+        let (so, ro): (usize, usize) =
+            (send_counts[..r].iter().sum(), recv_counts[..r].iter().sum());
+        let mut data = vec![T::zeroed(); recv_counts.iter().sum()];
+        data[ro..ro + recv_counts[r]].copy_from_slice(&send[so..so + send_counts[r]]);
+        CollRequest::start(self, sched, data, send, None, Post::Whole)
+    }
+
+    // ---------------------------------------------------------------- scans
+
+    /// Inclusive prefix reduction: rank r gets `send(0) ⊕ … ⊕ send(r)`. Collective.
+    pub fn scan<T: Pod + Send>(
         &self,
         send: &[T],
         recv: &mut [T],
-        counts: &[usize],
-        op: Op,
+        op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
-        op.check(T::DTYPE)
-            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-        let (n, r) = (self.size as usize, self.rank as usize);
-        Self::check_len("reduce_scatter_v counts", counts.len(), n)?;
-        Self::check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
-        Self::check_len("reduce_scatter_v recv", recv.len(), counts[r])?;
-        let mut work = send.to_vec();
-        let sched = schedule::ring_reduce_scatter_v(
-            self.rank,
-            &schedule::packed_blocks(counts, size_of::<T>()),
-        );
-        self.run_schedule(
-            &sched,
-            bytemuck::cast_slice_mut(&mut work),
-            &[],
-            Some((op, T::DTYPE)),
-        )?;
-        let off: usize = counts[..r].iter().sum();
-        recv.copy_from_slice(&work[off..off + counts[r]]);
-        if op == Op::Avg {
-            rcomm_kernels::finalize_avg_typed(recv, n)
-                .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-        }
-        Ok(())
+        check_len("scan recv", recv.len(), send.len())?;
+        recv.copy_from_slice(send);
+        self.scan_in_place(recv, op)
     }
 
-    /// Inclusive prefix reduction: rank r gets `send(0) ⊕ … ⊕ send(r)`. Collective.
-    pub fn scan<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
-        self.scan_impl(send, recv, op, false)
+    /// In-place inclusive scan.
+    pub fn scan_in_place<T: Pod + Send>(
+        &self,
+        buf: &mut [T],
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<()> {
+        let r = op.into().0;
+        let sched = self.scan_plan(buf.len(), size_of::<T>(), &r, false)?;
+        self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], Some(&r))
     }
 
     /// Exclusive prefix reduction: rank r gets `send(0) ⊕ … ⊕ send(r−1)`. Rank 0's `recv` is
     /// left unchanged (MPI leaves it undefined). Collective.
-    pub fn exscan<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
-        self.scan_impl(send, recv, op, true)
-    }
-
-    fn scan_impl<T: Element>(
+    pub fn exscan<T: Pod + Send>(
         &self,
         send: &[T],
         recv: &mut [T],
-        op: Op,
-        exclusive: bool,
+        op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
-        if op == Op::Avg {
-            return Err(CommError::InvalidArg("scan with Avg is not defined".into()));
+        check_len("exscan recv", recv.len(), send.len())?;
+        let r = op.into().0;
+        let sched = self.scan_plan(send.len(), size_of::<T>(), &r, true)?;
+        let len = size_of_val(send);
+        let mut work = self.shared.coll.take_scratch(len);
+        work[..len].copy_from_slice(bytemuck::cast_slice(send));
+        let res = self.run_schedule(&sched, &mut work[..len], &[], Some(&r));
+        if res.is_ok() && self.rank > 0 {
+            bytemuck::cast_slice_mut::<T, u8>(recv).copy_from_slice(&work[..len]);
         }
-        op.check(T::DTYPE)
-            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-        Self::check_len("scan recv", recv.len(), send.len())?;
-        let mut work = send.to_vec();
-        let sched =
-            schedule::chain_scan(self.rank, self.size, std::mem::size_of_val(send), exclusive);
-        self.run_schedule(
-            &sched,
-            bytemuck::cast_slice_mut(&mut work),
-            &[],
-            Some((op, T::DTYPE)),
-        )?;
-        if !(exclusive && self.rank == 0) {
-            recv.copy_from_slice(&work);
-        }
-        Ok(())
+        self.shared.coll.put_scratch(work);
+        res
     }
 
-    /// The tag of the next collective on this communicator.
-    fn next_coll_tag(&self) -> Tag {
-        let seq = self
-            .coll_seq
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Tag(TAG_COLL_BASE + (seq % (1 << 30)) as i32)
-    }
-
-    /// Runs a schedule over `data` (and a read-only `input`) to completion.
-    pub(crate) fn run_schedule(
+    /// In-place exclusive scan: `buf` holds this rank's contribution and receives the prefix
+    /// of the ranks before it (rank 0's `buf` is left unchanged).
+    pub fn exscan_in_place<T: Pod + Send>(
         &self,
-        s: &Schedule,
-        data: &mut [u8],
-        input: &[u8],
-        reduce: Option<(Op, Dtype)>,
+        buf: &mut [T],
+        op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
-        let mut tmp = vec![0u8; s.tmp_len];
-        let tag = self.next_coll_tag();
-        for ph in &s.phases {
-            let reqs = self.post_phase(ph, tag, data, input, &mut tmp)?;
-            self.finish_phase(ph, reqs, data, &mut tmp, reduce, true)?;
-        }
-        Ok(())
+        let send = buf.to_vec();
+        self.exscan(&send, buf, op)
     }
 
-    /// Posts a phase's receives, then its sends. On error, requests already posted are waited
-    /// for (so no buffer is used after) and the first error is returned.
-    fn post_phase(
+    /// Starts an inclusive scan; `wait` hands back this rank's prefix.
+    pub fn iscan<T: Pod + Send + 'static>(
         &self,
-        ph: &Phase,
-        tag: Tag,
-        data: &mut [u8],
-        input: &[u8],
-        tmp: &mut [u8],
-    ) -> Result<Vec<Pending>> {
-        let ctx = self.ctx + 1;
-        let region = |c: &Chunk, data: &mut [u8], tmp: &mut [u8]| -> Region {
-            let (base, len) = match c.buf {
-                Buf::Data => (data.as_mut_ptr(), data.len()),
-                Buf::Tmp => (tmp.as_mut_ptr(), tmp.len()),
-                Buf::Input => (input.as_ptr().cast_mut(), input.len()),
-            };
-            assert!(c.off + c.len <= len, "schedule chunk outside its buffer");
-            // SAFETY: the chunk lies inside its buffer (asserted), the chunks of one phase do
-            // not overlap where one is written, `Input` chunks are only sent (never written),
-            // and every request of the phase completes (or is removed) before the buffers are
-            // touched again or released (`finish_phase`, and `CollRequest`'s drop).
-            unsafe { Region::from_raw(base.add(c.off), c.len) }
-        };
-        let mut reqs = Vec::with_capacity(ph.xfers.len());
-        let mut err = None;
-        {
-            let mut e = self.shared.lock();
-            for st in &ph.xfers {
-                if let Step::Recv { peer, dst } = st {
-                    let w = self.world_rank(*peer)?;
-                    match e.irecv(
-                        ctx,
-                        Source::Rank(w),
-                        tag.sel(),
-                        region(dst, data, tmp),
-                        "collective",
-                    ) {
-                        Ok(r) => reqs.push(Pending {
-                            req: r,
-                            want: Some(dst.len),
-                            peer: *peer,
-                        }),
-                        Err(x) => err = err.or(Some(x)),
-                    }
-                }
-            }
-            for st in &ph.xfers {
-                if let Step::Send { peer, src } = st {
-                    let w = self.world_rank(*peer)?;
-                    match e.isend(ctx, w, tag.0, region(src, data, tmp), "collective") {
-                        Ok(r) => reqs.push(Pending {
-                            req: r,
-                            want: None,
-                            peer: *peer,
-                        }),
-                        Err(x) => err = err.or(Some(x)),
-                    }
-                }
-            }
-        }
-        if let Some(x) = err {
-            for p in reqs {
-                let _ = self.shared.wait(p.req);
-            }
-            return Err(x);
-        }
-        Ok(reqs)
-    }
-
-    /// Completes a phase: waits for (or, with `block` false, checks) its requests, then runs
-    /// its local steps. Returns the requests still pending when not blocking.
-    fn finish_phase(
-        &self,
-        ph: &Phase,
-        reqs: Vec<Pending>,
-        data: &mut [u8],
-        tmp: &mut [u8],
-        reduce: Option<(Op, Dtype)>,
-        block: bool,
-    ) -> Result<Vec<Pending>> {
-        if !block {
-            let mut e = self.shared.lock();
-            e.progress();
-            if !reqs.iter().all(|p| e.is_done(p.req)) {
-                return Ok(reqs);
-            }
-        }
-        let mut err = None;
-        for p in reqs {
-            match self.shared.wait(p.req) {
-                Ok(st) => {
-                    if let Some(len) = p.want
-                        && st.bytes != len
-                    {
-                        err = err.or(Some(CommError::Mismatch {
-                            what: "collective message size (do all ranks pass the same count?)"
-                                .into(),
-                            rank: p.peer,
-                            theirs: st.bytes as u64,
-                            ours: len as u64,
-                        }));
-                    }
-                }
-                Err(x) => err = err.or(Some(x)),
-            }
-        }
-        if let Some(x) = err {
-            return Err(x);
-        }
-        for st in &ph.local {
-            let (dst, src) = match st {
-                Step::Reduce { dst, src } | Step::Copy { dst, src } => (dst, src),
-                _ => continue,
-            };
-            if src.buf != Buf::Tmp || dst.buf != Buf::Data {
-                return Err(CommError::InvalidArg(
-                    "schedule combines other buffers than scratch into data".into(),
-                ));
-            }
-            let srcb = &tmp[src.off..src.off + src.len];
-            let dstb = &mut data[dst.off..dst.off + dst.len];
-            match (st, reduce) {
-                (Step::Reduce { .. }, Some((op, dtype))) => {
-                    rcomm_kernels::reduce_into(op, dtype, dstb, srcb)
-                        .map_err(|e| CommError::InvalidArg(e.to_string()))?
-                }
-                (Step::Reduce { .. }, None) => {
-                    return Err(CommError::InvalidArg("reduction step without an op".into()));
-                }
-                _ => dstb.copy_from_slice(srcb),
-            }
-        }
-        Ok(Vec::new())
-    }
-
-    /// Starts an allreduce of `buf` (owned until [`CollRequest::wait`] hands it back) and
-    /// returns at once; the collective advances in `test`/`wait` (and any other rcomm call of
-    /// this rank), so computation can overlap it.
-    pub fn iallreduce<T: Element>(&self, buf: Vec<T>, op: Op) -> Result<CollRequest<T>> {
-        op.check(T::DTYPE)
-            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-        let (n, count, elem) = (self.size, buf.len(), size_of::<T>());
-        let sched = match self.allreduce_algo(Algo::Auto, count, elem) {
-            Algo::Ring => schedule::ring_allreduce(self.rank, n, count, elem),
-            _ => schedule::recursive_doubling_allreduce(self.rank, n, count, elem),
-        };
-        CollRequest::start(
-            self.clone(),
-            sched,
-            buf,
-            Some((op, T::DTYPE)),
-            op == Op::Avg,
-        )
-    }
-
-    /// Starts a broadcast of `buf` from `root` (see [`iallreduce`](Self::iallreduce)).
-    pub fn ibcast<T: bytemuck::Pod + Send>(
-        &self,
-        buf: Vec<T>,
-        root: u32,
+        send: Vec<T>,
+        op: impl Into<ReduceOp<T>>,
     ) -> Result<CollRequest<T>> {
-        self.check_root(root)?;
-        let sched =
-            schedule::binomial_bcast(self.rank, self.size, root, std::mem::size_of_val(&buf[..]));
-        CollRequest::start(self.clone(), sched, buf, None, false)
+        let r = op.into().0;
+        let sched = self.scan_plan(send.len(), size_of::<T>(), &r, false)?;
+        CollRequest::start(self, sched, send, Vec::new(), Some(r), Post::Whole)
+    }
+
+    /// Starts an exclusive scan; `wait` hands back the prefix of the ranks before this one
+    /// (rank 0 gets its own `send` back).
+    pub fn iexscan<T: Pod + Send + 'static>(
+        &self,
+        send: Vec<T>,
+        op: impl Into<ReduceOp<T>>,
+    ) -> Result<CollRequest<T>> {
+        let r = op.into().0;
+        let sched = self.scan_plan(send.len(), size_of::<T>(), &r, true)?;
+        CollRequest::start(self, sched, send, Vec::new(), Some(r), Post::Whole)
+    }
+
+    // ---------------------------------------------------------------- barrier
+
+    /// Starts a barrier; `wait` returns once every rank has started it.
+    pub fn ibarrier(&self) -> Result<CollRequest<u8>> {
+        let (rank, n) = (self.rank, self.size);
+        let sched = self
+            .shared
+            .coll
+            .schedule(self.key("barrier", "dissemination", 0, 0, 0), || {
+                dissemination_barrier(rank, n)
+            });
+        CollRequest::start(self, sched, Vec::new(), Vec::new(), None, Post::Nothing)
     }
 }
 
-/// A request of a phase in flight.
-#[derive(Debug)]
-struct Pending {
-    req: crate::p2p::engine::ReqId,
-    want: Option<usize>,
-    peer: u32,
-}
-
-/// A non-blocking collective that owns its buffer. Dropping it before completion waits for it
-/// (the other ranks are running the same collective, so it completes).
-#[derive(Debug)]
-#[must_use = "a collective request does nothing useful unless waited for"]
-pub struct CollRequest<T: bytemuck::Pod + Send> {
-    comm: Communicator,
-    tag: Tag,
-    sched: Schedule,
-    data: Vec<T>,
-    tmp: Vec<u8>,
-    phase: usize,
-    pending: Vec<Pending>,
-    reduce: Option<(Op, Dtype)>,
-    avg: bool,
-    failed: Option<CommError>,
-}
-
-impl<T: bytemuck::Pod + Send> CollRequest<T> {
-    fn start(
-        comm: Communicator,
-        sched: Schedule,
-        data: Vec<T>,
-        reduce: Option<(Op, Dtype)>,
-        avg: bool,
-    ) -> Result<Self> {
-        let tmp = vec![0u8; sched.tmp_len];
-        let tag = comm.next_coll_tag();
-        let mut r = Self {
-            comm,
-            tag,
-            sched,
-            data,
-            tmp,
-            phase: 0,
-            pending: Vec::new(),
-            reduce,
-            avg,
-            failed: None,
-        };
-        r.advance(false)?;
-        Ok(r)
+/// Dissemination barrier: ⌈log₂ n⌉ rounds; in round k every rank sends an empty message to
+/// rank + 2ᵏ and waits for one from rank − 2ᵏ.
+fn dissemination_barrier(rank: u32, n: u32) -> Schedule {
+    use schedule::{Buf, Chunk, Phase, Step};
+    let none = Chunk {
+        buf: Buf::Data,
+        off: 0,
+        len: 0,
+    };
+    let mut s = Schedule::default();
+    let mut k = 1;
+    while k < n {
+        s.phases.push(Phase {
+            xfers: vec![
+                Step::Send {
+                    peer: (rank + k) % n,
+                    src: none,
+                },
+                Step::Recv {
+                    peer: (rank + n - k) % n,
+                    dst: none,
+                },
+            ],
+            local: vec![],
+        });
+        k *= 2;
     }
-
-    /// Moves through as many phases as are ready (all of them when `block`).
-    fn advance(&mut self, block: bool) -> Result<bool> {
-        if let Some(e) = self.failed.take() {
-            return Err(e);
-        }
-        while self.phase < self.sched.phases.len() {
-            let ph = self.sched.phases[self.phase].clone();
-            let data: &mut [u8] = bytemuck::cast_slice_mut(&mut self.data);
-            if self.pending.is_empty() {
-                self.pending = self
-                    .comm
-                    .post_phase(&ph, self.tag, data, &[], &mut self.tmp)?;
-                if self.pending.is_empty() && ph.local.is_empty() {
-                    self.phase += 1;
-                    continue;
-                }
-            }
-            let reqs = std::mem::take(&mut self.pending);
-            match self
-                .comm
-                .finish_phase(&ph, reqs, data, &mut self.tmp, self.reduce, block)
-            {
-                Ok(left) if !left.is_empty() => {
-                    self.pending = left;
-                    return Ok(false);
-                }
-                Ok(_) => self.phase += 1,
-                Err(e) => {
-                    self.phase = self.sched.phases.len();
-                    return Err(e);
-                }
-            }
-        }
-        Ok(true)
-    }
-
-    /// Whether the collective has completed (advancing it as far as possible without waiting).
-    pub fn test(&mut self) -> Result<bool> {
-        self.advance(false)
-    }
-
-    /// Waits for completion and hands back the buffer with the result.
-    pub fn wait(mut self) -> Result<Vec<T>> {
-        self.advance(true)?;
-        let mut data = std::mem::take(&mut self.data);
-        if self.avg
-            && let Some((_, dtype)) = self.reduce
-        {
-            let n = self.comm.size as usize;
-            rcomm_kernels::finalize_avg(dtype, bytemuck::cast_slice_mut(&mut data), n)
-                .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-        }
-        Ok(data)
-    }
-}
-
-impl<T: bytemuck::Pod + Send> Drop for CollRequest<T> {
-    fn drop(&mut self) {
-        if self.phase < self.sched.phases.len() {
-            // The requests in flight point into our buffers: finish before freeing them.
-            if let Err(e) = self.advance(true) {
-                rcomm_transport::rlog!(Warn, "COLL", "a dropped collective request failed: {e}");
-            }
-        }
-    }
+    s
 }

@@ -1,0 +1,580 @@
+//! The schedule executor: runs a [`Schedule`] over point-to-point on the communicator's
+//! internal context, blocking over borrowed buffers or step by step over owned ones (the
+//! non-blocking requests, which the progress thread may advance).
+
+use super::reduce::{Order, Reducer};
+use super::schedule::{Buf, Chunk, Phase, Schedule, Step};
+use crate::comm::{Communicator, Tag};
+use crate::p2p::matcher::Source;
+use crate::p2p::region::Region;
+use crate::{CommError, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Collective tags start here on the internal context (below: barrier, allgather of ids, ...).
+pub(crate) const TAG_COLL_BASE: i32 = 16;
+
+/// Process-wide collective state: reusable scratch and cached schedules.
+#[derive(Default)]
+pub(crate) struct CollShared {
+    /// Scratch buffers kept at their largest length, so a large collective does not zero
+    /// megabytes of fresh memory each call.
+    scratch: Mutex<Vec<Vec<u8>>>,
+    /// Schedules by what they are a pure function of.
+    cache: Mutex<HashMap<SchedKey, Arc<Schedule>>>,
+    pub(crate) progress: Option<Arc<super::progress::Progress>>,
+}
+
+impl std::fmt::Debug for CollShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CollShared").finish_non_exhaustive()
+    }
+}
+
+/// What a cached schedule was built from (v-variants are not cached: their block tables
+/// would make the key as big as the schedule).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct SchedKey {
+    pub op: &'static str,
+    pub algo: &'static str,
+    pub rank: u32,
+    pub n: u32,
+    pub root: u32,
+    pub count: usize,
+    pub elem: usize,
+}
+
+/// Above this many cached schedules the cache starts over (a job cycles through few shapes).
+const CACHE_MAX: usize = 256;
+/// Scratch buffers kept for reuse.
+const SCRATCH_KEEP: usize = 4;
+
+impl CollShared {
+    pub(crate) fn new(async_progress: bool) -> Self {
+        Self {
+            progress: async_progress.then(|| Arc::new(super::progress::Progress::default())),
+            ..Default::default()
+        }
+    }
+
+    /// The cached schedule for `key`, built by `make` on a miss.
+    pub(crate) fn schedule(&self, key: SchedKey, make: impl FnOnce() -> Schedule) -> Arc<Schedule> {
+        let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = c.get(&key) {
+            return s.clone();
+        }
+        if c.len() >= CACHE_MAX {
+            c.clear();
+        }
+        let s = Arc::new(make());
+        c.insert(key, s.clone());
+        s
+    }
+
+    /// A scratch buffer of at least `len` bytes (contents unspecified).
+    pub(crate) fn take_scratch(&self, len: usize) -> Vec<u8> {
+        if len == 0 {
+            return Vec::new();
+        }
+        let mut pool = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = pool.iter().position(|b| b.len() >= len) {
+            return pool.swap_remove(i);
+        }
+        drop(pool);
+        vec![0; len]
+    }
+
+    pub(crate) fn put_scratch(&self, buf: Vec<u8>) {
+        if buf.is_empty() {
+            return;
+        }
+        let mut pool = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.len() < SCRATCH_KEEP {
+            pool.push(buf);
+        } else if let Some(smallest) = pool.iter_mut().min_by_key(|b| b.len())
+            && smallest.len() < buf.len()
+        {
+            *smallest = buf;
+        }
+    }
+}
+
+/// A request of a phase in flight.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    req: crate::p2p::engine::ReqId,
+    want: Option<usize>,
+    peer: u32,
+}
+
+/// The operand order of a reduction step.
+fn order_of(_st: &Step) -> Order {
+    Order::SrcFirst
+}
+
+/// Runs one local step (a copy or a reduction between chunks of the three buffers).
+fn local_step(
+    st: &Step,
+    data: &mut [u8],
+    input: &[u8],
+    tmp: &mut [u8],
+    reduce: Option<&Reducer>,
+) -> Result<()> {
+    let (dst, src) = match st {
+        Step::Reduce { dst, src, .. } | Step::Copy { dst, src } => (*dst, *src),
+        _ => return Ok(()),
+    };
+    let is_reduce = matches!(st, Step::Reduce { .. });
+    let r = match (is_reduce, reduce) {
+        (true, None) => {
+            return Err(CommError::InvalidArg("reduction step without an op".into()));
+        }
+        (_, r) => r,
+    };
+    let run = |d: &mut [u8], s: &[u8]| -> Result<()> {
+        match r {
+            Some(r) if is_reduce => r.apply(d, s, order_of(st)),
+            _ => {
+                d.copy_from_slice(s);
+                Ok(())
+            }
+        }
+    };
+    let range = |c: &Chunk, len: usize| -> Result<std::ops::Range<usize>> {
+        if c.off + c.len > len {
+            return Err(CommError::InvalidArg(
+                "schedule chunk outside its buffer".into(),
+            ));
+        }
+        Ok(c.off..c.off + c.len)
+    };
+    if dst.len != src.len {
+        return Err(CommError::InvalidArg(
+            "schedule step between chunks of different lengths".into(),
+        ));
+    }
+    match (dst.buf, src.buf) {
+        (Buf::Input, _) => Err(CommError::InvalidArg(
+            "schedule writes the read-only input".into(),
+        )),
+        (Buf::Data, Buf::Tmp) => {
+            let (d, s) = (range(&dst, data.len())?, range(&src, tmp.len())?);
+            run(&mut data[d], &tmp[s])
+        }
+        (Buf::Tmp, Buf::Data) => {
+            let (d, s) = (range(&dst, tmp.len())?, range(&src, data.len())?);
+            run(&mut tmp[d], &data[s])
+        }
+        (Buf::Data, Buf::Input) => {
+            let (d, s) = (range(&dst, data.len())?, range(&src, input.len())?);
+            run(&mut data[d], &input[s])
+        }
+        (Buf::Tmp, Buf::Input) => {
+            let (d, s) = (range(&dst, tmp.len())?, range(&src, input.len())?);
+            run(&mut tmp[d], &input[s])
+        }
+        (Buf::Data, Buf::Data) | (Buf::Tmp, Buf::Tmp) => {
+            let b = if dst.buf == Buf::Data { data } else { tmp };
+            let (d, s) = (range(&dst, b.len())?, range(&src, b.len())?);
+            if is_reduce {
+                let s = b[s].to_vec();
+                run(&mut b[d], &s)
+            } else {
+                b.copy_within(s, d.start);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Communicator {
+    /// The tag of the next collective on this communicator.
+    pub(crate) fn next_coll_tag(&self) -> Tag {
+        let seq = self
+            .coll_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Tag(TAG_COLL_BASE + (seq % (1 << 30)) as i32)
+    }
+
+    /// Runs a schedule over `data` (and a read-only `input`) to completion.
+    pub(crate) fn run_schedule(
+        &self,
+        s: &Schedule,
+        data: &mut [u8],
+        input: &[u8],
+        reduce: Option<&Reducer>,
+    ) -> Result<()> {
+        let tag = self.next_coll_tag();
+        if s.phases.is_empty() {
+            return Ok(());
+        }
+        let coll = &self.shared.coll;
+        let mut tmp = coll.take_scratch(s.tmp_len);
+        let mut res = Ok(());
+        for ph in &s.phases {
+            res = self
+                .post_phase(ph, tag, data, input, &mut tmp)
+                .and_then(|reqs| self.finish_phase(ph, reqs, data, input, &mut tmp, reduce, true))
+                .map(drop);
+            if res.is_err() {
+                break;
+            }
+        }
+        coll.put_scratch(tmp);
+        res
+    }
+
+    /// Posts a phase's receives, then its sends. On error, requests already posted are waited
+    /// for (so no buffer is used after) and the first error is returned.
+    pub(crate) fn post_phase(
+        &self,
+        ph: &Phase,
+        tag: Tag,
+        data: &mut [u8],
+        input: &[u8],
+        tmp: &mut [u8],
+    ) -> Result<Vec<Pending>> {
+        let ctx = self.ctx + 1;
+        let region = |c: &Chunk, data: &mut [u8], tmp: &mut [u8]| -> Result<Region> {
+            let (base, len) = match c.buf {
+                Buf::Data => (data.as_mut_ptr(), data.len()),
+                Buf::Tmp => (tmp.as_mut_ptr(), tmp.len()),
+                Buf::Input => (input.as_ptr().cast_mut(), input.len()),
+            };
+            if c.off + c.len > len {
+                return Err(CommError::InvalidArg(
+                    "schedule chunk outside its buffer".into(),
+                ));
+            }
+            // SAFETY: the chunk lies inside its buffer (checked), the chunks of one phase do
+            // not overlap where one is written, `Input` chunks are only sent (never written),
+            // and every request of the phase completes (or is removed) before the buffers are
+            // touched again or released (`finish_phase`, and `CollRequest`'s drop).
+            Ok(unsafe { Region::from_raw(base.add(c.off), c.len) })
+        };
+        let mut reqs = Vec::with_capacity(ph.xfers.len());
+        let mut err = None;
+        {
+            let mut e = self.shared.lock();
+            for st in &ph.xfers {
+                if let Step::Recv { peer, dst } = st {
+                    if dst.buf == Buf::Input {
+                        err = err.or(Some(CommError::InvalidArg(
+                            "schedule receives into the read-only input".into(),
+                        )));
+                        continue;
+                    }
+                    let posted = self.world_rank(*peer).and_then(|w| {
+                        let reg = region(dst, data, tmp)?;
+                        e.irecv(ctx, Source::Rank(w), tag.sel(), reg, "collective")
+                    });
+                    match posted {
+                        Ok(r) => reqs.push(Pending {
+                            req: r,
+                            want: Some(dst.len),
+                            peer: *peer,
+                        }),
+                        Err(x) => err = err.or(Some(x)),
+                    }
+                }
+            }
+            for st in &ph.xfers {
+                if let Step::Send { peer, src } = st {
+                    let posted = self.world_rank(*peer).and_then(|w| {
+                        let reg = region(src, data, tmp)?;
+                        e.isend(ctx, w, tag.0, reg, "collective")
+                    });
+                    match posted {
+                        Ok(r) => reqs.push(Pending {
+                            req: r,
+                            want: None,
+                            peer: *peer,
+                        }),
+                        Err(x) => err = err.or(Some(x)),
+                    }
+                }
+            }
+        }
+        if let Some(x) = err {
+            for p in reqs {
+                let _ = self.shared.wait(p.req);
+            }
+            return Err(x);
+        }
+        Ok(reqs)
+    }
+
+    /// Completes a phase: waits for (or, with `block` false, checks) its requests, then runs
+    /// its local steps. Returns the requests still pending when not blocking.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn finish_phase(
+        &self,
+        ph: &Phase,
+        reqs: Vec<Pending>,
+        data: &mut [u8],
+        input: &[u8],
+        tmp: &mut [u8],
+        reduce: Option<&Reducer>,
+        block: bool,
+    ) -> Result<Vec<Pending>> {
+        if !block && !reqs.is_empty() {
+            let mut e = self.shared.lock();
+            e.progress();
+            if !reqs.iter().all(|p| e.is_done(p.req)) {
+                return Ok(reqs);
+            }
+        }
+        let mut err = None;
+        for p in reqs {
+            match self.shared.wait(p.req) {
+                Ok(st) => {
+                    if let Some(len) = p.want
+                        && st.bytes != len
+                    {
+                        err = err.or(Some(CommError::Mismatch {
+                            what: "collective message size (do all ranks pass the same count?)"
+                                .into(),
+                            rank: p.peer,
+                            theirs: st.bytes as u64,
+                            ours: len as u64,
+                        }));
+                    }
+                }
+                Err(x) => err = err.or(Some(x)),
+            }
+        }
+        if let Some(x) = err {
+            return Err(x);
+        }
+        for st in &ph.local {
+            local_step(st, data, input, tmp, reduce)?;
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// How a finished non-blocking collective turns its working buffer into the result.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Post {
+    /// The whole buffer.
+    Whole,
+    /// `len` elements from element `start`.
+    Range(usize, usize),
+    /// Nothing (an empty vector): e.g. a non-root's reduce.
+    Nothing,
+}
+
+/// The state of a non-blocking collective: owned buffers and the position in the schedule.
+/// Shared with the progress thread when there is one.
+pub(crate) struct NbState<T: bytemuck::Pod + Send> {
+    comm: Communicator,
+    tag: Tag,
+    sched: Arc<Schedule>,
+    data: Vec<T>,
+    input: Vec<T>,
+    tmp: Vec<u8>,
+    phase: usize,
+    pending: Vec<Pending>,
+    reduce: Option<Reducer>,
+    post: Post,
+    failed: Option<CommError>,
+    /// The failure was handed to the caller by `test`.
+    reported: bool,
+}
+
+/// What the progress thread sees of a request.
+pub(crate) trait Advance: Send {
+    /// Moves through as many phases as are ready; `Ok(true)` once complete.
+    fn advance(&mut self, block: bool) -> Result<bool>;
+    /// Complete (or failed).
+    fn finished(&self) -> bool;
+}
+
+impl<T: bytemuck::Pod + Send> NbState<T> {
+    fn step(&mut self, block: bool) -> Result<bool> {
+        while self.phase < self.sched.phases.len() {
+            let sched = self.sched.clone();
+            let ph = &sched.phases[self.phase];
+            let data: &mut [u8] = bytemuck::cast_slice_mut(&mut self.data);
+            let input: &[u8] = bytemuck::cast_slice(&self.input);
+            if self.pending.is_empty() {
+                self.pending = self
+                    .comm
+                    .post_phase(ph, self.tag, data, input, &mut self.tmp)?;
+            }
+            let reqs = std::mem::take(&mut self.pending);
+            let left = self.comm.finish_phase(
+                ph,
+                reqs,
+                data,
+                input,
+                &mut self.tmp,
+                self.reduce.as_ref(),
+                block,
+            )?;
+            if !left.is_empty() {
+                self.pending = left;
+                return Ok(false);
+            }
+            self.phase += 1;
+        }
+        Ok(true)
+    }
+
+    fn release_scratch(&mut self) {
+        let tmp = std::mem::take(&mut self.tmp);
+        self.comm.shared.coll.put_scratch(tmp);
+    }
+}
+
+impl<T: bytemuck::Pod + Send> Advance for NbState<T> {
+    fn advance(&mut self, block: bool) -> Result<bool> {
+        if self.failed.is_some() || self.reported {
+            return Ok(true);
+        }
+        match self.step(block) {
+            Ok(true) => {
+                self.release_scratch();
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(e) => {
+                // Nothing is in flight after an error (post/finish wait for what they posted).
+                self.pending.clear();
+                self.phase = self.sched.phases.len();
+                self.release_scratch();
+                self.failed = Some(e);
+                Ok(true)
+            }
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.phase >= self.sched.phases.len() || self.failed.is_some() || self.reported
+    }
+}
+
+/// A non-blocking collective that owns its buffers. [`wait`](Self::wait) hands back the
+/// result. Dropping it before completion waits for it (the other ranks are running the same
+/// collective, so it completes). With `RCOMM_ASYNC_PROGRESS=1` a progress thread advances it
+/// while the caller computes; otherwise it advances in `test`, `wait` and other rcomm calls.
+#[must_use = "a collective request does nothing useful unless waited for"]
+pub struct CollRequest<T: bytemuck::Pod + Send> {
+    state: Arc<Mutex<NbState<T>>>,
+    done: bool,
+}
+
+impl<T: bytemuck::Pod + Send> std::fmt::Debug for CollRequest<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CollRequest")
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
+    /// Starts `sched` over owned `data` (and `input`), posting the first phase at once.
+    pub(crate) fn start(
+        comm: &Communicator,
+        sched: Arc<Schedule>,
+        data: Vec<T>,
+        input: Vec<T>,
+        reduce: Option<Reducer>,
+        post: Post,
+    ) -> Result<Self> {
+        let tag = comm.next_coll_tag();
+        let tmp = comm.shared.coll.take_scratch(sched.tmp_len);
+        let mut st = NbState {
+            comm: comm.clone(),
+            tag,
+            sched,
+            data,
+            input,
+            tmp,
+            phase: 0,
+            pending: Vec::new(),
+            reduce,
+            post,
+            failed: None,
+            reported: false,
+        };
+        st.advance(false)?;
+        let state = Arc::new(Mutex::new(st));
+        if let Some(p) = &comm.shared.coll.progress {
+            let finished = state.lock().unwrap_or_else(|p| p.into_inner()).finished();
+            if !finished {
+                p.register(state.clone(), &comm.shared);
+            }
+        }
+        Ok(Self { state, done: false })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, NbState<T>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the collective has completed (advancing it as far as possible without waiting).
+    /// An error shows here or in [`wait`](Self::wait).
+    pub fn test(&mut self) -> Result<bool> {
+        let mut st = self.lock();
+        st.advance(false)?;
+        if let Some(e) = st.failed.take() {
+            st.reported = true;
+            return Err(e);
+        }
+        Ok(st.finished())
+    }
+
+    /// Waits for completion and hands back the result (see the starting call for its shape).
+    pub fn wait(mut self) -> Result<Vec<T>> {
+        let mut st = self.lock();
+        st.advance(true)?;
+        if st.reported {
+            drop(st);
+            self.done = true;
+            return Err(CommError::InvalidArg(
+                "the collective failed (the error was returned by test)".into(),
+            ));
+        }
+        if let Some(e) = st.failed.take() {
+            drop(st);
+            self.done = true;
+            return Err(e);
+        }
+        let mut data = std::mem::take(&mut st.data);
+        if let Some(r) = &st.reduce {
+            let n = st.comm.size as usize;
+            let (lo, hi) = match st.post {
+                Post::Range(s, l) => (s, s + l),
+                _ => (0, data.len()),
+            };
+            r.finalize(bytemuck::cast_slice_mut(&mut data[lo..hi]), n)?;
+        }
+        let out = match st.post {
+            Post::Whole => data,
+            Post::Range(s, l) => {
+                data.truncate(s + l);
+                data.drain(..s);
+                data
+            }
+            Post::Nothing => Vec::new(),
+        };
+        drop(st);
+        self.done = true;
+        Ok(out)
+    }
+}
+
+impl<T: bytemuck::Pod + Send> Drop for CollRequest<T> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        // The requests in flight point into our buffers: finish before freeing them.
+        let _ = st.advance(true);
+        if let Some(e) = &st.failed {
+            rcomm_transport::rlog!(Warn, "COLL", "a dropped collective request failed: {e}");
+        }
+    }
+}
