@@ -558,7 +558,7 @@ impl Communicator {
         }
         for st in &ph.local {
             let (dst, src) = match st {
-                Step::Reduce { dst, src } | Step::Copy { dst, src } => (dst, src),
+                Step::Reduce { dst, src, .. } | Step::Copy { dst, src } => (dst, src),
                 _ => continue,
             };
             if src.buf != Buf::Tmp || dst.buf != Buf::Data {
