@@ -75,7 +75,7 @@ fn fold_in(s: &mut Schedule, r: usize, n: usize, all: Chunk) -> (usize, usize, O
     if r >= 2 * rem {
         return (p, rem, Some(r - rem));
     }
-    if r % 2 == 0 {
+    if r.is_multiple_of(2) {
         s.phases.push(one(
             vec![Step::Send {
                 peer: (r + 1) as u32,
