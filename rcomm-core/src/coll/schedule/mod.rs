@@ -12,6 +12,13 @@
 //! `a(0) ⊕ a(1) ⊕ … ⊕ a(n−1)` for some parenthesisation (operands never swap), so it is valid
 //! for associative but non-commutative ops; each function's documentation says whether it is.
 //! [`Step::Reduce`] carries the operand [`Order`] to make that possible.
+//!
+//! | rank-ordered | commutative ops only | not a reduction |
+//! |---|---|---|
+//! | [`recursive_doubling_allreduce`], [`rabenseifner_allreduce`], [`direct_allreduce`]¹, [`direct_reduce_scatter_v`]¹, [`direct_reduce`]¹, [`binomial_reduce_ordered`], [`binomial_reduce`] with root 0, [`chain_scan`] | [`ring_allreduce`], [`ring_reduce_scatter_v`], [`binomial_reduce`] with root ≠ 0 | allgathers, all-to-alls, broadcasts, scatters, gathers |
+//!
+//! ¹ Deterministic: the canonical right fold `a(0) ⊕ (a(1) ⊕ (… ⊕ a(n−1)))`, bit for bit.
+//! Every allreduce leaves bitwise identical bytes on every rank.
 
 mod bruck;
 mod reduce;
@@ -48,14 +55,16 @@ pub struct Chunk {
 /// One step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// Send `src` to communicator rank `peer`.
+    /// Send `src` (any buffer) to communicator rank `peer`. Messages between two ranks match
+    /// in the order they are posted.
     Send {
         /// Destination rank.
         peer: u32,
         /// What to send.
         src: Chunk,
     },
-    /// Receive exactly `dst.len` bytes from `peer` into `dst`.
+    /// Receive exactly `dst.len` bytes from `peer` into `dst` (`Data` or `Tmp`). No chunk
+    /// written in a phase overlaps another chunk of that phase.
     Recv {
         /// Source rank.
         peer: u32,
@@ -159,7 +168,7 @@ fn input(off: usize, len: usize) -> Chunk {
 /// Byte ranges of rank-ordered blocks: `(offset, length)` per rank.
 pub type Blocks = Vec<(usize, usize)>;
 
-/// `n` equal blocks of `block` bytes.
+/// `n` equal blocks of `block` bytes, back to back.
 pub fn equal_blocks(n: u32, block: usize) -> Blocks {
     (0..n as usize).map(|i| (i * block, block)).collect()
 }
@@ -230,7 +239,8 @@ fn ring_allgather_map(v: usize, blocks: &Blocks, real: impl Fn(usize) -> u32) ->
     s
 }
 
-/// Ring allgather of `block` bytes per rank.
+/// Ring allgather of `block` bytes per rank ([`ring_allgather_v`] with equal blocks): `Data`
+/// (n blocks) holds this rank's block at `rank · block` before and every block after.
 pub fn ring_allgather(rank: u32, n: u32, block: usize) -> Schedule {
     ring_allgather_v(rank, &equal_blocks(n, block))
 }
@@ -281,31 +291,41 @@ fn linear_root_v(rank: u32, root: u32, blocks: &Blocks, to_root: bool) -> Schedu
     s
 }
 
-/// Linear gather into the root's `Data` laid out as `blocks` (the root's own block already in
-/// place); every other rank sends its `Input` (`blocks[rank].1` bytes).
+/// Linear gather: one phase in which the root receives n−1 blocks concurrently.
+///
+/// Every non-root rank's `Input` holds its block (`blocks[rank].1` bytes); the root's `Data`,
+/// laid out as `blocks`, holds the root's own block before (the caller copies it) and every
+/// block after. Other ranks' `Data` is unused; no `Tmp`. Not a reduction.
 pub fn linear_gather_v(rank: u32, root: u32, blocks: &Blocks) -> Schedule {
     linear_root_v(rank, root, blocks, true)
 }
 
-/// Linear gather of `block` bytes per rank.
+/// Linear gather of `block` bytes per rank (see [`linear_gather_v`]).
 pub fn linear_gather(rank: u32, n: u32, root: u32, block: usize) -> Schedule {
     linear_gather_v(rank, root, &equal_blocks(n, block))
 }
 
-/// Linear scatter of the root's `Input` laid out as `blocks` into every rank's `Data` (its
-/// block; the root copies its own).
+/// Linear scatter: one phase in which the root sends n−1 blocks concurrently.
+///
+/// The root's `Input`, laid out as `blocks`, holds every block; after, each non-root rank's
+/// `Data` holds its block (`blocks[rank].1` bytes). The root's own block is not touched: the
+/// caller copies it. No `Tmp`. Not a reduction.
 pub fn linear_scatter_v(rank: u32, root: u32, blocks: &Blocks) -> Schedule {
     linear_root_v(rank, root, blocks, false)
 }
 
-/// Linear scatter of n blocks of `block` bytes.
+/// Linear scatter of n blocks of `block` bytes (see [`linear_scatter_v`]).
 pub fn linear_scatter(rank: u32, n: u32, root: u32, block: usize) -> Schedule {
     linear_scatter_v(rank, root, &equal_blocks(n, block))
 }
 
-/// Pairwise all-to-all: in step k this rank sends `send[rank+k]` of `Input` and receives
-/// `recv[rank−k]` of `Data` (its own block copied beforehand). The two tables are this rank's;
-/// the peers' must agree (what i sends to j is what j expects from i).
+/// Pairwise all-to-all: n−1 phases; in phase k this rank sends `send[rank+k]` of `Input` and
+/// receives `recv[rank−k]` of `Data`. The two tables are this rank's; the peers' must agree
+/// (what i sends to j is what j expects from i).
+///
+/// `Input` holds the outgoing blocks; after, `Data` holds the incoming ones. The caller copies
+/// its own block (`send[rank]` to `recv[rank]`) beforehand; the schedule does not. No `Tmp`.
+/// Not a reduction. For small equal blocks see [`bruck_alltoall`] (⌈log₂ n⌉ phases).
 pub fn pairwise_alltoall_v(rank: u32, send: &Blocks, recv: &Blocks) -> Schedule {
     let (r, n) = (rank as usize, send.len());
     let mut s = Schedule::default();
@@ -331,13 +351,17 @@ pub fn pairwise_alltoall_v(rank: u32, send: &Blocks, recv: &Blocks) -> Schedule 
     s
 }
 
-/// Pairwise all-to-all of n blocks of `block` bytes.
+/// Pairwise all-to-all of n blocks of `block` bytes (see [`pairwise_alltoall_v`]).
 pub fn pairwise_alltoall(rank: u32, n: u32, block: usize) -> Schedule {
     let b = equal_blocks(n, block);
     pairwise_alltoall_v(rank, &b, &b)
 }
 
-/// Binomial-tree broadcast from `root`: ⌈log₂ n⌉ rounds, each rank receiving once.
+/// Binomial-tree broadcast from `root`: ⌈log₂ n⌉ rounds, each rank receiving the whole
+/// buffer once and then sending it to its children concurrently (one phase).
+///
+/// The root's `Data` holds `bytes` before; every rank's `Data` holds them after. No `Tmp`. Not
+/// a reduction. For large buffers see [`scatter_allgather_bcast`] and [`pipeline_bcast`].
 pub fn binomial_bcast(rank: u32, n: u32, root: u32, bytes: usize) -> Schedule {
     let (n, vr) = (n as usize, ((rank + n - root) % n) as usize);
     let mut s = Schedule::default();

@@ -217,17 +217,6 @@ pub fn binomial_scatter(rank: u32, n: u32, root: u32, block: usize) -> Schedule 
             local: vec![],
         });
     }
-    // Staging and the own-block copy run before the sends: a local step follows its phase's
-    // transfers, and the root's sends need the staged blocks.
-    if !local.is_empty() {
-        match s.phases.last_mut() {
-            Some(p) => p.local.append(&mut local),
-            None => s.phases.push(Phase {
-                xfers: vec![],
-                local,
-            }),
-        }
-    }
     let sends: Vec<Step> = children(vr, nn)
         .into_iter()
         .map(|(c, cnt)| Step::Send {
@@ -235,10 +224,23 @@ pub fn binomial_scatter(rank: u32, n: u32, root: u32, block: usize) -> Schedule 
             src: at(c, cnt),
         })
         .collect();
+    // A local step follows its phase's transfers: staged blocks must be in place before the
+    // phase that sends them, while a root sending straight from `Input` copies its own block
+    // after its sends.
+    if staged.is_some() || sends.is_empty() {
+        match s.phases.last_mut() {
+            Some(p) => p.local.append(&mut local),
+            None if !local.is_empty() => s.phases.push(Phase {
+                xfers: vec![],
+                local: std::mem::take(&mut local),
+            }),
+            None => {}
+        }
+    }
     if !sends.is_empty() {
         s.phases.push(Phase {
             xfers: sends,
-            local: vec![],
+            local,
         });
     }
     s
