@@ -108,8 +108,11 @@ pub(crate) struct Pending {
 }
 
 /// The operand order of a reduction step.
-fn order_of(_st: &Step) -> Order {
-    Order::SrcFirst
+fn order_of(st: &Step) -> Order {
+    match st {
+        Step::Reduce { order, .. } => *order,
+        _ => Order::SrcFirst,
+    }
 }
 
 /// Runs one local step (a copy or a reduction between chunks of the three buffers).

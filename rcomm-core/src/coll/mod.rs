@@ -27,8 +27,16 @@ use std::sync::Arc;
 /// Up to this many bytes allreduce uses recursive doubling (latency-bound), above it the ring.
 const RD_MAX_BYTES: usize = 64 << 10;
 
-/// Algorithms that combine operands in rank order (valid for non-commutative ops), per op.
-const RANK_ORDERED: &[(&str, &[&str])] = &[("allreduce", &["rd"]), ("scan", &["chain"])];
+/// Whether `algo` combines operands in rank order (valid for non-commutative ops).
+fn rank_ordered(op: &str, algo: &str) -> bool {
+    matches!(
+        (op, algo),
+        ("allreduce", "rd" | "rabenseifner" | "direct" | "shm")
+            | ("reduce", "tree" | "direct")
+            | ("reduce_scatter", "direct")
+            | ("scan", "chain")
+    )
+}
 
 fn elems<T>(n: usize) -> usize {
     n * size_of::<T>()
@@ -79,36 +87,23 @@ impl Communicator {
     }
 
     /// The algorithm for a collective of kind `op` moving `bytes` (the vector, or one block
-    /// for the gathering kinds): forced, or chosen by size. A pure function of inputs every
-    /// rank shares.
+    /// for the gathering kinds): forced, or chosen by the tuner. A pure function of inputs
+    /// every rank shares. A forced algorithm that cannot run this reduction is an error.
     fn choose(&self, op: &'static str, bytes: usize, r: Option<&Reducer>) -> Result<&'static str> {
         let ordered = r.is_some_and(|r| !r.commutative());
-        let allowed = |a: &str| {
-            !ordered
-                || RANK_ORDERED
-                    .iter()
-                    .any(|(o, list)| *o == op && list.contains(&a))
-        };
-        let algo: &'static str = match (op, self.forced(op)) {
-            ("allreduce", Some("ring")) => "ring",
-            ("allreduce", Some("rd")) => "rd",
-            ("allreduce", _) if ordered => "rd",
-            ("allreduce", _) if bytes <= RD_MAX_BYTES => "rd",
-            ("allreduce", _) => "ring",
-            ("bcast", _) => "tree",
-            ("reduce", _) => "tree",
-            ("allgather", _) => "ring",
-            ("reduce_scatter", _) => "ring",
-            ("alltoall", _) => "pairwise",
-            ("gather" | "scatter", _) => "linear",
-            ("scan", _) => "chain",
-            _ => "auto",
-        };
-        if !allowed(algo) {
-            let ok: Vec<&str> = RANK_ORDERED
+        let algo: &'static str = match self.forced(op) {
+            Some(f) => crate::algorithms(op)
                 .iter()
-                .filter(|(o, _)| *o == op)
-                .flat_map(|(_, l)| l.iter().copied())
+                .copied()
+                .find(|a| *a == f)
+                .ok_or_else(|| CommError::InvalidArg(format!("{op} has no algorithm `{f}`")))?,
+            None => self.auto_algo(op, bytes, ordered),
+        };
+        if ordered && !rank_ordered(op, algo) {
+            let ok: Vec<&str> = crate::algorithms(op)
+                .iter()
+                .copied()
+                .filter(|a| rank_ordered(op, a))
                 .collect();
             return Err(CommError::InvalidArg(format!(
                 "{op} with a non-commutative op needs an algorithm that combines in rank order \
@@ -128,6 +123,24 @@ impl Communicator {
             r.map(|r| format!(" ({})", r.name())).unwrap_or_default()
         );
         Ok(algo)
+    }
+
+    /// The default choice by size.
+    fn auto_algo(&self, op: &'static str, bytes: usize, ordered: bool) -> &'static str {
+        match op {
+            "allreduce" if bytes <= RD_MAX_BYTES => "rd",
+            "allreduce" if ordered => "direct",
+            "allreduce" => "ring",
+            "bcast" => "tree",
+            "reduce" => "tree",
+            "allgather" => "ring",
+            "reduce_scatter" if ordered => "direct",
+            "reduce_scatter" => "ring",
+            "alltoall" => "pairwise",
+            "gather" | "scatter" => "linear",
+            "scan" => "chain",
+            _ => "auto",
+        }
     }
 
     fn key(
@@ -170,6 +183,8 @@ impl Communicator {
             .coll
             .schedule(self.key("allreduce", algo, 0, count, elem), || match algo {
                 "ring" => schedule::ring_allreduce(rank, n, count, elem),
+                "rabenseifner" => schedule::rabenseifner_allreduce(rank, n, count, elem),
+                "direct" => schedule::direct_allreduce(rank, n, count, elem),
                 _ => schedule::recursive_doubling_allreduce(rank, n, count, elem),
             }))
     }
@@ -181,8 +196,12 @@ impl Communicator {
         Ok(self
             .shared
             .coll
-            .schedule(self.key("bcast", algo, root, bytes, 1), || {
-                schedule::binomial_bcast(rank, n, root, bytes)
+            .schedule(self.key("bcast", algo, root, bytes, 1), || match algo {
+                "scatter_allgather" => schedule::scatter_allgather_bcast(rank, n, root, bytes),
+                "pipeline" => {
+                    schedule::pipeline_bcast(rank, n, root, bytes, pipeline_segment(bytes))
+                }
+                _ => schedule::binomial_bcast(rank, n, root, bytes),
             }))
     }
 
@@ -199,11 +218,19 @@ impl Communicator {
         r.check()?;
         let algo = self.choose("reduce", count * elem, Some(r))?;
         let (rank, n) = (self.rank, self.size);
+        // The plain tree combines in rotated order from the root: fine for commutative ops.
+        let algo = if algo == "tree" && !r.commutative() {
+            "tree-ordered"
+        } else {
+            algo
+        };
         Ok(self
             .shared
             .coll
-            .schedule(self.key("reduce", algo, root, count, elem), || {
-                schedule::binomial_reduce(rank, n, root, count * elem)
+            .schedule(self.key("reduce", algo, root, count, elem), || match algo {
+                "direct" => schedule::direct_reduce(rank, n, root, count, elem),
+                "tree-ordered" => schedule::binomial_reduce_ordered(rank, n, root, count * elem),
+                _ => schedule::binomial_reduce(rank, n, root, count * elem),
             }))
     }
 
@@ -215,12 +242,13 @@ impl Communicator {
         let algo = self.choose("allgather", counts[0] * elem, None)?;
         if equal {
             let (rank, b) = (self.rank, counts[0] * elem);
-            return Ok(self
-                .shared
-                .coll
-                .schedule(self.key("allgather", algo, 0, counts[0], elem), || {
-                    schedule::ring_allgather(rank, n as u32, b)
-                }));
+            return Ok(self.shared.coll.schedule(
+                self.key("allgather", algo, 0, counts[0], elem),
+                || match algo {
+                    "bruck" => schedule::bruck_allgather(rank, n as u32, b),
+                    _ => schedule::ring_allgather(rank, n as u32, b),
+                },
+            ));
         }
         Ok(Arc::new(schedule::ring_allgather_v(
             self.rank,
@@ -240,11 +268,11 @@ impl Communicator {
         check_len("reduce_scatter counts", counts.len(), n)?;
         let total: usize = counts.iter().sum();
         let algo = self.choose("reduce_scatter", total * elem, Some(r))?;
-        let _ = algo;
-        Ok(Arc::new(schedule::ring_reduce_scatter_v(
-            self.rank,
-            &schedule::packed_blocks(counts, elem),
-        )))
+        let blocks = schedule::packed_blocks(counts, elem);
+        Ok(Arc::new(match algo {
+            "direct" => schedule::direct_reduce_scatter_v(self.rank, &blocks),
+            _ => schedule::ring_reduce_scatter_v(self.rank, &blocks),
+        }))
     }
 
     fn alltoall_plan(
@@ -257,7 +285,19 @@ impl Communicator {
         check_len("alltoall send counts", send_counts.len(), n)?;
         check_len("alltoall recv counts", recv_counts.len(), n)?;
         let algo = self.choose("alltoall", send_counts[0] * elem, None)?;
-        let _ = algo;
+        let equal = send_counts
+            .iter()
+            .chain(recv_counts)
+            .all(|&c| c == send_counts[0]);
+        if algo == "bruck" && equal {
+            let (rank, n, b) = (self.rank, self.size, send_counts[0] * elem);
+            return Ok(self
+                .shared
+                .coll
+                .schedule(self.key("alltoall", algo, 0, send_counts[0], elem), || {
+                    schedule::bruck_alltoall(rank, n, b)
+                }));
+        }
         Ok(Arc::new(schedule::pairwise_alltoall_v(
             self.rank,
             &schedule::packed_blocks(send_counts, elem),
@@ -587,7 +627,16 @@ impl Communicator {
     fn gather_plan(&self, counts: &[usize], elem: usize, root: u32) -> Result<Arc<Schedule>> {
         self.check_root(root)?;
         check_len("gatherv counts", counts.len(), self.size as usize)?;
-        let _ = self.choose("gather", counts[0] * elem, None)?;
+        let algo = self.choose("gather", counts[0] * elem, None)?;
+        if algo == "tree" && counts.iter().all(|&c| c == counts[0]) {
+            let (rank, n, b) = (self.rank, self.size, counts[0] * elem);
+            return Ok(self
+                .shared
+                .coll
+                .schedule(self.key("gather", algo, root, counts[0], elem), || {
+                    schedule::binomial_gather(rank, n, root, b)
+                }));
+        }
         Ok(Arc::new(schedule::linear_gather_v(
             self.rank,
             root,
@@ -598,7 +647,16 @@ impl Communicator {
     fn scatter_plan(&self, counts: &[usize], elem: usize, root: u32) -> Result<Arc<Schedule>> {
         self.check_root(root)?;
         check_len("scatterv counts", counts.len(), self.size as usize)?;
-        let _ = self.choose("scatter", counts[0] * elem, None)?;
+        let algo = self.choose("scatter", counts[0] * elem, None)?;
+        if algo == "tree" && counts.iter().all(|&c| c == counts[0]) {
+            let (rank, n, b) = (self.rank, self.size, counts[0] * elem);
+            return Ok(self
+                .shared
+                .coll
+                .schedule(self.key("scatter", algo, root, counts[0], elem), || {
+                    schedule::binomial_scatter(rank, n, root, b)
+                }));
+        }
         Ok(Arc::new(schedule::linear_scatter_v(
             self.rank,
             root,
@@ -623,7 +681,13 @@ impl Communicator {
             check_len("gatherv recv", recv.len(), counts.iter().sum())?;
             let off: usize = counts[..r].iter().sum();
             recv[off..off + send.len()].copy_from_slice(send);
-            self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
+            // The root's own block is also the input (tree gathers copy it themselves).
+            self.run_schedule(
+                &sched,
+                bytemuck::cast_slice_mut(recv),
+                bytemuck::cast_slice(send),
+                None,
+            )
         } else {
             self.run_schedule(&sched, &mut [], bytemuck::cast_slice(send), None)
         }
@@ -654,7 +718,7 @@ impl Communicator {
             let off: usize = counts[..r].iter().sum();
             let mut data = vec![T::zeroed(); counts.iter().sum()];
             data[off..off + send.len()].copy_from_slice(&send);
-            CollRequest::start(self, sched, data, Vec::new(), None, Post::Whole)
+            CollRequest::start(self, sched, data, send, None, Post::Whole)
         } else {
             CollRequest::start(self, sched, Vec::new(), send, None, Post::Nothing)
         }
@@ -904,6 +968,12 @@ impl Communicator {
             });
         CollRequest::start(self, sched, Vec::new(), Vec::new(), None, Post::Nothing)
     }
+}
+
+/// Segment size of the pipelined broadcast: enough segments to overlap the hops, each large
+/// enough that per-message costs stay small.
+fn pipeline_segment(bytes: usize) -> usize {
+    (bytes / 8).clamp(64 << 10, 1 << 20)
 }
 
 /// Dissemination barrier: ⌈log₂ n⌉ rounds; in round k every rank sends an empty message to

@@ -7,14 +7,7 @@ use rcomm_kernels::{Dtype, Element, Op};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-/// Operand order of a reduction step (see [`Reducer::apply`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
-    /// `dst = dst ⊕ src`.
-    DstFirst,
-    /// `dst = src ⊕ dst` (the MPI user-function convention, `inout = in ⊕ inout`).
-    SrcFirst,
-}
+pub use super::schedule::Order;
 
 type ErasedFn = dyn Fn(&[u8], &mut [u8]) + Send + Sync;
 
