@@ -128,8 +128,9 @@ pub(crate) struct ZeroCopy {
 pub(crate) struct Proto<'a> {
     me: usize,
     bases: &'a [NonNull<u8>],
-    /// Called about every [`CHECK_EVERY`] while waiting; an error ends the wait.
-    check: &'a mut dyn FnMut() -> Result<()>,
+    /// Called about every [`CHECK_EVERY`] with the rank waited for; an error ends the wait.
+    /// Only that rank matters: a peer that has done its part may exit normally meanwhile.
+    check: &'a mut dyn FnMut(usize) -> Result<()>,
 }
 
 impl<'a> Proto<'a> {
@@ -137,7 +138,7 @@ impl<'a> Proto<'a> {
     pub(crate) fn new(
         me: usize,
         bases: &'a [NonNull<u8>],
-        check: &'a mut dyn FnMut() -> Result<()>,
+        check: &'a mut dyn FnMut(usize) -> Result<()>,
     ) -> Self {
         Self { me, bases, check }
     }
@@ -189,7 +190,14 @@ impl<'a> Proto<'a> {
                 std::thread::yield_now();
                 let now = Instant::now();
                 if next_check.is_none_or(|t| now >= t) {
-                    (self.check)().map_err(ProtoError::Fatal)?;
+                    if let Err(e) = (self.check)(j) {
+                        // A peer may publish its last counter and exit normally between our
+                        // load and the check: only a counter still short after learning of
+                        // the death means we waited on a rank that never did its part.
+                        if self.flag(j, f).load(Ordering::Acquire) < target {
+                            return Err(ProtoError::Fatal(e));
+                        }
+                    }
                     next_check = Some(now + CHECK_EVERY);
                 }
             }
@@ -591,7 +599,7 @@ impl NodeShm {
         }
         let shared = comm.shared.clone();
         let world = &self.world;
-        let mut check = || shared.check_alive(world, op);
+        let mut check = |j: usize| shared.check_alive(&world[j..=j], op);
         let mut p = Proto::new(self.me, &self.bases, &mut check);
         let State { round, broken } = &mut *st;
         match f(&mut p, round) {
@@ -802,7 +810,7 @@ mod tests {
                     let (bases, body) = (&nd.bases, &body);
                     s.spawn(move || {
                         let b = ptrs(bases);
-                        let mut ok = || Ok(());
+                        let mut ok = |_| Ok(());
                         let mut p = Proto::new(r, &b, &mut ok);
                         let mut round = 0;
                         body(r, &mut p, &mut round)
@@ -938,7 +946,7 @@ mod tests {
                     let bases = &nd.bases;
                     s.spawn(move || {
                         let b = ptrs(bases);
-                        let mut dead_after_50ms = || {
+                        let mut dead_after_50ms = |_| {
                             if t0.elapsed() > Duration::from_millis(50) {
                                 Err(CommError::Protocol {
                                     rank: 2,
