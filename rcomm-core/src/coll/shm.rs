@@ -115,6 +115,9 @@ impl ProtoError {
 
 type PResult<T> = std::result::Result<T, ProtoError>;
 
+/// `combine(acc, left)` sets `acc = left ⊕ acc` element-wise.
+pub(crate) type Combine<'a> = dyn Fn(&mut [u8], &[u8]) -> Result<()> + 'a;
+
 /// Inputs read in place from every rank's shared buffer (allocated by `alloc_shared`).
 pub(crate) struct ZeroCopy {
     /// Each rank's shared buffer, as mapped here (ours included), at least as long as the data.
@@ -295,7 +298,7 @@ impl<'a> Proto<'a> {
         total: usize,
         elem: usize,
         sig: u64,
-        combine: &dyn Fn(&mut [u8], &[u8]) -> Result<()>,
+        combine: &Combine<'_>,
         zc: Option<&ZeroCopy>,
     ) -> PResult<()> {
         let (n, me) = (self.n(), self.me);
@@ -622,7 +625,7 @@ impl NodeShm {
         comm: &Communicator,
         data: &mut [u8],
         elem: usize,
-        combine: &dyn Fn(&mut [u8], &[u8]) -> Result<()>,
+        combine: &Combine<'_>,
     ) -> Result<()> {
         self.allreduce_sig(comm, data, elem, 0, combine)
     }
@@ -634,7 +637,7 @@ impl NodeShm {
         data: &mut [u8],
         elem: usize,
         sig: u64,
-        combine: &dyn Fn(&mut [u8], &[u8]) -> Result<()>,
+        combine: &Combine<'_>,
     ) -> Result<()> {
         self.run(comm, "allreduce (shared memory)", |p, round| {
             // SAFETY: `data` is borrowed exclusively for the call.
@@ -664,7 +667,7 @@ impl NodeShm {
         total: usize,
         elem: usize,
         sig: u64,
-        combine: &dyn Fn(&mut [u8], &[u8]) -> Result<()>,
+        combine: &Combine<'_>,
         zc: &ZeroCopy,
     ) -> Result<()> {
         let data = zc.bases[self.me].as_ptr();
