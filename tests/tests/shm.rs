@@ -44,23 +44,26 @@ fn shm_collectives_match_the_canonical_reference_at_1_to_8_ranks() {
 #[test]
 fn a_rank_dying_mid_collective_fails_the_others_within_seconds() {
     let shm0 = dev_shm();
-    let out = Job::new(
-        3,
-        &["--on-failure", "continue", &test_program("rt_shm"), "fault"],
-    )
-    .deadline(Duration::from_secs(30))
-    .run();
-    assert_ne!(out.code(), 0, "{out}");
-    for r in [0, 2] {
-        let l = out.rank_lines(r);
-        let line = l
-            .iter()
-            .find_map(|l| l.strip_prefix("error after "))
-            .unwrap_or_else(|| panic!("rank {r} saw no error\n{out}"));
-        let ms: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
-        assert!(ms < 3000, "rank {r} took {ms} ms\n{out}");
-        assert!(line.contains("rank 1"), "{line}");
+    for (mode, n) in [("fault", 3u32), ("fault-kill", 4)] {
+        let out = Job::new(
+            n,
+            &["--on-failure", "continue", &test_program("rt_shm"), mode],
+        )
+        .deadline(Duration::from_secs(30))
+        .run();
+        assert_ne!(out.code(), 0, "{mode}\n{out}");
+        for r in (0..n).filter(|&r| r != 1) {
+            let l = out.rank_lines(r);
+            let line = l
+                .iter()
+                .find_map(|l| l.strip_prefix("error after "))
+                .unwrap_or_else(|| panic!("{mode}: rank {r} saw no error\n{out}"));
+            // Time from the start of the failing call to its error.
+            let ms: u64 = line.split_whitespace().next().unwrap().parse().unwrap();
+            assert!(ms < 3000, "{mode}: rank {r} took {ms} ms\n{out}");
+            assert!(line.contains("rank 1"), "{line}");
+        }
+        assert!(out.elapsed < Duration::from_secs(15), "{mode}\n{out}");
     }
-    assert!(out.elapsed < Duration::from_secs(15), "{out}");
     assert_eq!(dev_shm(), shm0);
 }

@@ -33,7 +33,10 @@
 //! **Failures.** Waiting spins briefly, then yields (ranks may outnumber cores), and about
 //! every millisecond asks the engine whether a member died; a dead peer ends the wait with
 //! `PeerLost`, and the windows are marked broken (later calls fail at once instead of hanging
-//! on a round that can never complete). Ranks that pass different lengths, kinds or roots all
+//! on a round that can never complete). A rank that gives up also sets `abort` in its header,
+//! so ranks waiting on some other, live but stuck member stop too. A peer counter already
+//! reached counts even if its owner has died since: it may have exited normally after doing
+//! its part. Ranks that pass different lengths, kinds or roots all
 //! see the difference in the same round, finish it, and return `Mismatch`; the windows stay
 //! usable.
 
@@ -85,6 +88,9 @@ struct Header {
     arrived: Line,
     reduced: Line,
     done: Line,
+    /// Non-zero once this rank gave up on the windows (1 + the world rank it lost, or
+    /// `u64::MAX`): ranks waiting on a live but stuck peer learn of a failure it saw.
+    abort: Line,
     desc: [Desc; 2],
 }
 const _: () = assert!(size_of::<Header>() <= HEADER);
@@ -102,6 +108,11 @@ enum Flag {
 pub(crate) enum ProtoError {
     Agreed(CommError),
     Fatal(CommError),
+    /// Rank `j` of the communicator gave up (`code` as in [`Header::abort`]).
+    Aborted {
+        j: usize,
+        code: u64,
+    },
 }
 
 impl ProtoError {
@@ -109,6 +120,10 @@ impl ProtoError {
     fn into_inner(self) -> CommError {
         match self {
             ProtoError::Agreed(e) | ProtoError::Fatal(e) => e,
+            ProtoError::Aborted { j, code } => CommError::Protocol {
+                rank: j as u32,
+                why: format!("gave up ({code})"),
+            },
         }
     }
 }
@@ -193,6 +208,14 @@ impl<'a> Proto<'a> {
                 std::thread::yield_now();
                 let now = Instant::now();
                 if next_check.is_none_or(|t| now >= t) {
+                    // A member that gave up never moves again; whatever we wait for, this
+                    // collective cannot complete everywhere.
+                    if let Some((m, code)) = (0..self.n())
+                        .map(|m| (m, self.hdr(m).abort.0.load(Ordering::Acquire)))
+                        .find(|&(_, c)| c != 0)
+                    {
+                        return Err(ProtoError::Aborted { j: m, code });
+                    }
                     if let Err(e) = (self.check)(j) {
                         // A peer may publish its last counter and exit normally between our
                         // load and the check: only a counter still short after learning of
@@ -280,6 +303,14 @@ impl<'a> Proto<'a> {
             }
             None => Ok(()),
         }
+    }
+
+    /// Marks our window as given up, so peers waiting on us stop too.
+    pub(crate) fn poison(&self, code: u64) {
+        self.hdr(self.me)
+            .abort
+            .0
+            .store(code.max(1), Ordering::Release);
     }
 
     /// In-place allreduce of `total` bytes at `data`; `combine(acc, left)` sets
@@ -605,14 +636,33 @@ impl NodeShm {
         let mut check = |j: usize| shared.check_alive(&world[j..=j], op);
         let mut p = Proto::new(self.me, &self.bases, &mut check);
         let State { round, broken } = &mut *st;
-        match f(&mut p, round) {
-            Ok(()) => Ok(()),
-            Err(ProtoError::Agreed(e)) => Err(e),
-            Err(ProtoError::Fatal(e)) => {
-                *broken = Some(e.to_string());
-                Err(e)
+        let e = match f(&mut p, round) {
+            Ok(()) => return Ok(()),
+            Err(ProtoError::Agreed(e)) => return Err(e),
+            Err(ProtoError::Fatal(e)) => e,
+            Err(ProtoError::Aborted { j, code }) => {
+                let lost = u32::try_from(code - 1).ok().filter(|&w| w < u32::MAX);
+                match lost.map(|w| shared.check_alive(&[w], op)) {
+                    Some(Err(e)) => e,
+                    Some(Ok(())) => CommError::PeerLost {
+                        rank: lost.unwrap_or(u32::MAX),
+                        host: String::from("?"),
+                        op,
+                        why: format!("rank {j} of the communicator saw it fail"),
+                    },
+                    None => CommError::Protocol {
+                        rank: self.world[j],
+                        why: format!("{op}: it gave up on the shared-memory windows"),
+                    },
+                }
             }
-        }
+        };
+        p.poison(match &e {
+            CommError::PeerLost { rank, .. } => u64::from(*rank) + 1,
+            _ => u64::MAX,
+        });
+        *broken = Some(e.to_string());
+        Err(e)
     }
 
     /// In-place allreduce of `data` (elements of `elem` bytes). `combine(acc, left)` computes
@@ -936,6 +986,50 @@ mod tests {
             let want: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
             assert!(out.iter().all(|d| *d == want));
         }
+    }
+
+    #[test]
+    fn a_failure_one_rank_sees_reaches_ranks_that_wait_on_others() {
+        // Rank 3 never arrives; only rank 0's liveness check notices. Ranks 1 and 2 wait on
+        // rank 3 too but their checks see nothing: they must stop because rank 0 gave up.
+        let n = 4;
+        let nd = node(n);
+        let t0 = Instant::now();
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n - 1)
+                .map(|r| {
+                    let bases = &nd.bases;
+                    s.spawn(move || {
+                        let b = ptrs(bases);
+                        let mut check = |j: usize| {
+                            if r == 0 && j == 3 && t0.elapsed() > Duration::from_millis(30) {
+                                Err(CommError::Protocol {
+                                    rank: 3,
+                                    why: "gone".into(),
+                                })
+                            } else {
+                                Ok(())
+                            }
+                        };
+                        let mut p = Proto::new(r, &b, &mut check);
+                        let mut round = 0;
+                        let mut d = vec![1u32; 10];
+                        let e = allreduce(&mut p, &mut round, &mut d).unwrap_err();
+                        if r == 0 {
+                            p.poison(u64::MAX);
+                        }
+                        format!("{:?}", e)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(errs[0].contains("gone"), "{errs:?}");
+        assert!(
+            errs[1..].iter().all(|e| e.contains("Aborted { j: 0")),
+            "{errs:?}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(2));
     }
 
     #[test]

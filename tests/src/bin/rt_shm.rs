@@ -4,7 +4,8 @@
 //! equal across ranks (hashes allgathered). Prints `ok <case>` on rank 0.
 //!
 //! Arguments: `all [big]` (`big` adds a 4 Mi-element allreduce) or `fault` (rank 1 exits in
-//! the middle of a run of allreduces; the others print `error after <ms> ms: <error>`).
+//! the middle of a run of allreduces; the others print `error after <ms> ms: <error>`) or
+//! `fault-kill` (rank 1 is killed inside a large allreduce; the same output).
 use rcomm::{Communicator, Element, Op};
 use std::time::Instant;
 
@@ -176,11 +177,38 @@ fn fault(w: &Communicator) {
     println!("no error");
 }
 
+/// Rank 1 is killed (SIGKILL) from a timer thread while every rank runs large, chunked
+/// allreduces, so it dies in the middle of one.
+fn fault_kill(w: &Communicator) {
+    if w.rank() == 1 {
+        std::thread::spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            // SAFETY: kill with our own pid and a valid signal number.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        });
+    }
+    let mut b = vec![1.5f32; 300_007];
+    let mut t0 = Instant::now();
+    loop {
+        t0 = if t0.elapsed().as_secs() > 20 {
+            println!("no error");
+            return;
+        } else {
+            Instant::now()
+        };
+        if let Err(e) = w.allreduce_shm(&mut b, Op::Sum) {
+            println!("error after {} ms: {e}", t0.elapsed().as_millis());
+            return;
+        }
+    }
+}
+
 fn main() {
     let w = rcomm::init().unwrap();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("fault") => fault(&w),
+        Some("fault-kill") => fault_kill(&w),
         _ => all(&w, args.iter().any(|a| a == "big")),
     }
 }
