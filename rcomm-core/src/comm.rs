@@ -165,6 +165,21 @@ impl Shared {
         }
     }
 
+    /// Progresses once without blocking, takes in launcher notices and transports' reports of
+    /// dead peers, and fails with `PeerLost` if one of `ranks` (world ranks) is gone. For waits
+    /// that spin outside the engine (shared-memory collectives): without it they would never
+    /// learn that the peer they wait for died.
+    pub(crate) fn check_alive(&self, ranks: &[u32], op: &'static str) -> Result<()> {
+        let mut e = self.lock();
+        e.progress();
+        self.apply_notices(&mut e);
+        e.poll_dead();
+        match ranks.iter().find_map(|&r| e.lost_error(r, op)) {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn wait(&self, req: ReqId) -> Result<Status> {
         self.block_on(|e| e.is_done(req).then(|| e.take(req)))
     }

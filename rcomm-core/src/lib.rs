@@ -19,6 +19,7 @@ mod comm;
 mod error;
 mod group;
 pub mod p2p;
+mod shared_buf;
 mod world;
 
 pub use coll::{CollRequest, Dtype, Element, Op, ReduceOp, UserOp};
@@ -29,6 +30,7 @@ pub use p2p::engine::Status;
 pub use p2p::matcher::Source;
 pub use rcomm_transport::identity::PeerInfo;
 pub use rcomm_transport::net::NetCounters;
+pub use shared_buf::SharedBuf;
 pub use world::{World, init};
 
 /// The collective algorithms rcomm has for `op` (`allreduce`, `bcast`, …), as `RCOMM_ALGO`

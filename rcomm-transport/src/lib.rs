@@ -15,4 +15,5 @@ pub mod shm;
 pub mod shmnet;
 pub mod sim;
 pub mod tcp;
+pub mod window;
 pub mod wire;

@@ -10,6 +10,7 @@ mod exec;
 pub(crate) mod progress;
 mod reduce;
 pub mod schedule;
+pub(crate) mod shm;
 
 pub use exec::CollRequest;
 pub(crate) use exec::CollShared;

@@ -725,6 +725,14 @@ impl Engine {
     pub(crate) fn failed(&self) -> &FastMap<u32, String> {
         &self.st.failed
     }
+
+    /// The `PeerLost` error for world rank `rank` if it is known to have failed.
+    pub(crate) fn lost_error(&self, rank: u32, op: &'static str) -> Option<CommError> {
+        self.st
+            .failed
+            .get(&rank)
+            .map(|why| self.st.lost(rank, op, why.clone()))
+    }
 }
 
 impl State {

@@ -1,0 +1,1071 @@
+//! Direct shared-memory collectives for communicators whose ranks all run on one node: no
+//! messages, every rank reads its peers' windows.
+//!
+//! **Windows.** Each rank owns one memfd segment (its *window*, [`WINDOW`] bytes) and maps every
+//! peer's window, taken by (pid, descriptor number) through `pidfd_getfd` or `/proc`
+//! (`rcomm_transport::window`). A window holds a header of monotone round counters and two
+//! buffers (`b = round & 1`), each an input *slot* and a *result* area of [`SLOT`] bytes. Every
+//! collective is cut into rounds of at most one slot; every rank runs the same rounds in the
+//! same order, because the round count follows from the byte count, which is checked equal
+//! on every rank in the first round of each call.
+//!
+//! **Round k** (buffer b = k & 1), on every rank:
+//! 1. wait until every peer's `done ≥ k − 2`: the last round that used buffer b is over
+//!    everywhere, so nobody reads our slot, result or descriptor b any more;
+//! 2. write the input into slot b (allreduce; bcast root), the descriptor b (total length,
+//!    kind, where the input lies), then `arrived = k` (Release);
+//! 3. wait until every `arrived ≥ k` (Acquire), compare descriptors (first round of a call);
+//! 4. allreduce, small chunk: every rank folds all n slots in the canonical order into its own
+//!    output (the same work everywhere, so the same bits); large chunk: rank r folds part r of
+//!    all slots into its result area, `reduced = k` (Release), waits for every `reduced ≥ k`
+//!    (Acquire) and copies every part out of its owner's result area. bcast: copy the root's
+//!    slot;
+//! 5. `done = k` (Release).
+//!
+//! **Ordering argument.** A reader's Acquire load that sees `arrived ≥ k` (or `reduced ≥ k`)
+//! synchronises with the owner's Release store of that value (or a later one, stored after it
+//! by the same thread), so the slot, descriptor and result bytes written before it are
+//! visible. A writer reuses buffer b only after an Acquire load sees every peer's `done ≥ k−2`,
+//! which each peer stored with Release after its last read of buffer b in round k − 2: those
+//! reads happen before the overwrite. Counters only grow, so `≥` tests stay right when a fast
+//! peer is already one round ahead (it can never be two: it would need our `done`).
+//!
+//! **Failures.** Waiting spins briefly, then yields (ranks may outnumber cores), and about
+//! every millisecond asks the engine whether a member died; a dead peer ends the wait with
+//! `PeerLost`, and the windows are marked broken (later calls fail at once instead of hanging
+//! on a round that can never complete). A rank that gives up also sets `abort` in its header,
+//! so ranks waiting on some other, live but stuck member stop too. A peer counter already
+//! reached counts even if its owner has died since: it may have exited normally after doing
+//! its part. Ranks that pass different lengths, kinds or roots all
+//! see the difference in the same round, finish it, and return `Mismatch`; the windows stay
+//! usable.
+
+use crate::comm::Communicator;
+use crate::{CommError, Result};
+use rcomm_kernels::{Element, Op};
+use rcomm_transport::local::Segment;
+use rcomm_transport::rlog;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// Bytes per input slot and per result area: one round moves at most this much.
+pub(crate) const SLOT: usize = 256 << 10;
+/// Chunks up to this size are folded whole by every rank (one synchronisation per round);
+/// above it the fold is split among ranks (two, but 1/n of the arithmetic each).
+const SMALL_MAX: usize = 8 << 10;
+/// The header's share of a window (page-aligned data areas after it).
+const HEADER: usize = 4096;
+/// One window: header, two slots, two result areas.
+pub(crate) const WINDOW: usize = HEADER + 4 * SLOT;
+/// Busy-wait iterations before a waiter starts yielding its core.
+const SPIN: u32 = 2000;
+/// How often a waiter asks whether a peer died.
+const CHECK_EVERY: Duration = Duration::from_millis(1);
+
+const KIND_ALLREDUCE: u64 = 1 << 56;
+const KIND_BCAST: u64 = 2 << 56;
+
+#[repr(C, align(64))]
+struct Line(AtomicU64);
+
+/// What a rank contributes to one buffer's round; read by peers after `arrived`.
+#[repr(C, align(64))]
+struct Desc {
+    /// Total byte length of the call (`u64::MAX`: this rank's arguments are invalid).
+    total: AtomicU64,
+    /// Collective kind with its parameters (element size and op, or root).
+    kind: AtomicU64,
+    /// 0: the input is in the slot; otherwise the id of the shared buffer holding it.
+    src: AtomicU64,
+}
+
+/// The counters at the start of every window; all-zero (a fresh memfd) is the initial state.
+#[repr(C)]
+struct Header {
+    arrived: Line,
+    reduced: Line,
+    done: Line,
+    /// Non-zero once this rank gave up on the windows (1 + the world rank it lost, or
+    /// `u64::MAX`): ranks waiting on a live but stuck peer learn of a failure it saw.
+    abort: Line,
+    desc: [Desc; 2],
+}
+const _: () = assert!(size_of::<Header>() <= HEADER);
+
+#[derive(Clone, Copy)]
+enum Flag {
+    Arrived,
+    Reduced,
+    Done,
+}
+
+/// An error of the protocol: `Agreed` ones were seen by every rank in the same round (the
+/// windows stay in step); `Fatal` ones leave the windows unusable.
+#[derive(Debug)]
+pub(crate) enum ProtoError {
+    Agreed(CommError),
+    Fatal(CommError),
+    /// Rank `j` of the communicator gave up (`code` as in [`Header::abort`]).
+    Aborted {
+        j: usize,
+        code: u64,
+    },
+}
+
+impl ProtoError {
+    #[cfg(test)]
+    fn into_inner(self) -> CommError {
+        match self {
+            ProtoError::Agreed(e) | ProtoError::Fatal(e) => e,
+            ProtoError::Aborted { j, code } => CommError::Protocol {
+                rank: j as u32,
+                why: format!("gave up ({code})"),
+            },
+        }
+    }
+}
+
+type PResult<T> = std::result::Result<T, ProtoError>;
+
+/// `combine(acc, left)` sets `acc = left ⊕ acc` element-wise.
+pub(crate) type Combine<'a> = dyn Fn(&mut [u8], &[u8]) -> Result<()> + 'a;
+
+/// Inputs read in place from every rank's shared buffer (allocated by `alloc_shared`).
+pub(crate) struct ZeroCopy {
+    /// Each rank's shared buffer, as mapped here (ours included), at least as long as the data.
+    pub(crate) bases: Vec<NonNull<u8>>,
+    /// Each rank's id for its buffer (what it publishes as the input's source).
+    pub(crate) ids: Vec<u64>,
+}
+
+/// The protocol over a set of windows, independent of how they were mapped (so threads can
+/// play ranks in tests).
+pub(crate) struct Proto<'a> {
+    me: usize,
+    bases: &'a [NonNull<u8>],
+    /// Called about every [`CHECK_EVERY`] with the rank waited for; an error ends the wait.
+    /// Only that rank matters: a peer that has done its part may exit normally meanwhile.
+    check: &'a mut dyn FnMut(usize) -> Result<()>,
+}
+
+impl<'a> Proto<'a> {
+    /// `bases[j]` is rank j's window mapped here: [`WINDOW`] bytes, zero-filled when created.
+    pub(crate) fn new(
+        me: usize,
+        bases: &'a [NonNull<u8>],
+        check: &'a mut dyn FnMut(usize) -> Result<()>,
+    ) -> Self {
+        Self { me, bases, check }
+    }
+
+    fn n(&self) -> usize {
+        self.bases.len()
+    }
+
+    fn hdr(&self, j: usize) -> &Header {
+        // SAFETY: every base points at a live, page-aligned mapping of WINDOW bytes that starts
+        // with a Header (all fields atomics, for which all-zero is valid); shared access from
+        // other processes goes through those atomics only.
+        unsafe { &*self.bases[j].as_ptr().cast::<Header>() }
+    }
+
+    fn area(&self, j: usize, i: usize) -> *mut u8 {
+        // SAFETY: HEADER + i·SLOT + SLOT ≤ WINDOW for i < 4, so the offset stays in the mapping.
+        unsafe { self.bases[j].as_ptr().add(HEADER + i * SLOT) }
+    }
+
+    fn slot(&self, j: usize, b: usize) -> *mut u8 {
+        self.area(j, b)
+    }
+
+    fn result(&self, j: usize, b: usize) -> *mut u8 {
+        self.area(j, 2 + b)
+    }
+
+    fn flag(&self, j: usize, f: Flag) -> &AtomicU64 {
+        let h = self.hdr(j);
+        match f {
+            Flag::Arrived => &h.arrived.0,
+            Flag::Reduced => &h.reduced.0,
+            Flag::Done => &h.done.0,
+        }
+    }
+
+    /// Waits until every rank's `f` counter reaches `target`.
+    fn wait_all(&mut self, f: Flag, target: u64) -> PResult<()> {
+        let mut spins = 0u32;
+        let mut next_check: Option<Instant> = None;
+        for j in 0..self.n() {
+            while self.flag(j, f).load(Ordering::Acquire) < target {
+                if spins < SPIN {
+                    spins += 1;
+                    std::hint::spin_loop();
+                    continue;
+                }
+                std::thread::yield_now();
+                let now = Instant::now();
+                if next_check.is_none_or(|t| now >= t) {
+                    // A member that gave up never moves again; whatever we wait for, this
+                    // collective cannot complete everywhere.
+                    if let Some((m, code)) = (0..self.n())
+                        .map(|m| (m, self.hdr(m).abort.0.load(Ordering::Acquire)))
+                        .find(|&(_, c)| c != 0)
+                    {
+                        return Err(ProtoError::Aborted { j: m, code });
+                    }
+                    if let Err(e) = (self.check)(j) {
+                        // A peer may publish its last counter and exit normally between our
+                        // load and the check: only a counter still short after learning of
+                        // the death means we waited on a rank that never did its part.
+                        if self.flag(j, f).load(Ordering::Acquire) < target {
+                            return Err(ProtoError::Fatal(e));
+                        }
+                    }
+                    next_check = Some(now + CHECK_EVERY);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Steps 1–3 of a round: wait for buffer b to be free, let `fill` write our slot, publish
+    /// the descriptor and arrive, wait for everyone; on the first round of a call, check that
+    /// every rank describes the same call.
+    fn enter(
+        &mut self,
+        k: u64,
+        first: bool,
+        total: u64,
+        kind: u64,
+        zc: Option<&ZeroCopy>,
+        fill: impl FnOnce(*mut u8),
+    ) -> PResult<()> {
+        let (me, b) = (self.me, (k & 1) as usize);
+        self.wait_all(Flag::Done, k.saturating_sub(2))?;
+        fill(self.slot(me, b));
+        let d = &self.hdr(me).desc[b];
+        d.total.store(total, Ordering::Relaxed);
+        d.kind.store(kind, Ordering::Relaxed);
+        let src = zc.map_or(0, |z| z.ids[me]);
+        d.src.store(src, Ordering::Relaxed);
+        // Release: the slot and descriptor writes above become visible with `arrived`.
+        self.hdr(me).arrived.0.store(k, Ordering::Release);
+        self.wait_all(Flag::Arrived, k)?;
+        if !first {
+            return Ok(());
+        }
+        let mut bad = None;
+        for j in 0..self.n() {
+            // Relaxed suffices: the Acquire load in `wait_all` ordered these after the peer's
+            // stores, and the peer cannot rewrite descriptor b before we publish `done ≥ k`.
+            let d = &self.hdr(j).desc[b];
+            let (t, kd, s) = (
+                d.total.load(Ordering::Relaxed),
+                d.kind.load(Ordering::Relaxed),
+                d.src.load(Ordering::Relaxed),
+            );
+            let want_src = zc.map_or(0, |z| z.ids[j]);
+            let what = if t != total || t == u64::MAX {
+                Some((
+                    "byte length (do all ranks pass the same count of whole elements?)",
+                    t,
+                    total,
+                ))
+            } else if kd != kind {
+                Some(("collective, element type, op or root", kd, kind))
+            } else if s != want_src {
+                Some((
+                    "shared buffer (every rank must pass its own buffer from one alloc_shared, or none)",
+                    s,
+                    want_src,
+                ))
+            } else {
+                None
+            };
+            if let Some((what, theirs, ours)) = what {
+                bad = bad.or(Some(CommError::Mismatch {
+                    what: format!("shared-memory collective: {what}"),
+                    rank: j as u32,
+                    theirs,
+                    ours,
+                }));
+            }
+        }
+        match bad {
+            Some(e) => {
+                // Everyone found a difference in this same round; finishing it keeps the
+                // windows in step for the next call.
+                self.hdr(me).done.0.store(k, Ordering::Release);
+                Err(ProtoError::Agreed(e))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Marks our window as given up, so peers waiting on us stop too.
+    pub(crate) fn poison(&self, code: u64) {
+        self.hdr(self.me)
+            .abort
+            .0
+            .store(code.max(1), Ordering::Release);
+    }
+
+    /// In-place allreduce of `total` bytes at `data`; `combine(acc, left)` sets
+    /// `acc = left ⊕ acc`. `sig` is what else ranks must agree on (op, type). With `zc`, every
+    /// rank's input is read in place from its shared buffer, and `data` must be ours.
+    ///
+    /// # Safety
+    /// `data` is valid for reads and writes of `total` bytes, and nothing else in this process
+    /// accesses them during the call; with `zc`, `data` is `zc.bases[me]` and every base is
+    /// valid for reads of `total` bytes.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn allreduce(
+        &mut self,
+        round: &mut u64,
+        data: *mut u8,
+        total: usize,
+        elem: usize,
+        sig: u64,
+        combine: &Combine<'_>,
+        zc: Option<&ZeroCopy>,
+    ) -> PResult<()> {
+        let (n, me) = (self.n(), self.me);
+        let valid = elem > 0 && elem <= SLOT && total.is_multiple_of(elem);
+        let chunk = if valid { SLOT / elem * elem } else { SLOT };
+        let pub_total = if valid { total as u64 } else { u64::MAX };
+        let kind = KIND_ALLREDUCE | (sig & 0xffff_ffff) << 16 | (elem as u64 & 0xffff);
+        let rounds = total.div_ceil(chunk).max(1);
+        for c in 0..rounds {
+            *round += 1;
+            let (k, b) = (*round, (*round & 1) as usize);
+            let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(total));
+            let len = hi - lo;
+            self.enter(k, c == 0, pub_total, kind, zc, |slot| {
+                if zc.is_none() {
+                    // SAFETY: `data[lo..hi]` is ours (caller's contract); the slot has
+                    // SLOT ≥ len bytes and nobody reads it now (every peer's done ≥ k−2).
+                    unsafe { std::ptr::copy_nonoverlapping(data.add(lo), slot, len) };
+                }
+            })?;
+            // Agreed in `enter`: equal lengths, kinds and input sources everywhere.
+            let input = |j: usize, a: usize, z: usize| -> &[u8] {
+                let base = match zc {
+                    // SAFETY: within the `total` bytes the caller vouches for.
+                    Some(zc) => unsafe { zc.bases[j].as_ptr().add(lo) },
+                    None => self.slot(j, b),
+                };
+                // SAFETY: the area holds at least `z` bytes from `base` (z ≤ len ≤ SLOT for a
+                // slot; lo + z ≤ total for a shared buffer). Its owner wrote them before
+                // `arrived = k` and writes them again only after every `done ≥ k` (slot) or
+                // every `reduced ≥ k` (shared buffer = its output), which we publish after
+                // our last read; our own shared buffer is written below only after the same
+                // wait, when no slice from here is alive.
+                unsafe { std::slice::from_raw_parts(base.add(a), z - a) }
+            };
+            let fold = |out: &mut [u8], a: usize, z: usize| -> Result<()> {
+                out.copy_from_slice(input(n - 1, a, z));
+                for j in (0..n - 1).rev() {
+                    combine(out, input(j, a, z))?;
+                }
+                Ok(())
+            };
+            if len <= SMALL_MAX && zc.is_none() {
+                // SAFETY: our bytes (caller's contract), disjoint from every slot.
+                let out = unsafe { std::slice::from_raw_parts_mut(data.add(lo), len) };
+                fold(out, 0, len).map_err(ProtoError::Fatal)?;
+            } else {
+                let elems = len / elem;
+                let part = |p: usize| (p * elems / n * elem, (p + 1) * elems / n * elem);
+                let (a, z) = part(me);
+                // SAFETY: our result area b has SLOT ≥ z bytes; peers read it only after our
+                // `reduced = k` below and stop before their `done ≥ k`, which `enter` of
+                // round k + 2 awaits before anything here is written again.
+                let res =
+                    unsafe { std::slice::from_raw_parts_mut(self.result(me, b).add(a), z - a) };
+                fold(res, a, z).map_err(ProtoError::Fatal)?;
+                self.hdr(me).reduced.0.store(k, Ordering::Release);
+                self.wait_all(Flag::Reduced, k)?;
+                for j in 0..n {
+                    let (a, z) = part(j);
+                    // SAFETY: rank j's result area b holds its part (published by its
+                    // `reduced = k`, seen with Acquire) and stays unchanged until our
+                    // `done = k`; `data[lo + a..lo + z]` is ours, and with in-place inputs no
+                    // peer reads it any more (everyone's `reduced ≥ k`).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            self.result(j, b).add(a),
+                            data.add(lo + a),
+                            z - a,
+                        )
+                    };
+                }
+            }
+            self.hdr(me).done.0.store(k, Ordering::Release);
+            if !valid {
+                return Err(ProtoError::Agreed(CommError::Size { bytes: total, elem }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Broadcast of `data` from `root`.
+    pub(crate) fn bcast(&mut self, round: &mut u64, data: &mut [u8], root: usize) -> PResult<()> {
+        let (me, total) = (self.me, data.len());
+        let rounds = total.div_ceil(SLOT).max(1);
+        let data_ptr = data.as_mut_ptr();
+        for c in 0..rounds {
+            *round += 1;
+            let (k, b) = (*round, (*round & 1) as usize);
+            let (lo, hi) = (c * SLOT, ((c + 1) * SLOT).min(total));
+            let len = hi - lo;
+            self.enter(
+                k,
+                c == 0,
+                total as u64,
+                KIND_BCAST | root as u64,
+                None,
+                |slot| {
+                    if me == root {
+                        // SAFETY: as in allreduce: our data range, a free slot of SLOT ≥ len bytes.
+                        unsafe { std::ptr::copy_nonoverlapping(data_ptr.add(lo), slot, len) };
+                    }
+                },
+            )?;
+            if me != root {
+                // SAFETY: the root's slot b holds `len` bytes written before its `arrived = k`
+                // and left alone until every `done ≥ k`, which we publish after this copy.
+                let src = unsafe { std::slice::from_raw_parts(self.slot(root, b), len) };
+                data[lo..hi].copy_from_slice(src);
+            }
+            self.hdr(me).done.0.store(k, Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+/// Mapped windows of every rank of one communicator.
+pub(crate) struct NodeShm {
+    /// By communicator rank; ours included (the segment we created).
+    segs: Vec<Segment>,
+    bases: Vec<NonNull<u8>>,
+    /// World ranks of the members, for liveness checks.
+    world: Vec<u32>,
+    me: usize,
+    state: Mutex<State>,
+}
+
+// SAFETY: the raw pointers in `bases` point into `segs`, owned alongside and valid for the
+// NodeShm's life; every access through them is synchronised by the protocol (atomics in the
+// windows), and a call holds `state` for its whole duration, so one thread at a time drives it.
+unsafe impl Send for NodeShm {}
+// SAFETY: as above: shared use goes through `state`.
+unsafe impl Sync for NodeShm {}
+
+impl std::fmt::Debug for NodeShm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeShm")
+            .field("ranks", &self.segs.len())
+            .field("me", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Rounds run so far (the same on every rank between calls).
+    round: u64,
+    /// Why the windows can no longer be trusted to be in step.
+    broken: Option<String>,
+}
+
+/// Windows set up per communicator. A communicator is known by its `coll_seq` allocation,
+/// which its clones share and no other communicator has; the `Weak` keeps that allocation, so
+/// the address cannot be reused while the entry exists. Entries of dropped communicators are
+/// removed (and their windows unmapped) at the next look-up.
+type CacheEntry = (Weak<AtomicU32>, Option<Arc<NodeShm>>);
+static CACHE: Mutex<Vec<CacheEntry>> = Mutex::new(Vec::new());
+
+/// Whether every rank of `comm` is on this node (a pure function of init's identity exchange,
+/// so every rank gets the same answer without talking).
+pub(crate) fn all_on_node(comm: &Communicator) -> Result<Vec<u32>> {
+    let world: Vec<u32> = (0..comm.size)
+        .map(|r| comm.world_rank(r))
+        .collect::<Result<_>>()?;
+    let node_of = &comm.shared.node_of;
+    let mine = node_of[world[comm.rank as usize] as usize];
+    if let Some(&w) = world.iter().find(|&&w| node_of[w as usize] != mine) {
+        return Err(CommError::InvalidArg(format!(
+            "world rank {w} is on another node than this rank: shared memory needs every rank of the communicator on one node"
+        )));
+    }
+    Ok(world)
+}
+
+/// Creates a segment of `len` bytes here and maps every member's segment (each may have its
+/// own length). Collective. `Ok(None)` when some rank could not create or map (agreed: every
+/// rank learns it in a second exchange). Returns the segments by rank with each rank's
+/// published `tag` (for `alloc_shared`, its buffer id; its byte count rides along).
+pub(crate) fn exchange_segments(
+    comm: &Communicator,
+    name: &str,
+    len: usize,
+    tag: u64,
+) -> Result<Option<Vec<(Segment, u64, u64)>>> {
+    let (n, me) = (comm.size as usize, comm.rank as usize);
+    let own = Segment::create(name, len.max(1));
+    if let Err(e) = &own {
+        rlog!(Warn, "COLL", "shared-memory segment of {len} bytes: {e}");
+    }
+    const REC: usize = 4 + 4 + 8 + 8 + 8 + 1;
+    let mut rec = Vec::with_capacity(REC);
+    rec.extend_from_slice(&std::process::id().to_le_bytes());
+    rec.extend_from_slice(
+        &own.as_ref()
+            .map_or(-1, |s| s.fd().as_raw_fd())
+            .to_le_bytes(),
+    );
+    rec.extend_from_slice(&(len.max(1) as u64).to_le_bytes());
+    rec.extend_from_slice(&tag.to_le_bytes());
+    rec.extend_from_slice(&(len as u64).to_le_bytes());
+    rec.push(own.is_ok() as u8);
+    let all = comm.allgather_bytes(&rec)?;
+    let mut own = own.ok();
+    let mut segs = Vec::with_capacity(n);
+    let mut ok = own.is_some();
+    for (j, r) in all.chunks(REC).enumerate() {
+        let u32_at = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().expect("8 bytes"));
+        let (pid, fd, seg_len, t, bytes) = (
+            u32_at(0),
+            u32_at(4) as i32,
+            u64_at(8),
+            u64_at(16),
+            u64_at(24),
+        );
+        if r[32] == 0 {
+            ok = false;
+            continue;
+        }
+        if j == me {
+            if let Some(s) = own.take() {
+                segs.push((s, t, bytes));
+            }
+            continue;
+        }
+        match rcomm_transport::window::map_peer_segment(pid, fd, seg_len as usize) {
+            Ok(s) => segs.push((s, t, bytes)),
+            Err(e) => {
+                rlog!(Info, "COLL", "cannot map rank {j}'s shared segment: {e}");
+                ok = false;
+            }
+        }
+    }
+    let oks = comm.allgather_bytes(&[ok as u8])?;
+    Ok((oks.iter().all(|&b| b == 1) && segs.len() == n).then_some(segs))
+}
+
+impl NodeShm {
+    /// The windows of `comm`, set up on first use. Collective (on first use every rank must
+    /// call it, in the same order relative to other collectives). `Ok(None)` when not every
+    /// rank is on this node or mapping failed somewhere (agreed).
+    pub(crate) fn get_or_setup(comm: &Communicator) -> Result<Option<Arc<NodeShm>>> {
+        let key = Arc::as_ptr(&comm.coll_seq);
+        {
+            let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+            cache.retain(|(w, _)| w.strong_count() > 0);
+            if let Some((_, e)) = cache.iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), key)) {
+                return Ok(e.clone());
+            }
+        }
+        let made = Self::setup(comm)?.map(Arc::new);
+        CACHE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((Arc::downgrade(&comm.coll_seq), made.clone()));
+        Ok(made)
+    }
+
+    fn setup(comm: &Communicator) -> Result<Option<NodeShm>> {
+        let Ok(world) = all_on_node(comm) else {
+            return Ok(None);
+        };
+        let name = format!("rcomm-coll-ctx{}", comm.ctx);
+        let Some(segs) = exchange_segments(comm, &name, WINDOW, 0)? else {
+            rlog!(
+                Info,
+                "COLL",
+                "shared-memory collectives unusable on context {}: a rank could not map the windows",
+                comm.ctx
+            );
+            return Ok(None);
+        };
+        let segs: Vec<Segment> = segs.into_iter().map(|(s, _, _)| s).collect();
+        let bases = segs
+            .iter()
+            .map(|s| NonNull::new(s.as_ptr()).expect("mappings are not null"))
+            .collect();
+        Ok(Some(NodeShm {
+            segs,
+            bases,
+            world,
+            me: comm.rank as usize,
+            state: Mutex::new(State::default()),
+        }))
+    }
+
+    fn run(
+        &self,
+        comm: &Communicator,
+        op: &'static str,
+        f: impl FnOnce(&mut Proto<'_>, &mut u64) -> PResult<()>,
+    ) -> Result<()> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(why) = &st.broken {
+            return Err(CommError::Protocol {
+                rank: comm.rank,
+                why: format!(
+                    "{op}: an earlier shared-memory collective on this communicator failed ({why}); its windows are out of step"
+                ),
+            });
+        }
+        let shared = comm.shared.clone();
+        let world = &self.world;
+        let mut check = |j: usize| shared.check_alive(&world[j..=j], op);
+        let mut p = Proto::new(self.me, &self.bases, &mut check);
+        let State { round, broken } = &mut *st;
+        let e = match f(&mut p, round) {
+            Ok(()) => return Ok(()),
+            Err(ProtoError::Agreed(e)) => return Err(e),
+            Err(ProtoError::Fatal(e)) => e,
+            Err(ProtoError::Aborted { j, code }) => {
+                let lost = u32::try_from(code - 1).ok().filter(|&w| w < u32::MAX);
+                match lost.map(|w| shared.check_alive(&[w], op)) {
+                    Some(Err(e)) => e,
+                    Some(Ok(())) => CommError::PeerLost {
+                        rank: lost.unwrap_or(u32::MAX),
+                        host: String::from("?"),
+                        op,
+                        why: format!("rank {j} of the communicator saw it fail"),
+                    },
+                    None => CommError::Protocol {
+                        rank: self.world[j],
+                        why: format!("{op}: it gave up on the shared-memory windows"),
+                    },
+                }
+            }
+        };
+        p.poison(match &e {
+            CommError::PeerLost { rank, .. } => u64::from(*rank) + 1,
+            _ => u64::MAX,
+        });
+        *broken = Some(e.to_string());
+        Err(e)
+    }
+
+    /// In-place allreduce of `data` (elements of `elem` bytes). `combine(acc, left)` computes
+    /// `acc = left ⊕ acc`. The reduction order is the canonical right fold in rank order,
+    /// `acc = a(n−1); for j in (0..n−1).rev() { acc = a(j) ⊕ acc }`, so every rank ends with
+    /// identical bytes. Ranks passing different lengths get `Mismatch`.
+    #[allow(dead_code)] // the collective layer's entry; the typed wrappers below use the sig variant
+    pub(crate) fn allreduce(
+        &self,
+        comm: &Communicator,
+        data: &mut [u8],
+        elem: usize,
+        combine: &Combine<'_>,
+    ) -> Result<()> {
+        self.allreduce_sig(comm, data, elem, 0, combine)
+    }
+
+    /// [`allreduce`](Self::allreduce) with `sig` (op and type, checked equal on every rank).
+    pub(crate) fn allreduce_sig(
+        &self,
+        comm: &Communicator,
+        data: &mut [u8],
+        elem: usize,
+        sig: u64,
+        combine: &Combine<'_>,
+    ) -> Result<()> {
+        self.run(comm, "allreduce (shared memory)", |p, round| {
+            // SAFETY: `data` is borrowed exclusively for the call.
+            unsafe {
+                p.allreduce(
+                    round,
+                    data.as_mut_ptr(),
+                    data.len(),
+                    elem,
+                    sig,
+                    combine,
+                    None,
+                )
+            }
+        })
+    }
+
+    /// Allreduce with every rank's input read in place from its shared buffer; the result
+    /// overwrites our buffer (`zc.bases[me]`).
+    ///
+    /// # Safety
+    /// Every `zc.bases[j]` is valid for reads of `total` bytes, `zc.bases[me]` also for
+    /// writes, and nothing else in this process accesses our buffer during the call.
+    pub(crate) unsafe fn allreduce_zc(
+        &self,
+        comm: &Communicator,
+        total: usize,
+        elem: usize,
+        sig: u64,
+        combine: &Combine<'_>,
+        zc: &ZeroCopy,
+    ) -> Result<()> {
+        let data = zc.bases[self.me].as_ptr();
+        self.run(comm, "allreduce (shared memory, in place)", |p, round| {
+            // SAFETY: the caller's contract is this function's.
+            unsafe { p.allreduce(round, data, total, elem, sig, combine, Some(zc)) }
+        })
+    }
+
+    /// Broadcast of `data` from `root`.
+    pub(crate) fn bcast(&self, comm: &Communicator, data: &mut [u8], root: u32) -> Result<()> {
+        if root >= comm.size {
+            return Err(CommError::InvalidRank {
+                rank: root,
+                size: comm.size,
+            });
+        }
+        self.run(comm, "bcast (shared memory)", |p, round| {
+            p.bcast(round, data, root as usize)
+        })
+    }
+}
+
+/// The reduction step of `op` on `T`, as `combine(acc, left)`. rcomm's ops are commutative
+/// (bitwise, also for floats: IEEE addition and multiplication are), so `acc ⊕ left` is
+/// `left ⊕ acc`.
+pub(crate) fn combiner<T: Element>(op: Op) -> impl Fn(&mut [u8], &[u8]) -> Result<()> {
+    move |acc: &mut [u8], left: &[u8]| {
+        rcomm_kernels::reduce_into(op, T::DTYPE, acc, left)
+            .map_err(|e| CommError::InvalidArg(e.to_string()))
+    }
+}
+
+/// What ranks must agree on besides the element size: op and type.
+pub(crate) fn signature<T: Element>(op: Op) -> u64 {
+    (op as u64) << 8 | T::DTYPE as u64
+}
+
+impl Communicator {
+    /// Allreduce through the node's shared memory, without messages, when every rank of the
+    /// communicator runs on this node: each rank reads its peers' inputs from their shared
+    /// windows. Returns `Ok(false)`, leaving `buf` untouched, when that path is unusable
+    /// (ranks on other nodes, or mapping failed somewhere) — every rank gets the same answer.
+    ///
+    /// The result is the right fold in rank order, `a(0) ⊕ (a(1) ⊕ (… ⊕ a(n−1)))`, bitwise
+    /// identical on every rank. Collective; the first call on a communicator sets up its
+    /// windows (about 1 MiB per rank).
+    pub fn allreduce_shm<T: Element>(&self, buf: &mut [T], op: Op) -> Result<bool> {
+        op.check(T::DTYPE)
+            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        let Some(node) = NodeShm::get_or_setup(self)? else {
+            return Ok(false);
+        };
+        let combine = combiner::<T>(op);
+        node.allreduce_sig(
+            self,
+            bytemuck::cast_slice_mut(buf),
+            size_of::<T>(),
+            signature::<T>(op),
+            &combine,
+        )?;
+        if op == Op::Avg {
+            rcomm_kernels::finalize_avg_typed(buf, self.size as usize)
+                .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        }
+        Ok(true)
+    }
+
+    /// Broadcast from `root` through the node's shared memory; `Ok(false)` (nothing done) when
+    /// that path is unusable, as for [`allreduce_shm`](Self::allreduce_shm). Collective.
+    pub fn bcast_shm<T: bytemuck::Pod>(&self, buf: &mut [T], root: u32) -> Result<bool> {
+        let Some(node) = NodeShm::get_or_setup(self)? else {
+            return Ok(false);
+        };
+        node.bcast(self, bytemuck::cast_slice_mut(buf), root)?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Windows for `n` ranks played by threads of this process.
+    struct Node {
+        _segs: Vec<Segment>,
+        bases: Vec<usize>,
+    }
+
+    fn node(n: usize) -> Node {
+        let segs: Vec<Segment> = (0..n)
+            .map(|_| Segment::create("rcomm-shm-test", WINDOW).unwrap())
+            .collect();
+        let bases = segs.iter().map(|s| s.as_ptr() as usize).collect();
+        Node { _segs: segs, bases }
+    }
+
+    fn ptrs(b: &[usize]) -> Vec<NonNull<u8>> {
+        b.iter()
+            .map(|&p| NonNull::new(p as *mut u8).unwrap())
+            .collect()
+    }
+
+    /// Neither commutative nor associative, so only the canonical order gives the reference.
+    fn f(left: u32, acc: u32) -> u32 {
+        left.wrapping_mul(7) ^ acc.rotate_left(3)
+    }
+
+    fn combine(acc: &mut [u8], left: &[u8]) -> Result<()> {
+        let acc: &mut [u32] = bytemuck::cast_slice_mut(acc);
+        let left: &[u32] = bytemuck::cast_slice(left);
+        for (a, l) in acc.iter_mut().zip(left) {
+            *a = f(*l, *a);
+        }
+        Ok(())
+    }
+
+    fn input(rank: usize, i: usize, it: usize) -> u32 {
+        (rank as u32 + 1).wrapping_mul(2_654_435_761) ^ (i as u32).wrapping_mul(40_503) ^ it as u32
+    }
+
+    fn reference(n: usize, count: usize, it: usize) -> Vec<u32> {
+        (0..count)
+            .map(|i| {
+                let mut acc = input(n - 1, i, it);
+                for j in (0..n - 1).rev() {
+                    acc = f(input(j, i, it), acc);
+                }
+                acc
+            })
+            .collect()
+    }
+
+    /// Runs `body(rank, proto, round)` on `n` threads over fresh windows.
+    fn ranks<R: Send>(
+        n: usize,
+        body: impl Fn(usize, &mut Proto<'_>, &mut u64) -> R + Sync,
+    ) -> Vec<R> {
+        let nd = node(n);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|r| {
+                    let (bases, body) = (&nd.bases, &body);
+                    s.spawn(move || {
+                        let b = ptrs(bases);
+                        let mut ok = |_| Ok(());
+                        let mut p = Proto::new(r, &b, &mut ok);
+                        let mut round = 0;
+                        body(r, &mut p, &mut round)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    fn allreduce(p: &mut Proto<'_>, round: &mut u64, data: &mut [u32]) -> PResult<()> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(data);
+        // SAFETY: `bytes` is borrowed exclusively for the call.
+        unsafe { p.allreduce(round, bytes.as_mut_ptr(), bytes.len(), 4, 0, &combine, None) }
+    }
+
+    #[test]
+    fn allreduce_folds_in_canonical_order_for_small_large_and_chunked_sizes() {
+        for n in [1usize, 2, 3, 5] {
+            let counts = [0usize, 1, 7, 1023, 2048, 4099, 200_003];
+            let out = ranks(n, |r, p, round| {
+                let mut res = Vec::new();
+                for (it, &count) in counts.iter().enumerate() {
+                    let mut d: Vec<u32> = (0..count).map(|i| input(r, i, it)).collect();
+                    allreduce(p, round, &mut d).unwrap();
+                    res.push(d);
+                }
+                res
+            });
+            for (it, &count) in counts.iter().enumerate() {
+                let want = reference(n, count, it);
+                for (r, o) in out.iter().enumerate() {
+                    assert!(o[it] == want, "n {n} count {count} rank {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hundreds_of_back_to_back_calls_reuse_slots_without_races() {
+        let n = 4;
+        let out = ranks(n, |r, p, round| {
+            let mut bad = 0;
+            for it in 0..600 {
+                let count = [3usize, 100, 2100][it % 3];
+                let mut d: Vec<u32> = (0..count).map(|i| input(r, i, it)).collect();
+                allreduce(p, round, &mut d).unwrap();
+                bad += (d != reference(n, count, it)) as usize;
+            }
+            bad
+        });
+        assert_eq!(out, vec![0; n]);
+    }
+
+    #[test]
+    fn in_place_inputs_from_shared_buffers_give_the_same_bits() {
+        let n = 3;
+        let count = 70_001; // two rounds
+        let bufs: Vec<Segment> = (0..n)
+            .map(|_| Segment::create("rcomm-shm-test-buf", count * 4).unwrap())
+            .collect();
+        let addrs: Vec<usize> = bufs.iter().map(|s| s.as_ptr() as usize).collect();
+        ranks(n, |r, p, round| {
+            let zc = ZeroCopy {
+                bases: ptrs(&addrs),
+                ids: (10..10 + n as u64).collect(),
+            };
+            let mine = zc.bases[r].as_ptr();
+            for i in 0..count {
+                // SAFETY: our own buffer, `count` u32s; nobody reads it before we arrive.
+                unsafe { mine.cast::<u32>().add(i).write(input(r, i, 0)) };
+            }
+            // SAFETY: every base maps `count * 4` bytes; ours is only touched by this call.
+            unsafe { p.allreduce(round, mine, count * 4, 4, 0, &combine, Some(&zc)) }.unwrap();
+        });
+        let want = reference(n, count, 0);
+        for s in &bufs {
+            // SAFETY: the threads have finished; the segment holds `count` u32s.
+            let got = unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u32>(), count) };
+            assert!(got == &want[..]);
+        }
+    }
+
+    #[test]
+    fn different_lengths_are_an_error_on_every_rank_and_the_windows_stay_usable() {
+        let n = 3;
+        let out = ranks(n, |r, p, round| {
+            let mut d = vec![1u32; if r == 1 { 5 } else { 6 }];
+            let e = allreduce(p, round, &mut d).unwrap_err();
+            let agreed = matches!(e, ProtoError::Agreed(CommError::Mismatch { .. }));
+            let mut big = vec![2u32; if r == 0 { 100_000 } else { 100_001 }];
+            let big_err = allreduce(p, round, &mut big).is_err();
+            let mut d: Vec<u32> = (0..9).map(|i| input(r, i, 1)).collect();
+            allreduce(p, round, &mut d).unwrap();
+            let mut b = vec![r as u32; 9];
+            // a bcast with a different root on one rank
+            let bad_root = p
+                .bcast(round, bytemuck::cast_slice_mut(&mut b), r.min(1))
+                .is_err();
+            (agreed, big_err, d, bad_root, e.into_inner().to_string())
+        });
+        for (agreed, big_err, d, bad_root, msg) in out {
+            assert!(agreed && big_err && bad_root, "{msg}");
+            assert_eq!(d, reference(n, 9, 1));
+        }
+    }
+
+    #[test]
+    fn bcast_copies_the_roots_bytes_in_chunks() {
+        let n = 4;
+        let len = 3 * SLOT + 17;
+        for root in [0, n - 1] {
+            let out = ranks(n, |r, p, round| {
+                let mut d: Vec<u8> = (0..len)
+                    .map(|i| if r == root { (i % 251) as u8 } else { 0 })
+                    .collect();
+                p.bcast(round, &mut d, root).unwrap();
+                d
+            });
+            let want: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            assert!(out.iter().all(|d| *d == want));
+        }
+    }
+
+    #[test]
+    fn a_failure_one_rank_sees_reaches_ranks_that_wait_on_others() {
+        // Rank 3 never arrives; only rank 0's liveness check notices. Ranks 1 and 2 wait on
+        // rank 3 too but their checks see nothing: they must stop because rank 0 gave up.
+        let n = 4;
+        let nd = node(n);
+        let t0 = Instant::now();
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n - 1)
+                .map(|r| {
+                    let bases = &nd.bases;
+                    s.spawn(move || {
+                        let b = ptrs(bases);
+                        let mut check = |j: usize| {
+                            if r == 0 && j == 3 && t0.elapsed() > Duration::from_millis(30) {
+                                Err(CommError::Protocol {
+                                    rank: 3,
+                                    why: "gone".into(),
+                                })
+                            } else {
+                                Ok(())
+                            }
+                        };
+                        let mut p = Proto::new(r, &b, &mut check);
+                        let mut round = 0;
+                        let mut d = vec![1u32; 10];
+                        let e = allreduce(&mut p, &mut round, &mut d).unwrap_err();
+                        if r == 0 {
+                            p.poison(u64::MAX);
+                        }
+                        format!("{:?}", e)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(errs[0].contains("gone"), "{errs:?}");
+        assert!(
+            errs[1..].iter().all(|e| e.contains("Aborted { j: 0")),
+            "{errs:?}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_rank_that_never_arrives_ends_the_others_wait_through_the_liveness_check() {
+        let n = 3;
+        let nd = node(n);
+        let t0 = Instant::now();
+        let errs: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n - 1)
+                .map(|r| {
+                    let bases = &nd.bases;
+                    s.spawn(move || {
+                        let b = ptrs(bases);
+                        let mut dead_after_50ms = |_| {
+                            if t0.elapsed() > Duration::from_millis(50) {
+                                Err(CommError::Protocol {
+                                    rank: 2,
+                                    why: "gone".into(),
+                                })
+                            } else {
+                                Ok(())
+                            }
+                        };
+                        let mut p = Proto::new(r, &b, &mut dead_after_50ms);
+                        let mut round = 0;
+                        let mut d = vec![1u32; 10];
+                        match allreduce(&mut p, &mut round, &mut d) {
+                            Err(ProtoError::Fatal(e)) => e.to_string(),
+                            other => panic!("{other:?}"),
+                        }
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(errs.iter().all(|e| e.contains("gone")), "{errs:?}");
+        assert!(t0.elapsed() < Duration::from_secs(2));
+    }
+}
