@@ -28,6 +28,12 @@ use std::sync::Arc;
 /// Up to this many bytes allreduce uses recursive doubling (latency-bound), above it the ring.
 const RD_MAX_BYTES: usize = 64 << 10;
 
+/// How a blocking collective runs: a schedule over messages, or the node's shared memory.
+enum Plan {
+    Sched(Arc<Schedule>),
+    Shm(Arc<shm::NodeShm>),
+}
+
 /// Whether `algo` combines operands in rank order (valid for non-commutative ops).
 fn rank_ordered(op: &str, algo: &str) -> bool {
     matches!(
@@ -175,35 +181,56 @@ impl Communicator {
 
     // ---------------------------------------------------------------- plans
 
-    fn allreduce_plan(&self, count: usize, elem: usize, r: &Reducer) -> Result<Arc<Schedule>> {
+    /// The allreduce schedule, or the shared-memory path when it is chosen and usable (only
+    /// for blocking calls: a non-blocking one runs `direct`, which combines in the same
+    /// canonical order, so the bits are the same).
+    fn allreduce_plan(
+        &self,
+        count: usize,
+        elem: usize,
+        r: &Reducer,
+        blocking: bool,
+    ) -> Result<Plan> {
         r.check()?;
-        let algo = self.choose("allreduce", count * elem, Some(r))?;
+        let mut algo = self.choose("allreduce", count * elem, Some(r))?;
+        if algo == "shm" {
+            if blocking && let Some(node) = shm::NodeShm::get_or_setup(self)? {
+                return Ok(Plan::Shm(node));
+            }
+            algo = "direct";
+        }
         let (rank, n) = (self.rank, self.size);
-        Ok(self
-            .shared
-            .coll
-            .schedule(self.key("allreduce", algo, 0, count, elem), || match algo {
+        Ok(Plan::Sched(self.shared.coll.schedule(
+            self.key("allreduce", algo, 0, count, elem),
+            || match algo {
                 "ring" => schedule::ring_allreduce(rank, n, count, elem),
                 "rabenseifner" => schedule::rabenseifner_allreduce(rank, n, count, elem),
                 "direct" => schedule::direct_allreduce(rank, n, count, elem),
                 _ => schedule::recursive_doubling_allreduce(rank, n, count, elem),
-            }))
+            },
+        )))
     }
 
-    fn bcast_plan(&self, bytes: usize, root: u32) -> Result<Arc<Schedule>> {
+    fn bcast_plan(&self, bytes: usize, root: u32, blocking: bool) -> Result<Plan> {
         self.check_root(root)?;
-        let algo = self.choose("bcast", bytes, None)?;
+        let mut algo = self.choose("bcast", bytes, None)?;
+        if algo == "shm" {
+            if blocking && let Some(node) = shm::NodeShm::get_or_setup(self)? {
+                return Ok(Plan::Shm(node));
+            }
+            algo = "tree";
+        }
         let (rank, n) = (self.rank, self.size);
-        Ok(self
-            .shared
-            .coll
-            .schedule(self.key("bcast", algo, root, bytes, 1), || match algo {
+        Ok(Plan::Sched(self.shared.coll.schedule(
+            self.key("bcast", algo, root, bytes, 1),
+            || match algo {
                 "scatter_allgather" => schedule::scatter_allgather_bcast(rank, n, root, bytes),
                 "pipeline" => {
                     schedule::pipeline_bcast(rank, n, root, bytes, pipeline_segment(bytes))
                 }
                 _ => schedule::binomial_bcast(rank, n, root, bytes),
-            }))
+            },
+        )))
     }
 
     /// Reduce to `root` over a working buffer of `count` elements (the result lands in the
@@ -339,9 +366,15 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
         let r = op.into().0;
-        let sched = self.allreduce_plan(buf.len(), size_of::<T>(), &r)?;
+        let plan = self.allreduce_plan(buf.len(), size_of::<T>(), &r, true)?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        self.run_schedule(&sched, bytes, &[], Some(&r))?;
+        match plan {
+            Plan::Sched(sched) => self.run_schedule(&sched, bytes, &[], Some(&r))?,
+            Plan::Shm(node) => {
+                let combine = |acc: &mut [u8], left: &[u8]| r.apply(acc, left, Order::SrcFirst);
+                node.allreduce_sig(self, bytes, size_of::<T>(), r.signature(), &combine)?
+            }
+        }
         r.finalize(bytes, self.size as usize)
     }
 
@@ -365,7 +398,9 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
     ) -> Result<CollRequest<T>> {
         let r = op.into().0;
-        let sched = self.allreduce_plan(buf.len(), size_of::<T>(), &r)?;
+        let Plan::Sched(sched) = self.allreduce_plan(buf.len(), size_of::<T>(), &r, false)? else {
+            unreachable!("non-blocking plans are schedules")
+        };
         CollRequest::start(self, sched, buf, Vec::new(), Some(r), Post::Whole)
     }
 
@@ -373,8 +408,12 @@ impl Communicator {
 
     /// Sends `buf` from `root` to every rank. Collective; every rank passes the same length.
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: u32) -> Result<()> {
-        let sched = self.bcast_plan(size_of_val(buf), root)?;
-        self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], None)
+        match self.bcast_plan(size_of_val(buf), root, true)? {
+            Plan::Sched(sched) => {
+                self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], None)
+            }
+            Plan::Shm(node) => node.bcast(self, bytemuck::cast_slice_mut(buf), root),
+        }
     }
 
     /// Starts a broadcast of `buf` from `root`; `wait` hands back the root's data.
@@ -383,7 +422,9 @@ impl Communicator {
         buf: Vec<T>,
         root: u32,
     ) -> Result<CollRequest<T>> {
-        let sched = self.bcast_plan(size_of_val(&buf[..]), root)?;
+        let Plan::Sched(sched) = self.bcast_plan(size_of_val(&buf[..]), root, false)? else {
+            unreachable!("non-blocking plans are schedules")
+        };
         CollRequest::start(self, sched, buf, Vec::new(), None, Post::Whole)
     }
 

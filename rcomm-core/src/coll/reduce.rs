@@ -176,6 +176,15 @@ impl Reducer {
         }
     }
 
+    /// What ranks must agree on for a shared-memory reduction: op and dtype, or a user op of
+    /// an element size.
+    pub(crate) fn signature(&self) -> u64 {
+        match self {
+            Reducer::Builtin(op, d) => (*op as u64) << 8 | *d as u64,
+            Reducer::User { elem, .. } => 1 << 40 | *elem as u64,
+        }
+    }
+
     /// Combines `src` into `dst` in the given operand order.
     pub(crate) fn apply(&self, dst: &mut [u8], src: &[u8], order: Order) -> Result<()> {
         if dst.len() != src.len() {

@@ -201,12 +201,18 @@ fn reductions<T: V>(cx: &mut Case<'_>) {
         same_everywhere(w, bytemuck::cast_slice(&out), "allreduce");
         let mut inp = send.clone();
         c.allreduce_in_place(&mut inp, op).unwrap();
-        assert!(inp == out, "allreduce/{a}: in place differs from out of place");
+        assert!(
+            inp == out,
+            "allreduce/{a}: in place differs from out of place"
+        );
         let req = c.iallreduce(send, op).unwrap();
         let want: Vec<f64> = (0..count).map(full).collect(); // overlapped with the collective
         let nb = req.wait().unwrap();
         cx.check(&nb, |i| want[i], &format!("iallreduce/{a}"));
-        assert!(nb == out, "allreduce/{a}: non-blocking differs from blocking");
+        assert!(
+            nb == out,
+            "allreduce/{a}: non-blocking differs from blocking"
+        );
     }
     for a in algos("reduce") {
         let c = w.with_algo("reduce", a).unwrap();
@@ -227,7 +233,11 @@ fn reductions<T: V>(cx: &mut Case<'_>) {
         }
     }
     // Reduce-scatter: blocks of `b` elements (the count split, for the large counts).
-    let b = if count > 1023 { count / n as usize } else { count };
+    let b = if count > 1023 {
+        count / n as usize
+    } else {
+        count
+    };
     for a in algos("reduce_scatter") {
         let c = w.with_algo("reduce_scatter", a).unwrap();
         let send = cx.mine::<T>(b * n as usize);
@@ -237,7 +247,10 @@ fn reductions<T: V>(cx: &mut Case<'_>) {
         cx.check(&out, |i| full(at + i), &format!("reduce_scatter/{a}"));
         let mut inp = send.clone();
         c.reduce_scatter_in_place(&mut inp, op).unwrap();
-        assert!(inp[at..at + b] == out[..], "reduce_scatter/{a}: in place differs");
+        assert!(
+            inp[at..at + b] == out[..],
+            "reduce_scatter/{a}: in place differs"
+        );
         let nb = c.ireduce_scatter(send, op).unwrap().wait().unwrap();
         assert!(nb == out, "reduce_scatter/{a}: non-blocking differs");
     }
@@ -257,7 +270,10 @@ fn reductions<T: V>(cx: &mut Case<'_>) {
                 cx.check(&ex, |i| reference::<T>(op, r, n, i, salt), "exscan");
                 assert!(nbx == ex, "exscan: non-blocking differs");
             } else {
-                assert!(ex.iter().all(|&x| x == T::of(7.0)), "exscan: rank 0 changed");
+                assert!(
+                    ex.iter().all(|&x| x == T::of(7.0)),
+                    "exscan: rank 0 changed"
+                );
                 assert!(nbx == send, "iexscan: rank 0 gets its input back");
             }
         }
@@ -555,7 +571,10 @@ fn isolation(w: &Communicator, done: &mut u64) {
     w.allreduce_in_place(&mut a, Op::Sum).unwrap();
     b = rb.wait().unwrap();
     let n64 = i64::from(n);
-    assert!(a.iter().all(|&v| v == n64 * (n64 - 1) / 2), "parent allreduce");
+    assert!(
+        a.iter().all(|&v| v == n64 * (n64 - 1) / 2),
+        "parent allreduce"
+    );
     assert!(b.iter().all(|&v| v == n64), "dup allreduce");
     assert!(
         c.iter().all(|&v| v == 10 * i64::from(half.size())),
@@ -569,7 +588,11 @@ fn bad_input(w: &Communicator) {
     let n = w.size() as usize;
     let mut r3 = [0f32; 3];
     assert!(w.allreduce(&[1f32; 4], &mut r3, Op::Sum).is_err());
-    assert!(w.reduce_scatter(&[1f32; 5], &mut [0f32; 2], Op::Sum).is_err() || n == 1);
+    assert!(
+        w.reduce_scatter(&[1f32; 5], &mut [0f32; 2], Op::Sum)
+            .is_err()
+            || n == 1
+    );
     assert!(w.alltoall(&[1u8; 3], &mut [0u8; 4]).is_err());
     assert!(w.bcast(&mut [0u8; 1], w.size()).is_err());
     assert!(w.allreduce_in_place(&mut [1i32], Op::BAnd).is_ok());
