@@ -53,6 +53,9 @@ pub(crate) struct Shared {
     pub(crate) node_of: Vec<u32>,
     /// `RCOMM_ALGO`, checked equal on every rank at init.
     pub(crate) algo: Vec<(String, String)>,
+    /// The collective cost model's constants: rank 0's, broadcast at init, so every rank's
+    /// tuner chooses alike. Set once by `init` after the transports are up.
+    pub(crate) tuning: std::sync::OnceLock<crate::coll::tuner::Tuning>,
     notices: Option<Arc<NoticeBoard>>,
     seen_notices: AtomicU64,
     policy: WaitPolicy,
@@ -77,6 +80,7 @@ impl Shared {
             ctx_ids: Arc::new(crate::group::CtxIds::new()),
             node_of,
             algo,
+            tuning: std::sync::OnceLock::new(),
             notices,
             seen_notices: AtomicU64::new(0),
             policy,

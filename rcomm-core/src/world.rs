@@ -233,6 +233,10 @@ fn init_with(cfg: &Config) -> Result<World> {
         coll_seq: Default::default(),
         shared,
     };
+    // Collective: every rank takes part (rank 0 measures, all receive its values), so the
+    // tuner's choices agree everywhere.
+    let tuning = crate::coll::tuner::measure(&comm, cfg.tune)?;
+    let _ = comm.shared.tuning.set(tuning);
     rlog!(
         Info,
         "INIT",

@@ -8,6 +8,7 @@
 //! the same schedule type.
 
 pub mod schedule;
+pub(crate) mod tuner;
 
 use crate::comm::{Communicator, Tag};
 use crate::p2p::matcher::Source;
