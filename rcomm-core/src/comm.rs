@@ -44,6 +44,10 @@ pub(crate) struct WaitPolicy {
     pub yield_until: u32,
 }
 
+thread_local! {
+    static SLEEP_FDS: std::cell::RefCell<Vec<std::os::fd::RawFd>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The engine shared by every communicator of a process, with what waiting needs.
 pub(crate) struct Shared {
     engine: Mutex<Engine>,
@@ -53,11 +57,16 @@ pub(crate) struct Shared {
     pub(crate) node_of: Vec<u32>,
     /// `RCOMM_ALGO`, checked equal on every rank at init.
     pub(crate) algo: Vec<(String, String)>,
+    /// The collective cost model's constants: rank 0's, broadcast at init, so every rank's
+    /// tuner chooses alike. Set once by `init` after the transports are up.
+    pub(crate) tuning: std::sync::OnceLock<crate::coll::tuner::Tuning>,
     notices: Option<Arc<NoticeBoard>>,
     seen_notices: AtomicU64,
     policy: WaitPolicy,
     /// Collective scratch, schedule cache and the progress thread.
     pub(crate) coll: crate::coll::CollShared,
+    /// `RCOMM_DETERMINISTIC`: allreduce in the canonical order whatever the size.
+    pub(crate) deterministic: bool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -74,15 +83,19 @@ impl Shared {
         node_of: Vec<u32>,
         algo: Vec<(String, String)>,
     ) -> Self {
+        // The initialising thread is usually the one that waits: size its sleep list now.
+        SLEEP_FDS.with_borrow_mut(|f| f.reserve(64));
         Self {
             engine: Mutex::new(engine),
             ctx_ids: Arc::new(crate::group::CtxIds::new()),
             node_of,
             algo,
+            tuning: std::sync::OnceLock::new(),
             notices,
             seen_notices: AtomicU64::new(0),
             policy,
             coll: crate::coll::CollShared::new(false),
+            deterministic: false,
         }
     }
 
@@ -117,7 +130,6 @@ impl Shared {
         // The clock is read only once spinning is over: a sub-microsecond wait must not pay
         // for clock_gettime.
         let mut last_check: Option<Instant> = None;
-        let mut fds = Vec::new();
         loop {
             {
                 let mut e = self.lock();
@@ -148,10 +160,13 @@ impl Shared {
                         e.net().end_sleep();
                         return r;
                     }
-                    fds.clear();
-                    e.net().wait_fds(&mut fds);
-                    drop(e);
-                    let _ = rcomm_transport::os::poll_readable(&fds, Duration::from_millis(50));
+                    // A per-thread vector: the sleep path of a steady exchange must not allocate.
+                    SLEEP_FDS.with_borrow_mut(|fds| {
+                        fds.clear();
+                        e.net().wait_fds(fds);
+                        drop(e);
+                        let _ = rcomm_transport::os::poll_readable(fds, Duration::from_millis(50));
+                    });
                     self.lock().net().end_sleep();
                     continue;
                 }

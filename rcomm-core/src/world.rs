@@ -217,13 +217,10 @@ fn init_with(cfg: &Config) -> Result<World> {
         .iter()
         .map(|p| infos.iter().position(|q| q.same_node(p)).unwrap_or(0) as u32)
         .collect();
-    let shared = Arc::new(Shared::new(
-        engine,
-        notices.clone(),
-        policy,
-        node_of,
-        cfg.algo.clone(),
-    ));
+    let mut shared = Shared::new(engine, notices.clone(), policy, node_of, cfg.algo.clone());
+    shared.deterministic = cfg.deterministic;
+    shared.coll = crate::coll::CollShared::new(cfg.async_progress);
+    let shared = Arc::new(shared);
     let comm = Communicator {
         ctx: 0,
         rank,
@@ -234,6 +231,10 @@ fn init_with(cfg: &Config) -> Result<World> {
         algo_force: None,
         shared,
     };
+    // Collective: every rank takes part (rank 0 measures, all receive its values), so the
+    // tuner's choices agree everywhere.
+    let tuning = crate::coll::tuner::measure(&comm, cfg.tune)?;
+    let _ = comm.shared.tuning.set(tuning);
     rlog!(
         Info,
         "INIT",

@@ -92,6 +92,21 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "force collective algorithms, e.g. allreduce:ring,bcast:tree; must agree on every rank",
     },
     VarSpec {
+        name: "RCOMM_DETERMINISTIC",
+        protocol: true,
+        help: "1: collectives that reduce combine contributions in one canonical order (same bits for any rank count split); 0 (default): the tuner may pick any algorithm; must agree on every rank",
+    },
+    VarSpec {
+        name: "RCOMM_ASYNC_PROGRESS",
+        protocol: false,
+        help: "1: ask for a background thread to progress communication while ranks compute (accepted, not acted on yet); 0 (default): progress happens inside rcomm calls",
+    },
+    VarSpec {
+        name: "RCOMM_TUNE",
+        protocol: false,
+        help: "measure (default): measure latency, bandwidth and reduce throughput at init for the collective cost model; default: use built-in constants (rank 0's values are broadcast either way)",
+    },
+    VarSpec {
         name: "RCOMM_KERNEL_ISA",
         protocol: false,
         help: "reduction kernel instruction set: avx512, avx2, portable (default: the best the CPU has)",
@@ -100,14 +115,20 @@ pub const VARIABLES: &[VarSpec] = &[
 
 /// Collective algorithm names `RCOMM_ALGO` accepts, per operation.
 pub const ALGOS: &[(&str, &[&str])] = &[
-    ("allreduce", &["auto", "ring", "rd"]),
-    ("bcast", &["auto", "tree"]),
-    ("reduce", &["auto", "tree"]),
-    ("allgather", &["auto", "ring"]),
-    ("reduce_scatter", &["auto", "ring"]),
-    ("alltoall", &["auto", "pairwise"]),
-    ("gather", &["auto", "linear"]),
-    ("scatter", &["auto", "linear"]),
+    (
+        "allreduce",
+        &["auto", "ring", "rd", "rabenseifner", "direct", "shm"],
+    ),
+    (
+        "bcast",
+        &["auto", "tree", "scatter_allgather", "pipeline", "shm"],
+    ),
+    ("reduce", &["auto", "tree", "direct"]),
+    ("allgather", &["auto", "ring", "bruck"]),
+    ("reduce_scatter", &["auto", "ring", "direct"]),
+    ("alltoall", &["auto", "pairwise", "bruck"]),
+    ("gather", &["auto", "linear", "tree"]),
+    ("scatter", &["auto", "linear", "tree"]),
     ("scan", &["auto", "chain"]),
 ];
 
@@ -198,6 +219,15 @@ pub enum TransportChoice {
     Tcp,
 }
 
+/// How the collective cost model gets its constants (`RCOMM_TUNE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TuneMode {
+    /// Measure latency, bandwidth and reduce throughput at init (rank 0's values are used).
+    Measure,
+    /// Use the built-in constants; no measurement traffic at init.
+    Default,
+}
+
 /// Every setting rcomm takes from the environment, parsed once.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -217,6 +247,13 @@ pub struct Config {
     pub algo: Vec<(String, String)>,
     /// Forced kernel instruction set, as given.
     pub kernel_isa: Option<String>,
+    /// `RCOMM_DETERMINISTIC`: reductions combine in one canonical order (checked equal on every
+    /// rank, since it changes which algorithms the tuner may pick).
+    pub deterministic: bool,
+    /// `RCOMM_ASYNC_PROGRESS`: progress communication from a background thread.
+    pub async_progress: bool,
+    /// `RCOMM_TUNE`: where the collective cost model's constants come from.
+    pub tune: TuneMode,
     /// Present when started by `rcomm-run` (or a daemon of it).
     pub launch: Option<LaunchEnv>,
     /// `RCOMM_*` names found in the environment that rcomm does not know (likely typos).
@@ -292,6 +329,20 @@ fn choice<T: Copy>(
         })
 }
 
+/// A boolean variable: `1`/`on` or `0`/`off` (empty or unset: `default`).
+fn flag(
+    env: &BTreeMap<String, String>,
+    name: &'static str,
+    default: bool,
+) -> Result<bool, ConfigError> {
+    choice(
+        env,
+        name,
+        default,
+        &[("1", true), ("0", false), ("on", true), ("off", false)],
+    )
+}
+
 impl Config {
     /// Parses the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -326,11 +377,17 @@ impl Config {
                 ("tcp", TransportChoice::Tcp),
             ],
         )?;
-        let shm_cma = choice(
+        let shm_cma = flag(env, "RCOMM_SHM_CMA", true)?;
+        let deterministic = flag(env, "RCOMM_DETERMINISTIC", false)?;
+        let async_progress = flag(env, "RCOMM_ASYNC_PROGRESS", false)?;
+        let tune = choice(
             env,
-            "RCOMM_SHM_CMA",
-            true,
-            &[("1", true), ("0", false), ("on", true), ("off", false)],
+            "RCOMM_TUNE",
+            TuneMode::Measure,
+            &[
+                ("measure", TuneMode::Measure),
+                ("default", TuneMode::Default),
+            ],
         )?;
         let shm_cma_max = parse_size(env, "RCOMM_SHM_CMA_MAX")?.unwrap_or(4 << 20);
         let tcp_streams = parse_u32(env, "RCOMM_TCP_STREAMS")?.unwrap_or(1) as usize;
@@ -410,6 +467,9 @@ impl Config {
             tcp_streams,
             algo,
             kernel_isa,
+            deterministic,
+            async_progress,
+            tune,
             launch,
             unknown,
         })
@@ -427,6 +487,10 @@ impl Config {
         vec![
             ("RCOMM_TRANSPORT".to_string(), transport.to_string()),
             ("RCOMM_ALGO".to_string(), algo.join(",")),
+            (
+                "RCOMM_DETERMINISTIC".to_string(),
+                u8::from(self.deterministic).to_string(),
+            ),
         ]
     }
 
@@ -529,10 +593,80 @@ mod tests {
             ]
         );
         let e = Config::from_map(&env(&[("RCOMM_ALGO", "allreduce:magic")])).unwrap_err();
-        assert!(e.to_string().contains("auto, ring, rd"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("auto, ring, rd, rabenseifner, direct, shm"),
+            "{e}"
+        );
+        let e = Config::from_map(&env(&[("RCOMM_ALGO", "reduce:ring")])).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("for reduce one of auto, tree, direct"),
+            "{e}"
+        );
+        // Every operation accepts every name listed for it, and `auto` first.
+        for (op, algos) in ALGOS {
+            assert_eq!(algos[0], "auto", "{op}");
+            for a in *algos {
+                let c = Config::from_map(&env(&[("RCOMM_ALGO", &format!("{op}:{a}"))])).unwrap();
+                assert_eq!(c.algo, vec![(op.to_string(), a.to_string())]);
+            }
+        }
         let e = Config::from_map(&env(&[("RCOMM_ALGO", "allfoo:ring")])).unwrap_err();
         assert!(e.to_string().contains("allreduce, bcast"), "{e}");
         assert!(Config::from_map(&env(&[("RCOMM_KERNEL_ISA", "sse")])).is_err());
+    }
+
+    #[test]
+    fn deterministic_async_progress_and_tune_parse_with_defaults() {
+        let c = Config::from_map(&env(&[])).unwrap();
+        assert_eq!(
+            (c.deterministic, c.async_progress, c.tune),
+            (false, false, TuneMode::Measure)
+        );
+        let c = Config::from_map(&env(&[
+            ("RCOMM_DETERMINISTIC", "1"),
+            ("RCOMM_ASYNC_PROGRESS", "on"),
+            ("RCOMM_TUNE", "Default"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (c.deterministic, c.async_progress, c.tune),
+            (true, true, TuneMode::Default)
+        );
+        // An empty value counts as unset, like every other variable.
+        let c = Config::from_map(&env(&[("RCOMM_TUNE", "")])).unwrap();
+        assert_eq!(c.tune, TuneMode::Measure);
+        for (name, bad, want) in [
+            ("RCOMM_DETERMINISTIC", "yes", "one of 1, 0, on, off"),
+            ("RCOMM_ASYNC_PROGRESS", "2", "one of 1, 0, on, off"),
+            ("RCOMM_TUNE", "fast", "one of measure, default"),
+        ] {
+            let e = Config::from_map(&env(&[(name, bad)])).unwrap_err();
+            assert_eq!(e.name, name);
+            assert!(e.to_string().contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn deterministic_is_a_protocol_setting() {
+        let on = Config::from_map(&env(&[("RCOMM_DETERMINISTIC", "1")])).unwrap();
+        let off = Config::from_map(&env(&[])).unwrap();
+        let get = |c: &Config| {
+            c.protocol_settings()
+                .into_iter()
+                .find(|(n, _)| n == "RCOMM_DETERMINISTIC")
+                .map(|(_, v)| v)
+        };
+        assert_eq!(get(&on).as_deref(), Some("1"));
+        assert_eq!(get(&off).as_deref(), Some("0"));
+        // The other two only change local behaviour, so ranks may differ.
+        for name in ["RCOMM_ASYNC_PROGRESS", "RCOMM_TUNE"] {
+            assert!(
+                VARIABLES.iter().any(|v| v.name == name && !v.protocol),
+                "{name}"
+            );
+        }
     }
 
     #[test]

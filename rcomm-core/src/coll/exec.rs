@@ -23,6 +23,8 @@ pub(crate) struct CollShared {
     /// Schedules by what they are a pure function of.
     cache: Mutex<HashMap<SchedKey, Arc<Schedule>>>,
     pub(crate) progress: Option<Arc<super::progress::Progress>>,
+    /// Choices already logged: (op, ranks, bytes, algorithm).
+    logged: Mutex<std::collections::HashSet<(&'static str, u32, usize, &'static str)>>,
 }
 
 impl std::fmt::Debug for CollShared {
@@ -55,6 +57,18 @@ impl CollShared {
             progress: async_progress.then(|| Arc::new(super::progress::Progress::default())),
             ..Default::default()
         }
+    }
+
+    /// Whether this choice is logged for the first time (and remembers it).
+    pub(crate) fn first_choice(
+        &self,
+        op: &'static str,
+        n: u32,
+        bytes: usize,
+        algo: &'static str,
+    ) -> bool {
+        let mut l = self.logged.lock().unwrap_or_else(|p| p.into_inner());
+        l.len() < 4096 && l.insert((op, n, bytes, algo))
     }
 
     /// The cached schedule for `key`, built by `make` on a miss.

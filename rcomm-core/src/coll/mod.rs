@@ -11,6 +11,7 @@ pub(crate) mod progress;
 mod reduce;
 pub mod schedule;
 pub(crate) mod shm;
+pub(crate) mod tuner;
 
 pub use exec::CollRequest;
 pub(crate) use exec::CollShared;
@@ -25,24 +26,10 @@ use crate::{CommError, Result};
 use bytemuck::Pod;
 use std::sync::Arc;
 
-/// Up to this many bytes allreduce uses recursive doubling (latency-bound), above it the ring.
-const RD_MAX_BYTES: usize = 64 << 10;
-
 /// How a blocking collective runs: a schedule over messages, or the node's shared memory.
 enum Plan {
     Sched(Arc<Schedule>),
     Shm(Arc<shm::NodeShm>),
-}
-
-/// Whether `algo` combines operands in rank order (valid for non-commutative ops).
-fn rank_ordered(op: &str, algo: &str) -> bool {
-    matches!(
-        (op, algo),
-        ("allreduce", "rd" | "rabenseifner" | "direct" | "shm")
-            | ("reduce", "tree" | "direct")
-            | ("reduce_scatter", "direct")
-            | ("scan", "chain")
-    )
 }
 
 fn elems<T>(n: usize) -> usize {
@@ -94,59 +81,64 @@ impl Communicator {
     }
 
     /// The algorithm for a collective of kind `op` moving `bytes` (the vector, or one block
-    /// for the gathering kinds): forced, or chosen by the tuner. A pure function of inputs
-    /// every rank shares. A forced algorithm that cannot run this reduction is an error.
-    fn choose(&self, op: &'static str, bytes: usize, r: Option<&Reducer>) -> Result<&'static str> {
-        let ordered = r.is_some_and(|r| !r.commutative());
-        let algo: &'static str = match self.forced(op) {
-            Some(f) => crate::algorithms(op)
-                .iter()
-                .copied()
-                .find(|a| *a == f)
-                .ok_or_else(|| CommError::InvalidArg(format!("{op} has no algorithm `{f}`")))?,
-            None => self.auto_algo(op, bytes, ordered),
+    /// for the gathering kinds; see [`tuner::Query`]): forced, or the tuner's cheapest. A pure
+    /// function of inputs every rank shares (rank 0's measured tuning, the sizes, the op,
+    /// `RCOMM_ALGO`/`RCOMM_DETERMINISTIC`, checked equal at init), so ranks never disagree.
+    /// A forced algorithm that cannot run this reduction is an error naming the ones that can.
+    fn choose(
+        &self,
+        op: &'static str,
+        bytes: usize,
+        elem: usize,
+        r: Option<&Reducer>,
+    ) -> Result<&'static str> {
+        let kind = tuner::CollKind::ALL
+            .into_iter()
+            .find(|k| k.name() == op)
+            .expect("every collective kind is known to the tuner");
+        let one_node = self.on_one_node();
+        let q = tuner::Query {
+            kind,
+            ranks: self.size,
+            bytes,
+            elem,
+            commutative: r.is_none_or(|r| r.commutative()),
+            deterministic: self.shared.deterministic,
+            shm: one_node,
+            inter_node: !one_node,
         };
-        if ordered && !rank_ordered(op, algo) {
-            let ok: Vec<&str> = crate::algorithms(op)
-                .iter()
-                .copied()
-                .filter(|a| rank_ordered(op, a))
-                .collect();
-            return Err(CommError::InvalidArg(format!(
-                "{op} with a non-commutative op needs an algorithm that combines in rank order \
-                 ({}); `{algo}` does not",
-                if ok.is_empty() {
-                    "none exists".to_string()
-                } else {
-                    ok.join(", ")
-                }
-            )));
+        let choice =
+            tuner::choose(&self.tuning(), &q, self.forced(op)).map_err(CommError::InvalidArg)?;
+        let logging = rcomm_transport::config::global()
+            .as_ref()
+            .is_ok_and(|c| c.logs(rcomm_transport::config::Level::Info, "COLL"));
+        // Once per shape: a training loop repeats the same collectives millions of times.
+        if logging
+            && self
+                .shared
+                .coll
+                .first_choice(op, self.size, bytes, choice.algo)
+        {
+            rcomm_transport::rlog!(
+                Info,
+                "COLL",
+                "{op} of {bytes} B on {} ranks{}: {choice}",
+                self.size,
+                r.map(|r| format!(" ({})", r.name())).unwrap_or_default()
+            );
         }
-        rcomm_transport::rlog!(
-            Trace,
-            "COLL",
-            "{op} of {bytes} B on {} ranks{}: {algo}",
-            self.size,
-            r.map(|r| format!(" ({})", r.name())).unwrap_or_default()
-        );
-        Ok(algo)
+        Ok(choice.algo)
     }
 
-    /// The default choice by size.
-    fn auto_algo(&self, op: &'static str, bytes: usize, ordered: bool) -> &'static str {
-        match op {
-            "allreduce" if bytes <= RD_MAX_BYTES => "rd",
-            "allreduce" if ordered => "direct",
-            "allreduce" => "ring",
-            "bcast" => "tree",
-            "reduce" => "tree",
-            "allgather" => "ring",
-            "reduce_scatter" if ordered => "direct",
-            "reduce_scatter" => "ring",
-            "alltoall" => "pairwise",
-            "gather" | "scatter" => "linear",
-            "scan" => "chain",
-            _ => "auto",
+    /// Whether every rank of the communicator runs on this node.
+    fn on_one_node(&self) -> bool {
+        let node = &self.shared.node_of;
+        match &self.group {
+            None => node.iter().all(|&c| c == node[0]),
+            Some(g) => g
+                .world
+                .iter()
+                .all(|&w| node[w as usize] == node[g.world[0] as usize]),
         }
     }
 
@@ -192,7 +184,7 @@ impl Communicator {
         blocking: bool,
     ) -> Result<Plan> {
         r.check()?;
-        let mut algo = self.choose("allreduce", count * elem, Some(r))?;
+        let mut algo = self.choose("allreduce", count * elem, elem, Some(r))?;
         if algo == "shm" {
             if blocking && let Some(node) = shm::NodeShm::get_or_setup(self)? {
                 return Ok(Plan::Shm(node));
@@ -213,7 +205,7 @@ impl Communicator {
 
     fn bcast_plan(&self, bytes: usize, root: u32, blocking: bool) -> Result<Plan> {
         self.check_root(root)?;
-        let mut algo = self.choose("bcast", bytes, None)?;
+        let mut algo = self.choose("bcast", bytes, 1, None)?;
         if algo == "shm" {
             if blocking && let Some(node) = shm::NodeShm::get_or_setup(self)? {
                 return Ok(Plan::Shm(node));
@@ -244,7 +236,7 @@ impl Communicator {
     ) -> Result<Arc<Schedule>> {
         self.check_root(root)?;
         r.check()?;
-        let algo = self.choose("reduce", count * elem, Some(r))?;
+        let algo = self.choose("reduce", count * elem, elem, Some(r))?;
         let (rank, n) = (self.rank, self.size);
         // The plain tree combines in rotated order from the root: fine for commutative ops.
         let algo = if algo == "tree" && !r.commutative() {
@@ -267,7 +259,7 @@ impl Communicator {
         let n = self.size as usize;
         check_len("allgather counts", counts.len(), n)?;
         let equal = counts.iter().all(|&c| c == counts[0]);
-        let algo = self.choose("allgather", counts[0] * elem, None)?;
+        let algo = self.choose("allgather", counts[0] * elem, elem, None)?;
         if equal {
             let (rank, b) = (self.rank, counts[0] * elem);
             return Ok(self.shared.coll.schedule(
@@ -295,7 +287,7 @@ impl Communicator {
         let n = self.size as usize;
         check_len("reduce_scatter counts", counts.len(), n)?;
         let total: usize = counts.iter().sum();
-        let algo = self.choose("reduce_scatter", total * elem, Some(r))?;
+        let algo = self.choose("reduce_scatter", total * elem, elem, Some(r))?;
         let blocks = schedule::packed_blocks(counts, elem);
         Ok(Arc::new(match algo {
             "direct" => schedule::direct_reduce_scatter_v(self.rank, &blocks),
@@ -312,7 +304,7 @@ impl Communicator {
         let n = self.size as usize;
         check_len("alltoall send counts", send_counts.len(), n)?;
         check_len("alltoall recv counts", recv_counts.len(), n)?;
-        let algo = self.choose("alltoall", send_counts[0] * elem, None)?;
+        let algo = self.choose("alltoall", send_counts[0] * elem, elem, None)?;
         let equal = send_counts
             .iter()
             .chain(recv_counts)
@@ -344,7 +336,7 @@ impl Communicator {
             return Err(CommError::InvalidArg("scan with Avg is not defined".into()));
         }
         r.check()?;
-        let algo = self.choose("scan", count * elem, Some(r))?;
+        let algo = self.choose("scan", count * elem, elem, Some(r))?;
         let (rank, n) = (self.rank, self.size);
         let name = if exclusive { "exscan-chain" } else { algo };
         Ok(self
@@ -669,7 +661,7 @@ impl Communicator {
     fn gather_plan(&self, counts: &[usize], elem: usize, root: u32) -> Result<Arc<Schedule>> {
         self.check_root(root)?;
         check_len("gatherv counts", counts.len(), self.size as usize)?;
-        let algo = self.choose("gather", counts[0] * elem, None)?;
+        let algo = self.choose("gather", counts[0] * elem, elem, None)?;
         if algo == "tree" && counts.iter().all(|&c| c == counts[0]) {
             let (rank, n, b) = (self.rank, self.size, counts[0] * elem);
             return Ok(self
@@ -689,7 +681,7 @@ impl Communicator {
     fn scatter_plan(&self, counts: &[usize], elem: usize, root: u32) -> Result<Arc<Schedule>> {
         self.check_root(root)?;
         check_len("scatterv counts", counts.len(), self.size as usize)?;
-        let algo = self.choose("scatter", counts[0] * elem, None)?;
+        let algo = self.choose("scatter", counts[0] * elem, elem, None)?;
         if algo == "tree" && counts.iter().all(|&c| c == counts[0]) {
             let (rank, n, b) = (self.rank, self.size, counts[0] * elem);
             return Ok(self

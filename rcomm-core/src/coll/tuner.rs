@@ -1,0 +1,1083 @@
+//! The collective tuner: a cost model that picks an algorithm per call, the same on every rank.
+//!
+//! # Model
+//!
+//! Every algorithm is costed NCCL-style as
+//!
+//! ```text
+//! time = α · steps  +  bytes_on_the_wire_per_rank / β  +  reduce_bytes / γ  (+ copies / μ)
+//! ```
+//!
+//! with α the per-message latency (µs) and β the bandwidth (bytes/µs) of the link the
+//! collective crosses (the node-local one when every rank is on one node, else the
+//! inter-node one, which is then the bottleneck), γ the local reduction throughput (bytes of
+//! the vector reduced per µs) and μ the memcpy throughput. `n` is the rank count, `B` the bytes
+//! of [`Query::bytes`], `L = ⌈log₂ n⌉`, `p = 2^⌊log₂ n⌋` and `x = 1` when `n` is not a power of
+//! two (else 0). The formula of each algorithm is on [`cost`].
+//!
+//! # Rank consistency
+//!
+//! [`choose`] is a pure function of ([`Tuning`], [`Query`], forced name). The [`Tuning`] every
+//! rank holds is rank 0's, broadcast at init by [`measure`], and every [`Query`] field is
+//! something all ranks of a collective share (rank count, the call's count × element size, the
+//! op, `RCOMM_DETERMINISTIC` which init checks equal, the communicator's topology) — so every
+//! rank computes the same choice without talking, and never runs a different schedule from
+//! its peers.
+
+use crate::comm::{Communicator, Tag};
+use crate::p2p::matcher::{Source, TagSel};
+use crate::p2p::region::Region;
+use crate::{CommError, Result};
+use rcomm_transport::config::{ALGOS, TuneMode};
+use rcomm_transport::rlog;
+use std::fmt;
+use std::time::Instant;
+
+/// Ping-pongs of the measurement, on the world's internal context. Group helpers use tags 1
+/// (allgather) and 2 (barrier) there and collectives 16 and up, so 3 and 4 meet nothing else.
+const TAG_TUNE_PING: Tag = Tag(3);
+/// Rank 0's broadcast of the [`Tuning`].
+const TAG_TUNE_BCAST: Tag = Tag(4);
+
+/// Small-message size of the latency ping-pong.
+const LAT_BYTES: usize = 8;
+/// Untimed round trips first (connection set-up, first-touch page faults), then timed ones.
+const LAT_WARMUP: usize = 2;
+const LAT_ITERS: usize = 10;
+/// Large-message size of the bandwidth ping-pong: large enough that the bandwidth term
+/// dominates α by two orders of magnitude on shared memory, small enough to keep init quick.
+const BW_BYTES: usize = 256 << 10;
+const BW_WARMUP: usize = 1;
+const BW_ITERS: usize = 3;
+/// Buffer of the γ and μ measurement (f32 elements: 1 MiB).
+const LOCAL_ELEMS: usize = 256 << 10;
+const LOCAL_ITERS: usize = 3;
+
+/// Segment of the pipelined (chain) broadcast: the cost model assumes this size, so an
+/// implementation should use it too.
+pub(crate) const PIPELINE_SEGMENT: usize = 64 << 10;
+
+/// A shared-memory flag hand-off (the synchronisation of the `shm` algorithms) costs this
+/// fraction of a node-local p2p message's α: one cache line, no envelope, no matching.
+const SHM_SYNC_FRACTION: f64 = 0.5;
+
+/// Default constants (used with `RCOMM_TUNE=default`, in a world of one rank, and for a link
+/// rank 0 has no peer on). Node-local: shared memory with single-copy large messages on a
+/// current x86 server, ~1 µs and ~8 GB/s. Inter-node: TCP over a 10 Gb/s class network,
+/// ~20 µs and ~1.2 GB/s. γ: an in-place AVX2 `f32` sum over cache-resident data, ~10 GB/s of
+/// vector; μ: memcpy of the same, ~10 GB/s.
+const DEFAULT_INTRA_ALPHA_US: f64 = 1.0;
+const DEFAULT_INTRA_BETA: f64 = 8_000.0;
+const DEFAULT_INTER_ALPHA_US: f64 = 20.0;
+const DEFAULT_INTER_BETA: f64 = 1_200.0;
+const DEFAULT_GAMMA: f64 = 10_000.0;
+const DEFAULT_MEMCPY: f64 = 10_000.0;
+
+/// Measured values are clamped to these ranges, so one disturbed sample (a preempted rank on
+/// an oversubscribed node, a clock step) cannot make the model absurd.
+const ALPHA_RANGE_US: (f64, f64) = (0.05, 100_000.0);
+const THROUGHPUT_RANGE: (f64, f64) = (1.0, 10_000_000.0);
+
+/// Where a constant of the [`Tuning`] came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// Measured by rank 0 at init.
+    Measured,
+    /// A built-in default.
+    Default,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Origin::Measured => "measured",
+            Origin::Default => "default",
+        })
+    }
+}
+
+/// Latency and bandwidth of one kind of link.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Link {
+    /// Per-message latency α, µs.
+    pub alpha_us: f64,
+    /// Bandwidth β, bytes per µs.
+    pub beta: f64,
+    /// Where α and β came from (they are measured together).
+    pub origin: Origin,
+}
+
+/// The cost model's constants: rank 0's, so that every rank chooses alike.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Tuning {
+    /// Peers on the same node.
+    pub intra: Link,
+    /// Peers on other nodes.
+    pub inter: Link,
+    /// Local reduction throughput γ, bytes of the vector reduced per µs.
+    pub gamma: f64,
+    /// Local memcpy throughput μ, bytes per µs.
+    pub memcpy: f64,
+    /// Where γ and μ came from.
+    pub local_origin: Origin,
+}
+
+impl Tuning {
+    /// Length of [`to_bytes`](Self::to_bytes).
+    pub(crate) const BYTES: usize = 6 * 8 + 1;
+
+    /// The built-in constants.
+    pub(crate) fn defaults() -> Self {
+        Self {
+            intra: Link {
+                alpha_us: DEFAULT_INTRA_ALPHA_US,
+                beta: DEFAULT_INTRA_BETA,
+                origin: Origin::Default,
+            },
+            inter: Link {
+                alpha_us: DEFAULT_INTER_ALPHA_US,
+                beta: DEFAULT_INTER_BETA,
+                origin: Origin::Default,
+            },
+            gamma: DEFAULT_GAMMA,
+            memcpy: DEFAULT_MEMCPY,
+            local_origin: Origin::Default,
+        }
+    }
+
+    /// Fixed-size little-endian encoding for the broadcast: six `f64` then a bit set of origins
+    /// (bit 0 intra, 1 inter, 2 local; set = measured).
+    pub(crate) fn to_bytes(self) -> [u8; Self::BYTES] {
+        let mut out = [0u8; Self::BYTES];
+        let vals = [
+            self.intra.alpha_us,
+            self.intra.beta,
+            self.inter.alpha_us,
+            self.inter.beta,
+            self.gamma,
+            self.memcpy,
+        ];
+        for (chunk, v) in out.chunks_exact_mut(8).zip(vals) {
+            chunk.copy_from_slice(&v.to_le_bytes());
+        }
+        let bit = |o: Origin, b: u8| if o == Origin::Measured { 1 << b } else { 0 };
+        out[48] = bit(self.intra.origin, 0) | bit(self.inter.origin, 1) | bit(self.local_origin, 2);
+        out
+    }
+
+    /// Decodes [`to_bytes`](Self::to_bytes), refusing a wrong length, unknown origin bits and
+    /// constants that are not finite and positive (they would make every cost meaningless).
+    pub(crate) fn from_bytes(b: &[u8]) -> Result<Self, String> {
+        if b.len() != Self::BYTES {
+            return Err(format!(
+                "tuning record of {} bytes, expected {}",
+                b.len(),
+                Self::BYTES
+            ));
+        }
+        let mut vals = [0f64; 6];
+        for (v, chunk) in vals.iter_mut().zip(b.chunks_exact(8)) {
+            *v = f64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            if !(v.is_finite() && *v > 0.0) {
+                return Err(format!("tuning constant {v} is not finite and positive"));
+            }
+        }
+        let bits = b[48];
+        if bits & !0b111 != 0 {
+            return Err(format!("tuning origin bits {bits:#04x} unknown"));
+        }
+        let origin = |i: u8| {
+            if bits >> i & 1 == 1 {
+                Origin::Measured
+            } else {
+                Origin::Default
+            }
+        };
+        Ok(Self {
+            intra: Link {
+                alpha_us: vals[0],
+                beta: vals[1],
+                origin: origin(0),
+            },
+            inter: Link {
+                alpha_us: vals[2],
+                beta: vals[3],
+                origin: origin(1),
+            },
+            gamma: vals[4],
+            memcpy: vals[5],
+            local_origin: origin(2),
+        })
+    }
+}
+
+impl fmt::Display for Tuning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "intra α {:.2} µs β {:.0} B/µs ({}), inter α {:.2} µs β {:.0} B/µs ({}), \
+             γ {:.0} B/µs μ {:.0} B/µs ({})",
+            self.intra.alpha_us,
+            self.intra.beta,
+            self.intra.origin,
+            self.inter.alpha_us,
+            self.inter.beta,
+            self.inter.origin,
+            self.gamma,
+            self.memcpy,
+            self.local_origin
+        )
+    }
+}
+
+/// A collective operation, as the tuner knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum CollKind {
+    Allreduce,
+    Bcast,
+    Reduce,
+    Allgather,
+    ReduceScatter,
+    Alltoall,
+    Gather,
+    Scatter,
+    Scan,
+}
+
+impl CollKind {
+    /// Every kind.
+    pub(crate) const ALL: [CollKind; 9] = [
+        CollKind::Allreduce,
+        CollKind::Bcast,
+        CollKind::Reduce,
+        CollKind::Allgather,
+        CollKind::ReduceScatter,
+        CollKind::Alltoall,
+        CollKind::Gather,
+        CollKind::Scatter,
+        CollKind::Scan,
+    ];
+
+    /// The operation's name in `RCOMM_ALGO` (and [`ALGOS`]).
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            CollKind::Allreduce => "allreduce",
+            CollKind::Bcast => "bcast",
+            CollKind::Reduce => "reduce",
+            CollKind::Allgather => "allgather",
+            CollKind::ReduceScatter => "reduce_scatter",
+            CollKind::Alltoall => "alltoall",
+            CollKind::Gather => "gather",
+            CollKind::Scatter => "scatter",
+            CollKind::Scan => "scan",
+        }
+    }
+
+    /// The algorithms of this kind, in [`ALGOS`] order without `auto`. The order breaks ties of
+    /// predicted time, so equal-cost alternatives resolve alike on every rank.
+    pub(crate) fn algos(self) -> &'static [&'static str] {
+        ALGOS
+            .iter()
+            .find(|(op, _)| *op == self.name())
+            .map_or(&[][..], |(_, a)| a.strip_prefix(&["auto"][..]).unwrap_or(a))
+    }
+
+    /// The algorithms that combine contributions in rank order (valid for non-commutative
+    /// ops); `None` when the kind does not reduce.
+    fn rank_ordered(self) -> Option<&'static [&'static str]> {
+        match self {
+            CollKind::Allreduce => Some(&["rd", "direct", "shm"]),
+            CollKind::Reduce | CollKind::ReduceScatter => Some(&["direct"]),
+            CollKind::Scan => Some(&["chain"]),
+            _ => None,
+        }
+    }
+
+    /// The algorithms that combine in one canonical order whatever the rank count and
+    /// placement (`RCOMM_DETERMINISTIC=1`); `None` when the kind does not reduce.
+    fn canonical(self) -> Option<&'static [&'static str]> {
+        match self {
+            CollKind::Allreduce => Some(&["direct", "shm"]),
+            CollKind::Reduce | CollKind::ReduceScatter => Some(&["direct"]),
+            // The chain is rank order by construction.
+            CollKind::Scan => Some(&["chain"]),
+            _ => None,
+        }
+    }
+}
+
+/// What the tuner needs to know about one collective call. Every field must be the same on
+/// every rank of the call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Query {
+    /// The operation.
+    pub kind: CollKind,
+    /// Ranks in the communicator.
+    pub ranks: u32,
+    /// Bytes, as count × element size of the MPI call: the whole vector for allreduce, bcast,
+    /// reduce, scan and reduce_scatter (all `n` blocks of the input); ONE rank's block for
+    /// allgather, alltoall (the block sent to each peer), gather and scatter.
+    pub bytes: usize,
+    /// Element size in bytes (segments never split an element).
+    pub elem: usize,
+    /// Whether the op is commutative; if not, only rank-ordered algorithms are allowed.
+    pub commutative: bool,
+    /// `RCOMM_DETERMINISTIC`: only algorithms with one canonical combination order.
+    pub deterministic: bool,
+    /// All ranks on one node and the shared-memory path available (enables `shm`).
+    pub shm: bool,
+    /// Some ranks on different nodes: costs use the inter-node link.
+    pub inter_node: bool,
+}
+
+/// The tuner's answer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Choice {
+    /// An algorithm name from [`ALGOS`] for the query's kind.
+    pub algo: &'static str,
+    /// The model's time for it, µs (0 for a one-rank communicator).
+    pub predicted_us: f64,
+}
+
+impl fmt::Display for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (predicted {:.1} µs)", self.algo, self.predicted_us)
+    }
+}
+
+/// ⌈log₂ n⌉ (0 for n ≤ 1); without `next_power_of_two`, which overflows above 2³¹.
+fn ceil_log2(n: u32) -> u32 {
+    if n <= 1 {
+        0
+    } else {
+        32 - (n - 1).leading_zeros()
+    }
+}
+
+/// Modelled time of `algo` for `q`, µs; `None` for a name the kind does not have.
+///
+/// With α, β the link's constants (intra-node unless `q.inter_node`), γ reduce and μ memcpy
+/// throughput, `n` ranks, `B` = `q.bytes`, `L = ⌈log₂ n⌉`, `p = 2^⌊log₂ n⌋`, `x = [n ≠ p]`,
+/// `σ = SHM_SYNC_FRACTION · α_intra · L` (one shared-memory flag synchronisation):
+///
+/// | kind | algo | time |
+/// |---|---|---|
+/// | allreduce | rd | `s·α + s·B/β + (log₂p + x)·B/γ`, `s = log₂p + 2x` (fold extras in, send results out) |
+/// | allreduce | ring | `2(n−1)·α + 2(n−1)/n·B/β + (n−1)/n·B/γ` |
+/// | allreduce | rabenseifner | `(2log₂p + 2x)·α + (2(p−1)/p + 2x)·B/β + ((p−1)/p + x)·B/γ` |
+/// | allreduce | direct | `2(n−1)·α + 2(n−1)/n·B/β + (n−1)/n·B/γ` (see below) |
+/// | allreduce | shm | `2σ + 2·B/μ + (n−1)/n·B/γ` |
+/// | bcast | tree | `L·(α + B/β)` |
+/// | bcast | scatter_allgather | `(L + n−1)·α + 2(n−1)/n·B/β` |
+/// | bcast | pipeline | `(n−2+k)·(α + B/k/β)`, `k = ⌈B/PIPELINE_SEGMENT⌉` (chain; at most one segment per element) |
+/// | bcast | shm | `2σ + 2·B/μ` |
+/// | reduce | tree | `L·(α + B/β + B/γ)` |
+/// | reduce | direct | `2(n−1)·α + 2(n−1)/n·B/β + (n−1)/n·B/γ` (reduce-scatter + gather) |
+/// | allgather | ring | `(n−1)·(α + B/β)` |
+/// | allgather | bruck | `L·α + (n−1)·B/β + n·B/μ` (final rotation) |
+/// | reduce_scatter | ring, direct | `(n−1)·α + (n−1)/n·B/β + (n−1)/n·B/γ` |
+/// | alltoall | pairwise | `(n−1)·(α + B/β)` |
+/// | alltoall | bruck | `L·α + L·(n/2)·B/β + 2n·B/μ` (rotations before and after) |
+/// | gather, scatter | linear | `(n−1)·(α + B/β)` |
+/// | gather, scatter | tree | `L·α + (n−1)·B/β + (n−1)·B/μ` (staging in relative-rank order) |
+/// | scan | chain | `(n−1)·(α + B/β + B/γ)` |
+///
+/// `direct` posts its n−1 messages per phase at once, so their wire latencies overlap, but
+/// each still pays the per-message software cost on one progress thread, which on shared
+/// memory is most of α; we charge the upper bound, α per message. Its bytes equal the ring's
+/// (a block to each owner, the owners' blocks back), so it ties with the ring and is chosen
+/// only where it is the one allowed (non-commutative ops, `RCOMM_DETERMINISTIC`).
+fn cost(t: &Tuning, q: &Query, algo: &str) -> Option<f64> {
+    use CollKind::*;
+    let link = if q.inter_node { t.inter } else { t.intra };
+    let (a, bw, g, mu) = (link.alpha_us, link.beta, t.gamma, t.memcpy);
+    let n = f64::from(q.ranks.max(1));
+    let l = f64::from(ceil_log2(q.ranks));
+    let lg_p = f64::from(q.ranks.max(1).ilog2());
+    let p = lg_p.exp2();
+    let x = if n == p { 0.0 } else { 1.0 };
+    let b = q.bytes as f64;
+    let frac = (n - 1.0) / n;
+    let sync = SHM_SYNC_FRACTION * t.intra.alpha_us * l;
+    Some(match (q.kind, algo) {
+        (Allreduce, "rd") => {
+            let s = lg_p + 2.0 * x;
+            s * a + s * b / bw + (lg_p + x) * b / g
+        }
+        (Allreduce, "ring" | "direct") | (Reduce, "direct") => {
+            2.0 * (n - 1.0) * a + 2.0 * frac * b / bw + frac * b / g
+        }
+        (Allreduce, "rabenseifner") => {
+            let pf = (p - 1.0) / p;
+            (2.0 * lg_p + 2.0 * x) * a + (2.0 * pf + 2.0 * x) * b / bw + (pf + x) * b / g
+        }
+        (Allreduce, "shm") => 2.0 * sync + 2.0 * b / mu + frac * b / g,
+        (Bcast, "tree") => l * (a + b / bw),
+        (Bcast, "scatter_allgather") => (l + n - 1.0) * a + 2.0 * frac * b / bw,
+        (Bcast, "pipeline") => {
+            // Segments hold whole elements, so there are at most `count` of them.
+            let count = (q.bytes / q.elem.max(1)).max(1);
+            let k = q.bytes.div_ceil(PIPELINE_SEGMENT).clamp(1, count) as f64;
+            (n - 2.0 + k) * (a + b / k / bw)
+        }
+        (Bcast, "shm") => 2.0 * sync + 2.0 * b / mu,
+        (Reduce, "tree") => l * (a + b / bw + b / g),
+        (Allgather, "ring") | (Alltoall, "pairwise") | (Gather | Scatter, "linear") => {
+            (n - 1.0) * (a + b / bw)
+        }
+        (Allgather, "bruck") => l * a + (n - 1.0) * b / bw + n * b / mu,
+        (ReduceScatter, "ring" | "direct") => (n - 1.0) * a + frac * b / bw + frac * b / g,
+        (Alltoall, "bruck") => l * a + l * (n / 2.0) * b / bw + 2.0 * n * b / mu,
+        (Gather | Scatter, "tree") => l * a + (n - 1.0) * b / bw + (n - 1.0) * b / mu,
+        (Scan, "chain") => (n - 1.0) * (a + b / bw + b / g),
+        _ => return None,
+    })
+}
+
+/// Why `algo` may not run `q`, or `None` if it may. `algo` is one of the kind's names.
+fn forbidden(q: &Query, algo: &str) -> Option<String> {
+    let kind = q.kind.name();
+    if !q.commutative
+        && let Some(ok) = q.kind.rank_ordered()
+        && !ok.contains(&algo)
+    {
+        return Some(format!(
+            "{kind}:{algo} combines contributions out of rank order, which a non-commutative op \
+             does not allow; with this op {kind} may use {}",
+            ok.join(", ")
+        ));
+    }
+    if q.deterministic
+        && let Some(ok) = q.kind.canonical()
+        && !ok.contains(&algo)
+    {
+        return Some(format!(
+            "{kind}:{algo} does not combine in one canonical order, which RCOMM_DETERMINISTIC=1 \
+             requires; {kind} may then use {}",
+            ok.join(", ")
+        ));
+    }
+    if algo == "shm" && (!q.shm || q.inter_node) {
+        return Some(format!(
+            "{kind}:shm needs every rank on one node with the shared-memory path available"
+        ));
+    }
+    None
+}
+
+/// Picks the algorithm for `q`: `forced` (from `RCOMM_ALGO`; `None` or `"auto"` to choose) if
+/// it is allowed, else the allowed algorithm of least modelled time (ties: [`ALGOS`] order).
+///
+/// Errors (a message for the user) when `forced` is not an algorithm of the kind or is not
+/// allowed for this call (non-commutative op, `RCOMM_DETERMINISTIC`, no shared memory). A pure
+/// function: equal inputs give equal choices on every rank.
+pub(crate) fn choose(t: &Tuning, q: &Query, forced: Option<&str>) -> Result<Choice, String> {
+    let algos = q.kind.algos();
+    let kind = q.kind.name();
+    let price = |algo: &'static str| Choice {
+        algo,
+        // A one-rank collective is a local copy at most.
+        predicted_us: if q.ranks <= 1 {
+            0.0
+        } else {
+            cost(t, q, algo).unwrap_or(f64::INFINITY)
+        },
+    };
+    if let Some(f) = forced.filter(|f| *f != "auto") {
+        let Some(&algo) = algos.iter().find(|a| **a == f) else {
+            return Err(format!(
+                "{kind} has no algorithm `{f}`; valid: auto, {}",
+                algos.join(", ")
+            ));
+        };
+        return match forbidden(q, algo) {
+            Some(why) => Err(why),
+            None => Ok(price(algo)),
+        };
+    }
+    algos
+        .iter()
+        .filter(|a| forbidden(q, a).is_none())
+        .copied()
+        .map(price)
+        // Strictly less: the first of equal costs wins. NaN cannot arise from valid constants,
+        // but total_cmp keeps the order total whatever happens.
+        .fold(None, |best: Option<Choice>, c| match best {
+            Some(b) if c.predicted_us.total_cmp(&b.predicted_us).is_ge() => Some(b),
+            _ => Some(c),
+        })
+        .ok_or_else(|| format!("no {kind} algorithm is allowed for this call"))
+}
+
+impl Communicator {
+    /// The tuning constants every communicator of the process shares (rank 0's, set at init).
+    #[allow(
+        dead_code,
+        reason = "for the collective dispatch in coll/mod.rs, which is being rewritten to use the tuner"
+    )]
+    pub(crate) fn tuning(&self) -> Tuning {
+        self.shared
+            .tuning
+            .get()
+            .copied()
+            .unwrap_or_else(Tuning::defaults)
+    }
+
+    /// Blocking send on the internal context (world ranks: `measure` runs on the world).
+    fn tune_send(&self, buf: &[u8], dest: u32, tag: Tag) -> Result<()> {
+        let req = self.shared.lock().send(
+            self.ctx + 1,
+            dest,
+            tag.0,
+            Region::from_ref(buf),
+            "tune",
+            true,
+        )?;
+        match req {
+            Some(req) => self.shared.wait(req).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocking receive of exactly `buf.len()` bytes on the internal context.
+    fn tune_recv(&self, buf: &mut [u8], src: u32, tag: Tag) -> Result<()> {
+        let want = buf.len();
+        let req = self.shared.lock().irecv(
+            self.ctx + 1,
+            Source::Rank(src),
+            TagSel::Tag(tag.0),
+            Region::from_mut(buf),
+            "tune",
+        )?;
+        let st = self.shared.wait(req)?;
+        if st.bytes != want {
+            return Err(CommError::Mismatch {
+                what: "tuning message size".into(),
+                rank: src,
+                theirs: st.bytes as u64,
+                ours: want as u64,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Median of a few samples (robust against one preempted iteration).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn clamp(v: f64, (lo, hi): (f64, f64)) -> f64 {
+    if v.is_finite() { v.clamp(lo, hi) } else { hi }
+}
+
+/// Rank 0's side of the ping-pong with `peer`: α from 8-byte round trips, β from large ones
+/// (one-way time minus α).
+fn ping(world: &Communicator, peer: u32) -> Result<Link> {
+    let mut small = [0u8; LAT_BYTES];
+    small[0] = 1; // "measure": the peer answers every ping
+    let mut back = [0u8; LAT_BYTES];
+    let mut lat = Vec::with_capacity(LAT_ITERS);
+    for i in 0..LAT_WARMUP + LAT_ITERS {
+        let t0 = Instant::now();
+        world.tune_send(&small, peer, TAG_TUNE_PING)?;
+        world.tune_recv(&mut back, peer, TAG_TUNE_PING)?;
+        if i >= LAT_WARMUP {
+            lat.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    let alpha = clamp(median(lat), ALPHA_RANGE_US);
+    let big = vec![0u8; BW_BYTES];
+    let mut big_back = vec![0u8; BW_BYTES];
+    let mut bw = Vec::with_capacity(BW_ITERS);
+    for i in 0..BW_WARMUP + BW_ITERS {
+        let t0 = Instant::now();
+        world.tune_send(&big, peer, TAG_TUNE_PING)?;
+        world.tune_recv(&mut big_back, peer, TAG_TUNE_PING)?;
+        if i >= BW_WARMUP {
+            bw.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+    }
+    // A one-way large message costs α + B/β; what is left after α is the bandwidth term.
+    let wire_us = (median(bw) - alpha).max(1e-3);
+    Ok(Link {
+        alpha_us: alpha,
+        beta: clamp(BW_BYTES as f64 / wire_us, THROUGHPUT_RANGE),
+        origin: Origin::Measured,
+    })
+}
+
+/// A peer's side: answer rank 0's pings until the fixed iteration counts are done, or return
+/// at once when rank 0 says it does not measure.
+fn pong(world: &Communicator) -> Result<()> {
+    let mut small = [0u8; LAT_BYTES];
+    world.tune_recv(&mut small, 0, TAG_TUNE_PING)?;
+    if small[0] == 0 {
+        return Ok(());
+    }
+    world.tune_send(&small, 0, TAG_TUNE_PING)?;
+    for _ in 1..LAT_WARMUP + LAT_ITERS {
+        world.tune_recv(&mut small, 0, TAG_TUNE_PING)?;
+        world.tune_send(&small, 0, TAG_TUNE_PING)?;
+    }
+    let mut big = vec![0u8; BW_BYTES];
+    for _ in 0..BW_WARMUP + BW_ITERS {
+        world.tune_recv(&mut big, 0, TAG_TUNE_PING)?;
+        world.tune_send(&big, 0, TAG_TUNE_PING)?;
+    }
+    Ok(())
+}
+
+/// γ (in-place `f32` sum) and μ (memcpy) on rank 0, best of a few runs over 1 MiB.
+fn measure_local() -> (f64, f64) {
+    let src = vec![1.0f32; LOCAL_ELEMS];
+    let mut dst = vec![0.5f32; LOCAL_ELEMS];
+    let bytes = (LOCAL_ELEMS * 4) as f64;
+    let (mut red, mut cpy) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..LOCAL_ITERS {
+        let t0 = Instant::now();
+        let ok = rcomm_kernels::reduce_into(
+            rcomm_kernels::Op::Sum,
+            rcomm_kernels::Dtype::F32,
+            bytemuck::cast_slice_mut(&mut dst),
+            bytemuck::cast_slice(&src),
+        );
+        let t = t0.elapsed().as_secs_f64() * 1e6;
+        if ok.is_ok() {
+            red = red.min(t);
+        }
+        let t0 = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+        cpy = cpy.min(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    let rate = |us: f64, default: f64| {
+        if us.is_finite() {
+            clamp(bytes / us.max(1e-3), THROUGHPUT_RANGE)
+        } else {
+            default
+        }
+    };
+    (rate(red, DEFAULT_GAMMA), rate(cpy, DEFAULT_MEMCPY))
+}
+
+/// The world's tuning, collectively (every rank calls it once at init): rank 0 measures α and
+/// β to one peer on its node and one on another node (whichever exist), γ and μ locally —
+/// unless its `mode` is [`TuneMode::Default`] — then sends the result to every rank along a
+/// binomial tree. Peers learn from rank 0's first ping whether it measures, so ranks whose
+/// `RCOMM_TUNE` differs still agree (they all end up with rank 0's values).
+pub(crate) fn measure(world: &Communicator, mode: TuneMode) -> Result<Tuning> {
+    let (n, me) = (world.size, world.rank);
+    if n == 1 {
+        return Ok(Tuning::defaults());
+    }
+    let t0 = Instant::now();
+    let node_of = &world.shared.node_of;
+    // The same choice on every rank: node_of is identical everywhere.
+    let intra_peer = (1..n).find(|&r| node_of[r as usize] == node_of[0]);
+    let inter_peer = (1..n).find(|&r| node_of[r as usize] != node_of[0]);
+    let mut tuning = Tuning::defaults();
+    if me == 0 {
+        for (peer, link) in [
+            (intra_peer, &mut tuning.intra),
+            (inter_peer, &mut tuning.inter),
+        ] {
+            let Some(peer) = peer else { continue };
+            if mode == TuneMode::Measure {
+                *link = ping(world, peer)?;
+            } else {
+                world.tune_send(&[0u8; LAT_BYTES], peer, TAG_TUNE_PING)?;
+            }
+        }
+        if mode == TuneMode::Measure {
+            (tuning.gamma, tuning.memcpy) = measure_local();
+            tuning.local_origin = Origin::Measured;
+        }
+    } else if Some(me) == intra_peer || Some(me) == inter_peer {
+        pong(world)?;
+    }
+    // Binomial broadcast from rank 0: receive from the parent, then send to children.
+    let mut buf = tuning.to_bytes();
+    let mut mask = 1u32;
+    while mask < n {
+        if me & mask != 0 {
+            world.tune_recv(&mut buf, me - mask, TAG_TUNE_BCAST)?;
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if me + mask < n {
+            world.tune_send(&buf, me + mask, TAG_TUNE_BCAST)?;
+        }
+        mask >>= 1;
+    }
+    let tuning = Tuning::from_bytes(&buf).map_err(|why| CommError::Protocol { rank: 0, why })?;
+    if me == 0 {
+        rlog!(
+            Info,
+            "COLL",
+            "tuning ({mode:?}, {:.0} µs): {tuning}",
+            t0.elapsed().as_secs_f64() * 1e6
+        );
+        log_choices(&tuning, n, inter_peer.is_some(), inter_peer.is_none());
+    } else {
+        rlog!(Trace, "COLL", "tuning from rank 0: {tuning}");
+    }
+    Ok(tuning)
+}
+
+/// With `RCOMM_DEBUG=INFO RCOMM_DEBUG_SUBSYS=COLL`, what the model picks for the world across
+/// sizes: a quick check of the measured constants' effect.
+fn log_choices(t: &Tuning, n: u32, inter_node: bool, one_node: bool) {
+    let on = rcomm_transport::config::global()
+        .as_ref()
+        .is_ok_and(|c| c.logs(rcomm_transport::config::Level::Info, "COLL"));
+    if !on {
+        return;
+    }
+    for kind in CollKind::ALL {
+        let picks: Vec<String> = [8usize, 64 << 10, 16 << 20]
+            .iter()
+            .map(|&bytes| {
+                let q = Query {
+                    kind,
+                    ranks: n,
+                    bytes,
+                    elem: 4,
+                    commutative: true,
+                    deterministic: false,
+                    shm: one_node,
+                    inter_node,
+                };
+                match choose(t, &q, None) {
+                    Ok(c) => format!("{bytes} B: {c}"),
+                    Err(e) => format!("{bytes} B: {e}"),
+                }
+            })
+            .collect();
+        rlog!(
+            Info,
+            "COLL",
+            "model on {n} ranks, {}: {}",
+            kind.name(),
+            picks.join("; ")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn q(kind: CollKind, ranks: u32, bytes: usize) -> Query {
+        Query {
+            kind,
+            ranks,
+            bytes,
+            elem: 4,
+            commutative: true,
+            deterministic: false,
+            shm: false,
+            inter_node: false,
+        }
+    }
+
+    fn pick(query: &Query) -> &'static str {
+        choose(&Tuning::defaults(), query, None).unwrap().algo
+    }
+
+    #[test]
+    fn every_listed_algorithm_has_a_cost_and_every_kind_is_in_algos() {
+        let t = Tuning::defaults();
+        for kind in CollKind::ALL {
+            assert!(!kind.algos().is_empty(), "{kind:?}");
+            assert!(!kind.algos().contains(&"auto"));
+            for a in kind.algos() {
+                let c = cost(&t, &q(kind, 8, 1 << 20), a);
+                assert!(c.is_some_and(|c| c.is_finite() && c > 0.0), "{kind:?} {a}");
+            }
+            for list in [kind.rank_ordered(), kind.canonical()]
+                .into_iter()
+                .flatten()
+            {
+                for a in list {
+                    assert!(kind.algos().contains(a), "{kind:?} {a}");
+                }
+            }
+        }
+        assert_eq!(ALGOS.len(), CollKind::ALL.len());
+    }
+
+    #[test]
+    fn ceil_log2_over_the_whole_range() {
+        let cases = [
+            (0, 0),
+            (1, 0),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (5, 3),
+            (1 << 31, 31),
+        ];
+        for (n, l) in cases {
+            assert_eq!(ceil_log2(n), l, "{n}");
+        }
+        assert_eq!(ceil_log2((1 << 31) + 1), 32);
+        assert_eq!(ceil_log2(u32::MAX), 32);
+    }
+
+    #[test]
+    fn choose_is_pure() {
+        let t = Tuning::defaults();
+        for kind in CollKind::ALL {
+            for bytes in [0, 8, 4096, 1 << 20, 1 << 30] {
+                let query = q(kind, 6, bytes);
+                assert_eq!(choose(&t, &query, None), choose(&t, &query, None));
+            }
+        }
+    }
+
+    #[test]
+    fn small_messages_pick_latency_algorithms_and_large_ones_bandwidth_algorithms() {
+        use CollKind::*;
+        for n in [4, 8, 16] {
+            assert_eq!(pick(&q(Allreduce, n, 8)), "rd", "n={n}");
+            assert_eq!(pick(&q(Allreduce, n, 64 << 20)), "rabenseifner", "n={n}");
+            assert_eq!(pick(&q(Bcast, n, 8)), "tree", "n={n}");
+            assert_ne!(pick(&q(Bcast, n, 64 << 20)), "tree", "n={n}");
+            assert_eq!(pick(&q(Reduce, n, 8)), "tree", "n={n}");
+            assert_eq!(pick(&q(Reduce, n, 64 << 20)), "direct", "n={n}");
+            assert_eq!(pick(&q(Allgather, n, 8)), "bruck", "n={n}");
+            assert_eq!(pick(&q(Alltoall, n, 8)), "bruck", "n={n}");
+            assert_eq!(pick(&q(Alltoall, n, 1 << 20)), "pairwise", "n={n}");
+            assert_eq!(pick(&q(Gather, n, 8)), "tree", "n={n}");
+            assert_eq!(pick(&q(Scatter, n, 1 << 20)), "linear", "n={n}");
+            assert_eq!(pick(&q(Scan, n, 1 << 20)), "chain", "n={n}");
+        }
+        // Not a power of two: Rabenseifner pays a whole-buffer fold, the ring does not.
+        assert_eq!(pick(&q(Allreduce, 6, 64 << 20)), "ring");
+        // Two ranks: recursive doubling is one exchange, at every size.
+        assert_eq!(pick(&q(Allreduce, 2, 8)), "rd");
+        // Between nodes the same shape holds with the slower link.
+        let inter = Query {
+            inter_node: true,
+            ..q(Allreduce, 8, 8)
+        };
+        assert_eq!(pick(&inter), "rd");
+        let inter = Query {
+            bytes: 64 << 20,
+            ..inter
+        };
+        assert_eq!(pick(&inter), "rabenseifner");
+    }
+
+    #[test]
+    fn shm_is_chosen_only_where_available() {
+        let mut query = q(CollKind::Allreduce, 8, 1 << 20);
+        assert_ne!(pick(&query), "shm");
+        query.shm = true;
+        assert_eq!(pick(&query), "shm");
+        // An inconsistent query (shm but inter-node) never gets shm.
+        query.inter_node = true;
+        assert_ne!(pick(&query), "shm");
+        let e = choose(&Tuning::defaults(), &query, Some("shm")).unwrap_err();
+        assert!(e.contains("one node"), "{e}");
+    }
+
+    #[test]
+    fn forcing_is_respected_and_auto_means_choose() {
+        let t = Tuning::defaults();
+        let query = q(CollKind::Allreduce, 8, 8);
+        for a in CollKind::Allreduce.algos().iter().filter(|a| **a != "shm") {
+            assert_eq!(choose(&t, &query, Some(a)).unwrap().algo, *a);
+        }
+        assert_eq!(choose(&t, &query, Some("auto")), choose(&t, &query, None));
+        let e = choose(&t, &query, Some("tree")).unwrap_err();
+        assert!(
+            e.contains("allreduce has no algorithm `tree`; valid: auto, ring, rd"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn non_commutative_ops_get_rank_ordered_algorithms_only() {
+        let t = Tuning::defaults();
+        let mut query = q(CollKind::Allreduce, 8, 64 << 20);
+        query.commutative = false;
+        assert_eq!(pick(&query), "direct");
+        query.bytes = 8;
+        assert_eq!(pick(&query), "rd");
+        let e = choose(&t, &query, Some("ring")).unwrap_err();
+        assert!(e.contains("non-commutative"), "{e}");
+        assert!(e.contains("allreduce may use rd, direct, shm"), "{e}");
+        for kind in [CollKind::Reduce, CollKind::ReduceScatter] {
+            let query = Query {
+                commutative: false,
+                ..q(kind, 8, 8)
+            };
+            assert_eq!(pick(&query), "direct", "{kind:?}");
+        }
+        // Operations that do not reduce ignore commutativity.
+        let query = Query {
+            commutative: false,
+            ..q(CollKind::Bcast, 8, 8)
+        };
+        assert_eq!(pick(&query), "tree");
+    }
+
+    #[test]
+    fn deterministic_allows_canonical_order_only() {
+        let t = Tuning::defaults();
+        let mut query = q(CollKind::Allreduce, 8, 8);
+        query.deterministic = true;
+        assert_eq!(pick(&query), "direct");
+        query.shm = true;
+        assert_eq!(pick(&query), "shm");
+        let e = choose(&t, &query, Some("rd")).unwrap_err();
+        assert!(e.contains("RCOMM_DETERMINISTIC=1"), "{e}");
+        assert!(e.contains("direct, shm"), "{e}");
+        for kind in [CollKind::Reduce, CollKind::ReduceScatter] {
+            let query = Query {
+                deterministic: true,
+                ..q(kind, 8, 8)
+            };
+            assert_eq!(pick(&query), "direct", "{kind:?}");
+        }
+        assert_eq!(
+            pick(&Query {
+                deterministic: true,
+                ..q(CollKind::Scan, 8, 8)
+            }),
+            "chain"
+        );
+    }
+
+    #[test]
+    fn one_rank_is_trivial_but_still_checks_forcing() {
+        let t = Tuning::defaults();
+        let c = choose(&t, &q(CollKind::Allreduce, 1, 1 << 20), None).unwrap();
+        assert_eq!(c.predicted_us, 0.0);
+        let c = choose(&t, &q(CollKind::Allreduce, 1, 1 << 20), Some("ring")).unwrap();
+        assert_eq!((c.algo, c.predicted_us), ("ring", 0.0));
+        let query = Query {
+            commutative: false,
+            ..q(CollKind::Allreduce, 1, 8)
+        };
+        assert!(choose(&t, &query, Some("ring")).is_err());
+    }
+
+    #[test]
+    fn measured_constants_move_the_crossover() {
+        // A faster network makes the bandwidth algorithm win earlier.
+        let slow = Tuning::defaults();
+        let mut fast = slow;
+        fast.intra.alpha_us = 50.0; // high latency: latency algorithms win longer
+        let query = q(CollKind::Allreduce, 8, 256 << 10);
+        assert_eq!(choose(&slow, &query, None).unwrap().algo, "rabenseifner");
+        assert_eq!(choose(&fast, &query, None).unwrap().algo, "rd");
+    }
+
+    #[test]
+    fn tuning_bytes_round_trip_and_bad_records_are_refused() {
+        let mut t = Tuning::defaults();
+        assert_eq!(Tuning::from_bytes(&t.to_bytes()), Ok(t));
+        t.intra = Link {
+            alpha_us: 0.731,
+            beta: 12_345.5,
+            origin: Origin::Measured,
+        };
+        t.local_origin = Origin::Measured;
+        assert_eq!(Tuning::from_bytes(&t.to_bytes()), Ok(t));
+        assert!(Tuning::from_bytes(&t.to_bytes()[..10]).is_err());
+        let mut bad = t.to_bytes();
+        bad[0..8].copy_from_slice(&f64::NAN.to_le_bytes());
+        assert!(Tuning::from_bytes(&bad).is_err());
+        let mut bad = t.to_bytes();
+        bad[8..16].copy_from_slice(&0f64.to_le_bytes());
+        assert!(Tuning::from_bytes(&bad).is_err());
+        let mut bad = t.to_bytes();
+        bad[48] = 0x80;
+        assert!(Tuning::from_bytes(&bad).is_err());
+    }
+
+    #[test]
+    fn choice_and_tuning_display() {
+        let c = Choice {
+            algo: "ring",
+            predicted_us: 12.345,
+        };
+        assert_eq!(c.to_string(), "ring (predicted 12.3 µs)");
+        let s = Tuning::defaults().to_string();
+        assert!(
+            s.contains("intra α 1.00 µs") && s.contains("(default)"),
+            "{s}"
+        );
+    }
+
+    fn any_kind() -> impl Strategy<Value = CollKind> {
+        (0..CollKind::ALL.len()).prop_map(|i| CollKind::ALL[i])
+    }
+
+    fn any_tuning() -> impl Strategy<Value = Tuning> {
+        let v = || 1e-3f64..1e7;
+        (v(), v(), v(), v(), v(), v()).prop_map(|(a, b, c, d, g, m)| Tuning {
+            intra: Link {
+                alpha_us: a,
+                beta: b,
+                origin: Origin::Measured,
+            },
+            inter: Link {
+                alpha_us: c,
+                beta: d,
+                origin: Origin::Default,
+            },
+            gamma: g,
+            memcpy: m,
+            local_origin: Origin::Measured,
+        })
+    }
+
+    fn any_forced() -> impl Strategy<Value = Option<String>> {
+        let names: Vec<&'static str> = ALGOS.iter().flat_map(|(_, a)| a.iter().copied()).collect();
+        prop_oneof![
+            Just(None),
+            proptest::sample::select(names).prop_map(|s| Some(s.to_string())),
+            "[a-z_]{0,12}".prop_map(Some),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn choose_never_panics_and_returns_an_allowed_algorithm(
+            kind in any_kind(),
+            ranks in prop_oneof![1u32..=64, any::<u32>()],
+            bytes in prop_oneof![0usize..=1 << 24, any::<usize>()],
+            elem in 1usize..=16,
+            flags in any::<[bool; 4]>(),
+            t in prop_oneof![Just(Tuning::defaults()), any_tuning()],
+            forced in any_forced(),
+        ) {
+            let query = Query {
+                kind, ranks, bytes, elem,
+                commutative: flags[0], deterministic: flags[1], shm: flags[2], inter_node: flags[3],
+            };
+            let res = choose(&t, &query, forced.as_deref());
+            if forced.as_deref().is_none_or(|f| f == "auto") {
+                prop_assert!(res.is_ok(), "{res:?}");
+            }
+            if let Ok(c) = res {
+                prop_assert!(kind.algos().contains(&c.algo));
+                prop_assert!(forbidden(&query, c.algo).is_none(), "{c:?} for {query:?}");
+                prop_assert!(c.predicted_us >= 0.0 && !c.predicted_us.is_nan(), "{c:?}");
+                if let Some(f) = forced.as_deref().filter(|f| *f != "auto") {
+                    prop_assert_eq!(c.algo, f);
+                }
+            }
+            prop_assert_eq!(res, choose(&t, &query, forced.as_deref()));
+        }
+    }
+}
