@@ -118,15 +118,17 @@ fn algorithms_and_plot() {
         svg.to_str().unwrap(),
     ]);
     assert_eq!(rc, 0, "{err}");
-    assert!(
-        out.contains("# algo: ring") && out.contains("# algo: rd"),
-        "{out}"
-    );
+    for a in ["ring", "rd", "rabenseifner", "direct", "shm"] {
+        assert!(out.contains(&format!("# algo: {a}")), "{a}\n{out}");
+    }
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     std::fs::remove_dir_all(&dir).unwrap();
     let (rc, _, err) = bench(&["coll", "bcast", "-A", "ring"]);
     assert_eq!(rc, 2);
-    assert!(err.contains("valid: auto, tree, all"), "{err}");
+    assert!(
+        err.contains("valid: auto, tree, scatter_allgather, pipeline, shm, all"),
+        "{err}"
+    );
     let (rc, _, err) = bench(&["coll", "barrier", "--plot", "x.svg"]);
     assert_eq!(rc, 2);
     assert!(err.contains("time only"), "{err}");

@@ -1,0 +1,68 @@
+//! The collectives table (`rt_table`): one launch per (rank count, transport), every collective
+//! × algorithm × dtype × count × root × in place × blocking/non-blocking against a sequential
+//! reference; and deterministic mode compared bit for bit across runs, transports and
+//! progress modes.
+
+use rcomm_tests::{Job, test_program};
+use std::time::{Duration, Instant};
+
+#[test]
+fn the_collectives_table_holds_at_1_to_8_ranks_on_shm_and_tcp() {
+    for (t, mode) in [("auto", "full"), ("tcp", "nobig")] {
+        for n in [1u32, 2, 3, 4, 5, 8] {
+            let t0 = Instant::now();
+            let out = Job::new(n, &[&test_program("rt_table")])
+                .env("RCOMM_TRANSPORT", t)
+                .env("RT_TABLE", mode)
+                .deadline(Duration::from_secs(300))
+                .run();
+            assert_eq!(out.code(), 0, "{t} {n} ranks\n{out}");
+            let ok = out
+                .rank_lines(0)
+                .into_iter()
+                .any(|l| l.starts_with("ok table"));
+            assert!(ok, "{t} {n}: no summary line\n{out}");
+            eprintln!(
+                "table: {t} {n} ranks in {:.1} s",
+                t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+/// The `det <count> <hash>` lines of a deterministic run.
+fn det_run(n: u32, env: &[(&str, &str)]) -> Vec<String> {
+    let mut job = Job::new(n, &[&test_program("rt_table")])
+        .env("RCOMM_DETERMINISTIC", "1")
+        .env("RT_TABLE", "det")
+        .deadline(Duration::from_secs(120));
+    for (k, v) in env {
+        job = job.env(k, v);
+    }
+    let out = job.run();
+    assert_eq!(out.code(), 0, "{env:?}\n{out}");
+    let lines: Vec<String> = out
+        .rank_lines(0)
+        .into_iter()
+        .filter(|l| l.starts_with("det "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), 4, "{env:?}\n{out}");
+    lines
+}
+
+#[test]
+fn deterministic_allreduce_is_bitwise_equal_across_runs_transports_and_progress_modes() {
+    for n in [3u32, 4] {
+        let base = det_run(n, &[]);
+        for env in [
+            &[][..],
+            &[("RCOMM_TRANSPORT", "tcp")][..],
+            &[("RCOMM_ASYNC_PROGRESS", "1")][..],
+            &[("RCOMM_ALGO", "allreduce:direct")][..],
+            &[("RCOMM_TUNE", "default")][..],
+        ] {
+            assert_eq!(det_run(n, env), base, "{n} ranks, {env:?}");
+        }
+    }
+}
