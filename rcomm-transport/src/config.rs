@@ -94,12 +94,12 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec {
         name: "RCOMM_DETERMINISTIC",
         protocol: true,
-        help: "1: collectives that reduce combine contributions in one canonical order (same bits for any rank count split); 0 (default): the tuner may pick any algorithm; must agree on every rank",
+        help: "1: allreduce combines contributions in one canonical order (bitwise identical across runs, transports, progress modes, in place or not, blocking or not); 0 (default): the tuner may pick any algorithm; must agree on every rank",
     },
     VarSpec {
         name: "RCOMM_ASYNC_PROGRESS",
         protocol: false,
-        help: "1: ask for a background thread to progress communication while ranks compute (accepted, not acted on yet); 0 (default): progress happens inside rcomm calls",
+        help: "1: a background thread advances non-blocking collectives and the transports while ranks compute; 0 (default): progress happens inside rcomm calls",
     },
     VarSpec {
         name: "RCOMM_TUNE",
