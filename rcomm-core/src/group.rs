@@ -159,10 +159,15 @@ impl Communicator {
     }
 
     fn child(&self, guard: Arc<CtxGuard>, world: Vec<u32>, rank: u32) -> Communicator {
+        let node = &self.shared.node_of;
+        let one_node = world
+            .iter()
+            .all(|&w| node[w as usize] == node[world[0] as usize]);
         Communicator {
             ctx: 2 * guard.id as u32,
             rank,
             size: world.len() as u32,
+            one_node,
             group: Some(Arc::new(Group::new(world))),
             _ctx_guard: Some(guard),
             coll_seq: Default::default(),

@@ -221,10 +221,12 @@ fn init_with(cfg: &Config) -> Result<World> {
     shared.deterministic = cfg.deterministic;
     shared.coll = crate::coll::CollShared::new(cfg.async_progress);
     let shared = Arc::new(shared);
+    let one_node = shared.node_of.iter().all(|&c| c == shared.node_of[0]);
     let comm = Communicator {
         ctx: 0,
         rank,
         size,
+        one_node,
         group: None,
         _ctx_guard: None,
         coll_seq: Default::default(),

@@ -8,7 +8,6 @@ use crate::comm::{Communicator, Tag};
 use crate::p2p::matcher::Source;
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Collective tags start here on the internal context (below: barrier, allgather of ids, ...).
@@ -21,8 +20,10 @@ pub(crate) struct CollShared {
     /// megabytes of fresh memory each call.
     scratch: Mutex<Vec<Vec<u8>>>,
     /// Schedules by what they are a pure function of.
-    cache: Mutex<HashMap<SchedKey, Arc<Schedule>>>,
+    cache: Mutex<rcomm_transport::fastmap::FastMap<SchedKey, Arc<Schedule>>>,
     pub(crate) progress: Option<Arc<super::progress::Progress>>,
+    /// The tuner's choices by what they are a pure function of.
+    choices: Mutex<rcomm_transport::fastmap::FastMap<ChoiceKey, &'static str>>,
     /// Choices already logged: (op, ranks, bytes, algorithm).
     logged: Mutex<std::collections::HashSet<(&'static str, u32, usize, &'static str)>>,
 }
@@ -46,6 +47,18 @@ pub(crate) struct SchedKey {
     pub elem: usize,
 }
 
+/// What an algorithm choice depends on besides the process-wide tuning and settings.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct ChoiceKey {
+    pub op: &'static str,
+    pub n: u32,
+    pub bytes: usize,
+    pub elem: usize,
+    pub commutative: bool,
+    pub one_node: bool,
+    pub forced: Option<&'static str>,
+}
+
 /// Above this many cached schedules the cache starts over (a job cycles through few shapes).
 const CACHE_MAX: usize = 256;
 /// Scratch buffers kept for reuse.
@@ -57,6 +70,19 @@ impl CollShared {
             progress: async_progress.then(|| Arc::new(super::progress::Progress::default())),
             ..Default::default()
         }
+    }
+
+    pub(crate) fn cached_choice(&self, key: &ChoiceKey) -> Option<&'static str> {
+        let c = self.choices.lock().unwrap_or_else(|p| p.into_inner());
+        c.get(key).copied()
+    }
+
+    pub(crate) fn remember_choice(&self, key: ChoiceKey, algo: &'static str) {
+        let mut c = self.choices.lock().unwrap_or_else(|p| p.into_inner());
+        if c.len() >= CACHE_MAX {
+            c.clear();
+        }
+        c.insert(key, algo);
     }
 
     /// Whether this choice is logged for the first time (and remembers it).

@@ -15,7 +15,7 @@ pub(crate) mod tuner;
 
 pub use exec::CollRequest;
 pub(crate) use exec::CollShared;
-use exec::{Post, SchedKey};
+use exec::{ChoiceKey, Post, SchedKey};
 pub use rcomm_kernels::{Dtype, Element, Op};
 pub(crate) use reduce::Reducer;
 pub use reduce::{Order, ReduceOp, UserOp};
@@ -92,23 +92,39 @@ impl Communicator {
         elem: usize,
         r: Option<&Reducer>,
     ) -> Result<&'static str> {
+        let forced = self.forced(op);
+        let commutative = r.is_none_or(|r| r.commutative());
+        // The choice is a pure function of the key (the tuning and RCOMM_DETERMINISTIC are
+        // fixed for the process): computing the model costs more than a small collective.
+        let key = ChoiceKey {
+            op,
+            n: self.size,
+            bytes,
+            elem,
+            commutative,
+            one_node: self.one_node,
+            forced: forced.and_then(|f| crate::algorithms(op).iter().copied().find(|a| *a == f)),
+        };
+        if let Some(a) = self.shared.coll.cached_choice(&key) {
+            return Ok(a);
+        }
         let kind = tuner::CollKind::ALL
             .into_iter()
             .find(|k| k.name() == op)
             .expect("every collective kind is known to the tuner");
-        let one_node = self.on_one_node();
+        let one_node = self.one_node;
         let q = tuner::Query {
             kind,
             ranks: self.size,
             bytes,
             elem,
-            commutative: r.is_none_or(|r| r.commutative()),
+            commutative,
             deterministic: self.shared.deterministic,
             shm: one_node,
             inter_node: !one_node,
         };
-        let choice =
-            tuner::choose(&self.tuning(), &q, self.forced(op)).map_err(CommError::InvalidArg)?;
+        let choice = tuner::choose(&self.tuning(), &q, forced).map_err(CommError::InvalidArg)?;
+        self.shared.coll.remember_choice(key, choice.algo);
         let logging = rcomm_transport::config::global()
             .as_ref()
             .is_ok_and(|c| c.logs(rcomm_transport::config::Level::Info, "COLL"));
@@ -128,18 +144,6 @@ impl Communicator {
             );
         }
         Ok(choice.algo)
-    }
-
-    /// Whether every rank of the communicator runs on this node.
-    fn on_one_node(&self) -> bool {
-        let node = &self.shared.node_of;
-        match &self.group {
-            None => node.iter().all(|&c| c == node[0]),
-            Some(g) => g
-                .world
-                .iter()
-                .all(|&w| node[w as usize] == node[g.world[0] as usize]),
-        }
     }
 
     fn key(
@@ -357,17 +361,12 @@ impl Communicator {
         buf: &mut [T],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
-        let r = op.into().0;
-        let plan = self.allreduce_plan(buf.len(), size_of::<T>(), &r, true)?;
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
-        match plan {
-            Plan::Sched(sched) => self.run_schedule(&sched, bytes, &[], Some(&r))?,
-            Plan::Shm(node) => {
-                let combine = |acc: &mut [u8], left: &[u8]| r.apply(acc, left, Order::SrcFirst);
-                node.allreduce_sig(self, bytes, size_of::<T>(), r.signature(), &combine)?
-            }
-        }
-        r.finalize(bytes, self.size as usize)
+        self.allreduce_bytes(
+            bytemuck::cast_slice_mut(buf),
+            None,
+            size_of::<T>(),
+            op.into().0,
+        )
     }
 
     /// `recv = send ⊕ …` across all ranks (out of place).
@@ -378,8 +377,31 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
         check_len("allreduce recv", recv.len(), send.len())?;
-        recv.copy_from_slice(send);
-        self.allreduce_in_place(recv, op)
+        let (recv, send) = (bytemuck::cast_slice_mut(recv), bytemuck::cast_slice(send));
+        self.allreduce_bytes(recv, Some(send), size_of::<T>(), op.into().0)
+    }
+
+    /// Allreduce into `data`, from `input` when given (else in place).
+    fn allreduce_bytes(
+        &self,
+        data: &mut [u8],
+        input: Option<&[u8]>,
+        elem: usize,
+        r: Reducer,
+    ) -> Result<()> {
+        match self.allreduce_plan(data.len() / elem.max(1), elem, &r, true)? {
+            Plan::Sched(sched) => {
+                if let Some(i) = input {
+                    data.copy_from_slice(i);
+                }
+                self.run_schedule(&sched, data, &[], Some(&r))?
+            }
+            Plan::Shm(node) => {
+                let combine = |acc: &mut [u8], left: &[u8]| r.apply(acc, left, Order::SrcFirst);
+                node.allreduce_sig(self, data, input, elem, r.signature(), &combine)?
+            }
+        }
+        r.finalize(data, self.size as usize)
     }
 
     /// Starts an allreduce of `buf` and returns at once; `wait` hands back the result (see

@@ -319,7 +319,8 @@ impl<'a> Proto<'a> {
     ///
     /// # Safety
     /// `data` is valid for reads and writes of `total` bytes, and nothing else in this process
-    /// accesses them during the call; with `zc`, `data` is `zc.bases[me]` and every base is
+    /// accesses them during the call; `src`, if given, is valid for reads of `total` bytes
+    /// (and may not overlap `data`); with `zc`, `data` is `zc.bases[me]` and every base is
     /// valid for reads of `total` bytes.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn allreduce(
@@ -330,9 +331,12 @@ impl<'a> Proto<'a> {
         elem: usize,
         sig: u64,
         combine: &Combine<'_>,
+        src: Option<*const u8>,
         zc: Option<&ZeroCopy>,
     ) -> PResult<()> {
         let (n, me) = (self.n(), self.me);
+        // Out of place, the input is copied in from `src` and `data` is only written.
+        let src = src.unwrap_or(data.cast_const());
         let valid = elem > 0 && elem <= SLOT && total.is_multiple_of(elem);
         let chunk = if valid { SLOT / elem * elem } else { SLOT };
         let pub_total = if valid { total as u64 } else { u64::MAX };
@@ -347,7 +351,7 @@ impl<'a> Proto<'a> {
                 if zc.is_none() {
                     // SAFETY: `data[lo..hi]` is ours (caller's contract); the slot has
                     // SLOT ≥ len bytes and nobody reads it now (every peer's done ≥ k−2).
-                    unsafe { std::ptr::copy_nonoverlapping(data.add(lo), slot, len) };
+                    unsafe { std::ptr::copy_nonoverlapping(src.add(lo), slot, len) };
                 }
             })?;
             // Agreed in `enter`: equal lengths, kinds and input sources everywhere.
@@ -677,20 +681,28 @@ impl NodeShm {
         elem: usize,
         combine: &Combine<'_>,
     ) -> Result<()> {
-        self.allreduce_sig(comm, data, elem, 0, combine)
+        self.allreduce_sig(comm, data, None, elem, 0, combine)
     }
 
-    /// [`allreduce`](Self::allreduce) with `sig` (op and type, checked equal on every rank).
+    /// [`allreduce`](Self::allreduce) with `sig` (op and type, checked equal on every rank),
+    /// out of place when `input` is given (of `data`'s length): `data` is then only written.
     pub(crate) fn allreduce_sig(
         &self,
         comm: &Communicator,
         data: &mut [u8],
+        input: Option<&[u8]>,
         elem: usize,
         sig: u64,
         combine: &Combine<'_>,
     ) -> Result<()> {
+        if input.is_some_and(|i| i.len() != data.len()) {
+            return Err(CommError::InvalidArg(
+                "allreduce: input and output lengths differ".into(),
+            ));
+        }
         self.run(comm, "allreduce (shared memory)", |p, round| {
-            // SAFETY: `data` is borrowed exclusively for the call.
+            // SAFETY: `data` is borrowed exclusively for the call, `input` (as long) shared;
+            // a `&mut` and a `&` cannot overlap.
             unsafe {
                 p.allreduce(
                     round,
@@ -699,6 +711,7 @@ impl NodeShm {
                     elem,
                     sig,
                     combine,
+                    input.map(|i| i.as_ptr()),
                     None,
                 )
             }
@@ -723,7 +736,7 @@ impl NodeShm {
         let data = zc.bases[self.me].as_ptr();
         self.run(comm, "allreduce (shared memory, in place)", |p, round| {
             // SAFETY: the caller's contract is this function's.
-            unsafe { p.allreduce(round, data, total, elem, sig, combine, Some(zc)) }
+            unsafe { p.allreduce(round, data, total, elem, sig, combine, None, Some(zc)) }
         })
     }
 
@@ -775,6 +788,7 @@ impl Communicator {
         node.allreduce_sig(
             self,
             bytemuck::cast_slice_mut(buf),
+            None,
             size_of::<T>(),
             signature::<T>(op),
             &combine,
@@ -877,7 +891,18 @@ mod tests {
     fn allreduce(p: &mut Proto<'_>, round: &mut u64, data: &mut [u32]) -> PResult<()> {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(data);
         // SAFETY: `bytes` is borrowed exclusively for the call.
-        unsafe { p.allreduce(round, bytes.as_mut_ptr(), bytes.len(), 4, 0, &combine, None) }
+        unsafe {
+            p.allreduce(
+                round,
+                bytes.as_mut_ptr(),
+                bytes.len(),
+                4,
+                0,
+                &combine,
+                None,
+                None,
+            )
+        }
     }
 
     #[test]
@@ -937,7 +962,8 @@ mod tests {
                 unsafe { mine.cast::<u32>().add(i).write(input(r, i, 0)) };
             }
             // SAFETY: every base maps `count * 4` bytes; ours is only touched by this call.
-            unsafe { p.allreduce(round, mine, count * 4, 4, 0, &combine, Some(&zc)) }.unwrap();
+            unsafe { p.allreduce(round, mine, count * 4, 4, 0, &combine, None, Some(&zc)) }
+                .unwrap();
         });
         let want = reference(n, count, 0);
         for s in &bufs {
