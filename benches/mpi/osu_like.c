@@ -6,10 +6,12 @@
  *
  *   mpirun -np 2 osu_like latency|bw|bibw [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-W WINDOW]
  *                                         [-b single|multiple] [--json]
- *   mpirun -np N osu_like allreduce|bcast|barrier [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-i STEPBYTES]
+ *   mpirun -np N osu_like allreduce|bcast|barrier|allgather|reduce_scatter|alltoall|reduce|gather|scatter
+ *                        [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-i STEPBYTES]
  *                        [-n ITERS] [-w WARMUP] [-d float|double|int32|int64] [-o sum|prod|min|max]
  *                        [-r ROOT] [-c CHECK] [-a 0|1|2|3] [--json]
- *   osu_like --selftest      (no MPI launch needed: prints the pattern words rcomm-bench checks)
+ *   osu_like --selftest      (no MPI launch needed: prints the pattern words and check references
+ *                             that rcomm-bench uses)
  *
  * Methodology (see benches/src/osu.rs, which documents the same):
  *  - sizes: powers of two from MIN to MAX (default 1:4194304), K/M/G suffixes;
@@ -30,18 +32,34 @@
  *    compares the last received buffers with the sender's pattern and both ranks agree on the
  *    result. A mismatch is reported and the program exits with status 1.
  *
- * Collective modes (allreduce, bcast, barrier): the methodology of `rcomm-bench coll` (nccl-tests'
- * all_reduce_perf / broadcast_perf, see benches/src/coll.rs), so that rcomm and MPI are measured by
- * the same loop: sizes -b..-e times -f; per size and variant (out of place: MPI_Allreduce(send,
- * recv); in place: MPI_IN_PLACE; MPI_Bcast is in place only, its out-of-place columns are N/A) -w
- * warm-up calls, MPI_Barrier, -n calls back to back timed as one loop, successive calls on
- * successive windows of buffers sized for the largest size; per-rank time per call combined with
- * -a (0 rank 0, 1 average, 2 min, 3 max); then -c check passes: inputs from the same data pattern
- * as rcomm-bench (rcomm_benches::coll::input), outputs poisoned, one call, compared with a
- * sequential reference, wrong elements summed over ranks (any: exit status 1). Output: nccl-tests'
- * table, or with --json rcomm-bench coll's JSON objects ("algo":"mpi").
+ * Collective modes (allreduce, bcast, barrier, allgather, reduce_scatter, alltoall, reduce, gather,
+ * scatter): the methodology of `rcomm-bench coll` (nccl-tests' all_reduce_perf & co., see
+ * benches/src/coll.rs), so that rcomm and MPI are measured by the same loop:
+ *  - sizes -b..-e times -f (or plus -i bytes); a size S is S/sizeof(type) elements, cut per
+ *    operation as nccl-tests' getCollByteCount (rcomm_benches::coll::Layout): allgather and gather
+ *    send count/n and receive n*(count/n), reduce_scatter and scatter the other way round, alltoall
+ *    n*(count/n) both ways; the printed size is the larger buffer, the printed count the count
+ *    passed to the call (MPI_Allgather's sendcount, MPI_Reduce_scatter_block's recvcount, ...);
+ *  - the calls: MPI_Allreduce, MPI_Bcast, MPI_Barrier, MPI_Allgather, MPI_Reduce_scatter_block,
+ *    MPI_Alltoall, MPI_Reduce, MPI_Gather, MPI_Scatter. The variants are those rcomm-bench coll
+ *    prints for the operation: allreduce out of place (send, recv) and in place (MPI_IN_PLACE);
+ *    bcast in place only (one buffer; its out-of-place columns are N/A); the others out of place
+ *    only (rcomm has no in-place form of them; their in-place columns are N/A); barrier a time;
+ *  - per size and variant -w warm-up calls, MPI_Barrier, -n calls back to back timed as one loop,
+ *    successive calls on successive windows of buffers sized for the largest size of the sweep;
+ *    per-rank time per call combined with -a (0 rank 0, 1 average, 2 min, 3 max);
+ *    algbw = size / time, busbw = algbw x 2(n-1)/n (allreduce), (n-1)/n (allgather,
+ *    reduce_scatter, alltoall, gather, scatter), 1 (bcast, reduce);
+ *  - then -c check passes: inputs from the same data pattern as rcomm-bench
+ *    (rcomm_benches::coll::input), outputs poisoned, one call, every rank compares its output with
+ *    the same sequential reference as rcomm_benches::coll::expected (undefined outputs, on the
+ *    non-root ranks of reduce and gather, are not compared), wrong elements summed over ranks
+ *    (any: exit status 1);
+ *  - output: nccl-tests' table, or with --json rcomm-bench coll's JSON objects ("algo":"mpi").
+ * `osu_like --selftest` prints pattern words and the check reference of every operation on 3 ranks,
+ * which benches/tests/osu_like.rs compares with rcomm_benches (no MPI launch needed).
  *
- * Output on rank 0: an OSU-style table ("# Size  Latency (us)" / "# Size  Bandwidth (MB/s)"), or
+ * Point-to-point output on rank 0: an OSU-style table ("# Size  Latency (us)" / "# Size  Bandwidth (MB/s)"), or
  * with --json one object per size: {"size":N,"latency_us":X} / {"size":N,"bandwidth_MBps":X}
  * (headers then go to stderr).
  */
@@ -170,7 +188,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: osu_like latency|bw|bibw [-m [MIN:]MAX] [-i ITERS] [-x WARMUP] [-W WINDOW] "
                "[-b single|multiple] [--json]\n"
-               "       osu_like allreduce|bcast|barrier [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-i STEPBYTES] "
+               "       osu_like allreduce|bcast|barrier|allgather|reduce_scatter|alltoall|reduce|gather|scatter\n"
+               "                [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-i STEPBYTES] "
                "[-n ITERS] [-w WARMUP]\n"
                "                [-d float|double|int32|int64] [-o sum|prod|min|max] [-r ROOT] [-c CHECK] "
                "[-a 0|1|2|3] [--json]\n"
@@ -347,14 +366,59 @@ static double bandwidth(enum test t, size_t n, long iters, long skip, int window
 
 /* ================= collective modes (nccl-tests methodology, as rcomm-bench coll) ================= */
 
-enum coll_op { C_ALLREDUCE, C_BCAST, C_BARRIER };
+enum coll_op {
+    C_ALLREDUCE,
+    C_BCAST,
+    C_BARRIER,
+    C_ALLGATHER,
+    C_REDUCE_SCATTER,
+    C_ALLTOALL,
+    C_REDUCE,
+    C_GATHER,
+    C_SCATTER,
+    C_NOPS
+};
 enum coll_type { T_FLOAT, T_DOUBLE, T_INT32, T_INT64 };
 enum coll_redop { R_SUM, R_PROD, R_MIN, R_MAX };
+/* rcomm_benches::coll::Layout and BusFactor */
+enum coll_layout { L_SAME, L_GATHER, L_SCATTER, L_ALLTOALL, L_EMPTY };
+enum coll_bus { B_TWO_N1_N, B_N1_N, B_ONE, B_TIME };
 
-static const char *coll_op_name[] = {"allreduce", "bcast", "barrier"};
+/* One row of rcomm_benches::coll::OPS, with the variants rcomm-bench coll prints for the
+ * operation (coll_run::variants: out of place, in place). */
+struct coll_info {
+    const char *name, *perf;
+    int reduces, rooted;
+    enum coll_layout layout;
+    enum coll_bus bus;
+    int oop, ip;
+};
+
+static const struct coll_info coll_ops[C_NOPS] = {
+    [C_ALLREDUCE] = {"allreduce", "all_reduce_perf", 1, 0, L_SAME, B_TWO_N1_N, 1, 1},
+    [C_BCAST] = {"bcast", "broadcast_perf", 0, 1, L_SAME, B_ONE, 0, 1},
+    [C_BARRIER] = {"barrier", "", 0, 0, L_EMPTY, B_TIME, 1, 0},
+    [C_ALLGATHER] = {"allgather", "all_gather_perf", 0, 0, L_GATHER, B_N1_N, 1, 0},
+    [C_REDUCE_SCATTER] = {"reduce_scatter", "reduce_scatter_perf", 1, 0, L_SCATTER, B_N1_N, 1, 0},
+    [C_ALLTOALL] = {"alltoall", "alltoall_perf", 0, 0, L_ALLTOALL, B_N1_N, 1, 0},
+    [C_REDUCE] = {"reduce", "reduce_perf", 1, 1, L_SAME, B_ONE, 1, 0},
+    [C_GATHER] = {"gather", "gather_perf", 0, 1, L_GATHER, B_N1_N, 1, 0},
+    [C_SCATTER] = {"scatter", "scatter_perf", 0, 1, L_SCATTER, B_N1_N, 1, 0},
+};
+
 static const char *coll_type_name[] = {"float", "double", "int32", "int64"};
 static const size_t coll_type_size[] = {4, 8, 4, 8};
 static const char *coll_redop_name[] = {"sum", "prod", "min", "max"};
+
+/* An operation name (rcomm_benches::coll::parse_op's aliases for the ones osu_like has), or -1. */
+static int coll_op_of(const char *s)
+{
+    if (!strcmp(s, "reduce-scatter") || !strcmp(s, "reducescatter")) return C_REDUCE_SCATTER;
+    if (!strcmp(s, "broadcast")) return C_BCAST;
+    for (int k = 0; k < C_NOPS; k++)
+        if (!strcmp(s, coll_ops[k].name)) return k;
+    return -1;
+}
 
 struct copts {
     enum coll_op op;
@@ -364,6 +428,41 @@ struct copts {
     long iters, warmup, check;
     int average, root, json;
 };
+
+/* rcomm_benches::coll::Counts: elements in the send and receive buffers, and the count passed
+ * to the call (nccl-tests' getCollByteCount). */
+struct ccounts {
+    size_t send, recv, param;
+};
+
+static struct ccounts ccounts_of(enum coll_op op, size_t count, int n)
+{
+    size_t nn = (size_t)(n > 0 ? n : 1), per = count / nn;
+    struct ccounts c = {0, 0, 0};
+    switch (coll_ops[op].layout) {
+    case L_SAME: c.send = c.recv = c.param = count; break;
+    case L_GATHER: c.send = per, c.recv = per * nn, c.param = per; break;
+    case L_SCATTER: c.send = per * nn, c.recv = per, c.param = per; break;
+    case L_ALLTOALL: c.send = c.recv = per * nn, c.param = per; break;
+    case L_EMPTY: break;
+    }
+    return c;
+}
+
+/* The larger buffer, in elements (the printed size is this times the element size). */
+static size_t ctotal(struct ccounts c)
+{
+    return c.send > c.recv ? c.send : c.recv;
+}
+
+static double cbus_factor(enum coll_op op, int n)
+{
+    switch (coll_ops[op].bus) {
+    case B_TWO_N1_N: return 2.0 * (n - 1) / n;
+    case B_N1_N: return (double)(n - 1) / n;
+    default: return 1.0;
+    }
+}
 
 /* rcomm_benches::coll::mix */
 static uint64_t cmix(uint64_t seed, unsigned rank, uint64_t idx)
@@ -421,50 +520,112 @@ static void cfill(const struct copts *o, int n, int rank, void *buf, size_t coun
     for (size_t i = 0; i < count; i++) cstore(o->type, buf, i, cinput(o, n, rank, i, seed));
 }
 
-/* Wrong elements of this rank's output. Integers: exact with wrapping (computed in uint64_t and
- * truncated to the type); floats: exact data (any order gives the same result up to 64 ranks),
- * allowed 2 eps |want|. */
-static long ccheck(const struct copts *o, int n, int rank, const void *out, size_t count, uint64_t seed)
+/* The sequential reference (rcomm_benches::coll::reference) of element idx over all ranks'
+ * inputs, in rank order. Integers: exact with wrapping (computed in uint64_t and truncated to
+ * the type); floats: combined in double and rounded once to the type. */
+static double creduce(const struct copts *o, int n, size_t idx, uint64_t seed)
+{
+    if (o->type == T_FLOAT || o->type == T_DOUBLE) {
+        double acc = cinput(o, n, 0, idx, seed);
+        for (int q = 1; q < n; q++) {
+            double x = cinput(o, n, q, idx, seed);
+            acc = o->redop == R_SUM ? acc + x : o->redop == R_PROD ? acc * x : o->redop == R_MIN ? (x < acc ? x : acc) : (x > acc ? x : acc);
+        }
+        return o->type == T_FLOAT ? (double)(float)acc : acc;
+    }
+    int64_t first = (int64_t)cinput(o, n, 0, idx, seed);
+    uint64_t acc = (uint64_t)first;
+    int64_t mm = first;
+    for (int q = 1; q < n; q++) {
+        int64_t x = (int64_t)cinput(o, n, q, idx, seed);
+        if (o->redop == R_SUM) acc += (uint64_t)x;
+        else if (o->redop == R_PROD) acc *= (uint64_t)x;
+        else if (o->redop == R_MIN) mm = x < mm ? x : mm;
+        else mm = x > mm ? x : mm;
+    }
+    if (o->redop == R_MIN || o->redop == R_MAX) return (double)mm;
+    return o->type == T_INT32 ? (double)(int32_t)(uint32_t)acc : (double)(int64_t)acc;
+}
+
+/* rcomm_benches::coll::expected: what element j of this rank's output must be (per: the count
+ * passed to the call); 0 where the operation leaves it undefined (non-root ranks of reduce and
+ * gather). */
+static int cexpect(const struct copts *o, int n, int rank, size_t j, size_t per, uint64_t seed, double *want)
+{
+    size_t mine = (size_t)rank * per;
+    switch (o->op) {
+    case C_ALLREDUCE: *want = creduce(o, n, j, seed); return 1;
+    case C_REDUCE:
+        if (rank != o->root) return 0;
+        *want = creduce(o, n, j, seed);
+        return 1;
+    case C_BCAST: *want = cinput(o, n, o->root, j, seed); return 1;
+    case C_ALLGATHER: *want = cinput(o, n, (int)(j / per), j % per, seed); return 1;
+    case C_GATHER:
+        if (rank != o->root) return 0;
+        *want = cinput(o, n, (int)(j / per), j % per, seed);
+        return 1;
+    case C_REDUCE_SCATTER: *want = creduce(o, n, mine + j, seed); return 1;
+    case C_SCATTER: *want = cinput(o, n, o->root, mine + j, seed); return 1;
+    case C_ALLTOALL: *want = cinput(o, n, (int)(j / per), mine + j % per, seed); return 1;
+    default: return 0;
+    }
+}
+
+/* Wrong elements of this rank's output (recv elements; per: the call's count). Floats: the
+ * data keeps every partial result exact up to 64 ranks; allowed 2 eps |want|. */
+static long ccheck(const struct copts *o, int n, int rank, const void *out, size_t recv, size_t per, size_t size,
+                   uint64_t seed)
 {
     long wrong = 0;
     int is_float = o->type == T_FLOAT || o->type == T_DOUBLE;
     double eps = o->type == T_FLOAT ? 1.1920929e-07 : 2.220446049250313e-16;
-    for (size_t j = 0; j < count; j++) {
+    for (size_t j = 0; j < recv; j++) {
         double want;
-        if (o->op == C_BCAST) {
-            want = cinput(o, n, o->root, j, seed);
-        } else if (is_float) {
-            double acc = cinput(o, n, 0, j, seed);
-            for (int q = 1; q < n; q++) {
-                double x = cinput(o, n, q, j, seed);
-                acc = o->redop == R_SUM ? acc + x : o->redop == R_PROD ? acc * x : o->redop == R_MIN ? (x < acc ? x : acc) : (x > acc ? x : acc);
-            }
-            want = o->type == T_FLOAT ? (double)(float)acc : acc;
-        } else {
-            int64_t first = (int64_t)cinput(o, n, 0, j, seed);
-            uint64_t acc = (uint64_t)first;
-            int64_t mm = first;
-            for (int q = 1; q < n; q++) {
-                int64_t x = (int64_t)cinput(o, n, q, j, seed);
-                if (o->redop == R_SUM) acc += (uint64_t)x;
-                else if (o->redop == R_PROD) acc *= (uint64_t)x;
-                else if (o->redop == R_MIN) mm = x < mm ? x : mm;
-                else mm = x > mm ? x : mm;
-            }
-            if (o->redop == R_MIN || o->redop == R_MAX) want = (double)mm;
-            else want = o->type == T_INT32 ? (double)(int32_t)(uint32_t)acc : (double)(int64_t)acc;
-        }
+        if (!cexpect(o, n, rank, j, per, seed, &want)) continue;
         double got = cload(o->type, out, j);
         double tol = is_float ? 2.0 * eps * (want < 0 ? -want : want) : 0.0;
         double d = got - want;
         if (!(got == want || (d < 0 ? -d : d) <= tol)) {
             if (wrong == 0)
                 fprintf(stderr, "osu_like: rank %d: %s size %zu: first wrong element %zu: got %g, expected %g\n", rank,
-                        coll_op_name[o->op], count * coll_type_size[o->type], j, got, want);
+                        coll_ops[o->op].name, size, j, got, want);
             wrong++;
         }
     }
     return wrong;
+}
+
+/* The call under test (coll_run::call). s and r are this iteration's windows; in place, r only. */
+static void ccall(const struct copts *o, MPI_Datatype mt, MPI_Op mo, struct ccounts c, void *s, void *r, int ip)
+{
+    int p = (int)c.param;
+    MPI_Comm w = MPI_COMM_WORLD;
+    switch (o->op) {
+    case C_ALLREDUCE: MPI_Allreduce(ip ? MPI_IN_PLACE : s, r, p, mt, mo, w); break;
+    case C_BCAST: MPI_Bcast(r, p, mt, o->root, w); break;
+    case C_BARRIER: MPI_Barrier(w); break;
+    case C_ALLGATHER: MPI_Allgather(s, p, mt, r, p, mt, w); break;
+    case C_REDUCE_SCATTER: MPI_Reduce_scatter_block(s, r, p, mt, mo, w); break;
+    case C_ALLTOALL: MPI_Alltoall(s, p, mt, r, p, mt, w); break;
+    case C_REDUCE: MPI_Reduce(s, r, p, mt, mo, o->root, w); break;
+    case C_GATHER: MPI_Gather(s, p, mt, r, p, mt, o->root, w); break;
+    case C_SCATTER: MPI_Scatter(s, p, mt, r, p, mt, o->root, w); break;
+    case C_NOPS: break;
+    }
+}
+
+/* The largest size of the sweep (rcomm_benches::coll::sizes). */
+static size_t clast_size(const struct copts *o)
+{
+    size_t last = 0;
+    for (size_t s = o->min; s <= o->max;) {
+        last = s;
+        size_t next = o->factor > 1 ? (s ? s * o->factor : 1) : s + (o->step ? o->step : 1);
+        if (next <= s) break;
+        s = next;
+    }
+    return last;
 }
 
 /* nccl-tests' getFloatStr */
@@ -531,9 +692,7 @@ static int parse_coll(int argc, char **argv, struct copts *o, char *err, size_t 
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
-        if (!strcmp(a, "allreduce")) { o->op = C_ALLREDUCE; continue; }
-        if (!strcmp(a, "bcast")) { o->op = C_BCAST; continue; }
-        if (!strcmp(a, "barrier")) { o->op = C_BARRIER; continue; }
+        if (coll_op_of(a) >= 0) { o->op = (enum coll_op)coll_op_of(a); continue; }
         if (a[0] != '-' || !a[1] || a[2] || !strchr("befinwdorca", a[1])) {
             snprintf(err, errlen, "unknown argument '%s'", a);
             return 2;
@@ -584,7 +743,7 @@ static int coll_main(int argc, char **argv)
     struct copts o;
     char err[256] = "";
     int pr = parse_coll(argc, argv, &o, err, sizeof err);
-    if (!pr && o.root >= n) snprintf(err, sizeof err, "-r %d: the job has %d ranks", o.root, n), pr = 2;
+    if (!pr && coll_ops[o.op].rooted && o.root >= n) snprintf(err, sizeof err, "-r %d: the job has %d ranks", o.root, n), pr = 2;
     if (pr) {
         if (rank == 0) {
             if (pr == 2) fprintf(stderr, "osu_like: %s\n", err);
@@ -595,7 +754,8 @@ static int coll_main(int argc, char **argv)
     MPI_Datatype mt = o.type == T_FLOAT ? MPI_FLOAT : o.type == T_DOUBLE ? MPI_DOUBLE : o.type == T_INT32 ? MPI_INT32_T : MPI_INT64_T;
     MPI_Op mo = o.redop == R_SUM ? MPI_SUM : o.redop == R_PROD ? MPI_PROD : o.redop == R_MIN ? MPI_MIN : MPI_MAX;
     size_t es = coll_type_size[o.type];
-    int timeonly = o.op == C_BARRIER;
+    const struct coll_info *info = &coll_ops[o.op];
+    int timeonly = info->bus == B_TIME;
     FILE *h = o.json ? stderr : stdout;
     if (rank == 0) {
         char lib[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -604,8 +764,8 @@ static int coll_main(int argc, char **argv)
         lib[strcspn(lib, "\n,")] = '\0';
         for (char *c = lib; *c; c++)
             if (*c == '\t') *c = ' ';
-        fprintf(h, "# osu_like %s: nccl-tests layout (%s) | %s\n", coll_op_name[o.op],
-                o.op == C_ALLREDUCE ? "all_reduce_perf" : o.op == C_BCAST ? "broadcast_perf" : "time only", lib);
+        fprintf(h, "# osu_like %s: nccl-tests layout (%s) | %s\n", info->name, *info->perf ? info->perf : "time only",
+                lib);
         fprintf(h, "# nRanks %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %ld iters: %ld validation: %ld average: %d\n",
                 n, o.min, o.max, o.factor > 1 ? o.factor : o.step, o.factor > 1 ? "factor" : "bytes", o.warmup, o.iters,
                 o.check, o.average);
@@ -618,7 +778,8 @@ static int coll_main(int argc, char **argv)
         }
         fflush(h);
     }
-    size_t cap = timeonly ? 1 : o.max / es;
+    /* Buffers for the largest size of the sweep (rcomm-bench: Bufs, in elements). */
+    size_t cap = timeonly ? 1 : ctotal(ccounts_of(o.op, clast_size(&o) / es, n));
     if (cap == 0) cap = 1;
     unsigned char *sbuf = alloc_buf(cap * es), *rbuf = alloc_buf(cap * es);
     cfill(&o, n, rank, sbuf, cap, 99);
@@ -627,12 +788,13 @@ static int coll_main(int argc, char **argv)
     int bw_count = 0, failed = 0, status = 0;
     long rep = 0;
     for (size_t size = timeonly ? 0 : o.min; size <= (timeonly ? 0 : o.max);) {
-        size_t count = size / es;
+        struct ccounts cc = ccounts_of(o.op, size / es, n);
+        size_t total = ctotal(cc);
         struct cres res[2];
         memset(res, 0, sizeof res);
         for (int ip = 0; ip < 2; ip++) {
-            if ((o.op == C_BCAST && !ip) || (o.op == C_BARRIER && ip)) continue;
-            size_t steps = count ? cap / count : 1;
+            if (ip ? !info->ip : !info->oop) continue;
+            size_t steps = total ? cap / total : 1;
             if (steps == 0) steps = 1;
             double t = 0.0;
             for (long it = -o.warmup; it < o.iters; it++) {
@@ -640,11 +802,8 @@ static int coll_main(int argc, char **argv)
                     MPI_Barrier(MPI_COMM_WORLD);
                     t = MPI_Wtime();
                 }
-                size_t at = count * es * ((size_t)(it < 0 ? it + o.warmup : it) % steps);
-                if (o.op == C_ALLREDUCE)
-                    MPI_Allreduce(ip ? MPI_IN_PLACE : (void *)(sbuf + at), rbuf + at, (int)count, mt, mo, MPI_COMM_WORLD);
-                else if (o.op == C_BCAST) MPI_Bcast(rbuf + at, (int)count, mt, o.root, MPI_COMM_WORLD);
-                else MPI_Barrier(MPI_COMM_WORLD);
+                size_t at = total * es * ((size_t)(it < 0 ? it + o.warmup : it) % steps);
+                ccall(&o, mt, mo, cc, sbuf + at, rbuf + at, ip);
             }
             t = (MPI_Wtime() - t) / (double)o.iters;
             double comb = t;
@@ -658,26 +817,26 @@ static int coll_main(int argc, char **argv)
             for (long c = 0; c < (timeonly ? 0 : o.check); c++) {
                 rep++;
                 uint64_t seed = 0x00C0FFEEULL ^ ((uint64_t)rep << 8) ^ (uint64_t)ip;
-                cfill(&o, n, rank, rbuf, count, seed ^ 0xA5A5A5A5A5A5A5A5ULL);
+                /* Outputs poisoned, inputs from (rank, index, pass); in place the input lies at the
+                 * start of the receive buffer, and only the root's matters for bcast and scatter. */
+                cfill(&o, n, rank, rbuf, ip ? total : cc.recv, seed ^ 0xA5A5A5A5A5A5A5A5ULL);
                 if (ip) {
-                    if (o.op != C_BCAST || rank == o.root) cfill(&o, n, rank, rbuf, count, seed);
+                    if ((o.op != C_BCAST && o.op != C_SCATTER) || rank == o.root) cfill(&o, n, rank, rbuf, cc.send, seed);
                 } else {
-                    cfill(&o, n, rank, sbuf, count, seed);
+                    cfill(&o, n, rank, sbuf, cc.send, seed);
                 }
-                if (o.op == C_ALLREDUCE)
-                    MPI_Allreduce(ip ? MPI_IN_PLACE : (void *)sbuf, rbuf, (int)count, mt, mo, MPI_COMM_WORLD);
-                else MPI_Bcast(rbuf, (int)count, mt, o.root, MPI_COMM_WORLD);
-                long mine = ccheck(&o, n, rank, rbuf, count, seed), sum = 0;
+                ccall(&o, mt, mo, cc, sbuf, rbuf, ip);
+                long mine = ccheck(&o, n, rank, rbuf, cc.recv, cc.param, total * es, seed), sum = 0;
                 MPI_Allreduce(&mine, &sum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
                 wrong += sum;
                 if (sum) break;
             }
             cfill(&o, n, rank, sbuf, cap, 99);
             cfill(&o, n, rank, rbuf, cap, 99);
-            double factor = o.op == C_ALLREDUCE ? 2.0 * (n - 1) / n : 1.0;
+            double factor = cbus_factor(o.op, n);
             res[ip].present = 1;
             res[ip].time_us = comb * 1e6;
-            res[ip].algbw = comb > 0 ? (double)(count * es) / 1e9 / comb : 0.0;
+            res[ip].algbw = comb > 0 ? (double)(total * es) / 1e9 / comb : 0.0;
             res[ip].busbw = res[ip].algbw * factor;
             res[ip].wrong = wrong;
             if (!timeonly) bw_sum += res[ip].busbw, bw_count++;
@@ -685,17 +844,17 @@ static int coll_main(int argc, char **argv)
         }
         if (rank == 0) {
             const char *tn = timeonly ? "none" : coll_type_name[o.type];
-            const char *rn = o.op == C_ALLREDUCE ? coll_redop_name[o.redop] : "none";
-            int root = o.op == C_BCAST ? o.root : -1;
+            const char *rn = info->reduces ? coll_redop_name[o.redop] : "none";
+            int root = info->rooted ? o.root : -1;
             if (o.json) {
                 printf("{\"op\":\"%s\",\"algo\":\"mpi\",\"size\":%zu,\"count\":%zu,\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,",
-                       coll_op_name[o.op], count * es, count, tn, rn, root);
+                       info->name, total * es, cc.param, tn, rn, root);
                 if (res[0].present) json_body(&res[0], timeonly);
                 else printf("\"time_us\":null,\"algbw\":null,\"busbw\":null,\"wrong\":null");
                 if (res[1].present) printf(",\"inplace\":{"), json_body(&res[1], timeonly), printf("}}\n");
                 else printf(",\"inplace\":null}\n");
             } else {
-                printf("%12zu  %12zu  %8s  %6s  %6d", count * es, count, tn, rn, root);
+                printf("%12zu  %12zu  %8s  %6s  %6d", total * es, cc.param, tn, rn, root);
                 print_body(&res[0], timeonly);
                 print_body(&res[1], timeonly);
                 printf("\n");
@@ -727,6 +886,32 @@ static void selftest(void)
            (unsigned long long)word(poison_of(8, 1, 0), 0));
     /* rcomm_benches::coll::mix(99, 1, 7) */
     printf("coll mix %016llx\n", (unsigned long long)cmix(99, 1, 7));
+    /* The check pass's reference on 3 ranks, 13 elements (blocks of 4: one left over), root 2,
+     * the seed of pass 1 out of place: every output element of every rank ("-": undefined).
+     * benches/tests/osu_like.rs compares these with rcomm_benches::coll::expected. */
+    const int n = 3, count = 13;
+    const uint64_t seed = 0x00C0FFEEULL ^ (1ULL << 8);
+    for (int op = 0; op < C_NOPS; op++) {
+        if (coll_ops[op].bus == B_TIME) continue;
+        for (int t = 0; t < 4; t++) {
+            for (int ro = 0; ro < (coll_ops[op].reduces ? 4 : 1); ro++) {
+                struct copts o;
+                memset(&o, 0, sizeof o);
+                o.op = (enum coll_op)op, o.type = (enum coll_type)t, o.redop = (enum coll_redop)ro, o.root = n - 1;
+                struct ccounts c = ccounts_of(o.op, (size_t)count, n);
+                for (int r = 0; r < n; r++) {
+                    printf("expect %s %s %s n %d root %d count %d rank %d seed %llu:", coll_ops[op].name,
+                           coll_type_name[t], coll_redop_name[ro], n, o.root, count, r, (unsigned long long)seed);
+                    for (size_t j = 0; j < c.recv; j++) {
+                        double want;
+                        if (cexpect(&o, n, r, j, c.param, seed, &want)) printf(" %.17g", want);
+                        else printf(" -");
+                    }
+                    printf("\n");
+                }
+            }
+        }
+    }
 }
 
 int main(int argc, char **argv)
@@ -737,7 +922,7 @@ int main(int argc, char **argv)
     }
     MPI_Init(&argc, &argv);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "allreduce") || !strcmp(argv[i], "bcast") || !strcmp(argv[i], "barrier")) {
+        if (coll_op_of(argv[i]) >= 0) {
             int st = coll_main(argc, argv);
             MPI_Finalize();
             return st;

@@ -6,9 +6,12 @@
 Reads <dir>/<op>/<impl>.<size>.<pair>.json (the JSON lines of `rcomm-bench coll --json` and
 `osu_like OP --json`: {"op","size","time_us","busbw","wrong","inplace":{...}}) and prints, per
 operation and variant (out-of-place, in-place), the median time over pairs of every
-implementation at every size, with the ratio rcomm/peer of the medians (< 1: rcomm faster).
-A variant that an implementation lacks (bcast has no out-of-place form) is left out. Any
-result with wrong elements is reported and makes the exit status 1.
+implementation at every size, with the ratio rcomm/peer of the medians (< 1: rcomm faster)
+and, with two peers, the ratio to the better (faster) peer at that size, named. A variant that
+an implementation lacks (bcast has no out-of-place form; allgather, reduce_scatter, alltoall,
+reduce, gather and scatter have no in-place one in rcomm) is left out. The rank count comes from
+<dir>/machine.txt when compare-coll.sh wrote it there. Any result with wrong elements is
+reported and makes the exit status 1.
 """
 import argparse
 import json
@@ -63,7 +66,19 @@ def load(d):
     return data, bad
 
 
-def table(op, key, impls, spread, busbw):
+def ranks_of(d):
+    """The "ranks: N ..." line of machine.txt, or None."""
+    try:
+        with open(os.path.join(d, "machine.txt")) as fh:
+            for line in fh:
+                if line.startswith("ranks: "):
+                    return line[len("ranks: "):].strip()
+    except OSError:
+        pass
+    return None
+
+
+def table(op, key, impls, spread, busbw, ranks=None):
     peers = [i for i in ORDER if i in impls and i != "rcomm"]
     sizes = sorted(set().union(*[set(impls[i]) for i in impls]))
     npairs = min(len(v) for i in impls for v in impls[i].values())
@@ -71,7 +86,9 @@ def table(op, key, impls, spread, busbw):
     out = [
         f"### {op}, {label}: time per call, µs (rcomm/peer < 1: rcomm faster)",
         "",
-        f"Median of {npairs} interleaved pairs" + (" (min–max in brackets)." if spread else "."),
+        (f"Ranks: {ranks}. " if ranks else "")
+        + f"Median of {npairs} interleaved pairs"
+        + (" (min–max in brackets)." if spread else "."),
         "",
     ]
     head = ["size", "rcomm"]
@@ -79,6 +96,8 @@ def table(op, key, impls, spread, busbw):
         head.append("rcomm busbw GB/s")
     for p in peers:
         head += [NAMES.get(p, p), f"rcomm / {NAMES.get(p, p)}"]
+    if len(peers) > 1:
+        head.append("rcomm / better peer")
     out.append("| " + " | ".join(head) + " |")
     out.append("|" + "---|" * len(head))
     for s in sizes:
@@ -97,9 +116,15 @@ def table(op, key, impls, spread, busbw):
         if busbw:
             bws = [b for _, b in impls.get("rcomm", {}).get(s, []) if b is not None]
             row.append(f"{statistics.median(bws):.2f}" if bws else "–")
+        best = None
         for p in peers:
             ptxt, pm = cell(p)
             row += [ptxt, f"{rm / pm:.2f}" if rm is not None and pm else "–"]
+            if pm and (best is None or pm < best[1]):
+                best = (p, pm)
+        if len(peers) > 1:
+            ok = rm is not None and best is not None
+            row.append(f"{rm / best[1]:.2f} ({NAMES.get(best[0], best[0])})" if ok else "–")
         out.append("| " + " | ".join(row) + " |")
     out.append("")
     return "\n".join(out)
@@ -112,6 +137,7 @@ def main():
     ap.add_argument("--busbw", action="store_true", help="also show rcomm's median busbw")
     a = ap.parse_args()
     data, bad = load(a.dir)
+    ranks = ranks_of(a.dir)
     if not data:
         print(f"coll_table.py: no results under {a.dir}", file=sys.stderr)
         return 1
@@ -119,7 +145,7 @@ def main():
         for key, _ in VARIANTS:
             impls = data[op].get(key)
             if impls and "rcomm" in impls:
-                print(table(op, key, impls, a.spread, a.busbw))
+                print(table(op, key, impls, a.spread, a.busbw, ranks))
     for b in bad:
         print(f"WRONG RESULTS: {b}", file=sys.stderr)
     return 1 if bad else 0

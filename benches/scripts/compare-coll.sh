@@ -8,18 +8,25 @@
 #                                   [--install] [--timeout SECS]
 #
 # Defaults: 5 pairs, both MPIs, --ops allreduce,bcast, --sizes 8,64K,1M,4M,16M, 2 ranks, float,
-# sum, rcomm's automatic algorithm. OSU's collective benchmarks are not packaged in Debian 12,
-# hence osu_like (its allreduce and bcast modes call MPI_Allreduce and MPI_Bcast).
+# sum, rcomm's automatic algorithm. --ops takes any of allreduce, bcast, barrier, allgather,
+# reduce_scatter, alltoall, reduce, gather, scatter (root 0 where there is one); a size is
+# nccl-tests' size (the larger buffer: allgather receives, reduce_scatter sends SIZE bytes). OSU's
+# collective benchmarks are not packaged in Debian 12, hence osu_like (its collective modes call
+# MPI_Allreduce, MPI_Bcast, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall, ...).
 #
 # Every (operation, size) is its own launch, with a loop count that suits the size (iterations
 # ITERS and warm-up WARMUP below, like OSU's small/large classes); within a pair the
 # implementations run back to back, rcomm first in odd pairs and last in even ones, so drift
-# hits both sides alike. Ranks are bound to cores when they fit (--bind-to core), and
-# oversubscribed without binding otherwise.
+# hits both sides alike. Ranks are bound to cores when they fit (--bind-to core); with more
+# ranks than cores (--ranks 8 on 2 cores) nothing is bound, Open MPI gets --oversubscribe, and
+# the loop counts are divided by 10 (at least 10 calls and 2 warm-up calls) because every call
+# then waits for the scheduler. MPICH 4.0 (ch4) busy-polls without yielding when oversubscribed
+# (MPIR_CVAR_POLLS_BEFORE_YIELD changes nothing here): 8 ranks on 2 cores take ~30 ms per small
+# call, so such runs take minutes with --mpi both; --mpi openmpi is the quick one.
 #
 # Raw JSON lines (and each run's stderr) go to target/bench-results/coll-<timestamp>/, with the
 # machine description and the commands; the summary (markdown tables of median times per size,
-# and the ratio rcomm/peer) is printed and saved as summary.md
+# the ratio rcomm/peer and the ratio to the better peer) is printed and saved as summary.md
 # (benches/scripts/coll_table.py makes it; run it again on a saved directory with --spread for
 # min–max).
 #
@@ -68,7 +75,10 @@ case "$mpi" in
 esac
 IFS=, read -r -a oplist <<<"$ops"
 for op in "${oplist[@]}"; do
-    case "$op" in allreduce|bcast|barrier) ;; *) echo "compare-coll.sh: --ops: osu_like has allreduce, bcast and barrier (not '$op')" >&2; exit 2 ;; esac
+    case "$op" in
+        allreduce|bcast|barrier|allgather|reduce_scatter|alltoall|reduce|gather|scatter) ;;
+        *) echo "compare-coll.sh: --ops: osu_like has allreduce, bcast, barrier, allgather, reduce_scatter, alltoall, reduce, gather, scatter (not '$op')" >&2; exit 2 ;;
+    esac
 done
 case "$dtype" in float|double|int32|int64) ;; *) echo "compare-coll.sh: -d: osu_like has float, double, int32, int64" >&2; exit 2 ;; esac
 case "$redop" in sum|prod|min|max) ;; *) echo "compare-coll.sh: -o: osu_like has sum, prod, min, max" >&2; exit 2 ;; esac
@@ -107,8 +117,8 @@ command -v python3 >/dev/null || { echo "compare-coll.sh: python3 is needed for 
 bindir=$root/target/osu-like
 mkdir -p "$bindir"
 for p in "${peers[@]}"; do
-    echo "+ mpicc.$p -O2 -o target/osu-like/osu_like.$p benches/mpi/osu_like.c"
-    "mpicc.$p" -O2 -Wall -std=c11 -o "$bindir/osu_like.$p" benches/mpi/osu_like.c
+    echo "+ mpicc.$p -O2 -Wall -Wextra -std=c11 -o target/osu-like/osu_like.$p benches/mpi/osu_like.c"
+    "mpicc.$p" -O2 -Wall -Wextra -std=c11 -o "$bindir/osu_like.$p" benches/mpi/osu_like.c
 done
 echo "+ cargo build --release -p rcomm-benches -p rcomm-launcher"
 cargo build --release -p rcomm-benches -p rcomm-launcher
@@ -146,21 +156,28 @@ bytes_of() {
     echo $((s * m))
 }
 
-# Timed calls and warm-up calls for a size (OSU-like classes; a launch stays well under 1 s).
-loops_for() { # bytes
-    local b=$1
-    if ((b <= 8192)); then echo "10000 1000"
-    elif ((b <= 131072)); then echo "2000 200"
-    elif ((b <= 1048576)); then echo "300 30"
-    elif ((b <= 4194304)); then echo "100 10"
-    else echo "30 5"; fi
-}
-
 if ((ranks <= $(nproc))); then
+    oversub=0
     bind_rc="--bind-to core"; bind_ompi="--bind-to core"; bind_mpich="-bind-to core"
 else
+    oversub=1
     bind_rc="--bind-to none"; bind_ompi="--oversubscribe --bind-to none"; bind_mpich="-bind-to none"
 fi
+echo "ranks: $ranks on $(nproc) cpus$( ((oversub)) && echo ' (oversubscribed: not bound, loop counts / 10)')" >>"$out/machine.txt"
+
+# Timed calls and warm-up calls for a size (OSU-like classes; a launch stays well under 1 s).
+loops_for() { # bytes
+    local b=$1 n w
+    if ((b <= 8192)); then n=10000 w=1000
+    elif ((b <= 131072)); then n=2000 w=200
+    elif ((b <= 1048576)); then n=300 w=30
+    elif ((b <= 4194304)); then n=100 w=10
+    else n=30 w=5; fi
+    if ((oversub)); then
+        n=$((n / 10 < 10 ? 10 : n / 10)); w=$((w / 10 < 2 ? 2 : w / 10))
+    fi
+    echo "$n $w"
+}
 
 cmd_for() { # impl op bytes
     local i=$1 op=$2 b=$3 n w
@@ -192,7 +209,7 @@ for ((p = 1; p <= pairs; p++)); do
                 c=$(cmd_for "$i" "$op" "$b")
                 f=$out/$op/$i.$b.$p
                 echo "$op/$i size $b pair $p: $c" >>"$out/commands.txt"
-                printf '[%4ds] pair %d/%d %-9s %9s %-8s' $(($(date +%s) - start)) "$p" "$pairs" "$op" "$b" "$i"
+                printf '[%4ds] pair %d/%d %-14s %9s %-8s' $(($(date +%s) - start)) "$p" "$pairs" "$op" "$b" "$i"
                 t0=$(date +%s%N)
                 set +e
                 # shellcheck disable=SC2086

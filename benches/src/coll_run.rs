@@ -195,7 +195,7 @@ impl std::fmt::Display for WrongResults {
 impl Error for WrongResults {}
 
 /// Every rank's `mine`, in rank order, on every rank (point-to-point through rank 0).
-fn exchange(comm: &Communicator, mine: [f64; 2]) -> Res<Vec<[f64; 2]>> {
+pub(crate) fn exchange(comm: &Communicator, mine: [f64; 2]) -> Res<Vec<[f64; 2]>> {
     let (n, rank) = (comm.size() as usize, comm.rank());
     let mut all = vec![0.0f64; 2 * n];
     if rank == 0 {

@@ -9,10 +9,12 @@
 //! loop counts, the data pattern that the check pass verifies, page-aligned buffers, output
 //! formats; [`coll`]: nccl-tests' counts, bus bandwidth factors, columns and number formats,
 //! the check data and its sequential reference; [`plot`]: the SVG plot), and the rank side of
-//! the collective benchmark ([`coll_run`]).
+//! the collective benchmark ([`coll_run`]) and of the overlap benchmark (`rcomm-bench overlap`:
+//! a non-blocking allreduce against computation, [`overlap`]).
 #![warn(missing_docs)]
 
 pub mod coll;
 pub mod coll_run;
 pub mod osu;
+pub mod overlap;
 pub mod plot;

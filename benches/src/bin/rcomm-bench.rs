@@ -7,12 +7,17 @@
 //! `rcomm-run -n N rcomm-bench coll OP [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
 //! [-d TYPE] [-o REDOP] [-r ROOT] [-c CHECK] [-a 0|1|2|3] [-A ALGO] [--json] [--plot FILE.svg]`
 //! runs a collective with nccl-tests' methodology and columns (see [`rcomm_benches::coll`]).
+//!
+//! `rcomm-run -n N rcomm-bench overlap [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
+//! [-d TYPE] [--test-every K] [--json]` measures how much of a non-blocking allreduce hides
+//! behind computation (see [`rcomm_benches::overlap`]).
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use rcomm::{Communicator, Dtype, Op, Tag};
 use rcomm_benches::coll::{self, CollOp};
 use rcomm_benches::coll_run::{self, WrongResults};
 use rcomm_benches::osu::{self, AlignedBuf, Loop, SizeRange, Test};
+use rcomm_benches::overlap;
 use std::error::Error;
 use std::io::Write;
 use std::path::PathBuf;
@@ -51,6 +56,105 @@ enum Cmd {
     Pt2pt(Pt2ptArgs),
     /// A collective on every rank, with nccl-tests' methodology, flags and columns.
     Coll(CollArgs),
+    /// Computation/communication overlap of a non-blocking allreduce (iallreduce + compute + wait).
+    Overlap(OverlapArgs),
+}
+
+/// `coll`'s sweep flags, for `iallreduce` against a computation of the same length.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Per size, each as -w warm-up rounds, a barrier and -n timed rounds (time per \
+    round, combined over ranks as -a): t_comm = iallreduce(buf, sum) then wait at once; t_comp = \
+    the computation alone (dependent multiply-adds in registers, its length calibrated on rank 0 \
+    so that t_comp ≈ t_comm, then broadcast); t_both = iallreduce started, the computation, wait. \
+    overlap = (t_comm + t_comp − t_both) / min(t_comm, t_comp) × 100, clamped to 0…100. \
+    RCOMM_ASYNC_PROGRESS=1 in the environment starts rcomm's progress thread (the header says \
+    which); --test-every K adds a mode that calls test() every K chunks of computation instead. \
+    A check pass per size and mode compares the result with coll's sequential reference."
+)]
+struct OverlapArgs {
+    /// Smallest size in bytes (K/M/G suffixes).
+    #[arg(short = 'b', long = "minbytes", value_name = "MINBYTES", default_value = "64K", value_parser = osu::parse_size)]
+    min_bytes: usize,
+    /// Largest size in bytes (K/M/G suffixes).
+    #[arg(short = 'e', long = "maxbytes", value_name = "MAXBYTES", default_value = "16M", value_parser = osu::parse_size)]
+    max_bytes: usize,
+    /// Multiply the size by this from one step to the next (1: add -i bytes instead).
+    #[arg(
+        short = 'f',
+        long = "stepfactor",
+        value_name = "FACTOR",
+        default_value_t = 4
+    )]
+    factor: usize,
+    /// Add this many bytes from one step to the next when -f is 1.
+    #[arg(short = 'i', long = "stepbytes", value_name = "BYTES", default_value = "1M", value_parser = osu::parse_size)]
+    step: usize,
+    /// Timed rounds per size and measurement.
+    #[arg(short = 'n', long = "iters", value_name = "ITERS", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    iters: u64,
+    /// Warm-up rounds before each measurement.
+    #[arg(
+        short = 'w',
+        long = "warmup_iters",
+        value_name = "WARMUP",
+        default_value_t = 5
+    )]
+    warmup: u64,
+    /// Data type (as coll's -d); the reduction is sum.
+    #[arg(short = 'd', long = "datatype", value_name = "TYPE", default_value = "float", value_parser = coll::parse_dtype)]
+    dtype: Dtype,
+    /// Check passes per size and mode (0: none).
+    #[arg(short = 'c', long = "check", value_name = "CHECK", default_value_t = 1)]
+    check: u32,
+    /// How per-rank times are combined: 0 rank 0's, 1 average, 2 minimum, 3 maximum.
+    #[arg(short = 'a', long = "average", value_name = "0|1|2|3", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    average: u8,
+    /// Also run a mode that calls test() on the request every K chunks of computation
+    /// (progress by hand), printed as mode test/K.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    test_every: Option<u64>,
+    /// One JSON object per size and mode on stdout instead of the table (headers go to stderr):
+    /// {"op":"iallreduce","size","count","type","redop","mode","test_every","async_progress",
+    /// "chunks","t_comm_us","t_comp_us","t_both_us","overlap_pct","wrong"}.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main_overlap(a: &OverlapArgs) -> ExitCode {
+    let mut modes = vec![overlap::Mode::Wait];
+    modes.extend(a.test_every.map(overlap::Mode::TestEvery));
+    let plan = coll::Average::from_flag(a.average).and_then(|average| {
+        let p = overlap::Plan {
+            dtype: a.dtype,
+            sizes: coll::sizes(a.min_bytes, a.max_bytes, a.factor, a.step),
+            sweep: (a.min_bytes, a.max_bytes, a.factor, a.step),
+            iters: a.iters as usize,
+            warmup: a.warmup as usize,
+            check: a.check,
+            average,
+            modes,
+            json: a.json,
+        };
+        overlap::validate(&p).map(|()| p)
+    });
+    let plan = match plan {
+        Ok(p) => p,
+        Err(e) => {
+            if rcomm_rank0() {
+                eprintln!("rcomm-bench overlap: {e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    match overlap::run(&plan) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<coll_run::Quiet>() => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("rcomm-bench overlap: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// nccl-tests' flags (`all_reduce_perf -b 8 -e 128M -f 2 …`), plus `-A` for the algorithm.
@@ -322,6 +426,7 @@ fn main() -> ExitCode {
     let args = match cli.cmd {
         Cmd::Pt2pt(a) => a,
         Cmd::Coll(a) => return main_coll(&a),
+        Cmd::Overlap(a) => return main_overlap(&a),
     };
     let plan = match plan(&args) {
         Ok(p) => p,
