@@ -37,21 +37,31 @@ pub const LANES: usize = 8;
 #[derive(Debug, Clone, Copy)]
 pub struct Kernel {
     s: [f64; LANES],
+    /// Block the thread instead of computing (the host thread while an accelerator computes).
+    pub sleep: bool,
 }
 
 impl Default for Kernel {
     fn default() -> Self {
         Kernel {
             s: std::array::from_fn(|i| i as f64 * 0.125),
+            sleep: false,
         }
     }
 }
+
+/// How long one chunk of the `sleep` computation blocks the thread.
+pub const SLEEP_CHUNK: std::time::Duration = std::time::Duration::from_micros(20);
 
 impl Kernel {
     /// One chunk: every lane `x ← x·a + b`, [`CHUNK_ROUNDS`] times in a row (each round
     /// depends on the previous one; the values converge to 1 and stay finite).
     #[inline(never)]
     pub fn chunk(&mut self) {
+        if self.sleep {
+            std::thread::sleep(SLEEP_CHUNK);
+            return;
+        }
         let mut s = self.s;
         for _ in 0..CHUNK_ROUNDS {
             for x in s.iter_mut() {
@@ -241,6 +251,10 @@ pub struct Plan {
     pub modes: Vec<Mode>,
     /// JSON objects on stdout instead of the table (headers to stderr).
     pub json: bool,
+    /// The computation blocks the thread (sleeps) instead of using the CPU: what the host
+    /// thread does while an accelerator computes, and the only way to see overlap when every
+    /// core already runs a rank.
+    pub sleep: bool,
 }
 
 /// Checks what can be checked without ranks.
@@ -299,8 +313,17 @@ pub fn run(plan: &Plan) -> Res<()> {
                 None => "# RCOMM_ASYNC_PROGRESS unset (no progress thread: the collective advances in test, wait and other rcomm calls)".into(),
             },
             format!(
-                "# compute: chunks of {CHUNK_ROUNDS} dependent multiply-add rounds on {LANES} f64 lanes (registers only), \
-                 calibrated on rank 0 so that t_comp ≈ t_comm, broadcast"
+                "# compute: {}, calibrated on rank 0 so that t_comp ≈ t_comm, broadcast",
+                if plan.sleep {
+                    format!(
+                        "sleep (chunks of {} µs blocked, as while an accelerator computes)",
+                        SLEEP_CHUNK.as_micros()
+                    )
+                } else {
+                    format!(
+                        "fma (chunks of {CHUNK_ROUNDS} dependent multiply-add rounds on {LANES} f64 lanes, registers only)"
+                    )
+                }
             ),
             "# overlap = (t_comm + t_comp - t_both) / min(t_comm, t_comp) x 100, clamped to 0..100".into(),
         ];
@@ -394,7 +417,10 @@ fn run_typed<T: BenchElem + Send + 'static>(
             writeln!(out, "{l}")?;
         }
     }
-    let mut kernel = Kernel::default();
+    let mut kernel = Kernel {
+        sleep: plan.sleep,
+        ..Kernel::default()
+    };
     let mut wrong_total = 0u64;
     let mut rep = 0u64;
     for &size in &plan.sizes {

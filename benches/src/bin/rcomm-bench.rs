@@ -119,6 +119,10 @@ struct OverlapArgs {
     /// "chunks","t_comm_us","t_comp_us","t_both_us","overlap_pct","wrong"}.
     #[arg(long)]
     json: bool,
+    /// The computation: fma (the CPU busy with register-only multiply-adds) or sleep (the
+    /// thread blocked, as while an accelerator computes; overlap then needs no spare core).
+    #[arg(long, value_name = "fma|sleep", default_value = "fma", value_parser = ["fma", "sleep"])]
+    compute: String,
 }
 
 fn main_overlap(a: &OverlapArgs) -> ExitCode {
@@ -135,6 +139,7 @@ fn main_overlap(a: &OverlapArgs) -> ExitCode {
             average,
             modes,
             json: a.json,
+            sleep: a.compute == "sleep",
         };
         overlap::validate(&p).map(|()| p)
     });
