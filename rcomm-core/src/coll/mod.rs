@@ -286,17 +286,20 @@ impl Communicator {
         counts: &[usize],
         elem: usize,
         r: &Reducer,
-    ) -> Result<Arc<Schedule>> {
+    ) -> Result<(Arc<Schedule>, &'static str)> {
         r.check()?;
         let n = self.size as usize;
         check_len("reduce_scatter counts", counts.len(), n)?;
         let total: usize = counts.iter().sum();
         let algo = self.choose("reduce_scatter", total * elem, elem, Some(r))?;
         let blocks = schedule::packed_blocks(counts, elem);
-        Ok(Arc::new(match algo {
-            "direct" => schedule::direct_reduce_scatter_v(self.rank, &blocks),
-            _ => schedule::ring_reduce_scatter_v(self.rank, &blocks),
-        }))
+        Ok((
+            Arc::new(match algo {
+                "direct" => schedule::direct_reduce_scatter_v(self.rank, &blocks),
+                _ => schedule::ring_reduce_scatter_v(self.rank, &blocks),
+            }),
+            algo,
+        ))
     }
 
     fn alltoall_plan(
@@ -596,7 +599,7 @@ impl Communicator {
         }
         let r = op.into().0;
         let b = buf.len() / n;
-        let sched = self.reduce_scatter_plan(&vec![b; n], size_of::<T>(), &r)?;
+        let (sched, _) = self.reduce_scatter_plan(&vec![b; n], size_of::<T>(), &r)?;
         self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], Some(&r))?;
         let me = self.rank as usize;
         r.finalize(bytemuck::cast_slice_mut(&mut buf[me * b..(me + 1) * b]), n)
@@ -616,7 +619,15 @@ impl Communicator {
         check_len("reduce_scatter_v counts", counts.len(), n)?;
         check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
         check_len("reduce_scatter_v recv", recv.len(), counts[me])?;
-        let sched = self.reduce_scatter_plan(counts, size_of::<T>(), &r)?;
+        let (sched, algo) = self.reduce_scatter_plan(counts, size_of::<T>(), &r)?;
+        if algo == "direct" {
+            // Straight from the input into the output block: no working copy.
+            let off = elems::<T>(counts[..me].iter().sum());
+            let oop = out_of_place_block(&sched, off, elems::<T>(counts[me]));
+            let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
+            self.run_schedule(&oop, out, bytemuck::cast_slice(send), Some(&r))?;
+            return r.finalize(out, n);
+        }
         let len = size_of_val(send);
         let mut work = self.shared.coll.take_scratch(len);
         work[..len].copy_from_slice(bytemuck::cast_slice(send));
@@ -660,7 +671,7 @@ impl Communicator {
         let (n, me) = (self.size as usize, self.rank as usize);
         check_len("reduce_scatter_v counts", counts.len(), n)?;
         check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
-        let sched = self.reduce_scatter_plan(counts, size_of::<T>(), &r)?;
+        let (sched, _) = self.reduce_scatter_plan(counts, size_of::<T>(), &r)?;
         let off = counts[..me].iter().sum();
         CollRequest::start(
             self,
@@ -1024,6 +1035,82 @@ impl Communicator {
             });
         CollRequest::start(self, sched, Vec::new(), Vec::new(), None, Post::Nothing)
     }
+}
+
+/// A schedule over a whole-vector `Data` that sends its blocks before it writes any and whose
+/// result is the block at `off` of `len` bytes (the direct reduce-scatter), rewritten to read
+/// the vector from `Input` and to leave the block in a `Data` of just `len` bytes: sends read
+/// `Input`, the block starts as a copy of its `Input` bytes, and steps on the block move to
+/// offset 0.
+fn out_of_place_block(s: &Schedule, off: usize, len: usize) -> Schedule {
+    use schedule::{Buf, Chunk, Phase, Step};
+    let input = |c: Chunk| Chunk {
+        buf: Buf::Input,
+        ..c
+    };
+    let block = |c: Chunk| {
+        if c.buf == Buf::Data {
+            debug_assert!(c.off >= off && c.off + c.len <= off + len);
+            Chunk {
+                off: c.off - off,
+                ..c
+            }
+        } else {
+            c
+        }
+    };
+    let mut out = Schedule {
+        phases: Vec::with_capacity(s.phases.len() + 1),
+        tmp_len: s.tmp_len,
+    };
+    if len > 0 {
+        out.phases.push(Phase {
+            xfers: vec![],
+            local: vec![Step::Copy {
+                dst: Chunk {
+                    buf: Buf::Data,
+                    off: 0,
+                    len,
+                },
+                src: Chunk {
+                    buf: Buf::Input,
+                    off,
+                    len,
+                },
+            }],
+        });
+    }
+    for ph in &s.phases {
+        let xfers = ph
+            .xfers
+            .iter()
+            .map(|st| match *st {
+                Step::Send { peer, src } if src.buf == Buf::Data => Step::Send {
+                    peer,
+                    src: input(src),
+                },
+                other => other,
+            })
+            .collect();
+        let local = ph
+            .local
+            .iter()
+            .map(|st| match *st {
+                Step::Reduce { dst, src, order } => Step::Reduce {
+                    dst: block(dst),
+                    src: block(src),
+                    order,
+                },
+                Step::Copy { dst, src } => Step::Copy {
+                    dst: block(dst),
+                    src: block(src),
+                },
+                other => other,
+            })
+            .collect();
+        out.phases.push(Phase { xfers, local });
+    }
+    out
 }
 
 /// Segment size of the pipelined broadcast: enough segments to overlap the hops, each large

@@ -426,7 +426,10 @@ fn cost(t: &Tuning, q: &Query, algo: &str) -> Option<f64> {
             (n - 1.0) * (a + b / bw)
         }
         (Allgather, "bruck") => l * a + (n - 1.0) * b / bw + n * b / mu,
-        (ReduceScatter, "ring" | "direct") => (n - 1.0) * a + frac * b / bw + frac * b / g,
+        // Out of place, the ring works on a copy of the input and copies its block out; the
+        // direct algorithm reads the input where it lies and copies only its own block.
+        (ReduceScatter, "ring") => (n - 1.0) * a + frac * b / bw + frac * b / g + (b + b / n) / mu,
+        (ReduceScatter, "direct") => (n - 1.0) * a + frac * b / bw + frac * b / g + b / n / mu,
         (Alltoall, "bruck") => l * a + l * (n / 2.0) * b / bw + 2.0 * n * b / mu,
         (Gather | Scatter, "tree") => l * a + (n - 1.0) * b / bw + (n - 1.0) * b / mu,
         (Scan, "chain") => (n - 1.0) * (a + b / bw + b / g),
