@@ -62,7 +62,7 @@ pub(crate) struct Shared {
     pub(crate) tuning: std::sync::OnceLock<crate::coll::tuner::Tuning>,
     notices: Option<Arc<NoticeBoard>>,
     seen_notices: AtomicU64,
-    policy: WaitPolicy,
+    pub(crate) policy: WaitPolicy,
     /// Collective scratch, schedule cache and the progress thread.
     pub(crate) coll: crate::coll::CollShared,
     /// `RCOMM_DETERMINISTIC`: allreduce in the canonical order whatever the size.

@@ -149,6 +149,7 @@ pub(crate) struct Proto<'a> {
     /// Called about every [`CHECK_EVERY`] with the rank waited for; an error ends the wait.
     /// Only that rank matters: a peer that has done its part may exit normally meanwhile.
     check: &'a mut dyn FnMut(usize) -> Result<()>,
+    spin: u32,
 }
 
 impl<'a> Proto<'a> {
@@ -158,7 +159,19 @@ impl<'a> Proto<'a> {
         bases: &'a [NonNull<u8>],
         check: &'a mut dyn FnMut(usize) -> Result<()>,
     ) -> Self {
-        Self { me, bases, check }
+        Self {
+            me,
+            bases,
+            check,
+            spin: SPIN,
+        }
+    }
+
+    /// Spins before yielding: few when ranks outnumber cores (the rank we wait for may need
+    /// this core to get anywhere).
+    pub(crate) fn with_spin(mut self, spin: u32) -> Self {
+        self.spin = spin;
+        self
     }
 
     fn n(&self) -> usize {
@@ -200,7 +213,7 @@ impl<'a> Proto<'a> {
         let mut next_check: Option<Instant> = None;
         for j in 0..self.n() {
             while self.flag(j, f).load(Ordering::Acquire) < target {
-                if spins < SPIN {
+                if spins < self.spin {
                     spins += 1;
                     std::hint::spin_loop();
                     continue;
@@ -638,7 +651,8 @@ impl NodeShm {
         let shared = comm.shared.clone();
         let world = &self.world;
         let mut check = |j: usize| shared.check_alive(&world[j..=j], op);
-        let mut p = Proto::new(self.me, &self.bases, &mut check);
+        let mut p = Proto::new(self.me, &self.bases, &mut check)
+            .with_spin(comm.shared.policy.spin.min(SPIN));
         let State { round, broken } = &mut *st;
         let e = match f(&mut p, round) {
             Ok(()) => return Ok(()),
