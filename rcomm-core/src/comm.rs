@@ -211,6 +211,8 @@ pub struct Communicator {
     pub(crate) size: u32,
     /// Every member runs on this node (shared-memory algorithms are possible).
     pub(crate) one_node: bool,
+    /// How many nodes the members run on.
+    pub(crate) nodes: u32,
     /// Members by communicator rank (world ranks); `None` for the world itself.
     pub(crate) group: Option<Arc<Group>>,
     /// Frees the context id when the last clone goes (absent for the world).

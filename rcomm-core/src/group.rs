@@ -163,11 +163,15 @@ impl Communicator {
         let one_node = world
             .iter()
             .all(|&w| node[w as usize] == node[world[0] as usize]);
+        let mut colours: Vec<u32> = world.iter().map(|&w| node[w as usize]).collect();
+        colours.sort_unstable();
+        colours.dedup();
         Communicator {
             ctx: 2 * guard.id as u32,
             rank,
             size: world.len() as u32,
             one_node,
+            nodes: colours.len() as u32,
             group: Some(Arc::new(Group::new(world))),
             _ctx_guard: Some(guard),
             coll_seq: Default::default(),

@@ -115,10 +115,13 @@ fn init_with(cfg: &Config) -> Result<World> {
     } else {
         None
     };
-    let me = AddrRecord {
-        info: PeerInfo::local(cfg.protocol_settings()),
-        endpoints,
-    };
+    let mut info = PeerInfo::local(cfg.protocol_settings());
+    if let Some(id) = &cfg.host_id {
+        // Node identity is (hostname, boot id, netns): the override joins the boot id, so
+        // ranks that differ in it are different nodes to every check that uses identity.
+        info.boot_id = format!("{}/{id}", info.boot_id);
+    }
+    let me = AddrRecord { info, endpoints };
     boot.put(ADDR_KEY, &me.encode())?;
     boot.fence()?;
     let mut peers = Vec::with_capacity(size as usize);
@@ -222,11 +225,15 @@ fn init_with(cfg: &Config) -> Result<World> {
     shared.coll = crate::coll::CollShared::new(cfg.async_progress);
     let shared = Arc::new(shared);
     let one_node = shared.node_of.iter().all(|&c| c == shared.node_of[0]);
+    let mut colours = shared.node_of.clone();
+    colours.sort_unstable();
+    colours.dedup();
     let comm = Communicator {
         ctx: 0,
         rank,
         size,
         one_node,
+        nodes: colours.len() as u32,
         group: None,
         _ctx_guard: None,
         coll_seq: Default::default(),

@@ -111,17 +111,37 @@ pub const VARIABLES: &[VarSpec] = &[
         protocol: false,
         help: "reduction kernel instruction set: avx512, avx2, portable (default: the best the CPU has)",
     },
+    VarSpec {
+        name: "RCOMM_HOSTID",
+        protocol: false,
+        help: "overrides node identity: ranks with different values are on different nodes (no shared memory between them), like NCCL_HOSTID; for containers that share a hostname, and to run multi-node code paths on one machine",
+    },
 ];
 
 /// Collective algorithm names `RCOMM_ALGO` accepts, per operation.
 pub const ALGOS: &[(&str, &[&str])] = &[
     (
         "allreduce",
-        &["auto", "ring", "rd", "rabenseifner", "direct", "shm"],
+        &[
+            "auto",
+            "ring",
+            "rd",
+            "rabenseifner",
+            "direct",
+            "shm",
+            "hier",
+        ],
     ),
     (
         "bcast",
-        &["auto", "tree", "scatter_allgather", "pipeline", "shm"],
+        &[
+            "auto",
+            "tree",
+            "scatter_allgather",
+            "pipeline",
+            "shm",
+            "hier",
+        ],
     ),
     ("reduce", &["auto", "tree", "direct"]),
     ("allgather", &["auto", "ring", "bruck"]),
@@ -254,6 +274,8 @@ pub struct Config {
     pub async_progress: bool,
     /// `RCOMM_TUNE`: where the collective cost model's constants come from.
     pub tune: TuneMode,
+    /// `RCOMM_HOSTID`: a node identity override (part of what makes two ranks one node).
+    pub host_id: Option<String>,
     /// Present when started by `rcomm-run` (or a daemon of it).
     pub launch: Option<LaunchEnv>,
     /// `RCOMM_*` names found in the environment that rcomm does not know (likely typos).
@@ -470,6 +492,7 @@ impl Config {
             deterministic,
             async_progress,
             tune,
+            host_id: get(env, "RCOMM_HOSTID").filter(|v| !v.trim().is_empty()),
             launch,
             unknown,
         })

@@ -66,3 +66,31 @@ fn deterministic_allreduce_is_bitwise_equal_across_runs_transports_and_progress_
         }
     }
 }
+
+/// Ranks on two nodes (`RCOMM_HOSTID` splits one machine): TCP between the nodes, shared memory
+/// within, and the hierarchical algorithms (forced, and chosen) across them.
+#[test]
+fn the_collectives_table_holds_across_two_nodes() {
+    for n in [3u32, 4] {
+        let out = Job::new(
+            n,
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "RCOMM_HOSTID=node$((RCOMM_RANK / 2)) exec {}",
+                    test_program("rt_table")
+                ),
+            ],
+        )
+        .env("RT_TABLE", "small")
+        .deadline(Duration::from_secs(300))
+        .run();
+        assert_eq!(out.code(), 0, "{n} ranks on 2 nodes\n{out}");
+        let ok = out
+            .rank_lines(0)
+            .into_iter()
+            .any(|l| l.starts_with("ok table"));
+        assert!(ok, "{n} ranks on 2 nodes: no summary line\n{out}");
+    }
+}

@@ -56,6 +56,7 @@ pub(crate) struct ChoiceKey {
     pub elem: usize,
     pub commutative: bool,
     pub one_node: bool,
+    pub nodes: u32,
     pub forced: Option<&'static str>,
 }
 

@@ -7,6 +7,7 @@
 //! [`CollRequest`] that hands the result back from `wait`.
 
 mod exec;
+mod hier;
 pub(crate) mod progress;
 mod reduce;
 pub mod schedule;
@@ -30,6 +31,8 @@ use std::sync::Arc;
 enum Plan {
     Sched(Arc<Schedule>),
     Shm(Arc<shm::NodeShm>),
+    /// A composition of collectives on the node and cross-node sub-communicators.
+    Hier(Arc<hier::Hier>),
 }
 
 fn elems<T>(n: usize) -> usize {
@@ -103,6 +106,7 @@ impl Communicator {
             elem,
             commutative,
             one_node: self.one_node,
+            nodes: self.nodes,
             forced: forced.and_then(|f| crate::algorithms(op).iter().copied().find(|a| *a == f)),
         };
         if let Some(a) = self.shared.coll.cached_choice(&key) {
@@ -122,6 +126,7 @@ impl Communicator {
             deterministic: self.shared.deterministic,
             shm: one_node,
             inter_node: !one_node,
+            nodes: self.nodes,
         };
         let choice = tuner::choose(&self.tuning(), &q, forced).map_err(CommError::InvalidArg)?;
         self.shared.coll.remember_choice(key, choice.algo);
@@ -195,6 +200,13 @@ impl Communicator {
             }
             algo = "direct";
         }
+        if algo == "hier" {
+            if blocking {
+                return Ok(Plan::Hier(hier::Hier::get_or_setup(self)?));
+            }
+            // A composition of blocking collectives cannot be resumed step by step.
+            algo = "ring";
+        }
         let (rank, n) = (self.rank, self.size);
         Ok(Plan::Sched(self.shared.coll.schedule(
             self.key("allreduce", algo, 0, count, elem),
@@ -213,6 +225,15 @@ impl Communicator {
         if algo == "shm" {
             if blocking && let Some(node) = shm::NodeShm::get_or_setup(self)? {
                 return Ok(Plan::Shm(node));
+            }
+            algo = "tree";
+        }
+        if algo == "hier" {
+            if blocking {
+                let h = hier::Hier::get_or_setup(self)?;
+                if h.regular() {
+                    return Ok(Plan::Hier(h));
+                }
             }
             algo = "tree";
         }
@@ -384,8 +405,9 @@ impl Communicator {
         self.allreduce_bytes(recv, Some(send), size_of::<T>(), op.into().0)
     }
 
-    /// Allreduce into `data`, from `input` when given (else in place).
-    fn allreduce_bytes(
+    /// Allreduce into `data` (elements of `elem` bytes), from `input` when given (else in
+    /// place).
+    pub(crate) fn allreduce_bytes(
         &self,
         data: &mut [u8],
         input: Option<&[u8]>,
@@ -402,6 +424,12 @@ impl Communicator {
             Plan::Shm(node) => {
                 let combine = |acc: &mut [u8], left: &[u8]| r.apply(acc, left, Order::SrcFirst);
                 node.allreduce_sig(self, data, input, elem, r.signature(), &combine)?
+            }
+            Plan::Hier(h) => {
+                if let Some(i) = input {
+                    data.copy_from_slice(i);
+                }
+                h.allreduce(data, elem, &r.sum_form())?
             }
         }
         r.finalize(data, self.size as usize)
@@ -430,6 +458,7 @@ impl Communicator {
                 self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], None)
             }
             Plan::Shm(node) => node.bcast(self, bytemuck::cast_slice_mut(buf), root),
+            Plan::Hier(h) => h.bcast(bytemuck::cast_slice_mut(buf), root),
         }
     }
 

@@ -89,6 +89,13 @@ fn aligned_copy<T: Pod>(bytes: &[u8]) -> Vec<T> {
 #[derive(Debug)]
 pub struct ReduceOp<T>(pub(crate) Reducer, PhantomData<fn(T)>);
 
+impl<T> ReduceOp<T> {
+    /// Wraps an erased reduction (for collectives composed of other collectives).
+    pub(crate) fn erased(r: Reducer) -> Self {
+        Self(r, PhantomData)
+    }
+}
+
 impl<T: Element> From<Op> for ReduceOp<T> {
     fn from(op: Op) -> Self {
         Self(Reducer::Builtin(op, T::DTYPE), PhantomData)
@@ -216,6 +223,14 @@ impl Reducer {
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// The op that accumulates: `Sum` for `Avg` (whose division comes once, at the end).
+    pub(crate) fn sum_form(&self) -> Reducer {
+        match self {
+            Reducer::Builtin(Op::Avg, d) => Reducer::Builtin(Op::Sum, *d),
+            r => r.clone(),
         }
     }
 

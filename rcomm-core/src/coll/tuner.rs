@@ -328,6 +328,9 @@ pub(crate) struct Query {
     pub shm: bool,
     /// Some ranks on different nodes: costs use the inter-node link.
     pub inter_node: bool,
+    /// Nodes the ranks are on (1 when `inter_node` is false); the hierarchical algorithms
+    /// need more than one, and ranks per node share a node's link in the flat ones.
+    pub nodes: u32,
 }
 
 /// The tuner's answer.
@@ -390,7 +393,12 @@ fn ceil_log2(n: u32) -> u32 {
 fn cost(t: &Tuning, q: &Query, algo: &str) -> Option<f64> {
     use CollKind::*;
     let link = if q.inter_node { t.inter } else { t.intra };
-    let (a, bw, g, mu) = (link.alpha_us, link.beta, t.gamma, t.memcpy);
+    let (a, mut bw, g, mu) = (link.alpha_us, link.beta, t.gamma, t.memcpy);
+    if q.inter_node && q.nodes > 1 {
+        // Contention: in a flat algorithm every rank of a node may be on the wire at once, so
+        // they share the node's link.
+        bw /= (f64::from(q.ranks) / f64::from(q.nodes)).max(1.0);
+    }
     let n = f64::from(q.ranks.max(1));
     let l = f64::from(ceil_log2(q.ranks));
     let lg_p = f64::from(q.ranks.max(1).ilog2());
@@ -433,8 +441,45 @@ fn cost(t: &Tuning, q: &Query, algo: &str) -> Option<f64> {
         (Alltoall, "bruck") => l * a + l * (n / 2.0) * b / bw + 2.0 * n * b / mu,
         (Gather | Scatter, "tree") => l * a + (n - 1.0) * b / bw + (n - 1.0) * b / mu,
         (Scan, "chain") => (n - 1.0) * (a + b / bw + b / g),
+        (Allreduce, "hier") => hier_allreduce(t, q),
+        (Bcast, "hier") => hier_bcast(t, q),
         _ => return None,
     })
+}
+
+/// Ranks per node and nodes of `q` (regular placement assumed by the model).
+fn shape(q: &Query) -> (f64, f64) {
+    let m = f64::from(q.nodes.max(1));
+    (f64::from(q.ranks.max(1)) / m, m)
+}
+
+/// Hierarchical allreduce: a reduce-scatter among the p ranks of a node (shared memory), an
+/// allreduce of each 1/p stripe among the m nodes — the p stripes cross the node's link at
+/// once, so each gets β_inter/p (the contention term) — and an allgather in the node.
+fn hier_allreduce(t: &Tuning, q: &Query) -> f64 {
+    let (p, m) = shape(q);
+    let b = q.bytes as f64;
+    let (ai, bi, ae, be, g) = (
+        t.intra.alpha_us,
+        t.intra.beta,
+        t.inter.alpha_us,
+        t.inter.beta,
+        t.gamma,
+    );
+    let node = 2.0 * (p - 1.0) * ai + 2.0 * (p - 1.0) / p * b / bi + (p - 1.0) / p * b / g;
+    let stripe = b / p;
+    let cross =
+        2.0 * (m - 1.0) * ae + 2.0 * (m - 1.0) / m * stripe / (be / p) + (m - 1.0) / m * stripe / g;
+    node + cross
+}
+
+/// Hierarchical bcast: a tree among the nodes (one rank each), then a tree in every node.
+fn hier_bcast(t: &Tuning, q: &Query) -> f64 {
+    let (p, m) = shape(q);
+    let b = q.bytes as f64;
+    let lm = f64::from(ceil_log2(m as u32));
+    let lp = f64::from(ceil_log2(p.ceil() as u32));
+    lm * (t.inter.alpha_us + b / t.inter.beta) + lp * (t.intra.alpha_us + b / t.intra.beta)
 }
 
 /// Why `algo` may not run `q`, or `None` if it may. `algo` is one of the kind's names.
@@ -501,6 +546,9 @@ pub(crate) fn choose(t: &Tuning, q: &Query, forced: Option<&str>) -> Result<Choi
     algos
         .iter()
         .filter(|a| forbidden(q, a).is_none())
+        // On one node the hierarchical algorithms are their node phase: valid when forced,
+        // never a choice.
+        .filter(|a| **a != "hier" || q.nodes > 1)
         .copied()
         .map(price)
         // Strictly less: the first of equal costs wins. NaN cannot arise from valid constants,
@@ -754,6 +802,7 @@ fn log_choices(t: &Tuning, n: u32, inter_node: bool, one_node: bool) {
                     deterministic: false,
                     shm: one_node,
                     inter_node,
+                    nodes: if inter_node { 2 } else { 1 },
                 };
                 match choose(t, &q, None) {
                     Ok(c) => format!("{bytes} B: {c}"),
@@ -786,6 +835,7 @@ mod tests {
             deterministic: false,
             shm: false,
             inter_node: false,
+            nodes: 1,
         }
     }
 
@@ -865,9 +915,10 @@ mod tests {
         assert_eq!(pick(&q(Allreduce, 6, 64 << 20)), "ring");
         // Two ranks: recursive doubling is one exchange, at every size.
         assert_eq!(pick(&q(Allreduce, 2, 8)), "rd");
-        // Between nodes the same shape holds with the slower link.
+        // Between nodes with one rank each the same shape holds with the slower link.
         let inter = Query {
             inter_node: true,
+            nodes: 8,
             ..q(Allreduce, 8, 8)
         };
         assert_eq!(pick(&inter), "rd");
@@ -876,6 +927,34 @@ mod tests {
             ..inter
         };
         assert_eq!(pick(&inter), "rabenseifner");
+        // Four ranks on each of two nodes: the hierarchical algorithms cross the slow link
+        // less often (small) and share it better (large); never on one node.
+        let two = Query {
+            inter_node: true,
+            nodes: 2,
+            ..q(Allreduce, 8, 8)
+        };
+        assert_eq!(pick(&two), "hier");
+        assert_eq!(
+            pick(&Query {
+                bytes: 64 << 20,
+                ..two
+            }),
+            "hier"
+        );
+        assert_eq!(
+            pick(&Query {
+                kind: Bcast,
+                bytes: 64 << 20,
+                ..two
+            }),
+            "hier"
+        );
+        for kind in [Allreduce, Bcast] {
+            for bytes in [8, 64 << 20] {
+                assert_ne!(pick(&q(kind, 8, bytes)), "hier");
+            }
+        }
     }
 
     #[test]
@@ -1067,6 +1146,7 @@ mod tests {
             let query = Query {
                 kind, ranks, bytes, elem,
                 commutative: flags[0], deterministic: flags[1], shm: flags[2], inter_node: flags[3],
+                nodes: if flags[3] { 1 + ranks.min(8) / 2 } else { 1 },
             };
             let res = choose(&t, &query, forced.as_deref());
             if forced.as_deref().is_none_or(|f| f == "auto") {

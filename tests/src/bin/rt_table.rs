@@ -191,8 +191,18 @@ impl Case<'_> {
     }
 }
 
+/// Whether every rank shares this node (set once in `main`).
+static ONE_NODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// The algorithms to run for `op`: all of them, but the shared-memory ones only when every rank
+/// is on this node (forcing them across nodes is an error, tested in `bad_input`).
 fn algos(op: &str) -> Vec<&'static str> {
-    rcomm::algorithms(op).to_vec()
+    let one = ONE_NODE.load(std::sync::atomic::Ordering::Relaxed);
+    rcomm::algorithms(op)
+        .iter()
+        .copied()
+        .filter(|a| one || *a != "shm")
+        .collect()
 }
 
 /// Every reduction collective for one (dtype, op, count).
@@ -622,15 +632,30 @@ fn bad_input(w: &Communicator) {
     assert!(w.allreduce_in_place(&mut [1f32], Op::BAnd).is_err());
     assert!(w.with_algo("allreduce", "magic").is_err());
     assert!(w.scan(&[1f32], &mut [0f32], Op::Avg).is_err());
+    if !ONE_NODE.load(std::sync::atomic::Ordering::Relaxed) {
+        let e = w
+            .with_algo("allreduce", "shm")
+            .unwrap()
+            .allreduce_in_place(&mut [1f32], Op::Sum)
+            .unwrap_err();
+        assert!(e.to_string().contains("one node"), "{e}");
+    }
 }
 
 fn main() {
     let w = rcomm::init().unwrap();
+    let one_node = (0..w.size()).all(|r| w.same_node(r).unwrap());
+    ONE_NODE.store(one_node, std::sync::atomic::Ordering::Relaxed);
     // RT_TABLE=det: only the rounding pass (deterministic-mode comparisons between runs);
-    // RT_TABLE=nobig: without the 4 Mi count (the TCP launches: the bytes are the same).
+    // RT_TABLE=nobig: without the 4 Mi count (the TCP launches: the bytes are the same);
+    // RT_TABLE=small: counts up to 1023 (the multi-node launch: algorithms and layouts, not
+    // bytes).
     let mode = std::env::var("RT_TABLE").unwrap_or_default();
-    let mut counts = vec![0usize, 1, 7, 1023, 65_539];
-    if w.size() <= 4 && mode != "nobig" {
+    let mut counts = vec![0usize, 1, 7, 1023];
+    if mode != "small" {
+        counts.push(65_539);
+    }
+    if w.size() <= 4 && mode != "nobig" && mode != "small" {
         counts.push(4 << 20);
     }
     let mut done = 0u64;

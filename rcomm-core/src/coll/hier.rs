@@ -1,0 +1,150 @@
+//! Hierarchical collectives for communicators that span nodes (as Open MPI's han): each is a
+//! composition of collectives on two sub-communicators — the ranks of one node (shared memory)
+//! and, per local index, one rank of every node (the network) — which the cost model picks
+//! when the network is the slow part.
+//!
+//! The sub-communicators are made on first use (collectively: every rank chooses the same
+//! algorithm, so every rank gets here at the same point) and cached per communicator. Their
+//! collectives are forced to `auto` for the operations used here, so an `RCOMM_ALGO` that
+//! forces `hier` does not recurse into them.
+
+use super::{ReduceOp, Reducer};
+use crate::comm::Communicator;
+use crate::{CommError, Result};
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex, Weak};
+
+/// The two levels of a communicator.
+#[derive(Debug)]
+pub(crate) struct Hier {
+    /// The ranks of this node, in the parent's order.
+    node: Communicator,
+    /// Ranks with this rank's local index, one per node that has that many ranks, in the
+    /// parent's order.
+    cross: Communicator,
+    /// Every node has the same number of ranks (the striped algorithms need it).
+    regular: bool,
+    /// Each parent rank's index within its node.
+    local_index: Vec<u32>,
+}
+
+type Cache = Vec<(Weak<AtomicU32>, Arc<Hier>)>;
+static CACHE: Mutex<Cache> = Mutex::new(Vec::new());
+
+/// Forces `auto` for the collectives a hierarchical one runs on its sub-communicators.
+fn unforced(c: Communicator) -> Result<Communicator> {
+    [
+        "allreduce",
+        "bcast",
+        "reduce",
+        "reduce_scatter",
+        "allgather",
+    ]
+    .into_iter()
+    .try_fold(c, |c, op| c.with_algo(op, "auto"))
+}
+
+impl Hier {
+    /// The levels of `comm`, made on first use. Collective on first use.
+    pub(crate) fn get_or_setup(comm: &Communicator) -> Result<Arc<Hier>> {
+        let key = Arc::as_ptr(&comm.coll_seq);
+        {
+            let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+            cache.retain(|(w, _)| w.strong_count() > 0);
+            if let Some((_, h)) = cache.iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), key)) {
+                return Ok(h.clone());
+            }
+        }
+        let node_of =
+            |r: u32| -> Result<u32> { Ok(comm.shared.node_of[comm.world_rank(r)? as usize]) };
+        let mine = node_of(comm.rank)?;
+        let mut per_node: Vec<(u32, u32)> = Vec::new();
+        let mut local_index = Vec::with_capacity(comm.size as usize);
+        for r in 0..comm.size {
+            let c = node_of(r)?;
+            match per_node.iter_mut().find(|(n, _)| *n == c) {
+                Some(e) => {
+                    local_index.push(e.1);
+                    e.1 += 1
+                }
+                None => {
+                    local_index.push(0);
+                    per_node.push((c, 1))
+                }
+            }
+        }
+        let regular = per_node.iter().all(|&(_, k)| k == per_node[0].1);
+        let node = comm
+            .split(Some(mine), comm.rank as i32)?
+            .ok_or_else(|| CommError::InvalidArg("node split opted out".into()))?;
+        let cross = comm
+            .split(Some(node.rank()), comm.rank as i32)?
+            .ok_or_else(|| CommError::InvalidArg("cross-node split opted out".into()))?;
+        let h = Arc::new(Hier {
+            node: unforced(node)?,
+            cross: unforced(cross)?,
+            regular,
+            local_index,
+        });
+        CACHE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((Arc::downgrade(&comm.coll_seq), h.clone()));
+        Ok(h)
+    }
+
+    /// Allreduce of `data` (elements of `elem` bytes) with the sum-form of `r` (an average is
+    /// divided once, by the caller). Regular placement: reduce-scatter in the node, allreduce
+    /// of each stripe across nodes, allgather in the node. Otherwise: allreduce in the node,
+    /// allreduce among the nodes' first ranks, bcast in the node.
+    pub(crate) fn allreduce(&self, data: &mut [u8], elem: usize, r: &Reducer) -> Result<()> {
+        let op = || ReduceOp::<u8>::erased(r.clone());
+        let (p, me) = (self.node.size() as usize, self.node.rank() as usize);
+        // Byte-typed calls below move and reduce whole blocks of whole elements, except an
+        // allreduce, which cuts its vector into segments: it gets the element size.
+        if p == 1 {
+            return self.cross.allreduce_bytes(data, None, elem, r.clone());
+        }
+        if !self.regular {
+            // (An allreduce rather than a reduce in the node: it takes the element size.)
+            self.node.allreduce_bytes(data, None, elem, r.clone())?;
+            if me == 0 {
+                self.cross.allreduce_bytes(data, None, elem, r.clone())?;
+            }
+            return self.node.bcast(data, 0);
+        }
+        let count = data.len() / elem.max(1);
+        let counts: Vec<usize> = (0..p)
+            .map(|i| (count * (i + 1) / p - count * i / p) * elem)
+            .collect();
+        let mut stripe = vec![0u8; counts[me]];
+        self.node
+            .reduce_scatter_v(data, &mut stripe, &counts, op())?;
+        if self.cross.size() > 1 {
+            self.cross
+                .allreduce_bytes(&mut stripe, None, elem, r.clone())?;
+        }
+        self.node.allgatherv(&stripe, data, &counts)
+    }
+
+    /// Broadcast from `root` (a rank of the parent communicator): across nodes among the
+    /// ranks with the root's local index, then in every node from that rank. Needs every node
+    /// to have a rank with the root's local index (regular placement); otherwise the caller
+    /// runs a flat algorithm.
+    pub(crate) fn bcast(&self, data: &mut [u8], root: u32) -> Result<()> {
+        let k = self.local_index[root as usize];
+        if self.node.rank() == k {
+            // The root's rank among the ranks of local index k, which keep the parent's order.
+            let cross_root = self.local_index[..root as usize]
+                .iter()
+                .filter(|&&i| i == k)
+                .count() as u32;
+            self.cross.bcast(data, cross_root)?;
+        }
+        self.node.bcast(data, k)
+    }
+
+    pub(crate) fn regular(&self) -> bool {
+        self.regular
+    }
+}
