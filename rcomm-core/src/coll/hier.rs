@@ -26,6 +26,8 @@ pub(crate) struct Hier {
     regular: bool,
     /// Each parent rank's index within its node.
     local_index: Vec<u32>,
+    /// Each parent rank's rank in its cross-node communicator.
+    cross_rank: Vec<u32>,
 }
 
 type Cache = Vec<(Weak<AtomicU32>, Arc<Hier>)>;
@@ -74,6 +76,14 @@ impl Hier {
             }
         }
         let regular = per_node.iter().all(|&(_, k)| k == per_node[0].1);
+        let cross_rank = (0..local_index.len())
+            .map(|q| {
+                local_index[..q]
+                    .iter()
+                    .filter(|&&i| i == local_index[q])
+                    .count() as u32
+            })
+            .collect();
         let node = comm
             .split(Some(mine), comm.rank as i32)?
             .ok_or_else(|| CommError::InvalidArg("node split opted out".into()))?;
@@ -85,6 +95,7 @@ impl Hier {
             cross: unforced(cross)?,
             regular,
             local_index,
+            cross_rank,
         });
         CACHE
             .lock()
@@ -142,6 +153,50 @@ impl Hier {
             self.cross.bcast(data, cross_root)?;
         }
         self.node.bcast(data, k)
+    }
+
+    /// Where parent rank `q`'s block sits when blocks are grouped by local index (all of
+    /// local index 0 in cross order, then 1, …): the layout of the node-level phase.
+    fn grouped(&self, q: usize) -> usize {
+        let m = self.cross.size() as usize;
+        self.local_index[q] as usize * m + self.cross_rank[q] as usize
+    }
+
+    /// Allgather of equal blocks (`send`, `recv` = size × block bytes), regular placement: an
+    /// allgather across nodes among the ranks of this local index, an allgather of those
+    /// parts in the node, and a reordering into rank order.
+    pub(crate) fn allgather(&self, send: &[u8], recv: &mut [u8]) -> Result<()> {
+        let (b, m, p) = (
+            send.len(),
+            self.cross.size() as usize,
+            self.node.size() as usize,
+        );
+        let mut part = vec![0u8; m * b];
+        self.cross.allgather(send, &mut part)?;
+        let mut all = vec![0u8; p * m * b];
+        self.node.allgather(&part, &mut all)?;
+        for q in 0..self.local_index.len() {
+            let g = self.grouped(q);
+            recv[q * b..(q + 1) * b].copy_from_slice(&all[g * b..(g + 1) * b]);
+        }
+        Ok(())
+    }
+
+    /// Reduce-scatter of equal blocks (`send` = size × `recv.len()` bytes) with the sum form
+    /// of `r`, regular placement: blocks regrouped by local index, a reduce-scatter in the node
+    /// (local index j keeps the part of the ranks with index j), a reduce-scatter of that part
+    /// across nodes.
+    pub(crate) fn reduce_scatter(&self, send: &[u8], recv: &mut [u8], r: &Reducer) -> Result<()> {
+        let op = || ReduceOp::<u8>::erased(r.clone());
+        let (b, m) = (recv.len(), self.cross.size() as usize);
+        let mut grouped = vec![0u8; send.len()];
+        for q in 0..self.local_index.len() {
+            let g = self.grouped(q);
+            grouped[g * b..(g + 1) * b].copy_from_slice(&send[q * b..(q + 1) * b]);
+        }
+        let mut part = vec![0u8; m * b];
+        self.node.reduce_scatter(&grouped, &mut part, op())?;
+        self.cross.reduce_scatter(&part, recv, op())
     }
 
     pub(crate) fn regular(&self) -> bool {

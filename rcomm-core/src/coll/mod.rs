@@ -284,7 +284,11 @@ impl Communicator {
         let n = self.size as usize;
         check_len("allgather counts", counts.len(), n)?;
         let equal = counts.iter().all(|&c| c == counts[0]);
-        let algo = self.choose("allgather", counts[0] * elem, elem, None)?;
+        let mut algo = self.choose("allgather", counts[0] * elem, elem, None)?;
+        if algo == "hier" {
+            // The composition runs only in the blocking equal-block call (allgatherv above).
+            algo = "ring";
+        }
         if equal {
             let (rank, b) = (self.rank, counts[0] * elem);
             return Ok(self.shared.coll.schedule(
@@ -314,6 +318,7 @@ impl Communicator {
         let total: usize = counts.iter().sum();
         let algo = self.choose("reduce_scatter", total * elem, elem, Some(r))?;
         let blocks = schedule::packed_blocks(counts, elem);
+        // `hier` is run by the blocking call itself when it can; the schedule is its fallback.
         Ok((
             Arc::new(match algo {
                 "direct" => schedule::direct_reduce_scatter_v(self.rank, &blocks),
@@ -569,6 +574,19 @@ impl Communicator {
         check_len("allgatherv counts", counts.len(), n)?;
         check_len("allgatherv send", send.len(), counts[r])?;
         check_len("allgatherv recv", recv.len(), counts.iter().sum())?;
+        if counts.iter().all(|&c| c == counts[0])
+            && self.choose(
+                "allgather",
+                counts[0] * size_of::<T>(),
+                size_of::<T>(),
+                None,
+            )? == "hier"
+        {
+            let h = hier::Hier::get_or_setup(self)?;
+            if h.regular() {
+                return h.allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            }
+        }
         let off: usize = counts[..r].iter().sum();
         recv[off..off + send.len()].copy_from_slice(send);
         let sched = self.allgather_plan(counts, size_of::<T>())?;
@@ -649,6 +667,14 @@ impl Communicator {
         check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
         check_len("reduce_scatter_v recv", recv.len(), counts[me])?;
         let (sched, algo) = self.reduce_scatter_plan(counts, size_of::<T>(), &r)?;
+        if algo == "hier" && counts.iter().all(|&c| c == counts[0]) {
+            let h = hier::Hier::get_or_setup(self)?;
+            if h.regular() {
+                let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
+                h.reduce_scatter(bytemuck::cast_slice(send), out, &r.sum_form())?;
+                return r.finalize(out, n);
+            }
+        }
         if algo == "direct" {
             // Straight from the input into the output block: no working copy.
             let off = elems::<T>(counts[..me].iter().sum());

@@ -443,6 +443,31 @@ fn cost(t: &Tuning, q: &Query, algo: &str) -> Option<f64> {
         (Scan, "chain") => (n - 1.0) * (a + b / bw + b / g),
         (Allreduce, "hier") => hier_allreduce(t, q),
         (Bcast, "hier") => hier_bcast(t, q),
+        (Allgather, "hier") => {
+            // Across nodes among this local index (p of them share the link), then the parts
+            // in the node, then the reordering copy.
+            let (pp, m) = shape(q);
+            (m - 1.0) * (t.inter.alpha_us + b * pp / t.inter.beta)
+                + (pp - 1.0) * (t.intra.alpha_us + m * b / t.intra.beta)
+                + n * b / mu
+        }
+        (ReduceScatter, "hier") => {
+            let (pp, m) = shape(q);
+            let (ai, bi, ae, be) = (
+                t.intra.alpha_us,
+                t.intra.beta,
+                t.inter.alpha_us,
+                t.inter.beta,
+            );
+            let part = b / pp;
+            (pp - 1.0) * ai
+                + (pp - 1.0) / pp * b / bi
+                + (pp - 1.0) / pp * b / g
+                + b / mu
+                + (m - 1.0) * ae
+                + (m - 1.0) / m * part / (be / pp)
+                + (m - 1.0) / m * part / g
+        }
         _ => return None,
     })
 }
