@@ -273,8 +273,11 @@ fn replay(e: &TransportError) -> TransportError {
 
 /// Idle seconds before the first keepalive probe, and seconds between probes. Short, so that a
 /// receive-only connection over a cut link notices within about [`TcpConfig::user_timeout_ms`]
-/// (which bounds how long probes may go unanswered) instead of after the system's two hours.
-const KEEPALIVE_IDLE_S: i32 = 2;
+/// (which bounds how long probes may go unanswered: with `TCP_USER_TIMEOUT` set, Linux aborts
+/// a connection whose probes went unanswered for that long, whatever `TCP_KEEPCNT` says)
+/// instead of after the system's two hours. A probe is an empty segment, once a second per
+/// idle connection: nothing next to the data.
+const KEEPALIVE_IDLE_S: i32 = 1;
 const KEEPALIVE_INTERVAL_S: i32 = 1;
 
 /// Applies the data-phase socket options to an established stream (both sides).
@@ -282,12 +285,15 @@ fn tune(s: &TcpStream, cfg: &TcpConfig) -> io::Result<()> {
     use libc::{IPPROTO_TCP, SOL_SOCKET};
     s.set_nodelay(true)?;
     let fd = s.as_fd();
-    sys::set_int_opt(fd, SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
-    sys::set_int_opt(fd, IPPROTO_TCP, libc::TCP_KEEPIDLE, KEEPALIVE_IDLE_S)?;
-    sys::set_int_opt(fd, IPPROTO_TCP, libc::TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)?;
-    let probes = (cfg.user_timeout_ms / 1000).clamp(3, 120) as i32;
-    sys::set_int_opt(fd, IPPROTO_TCP, libc::TCP_KEEPCNT, probes)?;
+    // A timeout of 0 means "the system's": then keepalive keeps its system timers too, or a
+    // fixed probe count would impose a short timeout the user switched off.
     if cfg.user_timeout_ms > 0 {
+        sys::set_int_opt(fd, SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+        sys::set_int_opt(fd, IPPROTO_TCP, libc::TCP_KEEPIDLE, KEEPALIVE_IDLE_S)?;
+        sys::set_int_opt(fd, IPPROTO_TCP, libc::TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)?;
+        // Enough probes to span the timeout, so the count never ends the connection first.
+        let probes = (cfg.user_timeout_ms / 1000 + 2).clamp(3, 120) as i32;
+        sys::set_int_opt(fd, IPPROTO_TCP, libc::TCP_KEEPCNT, probes)?;
         sys::set_int_opt(
             fd,
             IPPROTO_TCP,
