@@ -238,6 +238,14 @@ fn io_error(peer: u32, e: io::Error) -> TransportError {
         Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED) => {
             TransportError::PeerClosed { peer }
         }
+        // Say which setting decided, so the user knows what to raise on a slow network.
+        Some(libc::ETIMEDOUT) => TransportError::Link {
+            peer,
+            source: io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no answer within RCOMM_TCP_TIMEOUT (a cut link or a dead host; os error 110)",
+            ),
+        },
         _ => TransportError::Link { peer, source: e },
     }
 }

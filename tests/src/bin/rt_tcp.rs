@@ -7,7 +7,8 @@
 //!   TCP byte counters.
 //! * `rt_tcp cut READY_FILE` — one warm-up exchange (so every connection is open), then rank 1
 //!   creates READY_FILE and both wait idle in a receive from the other while the test cuts the
-//!   link. Prints `lost rank R host H at MS: ERROR` (MS: Unix time in ms) or what else came.
+//!   link. Prints `lost rank R host H at MS: ERROR` (MS: Unix time in ms) or what else came,
+//!   then creates READY_FILE.done<rank>.
 use rcomm::{CommError, Tag};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -112,6 +113,9 @@ fn main() {
                 }
                 other => println!("unexpected {other:?}"),
             }
+            // Tells the test this rank is done waiting (it heals the link then, so the exit's
+            // goodbye to the launcher goes through).
+            std::fs::write(format!("{ready}.done{me}"), b"done").unwrap();
         }
         m => panic!("unknown mode {m:?}"),
     }
