@@ -73,15 +73,14 @@ fn init_with(cfg: &Config) -> Result<World> {
             "unknown variable {name} ignored (a typo? the README lists every RCOMM_ variable)"
         );
     }
-    let (mut boot, notices, secret, ip): (Box<dyn Bootstrap>, _, _, _) = match &cfg.launch {
+    let (mut boot, notices, secret): (Box<dyn Bootstrap>, _, _) = match &cfg.launch {
         Some(env) => {
             let secret = Secret::from_fd(env.secret_fd).map_err(|e| {
                 bootstrap::BootstrapError::Env(format!("{e}; start ranks with rcomm-run"))
             })?;
             let client = KvsClient::connect(env.clone(), &secret)?;
             let n = client.notices();
-            let ip = client.local_ip();
-            (Box::new(client), Some(n), secret, ip)
+            (Box::new(client), Some(n), secret)
         }
         None => {
             if let Some(why) = bootstrap::foreign_launcher(&|k| std::env::var(k).ok()) {
@@ -89,7 +88,7 @@ fn init_with(cfg: &Config) -> Result<World> {
             }
             let secret =
                 Secret::random().map_err(|e| bootstrap::BootstrapError::Env(e.to_string()))?;
-            (Box::new(Singleton::default()), None, secret, None)
+            (Box::new(Singleton::default()), None, secret)
         }
     };
     let (rank, size) = (boot.rank(), boot.size());
@@ -105,11 +104,17 @@ fn init_with(cfg: &Config) -> Result<World> {
     };
     let tcp_cfg = TcpConfig {
         streams: cfg.tcp_streams,
+        user_timeout_ms: cfg.tcp_timeout_ms,
         ..TcpConfig::default()
     };
     let acceptor = if size > 1 {
-        let ip = ip.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        // The interface rule (RCOMM_SOCKET_IFNAME), not the address that reached the launcher:
+        // that is loopback under a single-host launcher, which ranks in other network
+        // namespaces or on other hosts cannot reach.
+        let (ifname, ip) = rcomm_transport::ifaddr::local_address(cfg.socket_ifname.as_ref())
+            .map_err(bootstrap::BootstrapError::Env)?;
         let a = TcpAcceptor::bind(ip, rank, size, &secret, &tcp_cfg)?;
+        rlog!(Info, "NET", "TCP listener on {} ({ifname})", a.addr());
         endpoints.push(EndpointAddr::Tcp(a.addr().to_string()));
         Some(a)
     } else {

@@ -105,12 +105,8 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
     let secret_fd = rcomm_transport::os::sealed_memfd("rcomm-job-secret", secret.as_bytes(), false)
         .map_err(|e| LaunchError::Secret(format!("memfd: {e}")))?;
     let watchdog = Watchdog::spawn(&job_id).map_err(LaunchError::Watchdog)?;
-    let mut kvs = KvsServer::start(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-        secret,
-        cli.ranks,
-    )
-    .map_err(LaunchError::Kvs)?;
+    let mut kvs = KvsServer::start(SocketAddr::from((kvs_ip(), 0)), secret, cli.ranks)
+        .map_err(LaunchError::Kvs)?;
     let events = kvs
         .take_events()
         .expect("a fresh server has its event stream");
@@ -502,5 +498,21 @@ impl Supervisor {
             next_at: Instant::now() + self.grace,
             steps: steps.iter().copied().collect(),
         });
+    }
+}
+
+/// Where the KVS listens: loopback (only this host's ranks in this network namespace need it),
+/// unless `RCOMM_SOCKET_IFNAME` names the network the job uses — then on that interface, so
+/// ranks started in other network namespaces (or reaching it from elsewhere) can connect. A
+/// value that matches nothing here is the ranks' error to report (they name the variable and
+/// the interfaces); the KVS then stays on loopback.
+fn kvs_ip() -> std::net::IpAddr {
+    let spec = rcomm_transport::config::global()
+        .as_ref()
+        .ok()
+        .and_then(|c| c.socket_ifname.as_ref());
+    match spec.map(|s| rcomm_transport::ifaddr::local_address(Some(s))) {
+        Some(Ok((_, ip))) => ip,
+        _ => Ipv4Addr::LOCALHOST.into(),
     }
 }

@@ -87,6 +87,16 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "TCP connections per peer for bulk data (default 1, at most 8)",
     },
     VarSpec {
+        name: "RCOMM_SOCKET_IFNAME",
+        protocol: false,
+        help: "network interface for TCP (and for rcomm-run's KVS when set), as NCCL_SOCKET_IFNAME: name prefixes eth,ens; ^ excludes (^lo,docker); = exact names (=eth0); default: the first non-loopback interface up with an IPv4 address, else loopback",
+    },
+    VarSpec {
+        name: "RCOMM_TCP_TIMEOUT",
+        protocol: false,
+        help: "how long a TCP peer may stay silent before it is lost (TCP_USER_TIMEOUT and keepalive probes), in seconds or with ms/s suffix (default 10s, 0 = system default, minutes); catches cut links, also on idle receive-only connections",
+    },
+    VarSpec {
         name: "RCOMM_ALGO",
         protocol: true,
         help: "force collective algorithms, e.g. allreduce:ring,bcast:tree; must agree on every rank",
@@ -263,6 +273,10 @@ pub struct Config {
     pub shm_cma_max: usize,
     /// TCP streams per peer.
     pub tcp_streams: usize,
+    /// `RCOMM_SOCKET_IFNAME`: which interface TCP binds to; `None` = the default rule.
+    pub socket_ifname: Option<crate::ifaddr::IfSpec>,
+    /// `RCOMM_TCP_TIMEOUT` in milliseconds (0 = the system's).
+    pub tcp_timeout_ms: u32,
     /// Forced collective algorithms, (op, algo).
     pub algo: Vec<(String, String)>,
     /// Forced kernel instruction set, as given.
@@ -311,6 +325,22 @@ pub fn parse_size_str(v: &str) -> Option<usize> {
         _ => (v, 1),
     };
     num.trim().parse::<usize>().ok()?.checked_mul(mul)
+}
+
+/// Parses a duration in seconds (`10`, `2.5`, `2.5s`) or milliseconds (`500ms`) into
+/// milliseconds, at most one hour (longer is surely a unit mistake).
+pub fn parse_duration_ms(v: &str) -> Option<u32> {
+    let v = v.trim();
+    let (num, scale) = if let Some(n) = v.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        (v, 1000.0)
+    };
+    let x: f64 = num.trim().parse().ok()?;
+    let ms = (x * scale).round();
+    (x.is_finite() && (0.0..=3_600_000.0).contains(&ms)).then_some(ms as u32)
 }
 
 fn parse_size(
@@ -420,6 +450,27 @@ impl Config {
                 expected: "1 to 8".into(),
             });
         }
+        let socket_ifname = get(env, "RCOMM_SOCKET_IFNAME")
+            .map(|v| {
+                crate::ifaddr::IfSpec::parse(&v).ok_or_else(|| ConfigError {
+                    name: "RCOMM_SOCKET_IFNAME",
+                    value: v.clone(),
+                    expected: "interface name prefixes like eth,ens; ^ to exclude (^lo,docker); = for exact names (=eth0)".into(),
+                })
+            })
+            .transpose()?;
+        let tcp_timeout_ms = get(env, "RCOMM_TCP_TIMEOUT")
+            .map(|v| {
+                parse_duration_ms(&v).ok_or_else(|| ConfigError {
+                    name: "RCOMM_TCP_TIMEOUT",
+                    value: v.clone(),
+                    expected:
+                        "a duration like 10, 2.5s or 500ms (0 = system default), at most 1 hour"
+                            .into(),
+                })
+            })
+            .transpose()?
+            .unwrap_or(10_000);
         let launch = match (parse_u32(env, "RCOMM_RANK")?, parse_u32(env, "RCOMM_SIZE")?) {
             (Some(rank), Some(size)) => {
                 let missing = |name: &'static str| ConfigError {
@@ -487,6 +538,8 @@ impl Config {
             shm_cma,
             shm_cma_max,
             tcp_streams,
+            socket_ifname,
+            tcp_timeout_ms,
             algo,
             kernel_isa,
             deterministic,
@@ -588,6 +641,30 @@ mod tests {
         assert_eq!(e.name, "RCOMM_RANK");
         let e = Config::from_map(&env(&[("RCOMM_RANK", "0")])).unwrap_err();
         assert_eq!(e.name, "RCOMM_SIZE");
+    }
+
+    #[test]
+    fn socket_ifname_and_tcp_timeout_parse_and_bad_values_name_the_variable() {
+        let c = Config::from_map(&env(&[
+            ("RCOMM_SOCKET_IFNAME", "^lo,docker"),
+            ("RCOMM_TCP_TIMEOUT", "2.5"),
+        ]))
+        .unwrap();
+        let s = c.socket_ifname.unwrap();
+        assert!(s.exclude && !s.exact && s.names == ["lo", "docker"]);
+        assert_eq!(c.tcp_timeout_ms, 2500);
+        let c = Config::from_map(&env(&[])).unwrap();
+        assert_eq!((c.socket_ifname, c.tcp_timeout_ms), (None, 10_000));
+        for (v, ms) in [("500ms", 500), ("3s", 3000), ("0", 0), (" 1 ", 1000)] {
+            assert_eq!(parse_duration_ms(v), Some(ms), "{v}");
+        }
+        for v in ["-1", "x", "2h", "3601", "nan"] {
+            assert_eq!(parse_duration_ms(v), None, "{v}");
+        }
+        let e = Config::from_map(&env(&[("RCOMM_SOCKET_IFNAME", "^")])).unwrap_err();
+        assert_eq!(e.name, "RCOMM_SOCKET_IFNAME");
+        let e = Config::from_map(&env(&[("RCOMM_TCP_TIMEOUT", "soon")])).unwrap_err();
+        assert_eq!(e.name, "RCOMM_TCP_TIMEOUT");
     }
 
     #[test]

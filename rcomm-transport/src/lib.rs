@@ -8,6 +8,7 @@ pub mod config;
 pub mod error;
 pub mod fastmap;
 pub mod identity;
+pub mod ifaddr;
 pub mod local;
 pub mod net;
 pub mod os;
