@@ -4,6 +4,8 @@
 //!   exchange; prints `ok rank R/N local LR/LS job J` per rank.
 //! - `die`: after init, rank 1 exits with code 9 without finalizing; the others wait in a
 //!   barrier (so only the launcher can end them).
+//! - `die-init`: rank 1 exits with code 9 before init; the others block in the bootstrap fence,
+//!   where only the launcher or `RCOMM_BOOTSTRAP_TIMEOUT` can end them (init error: exit 3).
 //! - `abort`: after init, rank 1 calls `World::abort(7, ...)`; the others wait in a barrier.
 //! - `init-error`: expects init to fail; prints `init error: ...` and exits 3.
 use rcomm::{Op, Source, Tag};
@@ -11,9 +13,12 @@ use rcomm::{Op, Source, Tag};
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "check".into());
     let t0 = std::time::Instant::now();
+    if mode == "die-init" && std::env::var("PMI_RANK").as_deref() == Ok("1") {
+        std::process::exit(9);
+    }
     let w = match rcomm::init() {
         Ok(w) => w,
-        Err(e) if mode == "init-error" => {
+        Err(e) if mode == "init-error" || mode == "die-init" => {
             println!("init error after {:.1} s: {e}", t0.elapsed().as_secs_f64());
             std::process::exit(3);
         }
