@@ -492,7 +492,7 @@ mod tests {
             assert_eq!(line, b"cmd=init pmi_version=2 pmi_subversion=0\n");
             b.write_all(b"cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n")
                 .unwrap();
-            let mut read_msg = |b: &mut UnixStream| {
+            let read_msg = |b: &mut UnixStream| {
                 let mut len = [0u8; 6];
                 b.read_exact(&mut len).unwrap();
                 let mut body = vec![0; w::parse_v2_len(&len).unwrap()];

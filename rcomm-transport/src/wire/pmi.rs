@@ -428,7 +428,7 @@ mod tests {
             let _ = parse_v1(&s);
             let _ = parse_v2(&s);
             let _ = parse_v2_len(&b);
-            let _ = decode_value(&[s.clone()]);
+            let _ = decode_value(std::slice::from_ref(&s));
             if let Ok(blocks) = parse_process_mapping(&s) {
                 let _ = node_of_ranks(&blocks, 64);
             }
@@ -458,7 +458,7 @@ mod tests {
         #[test]
         fn v2_messages_round_trip(k in "[a-z-]{1,10}", v in "[ -~]{0,40}") {
             let m = format_v2("x", &[(&k, &v)]);
-            let n = parse_v2_len(m[..6].as_bytes()).unwrap();
+            let n = parse_v2_len(&m.as_bytes()[..6]).unwrap();
             prop_assert_eq!(n, m.len() - 6);
             let r = parse_v2(&m[6..]).unwrap();
             if k != "cmd" {
