@@ -225,7 +225,7 @@ fn torchrun_style_missing_rank_fails_within_the_timeout() {
         .deadline(Duration::from_secs(30))
         .run();
     assert_eq!(out.code(), 3, "{out}");
-    assert!(out.stdout.contains("127.0.0.1"), "{out}");
+    assert!(out.stdout.contains("rank 0's store at 127.0.0.1"), "{out}");
     assert!(out.elapsed < Duration::from_secs(10), "{out}");
 }
 

@@ -101,7 +101,16 @@ impl StoreBootstrap {
             job_id: job_id(env),
             secret_fd: -1,
         };
-        let client = KvsClient::connect_with(launch, &secret, timeout, Some(timeout))?;
+        let client = KvsClient::connect_with(launch, &secret, timeout, Some(timeout)).map_err(
+            |e| match e {
+                // Not rcomm-run's store: say what serves it here.
+                BootstrapError::Connect { addr, err } => BootstrapError::Env(format!(
+                    "cannot reach rank 0's store at {addr} within {} s (RCOMM_BOOTSTRAP_TIMEOUT): {err}; is rank 0 running, and MASTER_ADDR/RCOMM_STORE_PORT the same on every rank?",
+                    timeout.as_secs()
+                )),
+                e => e,
+            },
+        )?;
         Ok(Self { client, server })
     }
 
