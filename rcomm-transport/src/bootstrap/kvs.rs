@@ -230,6 +230,14 @@ impl KvsClient {
     }
 }
 
+impl Drop for KvsClient {
+    fn drop(&mut self) {
+        // The reader thread holds a clone of the socket; shutting it down ends that thread and
+        // shows the store this rank is gone, as the end of the process would.
+        let _ = self.writer.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 impl Bootstrap for KvsClient {
     fn rank(&self) -> u32 {
         self.env.rank

@@ -422,6 +422,25 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_rank_that_disconnects_before_finalize_fails_the_fence_when_asked() {
+        let (srv, secret) = server(2);
+        srv.fail_on_disconnect();
+        let patience = Duration::from_secs(5);
+        let mut c0 =
+            KvsClient::connect_with(env(&srv, 0, 2), &secret, patience, Some(patience)).unwrap();
+        let c1 = KvsClient::connect_with(env(&srv, 1, 2), &secret, patience, Some(patience));
+        let t = Instant::now();
+        let waiter = std::thread::spawn(move || c0.fence());
+        std::thread::sleep(Duration::from_millis(100));
+        drop(c1); // the process "dies": its connection closes without finalize
+        match waiter.join().unwrap() {
+            Err(BootstrapError::RankFailed { rank: 1, .. }) => {}
+            other => panic!("fence should fail naming rank 1, got {other:?}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(3));
+    }
+
     fn exchange(n: u32) {
         let (srv, secret) = server(n);
         let threads: Vec<_> = (0..n)
