@@ -4,8 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# System packages the suite needs (none yet: the multi-host and interop tests will add sshd, iproute2, Slurm, MPICH).
-PKGS=()
+# System packages the suite needs: MPICH's mpiexec for tests/tests/launchers.rs. Slurm (slurmctld,
+# slurmd, slurm-client, munge) is installed below by the launcher tests' own script, which keeps
+# the packages from starting system daemons.
+PKGS=(mpich)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,6 +17,10 @@ if ((${#missing[@]})); then
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+    tests/scripts/slurm-local.sh install
 fi
 
 # The suite, then loom's model checks of the shared-memory ring protocol (rcomm-transport's

@@ -5,7 +5,9 @@ use crate::p2p::engine::{Engine, ProtoConfig};
 use crate::{CommError, Result};
 use rcomm_transport::auth::Secret;
 use rcomm_transport::bootstrap::kvs::{NoticeBoard, Notices};
-use rcomm_transport::bootstrap::{self, Bootstrap, KvsClient, Singleton};
+use rcomm_transport::bootstrap::{
+    self, Bootstrap, KvsClient, PmiClient, Singleton, StoreBootstrap,
+};
 use rcomm_transport::config::{self, Config};
 use rcomm_transport::identity::{self, PeerInfo};
 use rcomm_transport::local::LocalListener;
@@ -20,6 +22,8 @@ use std::time::Duration;
 
 /// Key under which each rank publishes its address record.
 const ADDR_KEY: &str = "addr";
+/// Key under which rank 0 publishes the job secret when the launcher gives none (PMI, store).
+const SECRET_KEY: &str = "secret";
 
 /// All ranks of the job. Created by [`init`]; finishing it (drop) tells the launcher this rank
 /// ends normally.
@@ -73,23 +77,11 @@ fn init_with(cfg: &Config) -> Result<World> {
             "unknown variable {name} ignored (a typo? the README lists every RCOMM_ variable)"
         );
     }
-    let (mut boot, notices, secret): (Box<dyn Bootstrap>, _, _) = match &cfg.launch {
-        Some(env) => {
-            let secret = Secret::from_fd(env.secret_fd).map_err(|e| {
-                bootstrap::BootstrapError::Env(format!("{e}; start ranks with rcomm-run"))
-            })?;
-            let client = KvsClient::connect(env.clone(), &secret)?;
-            let n = client.notices();
-            (Box::new(client), Some(n), secret)
-        }
-        None => {
-            if let Some(why) = bootstrap::foreign_launcher(&|k| std::env::var(k).ok()) {
-                return Err(CommError::ForeignLauncher(why));
-            }
-            let secret =
-                Secret::random().map_err(|e| bootstrap::BootstrapError::Env(e.to_string()))?;
-            (Box::new(Singleton::default()), None, secret)
-        }
+    // The bootstrap's idea of our address is not used: TCP follows RCOMM_SOCKET_IFNAME.
+    let (mut boot, notices, secret, _ip) = choose_bootstrap(cfg)?;
+    let secret = match secret {
+        Some(s) => s,
+        None => exchange_secret(boot.as_mut())?,
     };
     let (rank, size) = (boot.rank(), boot.size());
     // Listeners first, so the one record each rank publishes says how to reach it.
@@ -267,6 +259,86 @@ fn init_with(cfg: &Config) -> Result<World> {
         boot: Mutex::new(boot),
         notices,
     })
+}
+
+/// What [`choose_bootstrap`] found: the bootstrap, launcher notices, the job secret if the
+/// launcher handed one over, and the address to bind TCP listeners on.
+type Chosen = (
+    Box<dyn Bootstrap>,
+    Option<Arc<NoticeBoard>>,
+    Option<Secret>,
+    Option<std::net::IpAddr>,
+);
+
+/// Picks the bootstrap from the environment, first match wins:
+/// 1. `rcomm-run`'s variables (`RCOMM_RANK`, ...): its KVS, authenticated with the job secret;
+/// 2. `PMI_FD` + `PMI_RANK` + `PMI_SIZE` (`mpiexec.mpich`, `srun --mpi=pmi2`): PMI-2 when
+///    `RCOMM_PMI=2` or Slurm says `SLURM_MPI_TYPE=pmi2`, else PMI-1;
+/// 3. torchrun's `RANK` + `WORLD_SIZE` + `MASTER_ADDR` + `MASTER_PORT`: rank 0 serves the store;
+/// 4. another launcher's variables without any of the above: an error saying what to use;
+/// 5. nothing: a world of one.
+fn choose_bootstrap(cfg: &Config) -> Result<Chosen> {
+    if let Some(env) = &cfg.launch {
+        let secret = Secret::from_fd(env.secret_fd).map_err(|e| {
+            bootstrap::BootstrapError::Env(format!("{e}; start ranks with rcomm-run"))
+        })?;
+        let client = KvsClient::connect(env.clone(), &secret)?;
+        let n = client.notices();
+        let ip = client.local_ip();
+        return Ok((Box::new(client), Some(n), Some(secret), ip));
+    }
+    if let Some(env) = &cfg.pmi {
+        let client = PmiClient::connect(env, cfg.bootstrap_timeout)?;
+        return Ok((Box::new(client), None, None, pmi_listen_ip(env.size)));
+    }
+    if let Some(env) = &cfg.torch {
+        let b = StoreBootstrap::start(env, cfg.bootstrap_timeout)?;
+        let (n, ip) = (b.notices(), b.local_ip());
+        return Ok((Box::new(b), Some(n), None, ip));
+    }
+    if let Some(why) = bootstrap::foreign_launcher(&|k| std::env::var(k).ok()) {
+        return Err(CommError::ForeignLauncher(why));
+    }
+    let secret = Secret::random().map_err(|e| bootstrap::BootstrapError::Env(e.to_string()))?;
+    Ok((Box::new(Singleton::default()), None, Some(secret), None))
+}
+
+/// Where TCP listeners bind under PMI, which names no address: the address this host's name
+/// resolves to, unless that is a loopback one (then 127.0.0.1, fine for one node).
+fn pmi_listen_ip(size: u32) -> Option<std::net::IpAddr> {
+    use std::net::ToSocketAddrs;
+    if size <= 1 {
+        return None;
+    }
+    (identity::hostname().as_str(), 0)
+        .to_socket_addrs()
+        .ok()?
+        .map(|a| a.ip())
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+}
+
+/// A job secret for launchers that hand none over: rank 0 draws one and publishes it through
+/// the bootstrap's store (costing one extra fence). It is then exactly as private as that
+/// store: PMI's is reachable only over the launcher's own sockets; rcomm's store under a
+/// torchrun-style start is as private as `RCOMM_STORE_SECRET`.
+fn exchange_secret(boot: &mut dyn Bootstrap) -> Result<Secret> {
+    if boot.size() == 1 {
+        return Ok(Secret::random().map_err(|e| bootstrap::BootstrapError::Env(e.to_string()))?);
+    }
+    if boot.rank() == 0 {
+        let s = Secret::random().map_err(|e| bootstrap::BootstrapError::Env(e.to_string()))?;
+        boot.put(SECRET_KEY, s.as_bytes())?;
+    }
+    boot.fence()?;
+    let raw = boot.get(0, SECRET_KEY)?;
+    let bytes: [u8; rcomm_transport::auth::SECRET_LEN] =
+        raw.as_slice().try_into().map_err(|_| {
+            bootstrap::BootstrapError::Env(format!(
+                "rank 0 published a {}-byte job secret",
+                raw.len()
+            ))
+        })?;
+    Ok(Secret::from_bytes(bytes))
 }
 
 impl World {

@@ -126,6 +126,26 @@ pub const VARIABLES: &[VarSpec] = &[
         protocol: false,
         help: "overrides node identity: ranks with different values are on different nodes (no shared memory between them), like NCCL_HOSTID; for containers that share a hostname, and to run multi-node code paths on one machine",
     },
+    VarSpec {
+        name: "RCOMM_BOOTSTRAP_TIMEOUT",
+        protocol: false,
+        help: "seconds any one bootstrap wait (PMI reply, fence, store connect) may take before init fails (default 120)",
+    },
+    VarSpec {
+        name: "RCOMM_PMI",
+        protocol: false,
+        help: "PMI wire version on PMI_FD: auto (default: 2 under srun --mpi=pmi2, i.e. SLURM_MPI_TYPE=pmi2, else 1), 1, 2",
+    },
+    VarSpec {
+        name: "RCOMM_STORE_PORT",
+        protocol: false,
+        help: "torchrun-style start: port of the store rank 0 serves on MASTER_ADDR (default MASTER_PORT + 1)",
+    },
+    VarSpec {
+        name: "RCOMM_STORE_SECRET",
+        protocol: false,
+        help: "torchrun-style start: shared secret authenticating the store; without it one is derived from MASTER_ADDR, MASTER_PORT and WORLD_SIZE (not a secret)",
+    },
 ];
 
 /// Collective algorithm names `RCOMM_ALGO` accepts, per operation.
@@ -238,6 +258,57 @@ pub struct LaunchEnv {
     pub secret_fd: i32,
 }
 
+/// Which PMI wire version to speak (`RCOMM_PMI`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PmiVersion {
+    /// PMI-2 under Slurm's pmi2 plugin (`SLURM_MPI_TYPE=pmi2`), PMI-1 elsewhere.
+    Auto,
+    /// PMI-1 (line protocol).
+    V1,
+    /// PMI-2 (length-prefixed).
+    V2,
+}
+
+/// What a PMI launcher (`mpiexec.mpich`, `srun --mpi=pmi2`) told this rank: `PMI_FD`,
+/// `PMI_RANK`, `PMI_SIZE` and, from Slurm, `PMI_JOBID`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PmiEnv {
+    /// The inherited socket to the PMI server.
+    pub fd: i32,
+    /// Rank.
+    pub rank: u32,
+    /// World size.
+    pub size: u32,
+    /// `PMI_JOBID` (Slurm sets it, e.g. `8.0`; PMI-2's fullinit wants it as `pmijobid`).
+    pub jobid: Option<String>,
+    /// The version to speak, resolved from `RCOMM_PMI` and `SLURM_MPI_TYPE`.
+    pub version: PmiVersion,
+    /// Who serves PMI_FD, for error messages: `Slurm (srun)` or `the PMI server (mpiexec)`.
+    pub launcher: String,
+}
+
+/// A torchrun-style start: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`,
+/// `MASTER_ADDR`, `MASTER_PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TorchEnv {
+    /// Rank.
+    pub rank: u32,
+    /// World size.
+    pub size: u32,
+    /// Rank on this node (`LOCAL_RANK`, default: unknown → rank).
+    pub local_rank: u32,
+    /// Ranks on this node (`LOCAL_WORLD_SIZE`, default 1).
+    pub local_size: u32,
+    /// `MASTER_ADDR`.
+    pub master_addr: String,
+    /// `MASTER_PORT` (owned by torchrun's agent; rcomm does not bind it).
+    pub master_port: u16,
+    /// Port of rcomm's store on `MASTER_ADDR` (`RCOMM_STORE_PORT`, default `MASTER_PORT + 1`).
+    pub store_port: u16,
+    /// `RCOMM_STORE_SECRET`, if set.
+    pub store_secret: Option<String>,
+}
+
 /// Transport requested by `RCOMM_TRANSPORT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportChoice {
@@ -292,6 +363,12 @@ pub struct Config {
     pub host_id: Option<String>,
     /// Present when started by `rcomm-run` (or a daemon of it).
     pub launch: Option<LaunchEnv>,
+    /// Present when `PMI_FD`, `PMI_RANK` and `PMI_SIZE` are set (hydra, Slurm).
+    pub pmi: Option<PmiEnv>,
+    /// Present when `RANK`, `WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT` are set.
+    pub torch: Option<TorchEnv>,
+    /// `RCOMM_BOOTSTRAP_TIMEOUT`: the longest any one bootstrap wait may take.
+    pub bootstrap_timeout: std::time::Duration,
     /// `RCOMM_*` names found in the environment that rcomm does not know (likely typos).
     pub unknown: Vec<String>,
 }
@@ -393,6 +470,111 @@ fn flag(
         default,
         &[("1", true), ("0", false), ("on", true), ("off", false)],
     )
+}
+
+/// `PMI_FD` + `PMI_RANK` + `PMI_SIZE` (all three, or the PMI start is not usable).
+fn parse_pmi(env: &BTreeMap<String, String>) -> Result<Option<PmiEnv>, ConfigError> {
+    let Some(fd) = parse_u32(env, "PMI_FD")? else {
+        return Ok(None);
+    };
+    let expected = |what: &str| ConfigError {
+        name: "PMI_FD",
+        value: fd.to_string(),
+        expected: format!("PMI_RANK and PMI_SIZE to be set with it by the launcher ({what})"),
+    };
+    let (Some(rank), Some(size)) = (parse_u32(env, "PMI_RANK")?, parse_u32(env, "PMI_SIZE")?)
+    else {
+        return Err(expected("one is missing"));
+    };
+    if size == 0 || rank >= size {
+        return Err(ConfigError {
+            name: "PMI_RANK",
+            value: rank.to_string(),
+            expected: format!("a rank below PMI_SIZE={size}"),
+        });
+    }
+    let slurm_pmi2 = get(env, "SLURM_MPI_TYPE").is_some_and(|t| t.trim() == "pmi2");
+    let version = match choice(
+        env,
+        "RCOMM_PMI",
+        PmiVersion::Auto,
+        &[
+            ("auto", PmiVersion::Auto),
+            ("1", PmiVersion::V1),
+            ("2", PmiVersion::V2),
+        ],
+    )? {
+        PmiVersion::Auto if slurm_pmi2 => PmiVersion::V2,
+        PmiVersion::Auto => PmiVersion::V1,
+        v => v,
+    };
+    let launcher = if get(env, "SLURM_JOB_ID").is_some() || get(env, "SLURM_STEP_ID").is_some() {
+        "Slurm (srun)"
+    } else {
+        "the PMI server (mpiexec)"
+    };
+    Ok(Some(PmiEnv {
+        fd: fd as i32,
+        rank,
+        size,
+        jobid: get(env, "PMI_JOBID"),
+        version,
+        launcher: launcher.into(),
+    }))
+}
+
+/// torchrun's variables; only when `RANK`, `WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT` are all
+/// set (`RANK` alone is too common a name to mean anything).
+fn parse_torch(env: &BTreeMap<String, String>) -> Result<Option<TorchEnv>, ConfigError> {
+    let (Some(master_addr), Some(_)) = (get(env, "MASTER_ADDR"), get(env, "MASTER_PORT")) else {
+        return Ok(None);
+    };
+    let (Some(rank), Some(size)) = (parse_u32(env, "RANK")?, parse_u32(env, "WORLD_SIZE")?) else {
+        return Ok(None);
+    };
+    if size == 0 || rank >= size {
+        return Err(ConfigError {
+            name: "RANK",
+            value: rank.to_string(),
+            expected: format!("a rank below WORLD_SIZE={size}"),
+        });
+    }
+    let port = |name: &'static str| -> Result<Option<u16>, ConfigError> {
+        get(env, name)
+            .map(|v| {
+                v.trim()
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|&p| p != 0)
+                    .ok_or_else(|| ConfigError {
+                        name,
+                        value: v.clone(),
+                        expected: "a TCP port, 1 to 65535".into(),
+                    })
+            })
+            .transpose()
+    };
+    let master_port = port("MASTER_PORT")?.unwrap_or(0);
+    let store_port = match port("RCOMM_STORE_PORT")? {
+        Some(p) => p,
+        None => master_port.checked_add(1).ok_or_else(|| ConfigError {
+            name: "MASTER_PORT",
+            value: master_port.to_string(),
+            expected:
+                "below 65535 (the store defaults to MASTER_PORT + 1), or set RCOMM_STORE_PORT"
+                    .into(),
+        })?,
+    };
+    Ok(Some(TorchEnv {
+        rank,
+        size,
+        local_rank: parse_u32(env, "LOCAL_RANK")?.unwrap_or(rank),
+        local_size: parse_u32(env, "LOCAL_WORLD_SIZE")?.unwrap_or(1),
+        master_addr,
+        master_port,
+        store_port,
+        store_secret: get(env, "RCOMM_STORE_SECRET"),
+    }))
 }
 
 impl Config {
@@ -512,6 +694,13 @@ impl Config {
                 });
             }
         };
+        let pmi = parse_pmi(env)?;
+        let torch = parse_torch(env)?;
+        let bootstrap_timeout = std::time::Duration::from_secs(
+            parse_u32(env, "RCOMM_BOOTSTRAP_TIMEOUT")?
+                .unwrap_or(120)
+                .max(1) as u64,
+        );
         let unknown = env
             .keys()
             .filter(|k| k.starts_with("RCOMM_") && !VARIABLES.iter().any(|v| v.name == k.as_str()))
@@ -547,6 +736,9 @@ impl Config {
             tune,
             host_id: get(env, "RCOMM_HOSTID").filter(|v| !v.trim().is_empty()),
             launch,
+            pmi,
+            torch,
+            bootstrap_timeout,
             unknown,
         })
     }
@@ -767,6 +959,65 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn pmi_and_torchrun_variables_parse() {
+        let c = Config::from_map(&env(&[
+            ("PMI_FD", "6"),
+            ("PMI_RANK", "1"),
+            ("PMI_SIZE", "4"),
+            ("PMI_JOBID", "8.0"),
+            ("SLURM_MPI_TYPE", "pmi2"),
+            ("SLURM_JOB_ID", "8"),
+        ]))
+        .unwrap();
+        let p = c.pmi.unwrap();
+        assert_eq!((p.fd, p.rank, p.size, p.version), (6, 1, 4, PmiVersion::V2));
+        assert_eq!(p.jobid.as_deref(), Some("8.0"));
+        assert!(p.launcher.contains("Slurm"));
+        let c = Config::from_map(&env(&[
+            ("PMI_FD", "6"),
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "2"),
+        ]))
+        .unwrap();
+        assert_eq!(c.pmi.unwrap().version, PmiVersion::V1);
+        let c = Config::from_map(&env(&[
+            ("PMI_FD", "6"),
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "2"),
+            ("RCOMM_PMI", "2"),
+        ]))
+        .unwrap();
+        assert_eq!(c.pmi.unwrap().version, PmiVersion::V2);
+        assert_eq!(
+            Config::from_map(&env(&[("PMI_FD", "6")])).unwrap_err().name,
+            "PMI_FD"
+        );
+        let c = Config::from_map(&env(&[
+            ("RANK", "2"),
+            ("WORLD_SIZE", "4"),
+            ("LOCAL_RANK", "2"),
+            ("LOCAL_WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "10.0.0.1"),
+            ("MASTER_PORT", "29500"),
+        ]))
+        .unwrap();
+        let t = c.torch.unwrap();
+        assert_eq!((t.rank, t.size, t.local_rank, t.local_size), (2, 4, 2, 4));
+        assert_eq!((t.master_port, t.store_port), (29500, 29501));
+        let c = Config::from_map(&env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "65535"),
+        ]));
+        assert_eq!(c.unwrap_err().name, "MASTER_PORT");
+        // RANK alone (a common name) is not a torchrun start.
+        let c = Config::from_map(&env(&[("RANK", "3"), ("WORLD_SIZE", "4")])).unwrap();
+        assert!(c.torch.is_none());
+        assert_eq!(c.bootstrap_timeout, std::time::Duration::from_secs(120));
     }
 
     #[test]

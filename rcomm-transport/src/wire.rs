@@ -319,6 +319,9 @@ impl<'a> Dec<'a> {
     }
 }
 
+// PMI-1 / PMI-2 text on `PMI_FD` (hydra, Slurm).
+pub mod pmi;
+
 // ---------------------------------------------------------------------------------------------
 // Authentication handshake (see `auth`): three frames, whatever the listener.
 

@@ -91,6 +91,40 @@ impl Job {
             marker,
         }
     }
+    /// Any launcher (`mpiexec.mpich`, `srun`) or program, with the same marker, deadline and
+    /// leftover check as [`Job::new`]. Variables of rcomm-run, PMI, Slurm and torchrun that
+    /// the test process itself may carry are removed, so each test says what the ranks see.
+    pub fn foreign(program: &str, args: &[&str]) -> Self {
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        for (k, _) in std::env::vars() {
+            if ["RCOMM_", "PMI_", "SLURM_", "OMPI_", "PMIX_"]
+                .iter()
+                .any(|p| k.starts_with(p))
+                || [
+                    "RANK",
+                    "WORLD_SIZE",
+                    "LOCAL_RANK",
+                    "LOCAL_WORLD_SIZE",
+                    "MASTER_ADDR",
+                    "MASTER_PORT",
+                ]
+                .contains(&k.as_str())
+            {
+                cmd.env_remove(&k);
+            }
+        }
+        let marker = format!("{}-{}", std::process::id(), next_id());
+        cmd.env("RCOMMTEST_MARKER", &marker);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Self {
+            cmd,
+            deadline: Duration::from_secs(60),
+            marker,
+        }
+    }
     /// Sets an environment variable for the launcher (and so every rank).
     pub fn env(mut self, k: &str, v: &str) -> Self {
         self.cmd.env(k, v);
@@ -244,4 +278,104 @@ pub fn test_program(name: &str) -> String {
     let p = dir.join(name);
     assert!(p.exists(), "{} not built", p.display());
     p.to_string_lossy().into_owned()
+}
+
+/// Skips a test for a missing prerequisite, printing why, or fails it under `CI=true`, where
+/// every prerequisite must have been installed (scripts/test.sh does).
+pub fn skip_unless_ci(why: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+        panic!("CI=true, so this test may not be skipped: {why}");
+    }
+    eprintln!("SKIP: {why}");
+}
+
+/// Whether `prog` is on the PATH.
+pub fn have(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+}
+
+/// A TCP port free on 127.0.0.1 at the time of the call.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port")
+}
+
+/// A private one-node Slurm cluster (munge, slurmctld, slurmd) on localhost, run by
+/// `tests/scripts/slurm-local.sh` with its state under the system temp dir; stopped, its state
+/// removed and its leftover job steps killed on drop, whatever the test's outcome.
+pub struct SlurmCluster {
+    state: PathBuf,
+    script: PathBuf,
+}
+
+impl SlurmCluster {
+    /// Installs Slurm if needed and starts the daemons. `Err(why)` when that is impossible
+    /// here (not root and the packages are missing): the caller skips.
+    pub fn start() -> Result<Self, String> {
+        let script = PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/slurm-local.sh"
+        ));
+        let st = Command::new("timeout")
+            .args(["600"])
+            .arg(&script)
+            .arg("install")
+            .status()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        match st.code() {
+            Some(0) => {}
+            Some(77) => {
+                return Err(
+                    "Slurm is not installed and this user cannot install it (not root)".into(),
+                );
+            }
+            _ => panic!("installing Slurm failed: {st}"),
+        }
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("the Slurm daemons of the test cluster must run as root".into());
+        }
+        let state = std::env::temp_dir().join(format!(
+            "rcommtest-slurm-{}-{}",
+            std::process::id(),
+            next_id()
+        ));
+        let me = Self { state, script };
+        let (ctld, slurmd) = (free_port(), free_port());
+        let out = Command::new("timeout")
+            .args(["60"])
+            .arg(&me.script)
+            .arg("up")
+            .arg(&me.state)
+            .arg(ctld.to_string())
+            .arg(slurmd.to_string())
+            .output()
+            .expect("run slurm-local.sh up");
+        assert!(
+            out.status.success(),
+            "starting Slurm failed: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(me)
+    }
+
+    /// `SLURM_CONF` for srun.
+    pub fn conf(&self) -> String {
+        self.state.join("slurm.conf").to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for SlurmCluster {
+    fn drop(&mut self) {
+        let _ = Command::new("timeout")
+            .args(["60"])
+            .arg(&self.script)
+            .arg("down")
+            .arg(&self.state)
+            .status();
+    }
 }

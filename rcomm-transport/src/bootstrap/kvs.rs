@@ -71,6 +71,8 @@ pub struct KvsClient {
     writer: TcpStream,
     replies: Receiver<Result<KvsReply, String>>,
     notices: Arc<NoticeBoard>,
+    /// Longest wait for one reply; `None` under rcomm-run, whose launcher reports dead ranks.
+    reply_timeout: Option<Duration>,
 }
 
 /// How long to keep retrying the first connection (the launcher may still be starting).
@@ -79,6 +81,17 @@ const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
 impl KvsClient {
     /// Connects to the launcher named in `env` and authenticates as `env.rank`.
     pub fn connect(env: LaunchEnv, secret: &Secret) -> Result<Self, BootstrapError> {
+        Self::connect_with(env, secret, CONNECT_PATIENCE, None)
+    }
+
+    /// Like [`connect`](Self::connect), retrying the connection for `patience` (the server may
+    /// start later than this rank) and failing any request not answered within `reply_timeout`.
+    pub fn connect_with(
+        env: LaunchEnv,
+        secret: &Secret,
+        patience: Duration,
+        reply_timeout: Option<Duration>,
+    ) -> Result<Self, BootstrapError> {
         let addr = env.kvs_addr.clone();
         let conn_err = |e: &dyn std::fmt::Display| BootstrapError::Connect {
             addr: addr.clone(),
@@ -93,7 +106,7 @@ impl KvsClient {
         let mut stream = loop {
             match TcpStream::connect_timeout(&sa, Duration::from_secs(2)) {
                 Ok(s) => break s,
-                Err(e) if start.elapsed() < CONNECT_PATIENCE => {
+                Err(e) if start.elapsed() < patience => {
                     rlog!(
                         Trace,
                         "INIT",
@@ -154,6 +167,7 @@ impl KvsClient {
             writer: stream,
             replies,
             notices,
+            reply_timeout,
         })
     }
 
@@ -176,11 +190,23 @@ impl KvsClient {
         if let Err(e) = self.writer.write_all(&req.to_frame()) {
             return Err(self.aborted().unwrap_or_else(|| lost(e.to_string())));
         }
-        match self.replies.recv() {
+        let got = match self.reply_timeout {
+            None => self.replies.recv().map_err(|_| None),
+            Some(t) => self.replies.recv_timeout(t).map_err(|e| match e {
+                std::sync::mpsc::RecvTimeoutError::Timeout => Some(t),
+                std::sync::mpsc::RecvTimeoutError::Disconnected => None,
+            }),
+        };
+        match got {
             Ok(Ok(KvsReply::Error(msg))) => Err(self.explain(op, msg)),
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(self.aborted().unwrap_or_else(|| lost(e))),
-            Err(_) => Err(self
+            Err(Some(t)) => Err(BootstrapError::Env(format!(
+                "no answer to {op} from the store at {} within {} s (RCOMM_BOOTSTRAP_TIMEOUT): did every rank start?",
+                self.env.kvs_addr,
+                t.as_secs()
+            ))),
+            Err(None) => Err(self
                 .aborted()
                 .unwrap_or_else(|| lost("the reader thread stopped".into()))),
         }
@@ -201,6 +227,14 @@ impl KvsClient {
             return BootstrapError::RankFailed { rank, how };
         }
         BootstrapError::Refused { op, msg }
+    }
+}
+
+impl Drop for KvsClient {
+    fn drop(&mut self) {
+        // The reader thread holds a clone of the socket; shutting it down ends that thread and
+        // shows the store this rank is gone, as the end of the process would.
+        let _ = self.writer.shutdown(std::net::Shutdown::Both);
     }
 }
 

@@ -1,14 +1,20 @@
 //! How a rank finds its peers: rank, size, a key-value store with put / fence / get, abort.
 //!
 //! Each rank publishes one address record, everyone fences once, then reads the records it
-//! needs. Implementations: the KVS served by `rcomm-run` ([`kvs`]), and a world of one
-//! ([`Singleton`]). PMI-1/PMI-2 (Slurm, hydra) and torchrun-style environments plug in here.
+//! needs. Implementations: the KVS served by `rcomm-run` ([`kvs`]), PMI-1/PMI-2 on `PMI_FD`
+//! for hydra and Slurm ([`pmi`]), a torchrun-style environment where rank 0 serves the KVS
+//! ([`store`]), and a world of one ([`Singleton`]). `rcomm::init` picks the first whose
+//! environment is present, in that order.
 
 pub mod kvs;
+pub mod pmi;
 pub mod server;
+pub mod store;
 
 pub use kvs::KvsClient;
+pub use pmi::PmiClient;
 pub use server::{KvsEvent, KvsServer};
+pub use store::StoreBootstrap;
 
 use crate::wire::FrameIoError;
 use std::collections::HashMap;
@@ -21,6 +27,18 @@ pub enum BootstrapError {
     Connect {
         /// The address tried.
         addr: String,
+        /// The cause.
+        err: String,
+    },
+    /// A foreign launcher's PMI connection broke (closed, reset) mid-bootstrap.
+    #[error(
+        "lost the connection to {launcher} on PMI_FD during {op}: {err} (the launcher ended the job, or died)"
+    )]
+    LauncherLost {
+        /// Who serves PMI_FD.
+        launcher: String,
+        /// The PMI operation under way.
+        op: String,
         /// The cause.
         err: String,
     },

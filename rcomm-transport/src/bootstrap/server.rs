@@ -68,6 +68,9 @@ struct Shared {
     stopping: AtomicBool,
     pending: AtomicUsize,
     events: Mutex<Sender<KvsEvent>>,
+    /// Whether a connection that closes before `finalize` counts as a failed rank (when no
+    /// launcher watches the processes, as in a torchrun-style start).
+    fail_on_disconnect: AtomicBool,
 }
 
 /// A running key-value store.
@@ -106,6 +109,7 @@ impl KvsServer {
             stopping: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
             events: Mutex::new(tx),
+            fail_on_disconnect: AtomicBool::new(false),
         });
         let sh = shared.clone();
         let acceptor = std::thread::Builder::new()
@@ -132,26 +136,14 @@ impl KvsServer {
     /// Tells every other connected rank that `rank` failed, and fails a fence it can no longer
     /// complete, so nobody waits for a dead rank.
     pub fn notify_rank_failed(&self, rank: u32, how: &str) {
-        let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.failed.insert(rank, how.to_string());
-        st.conns.remove(&rank);
-        let notice = KvsReply::RankFailed {
-            rank,
-            how: how.to_string(),
-        };
-        for c in st.conns.values() {
-            let _ = send(c, &notice);
-        }
-        if !st.fence_waiting.is_empty() && !st.fence_waiting.contains(&rank) {
-            let err = KvsReply::Error(format!("fence cannot complete: rank {rank} failed ({how})"));
-            for r in std::mem::take(&mut st.fence_waiting) {
-                if let Some(c) = st.conns.get(&r) {
-                    let _ = send(c, &err);
-                }
-            }
-        }
+        fail_rank(&self.shared, rank, how);
     }
 
+    /// Treats a rank whose connection closes before it finalized as failed (and tells the
+    /// others), for jobs no launcher watches: the store is then the only one who notices.
+    pub fn fail_on_disconnect(&self) {
+        self.shared.fail_on_disconnect.store(true, Ordering::SeqCst);
+    }
     /// Tells every connected rank that the job is being aborted.
     pub fn notify_abort(&self, from: u32, code: i32, msg: &str) {
         let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -185,6 +177,29 @@ impl Drop for KvsServer {
         let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
         for c in st.conns.values() {
             let _ = c.lock().map(|s| s.shutdown(std::net::Shutdown::Both));
+        }
+    }
+}
+
+/// Records `rank` as failed, tells every other connected rank, and fails a fence it can no
+/// longer complete.
+fn fail_rank(sh: &Shared, rank: u32, how: &str) {
+    let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+    st.failed.insert(rank, how.to_string());
+    st.conns.remove(&rank);
+    let notice = KvsReply::RankFailed {
+        rank,
+        how: how.to_string(),
+    };
+    for c in st.conns.values() {
+        let _ = send(c, &notice);
+    }
+    if !st.fence_waiting.is_empty() && !st.fence_waiting.contains(&rank) {
+        let err = KvsReply::Error(format!("fence cannot complete: rank {rank} failed ({how})"));
+        for r in std::mem::take(&mut st.fence_waiting) {
+            if let Some(c) = st.conns.get(&r) {
+                let _ = send(c, &err);
+            }
         }
     }
 }
@@ -267,6 +282,7 @@ fn serve(mut stream: TcpStream, peer: String, sh: Arc<Shared>) {
         st.conns.insert(rank, conn.clone());
     }
     event(&sh, KvsEvent::Connected { rank });
+    let mut finalized = false;
     loop {
         let (kind, payload) = match wire::read_frame(&mut stream, MAX_FRAME_PAYLOAD) {
             Ok(f) => f,
@@ -289,6 +305,7 @@ fn serve(mut stream: TcpStream, peer: String, sh: Arc<Shared>) {
                 continue;
             }
         };
+        finalized |= req == KvsRequest::Finalize;
         if let Some(rep) = handle(&sh, rank, req)
             && send(&conn, &rep).is_err()
         {
@@ -298,6 +315,19 @@ fn serve(mut stream: TcpStream, peer: String, sh: Arc<Shared>) {
     let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
     if st.conns.get(&rank).is_some_and(|c| Arc::ptr_eq(c, &conn)) {
         st.conns.remove(&rank);
+        if !finalized && sh.fail_on_disconnect.load(Ordering::SeqCst) {
+            drop(st);
+            rlog!(
+                Warn,
+                "INIT",
+                "store: rank {rank} disconnected before finalize"
+            );
+            fail_rank(
+                &sh,
+                rank,
+                "its connection to the store closed before finalize (the process died?)",
+            );
+        }
     }
 }
 
@@ -390,6 +420,25 @@ mod tests {
             job_id: "test".into(),
             secret_fd: -1,
         }
+    }
+
+    #[test]
+    fn a_rank_that_disconnects_before_finalize_fails_the_fence_when_asked() {
+        let (srv, secret) = server(2);
+        srv.fail_on_disconnect();
+        let patience = Duration::from_secs(5);
+        let mut c0 =
+            KvsClient::connect_with(env(&srv, 0, 2), &secret, patience, Some(patience)).unwrap();
+        let c1 = KvsClient::connect_with(env(&srv, 1, 2), &secret, patience, Some(patience));
+        let t = Instant::now();
+        let waiter = std::thread::spawn(move || c0.fence());
+        std::thread::sleep(Duration::from_millis(100));
+        drop(c1); // the process "dies": its connection closes without finalize
+        match waiter.join().unwrap() {
+            Err(BootstrapError::RankFailed { rank: 1, .. }) => {}
+            other => panic!("fence should fail naming rank 1, got {other:?}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(3));
     }
 
     fn exchange(n: u32) {
