@@ -107,6 +107,11 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "measure (default): measure latency, bandwidth and reduce throughput at init for the collective cost model; default: use built-in constants (rank 0's values are broadcast either way)",
     },
     VarSpec {
+        name: "RCOMM_SSH",
+        protocol: false,
+        help: "rcomm-run: command that starts its daemon on another host, split at spaces (default ssh; --ssh overrides)",
+    },
+    VarSpec {
         name: "RCOMM_KERNEL_ISA",
         protocol: false,
         help: "reduction kernel instruction set: avx512, avx2, portable (default: the best the CPU has)",
@@ -254,6 +259,8 @@ pub struct Config {
     pub async_progress: bool,
     /// `RCOMM_TUNE`: where the collective cost model's constants come from.
     pub tune: TuneMode,
+    /// `RCOMM_SSH`: how `rcomm-run` reaches other hosts (`None`: plain `ssh`).
+    pub ssh: Option<String>,
     /// Present when started by `rcomm-run` (or a daemon of it).
     pub launch: Option<LaunchEnv>,
     /// `RCOMM_*` names found in the environment that rcomm does not know (likely typos).
@@ -470,6 +477,7 @@ impl Config {
             deterministic,
             async_progress,
             tune,
+            ssh: get(env, "RCOMM_SSH"),
             launch,
             unknown,
         })
