@@ -45,6 +45,8 @@ up() {
     chmod 600 "$STATE/authorized_keys"
     {
         for ((i = 0; i < N; i++)); do printf 'Host host%d\n  HostName %s\n' "$i" "$(addr $i)"; done
+        # An address on the bridge's subnet that nobody holds: a host that is down.
+        printf 'Host unreachable\n  HostName %s.200\n' "$SUBNET"
         cat <<CONF
 Host *
   User root

@@ -8,7 +8,10 @@
 //! environment, this host's ranks, the key-value store's address and the job secret — the
 //! secret travels only here, never in argv or the environment of ssh); the daemon reports
 //! `Started`, `Output` and `Exited` per rank, or `Failed` if it cannot start the job; the head
-//! may send `Signal`. End-of-file on the daemon's stdin ends that host's ranks.
+//! may send `Signal`. End-of-file on the daemon's stdin ends that host's ranks. Both sides send
+//! a `Heartbeat` every [`HEARTBEAT`] and declare the other gone after [`SILENCE_LIMIT`] without
+//! any frame: ssh's own keepalives (and sshd's) react to a cut link only after 10-20 s, and
+//! until then a cut-off host would keep its ranks running.
 //!
 //! Decoding never panics and never allocates beyond [`CTL_LIMIT`] per frame: the daemon's
 //! stdin is reachable by whoever may run a command over ssh, but the head's output is not
@@ -18,6 +21,11 @@ use crate::os::Ending;
 use rcomm_transport::auth::SECRET_LEN;
 use rcomm_transport::wire::{self, Dec, Enc, FrameIoError, WireError};
 use std::io::{Read, Write};
+
+/// How often each side of a control channel sends a heartbeat.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
+/// Silence after which the other side of a control channel counts as gone.
+pub const SILENCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(6);
 
 /// Largest control frame payload (one job description, or one batch of output lines).
 pub const CTL_LIMIT: usize = 4 << 20;
@@ -35,6 +43,7 @@ mod kind {
     pub const EXITED: u8 = 0x45;
     pub const FAILED: u8 = 0x46;
     pub const SAY: u8 = 0x47;
+    pub const HEARTBEAT: u8 = 0x48;
 }
 
 /// What one host's daemon is to run.
@@ -78,6 +87,8 @@ pub enum ToDaemon {
     Job(Box<DaemonJob>),
     /// Send this signal to every rank's process group on the host.
     Signal(i32),
+    /// The head is alive.
+    Heartbeat,
 }
 
 /// Daemon → head.
@@ -125,6 +136,8 @@ pub enum FromDaemon {
         /// The text.
         msg: String,
     },
+    /// The daemon is alive.
+    Heartbeat,
 }
 
 fn bad(what: &'static str, why: &str) -> WireError {
@@ -171,6 +184,7 @@ impl ToDaemon {
                 wire::encode_frame(kind::JOB, &e.finish())
             }
             ToDaemon::Signal(s) => wire::encode_frame(kind::SIGNAL, &e.i32(*s).finish()),
+            ToDaemon::Heartbeat => wire::encode_frame(kind::HEARTBEAT, &[]),
         }
     }
 
@@ -233,6 +247,7 @@ impl ToDaemon {
                 }))
             }
             kind::SIGNAL => ToDaemon::Signal(d.i32("signal")?),
+            kind::HEARTBEAT => ToDaemon::Heartbeat,
             k => {
                 return Err(WireError::UnknownKind {
                     what: "control message to the daemon",
@@ -288,6 +303,7 @@ impl FromDaemon {
                 e.str(msg);
                 kind::SAY
             }
+            FromDaemon::Heartbeat => kind::HEARTBEAT,
         };
         wire::encode_frame(k, &e.finish())
     }
@@ -327,6 +343,7 @@ impl FromDaemon {
             kind::SAY => FromDaemon::Say {
                 msg: d.str(MAX_STR, "message")?,
             },
+            kind::HEARTBEAT => FromDaemon::Heartbeat,
             k => {
                 return Err(WireError::UnknownKind {
                     what: "control message from a daemon",
@@ -386,7 +403,11 @@ mod tests {
 
     #[test]
     fn messages_round_trip() {
-        for m in [ToDaemon::Job(Box::new(job())), ToDaemon::Signal(15)] {
+        for m in [
+            ToDaemon::Job(Box::new(job())),
+            ToDaemon::Signal(15),
+            ToDaemon::Heartbeat,
+        ] {
             let f = m.to_frame();
             let (k, p) = frame_parts(&f);
             assert_eq!(ToDaemon::decode(k, p).unwrap(), m);
@@ -416,6 +437,7 @@ mod tests {
                 msg: "x".into(),
             },
             FromDaemon::Say { msg: "m".into() },
+            FromDaemon::Heartbeat,
         ] {
             let f = m.to_frame();
             assert_eq!(read_from_daemon(&mut &f[..]).unwrap(), m);
@@ -448,7 +470,7 @@ mod tests {
                     (x >> 24) as u8
                 })
                 .collect();
-            for k in 0x40..0x48 {
+            for k in 0x40..0x4a {
                 let _ = ToDaemon::decode(k, &buf);
                 let _ = FromDaemon::decode(k, &buf);
             }

@@ -28,6 +28,8 @@ pub const DAEMON_FLAG: &str = "--daemon";
 const TICK: Duration = Duration::from_millis(20);
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 const OUTPUT_PATIENCE: Duration = Duration::from_secs(2);
+/// How long to wait for the job after the hello.
+const JOB_PATIENCE: Duration = Duration::from_secs(30);
 
 /// The head's end of the channel, shared by the output threads and the main loop.
 type Out = Arc<Mutex<io::Stdout>>;
@@ -112,13 +114,23 @@ pub fn run() -> i32 {
             return 1;
         }
     };
+    // The head sends the job once every host has said hello (bounded by its own deadline);
+    // a head that never does is gone.
     let job = loop {
-        match ctl_rx.recv() {
+        match ctl_rx.recv_timeout(JOB_PATIENCE) {
             Ok(Ctl::Msg(ToDaemon::Job(j))) => break j,
-            Ok(Ctl::Msg(ToDaemon::Signal(_))) => continue, // nothing runs yet
+            Ok(Ctl::Msg(_)) => continue, // nothing runs yet
             Ok(Ctl::Eof) | Err(_) => return 0,
         }
     };
+    let beat = out.clone();
+    let _ = std::thread::Builder::new()
+        .name("rcomm-daemon-beat".into())
+        .spawn(move || {
+            while send(&beat, &FromDaemon::Heartbeat).is_ok() {
+                std::thread::sleep(ctl::HEARTBEAT);
+            }
+        });
     match run_job(*job, &out, &ctl_rx, &signals, &allowed) {
         Ok(()) => 0,
         Err((code, msg)) => {
@@ -288,6 +300,7 @@ fn run_job(
         stop = Some((Instant::now(), vec![]));
     }
     let mut head_gone = false;
+    let mut last_heard = Instant::now();
     loop {
         for r in ranks.iter_mut().filter(|r| r.ended.is_none()) {
             if let Ok(Some(end)) = os::peek_exit(r.pid) {
@@ -310,15 +323,23 @@ fn run_job(
             break;
         }
         while let Ok(m) = ctl_rx.try_recv() {
+            last_heard = Instant::now();
             match m {
                 Ctl::Msg(ToDaemon::Signal(sig)) => {
                     for r in ranks.iter().filter(|r| r.ended.is_none()) {
                         let _ = os::kill_group(r.pid, sig);
                     }
                 }
-                Ctl::Msg(ToDaemon::Job(_)) => {}
+                Ctl::Msg(ToDaemon::Job(_) | ToDaemon::Heartbeat) => {}
                 Ctl::Eof => head_gone = true,
             }
+        }
+        if !head_gone && last_heard.elapsed() > ctl::SILENCE_LIMIT {
+            say(format_args!(
+                "no word from the head for {} s (network cut?); ending this host's ranks",
+                ctl::SILENCE_LIMIT.as_secs()
+            ));
+            head_gone = true;
         }
         if head_gone && stop.is_none() {
             // The head is gone: SIGTERM now, SIGKILL after the grace period.

@@ -93,6 +93,8 @@ struct Supervisor {
     signalled: bool,
     /// The first terminating signal received, if any.
     received: Option<i32>,
+    /// When heartbeats were last sent to the daemons.
+    last_beat: Instant,
 }
 
 /// One line of the launcher's own on stderr. Never panics (unlike `eprintln!`): a closed
@@ -426,6 +428,7 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
         stop: None,
         signalled: false,
         received: None,
+        last_beat: Instant::now(),
     };
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
@@ -464,6 +467,7 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
             grace_ms: cli.grace.as_millis().min(u32::MAX as u128) as u32,
         };
         // A daemon that cannot take the job is seen as closed by its reader.
+        d.last_heard = Instant::now();
         let _ = d.send(&ToDaemon::Job(Box::new(job)));
     }
 
@@ -671,7 +675,36 @@ impl Supervisor {
 
     /// Takes what the daemons reported since the last turn.
     fn poll_remote(&mut self) {
-        while let Ok((h, ev)) = self.remote_events.try_recv() {
+        if self.last_beat.elapsed() >= crate::ctl::HEARTBEAT {
+            self.last_beat = Instant::now();
+            for d in self.daemons.iter_mut().flatten().filter(|d| !d.closed) {
+                let _ = d.send(&ToDaemon::Heartbeat);
+            }
+        }
+        let mut events: Vec<(usize, DaemonEvent)> = Vec::new();
+        while let Ok(e) = self.remote_events.try_recv() {
+            if let Some(d) = self.daemons[e.0].as_mut() {
+                d.last_heard = Instant::now();
+            }
+            events.push(e);
+        }
+        // A daemon silent for too long is gone, whatever ssh thinks (it notices a cut link
+        // late): its ranks are lost.
+        for (h, d) in self.daemons.iter().enumerate() {
+            if let Some(d) = d
+                && !d.closed
+                && d.last_heard.elapsed() > crate::ctl::SILENCE_LIMIT
+            {
+                events.push((
+                    h,
+                    DaemonEvent::Closed(Some(format!(
+                        "no word from it for {} s: host down or network cut?",
+                        crate::ctl::SILENCE_LIMIT.as_secs()
+                    ))),
+                ));
+            }
+        }
+        for (h, ev) in events {
             match ev {
                 DaemonEvent::Msg(FromDaemon::Started { rank, pid }) => {
                     if let Some(r) = self.ranks.get_mut(rank as usize)

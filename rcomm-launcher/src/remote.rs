@@ -44,6 +44,8 @@ pub struct Daemon {
     pub closed: bool,
     /// (hostname, head address as seen there, cores) once it said hello.
     pub hello: Option<(String, String, u32)>,
+    /// When it was last heard from (any frame).
+    pub last_heard: Instant,
 }
 
 /// Quotes `s` for a POSIX shell (ssh hands the remote command to the user's shell).
@@ -130,7 +132,9 @@ impl Daemon {
                             output::emit(if stderr { Dest::Stderr } else { Dest::Stdout }, &bytes)
                         }
                         Ok(FromDaemon::Say { msg }) => {
-                            crate::job::say(format_args!("[{host}] {msg}"))
+                            crate::job::say(format_args!("[{host}] {msg}"));
+                            // Still a sign of life.
+                            let _ = tx.send((idx, DaemonEvent::Msg(FromDaemon::Heartbeat)));
                         }
                         Ok(m) => {
                             if tx.send((idx, DaemonEvent::Msg(m))).is_err() {
@@ -156,6 +160,7 @@ impl Daemon {
             echo,
             closed: false,
             hello: None,
+            last_heard: Instant::now(),
         })
     }
 

@@ -197,7 +197,7 @@ impl Cluster {
         assert!(ok, "cannot cut host{i}");
     }
 
-    /// Processes running in the cluster's namespaces other than the sshd listeners, as
+    /// Processes running in the cluster's namespaces other than sshd's, as
     /// "hostI pid cmdline".
     pub fn processes(&self) -> Vec<String> {
         use std::os::unix::fs::MetadataExt;
@@ -236,6 +236,12 @@ impl Cluster {
             let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
                 .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
                 .unwrap_or_default();
+            if cmd.starts_with("sshd:") {
+                // sshd's own per-connection process: after a cut link it lingers until sshd's
+                // keepalive gives up (~20 s here), but it runs nothing of the job (the job's
+                // daemon below it is a process of its own, and counted).
+                continue;
+            }
             out.push(format!("host{h} {pid} {}", cmd.trim()));
         }
         out
