@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# System packages the suite needs (none yet: the multi-host and interop tests will add sshd, iproute2, Slurm, MPICH).
-PKGS=()
+# System packages the suite needs: the multi-host tests (tests/tests/multihost.rs) make fake hosts
+# of network namespaces, each with its own sshd (tests/cluster.sh).
+PKGS=(openssh-server openssh-client iproute2 util-linux)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -13,8 +14,17 @@ done
 if ((${#missing[@]})); then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    # Keep the install from starting a system-wide sshd: the tests start their own, inside
+    # their namespaces only.
+    guard=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+        $SUDO chmod 755 /usr/sbin/policy-rc.d
+        guard=1
+    fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+    if [ -n "$guard" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
 fi
 
 # The suite, then loom's model checks of the shared-memory ring protocol (rcomm-transport's

@@ -433,11 +433,11 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let env = remote_env(&cli);
-    for h in 0..hosts.len() {
-        let Some(d) = sup.daemons[h].as_mut() else {
+    for (d, mine) in sup.daemons.iter_mut().zip(&per_host) {
+        let Some(d) = d.as_mut() else {
             continue;
         };
-        if per_host[h].is_empty() {
+        if mine.is_empty() {
             d.close(); // a host the mapping left empty: its daemon just exits
             continue;
         }
@@ -456,7 +456,7 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
             cwd: cwd.as_os_str().as_bytes().to_vec(),
             env: env.clone(),
             size: n,
-            ranks: per_host[h].clone(),
+            ranks: mine.clone(),
             kvs_addr: format!("{ip}:{port}"),
             job_id: job_id.clone(),
             secret: secret_bytes,
