@@ -332,3 +332,48 @@ fn cutting_host2_off_during_allreduce_ends_the_job_naming_its_ranks() {
     assert!(after_cut < Duration::from_secs(30), "{after_cut:?}\n{out}");
     eprintln!("link cut: job over {after_cut:?} after the cut; survivor errors: {errors:?}");
 }
+
+#[test]
+fn killing_the_launcher_leaves_nothing_on_any_host() {
+    let Some(c) = Cluster::up_or_skip(3) else {
+        return;
+    };
+    let p = prog();
+    let ssh = c.ssh();
+    let job = Job::with_prefix(
+        &c.on_host(0),
+        &[
+            "--ssh",
+            &ssh,
+            "-H",
+            "host0:2,host1:2,host2:2",
+            &p,
+            "loop",
+            "60",
+        ],
+    )
+    .deadline(Duration::from_secs(60));
+    let marker = job.marker().to_string();
+    let mut run = job.spawn();
+    let t0 = Instant::now();
+    while rcomm_tests::processes_with_env("RCOMMTEST_MARKER", &marker).len() < 10
+        && t0.elapsed() < Duration::from_secs(20)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let started = rcomm_tests::processes_with_env("RCOMMTEST_MARKER", &marker).len();
+    // launcher, watchdog, 2 ssh clients, 6 ranks (and the remote ranks' daemons' watchdogs do
+    // not carry the marker).
+    assert!(started >= 10, "only {started} processes of the job started");
+    std::thread::sleep(Duration::from_millis(500));
+    // The launcher itself (nsenter, unshare and sh exec into it: same pid).
+    run.child.kill().unwrap();
+    let killed_at = Instant::now();
+    let out = run.wait();
+    let left = c.wait_idle(Duration::from_secs(10));
+    assert!(left.is_empty(), "left on the fake hosts: {left:?}\n{out}");
+    eprintln!(
+        "launcher killed: every host idle {:?} after the kill",
+        killed_at.elapsed()
+    );
+}
