@@ -4,10 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# System packages the suite needs: MPICH's mpiexec for tests/tests/launchers.rs. Slurm (slurmctld,
-# slurmd, slurm-client, munge) is installed below by the launcher tests' own script, which keeps
-# the packages from starting system daemons.
-PKGS=(mpich)
+# System packages the suite needs: MPICH's mpiexec for tests/tests/launchers.rs (Slurm, munge are
+# installed below by the launcher tests' own script, which keeps the packages from starting system
+# daemons); the multi-host tests (tests/tests/multihost.rs) make fake hosts of network namespaces,
+# each with its own sshd (tests/cluster.sh).
+PKGS=(mpich openssh-server openssh-client iproute2 util-linux)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,8 +16,17 @@ done
 if ((${#missing[@]})); then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    # Keep the install from starting a system-wide sshd: the tests start their own, inside
+    # their namespaces only.
+    guard=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+        $SUDO chmod 755 /usr/sbin/policy-rc.d
+        guard=1
+    fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+    if [ -n "$guard" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
 fi
 
 if [ "$(id -u)" -eq 0 ]; then

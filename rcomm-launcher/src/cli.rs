@@ -11,6 +11,10 @@ pub enum BindTo {
     Core,
     /// No binding: the OS schedules ranks anywhere the launcher may run.
     None,
+    /// Rank runs on all CPUs of one NUMA node (from sysfs; sockets where sysfs has no NUMA).
+    Numa,
+    /// Rank runs on all CPUs of one socket (package).
+    Socket,
 }
 
 /// What happens to the other ranks when one fails.
@@ -31,23 +35,45 @@ pub struct Export {
     pub value: Option<String>,
 }
 
-/// `rcomm-run`: start N ranks of a program on this machine.
+/// `rcomm-run`: start N ranks of a program on this machine or on several hosts.
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "rcomm-run",
     version,
-    about = "Start N ranks of an rcomm program on this machine",
+    about = "Start N ranks of an rcomm program on this machine or, over ssh, on several hosts",
     after_help = "Exit status: 0 when every rank exits 0; otherwise that of the first failure: a \
                   rank's exit code, 128+signal for a rank killed by a signal, the code a rank \
                   passed to abort, or 128+signal when rcomm-run itself received SIGINT, SIGTERM, \
                   SIGHUP or SIGQUIT (forwarded to every rank); 127 when PROGRAM is not found."
 )]
 pub struct Cli {
-    /// Number of ranks (mpirun's `-np N` is accepted too).
+    /// Number of ranks (mpirun's `-np N` is accepted too) [default with -H/--hostfile: every
+    /// slot; required without].
     #[arg(short = 'n', value_name = "N", value_parser = parse_ranks)]
-    pub ranks: u32,
+    pub ranks: Option<u32>,
 
-    /// Binding of ranks to cores [default: core when N ≤ usable cores, else none].
+    /// Hosts and their slots, e.g. `-H node1:2,node2:2` (a host without `:N` has one slot;
+    /// repeatable). `localhost` and this machine's name run here, others through `--ssh`.
+    #[arg(short = 'H', long = "host", value_name = "HOST[:SLOTS],...")]
+    pub hosts: Vec<String>,
+
+    /// A file of hosts, one `host slots=N` per line (`#` comments).
+    #[arg(long, value_name = "FILE")]
+    pub hostfile: Option<std::path::PathBuf>,
+
+    /// Placement of ranks on hosts: slot (fill each host, default), node (round robin),
+    /// ppr:N:core|node (N per core or per host); core|numa|socket map like slot, and
+    /// ppr:N:numa|socket count cores (no topology from other hosts yet).
+    #[arg(long, value_name = "HOW", default_value = "slot", value_parser = crate::hosts::parse_map_by)]
+    pub map_by: crate::hosts::MapBy,
+
+    /// The command that runs `rcomm-run --daemon` on another host, split at spaces
+    /// [default: $RCOMM_SSH, else ssh]. It is given the host and the command.
+    #[arg(long, value_name = "CMD")]
+    pub ssh: Option<String>,
+
+    /// Binding of ranks on each host [default: core when a host's ranks ≤ its usable cores
+    /// (times N under ppr:N:core), else none].
     #[arg(long, value_enum, value_name = "WHAT")]
     pub bind_to: Option<BindTo>,
 
@@ -118,7 +144,18 @@ fn parse_export(s: &str) -> Result<Export, String> {
 
 /// Options that take their value from the next argument; [`normalize_args`] must skip those
 /// values. A unit test keeps this list in step with [`Cli`].
-const TAKES_VALUE: &[&str] = &["-n", "-x", "--bind-to", "--grace", "--on-failure"];
+const TAKES_VALUE: &[&str] = &[
+    "-n",
+    "-x",
+    "-H",
+    "--host",
+    "--hostfile",
+    "--map-by",
+    "--ssh",
+    "--bind-to",
+    "--grace",
+    "--on-failure",
+];
 
 /// Rewrites mpirun's single-dash `-np N` (which clap cannot express) to `-n N`, but only among
 /// the launcher's own options — never inside PROGRAM's arguments.
@@ -182,18 +219,21 @@ mod tests {
             "3",
         ])
         .unwrap();
-        assert_eq!(c.ranks, 2);
+        assert_eq!(c.ranks, Some(2));
         assert_eq!(c.command, ["prog", "-n", "5", "--grace", "x", "-np", "3"]);
     }
 
     #[test]
     fn mpirun_spelling_np_is_accepted() {
-        assert_eq!(parse(&["rcomm-run", "-np", "4", "prog"]).unwrap().ranks, 4);
+        assert_eq!(
+            parse(&["rcomm-run", "-np", "4", "prog"]).unwrap().ranks,
+            Some(4)
+        );
         assert_eq!(
             parse(&["rcomm-run", "-x", "A=1", "-np=3", "prog"])
                 .unwrap()
                 .ranks,
-            3
+            Some(3)
         );
     }
 
@@ -209,7 +249,8 @@ mod tests {
         );
         assert!(parse(&["rcomm-run", "-n", "2", "--grace", "-1", "p"]).is_err());
         assert!(parse(&["rcomm-run", "-n", "2", "--grace", "inf", "p"]).is_err());
-        assert!(parse(&["rcomm-run", "-n", "2", "--bind-to", "numa", "p"]).is_err());
+        assert!(parse(&["rcomm-run", "-n", "2", "--bind-to", "board", "p"]).is_err());
+        assert!(parse(&["rcomm-run", "--map-by", "ppr:x:core", "p"]).is_err());
         assert!(parse(&["rcomm-run", "-n", "2", "-x", "1A=2", "p"]).is_err());
     }
 

@@ -6,24 +6,36 @@
 //! few milliseconds for a signal. Events are handled before exits so that a rank that calls
 //! abort and then exits is reported as an abort.
 //!
+//! Ranks on other hosts are run by one `rcomm-run --daemon` per host ([`crate::remote`],
+//! [`crate::daemon`]); their starts, endings and failures arrive as events and go through the
+//! same policy as local ones. Failure notices to survivors go through the key-value store,
+//! which every rank on every host is connected to.
+//!
 //! Ranks that end are not reaped until the job is over: a zombie keeps its pid, so the
 //! launcher can go on signalling that rank's process group (grandchildren may still live in
 //! it) without risk of hitting a reused id.
 
 use crate::LaunchError;
-use crate::cli::{Cli, OnFailure};
-use crate::os::{self, ChildSetup, CpuSet, Ending};
+use crate::cli::{BindTo, Cli, OnFailure};
+use crate::ctl::{DaemonJob, FromDaemon, ToDaemon};
+use crate::host::{self, HostSetup};
+use crate::hosts::{self, HostSpec};
+use crate::os::{self, Ending};
 use crate::output::{self, Dest};
+use crate::remote::{Daemon, DaemonEvent};
 use crate::signals::{self, Signals};
 use crate::spawn::{self, JobSpec};
 use crate::watchdog::Watchdog;
 use rcomm_transport::auth::Secret;
 use rcomm_transport::bootstrap::{KvsEvent, KvsServer};
 use std::collections::VecDeque;
+use std::ffi::OsString;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
-use std::process::{Child, Stdio};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::process::Child;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
@@ -34,11 +46,18 @@ const TICK: Duration = Duration::from_millis(20);
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 /// At the end, how long to wait for the ranks' output pipes to close.
 const OUTPUT_PATIENCE: Duration = Duration::from_secs(2);
+/// How long a remote host has to answer with its daemon's hello (ssh connect included, whose
+/// own timeout is shorter), so an unreachable host is named well within 10 s.
+const HELLO_DEADLINE: Duration = Duration::from_secs(8);
 
 struct RankProc {
     rank: u32,
+    /// Index of its host in the host list.
+    host: usize,
+    /// Its pid on its host (0 until a remote daemon reports it).
     pid: i32,
-    child: Child,
+    /// The process, for ranks started here.
+    child: Option<Child>,
     started: Instant,
     ended: Option<Ending>,
     /// It connected to the key-value store (it runs rcomm) ...
@@ -60,6 +79,12 @@ struct Supervisor {
     events: Receiver<KvsEvent>,
     signals: Signals,
     ranks: Vec<RankProc>,
+    /// The job's hosts, and whether messages name them (a job given hosts).
+    hosts: Vec<HostSpec>,
+    multi: bool,
+    /// One daemon per remote host (indexed like `hosts`; `None` for hosts run here).
+    daemons: Vec<Option<Daemon>>,
+    remote_events: Receiver<(usize, DaemonEvent)>,
     /// The job's exit status, fixed by the first failure, abort or terminating signal.
     outcome: Option<i32>,
     stop: Option<Stop>,
@@ -68,6 +93,8 @@ struct Supervisor {
     signalled: bool,
     /// The first terminating signal received, if any.
     received: Option<i32>,
+    /// When heartbeats were last sent to the daemons.
+    last_beat: Instant,
 }
 
 /// One line of the launcher's own on stderr. Never panics (unlike `eprintln!`): a closed
@@ -83,13 +110,175 @@ fn new_job_id() -> io::Result<String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
+/// The hosts of the job: from -H and --hostfile, else this machine with N slots.
+fn job_hosts(cli: &Cli) -> Result<(Vec<HostSpec>, bool), LaunchError> {
+    let mut hosts = Vec::new();
+    for h in &cli.hosts {
+        hosts::parse_host_list(h, &mut hosts).map_err(LaunchError::Hosts)?;
+    }
+    if let Some(f) = &cli.hostfile {
+        let text = std::fs::read_to_string(f).map_err(|e| {
+            LaunchError::Hosts(format!("cannot read the hostfile {}: {e}", f.display()))
+        })?;
+        hosts::parse_hostfile(&text, f, &mut hosts).map_err(LaunchError::Hosts)?;
+        if hosts.is_empty() {
+            return Err(LaunchError::Hosts(format!(
+                "the hostfile {} names no host",
+                f.display()
+            )));
+        }
+    }
+    if !hosts.is_empty() {
+        return Ok((hosts, true));
+    }
+    let n = cli.ranks.ok_or_else(|| {
+        LaunchError::Hosts(
+            "give the number of ranks with -n N (or hosts with -H / --hostfile)".into(),
+        )
+    })?;
+    Ok((
+        vec![HostSpec {
+            name: "localhost".into(),
+            slots: n,
+        }],
+        false,
+    ))
+}
+
+/// The environment a remote host's ranks get: `-x` exports and the launcher's own `RCOMM_*`
+/// settings (but not the per-rank launcher variables, nor the launcher's own `RCOMM_SSH`).
+fn remote_env(cli: &Cli) -> Vec<(String, Vec<u8>)> {
+    let mut env: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut set = |k: String, v: Vec<u8>| match env.iter_mut().find(|(n, _)| *n == k) {
+        Some(e) => e.1 = v,
+        None => env.push((k, v)),
+    };
+    for (k, v) in std::env::vars_os() {
+        if let Some(k) = k.to_str()
+            && k.starts_with("RCOMM_")
+            && !spawn::LAUNCHER_VARS.contains(&k)
+            && k != "RCOMM_SSH"
+        {
+            set(k.to_string(), v.into_vec());
+        }
+    }
+    for e in &cli.export {
+        let v = match &e.value {
+            Some(v) => Some(v.clone().into_bytes()),
+            None => std::env::var_os(&e.name).map(OsString::into_vec),
+        };
+        if let Some(v) = v {
+            set(e.name.clone(), v);
+        }
+    }
+    env
+}
+
+fn bind_code(b: Option<BindTo>) -> u8 {
+    match b {
+        None => 0,
+        Some(BindTo::Core) => 1,
+        Some(BindTo::None) => 2,
+        Some(BindTo::Numa) => 3,
+        Some(BindTo::Socket) => 4,
+    }
+}
+
+/// Waits for every daemon's hello (or its failure), watching for signals meanwhile. Returns
+/// the hosts that failed, each with its reason, or the signal that interrupted the wait.
+fn await_hellos(
+    daemons: &mut [Option<Daemon>],
+    rx: &Receiver<(usize, DaemonEvent)>,
+    signals: &Signals,
+) -> Result<Vec<String>, i32> {
+    let deadline = Instant::now() + HELLO_DEADLINE;
+    let mut failed = Vec::new();
+    loop {
+        let waiting = daemons
+            .iter()
+            .flatten()
+            .filter(|d| d.hello.is_none() && !d.closed)
+            .count();
+        if waiting == 0 {
+            return Ok(failed);
+        }
+        if Instant::now() >= deadline {
+            for d in daemons.iter_mut().flatten() {
+                if d.hello.is_none() && !d.closed {
+                    d.closed = true;
+                    failed.push(format!(
+                        "host {}: no answer from rcomm-run --daemon within {} s (host down, or ssh waiting for something?)",
+                        d.name,
+                        HELLO_DEADLINE.as_secs()
+                    ));
+                }
+            }
+            return Ok(failed);
+        }
+        while let Ok((h, ev)) = rx.try_recv() {
+            let Some(d) = daemons.get_mut(h).and_then(Option::as_mut) else {
+                continue;
+            };
+            match ev {
+                DaemonEvent::Msg(FromDaemon::Hello {
+                    hostname,
+                    head_ip,
+                    cores,
+                }) => {
+                    d.hello = Some((hostname, head_ip, cores));
+                    d.echo_stderr();
+                }
+                DaemonEvent::Msg(_) => {}
+                DaemonEvent::Closed(err) => {
+                    d.closed = true;
+                    let why = match err {
+                        Some(e) => format!("its answer is not rcomm's control protocol ({e})"),
+                        None => d.failure_reason(Duration::from_secs(1)),
+                    };
+                    failed.push(format!(
+                        "host {}: cannot start rcomm-run --daemon there: {why}",
+                        d.name
+                    ));
+                }
+            }
+        }
+        if let Some(sig) = signals.wait(TICK)
+            && signals::TERMINATING.contains(&sig)
+        {
+            return Err(sig);
+        }
+    }
+}
+
+/// Closes every daemon's channel and reaps its ssh.
+fn shut_down_daemons(daemons: &mut [Option<Daemon>], within: Duration) {
+    for d in daemons.iter_mut().flatten() {
+        d.close();
+    }
+    for d in daemons.iter_mut().flatten() {
+        d.reap(within);
+    }
+}
+
 /// Runs the job described by `cli`; returns the launcher's exit status.
 pub fn run(cli: Cli) -> Result<i32, LaunchError> {
-    let program = crate::program::find_program(
-        &cli.command[0],
-        std::env::var_os("PATH").as_deref(),
-        crate::program::exe_dir().as_deref(),
-    )?;
+    let (hosts, multi) = job_hosts(&cli)?;
+    let me = rcomm_transport::identity::hostname();
+    let is_local: Vec<bool> = hosts
+        .iter()
+        .map(|h| hosts::is_local(&h.name, &me))
+        .collect();
+    // PROGRAM is looked up here only if ranks may run here; each remote host looks it up
+    // itself, so a host that lacks it is named.
+    let program = if is_local.iter().any(|&l| l) {
+        Some(crate::program::find_program(
+            &cli.command[0],
+            std::env::var_os("PATH").as_deref(),
+            crate::program::exe_dir().as_deref(),
+        )?)
+    } else {
+        None
+    };
     for e in cli.export.iter().filter(|e| e.value.is_none()) {
         if std::env::var_os(&e.name).is_none() {
             say(format_args!(
@@ -102,31 +291,118 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
     let signals = Signals::install().map_err(LaunchError::Signals)?;
     let job_id = new_job_id().map_err(|e| LaunchError::Secret(e.to_string()))?;
     let secret = Secret::random().map_err(|e| LaunchError::Secret(e.to_string()))?;
+    let secret_bytes = *secret.as_bytes();
     let secret_fd = rcomm_transport::os::sealed_memfd("rcomm-job-secret", secret.as_bytes(), false)
         .map_err(|e| LaunchError::Secret(format!("memfd: {e}")))?;
     let watchdog = Watchdog::spawn(&job_id).map_err(LaunchError::Watchdog)?;
-    let mut kvs = KvsServer::start(SocketAddr::from((kvs_ip(), 0)), secret, cli.ranks)
-        .map_err(LaunchError::Kvs)?;
-    let events = kvs
-        .take_events()
-        .expect("a fresh server has its event stream");
+
+    // Remote hosts first: their daemons report their cores (for ppr mapping) and the address
+    // they reach this host by (for the key-value store).
+    let (rtx, remote_events) = channel();
+    let mut daemons: Vec<Option<Daemon>> = (0..hosts.len()).map(|_| None).collect();
+    let any_remote = is_local.iter().any(|&l| !l);
+    let mut failed = Vec::new();
+    if any_remote {
+        let ssh = cli
+            .ssh
+            .clone()
+            .or_else(|| {
+                rcomm_transport::config::global()
+                    .as_ref()
+                    .ok()
+                    .and_then(|c| c.ssh.clone())
+            })
+            .unwrap_or_else(|| "ssh".into());
+        let exe = std::env::current_exe().map_err(LaunchError::Watchdog)?;
+        for (h, spec) in hosts.iter().enumerate().filter(|(h, _)| !is_local[*h]) {
+            let argv = crate::remote::ssh_argv(&ssh, &spec.name, &exe, &job_id);
+            match Daemon::start(h, &spec.name, &argv, rtx.clone()) {
+                Ok(d) => daemons[h] = Some(d),
+                Err(e) => failed.push(format!(
+                    "host {}: cannot run the ssh command {:?}: {e}",
+                    spec.name, argv[0]
+                )),
+            }
+        }
+        match await_hellos(&mut daemons, &remote_events, &signals) {
+            Ok(f) => failed.extend(f),
+            Err(sig) => {
+                say(format_args!(
+                    "received {} while connecting to the hosts; stopping",
+                    rcomm_transport::os::signal_name(sig)
+                ));
+                shut_down_daemons(&mut daemons, Duration::from_secs(2));
+                watchdog.release();
+                return Ok(128 + sig);
+            }
+        }
+    }
+    drop(rtx);
+    if !failed.is_empty() {
+        for f in &failed {
+            say(format_args!("{f}"));
+        }
+        say(format_args!("no rank was started"));
+        shut_down_daemons(&mut daemons, Duration::from_secs(2));
+        watchdog.release();
+        return Ok(1);
+    }
 
     let allowed = os::allowed_cpus().unwrap_or_default();
     let cores = spawn::cores_of(&allowed, spawn::sysfs_core_key);
-    let (binding, warning) = spawn::plan_binding(cli.bind_to, cli.ranks, &cores);
-    if let Some(w) = warning {
-        say(format_args!("warning: {w}"));
-    }
-    let spec = JobSpec {
-        program,
-        argv0: cli.command[0].clone(),
-        args: cli.command[1..].to_vec(),
-        size: cli.ranks,
-        kvs_addr: kvs.addr().to_string(),
-        job_id,
-        secret_fd: secret_fd.as_raw_fd(),
-        exports: cli.export.clone(),
+    let host_cores: Vec<usize> = (0..hosts.len())
+        .map(|h| match &daemons[h] {
+            Some(d) => d.hello.as_ref().map_or(1, |x| x.2 as usize),
+            None => cores.len(),
+        })
+        .collect();
+    let n = cli.ranks.unwrap_or_else(|| {
+        hosts::capacities(&hosts, cli.map_by, &host_cores)
+            .iter()
+            .sum()
+    });
+    let rank_host = match hosts::map_ranks(&hosts, n, cli.map_by, &host_cores) {
+        Ok(m) => m,
+        Err(e) => {
+            shut_down_daemons(&mut daemons, Duration::from_secs(2));
+            watchdog.release();
+            return Err(LaunchError::Hosts(e));
+        }
     };
+    let per_host: Vec<Vec<u32>> = (0..hosts.len())
+        .map(|h| (0..n).filter(|&r| rank_host[r as usize] == h).collect())
+        .collect();
+
+    // With remote hosts the store listens on every interface of this host; each host is told
+    // the address it reaches this host by. Only holders of the job secret are answered.
+    // Without remote hosts: loopback, or RCOMM_SOCKET_IFNAME's address when it is set (ranks
+    // in other network namespaces reach the store there).
+    let bind_ip: std::net::IpAddr = if any_remote {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        kvs_ip()
+    };
+    let mut kvs = match KvsServer::start(SocketAddr::from((bind_ip, 0)), secret, n) {
+        Ok(k) => k,
+        Err(e) => {
+            shut_down_daemons(&mut daemons, Duration::from_secs(2));
+            watchdog.release();
+            return Err(LaunchError::Kvs(e));
+        }
+    };
+    let port = kvs.addr().port();
+    let events = kvs
+        .take_events()
+        .expect("a fresh server has its event stream");
+    // Local ranks must publish addresses the other hosts can reach: use this host's address
+    // as the first remote host saw it.
+    let here_ip = daemons
+        .iter()
+        .flatten()
+        .filter_map(|d| d.hello.as_ref().map(|x| x.1.clone()))
+        .find(|ip| !ip.is_empty())
+        .unwrap_or_else(|| Ipv4Addr::LOCALHOST.to_string());
+    let local_kvs = format!("{here_ip}:{port}");
 
     let mut sup = Supervisor {
         on_failure: cli.on_failure,
@@ -134,97 +410,150 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
         kvs,
         events,
         signals,
-        ranks: Vec::with_capacity(cli.ranks as usize),
+        ranks: (0..n)
+            .map(|r| RankProc {
+                rank: r,
+                host: rank_host[r as usize],
+                pid: 0,
+                child: None,
+                started: Instant::now(),
+                ended: None,
+                connected: false,
+                finalized: false,
+            })
+            .collect(),
+        hosts: hosts.clone(),
+        multi,
+        daemons,
+        remote_events,
         outcome: None,
         stop: None,
         signalled: false,
         received: None,
+        last_beat: Instant::now(),
     };
+
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    let env = remote_env(&cli);
+    for (d, mine) in sup.daemons.iter_mut().zip(&per_host) {
+        let Some(d) = d.as_mut() else {
+            continue;
+        };
+        if mine.is_empty() {
+            d.close(); // a host the mapping left empty: its daemon just exits
+            continue;
+        }
+        let ip = d
+            .hello
+            .as_ref()
+            .map(|x| x.1.clone())
+            .filter(|ip| !ip.is_empty())
+            .unwrap_or_else(|| here_ip.clone());
+        let job = DaemonJob {
+            program: cli.command[0].as_bytes().to_vec(),
+            args: cli.command[1..]
+                .iter()
+                .map(|a| a.as_bytes().to_vec())
+                .collect(),
+            cwd: cwd.as_os_str().as_bytes().to_vec(),
+            env: env.clone(),
+            size: n,
+            ranks: mine.clone(),
+            kvs_addr: format!("{ip}:{port}"),
+            job_id: job_id.clone(),
+            secret: secret_bytes,
+            bind_to: bind_code(cli.bind_to),
+            per_core: cli.map_by.per_core(),
+            report_bindings: cli.report_bindings,
+            no_prefix: cli.no_prefix,
+            grace_ms: cli.grace.as_millis().min(u32::MAX as u128) as u32,
+        };
+        // A daemon that cannot take the job is seen as closed by its reader.
+        d.last_heard = Instant::now();
+        let _ = d.send(&ToDaemon::Job(Box::new(job)));
+    }
+
     let (done_tx, done_rx) = channel();
     let mut streams = 0;
-    let launcher_pid = std::process::id() as i32;
-    // Like a shell's background job, a background launcher gives rank 0 no terminal input.
-    let stdin_to_rank0 = !os::stdin_is_background_tty();
-    for r in 0..cli.ranks {
-        let cpus = binding[r as usize].clone();
-        let mut cmd = spawn::rank_command(&spec, r);
-        cmd.stdin(if r == 0 && stdin_to_rank0 {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        os::set_child_setup(
-            &mut cmd,
-            ChildSetup {
-                launcher_pid,
-                cpus: cpus.as_deref().map(CpuSet::of),
-                inherit_fd: secret_fd.as_raw_fd(),
-                register_fd: watchdog.register_fd(),
-            },
-        );
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                sup.spawn_failed(r, &spec, e);
-                break;
-            }
+    if let Some(program) = program {
+        let spec = JobSpec {
+            program,
+            argv0: cli.command[0].clone(),
+            args: cli.command[1..].to_vec(),
+            size: n,
+            cwd: None,
+            kvs_addr: local_kvs,
+            job_id,
+            secret_fd: secret_fd.as_raw_fd(),
+            env: spawn::explicit_exports(&cli.export),
         };
-        let pid = child.id() as i32;
-        if cli.report_bindings {
-            match &cpus {
-                Some(c) => say(format_args!(
-                    "rank {r} (pid {pid}) bound to cpus {}",
-                    spawn::cpu_list(c)
-                )),
-                None => say(format_args!(
-                    "rank {r} (pid {pid}) not bound (may run on cpus {})",
-                    spawn::cpu_list(&allowed)
-                )),
+        let setup = HostSetup {
+            spec: &spec,
+            secret_fd: secret_fd.as_raw_fd(),
+            register_fd: watchdog.register_fd(),
+            sink: Arc::new(|is_err, b: &[u8]| {
+                output::emit(if is_err { Dest::Stderr } else { Dest::Stdout }, b)
+            }),
+            raw: cli.no_prefix,
+        };
+        // Like a shell's background job, a background launcher gives rank 0 no terminal input.
+        let stdin_to_rank0 = !os::stdin_is_background_tty();
+        'hosts: for h in (0..hosts.len()).filter(|&h| is_local[h]) {
+            let mine = &per_host[h];
+            let units = spawn::binding_units(cli.bind_to, &allowed);
+            let (binding, warning) = spawn::plan_binding(
+                cli.bind_to,
+                mine.len() as u32,
+                &units,
+                cli.map_by.per_core(),
+            );
+            if let Some(w) = warning {
+                say(format_args!("warning: {w}"));
             }
-        }
-        if let Some(stdin) = child.stdin.take()
-            && output::forward_stdin(stdin).is_err()
-        {
-            say(format_args!(
-                "warning: cannot start the thread forwarding stdin; rank 0's stdin is closed"
-            ));
-        }
-        for (src, dest) in [
-            (
-                child
-                    .stdout
-                    .take()
-                    .map(|s| Box::new(s) as Box<dyn io::Read + Send>),
-                Dest::Stdout,
-            ),
-            (
-                child
-                    .stderr
-                    .take()
-                    .map(|s| Box::new(s) as Box<dyn io::Read + Send>),
-                Dest::Stderr,
-            ),
-        ] {
-            if let Some(src) = src {
-                match output::forward(r, src, dest, cli.no_prefix, done_tx.clone()) {
-                    Ok(_) => streams += 1,
-                    Err(e) => say(format_args!(
-                        "warning: cannot forward rank {r}'s output: {e}"
-                    )),
+            for (i, &r) in mine.iter().enumerate() {
+                let cpus = binding[i].clone();
+                let mut started = match host::start_rank(
+                    &setup,
+                    r,
+                    i as u32,
+                    mine.len() as u32,
+                    cpus.as_deref(),
+                    r == 0 && stdin_to_rank0,
+                    &done_tx,
+                ) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        sup.spawn_failed(r, &spec, e);
+                        break 'hosts;
+                    }
+                };
+                let pid = started.child.id() as i32;
+                streams += started.streams;
+                if cli.report_bindings {
+                    match &cpus {
+                        Some(c) => say(format_args!(
+                            "rank {r} (pid {pid}) bound to cpus {}",
+                            spawn::cpu_list(c)
+                        )),
+                        None => say(format_args!(
+                            "rank {r} (pid {pid}) not bound (may run on cpus {})",
+                            spawn::cpu_list(&allowed)
+                        )),
+                    }
                 }
+                if let Some(stdin) = started.child.stdin.take()
+                    && output::forward_stdin(stdin).is_err()
+                {
+                    say(format_args!(
+                        "warning: cannot start the thread forwarding stdin; rank 0's stdin is closed"
+                    ));
+                }
+                let rp = &mut sup.ranks[r as usize];
+                rp.pid = pid;
+                rp.child = Some(started.child);
+                rp.started = Instant::now();
             }
         }
-        sup.ranks.push(RankProc {
-            rank: r,
-            pid,
-            child,
-            started: Instant::now(),
-            ended: None,
-            connected: false,
-            finalized: false,
-        });
     }
     drop(done_tx);
 
@@ -232,9 +561,24 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
     let code = sup.outcome.unwrap_or(0);
 
     // Whatever a rank left in its process group goes with the job.
-    for r in &sup.ranks {
+    for r in sup.ranks.iter().filter(|r| r.child.is_some()) {
         let _ = os::kill_group(r.pid, libc::SIGKILL);
     }
+    // End-of-file tells each daemon to end what is left on its host and exit; wait for their
+    // channels to close, so their ranks' last output lines are written before we exit.
+    for d in sup.daemons.iter_mut().flatten() {
+        d.close();
+    }
+    let deadline = Instant::now() + OUTPUT_PATIENCE + sup.grace + KILL_PATIENCE;
+    while sup.daemons.iter().flatten().any(|d| !d.closed) && Instant::now() < deadline {
+        if let Ok((h, ev)) = sup.remote_events.recv_timeout(TICK)
+            && matches!(ev, DaemonEvent::Closed(_))
+            && let Some(d) = sup.daemons[h].as_mut()
+        {
+            d.closed = true;
+        }
+    }
+    shut_down_daemons(&mut sup.daemons, Duration::from_secs(1));
     let deadline = Instant::now() + OUTPUT_PATIENCE;
     for _ in 0..streams {
         if done_rx
@@ -244,7 +588,11 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
             break; // a process that left the group still holds a pipe; do not wait for it
         }
     }
-    if sup.running() == 0 {
+    let local_running = sup
+        .ranks
+        .iter()
+        .any(|r| r.child.is_some() && r.ended.is_none());
+    if !local_running {
         // Everything is dead: the watchdog must not kill these (soon reusable) ids any more.
         watchdog.release();
     } else {
@@ -253,8 +601,10 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
         watchdog.abandon();
     }
     for r in &mut sup.ranks {
-        if r.ended.is_some() {
-            let _ = r.child.wait();
+        if r.ended.is_some()
+            && let Some(c) = r.child.as_mut()
+        {
+            let _ = c.wait();
         }
     }
     drop(sup);
@@ -267,9 +617,21 @@ impl Supervisor {
         self.ranks.iter().filter(|r| r.ended.is_none()).count()
     }
 
-    fn signal_all(&self, sig: i32) {
-        for r in &self.ranks {
+    fn signal_all(&mut self, sig: i32) {
+        for r in self.ranks.iter().filter(|r| r.child.is_some()) {
             let _ = os::kill_group(r.pid, sig);
+        }
+        for d in self.daemons.iter_mut().flatten() {
+            let _ = d.send(&ToDaemon::Signal(sig));
+        }
+    }
+
+    /// " on HOST" in messages of a job that was given hosts.
+    fn on_host(&self, i: usize) -> String {
+        if self.multi {
+            format!(" on {}", self.hosts[self.ranks[i].host].name)
+        } else {
+            String::new()
         }
     }
 
@@ -301,7 +663,132 @@ impl Supervisor {
         self.kvs
             .notify_rank_failed(rank, &format!("could not be started: {e}"));
         self.set_outcome(code);
+        // Local ranks not started (this one and those after it) will never end by themselves.
+        let here: Vec<usize> = self.ranks[rank as usize..]
+            .iter()
+            .filter(|r| r.child.is_none() && self.daemons[r.host].is_none())
+            .map(|r| r.rank as usize)
+            .collect();
+        for i in here {
+            self.ranks[i].ended = Some(Ending::Exited(code));
+        }
         self.begin_stop(&[libc::SIGTERM, libc::SIGKILL]);
+    }
+
+    /// Takes what the daemons reported since the last turn.
+    fn poll_remote(&mut self) {
+        if self.last_beat.elapsed() >= crate::ctl::HEARTBEAT {
+            self.last_beat = Instant::now();
+            for d in self.daemons.iter_mut().flatten().filter(|d| !d.closed) {
+                let _ = d.send(&ToDaemon::Heartbeat);
+            }
+        }
+        let mut events: Vec<(usize, DaemonEvent)> = Vec::new();
+        while let Ok(e) = self.remote_events.try_recv() {
+            if let Some(d) = self.daemons[e.0].as_mut() {
+                d.last_heard = Instant::now();
+            }
+            events.push(e);
+        }
+        // A daemon silent for too long is gone, whatever ssh thinks (it notices a cut link
+        // late): its ranks are lost.
+        for (h, d) in self.daemons.iter().enumerate() {
+            if let Some(d) = d
+                && !d.closed
+                && d.last_heard.elapsed() > crate::ctl::SILENCE_LIMIT
+            {
+                events.push((
+                    h,
+                    DaemonEvent::Closed(Some(format!(
+                        "no word from it for {} s: host down or network cut?",
+                        crate::ctl::SILENCE_LIMIT.as_secs()
+                    ))),
+                ));
+            }
+        }
+        for (h, ev) in events {
+            match ev {
+                DaemonEvent::Msg(FromDaemon::Started { rank, pid }) => {
+                    if let Some(r) = self.ranks.get_mut(rank as usize)
+                        && r.host == h
+                    {
+                        r.pid = pid;
+                        r.started = Instant::now();
+                    }
+                }
+                DaemonEvent::Msg(FromDaemon::Exited { rank, ending }) => {
+                    if self
+                        .ranks
+                        .get(rank as usize)
+                        .is_some_and(|r| r.host == h && r.ended.is_none())
+                    {
+                        self.rank_ended(rank as usize, ending);
+                    }
+                }
+                DaemonEvent::Msg(FromDaemon::Failed { code, msg }) => {
+                    let name = self.hosts[h].name.clone();
+                    say(format_args!("host {name}: {msg}; stopping the other ranks"));
+                    self.set_outcome(code);
+                    let lost: Vec<usize> = (0..self.ranks.len())
+                        .filter(|&i| self.ranks[i].host == h && self.ranks[i].ended.is_none())
+                        .collect();
+                    for i in lost {
+                        self.ranks[i].ended = Some(Ending::Exited(code));
+                        self.kvs.notify_rank_failed(
+                            i as u32,
+                            &format!("could not be started on {name}: {msg}"),
+                        );
+                    }
+                    self.begin_stop(&[libc::SIGTERM, libc::SIGKILL]);
+                }
+                DaemonEvent::Msg(_) => {}
+                DaemonEvent::Closed(err) => {
+                    if let Some(d) = self.daemons[h].as_mut() {
+                        d.closed = true;
+                    }
+                    let lost: Vec<usize> = (0..self.ranks.len())
+                        .filter(|&i| self.ranks[i].host == h && self.ranks[i].ended.is_none())
+                        .collect();
+                    if lost.is_empty() {
+                        continue;
+                    }
+                    let why = match err {
+                        Some(e) => e,
+                        None => self.daemons[h]
+                            .as_mut()
+                            .map(|d| d.failure_reason(Duration::from_millis(200)))
+                            .unwrap_or_default(),
+                    };
+                    say(format_args!(
+                        "host {}: lost the connection to its rcomm-run daemon ({why}); its ranks {} are lost",
+                        self.hosts[h].name,
+                        rcomm_transport::identity::rank_list(
+                            &lost.iter().map(|&i| i as u32).collect::<Vec<_>>()
+                        )
+                    ));
+                    for i in lost {
+                        self.rank_ended(i, Ending::Lost);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rank `i` ended (here or on another host): the finalize check, then the failure policy.
+    fn rank_ended(&mut self, i: usize, mut end: Ending) {
+        if end.is_success() {
+            // A rank's Finalize event is queued before its reply, so before it can exit.
+            while let Ok(ev) = self.events.try_recv() {
+                self.on_event(ev);
+            }
+            if self.ranks[i].connected && !self.ranks[i].finalized {
+                end = Ending::Unfinalized;
+            }
+        }
+        self.ranks[i].ended = Some(end);
+        if !end.is_success() {
+            self.on_failure(i, end);
+        }
     }
 
     fn supervise(&mut self) {
@@ -310,6 +797,7 @@ impl Supervisor {
                 self.on_event(ev);
             }
             self.poll_exits();
+            self.poll_remote();
             if self.running() == 0 {
                 break;
             }
@@ -362,25 +850,13 @@ impl Supervisor {
 
     fn poll_exits(&mut self) {
         for i in 0..self.ranks.len() {
-            if self.ranks[i].ended.is_some() {
+            if self.ranks[i].ended.is_some() || self.ranks[i].child.is_none() {
                 continue;
             }
-            let Ok(Some(mut end)) = os::peek_exit(self.ranks[i].pid) else {
+            let Ok(Some(end)) = os::peek_exit(self.ranks[i].pid) else {
                 continue;
             };
-            if end.is_success() {
-                // A rank's Finalize event is queued before its reply, so before it can exit.
-                while let Ok(ev) = self.events.try_recv() {
-                    self.on_event(ev);
-                }
-                if self.ranks[i].connected && !self.ranks[i].finalized {
-                    end = Ending::Unfinalized;
-                }
-            }
-            self.ranks[i].ended = Some(end);
-            if !end.is_success() {
-                self.on_failure(i, end);
-            }
+            self.rank_ended(i, end);
         }
     }
 
@@ -406,8 +882,9 @@ impl Supervisor {
                 format!("; the other {others} ranks go on (--on-failure continue)")
             }
         };
+        let on = self.on_host(i);
         say(format_args!(
-            "rank {rank} (pid {pid}) {how} after {:.2} s{then}",
+            "rank {rank}{on} (pid {pid}) {how} after {:.2} s{then}",
             took.as_secs_f64()
         ));
         if self.on_failure == OnFailure::Abort && others > 0 {
@@ -448,7 +925,13 @@ impl Supervisor {
                     .ranks
                     .iter()
                     .filter(|r| r.ended.is_none())
-                    .map(|r| format!("{} (pid {})", r.rank, r.pid))
+                    .map(|r| {
+                        if self.multi {
+                            format!("{} on {} (pid {})", r.rank, self.hosts[r.host].name, r.pid)
+                        } else {
+                            format!("{} (pid {})", r.rank, r.pid)
+                        }
+                    })
                     .collect();
                 say(format_args!(
                     "ranks {} did not end after SIGKILL; giving up on them",

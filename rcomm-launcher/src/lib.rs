@@ -1,4 +1,5 @@
-//! `rcomm-run`, rcomm's launcher: starts N ranks of a program on this machine, serves them
+//! `rcomm-run`, rcomm's launcher: starts N ranks of a program on this machine and, through one
+//! `rcomm-run --daemon` per host started over ssh ([`ctl`] is their protocol), on others; serves them
 //! the key-value store they bootstrap from, forwards their output, stdin and signals, and
 //! makes sure nothing of the job outlives it — whichever way it ends, `kill -9` of the launcher
 //! included.
@@ -27,10 +28,15 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod ctl;
+mod daemon;
+mod host;
+pub mod hosts;
 mod job;
 mod os;
 mod output;
 pub mod program;
+mod remote;
 mod signals;
 mod spawn;
 mod watchdog;
@@ -55,10 +61,11 @@ pub enum LaunchError {
         "cannot start the watchdog process ({0}); rcomm-run re-executes itself through /proc/self/exe, so /proc must be mounted"
     )]
     Watchdog(io::Error),
+    /// The hosts or the mapping are wrong.
+    #[error("{0}")]
+    Hosts(String),
     /// The key-value store could not listen.
-    #[error(
-        "cannot start the job's key-value store on 127.0.0.1: {0} (is the loopback interface up?)"
-    )]
+    #[error("cannot start the job's key-value store: {0} (is the loopback interface up?)")]
     Kvs(io::Error),
 }
 
@@ -77,6 +84,9 @@ pub fn main_entry() -> i32 {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == watchdog::INTERNAL_FLAG) {
         return watchdog::run();
+    }
+    if args.get(1).is_some_and(|a| a == daemon::DAEMON_FLAG) {
+        return daemon::run();
     }
     let cli = match cli::Cli::try_parse_from(cli::normalize_args(args)) {
         Ok(c) => c,

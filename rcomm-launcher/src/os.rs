@@ -23,6 +23,9 @@ pub enum Ending {
     /// was never dropped, e.g. `std::process::exit(0)` mid-job): peers may be waiting on it,
     /// so it counts as a failure (status 1), as MPI launchers treat a missing finalize.
     Unfinalized,
+    /// Its host's daemon went away (ssh connection closed or the daemon died) before it said
+    /// how the rank ended; the rank is ended there by its daemon or the daemon's watchdog.
+    Lost,
 }
 
 impl Ending {
@@ -36,7 +39,7 @@ impl Ending {
         match self {
             Ending::Exited(c) => c,
             Ending::Signaled(s) => 128 + s,
-            Ending::Unfinalized => 1,
+            Ending::Unfinalized | Ending::Lost => 1,
         }
     }
 
@@ -45,6 +48,10 @@ impl Ending {
         match self {
             Ending::Exited(c) => format!("exited with code {c}"),
             Ending::Unfinalized => "exited with code 0 without finalizing rcomm (std::process::exit while the World was alive?)".to_string(),
+            Ending::Lost => {
+                "was lost: its host's rcomm-run daemon went away (ssh connection closed?)"
+                    .to_string()
+            }
             Ending::Signaled(s) => {
                 format!(
                     "was killed by signal {s} ({})",

@@ -23,7 +23,8 @@ pub enum Dest {
 /// line), so a rank printing without newlines cannot grow the launcher's memory without bound.
 const MAX_LINE: usize = 1 << 20;
 
-fn emit(dest: Dest, bytes: &[u8]) {
+/// Writes `bytes` to the launcher's `dest` stream, whole, ignoring errors.
+pub fn emit(dest: Dest, bytes: &[u8]) {
     // Errors are ignored on purpose (see the module comment).
     match dest {
         Dest::Stdout => {
@@ -85,11 +86,12 @@ impl LinePrefixer {
     }
 }
 
-/// Starts a thread copying `src` to `dest` (prefixed unless `raw`); it sends on `done` at EOF.
+/// Starts a thread copying `src` to `sink` (whole lines, prefixed unless `raw`); it sends on
+/// `done` at EOF. The sink is [`emit`] on the launcher, the control channel on a daemon.
 pub fn forward(
     rank: u32,
     mut src: impl Read + Send + 'static,
-    dest: Dest,
+    sink: impl Fn(&[u8]) + Send + 'static,
     raw: bool,
     done: Sender<()>,
 ) -> io::Result<JoinHandle<()>> {
@@ -106,17 +108,17 @@ pub fn forward(
                     Err(_) => break,
                 };
                 if raw {
-                    emit(dest, &buf[..n]);
+                    sink(&buf[..n]);
                 } else {
                     let out = lines.push(&buf[..n]);
                     if !out.is_empty() {
-                        emit(dest, &out);
+                        sink(&out);
                     }
                 }
             }
             let tail = lines.finish();
             if !tail.is_empty() {
-                emit(dest, &tail);
+                sink(&tail);
             }
             let _ = done.send(());
         })

@@ -117,6 +117,11 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "measure (default): measure latency, bandwidth and reduce throughput at init for the collective cost model; default: use built-in constants (rank 0's values are broadcast either way)",
     },
     VarSpec {
+        name: "RCOMM_SSH",
+        protocol: false,
+        help: "rcomm-run: command that starts its daemon on another host, split at spaces (default ssh; --ssh overrides)",
+    },
+    VarSpec {
         name: "RCOMM_KERNEL_ISA",
         protocol: false,
         help: "reduction kernel instruction set: avx512, avx2, portable (default: the best the CPU has)",
@@ -361,6 +366,8 @@ pub struct Config {
     pub tune: TuneMode,
     /// `RCOMM_HOSTID`: a node identity override (part of what makes two ranks one node).
     pub host_id: Option<String>,
+    /// `RCOMM_SSH`: how `rcomm-run` reaches other hosts (`None`: plain `ssh`).
+    pub ssh: Option<String>,
     /// Present when started by `rcomm-run` (or a daemon of it).
     pub launch: Option<LaunchEnv>,
     /// Present when `PMI_FD`, `PMI_RANK` and `PMI_SIZE` are set (hydra, Slurm).
@@ -735,6 +742,7 @@ impl Config {
             async_progress,
             tune,
             host_id: get(env, "RCOMM_HOSTID").filter(|v| !v.trim().is_empty()),
+            ssh: get(env, "RCOMM_SSH"),
             launch,
             pmi,
             torch,

@@ -1,6 +1,8 @@
 //! Helpers shared by rcomm's multi-process tests: finding `rcomm-run`, running a job with a
 //! deadline, and checking that a job left nothing behind (processes, shared-memory files).
 
+pub mod cluster;
+
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::PathBuf;
@@ -114,6 +116,25 @@ impl Job {
                 cmd.env_remove(&k);
             }
         }
+        let marker = format!("{}-{}", std::process::id(), next_id());
+        cmd.env("RCOMMTEST_MARKER", &marker);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Self {
+            cmd,
+            deadline: Duration::from_secs(60),
+            marker,
+        }
+    }
+    /// `PREFIX... rcomm-run -x RCOMMTEST_MARKER <args...>`: the launcher run through a command
+    /// prefix (e.g. one entering a fake host), the marker exported to ranks on every host.
+    pub fn with_prefix(prefix: &[String], args: &[&str]) -> Self {
+        let mut cmd = Command::new(&prefix[0]);
+        cmd.args(&prefix[1..])
+            .arg(rcomm_run())
+            .args(["-x", "RCOMMTEST_MARKER"])
+            .args(args);
         let marker = format!("{}-{}", std::process::id(), next_id());
         cmd.env("RCOMMTEST_MARKER", &marker);
         cmd.stdin(Stdio::null())

@@ -1,0 +1,479 @@
+//! The control channel between `rcomm-run` (the head) and one `rcomm-run --daemon` per remote
+//! host: frames in rcomm's wire format (magic, version, kind, length; fields little-endian,
+//! strings length-prefixed), carried over ssh's stdin (head → daemon) and stdout (daemon →
+//! head). ssh's stderr stays free for diagnostics.
+//!
+//! The exchange: the daemon says `Hello` (its host name, the head's address as ssh saw it, its
+//! core count); the head answers with one `Job` (program, arguments, working directory,
+//! environment, this host's ranks, the key-value store's address and the job secret — the
+//! secret travels only here, never in argv or the environment of ssh); the daemon reports
+//! `Started`, `Output` and `Exited` per rank, or `Failed` if it cannot start the job; the head
+//! may send `Signal`. End-of-file on the daemon's stdin ends that host's ranks. Both sides send
+//! a `Heartbeat` every [`HEARTBEAT`] and declare the other gone after [`SILENCE_LIMIT`] without
+//! any frame: ssh's own keepalives (and sshd's) react to a cut link only after 10-20 s, and
+//! until then a cut-off host would keep its ranks running.
+//!
+//! Decoding never panics and never allocates beyond [`CTL_LIMIT`] per frame: the daemon's
+//! stdin is reachable by whoever may run a command over ssh, but the head's output is not
+//! trusted blindly either.
+
+use crate::os::Ending;
+use rcomm_transport::auth::SECRET_LEN;
+use rcomm_transport::wire::{self, Dec, Enc, FrameIoError, WireError};
+use std::io::{Read, Write};
+
+/// How often each side of a control channel sends a heartbeat.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
+/// Silence after which the other side of a control channel counts as gone.
+pub const SILENCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(6);
+
+/// Largest control frame payload (one job description, or one batch of output lines).
+pub const CTL_LIMIT: usize = 4 << 20;
+/// Longest single string field (paths, arguments, variable values, messages).
+const MAX_STR: usize = 1 << 20;
+/// Most arguments, variables or ranks in one job description.
+const MAX_ITEMS: u32 = 1 << 16;
+
+mod kind {
+    pub const HELLO: u8 = 0x40;
+    pub const JOB: u8 = 0x41;
+    pub const SIGNAL: u8 = 0x42;
+    pub const STARTED: u8 = 0x43;
+    pub const OUTPUT: u8 = 0x44;
+    pub const EXITED: u8 = 0x45;
+    pub const FAILED: u8 = 0x46;
+    pub const SAY: u8 = 0x47;
+    pub const HEARTBEAT: u8 = 0x48;
+}
+
+/// What one host's daemon is to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonJob {
+    /// PROGRAM as the user wrote it; the daemon resolves it on its host (PATH, then beside
+    /// itself), so a missing program is reported by the host that lacks it.
+    pub program: Vec<u8>,
+    /// Its arguments.
+    pub args: Vec<Vec<u8>>,
+    /// Working directory for the ranks (the head's).
+    pub cwd: Vec<u8>,
+    /// Variables to set in every rank (`-x` exports and the head's `RCOMM_*`).
+    pub env: Vec<(String, Vec<u8>)>,
+    /// Number of ranks in the job.
+    pub size: u32,
+    /// This host's ranks, in local-rank order.
+    pub ranks: Vec<u32>,
+    /// `RCOMM_KVS_ADDR` as the ranks on this host must use it.
+    pub kvs_addr: String,
+    /// `RCOMM_JOB_ID`.
+    pub job_id: String,
+    /// The job secret.
+    pub secret: [u8; SECRET_LEN],
+    /// `--bind-to`: 0 default, 1 core, 2 none, 3 numa, 4 socket.
+    pub bind_to: u8,
+    /// Ranks per core (`--map-by ppr:N:core`), for binding.
+    pub per_core: u32,
+    /// `--report-bindings`.
+    pub report_bindings: bool,
+    /// `--no-prefix`.
+    pub no_prefix: bool,
+    /// `--grace` in milliseconds: the stop sequence on end-of-file.
+    pub grace_ms: u32,
+}
+
+/// Head → daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToDaemon {
+    /// The job (once, after `Hello`).
+    Job(Box<DaemonJob>),
+    /// Send this signal to every rank's process group on the host.
+    Signal(i32),
+    /// The head is alive.
+    Heartbeat,
+}
+
+/// Daemon → head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FromDaemon {
+    /// First message: who the daemon is.
+    Hello {
+        /// The host's own name.
+        hostname: String,
+        /// The head's address as this host sees it (ssh's client address; empty if unknown).
+        head_ip: String,
+        /// Usable cores on the host.
+        cores: u32,
+    },
+    /// A rank runs.
+    Started {
+        /// The rank.
+        rank: u32,
+        /// Its pid on that host.
+        pid: i32,
+    },
+    /// Whole output lines (already prefixed unless `--no-prefix`).
+    Output {
+        /// For the head's stderr (else stdout).
+        stderr: bool,
+        /// The bytes.
+        bytes: Vec<u8>,
+    },
+    /// A rank ended.
+    Exited {
+        /// The rank.
+        rank: u32,
+        /// How.
+        ending: Ending,
+    },
+    /// The daemon cannot run the job (e.g. PROGRAM not found there); it exits.
+    Failed {
+        /// Exit status the head should use (127/126 for PROGRAM, else 1).
+        code: i32,
+        /// What happened.
+        msg: String,
+    },
+    /// A line for the head's stderr (bindings, warnings).
+    Say {
+        /// The text.
+        msg: String,
+    },
+    /// The daemon is alive.
+    Heartbeat,
+}
+
+fn bad(what: &'static str, why: &str) -> WireError {
+    WireError::Invalid {
+        what,
+        why: why.into(),
+    }
+}
+
+fn count(d: &mut Dec<'_>, what: &'static str) -> Result<u32, WireError> {
+    let n = d.u32(what)?;
+    if n > MAX_ITEMS {
+        return Err(bad(what, "too many items"));
+    }
+    Ok(n)
+}
+
+impl ToDaemon {
+    /// Encodes into one frame.
+    pub fn to_frame(&self) -> Vec<u8> {
+        let mut e = Enc::new();
+        match self {
+            ToDaemon::Job(j) => {
+                e.bytes(&j.program);
+                e.u32(j.args.len() as u32);
+                for a in &j.args {
+                    e.bytes(a);
+                }
+                e.bytes(&j.cwd);
+                e.u32(j.env.len() as u32);
+                for (k, v) in &j.env {
+                    e.str(k).bytes(v);
+                }
+                e.u32(j.size).u32(j.ranks.len() as u32);
+                for &r in &j.ranks {
+                    e.u32(r);
+                }
+                e.str(&j.kvs_addr).str(&j.job_id).raw(&j.secret);
+                e.u8(j.bind_to)
+                    .u32(j.per_core)
+                    .u8(j.report_bindings as u8)
+                    .u8(j.no_prefix as u8)
+                    .u32(j.grace_ms);
+                wire::encode_frame(kind::JOB, &e.finish())
+            }
+            ToDaemon::Signal(s) => wire::encode_frame(kind::SIGNAL, &e.i32(*s).finish()),
+            ToDaemon::Heartbeat => wire::encode_frame(kind::HEARTBEAT, &[]),
+        }
+    }
+
+    /// Decodes one frame's kind and payload.
+    pub fn decode(k: u8, p: &[u8]) -> Result<Self, WireError> {
+        let mut d = Dec::new(p);
+        let m = match k {
+            kind::JOB => {
+                let program = d.bytes(MAX_STR, "program")?.to_vec();
+                let n = count(&mut d, "args")?;
+                let mut args = Vec::new();
+                for _ in 0..n {
+                    args.push(d.bytes(MAX_STR, "arg")?.to_vec());
+                }
+                let cwd = d.bytes(MAX_STR, "cwd")?.to_vec();
+                let n = count(&mut d, "env")?;
+                let mut env = Vec::new();
+                for _ in 0..n {
+                    env.push((
+                        d.str(MAX_STR, "env name")?,
+                        d.bytes(MAX_STR, "env value")?.to_vec(),
+                    ));
+                }
+                let size = d.u32("size")?;
+                let n = count(&mut d, "ranks")?;
+                let mut ranks = Vec::new();
+                for _ in 0..n {
+                    let r = d.u32("rank")?;
+                    if r >= size {
+                        return Err(bad("rank", "not below the job size"));
+                    }
+                    ranks.push(r);
+                }
+                let kvs_addr = d.str(MAX_STR, "kvs addr")?;
+                let job_id = d.str(MAX_STR, "job id")?;
+                let secret = d.array::<SECRET_LEN>("secret")?;
+                let bind_to = d.u8("bind to")?;
+                if bind_to > 4 {
+                    return Err(bad("bind to", "unknown binding"));
+                }
+                let per_core = d.u32("per core")?.max(1);
+                let report_bindings = d.u8("report")? != 0;
+                let no_prefix = d.u8("no prefix")? != 0;
+                let grace_ms = d.u32("grace")?;
+                ToDaemon::Job(Box::new(DaemonJob {
+                    program,
+                    args,
+                    cwd,
+                    env,
+                    size,
+                    ranks,
+                    kvs_addr,
+                    job_id,
+                    secret,
+                    bind_to,
+                    per_core,
+                    report_bindings,
+                    no_prefix,
+                    grace_ms,
+                }))
+            }
+            kind::SIGNAL => ToDaemon::Signal(d.i32("signal")?),
+            kind::HEARTBEAT => ToDaemon::Heartbeat,
+            k => {
+                return Err(WireError::UnknownKind {
+                    what: "control message to the daemon",
+                    kind: k,
+                });
+            }
+        };
+        d.end()?;
+        Ok(m)
+    }
+}
+
+fn ending_parts(e: Ending) -> (u8, i32) {
+    match e {
+        Ending::Exited(c) => (0, c),
+        Ending::Signaled(s) => (1, s),
+        Ending::Unfinalized => (2, 0),
+        Ending::Lost => (3, 0),
+    }
+}
+
+impl FromDaemon {
+    /// Encodes into one frame.
+    pub fn to_frame(&self) -> Vec<u8> {
+        let mut e = Enc::new();
+        let k = match self {
+            FromDaemon::Hello {
+                hostname,
+                head_ip,
+                cores,
+            } => {
+                e.str(hostname).str(head_ip).u32(*cores);
+                kind::HELLO
+            }
+            FromDaemon::Started { rank, pid } => {
+                e.u32(*rank).i32(*pid);
+                kind::STARTED
+            }
+            FromDaemon::Output { stderr, bytes } => {
+                e.u8(*stderr as u8).bytes(bytes);
+                kind::OUTPUT
+            }
+            FromDaemon::Exited { rank, ending } => {
+                let (k, c) = ending_parts(*ending);
+                e.u32(*rank).u8(k).i32(c);
+                kind::EXITED
+            }
+            FromDaemon::Failed { code, msg } => {
+                e.i32(*code).str(msg);
+                kind::FAILED
+            }
+            FromDaemon::Say { msg } => {
+                e.str(msg);
+                kind::SAY
+            }
+            FromDaemon::Heartbeat => kind::HEARTBEAT,
+        };
+        wire::encode_frame(k, &e.finish())
+    }
+
+    /// Decodes one frame's kind and payload.
+    pub fn decode(k: u8, p: &[u8]) -> Result<Self, WireError> {
+        let mut d = Dec::new(p);
+        let m = match k {
+            kind::HELLO => FromDaemon::Hello {
+                hostname: d.str(MAX_STR, "hostname")?,
+                head_ip: d.str(MAX_STR, "head ip")?,
+                cores: d.u32("cores")?,
+            },
+            kind::STARTED => FromDaemon::Started {
+                rank: d.u32("rank")?,
+                pid: d.i32("pid")?,
+            },
+            kind::OUTPUT => FromDaemon::Output {
+                stderr: d.u8("stream")? != 0,
+                bytes: d.bytes(CTL_LIMIT, "output")?.to_vec(),
+            },
+            kind::EXITED => {
+                let rank = d.u32("rank")?;
+                let ending = match (d.u8("ending")?, d.i32("code")?) {
+                    (0, c) => Ending::Exited(c),
+                    (1, s) => Ending::Signaled(s),
+                    (2, _) => Ending::Unfinalized,
+                    (3, _) => Ending::Lost,
+                    _ => return Err(bad("ending", "unknown kind")),
+                };
+                FromDaemon::Exited { rank, ending }
+            }
+            kind::FAILED => FromDaemon::Failed {
+                code: d.i32("code")?,
+                msg: d.str(MAX_STR, "message")?,
+            },
+            kind::SAY => FromDaemon::Say {
+                msg: d.str(MAX_STR, "message")?,
+            },
+            kind::HEARTBEAT => FromDaemon::Heartbeat,
+            k => {
+                return Err(WireError::UnknownKind {
+                    what: "control message from a daemon",
+                    kind: k,
+                });
+            }
+        };
+        d.end()?;
+        Ok(m)
+    }
+}
+
+/// Reads one head → daemon message.
+pub fn read_to_daemon(r: &mut impl Read) -> Result<ToDaemon, FrameIoError> {
+    let (k, p) = wire::read_frame(r, CTL_LIMIT)?;
+    Ok(ToDaemon::decode(k, &p)?)
+}
+
+/// Reads one daemon → head message.
+pub fn read_from_daemon(r: &mut impl Read) -> Result<FromDaemon, FrameIoError> {
+    let (k, p) = wire::read_frame(r, CTL_LIMIT)?;
+    Ok(FromDaemon::decode(k, &p)?)
+}
+
+/// Writes one frame and flushes (pipes to ssh are buffered by nobody but us).
+pub fn write(w: &mut impl Write, frame: &[u8]) -> std::io::Result<()> {
+    w.write_all(frame)?;
+    w.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> DaemonJob {
+        DaemonJob {
+            program: b"./prog".to_vec(),
+            args: vec![b"a".to_vec(), vec![0xff, 0]],
+            cwd: b"/tmp".to_vec(),
+            env: vec![("RCOMM_DEBUG".into(), b"INFO".to_vec())],
+            size: 6,
+            ranks: vec![2, 3],
+            kvs_addr: "10.0.0.1:4000".into(),
+            job_id: "abcd".into(),
+            secret: [7; SECRET_LEN],
+            bind_to: 1,
+            per_core: 2,
+            report_bindings: true,
+            no_prefix: false,
+            grace_ms: 1000,
+        }
+    }
+
+    fn frame_parts(f: &[u8]) -> (u8, &[u8]) {
+        (f[3], &f[wire::FRAME_HEADER_LEN..])
+    }
+
+    #[test]
+    fn messages_round_trip() {
+        for m in [
+            ToDaemon::Job(Box::new(job())),
+            ToDaemon::Signal(15),
+            ToDaemon::Heartbeat,
+        ] {
+            let f = m.to_frame();
+            let (k, p) = frame_parts(&f);
+            assert_eq!(ToDaemon::decode(k, p).unwrap(), m);
+            assert_eq!(read_to_daemon(&mut &f[..]).unwrap(), m);
+        }
+        for m in [
+            FromDaemon::Hello {
+                hostname: "h1".into(),
+                head_ip: "10.0.0.1".into(),
+                cores: 4,
+            },
+            FromDaemon::Started { rank: 3, pid: 99 },
+            FromDaemon::Output {
+                stderr: true,
+                bytes: b"[3] hi\n".to_vec(),
+            },
+            FromDaemon::Exited {
+                rank: 3,
+                ending: Ending::Signaled(9),
+            },
+            FromDaemon::Exited {
+                rank: 2,
+                ending: Ending::Exited(4),
+            },
+            FromDaemon::Failed {
+                code: 127,
+                msg: "x".into(),
+            },
+            FromDaemon::Say { msg: "m".into() },
+            FromDaemon::Heartbeat,
+        ] {
+            let f = m.to_frame();
+            assert_eq!(read_from_daemon(&mut &f[..]).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error_never_a_panic() {
+        let f = ToDaemon::Job(Box::new(job())).to_frame();
+        let (k, p) = frame_parts(&f);
+        for cut in 0..p.len() {
+            assert!(ToDaemon::decode(k, &p[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut bad_rank = job();
+        bad_rank.ranks = vec![6];
+        let f = ToDaemon::Job(Box::new(bad_rank)).to_frame();
+        let (k, p) = frame_parts(&f);
+        assert!(ToDaemon::decode(k, p).is_err());
+        assert!(FromDaemon::decode(0x99, &[]).is_err());
+        assert!(matches!(
+            read_from_daemon(&mut &b""[..]),
+            Err(FrameIoError::Closed)
+        ));
+        // Pseudo-random bytes of every length decode to errors or messages, never panics.
+        let mut x = 0x1234_5678u32;
+        for len in 0..200 {
+            let buf: Vec<u8> = (0..len)
+                .map(|_| {
+                    x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (x >> 24) as u8
+                })
+                .collect();
+            for k in 0x40..0x4a {
+                let _ = ToDaemon::decode(k, &buf);
+                let _ = FromDaemon::decode(k, &buf);
+            }
+        }
+    }
+}
