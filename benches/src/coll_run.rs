@@ -531,6 +531,15 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Res<()> {
     let mut per_algo: Vec<(&str, f64, usize)> = Vec::new();
     let mut series = Vec::new();
     for &algo in &plan.algos {
+        if algo.0 == "shm" && !comm.on_one_node() {
+            if rank == 0 {
+                say(
+                    plan.json,
+                    "# algo: shm skipped: the ranks are on more than one node",
+                );
+            }
+            continue;
+        }
         if rank == 0 {
             if plan.algos.len() > 1 || algo.0 != "auto" {
                 say(plan.json, &format!("# algo: {}", algo.0));

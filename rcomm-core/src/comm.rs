@@ -273,6 +273,17 @@ fn check_elems<T>(st: &Status) -> Result<Status> {
 }
 
 impl Communicator {
+    /// Whether every rank of the communicator runs on this node (so the shared-memory
+    /// collective algorithms can run).
+    pub fn on_one_node(&self) -> bool {
+        self.one_node
+    }
+
+    /// How many nodes the ranks of the communicator run on.
+    pub fn nodes(&self) -> u32 {
+        self.nodes
+    }
+
     /// This process's rank in the communicator.
     pub fn rank(&self) -> u32 {
         self.rank

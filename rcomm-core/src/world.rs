@@ -201,7 +201,16 @@ fn init_with(cfg: &Config) -> Result<World> {
         cma_max: if cfg.shm_cma { cfg.shm_cma_max } else { 0 },
     };
     let engine = Engine::new(rank, size, net, hosts, proto);
-    let oversubscribed = on_node > rcomm_transport::os::usable_cpus();
+    // Ranks sharing this machine's cores: those on this node, or all the launcher started here
+    // when node identity is split further (RCOMM_HOSTID, namespaces) — spinning while the rank
+    // we wait for needs our core costs a whole time slice per wait.
+    let sharing = on_node.max(
+        infos
+            .iter()
+            .filter(|p| p.hostname == infos[rank as usize].hostname)
+            .count(),
+    );
+    let oversubscribed = sharing > rcomm_transport::os::usable_cpus();
     let policy = if oversubscribed {
         WaitPolicy {
             spin: 64,
