@@ -118,7 +118,7 @@ fn algorithms_and_plot() {
         svg.to_str().unwrap(),
     ]);
     assert_eq!(rc, 0, "{err}");
-    for a in ["ring", "rd", "rabenseifner", "direct", "shm"] {
+    for a in ["ring", "rd", "rabenseifner", "direct", "shm", "hier"] {
         assert!(out.contains(&format!("# algo: {a}")), "{a}\n{out}");
     }
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
@@ -126,7 +126,7 @@ fn algorithms_and_plot() {
     let (rc, _, err) = bench(&["coll", "bcast", "-A", "ring"]);
     assert_eq!(rc, 2);
     assert!(
-        err.contains("valid: auto, tree, scatter_allgather, pipeline, shm, all"),
+        err.contains("valid: auto, tree, scatter_allgather, pipeline, shm, hier, all"),
         "{err}"
     );
     let (rc, _, err) = bench(&["coll", "barrier", "--plot", "x.svg"]);
