@@ -112,7 +112,7 @@ impl Shared {
     }
 
     /// Applies launcher notices (failed ranks) to the engine; one atomic load when none is new.
-    fn apply_notices(&self, e: &mut Engine) {
+    pub(crate) fn apply_notices(&self, e: &mut Engine) {
         let Some(n) = &self.notices else { return };
         let v = n.version();
         if v == self.seen_notices.load(Ordering::Relaxed) {
@@ -306,6 +306,14 @@ impl Communicator {
             Some(g) => g.world[r as usize],
             None => r,
         })
+    }
+
+    /// This communicator's rank of world rank `w`, if it is a member.
+    pub(crate) fn local_rank_of(&self, w: u32) -> Option<u32> {
+        match &self.group {
+            Some(g) => g.local.get(&w).copied(),
+            None => (w < self.size).then_some(w),
+        }
     }
 
     fn source(&self, s: Source) -> Result<Source> {

@@ -401,7 +401,7 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
         .flatten()
         .filter_map(|d| d.hello.as_ref().map(|x| x.1.clone()))
         .find(|ip| !ip.is_empty())
-        .unwrap_or_else(|| Ipv4Addr::LOCALHOST.to_string());
+        .unwrap_or_else(|| kvs.addr().ip().to_string());
     let local_kvs = format!("{here_ip}:{port}");
 
     let mut sup = Supervisor {

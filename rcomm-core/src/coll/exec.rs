@@ -388,12 +388,48 @@ impl Communicator {
             }
         }
         if let Some(x) = err {
-            return Err(x);
+            return Err(self.with_other_losses(x));
         }
         for st in &ph.local {
             local_step(st, data, input, tmp, reduce)?;
         }
         Ok(Vec::new())
+    }
+
+    /// A collective that lost a peer often lost it because another member failed first (the
+    /// peer gave up on that one and exited): the error names every member known to be lost,
+    /// after taking in the launcher's latest notices, so each survivor points at the cause.
+    fn with_other_losses(&self, err: CommError) -> CommError {
+        let CommError::PeerLost {
+            rank,
+            host,
+            op,
+            why,
+        } = err
+        else {
+            return err;
+        };
+        let mut e = self.shared.lock();
+        self.shared.apply_notices(&mut e);
+        let mut others: Vec<(u32, String)> = e
+            .failed()
+            .iter()
+            .filter(|(w, _)| **w != rank && self.local_rank_of(**w).is_some())
+            .map(|(w, why)| (*w, format!("rank {w} on {} ({why})", e.host_of(*w))))
+            .collect();
+        others.sort_unstable();
+        let why = if others.is_empty() {
+            why
+        } else {
+            let list: Vec<String> = others.into_iter().map(|(_, s)| s).collect();
+            format!("{why}; also lost in this communicator: {}", list.join(", "))
+        };
+        CommError::PeerLost {
+            rank,
+            host,
+            op,
+            why,
+        }
     }
 }
 

@@ -726,6 +726,11 @@ impl Engine {
         &self.st.failed
     }
 
+    /// Host of world rank `rank` (empty if unknown).
+    pub(crate) fn host_of(&self, rank: u32) -> &str {
+        self.st.hosts.get(rank as usize).map_or("", String::as_str)
+    }
+
     /// The `PeerLost` error for world rank `rank` if it is known to have failed.
     pub(crate) fn lost_error(&self, rank: u32, op: &'static str) -> Option<CommError> {
         self.st
