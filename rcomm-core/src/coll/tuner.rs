@@ -47,6 +47,9 @@ const LAT_ITERS: usize = 10;
 /// Large-message size of the bandwidth ping-pong: large enough that the bandwidth term
 /// dominates α by two orders of magnitude on shared memory, small enough to keep init quick.
 const BW_BYTES: usize = 256 << 10;
+/// The same between nodes: networks (and rate limiters) pass a first burst at line rate, so a
+/// small probe overstates a slow link's bandwidth — 2 MiB keeps a 256 KiB burst under 15 %.
+const BW_BYTES_INTER: usize = 2 << 20;
 const BW_WARMUP: usize = 1;
 const BW_ITERS: usize = 3;
 /// Buffer of the γ and μ measurement (f32 elements: 1 MiB).
@@ -650,7 +653,7 @@ fn clamp(v: f64, (lo, hi): (f64, f64)) -> f64 {
 
 /// Rank 0's side of the ping-pong with `peer`: α from 8-byte round trips, β from large ones
 /// (one-way time minus α).
-fn ping(world: &Communicator, peer: u32) -> Result<Link> {
+fn ping(world: &Communicator, peer: u32, bw_bytes: usize) -> Result<Link> {
     let mut small = [0u8; LAT_BYTES];
     small[0] = 1; // "measure": the peer answers every ping
     let mut back = [0u8; LAT_BYTES];
@@ -664,8 +667,8 @@ fn ping(world: &Communicator, peer: u32) -> Result<Link> {
         }
     }
     let alpha = clamp(median(lat), ALPHA_RANGE_US);
-    let big = vec![0u8; BW_BYTES];
-    let mut big_back = vec![0u8; BW_BYTES];
+    let big = vec![0u8; bw_bytes];
+    let mut big_back = vec![0u8; bw_bytes];
     let mut bw = Vec::with_capacity(BW_ITERS);
     for i in 0..BW_WARMUP + BW_ITERS {
         let t0 = Instant::now();
@@ -679,14 +682,14 @@ fn ping(world: &Communicator, peer: u32) -> Result<Link> {
     let wire_us = (median(bw) - alpha).max(1e-3);
     Ok(Link {
         alpha_us: alpha,
-        beta: clamp(BW_BYTES as f64 / wire_us, THROUGHPUT_RANGE),
+        beta: clamp(bw_bytes as f64 / wire_us, THROUGHPUT_RANGE),
         origin: Origin::Measured,
     })
 }
 
 /// A peer's side: answer rank 0's pings until the fixed iteration counts are done, or return
 /// at once when rank 0 says it does not measure.
-fn pong(world: &Communicator) -> Result<()> {
+fn pong(world: &Communicator, bw_bytes: usize) -> Result<()> {
     let mut small = [0u8; LAT_BYTES];
     world.tune_recv(&mut small, 0, TAG_TUNE_PING)?;
     if small[0] == 0 {
@@ -697,7 +700,7 @@ fn pong(world: &Communicator) -> Result<()> {
         world.tune_recv(&mut small, 0, TAG_TUNE_PING)?;
         world.tune_send(&small, 0, TAG_TUNE_PING)?;
     }
-    let mut big = vec![0u8; BW_BYTES];
+    let mut big = vec![0u8; bw_bytes];
     for _ in 0..BW_WARMUP + BW_ITERS {
         world.tune_recv(&mut big, 0, TAG_TUNE_PING)?;
         world.tune_send(&big, 0, TAG_TUNE_PING)?;
@@ -755,13 +758,13 @@ pub(crate) fn measure(world: &Communicator, mode: TuneMode) -> Result<Tuning> {
     let inter_peer = (1..n).find(|&r| node_of[r as usize] != node_of[0]);
     let mut tuning = Tuning::defaults();
     if me == 0 {
-        for (peer, link) in [
-            (intra_peer, &mut tuning.intra),
-            (inter_peer, &mut tuning.inter),
+        for (peer, link, bytes) in [
+            (intra_peer, &mut tuning.intra, BW_BYTES),
+            (inter_peer, &mut tuning.inter, BW_BYTES_INTER),
         ] {
             let Some(peer) = peer else { continue };
             if mode == TuneMode::Measure {
-                *link = ping(world, peer)?;
+                *link = ping(world, peer, bytes)?;
             } else {
                 world.tune_send(&[0u8; LAT_BYTES], peer, TAG_TUNE_PING)?;
             }
@@ -770,8 +773,10 @@ pub(crate) fn measure(world: &Communicator, mode: TuneMode) -> Result<Tuning> {
             (tuning.gamma, tuning.memcpy) = measure_local();
             tuning.local_origin = Origin::Measured;
         }
-    } else if Some(me) == intra_peer || Some(me) == inter_peer {
-        pong(world)?;
+    } else if Some(me) == intra_peer {
+        pong(world, BW_BYTES)?;
+    } else if Some(me) == inter_peer {
+        pong(world, BW_BYTES_INTER)?;
     }
     // Binomial broadcast from rank 0: receive from the parent, then send to children.
     let mut buf = tuning.to_bytes();
