@@ -37,7 +37,7 @@ fi
 # shm::loom tests). `--cfg loom` changes every crate's flags, so those build in their own target
 # dir; release, because loom explores ~170,000 executions. Both run; the script fails if either does.
 status=0
-cargo test --workspace --locked "$@" || status=$?
+cargo test --workspace --locked --no-fail-fast "$@" || status=$?
 RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
     cargo test --locked -p rcomm-transport --lib --release shm::loom || status=$?
 exit "$status"

@@ -57,12 +57,15 @@ fn mpiexec_rank_death_in_init_ends_the_job() {
         .run();
     assert_ne!(out.code(), 0, "{out}");
     assert!(out.elapsed < Duration::from_secs(15), "{out}");
-    // The first survivor to give up ends the job (hydra then kills the others).
+    // The first survivor to give up ends the job (hydra then kills the others). Hydra may kill
+    // them before the survivor's message reaches its output (seen under load): then hydra's
+    // own report of the ended job is what there is.
+    let all = format!("{}{}", out.stdout, out.stderr);
     assert!(
-        out.stdout.contains("RCOMM_BOOTSTRAP_TIMEOUT"),
-        "a survivor names the deadline\n{out}"
+        (all.contains("RCOMM_BOOTSTRAP_TIMEOUT") && all.contains("the PMI server (mpiexec)"))
+            || all.contains("BAD TERMINATION"),
+        "a survivor names the deadline, or hydra reports the ended job\n{out}"
     );
-    assert!(out.stdout.contains("the PMI server (mpiexec)"), "{out}");
 }
 
 #[test]
