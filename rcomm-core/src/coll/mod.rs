@@ -747,43 +747,45 @@ impl Communicator {
     }
 
     fn gather_plan(&self, counts: &[usize], elem: usize, root: u32) -> Result<Arc<Schedule>> {
-        self.check_root(root)?;
-        check_len("gatherv counts", counts.len(), self.size as usize)?;
-        let algo = self.choose("gather", counts[0] * elem, elem, None)?;
-        if algo == "tree" && counts.iter().all(|&c| c == counts[0]) {
-            let (rank, n, b) = (self.rank, self.size, counts[0] * elem);
-            return Ok(self
-                .shared
-                .coll
-                .schedule(self.key("gather", algo, root, counts[0], elem), || {
-                    schedule::binomial_gather(rank, n, root, b)
-                }));
-        }
-        Ok(Arc::new(schedule::linear_gather_v(
-            self.rank,
-            root,
-            &schedule::packed_blocks(counts, elem),
-        )))
+        self.rooted_plan("gather", counts, elem, root)
     }
 
     fn scatter_plan(&self, counts: &[usize], elem: usize, root: u32) -> Result<Arc<Schedule>> {
+        self.rooted_plan("scatter", counts, elem, root)
+    }
+
+    /// Gather (`op` = "gather") or scatter: the binomial tree for equal blocks when chosen,
+    /// else linear (also the v-variants').
+    fn rooted_plan(
+        &self,
+        op: &'static str,
+        counts: &[usize],
+        elem: usize,
+        root: u32,
+    ) -> Result<Arc<Schedule>> {
         self.check_root(root)?;
-        check_len("scatterv counts", counts.len(), self.size as usize)?;
-        let algo = self.choose("scatter", counts[0] * elem, elem, None)?;
+        check_len(op, counts.len(), self.size as usize)?;
+        let algo = self.choose(op, counts[0] * elem, elem, None)?;
+        let gather = op == "gather";
         if algo == "tree" && counts.iter().all(|&c| c == counts[0]) {
             let (rank, n, b) = (self.rank, self.size, counts[0] * elem);
-            return Ok(self
-                .shared
-                .coll
-                .schedule(self.key("scatter", algo, root, counts[0], elem), || {
-                    schedule::binomial_scatter(rank, n, root, b)
-                }));
+            return Ok(self.shared.coll.schedule(
+                self.key(op, algo, root, counts[0], elem),
+                || {
+                    if gather {
+                        schedule::binomial_gather(rank, n, root, b)
+                    } else {
+                        schedule::binomial_scatter(rank, n, root, b)
+                    }
+                },
+            ));
         }
-        Ok(Arc::new(schedule::linear_scatter_v(
-            self.rank,
-            root,
-            &schedule::packed_blocks(counts, elem),
-        )))
+        let blocks = schedule::packed_blocks(counts, elem);
+        Ok(Arc::new(if gather {
+            schedule::linear_gather_v(self.rank, root, &blocks)
+        } else {
+            schedule::linear_scatter_v(self.rank, root, &blocks)
+        }))
     }
 
     /// Like [`gather`](Self::gather) with `counts[i]` elements from rank i (the root needs
