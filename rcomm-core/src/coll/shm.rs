@@ -683,23 +683,12 @@ impl NodeShm {
         Err(e)
     }
 
-    /// In-place allreduce of `data` (elements of `elem` bytes). `combine(acc, left)` computes
-    /// `acc = left ⊕ acc`. The reduction order is the canonical right fold in rank order,
+    /// Allreduce of `data` (elements of `elem` bytes), out of place when `input` is given (of
+    /// `data`'s length: `data` is then only written). `combine(acc, left)` computes
+    /// `acc = left ⊕ acc`; the order is the canonical right fold in rank order,
     /// `acc = a(n−1); for j in (0..n−1).rev() { acc = a(j) ⊕ acc }`, so every rank ends with
-    /// identical bytes. Ranks passing different lengths get `Mismatch`.
-    #[allow(dead_code)] // the collective layer's entry; the typed wrappers below use the sig variant
-    pub(crate) fn allreduce(
-        &self,
-        comm: &Communicator,
-        data: &mut [u8],
-        elem: usize,
-        combine: &Combine<'_>,
-    ) -> Result<()> {
-        self.allreduce_sig(comm, data, None, elem, 0, combine)
-    }
-
-    /// [`allreduce`](Self::allreduce) with `sig` (op and type, checked equal on every rank),
-    /// out of place when `input` is given (of `data`'s length): `data` is then only written.
+    /// identical bytes. `sig` (op and type) and the length are checked equal on every rank
+    /// (`Mismatch` otherwise).
     pub(crate) fn allreduce_sig(
         &self,
         comm: &Communicator,

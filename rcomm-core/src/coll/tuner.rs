@@ -590,10 +590,6 @@ pub(crate) fn choose(t: &Tuning, q: &Query, forced: Option<&str>) -> Result<Choi
 
 impl Communicator {
     /// The tuning constants every communicator of the process shares (rank 0's, set at init).
-    #[allow(
-        dead_code,
-        reason = "for the collective dispatch in coll/mod.rs, which is being rewritten to use the tuner"
-    )]
     pub(crate) fn tuning(&self) -> Tuning {
         self.shared
             .tuning
