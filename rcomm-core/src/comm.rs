@@ -120,7 +120,7 @@ impl Shared {
         }
         self.seen_notices.store(v, Ordering::Relaxed);
         for (rank, how) in n.snapshot().failed {
-            e.peer_failed(rank, format!("the launcher reports it {how}"));
+            e.launcher_reports_failed(rank, format!("the launcher reports it {how}"));
         }
     }
 
@@ -224,6 +224,9 @@ pub struct Communicator {
     pub(crate) shared: Arc<Shared>,
     /// Algorithms forced on this handle ([`Communicator::with_algo`]), before `RCOMM_ALGO`.
     pub(crate) algo_force: Option<Arc<Vec<(String, String)>>>,
+    /// World ranks whose failure fails this communicator's collectives, when more than its
+    /// members: the parent's, for the sub-communicators a hierarchical collective runs on.
+    pub(crate) failure_scope: Option<Arc<Vec<u32>>>,
 }
 
 /// The members of a communicator, as world ranks, with the reverse map.
@@ -306,6 +309,14 @@ impl Communicator {
             Some(g) => g.world[r as usize],
             None => r,
         })
+    }
+
+    /// Whether world rank `w` failing fails this communicator's collectives.
+    pub(crate) fn in_failure_scope(&self, w: u32) -> bool {
+        match &self.failure_scope {
+            Some(s) => s.binary_search(&w).is_ok(),
+            None => self.local_rank_of(w).is_some(),
+        }
     }
 
     /// This communicator's rank of world rank `w`, if it is a member.

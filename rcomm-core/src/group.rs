@@ -176,6 +176,7 @@ impl Communicator {
             _ctx_guard: Some(guard),
             coll_seq: Default::default(),
             algo_force: None,
+            failure_scope: None,
             shared: self.shared.clone(),
         }
     }

@@ -244,6 +244,7 @@ fn init_with(cfg: &Config) -> Result<World> {
         _ctx_guard: None,
         coll_seq: Default::default(),
         algo_force: None,
+        failure_scope: None,
         shared,
     };
     // Collective: every rank takes part (rank 0 measures, all receive its values), so the

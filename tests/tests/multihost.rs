@@ -322,11 +322,12 @@ fn cutting_host2_off_during_allreduce_ends_the_job_naming_its_ranks() {
         .flat_map(|r| out.rank_lines(r))
         .filter(|l| l.starts_with("error"))
         .collect();
-    // At least one names a rank of host2. Not every one: a survivor blocked only on survivors
-    // (ring neighbours on host0/host1) learns of the loss from the launcher's notice, or is
-    // ended by the stop sequence, and may first see a survivor the sequence stopped.
+    // Every survivor names a rank of host2: those waiting on host2 directly, and those waiting
+    // on a live neighbour stuck behind it (a collective fails as soon as any member is known
+    // lost — the launcher's notice — and abandons what it still had in flight).
+    assert_eq!(errors.len(), 4, "{errors:?}\n{out}");
     assert!(
-        errors.iter().any(|e| e.contains("(host host2)")),
+        errors.iter().all(|e| e.contains("(host host2)")),
         "{errors:?}\n{out}"
     );
     assert!(after_cut < Duration::from_secs(30), "{after_cut:?}\n{out}");

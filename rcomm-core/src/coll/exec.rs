@@ -368,6 +368,32 @@ impl Communicator {
                 return Ok(reqs);
             }
         }
+        // Wait for the phase, or for news that a member of the communicator (or of the one it
+        // serves, see `failure_scope`) failed: then this collective cannot complete anywhere,
+        // and waiting on a live but stuck neighbour would last until the launcher's grace
+        // ends. The requests still in flight are abandoned (they go on over private buffers).
+        let lost = self.shared.block_on(|e| {
+            if reqs.iter().all(|p| e.is_done(p.req)) {
+                return Some(None);
+            }
+            self.failed_member(e).map(Some)
+        });
+        if let Some(w) = lost {
+            let mut e = self.shared.lock();
+            for p in &reqs {
+                e.abandon(p.req);
+            }
+            let err = e
+                .lost_error(w, "collective")
+                .unwrap_or(CommError::PeerLost {
+                    rank: w,
+                    host: e.host_of(w).to_string(),
+                    op: "collective",
+                    why: "failed".into(),
+                });
+            drop(e);
+            return Err(self.with_other_losses(err));
+        }
         let mut err = None;
         for p in reqs {
             match self.shared.wait(p.req) {
@@ -396,6 +422,16 @@ impl Communicator {
         Ok(Vec::new())
     }
 
+    /// A world rank the launcher reported failed whose failure fails this communicator's
+    /// collectives, if any (the first reported). A closed connection alone does not count: a
+    /// rank that did its part, finalized and left closes its connections too.
+    pub(crate) fn failed_member(&self, e: &crate::p2p::engine::Engine) -> Option<u32> {
+        e.reported_failed()
+            .iter()
+            .copied()
+            .find(|&w| self.in_failure_scope(w))
+    }
+
     /// A collective that lost a peer often lost it because another member failed first (the
     /// peer gave up on that one and exited): the error names every member known to be lost,
     /// after taking in the launcher's latest notices, so each survivor points at the cause.
@@ -414,7 +450,7 @@ impl Communicator {
         let mut others: Vec<(u32, String)> = e
             .failed()
             .iter()
-            .filter(|(w, _)| **w != rank && self.local_rank_of(**w).is_some())
+            .filter(|(w, _)| **w != rank && self.in_failure_scope(**w))
             .map(|(w, why)| (*w, format!("rank {w} on {} ({why})", e.host_of(*w))))
             .collect();
         others.sort_unstable();

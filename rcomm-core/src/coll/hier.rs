@@ -90,9 +90,19 @@ impl Hier {
         let cross = comm
             .split(Some(node.rank()), comm.rank as i32)?
             .ok_or_else(|| CommError::InvalidArg("cross-node split opted out".into()))?;
+        // A failure anywhere in the parent fails the parts: a rank waiting in the node phase
+        // for a neighbour stuck in the cross-node phase names the lost rank, not the neighbour.
+        let mut scope: Vec<u32> = (0..comm.size)
+            .map(|r| comm.world_rank(r))
+            .collect::<Result<_>>()?;
+        scope.sort_unstable();
+        let scope = Some(Arc::new(scope));
+        let (mut node, mut cross) = (unforced(node)?, unforced(cross)?);
+        node.failure_scope = scope.clone();
+        cross.failure_scope = scope;
         let h = Arc::new(Hier {
-            node: unforced(node)?,
-            cross: unforced(cross)?,
+            node,
+            cross,
             regular,
             local_index,
             cross_rank,

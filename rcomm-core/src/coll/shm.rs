@@ -650,7 +650,21 @@ impl NodeShm {
         }
         let shared = comm.shared.clone();
         let world = &self.world;
-        let mut check = |j: usize| shared.check_alive(&world[j..=j], op);
+        // The rank waited for, and any rank whose failure fails this communicator (it may be
+        // the reason the one we wait for is stuck).
+        let mut check = |j: usize| {
+            shared.check_alive(&world[j..=j], op)?;
+            let e = shared.lock();
+            match comm.failed_member(&e) {
+                Some(w) => Err(e.lost_error(w, op).unwrap_or(CommError::PeerLost {
+                    rank: w,
+                    host: e.host_of(w).to_string(),
+                    op,
+                    why: "failed".into(),
+                })),
+                None => Ok(()),
+            }
+        };
         let mut p = Proto::new(self.me, &self.bases, &mut check)
             .with_spin(comm.shared.policy.spin.min(SPIN));
         let State { round, broken } = &mut *st;

@@ -160,6 +160,8 @@ const POOL_BUF_MAX: usize = 64 << 10;
 pub(crate) struct Engine {
     st: State,
     net: Net,
+    /// Ranks the launcher reported failed.
+    reported: Vec<u32>,
 }
 
 fn small(vals: &[u64]) -> OutPayload {
@@ -203,6 +205,7 @@ impl Engine {
                 pool: Vec::new(),
             },
             net,
+            reported: Vec::new(),
         }
     }
 
@@ -483,6 +486,34 @@ impl Engine {
         false
     }
 
+    /// Lets an active request go on without the caller's buffer: it continues over a private
+    /// buffer of the same size (kept alive until it completes), so the caller may reuse or free
+    /// its own at once. For a collective that failed: what still arrives or leaves is garbage,
+    /// and harmless — a peer that reads our old buffer by single copy reads our address space,
+    /// not our data, and fails or gets bytes nobody uses.
+    pub(crate) fn abandon(&mut self, req: ReqId) {
+        if self.is_done(req) {
+            let _ = self.take(req);
+            return;
+        }
+        let old = self.st.req_region(req);
+        let mut spare = vec![0u8; old.len()].into_boxed_slice();
+        let new = Region::from_mut(&mut spare);
+        let st = &mut self.st;
+        st.req_mut(req).region = new;
+        for s in st.rndv_send.values_mut().filter(|s| s.req == req) {
+            s.region = new;
+        }
+        for q in st.out.values_mut() {
+            for o in q.iter_mut().filter(|o| o.req == Some(req)) {
+                if let OutPayload::User(_) = o.payload {
+                    o.payload = OutPayload::User(new);
+                }
+            }
+        }
+        st.req_mut(req).orphan = Some(Box::new(spare));
+    }
+
     /// Lets an active request finish in the background, keeping `buf` alive until then.
     pub(crate) fn orphan(&mut self, req: ReqId, buf: Box<dyn std::any::Any + Send>) {
         if self.is_done(req) {
@@ -724,6 +755,20 @@ impl Engine {
 
     pub(crate) fn failed(&self) -> &FastMap<u32, String> {
         &self.st.failed
+    }
+
+    /// A rank the launcher reports failed (died, or exited without finalizing) — unlike a
+    /// closed connection, which a rank that finalized and left also gives.
+    pub(crate) fn launcher_reports_failed(&mut self, peer: u32, why: String) {
+        if peer < self.st.size && !self.reported.contains(&peer) {
+            self.reported.push(peer);
+        }
+        self.peer_failed(peer, why);
+    }
+
+    /// Ranks the launcher reported failed, in the order it did.
+    pub(crate) fn reported_failed(&self) -> &[u32] {
+        &self.reported
     }
 
     /// Host of world rank `rank` (empty if unknown).
