@@ -73,8 +73,6 @@ pub struct Net {
     tcp_tx: FastMap<u32, TcpSender>,
     tcp_rx: FastMap<u32, TcpReceiver>,
     tcp_counters: Counters,
-    /// Reused to build TCP data frames without allocating per chunk.
-    scratch: Vec<u8>,
 }
 
 impl std::fmt::Debug for Net {
@@ -111,7 +109,6 @@ impl Net {
             tcp_tx: FastMap::default(),
             tcp_rx: FastMap::default(),
             tcp_counters: Counters::default(),
-            scratch: Vec::new(),
         }
     }
 
@@ -219,11 +216,9 @@ impl Net {
                 .send_chunk(peer, token, offset, data),
             Route::Tcp => {
                 let n = data.len().min(self.tcp_cfg.chunk);
-                let mut buf = std::mem::take(&mut self.scratch);
-                buf.clear();
-                buf.extend_from_slice(&token.to_le_bytes());
-                buf.extend_from_slice(&offset.to_le_bytes());
-                buf.extend_from_slice(&data[..n]);
+                let mut prefix = [0u8; 16];
+                prefix[..8].copy_from_slice(&token.to_le_bytes());
+                prefix[8..].copy_from_slice(&offset.to_le_bytes());
                 let hdr = Header {
                     context: 0,
                     source: self.me,
@@ -235,8 +230,9 @@ impl Net {
                     coll_seq: 0,
                     signature: 0,
                 };
-                let r = self.tcp_sender(peer).and_then(|s| s.try_send(&hdr, &buf));
-                self.scratch = buf;
+                let r = self
+                    .tcp_sender(peer)
+                    .and_then(|s| s.try_send_parts(&hdr, &[&prefix, &data[..n]]));
                 if r? {
                     self.tcp_counters.bytes_sent += n as u64;
                     Ok(n)

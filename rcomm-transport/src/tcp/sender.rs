@@ -50,25 +50,34 @@ impl OutStream {
 
     /// Sends one frame: behind the queue if there is one, otherwise straight to the socket,
     /// queueing what it does not take.
-    fn send(&mut self, fh: &[u8; FRAME_HEADER_LEN], payload: &[u8]) -> io::Result<()> {
+    fn send(&mut self, fh: &[u8; FRAME_HEADER_LEN], parts: &[&[u8]]) -> io::Result<()> {
         if !self.queue.is_empty() && !self.flush()? {
             self.queue.extend(fh);
-            self.queue.extend(payload);
+            for p in parts {
+                self.queue.extend(*p);
+            }
             return Ok(());
         }
-        let n = match sys::send_nosignal(
-            self.sock.as_fd(),
-            &[IoSlice::new(fh), IoSlice::new(payload)],
-        ) {
+        // One vectored write of the header and the caller's bytes where they lie (no staging
+        // copy); only what the socket does not take is queued.
+        let mut iov = [IoSlice::new(&[]); 4];
+        iov[0] = IoSlice::new(fh);
+        let k = parts.len().min(3);
+        for (slot, p) in iov[1..=k].iter_mut().zip(parts) {
+            *slot = IoSlice::new(p);
+        }
+        let mut n = match sys::send_nosignal(self.sock.as_fd(), &iov[..=k]) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
             Err(e) => return Err(e),
         };
-        if n < FRAME_HEADER_LEN {
-            self.queue.extend(&fh[n..]);
-            self.queue.extend(payload);
-        } else {
-            self.queue.extend(&payload[n - FRAME_HEADER_LEN..]);
+        for piece in std::iter::once(&fh[..]).chain(parts.iter().copied()) {
+            if n >= piece.len() {
+                n -= piece.len();
+            } else {
+                self.queue.extend(&piece[n..]);
+                n = 0;
+            }
         }
         Ok(())
     }
@@ -159,24 +168,34 @@ impl TcpSender {
     /// every kind but [`ProtoKind::Data`] go on stream 0 and so keep their order; data chunks
     /// go round-robin over the streams with room.
     pub fn try_send(&mut self, hdr: &Header, payload: &[u8]) -> Result<bool, TransportError> {
+        self.try_send_parts(hdr, &[payload])
+    }
+
+    /// [`try_send`](Self::try_send) of a payload in up to three pieces, written as one frame
+    /// without joining them first.
+    pub fn try_send_parts(
+        &mut self,
+        hdr: &Header,
+        parts: &[&[u8]],
+    ) -> Result<bool, TransportError> {
+        assert!(parts.len() <= 3, "at most three payload pieces");
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         if let Some(e) = &self.failed {
             return Err(replay(e));
         }
-        if payload.len() > self.caps.max_frame {
+        if len > self.caps.max_frame {
             return Err(TransportError::Io {
                 what: "sending over TCP: payload larger than Caps::max_frame (a bug in the protocol layer)",
                 source: io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!(
                         "{} bytes to rank {}, limit {}",
-                        payload.len(),
-                        self.peer,
-                        self.caps.max_frame
+                        len, self.peer, self.caps.max_frame
                     ),
                 ),
             });
         }
-        let total = FRAME_HEADER_LEN + payload.len();
+        let total = FRAME_HEADER_LEN + len;
         let picked = if hdr.kind == ProtoKind::Data {
             self.pick_data_stream(total)
         } else {
@@ -187,8 +206,8 @@ impl TcpSender {
             Ok(None) => return Ok(false),
             Err(e) => return Err(self.fail(e)),
         };
-        let fh = encode_header(hdr, payload.len());
-        if let Err(e) = self.streams[idx].send(&fh, payload) {
+        let fh = encode_header(hdr, len);
+        if let Err(e) = self.streams[idx].send(&fh, parts) {
             return Err(self.fail(io_error(self.peer, e)));
         }
         Ok(true)
