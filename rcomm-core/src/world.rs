@@ -77,8 +77,7 @@ fn init_with(cfg: &Config) -> Result<World> {
             "unknown variable {name} ignored (a typo? the README lists every RCOMM_ variable)"
         );
     }
-    // The bootstrap's idea of our address is not used: TCP follows RCOMM_SOCKET_IFNAME.
-    let (mut boot, notices, secret, _ip) = choose_bootstrap(cfg)?;
+    let (mut boot, notices, secret) = choose_bootstrap(cfg)?;
     let secret = match secret {
         Some(s) => s,
         None => exchange_secret(boot.as_mut())?,
@@ -271,14 +270,10 @@ fn init_with(cfg: &Config) -> Result<World> {
     })
 }
 
-/// What [`choose_bootstrap`] found: the bootstrap, launcher notices, the job secret if the
-/// launcher handed one over, and the address to bind TCP listeners on.
-type Chosen = (
-    Box<dyn Bootstrap>,
-    Option<Arc<NoticeBoard>>,
-    Option<Secret>,
-    Option<std::net::IpAddr>,
-);
+/// What [`choose_bootstrap`] found: the bootstrap, launcher notices, and the job secret if the
+/// launcher handed one over. (Where TCP listens is `RCOMM_SOCKET_IFNAME`'s business, not the
+/// bootstrap's.)
+type Chosen = (Box<dyn Bootstrap>, Option<Arc<NoticeBoard>>, Option<Secret>);
 
 /// Picks the bootstrap from the environment, first match wins:
 /// 1. `rcomm-run`'s variables (`RCOMM_RANK`, ...): its KVS, authenticated with the job secret;
@@ -294,37 +289,22 @@ fn choose_bootstrap(cfg: &Config) -> Result<Chosen> {
         })?;
         let client = KvsClient::connect(env.clone(), &secret)?;
         let n = client.notices();
-        let ip = client.local_ip();
-        return Ok((Box::new(client), Some(n), Some(secret), ip));
+        return Ok((Box::new(client), Some(n), Some(secret)));
     }
     if let Some(env) = &cfg.pmi {
         let client = PmiClient::connect(env, cfg.bootstrap_timeout)?;
-        return Ok((Box::new(client), None, None, pmi_listen_ip(env.size)));
+        return Ok((Box::new(client), None, None));
     }
     if let Some(env) = &cfg.torch {
         let b = StoreBootstrap::start(env, cfg.bootstrap_timeout)?;
-        let (n, ip) = (b.notices(), b.local_ip());
-        return Ok((Box::new(b), Some(n), None, ip));
+        let n = b.notices();
+        return Ok((Box::new(b), Some(n), None));
     }
     if let Some(why) = bootstrap::foreign_launcher(&|k| std::env::var(k).ok()) {
         return Err(CommError::ForeignLauncher(why));
     }
     let secret = Secret::random().map_err(|e| bootstrap::BootstrapError::Env(e.to_string()))?;
-    Ok((Box::new(Singleton::default()), None, Some(secret), None))
-}
-
-/// Where TCP listeners bind under PMI, which names no address: the address this host's name
-/// resolves to, unless that is a loopback one (then 127.0.0.1, fine for one node).
-fn pmi_listen_ip(size: u32) -> Option<std::net::IpAddr> {
-    use std::net::ToSocketAddrs;
-    if size <= 1 {
-        return None;
-    }
-    (identity::hostname().as_str(), 0)
-        .to_socket_addrs()
-        .ok()?
-        .map(|a| a.ip())
-        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+    Ok((Box::new(Singleton::default()), None, Some(secret)))
 }
 
 /// A job secret for launchers that hand none over: rank 0 draws one and publishes it through

@@ -64,8 +64,6 @@ fn six_ranks_on_three_hosts_use_tcp_between_hosts_and_pass_the_collectives_table
             "host0:2,host1:2,host2:2",
             "-x",
             "RT_TABLE=nobig",
-            "-x",
-            "RT_TABLE_SKIP=shm",
             &table,
         ],
         &[],

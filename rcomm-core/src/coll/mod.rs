@@ -280,29 +280,37 @@ impl Communicator {
     }
 
     /// Allgather into a buffer laid out as `counts` (own block already in place).
-    fn allgather_plan(&self, counts: &[usize], elem: usize) -> Result<Arc<Schedule>> {
+    /// The allgather schedule and the algorithm chosen; for `hier`, which only the blocking
+    /// equal-block call runs (`allgatherv`), the schedule is the ring, its fallback.
+    fn allgather_plan(
+        &self,
+        counts: &[usize],
+        elem: usize,
+    ) -> Result<(Arc<Schedule>, &'static str)> {
         let n = self.size as usize;
         check_len("allgather counts", counts.len(), n)?;
         let equal = counts.iter().all(|&c| c == counts[0]);
-        let mut algo = self.choose("allgather", counts[0] * elem, elem, None)?;
-        if algo == "hier" {
-            // The composition runs only in the blocking equal-block call (allgatherv above).
-            algo = "ring";
-        }
+        let chosen = self.choose("allgather", counts[0] * elem, elem, None)?;
+        let algo = if chosen == "hier" { "ring" } else { chosen };
         if equal {
             let (rank, b) = (self.rank, counts[0] * elem);
-            return Ok(self.shared.coll.schedule(
-                self.key("allgather", algo, 0, counts[0], elem),
-                || match algo {
-                    "bruck" => schedule::bruck_allgather(rank, n as u32, b),
-                    _ => schedule::ring_allgather(rank, n as u32, b),
-                },
-            ));
+            let sched =
+                self.shared
+                    .coll
+                    .schedule(
+                        self.key("allgather", algo, 0, counts[0], elem),
+                        || match algo {
+                            "bruck" => schedule::bruck_allgather(rank, n as u32, b),
+                            _ => schedule::ring_allgather(rank, n as u32, b),
+                        },
+                    );
+            return Ok((sched, chosen));
         }
-        Ok(Arc::new(schedule::ring_allgather_v(
-            self.rank,
-            &schedule::packed_blocks(counts, elem),
-        )))
+        let blocks = schedule::packed_blocks(counts, elem);
+        Ok((
+            Arc::new(schedule::ring_allgather_v(self.rank, &blocks)),
+            chosen,
+        ))
     }
 
     /// Reduce-scatter over a working buffer laid out as `counts`; block `rank` ends reduced.
@@ -567,7 +575,7 @@ impl Communicator {
                 buf.len()
             )));
         }
-        let sched = self.allgather_plan(&vec![buf.len() / n; n], size_of::<T>())?;
+        let (sched, _) = self.allgather_plan(&vec![buf.len() / n; n], size_of::<T>())?;
         self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], None)
     }
 
@@ -578,14 +586,8 @@ impl Communicator {
         check_len("allgatherv counts", counts.len(), n)?;
         check_len("allgatherv send", send.len(), counts[r])?;
         check_len("allgatherv recv", recv.len(), counts.iter().sum())?;
-        if counts.iter().all(|&c| c == counts[0])
-            && self.choose(
-                "allgather",
-                counts[0] * size_of::<T>(),
-                size_of::<T>(),
-                None,
-            )? == "hier"
-        {
+        let (sched, algo) = self.allgather_plan(counts, size_of::<T>())?;
+        if algo == "hier" && counts.iter().all(|&c| c == counts[0]) {
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
                 return h.allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
@@ -593,7 +595,6 @@ impl Communicator {
         }
         let off: usize = counts[..r].iter().sum();
         recv[off..off + send.len()].copy_from_slice(send);
-        let sched = self.allgather_plan(counts, size_of::<T>())?;
         self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
     }
 
@@ -615,7 +616,7 @@ impl Communicator {
         let off: usize = counts[..r].iter().sum();
         let mut data = vec![T::zeroed(); counts.iter().sum()];
         data[off..off + send.len()].copy_from_slice(&send);
-        let sched = self.allgather_plan(counts, size_of::<T>())?;
+        let (sched, _) = self.allgather_plan(counts, size_of::<T>())?;
         CollRequest::start(self, sched, data, Vec::new(), None, Post::Whole)
     }
 

@@ -171,12 +171,6 @@ impl KvsClient {
         })
     }
 
-    /// The local address of the connection to the launcher: the interface that reaches it,
-    /// a sensible default for this rank's own listeners.
-    pub fn local_ip(&self) -> Option<std::net::IpAddr> {
-        self.writer.local_addr().ok().map(|a| a.ip())
-    }
-
     /// The notices received so far (shared with the reader thread).
     pub fn notices(&self) -> Arc<NoticeBoard> {
         self.notices.clone()

@@ -114,11 +114,6 @@ impl StoreBootstrap {
         Ok(Self { client, server })
     }
 
-    /// The interface that reaches rank 0: a good address for this rank's own listeners.
-    pub fn local_ip(&self) -> Option<std::net::IpAddr> {
-        self.client.local_ip()
-    }
-
     /// Failure notices from the store (a rank whose connection closed before finalize).
     pub fn notices(&self) -> Arc<NoticeBoard> {
         self.client.notices()

@@ -195,16 +195,13 @@ impl Case<'_> {
 static ONE_NODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// The algorithms to run for `op`: all of them, but the shared-memory ones only when every rank
-/// is on this node (forcing them across nodes is an error, tested in `bad_input`), and none
-/// named in `RT_TABLE_SKIP` (comma list).
+/// is on this node (forcing them across nodes is an error, tested in `bad_input`).
 fn algos(op: &str) -> Vec<&'static str> {
     let one = ONE_NODE.load(std::sync::atomic::Ordering::Relaxed);
-    let skip = std::env::var("RT_TABLE_SKIP").unwrap_or_default();
     rcomm::algorithms(op)
         .iter()
         .copied()
         .filter(|a| one || *a != "shm")
-        .filter(|a| !skip.split(',').any(|s| s == *a))
         .collect()
 }
 
