@@ -11,8 +11,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Compiles osu_like with the first MPI compiler found: (binary, which MPI).
+/// osu_like compiled once for every test of this file: the tests run in parallel threads, and
+/// one compiling into the path while another executes it fails with "text file busy".
 fn build() -> Option<(PathBuf, &'static str)> {
+    static BUILT: std::sync::OnceLock<Option<(PathBuf, &'static str)>> = std::sync::OnceLock::new();
+    BUILT.get_or_init(compile).clone()
+}
+
+/// Compiles osu_like with the first MPI compiler found: (binary, which MPI).
+fn compile() -> Option<(PathBuf, &'static str)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi/osu_like.c");
     let dir = std::env::temp_dir().join(format!("rcomm-osu-like-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
