@@ -10,7 +10,9 @@ use crate::error::{Caps, TransportError};
 use crate::fastmap::FastMap;
 use crate::identity::PeerInfo;
 use crate::shmnet::{Counters, Incoming, ShmNet};
-use crate::tcp::{TcpAcceptor, TcpConfig, TcpReceiver, TcpSender};
+use crate::tcp::{
+    CHUNK_PREFIX, TcpAcceptor, TcpConfig, TcpReceiver, TcpSender, TcpSink, decode_chunk_prefix,
+};
 use crate::wire::{Header, ProtoKind};
 use std::os::fd::RawFd;
 
@@ -84,8 +86,66 @@ impl std::fmt::Debug for Net {
     }
 }
 
-/// Bytes of the prefix of a TCP data frame: token and offset.
-const CHUNK_PREFIX: usize = 16;
+/// Where [`Net::progress`] hands what arrives: the protocol layer.
+pub trait Deliver {
+    /// A message, or a chunk of rendezvous data to copy where it belongs.
+    fn incoming(&mut self, peer: u32, inc: Incoming<'_>);
+
+    /// Where `len` bytes of `peer`'s rendezvous data for the receive `token`, at `offset` in the
+    /// message, should go: exactly `len` bytes of the receive's buffer, which a transport then
+    /// fills in place (TCP reads large chunks straight from the socket there). `None`: the
+    /// bytes are dropped — the receive is unknown, or the chunk does not fit it, which the
+    /// implementation reports as it would for [`Incoming::Chunk`].
+    fn place(&mut self, peer: u32, token: u64, offset: u64, len: usize) -> Option<&mut [u8]>;
+
+    /// `len` bytes were written in place at what [`place`](Self::place) returned.
+    fn placed(&mut self, peer: u32, token: u64, offset: u64, len: usize);
+}
+
+/// One TCP peer's arrivals, passed on to the protocol layer.
+struct TcpIn<'a> {
+    peer: u32,
+    out: &'a mut dyn Deliver,
+    counters: &'a mut Counters,
+    bad: Option<TransportError>,
+}
+
+impl TcpSink for TcpIn<'_> {
+    fn frame(&mut self, hdr: &Header, payload: &[u8]) {
+        if hdr.kind != ProtoKind::Data {
+            self.counters.msgs_recv += 1;
+            self.counters.bytes_recv += payload.len() as u64;
+            self.out.incoming(self.peer, Incoming::Msg(hdr, payload));
+            return;
+        }
+        let Some((token, offset)) = decode_chunk_prefix(payload) else {
+            self.bad.get_or_insert(TransportError::Protocol {
+                peer: self.peer,
+                why: "short data frame".into(),
+            });
+            return;
+        };
+        let data = &payload[CHUNK_PREFIX..];
+        self.counters.bytes_recv += data.len() as u64;
+        self.out.incoming(
+            self.peer,
+            Incoming::Chunk {
+                token,
+                offset,
+                data,
+            },
+        );
+    }
+
+    fn place(&mut self, token: u64, offset: u64, len: usize) -> Option<&mut [u8]> {
+        self.out.place(self.peer, token, offset, len)
+    }
+
+    fn placed(&mut self, token: u64, offset: u64, len: usize) {
+        self.counters.bytes_recv += len as u64;
+        self.out.placed(self.peer, token, offset, len);
+    }
+}
 
 impl Net {
     /// Assembles the table. `tcp_addrs[r]` is rank r's published TCP listener, if any.
@@ -215,30 +275,12 @@ impl Net {
                 .expect("shm route implies shm")
                 .send_chunk(peer, token, offset, data),
             Route::Tcp => {
-                let n = data.len().min(self.tcp_cfg.chunk);
-                let mut prefix = [0u8; 16];
-                prefix[..8].copy_from_slice(&token.to_le_bytes());
-                prefix[8..].copy_from_slice(&offset.to_le_bytes());
-                let hdr = Header {
-                    context: 0,
-                    source: self.me,
-                    seq: 0,
-                    tag: 0,
-                    len: n as u64,
-                    kind: ProtoKind::Data,
-                    flags: 0,
-                    coll_seq: 0,
-                    signature: 0,
-                };
-                let r = self
-                    .tcp_sender(peer)
-                    .and_then(|s| s.try_send_parts(&hdr, &[&prefix, &data[..n]]));
-                if r? {
-                    self.tcp_counters.bytes_sent += n as u64;
-                    Ok(n)
-                } else {
-                    Ok(0)
-                }
+                let chunk = self.tcp_cfg.chunk;
+                let n = self
+                    .tcp_sender(peer)?
+                    .send_chunk(token, offset, data, chunk)?;
+                self.tcp_counters.bytes_sent += n as u64;
+                Ok(n)
             }
             Route::SelfLoop => Err(TransportError::Protocol {
                 peer,
@@ -263,11 +305,11 @@ impl Net {
     pub fn progress(
         &mut self,
         budget: usize,
-        on_in: &mut dyn FnMut(u32, Incoming<'_>),
+        out: &mut dyn Deliver,
     ) -> Result<usize, TransportError> {
         let mut n = 0;
         if let Some(s) = self.shm.as_mut() {
-            n += s.progress(budget, on_in)?;
+            n += s.progress(budget, &mut |peer, inc| out.incoming(peer, inc))?;
         }
         if let Some(acc) = &self.tcp_acceptor {
             while let Some(inc) = acc.try_accept() {
@@ -302,37 +344,16 @@ impl Net {
                 }
             }
         });
-        let counters = &mut self.tcp_counters;
         let mut dead_rx = None;
         for (&peer, rx) in self.tcp_rx.iter_mut() {
-            let mut bad = None;
-            let r = rx.progress(&mut |hdr, payload| {
-                if hdr.kind == ProtoKind::Data {
-                    if payload.len() < CHUNK_PREFIX {
-                        bad = Some(TransportError::Protocol {
-                            peer,
-                            why: "short data frame".into(),
-                        });
-                        return;
-                    }
-                    let token = u64::from_le_bytes(payload[0..8].try_into().expect("8"));
-                    let offset = u64::from_le_bytes(payload[8..16].try_into().expect("8"));
-                    counters.bytes_recv += (payload.len() - CHUNK_PREFIX) as u64;
-                    on_in(
-                        peer,
-                        Incoming::Chunk {
-                            token,
-                            offset,
-                            data: &payload[CHUNK_PREFIX..],
-                        },
-                    );
-                } else {
-                    counters.msgs_recv += 1;
-                    counters.bytes_recv += payload.len() as u64;
-                    on_in(peer, Incoming::Msg(hdr, payload));
-                }
-            });
-            match (r, bad) {
+            let mut sink = TcpIn {
+                peer,
+                out: &mut *out,
+                counters: &mut self.tcp_counters,
+                bad: None,
+            };
+            let r = rx.progress_into(&mut sink);
+            match (r, sink.bad) {
                 (Ok(k), None) => n += k,
                 (Err(e), _) | (Ok(_), Some(e)) => {
                     dead_rx = Some(peer);

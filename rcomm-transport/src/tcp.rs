@@ -92,7 +92,8 @@ mod sys;
 mod tests;
 
 pub use acceptor::{Incoming, TcpAcceptor};
-pub use receiver::{READ_BUDGET, TcpReceiver};
+pub use frame::{CHUNK_PREFIX, decode_chunk_prefix};
+pub use receiver::{READ_BUDGET, TcpReceiver, TcpSink};
 pub use sender::TcpSender;
 
 use crate::error::{Caps, TransportError};

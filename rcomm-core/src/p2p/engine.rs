@@ -15,6 +15,7 @@ use super::matcher::{Envelope, Matcher, Posting, RecvId, Route as MRoute, Source
 use super::region::Region;
 use crate::CommError;
 use rcomm_transport::fastmap::FastMap;
+use rcomm_transport::net::Deliver;
 use rcomm_transport::net::{Net, NetCounters, Route};
 use rcomm_transport::shmnet::Incoming;
 use rcomm_transport::wire::{Header, ProtoKind};
@@ -525,15 +526,7 @@ impl Engine {
 
     /// Moves data once: transports, protocol steps, queued sends. Returns how much happened.
     pub(crate) fn progress(&mut self) -> usize {
-        let st = &mut self.st;
-        let n = match self.net.progress(64, &mut |peer, inc| match inc {
-            Incoming::Msg(hdr, payload) => st.deliver(peer, hdr, payload),
-            Incoming::Chunk {
-                token,
-                offset,
-                data,
-            } => st.chunk(peer, token, offset, data),
-        }) {
+        let n = match self.net.progress(64, &mut self.st) {
             Ok(n) => n,
             Err(e) => {
                 let peer = e.peer();
@@ -1058,19 +1051,28 @@ impl State {
     }
 
     fn chunk(&mut self, peer: u32, token: u64, offset: u64, data: &[u8]) {
-        let Some(r) = self.rndv_recv.get_mut(&token) else {
+        if let Some(dst) = self.chunk_dest(peer, token, offset, data.len()) {
+            dst.copy_from_slice(data);
+            self.chunk_written(token, data.len());
+        }
+    }
+
+    /// The bytes of receive `token`'s buffer that `len` bytes at `offset` from `peer` go to;
+    /// `None` (after failing the receive if the chunk does not belong there) to drop them.
+    fn chunk_dest(&mut self, peer: u32, token: u64, offset: u64, len: usize) -> Option<&mut [u8]> {
+        let Some(r) = self.rndv_recv.get(&token) else {
             rcomm_transport::rlog!(
                 Trace,
                 "P2P",
                 "chunk for unknown token {token} from rank {peer}"
             );
-            return;
+            return None;
         };
         let region = self.reqs[r.req].as_ref().expect("live request").region;
-        let ok = r.peer == peer
-            && offset + data.len() as u64 <= r.env.len
-            && region.write(offset as usize, data);
-        if !ok {
+        let fits = offset
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= r.env.len && end <= region.len() as u64);
+        if r.peer != peer || !fits {
             let req = r.req;
             self.rndv_recv.remove(&token);
             self.complete(
@@ -1080,9 +1082,20 @@ impl State {
                     why: "data chunk outside the message".into(),
                 }),
             );
-            return;
+            return None;
         }
-        r.received += data.len() as u64;
+        let o = offset as usize;
+        let req = r.req;
+        let region = &self.reqs[req].as_ref().expect("live request").region;
+        Some(&mut region.bytes_mut()[o..o + len])
+    }
+
+    /// `len` more bytes of receive `token` are in; completes it when all are.
+    fn chunk_written(&mut self, token: u64, len: usize) {
+        let Some(r) = self.rndv_recv.get_mut(&token) else {
+            return;
+        };
+        r.received += len as u64;
         if r.received == r.env.len {
             let r = self.rndv_recv.remove(&token).expect("present");
             self.complete(
@@ -1094,5 +1107,26 @@ impl State {
                 }),
             );
         }
+    }
+}
+
+impl Deliver for State {
+    fn incoming(&mut self, peer: u32, inc: Incoming<'_>) {
+        match inc {
+            Incoming::Msg(hdr, payload) => self.deliver(peer, hdr, payload),
+            Incoming::Chunk {
+                token,
+                offset,
+                data,
+            } => self.chunk(peer, token, offset, data),
+        }
+    }
+
+    fn place(&mut self, peer: u32, token: u64, offset: u64, len: usize) -> Option<&mut [u8]> {
+        self.chunk_dest(peer, token, offset, len)
+    }
+
+    fn placed(&mut self, _peer: u32, token: u64, _offset: u64, len: usize) {
+        self.chunk_written(token, len);
     }
 }

@@ -7,7 +7,26 @@ use std::ops::Range;
 /// Frames at least this large are read into the buffer only up to their end, so the next frame
 /// starts at the front of the buffer instead of straddling its end and having to be moved.
 /// Small frames are read in large batches instead, to save system calls.
-const BIG_FRAME: usize = 64 << 10;
+pub(super) const BIG_FRAME: usize = 64 << 10;
+
+/// Bytes of the prefix of a data frame's payload: the receive's token and the chunk's offset in
+/// the message, both `u64` little endian.
+pub const CHUNK_PREFIX: usize = 16;
+
+/// Encodes the prefix of a data chunk.
+pub(super) fn encode_chunk_prefix(token: u64, offset: u64) -> [u8; CHUNK_PREFIX] {
+    let mut b = [0u8; CHUNK_PREFIX];
+    b[..8].copy_from_slice(&token.to_le_bytes());
+    b[8..].copy_from_slice(&offset.to_le_bytes());
+    b
+}
+
+/// Decodes a data chunk's prefix from the front of its payload, if it is long enough.
+pub fn decode_chunk_prefix(payload: &[u8]) -> Option<(u64, u64)> {
+    let token = u64::from_le_bytes(payload.get(0..8)?.try_into().ok()?);
+    let offset = u64::from_le_bytes(payload.get(8..16)?.try_into().ok()?);
+    Some((token, offset))
+}
 
 /// Encodes the 44 bytes that precede a payload of `payload_len` bytes.
 pub(super) fn encode_header(hdr: &Header, payload_len: usize) -> [u8; FRAME_HEADER_LEN] {
@@ -137,6 +156,44 @@ impl FrameBuf {
         }
         self.start = p + len;
         Ok(Some((hdr, p..p + len)))
+    }
+
+    /// Takes the start of the front frame when it is a data frame of at least `min_len` payload
+    /// bytes whose header and chunk prefix are in but whose payload is not complete: its header,
+    /// its payload length, and where its bytes read so far lie (prefix first). The buffer is
+    /// then empty; the caller reads the rest of the payload itself. Call after
+    /// [`next`](Self::next) returned `Ok(None)`.
+    pub(super) fn take_partial_data(
+        &mut self,
+        min_len: usize,
+    ) -> Option<(Header, usize, Range<usize>)> {
+        let len = self.front_len()?;
+        let p = self.start + FRAME_HEADER_LEN;
+        if len < min_len.max(CHUNK_PREFIX) || len > self.max_frame || self.end < p + CHUNK_PREFIX {
+            return None;
+        }
+        if self.end >= p + len {
+            return None;
+        }
+        let hdr = Header::decode(&self.buf[self.start..self.start + Header::LEN]).ok()?;
+        if hdr.kind != crate::wire::ProtoKind::Data {
+            return None;
+        }
+        self.start = self.end;
+        Some((hdr, len, p..self.end))
+    }
+
+    /// The whole buffer, for bytes to be read and dropped. Only while it holds nothing.
+    pub(super) fn scratch(&mut self) -> &mut [u8] {
+        debug_assert_eq!(self.start, self.end, "scratch only while empty");
+        self.start = 0;
+        self.end = 0;
+        &mut self.buf
+    }
+
+    /// Bytes held (read but not yet taken as frames).
+    pub(super) fn held_bytes(&self) -> usize {
+        self.end - self.start
     }
 
     /// The bytes of a payload returned by [`next`](Self::next) (valid until the next

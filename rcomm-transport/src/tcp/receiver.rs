@@ -1,7 +1,7 @@
 //! The receiving side: the streams one peer opened to us, cut into messages.
 
-use super::frame::FrameBuf;
-use super::{MAX_STREAMS, TcpConfig, io_error, replay};
+use super::frame::{BIG_FRAME, CHUNK_PREFIX, FrameBuf, decode_chunk_prefix};
+use super::{FRAME_HEADER_LEN, MAX_STREAMS, TcpConfig, io_error, replay};
 use crate::error::{Caps, TransportError};
 use crate::wire::{Header, ProtoKind};
 use std::io::{self, Read};
@@ -12,6 +12,58 @@ use std::os::fd::{AsRawFd, RawFd};
 /// others a progress pass serves. What is left stays in the socket, which stays readable.
 pub const READ_BUDGET: usize = 4 << 20;
 
+/// Where a [`TcpReceiver`] hands what arrives.
+///
+/// Large rendezvous chunks are read straight from the socket into the receiver's memory: once
+/// a data frame's header and prefix are in, the receiver asks [`place`](Self::place) where its
+/// bytes go and reads them there, so they are copied once (by the kernel), not twice.
+pub trait TcpSink {
+    /// A whole frame: an ordered message, or a data chunk delivered whole (`hdr.kind` is
+    /// `Data`; the payload starts with the chunk prefix, see
+    /// [`decode_chunk_prefix`](super::decode_chunk_prefix)).
+    fn frame(&mut self, hdr: &Header, payload: &[u8]);
+
+    /// Where `len` bytes of the rendezvous data for `token`, at `offset` in the message,
+    /// should be read to: a slice of exactly `len` bytes. `None`: read them and drop them (the
+    /// receive is gone, or the chunk does not fit it and the sink has failed it).
+    fn place(&mut self, token: u64, offset: u64, len: usize) -> Option<&mut [u8]>;
+
+    /// `len` bytes were read into what [`place`](Self::place) returned for `(token, offset)`.
+    fn placed(&mut self, token: u64, offset: u64, len: usize);
+
+    /// Whether to read large chunks in place at all; when not, every frame goes to
+    /// [`frame`](Self::frame) whole.
+    fn in_place(&self) -> bool {
+        true
+    }
+}
+
+/// A closure taking whole frames, as a sink that never places data.
+struct Frames<'a>(&'a mut dyn FnMut(&Header, &[u8]));
+
+impl TcpSink for Frames<'_> {
+    fn frame(&mut self, hdr: &Header, payload: &[u8]) {
+        (self.0)(hdr, payload)
+    }
+    fn place(&mut self, _: u64, _: u64, _: usize) -> Option<&mut [u8]> {
+        None
+    }
+    fn placed(&mut self, _: u64, _: u64, _: usize) {}
+    fn in_place(&self) -> bool {
+        false
+    }
+}
+
+/// The rest of a data frame being read in place.
+#[derive(Debug, Clone, Copy)]
+struct InPlace {
+    token: u64,
+    /// Message offset of the next byte.
+    offset: u64,
+    /// Payload bytes still to read.
+    left: usize,
+}
+
 /// One accepted stream and its frame buffer.
 #[derive(Debug)]
 struct InStream {
@@ -19,6 +71,12 @@ struct InStream {
     buf: FrameBuf,
     /// The peer closed this stream; its complete frames have been delivered.
     eof: bool,
+    /// The frame whose payload is being read in place.
+    in_place: Option<InPlace>,
+    /// Read no further than the next frame's header and chunk prefix: the last frame was read
+    /// in place, and the next is likely another chunk, whose payload a large read would pull
+    /// through the buffer.
+    header_next: bool,
 }
 
 /// The messages one peer sends us, read from the streams it opened to our
@@ -97,6 +155,8 @@ impl TcpReceiver {
             sock: stream,
             buf: FrameBuf::new(self.max_frame),
             eof: false,
+            in_place: None,
+            header_next: false,
         });
         Ok(())
     }
@@ -113,6 +173,12 @@ impl TcpReceiver {
         &mut self,
         on_msg: &mut dyn FnMut(&Header, &[u8]),
     ) -> Result<usize, TransportError> {
+        self.progress_into(&mut Frames(on_msg))
+    }
+
+    /// [`progress`](Self::progress) into a [`TcpSink`], which may take large rendezvous chunks
+    /// in place. A chunk read in place counts as one message when its last byte is in.
+    pub fn progress_into(&mut self, sink: &mut dyn TcpSink) -> Result<usize, TransportError> {
         if let Some(e) = &self.failed {
             return Err(replay(e));
         }
@@ -125,7 +191,7 @@ impl TcpReceiver {
             let Some(s) = self.streams[i].as_mut().filter(|s| !s.eof) else {
                 continue;
             };
-            result = pump(s, i, self.peer, &mut budget, on_msg, &mut msgs);
+            result = pump(s, i, self.peer, &mut budget, sink, &mut msgs);
             if result.is_err() || budget == 0 {
                 break;
             }
@@ -165,21 +231,38 @@ fn pump(
     index: usize,
     peer: u32,
     budget: &mut usize,
-    on_msg: &mut dyn FnMut(&Header, &[u8]),
+    sink: &mut dyn TcpSink,
     msgs: &mut usize,
 ) -> Result<(), TransportError> {
     loop {
+        if s.in_place.is_some() {
+            if read_in_place(s, peer, budget, sink, msgs)? {
+                continue;
+            }
+            return Ok(());
+        }
         // Deliver before reading: bytes already out of the socket would not wake a poller again.
-        deliver(s, index, peer, on_msg, msgs)?;
+        deliver(s, index, peer, sink, msgs)?;
+        if s.in_place.is_some() {
+            continue;
+        }
         if *budget == 0 {
             return Ok(());
         }
+        let held = s.buf.held_bytes();
         let w = s.buf.window();
         if w.is_empty() {
             debug_assert!(false, "an incomplete frame always leaves room to read");
             return Ok(());
         }
-        let want = w.len().min(*budget);
+        let mut want = w.len().min(*budget);
+        if s.header_next {
+            want = want.min(
+                (FRAME_HEADER_LEN + CHUNK_PREFIX)
+                    .saturating_sub(held)
+                    .max(1),
+            );
+        }
         match (&s.sock).read(&mut w[..want]) {
             Ok(0) => {
                 s.eof = true;
@@ -191,7 +274,10 @@ fn pump(
                 if got < want {
                     // The socket is most likely empty now: deliver and stop, saving a read that
                     // would only say so.
-                    return deliver(s, index, peer, on_msg, msgs);
+                    deliver(s, index, peer, sink, msgs)?;
+                    if s.in_place.is_none() {
+                        return Ok(());
+                    }
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -201,12 +287,69 @@ fn pump(
     }
 }
 
-/// Hands every complete frame in the buffer of stream `index` to `on_msg`.
+/// Reads the payload of the frame being taken in place, where the sink says (or into the
+/// buffer, to drop). True to go on reading, false to stop (socket empty, budget spent,
+/// end-of-file).
+fn read_in_place(
+    s: &mut InStream,
+    peer: u32,
+    budget: &mut usize,
+    sink: &mut dyn TcpSink,
+    msgs: &mut usize,
+) -> Result<bool, TransportError> {
+    let Some(mut d) = s.in_place else {
+        return Ok(true);
+    };
+    if *budget == 0 {
+        return Ok(false);
+    }
+    let want = d.left.min(*budget);
+    let (r, placed) = match sink.place(d.token, d.offset, want) {
+        Some(dst) => {
+            let n = want.min(dst.len());
+            ((&s.sock).read(&mut dst[..n]), true)
+        }
+        None => {
+            let w = s.buf.scratch();
+            let n = want.min(w.len());
+            ((&s.sock).read(&mut w[..n]), false)
+        }
+    };
+    match r {
+        Ok(0) => {
+            s.eof = true;
+            Ok(false)
+        }
+        Ok(got) => {
+            if placed {
+                sink.placed(d.token, d.offset, got);
+            }
+            *budget -= got;
+            d.offset += got as u64;
+            d.left -= got;
+            if d.left == 0 {
+                s.in_place = None;
+                s.header_next = true;
+                *msgs += 1;
+            } else {
+                s.in_place = Some(d);
+            }
+            Ok(got == want)
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+        Err(e) => Err(io_error(peer, e)),
+    }
+}
+
+/// Hands every complete frame in the buffer of stream `index` to the sink; then, if the front
+/// frame is a large data chunk only partly in, hands over the bytes that are and sets the
+/// stream to read the rest in place.
 fn deliver(
     s: &mut InStream,
     index: usize,
     peer: u32,
-    on_msg: &mut dyn FnMut(&Header, &[u8]),
+    sink: &mut dyn TcpSink,
     msgs: &mut usize,
 ) -> Result<(), TransportError> {
     let proto = |why: String| TransportError::Protocol {
@@ -221,8 +364,31 @@ fn deliver(
                 hdr.kind
             )));
         }
-        on_msg(&hdr, s.buf.bytes(range));
+        sink.frame(&hdr, s.buf.bytes(range));
+        s.header_next = false;
         *msgs += 1;
+    }
+    if !sink.in_place() {
+        return Ok(());
+    }
+    if let Some((_, len, range)) = s.buf.take_partial_data(BIG_FRAME) {
+        let present = s.buf.bytes(range);
+        let (token, offset) = decode_chunk_prefix(present).expect("prefix is in");
+        let data = &present[CHUNK_PREFIX..];
+        if !data.is_empty()
+            && let Some(dst) = sink.place(token, offset, data.len())
+        {
+            let n = dst.len().min(data.len());
+            dst[..n].copy_from_slice(&data[..n]);
+            sink.placed(token, offset, n);
+        }
+        s.in_place = Some(InPlace {
+            token,
+            offset: offset + data.len() as u64,
+            left: len - CHUNK_PREFIX - data.len(),
+        });
+    } else if s.buf.held_bytes() >= FRAME_HEADER_LEN + CHUNK_PREFIX {
+        s.header_next = false;
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! The sending side: one rank's write-only streams to one peer.
 
-use super::frame::encode_header;
+use super::frame::{CHUNK_PREFIX, encode_chunk_prefix, encode_header};
 use super::{
     AUTH_PURPOSE, CONNECT_TIMEOUT, FRAME_HEADER_LEN, HELLO_TIMEOUT, Hello, TcpConfig, hello_kind,
     io_error, replay, sys, tune,
@@ -18,6 +18,18 @@ use std::time::{Duration, Instant};
 /// without writing, only a look at the receive side (end-of-file, reset, timeout) tells.
 const PROBE_INTERVAL: Duration = Duration::from_millis(100);
 
+/// A data frame whose header is written (or queued) but whose payload the socket has taken
+/// only in part. The caller's bytes are never copied into the queue: the next
+/// [`TcpSender::send_chunk`] for the same receive and offset writes the rest.
+#[derive(Debug, Clone, Copy)]
+struct Owed {
+    token: u64,
+    /// Message offset of the next payload byte.
+    offset: u64,
+    /// Payload bytes still to write.
+    left: usize,
+}
+
 /// One stream and the bytes the socket has not taken yet.
 #[derive(Debug)]
 struct OutStream {
@@ -25,12 +37,71 @@ struct OutStream {
     /// Bytes of accepted messages not yet written, in order. Keeps its capacity once grown, so
     /// steady traffic does not allocate.
     queue: VecDeque<u8>,
+    /// The data frame being written, if its payload is not all out; nothing else may go on
+    /// this stream until it is.
+    owed: Option<Owed>,
 }
 
 impl OutStream {
     /// Whether a frame of `total` bytes may be queued now.
     fn fits(&self, total: usize, max_queued: usize) -> bool {
-        self.queue.is_empty() || self.queue.len() + total <= max_queued
+        self.owed.is_none() && (self.queue.is_empty() || self.queue.len() + total <= max_queued)
+    }
+
+    /// Starts a data frame: one vectored write of header, prefix and payload. What the socket
+    /// does not take of header and prefix is queued; of the payload, owed. Returns the payload
+    /// bytes written.
+    fn start_chunk(
+        &mut self,
+        fh: &[u8; FRAME_HEADER_LEN],
+        prefix: &[u8; CHUNK_PREFIX],
+        data: &[u8],
+        token: u64,
+        offset: u64,
+    ) -> io::Result<usize> {
+        debug_assert!(self.queue.is_empty() && self.owed.is_none());
+        let iov = [IoSlice::new(fh), IoSlice::new(prefix), IoSlice::new(data)];
+        let n = match sys::send_nosignal(self.sock.as_fd(), &iov) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(e) => return Err(e),
+        };
+        let head = FRAME_HEADER_LEN + CHUNK_PREFIX;
+        let sent = n.saturating_sub(head);
+        if n < head {
+            self.queue.extend(&fh[n.min(FRAME_HEADER_LEN)..]);
+            self.queue
+                .extend(&prefix[n.saturating_sub(FRAME_HEADER_LEN)..]);
+        }
+        if sent < data.len() {
+            self.owed = Some(Owed {
+                token,
+                offset: offset + sent as u64,
+                left: data.len() - sent,
+            });
+        }
+        Ok(sent)
+    }
+
+    /// Writes more of the owed payload from `data` (the message from the owed offset on).
+    /// Returns the bytes written.
+    fn continue_chunk(&mut self, data: &[u8]) -> io::Result<usize> {
+        if !self.flush()? {
+            return Ok(0);
+        }
+        let Some(mut o) = self.owed else {
+            return Ok(0);
+        };
+        let m = o.left.min(data.len());
+        let n = match sys::send_nosignal(self.sock.as_fd(), &[IoSlice::new(&data[..m])]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(e) => return Err(e),
+        };
+        o.left -= n;
+        o.offset += n as u64;
+        self.owed = (o.left > 0).then_some(o);
+        Ok(n)
     }
 
     /// Writes queued bytes until the socket is full; true when none are left.
@@ -133,6 +204,7 @@ impl TcpSender {
             streams.push(OutStream {
                 sock,
                 queue: VecDeque::new(),
+                owed: None,
             });
         }
         Ok(Self {
@@ -213,6 +285,73 @@ impl TcpSender {
         Ok(true)
     }
 
+    /// Sends rendezvous data for the receive `token`: `data` is the message from `offset` on.
+    /// Writes one data frame of at most `chunk` bytes (prefix: token and offset), straight from
+    /// `data`, and returns how many bytes of `data` the socket took (0: later). A frame the
+    /// socket took only in part stays open on its stream: the caller must come back with the
+    /// same `token` and the offset moved on by what was taken — the next call for that pair
+    /// writes the rest of the frame, and nothing else goes on that stream meanwhile. So the
+    /// caller's bytes are never copied into the queue.
+    pub fn send_chunk(
+        &mut self,
+        token: u64,
+        offset: u64,
+        data: &[u8],
+        chunk: usize,
+    ) -> Result<usize, TransportError> {
+        if let Some(e) = &self.failed {
+            return Err(replay(e));
+        }
+        let open = self.streams.iter().position(|s| {
+            s.owed
+                .is_some_and(|o| o.token == token && o.offset == offset)
+        });
+        let r = match open {
+            Some(i) => self.streams[i].continue_chunk(data),
+            None => {
+                let len = data
+                    .len()
+                    .min(chunk.max(1))
+                    .min(self.caps.max_frame - CHUNK_PREFIX);
+                let Some(i) = self.free_stream().map_err(|e| self.fail(e))? else {
+                    return Ok(0);
+                };
+                let hdr = Header {
+                    context: 0,
+                    source: 0,
+                    seq: 0,
+                    tag: 0,
+                    len: len as u64,
+                    kind: ProtoKind::Data,
+                    flags: 0,
+                    coll_seq: 0,
+                    signature: 0,
+                };
+                let fh = encode_header(&hdr, CHUNK_PREFIX + len);
+                let prefix = encode_chunk_prefix(token, offset);
+                self.next_data = (i + 1) % self.streams.len();
+                self.streams[i].start_chunk(&fh, &prefix, &data[..len], token, offset)
+            }
+        };
+        r.map_err(|e| self.fail(io_error(self.peer, e)))
+    }
+
+    /// A stream with nothing queued or owed, round-robin from the last one used.
+    fn free_stream(&mut self) -> Result<Option<usize>, TransportError> {
+        let n = self.streams.len();
+        for k in 0..n {
+            let i = (self.next_data + k) % n;
+            let s = &mut self.streams[i];
+            if s.owed.is_some() {
+                continue;
+            }
+            if s.queue.is_empty() || s.flush().map_err(|e| io_error(self.peer, e))? {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+
     /// Writes queued bytes as far as the sockets take them; true when nothing is left queued.
     /// Call it on every progress pass. When idle it also checks, every 100 ms, that the peer is
     /// still there, so a sender with nothing to send learns of a dead peer too.
@@ -246,12 +385,17 @@ impl TcpSender {
     /// Whether bytes wait in the queue; a sleeping rank then polls [`raw_fds`](Self::raw_fds)
     /// for writability.
     pub fn wants_write(&self) -> bool {
-        self.streams.iter().any(|s| !s.queue.is_empty())
+        self.streams
+            .iter()
+            .any(|s| !s.queue.is_empty() || s.owed.is_some())
     }
 
-    /// Bytes accepted but not yet written to the sockets.
+    /// Bytes not yet written to the sockets: queued, and owed to open data frames.
     pub fn queued(&self) -> usize {
-        self.streams.iter().map(|s| s.queue.len()).sum()
+        self.streams
+            .iter()
+            .map(|s| s.queue.len() + s.owed.map_or(0, |o| o.left))
+            .sum()
     }
 
     /// The sockets, for `poll`/`epoll`: writable matters while [`wants_write`](Self::wants_write);
