@@ -13,8 +13,9 @@
 //! only the floating-point `sum` may differ in its last bits (its terms are added in another
 //! order).
 //!
-//! Run: `rcomm-run -n 4 target/release/examples/heat --nx 256 --ny 192 --steps 5000`
-//! (options: `--nx`, `--ny`, `--steps`, `--tol`, `--every`; a world of one runs it serially).
+//! Run: `rcomm-run -n 4 target/release/examples/heat --nx 256 --ny 192 --steps 50000 --tol
+//! 1e-5` (options: `--nx`, `--ny`, `--steps`, `--tol`, `--every`; a world of one runs it
+//! serially).
 
 use rcomm::{Communicator, Op, Tag};
 

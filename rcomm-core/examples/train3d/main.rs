@@ -121,7 +121,10 @@ fn parse_args(size: u32) -> Result<Args, String> {
             "dp {dp} × pp {pp} × tp {tp} is not the {size} ranks"
         ));
     }
-    if cfg.layers % pp != 0 || cfg.ffn % tp != 0 || cfg.batch % (dp * cfg.micro) != 0 {
+    if !cfg.layers.is_multiple_of(pp)
+        || !cfg.ffn.is_multiple_of(tp)
+        || !cfg.batch.is_multiple_of(dp * cfg.micro)
+    {
         return Err(format!(
             "need pp | layers ({pp}, {}), tp | ffn ({tp}, {}), dp·micro | batch ({}, {})",
             cfg.layers,

@@ -190,10 +190,10 @@ pub fn backward(
     let mut dz = vec![0.0; n * f];
     for r in 0..n {
         let (dyr, ar) = (&dy[r * h..(r + 1) * h], &c.a[r * f..(r + 1) * f]);
-        for o in 0..h {
-            g.b2[o] += dyr[o];
-            for k in 0..f {
-                g.w2[o * f + k] += dyr[o] * ar[k];
+        for (o, &d) in dyr.iter().enumerate() {
+            g.b2[o] += d;
+            for (w, a) in g.w2[o * f..(o + 1) * f].iter_mut().zip(ar) {
+                *w += d * a;
             }
         }
         for k in 0..f {
@@ -204,11 +204,13 @@ pub fn backward(
     let mut dx = vec![0.0; n * h];
     for r in 0..n {
         let (dzr, xr) = (&dz[r * f..(r + 1) * f], &c.x[r * h..(r + 1) * h]);
-        for k in 0..f {
-            g.b1[k] += dzr[k];
-            for i in 0..h {
-                g.w1[k * h + i] += dzr[k] * xr[i];
-                dx[r * h + i] += dzr[k] * b.w1[k * h + i];
+        let dxr = &mut dx[r * h..(r + 1) * h];
+        for (k, &d) in dzr.iter().enumerate() {
+            g.b1[k] += d;
+            let (gw, w) = (&mut g.w1[k * h..(k + 1) * h], &b.w1[k * h..(k + 1) * h]);
+            for (((gw, dx), x), w) in gw.iter_mut().zip(dxr.iter_mut()).zip(xr).zip(w) {
+                *gw += d * x;
+                *dx += d * w;
             }
         }
     }
