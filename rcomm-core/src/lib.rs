@@ -25,7 +25,7 @@ mod world;
 pub use coll::{CollRequest, Dtype, Element, Op, ReduceOp, UserOp};
 pub use comm::{Communicator, Message, Request, Scope, ScopedRequest, Tag, wait_all, wait_any};
 pub use error::CommError;
-pub use group::SplitType;
+pub use group::{Comparison, Group, SplitType};
 pub use p2p::engine::Status;
 pub use p2p::matcher::Source;
 pub use rcomm_transport::identity::PeerInfo;
