@@ -594,8 +594,7 @@ mod tests {
 
     /// Distinct world ranks below 12 in random order (often overlapping another such group).
     fn group() -> impl Strategy<Value = Vec<u32>> {
-        proptest::sample::subsequence((0..12u32).collect::<Vec<_>>(), 0..=12)
-            .prop_shuffle()
+        proptest::sample::subsequence((0..12u32).collect::<Vec<_>>(), 0..=12).prop_shuffle()
     }
 
     /// Group ranks, sometimes out of range or repeated.
@@ -655,7 +654,10 @@ mod tests {
     fn bad_ranks_are_errors_naming_the_rank() {
         let g = Group::new([3, 1, 2]).unwrap();
         let e = g.incl(&[0, 3]).unwrap_err().to_string();
-        assert!(e.contains("rank 3 is out of range") && e.contains("3 ranks"), "{e}");
+        assert!(
+            e.contains("rank 3 is out of range") && e.contains("3 ranks"),
+            "{e}"
+        );
         let e = g.excl(&[1, 1]).unwrap_err().to_string();
         assert!(e.contains("rank 1 is given twice"), "{e}");
         let e = Group::new([0, 5, 5]).unwrap_err().to_string();

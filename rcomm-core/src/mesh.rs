@@ -301,13 +301,16 @@ impl Mesh {
 
     /// The index of dimension `name`, or an error listing the dimensions.
     fn dim(&self, name: &str) -> Result<usize> {
-        self.dims.iter().position(|(n, _)| n == name).ok_or_else(|| {
-            let names: Vec<&str> = self.dims.iter().map(|(n, _)| n.as_str()).collect();
-            CommError::InvalidArg(format!(
-                "mesh has no dimension {name:?} (it has {})",
-                names.join(", ")
-            ))
-        })
+        self.dims
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.dims.iter().map(|(n, _)| n.as_str()).collect();
+                CommError::InvalidArg(format!(
+                    "mesh has no dimension {name:?} (it has {})",
+                    names.join(", ")
+                ))
+            })
     }
 }
 
@@ -418,7 +421,10 @@ mod tests {
     #[test]
     fn placement_is_node_major_in_rank_order() {
         // --map-by slot, two nodes of 4: the identity.
-        assert_eq!(placement(&nodes("0,0,0,0,4,4,4,4")), (0..8).collect::<Vec<_>>());
+        assert_eq!(
+            placement(&nodes("0,0,0,0,4,4,4,4")),
+            (0..8).collect::<Vec<_>>()
+        );
         // --map-by node: consecutive ranks alternate.
         assert_eq!(
             placement(&nodes("0,1,0,1,0,1,0,1")),
@@ -489,7 +495,7 @@ mod tests {
             let mut sizes = Vec::new();
             let mut left = n;
             for f in split {
-                if left % f == 0 {
+                if left.is_multiple_of(f) {
                     sizes.push(f);
                     left /= f;
                 }
@@ -527,7 +533,7 @@ mod tests {
                 let block: u32 = sizes[d..].iter().product();
                 let fits = node
                     .iter()
-                    .all(|k| node.iter().filter(|x| *x == k).count() as u32 % block == 0);
+                    .all(|k| (node.iter().filter(|x| *x == k).count() as u32).is_multiple_of(block));
                 if fits {
                     proptest::prop_assert!(!brute);
                 }
@@ -552,15 +558,23 @@ mod tests {
     fn a_world_of_one_makes_meshes_and_rejects_bad_shapes() {
         let w = crate::init().unwrap();
         let m = Mesh::new(&w, &[("dp", 1), ("tp", 1)]).unwrap();
-        assert_eq!((m.coords(), m.rank(), m.rank_at(&[0, 0]).unwrap()), (&[0, 0][..], 0, 0));
+        assert_eq!(
+            (m.coords(), m.rank(), m.rank_at(&[0, 0]).unwrap()),
+            (&[0, 0][..], 0, 0)
+        );
         assert_eq!((m.next("tp").unwrap(), m.prev("tp").unwrap()), (None, None));
         assert_eq!(m.comm("dp").unwrap().size(), 1);
         assert_eq!(m.sub(&["tp", "dp"]).unwrap().size(), 1);
         let e = m.comm("ep").unwrap_err().to_string();
-        assert!(e.contains("no dimension \"ep\"") && e.contains("dp, tp"), "{e}");
+        assert!(
+            e.contains("no dimension \"ep\"") && e.contains("dp, tp"),
+            "{e}"
+        );
         assert!(m.rank_at(&[0]).is_err() && m.rank_at(&[0, 1]).is_err());
         assert!(m.sub(&["tp", "tp"]).is_err());
-        let e = Mesh::new(&w, &[("dp", 2), ("tp", 4)]).unwrap_err().to_string();
+        let e = Mesh::new(&w, &[("dp", 2), ("tp", 4)])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("(dp=2 × tp=4) has 8 ranks but the communicator has 1"),
             "{e}"

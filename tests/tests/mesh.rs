@@ -47,9 +47,7 @@ fn mesh_job(labels: &[u32], launcher: &[&str], cases: &[&str]) -> rcomm_tests::J
     let mut args: Vec<&str> = launcher.to_vec();
     args.extend(["sh", "-c", script, &labels, &prog, &labels]);
     args.extend(cases);
-    Job::new(8, &args)
-        .deadline(Duration::from_secs(120))
-        .run()
+    Job::new(8, &args).deadline(Duration::from_secs(120)).run()
 }
 
 const STRICT_TP: &str = "dimension tp of size 8 spans nodes: nodes have 4 ranks";

@@ -167,7 +167,11 @@ fn a_mesh_keeps_tp_on_one_host_under_map_by_node() {
         .into_iter()
         .filter_map(|l| l.strip_prefix("ok "))
         .collect();
-    assert_eq!(ok.iter().filter(|l| l.starts_with("shape ")).count(), 6, "{out}");
+    assert_eq!(
+        ok.iter().filter(|l| l.starts_with("shape ")).count(),
+        6,
+        "{out}"
+    );
     assert!(ok.contains(&"warn") && ok.contains(&"ep"), "{out}");
     assert!(
         out.stderr

@@ -90,7 +90,11 @@ fn groups_and_create(w: &Communicator) {
 
     // Ranks passing different groups: an error everywhere, not a hang.
     if n > 1 {
-        let mine = if r == 0 { g.excl(&[0]).unwrap() } else { g.clone() };
+        let mine = if r == 0 {
+            g.excl(&[0]).unwrap()
+        } else {
+            g.clone()
+        };
         match w.create(&mine) {
             Err(CommError::Mismatch { what, .. }) => assert!(what.contains("group"), "{what}"),
             other => panic!("rank {r}: different groups gave {other:?}"),

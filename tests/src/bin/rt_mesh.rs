@@ -72,7 +72,10 @@ fn check_shape(w: &Communicator, labels: &[u32], dims: &[(&str, u32)]) {
     assert_eq!(mesh.coords(), mine, "{dims:?}: rank {r}");
     assert_eq!(mesh.rank(), m);
     for mm in 0..n {
-        assert_eq!(mesh.rank_at(&coords(mm, &sizes)).unwrap(), order[mm as usize]);
+        assert_eq!(
+            mesh.rank_at(&coords(mm, &sizes)).unwrap(),
+            order[mm as usize]
+        );
         assert_eq!(
             mesh.coords_of(order[mm as usize]).unwrap(),
             coords(mm, &sizes)
@@ -94,7 +97,11 @@ fn check_shape(w: &Communicator, labels: &[u32], dims: &[(&str, u32)]) {
         let one_node = want
             .iter()
             .all(|&x| labels[x as usize] == labels[r as usize]);
-        assert_eq!(c.on_one_node(), one_node, "{dims:?}: comm {name} of rank {r}");
+        assert_eq!(
+            c.on_one_node(),
+            one_node,
+            "{dims:?}: comm {name} of rank {r}"
+        );
         let next = mesh.next(name).unwrap();
         let prev = mesh.prev(name).unwrap();
         assert_eq!(next, (mine[d] + 1 < *size).then_some(mine[d] + 1));
@@ -116,7 +123,13 @@ fn check_shape(w: &Communicator, labels: &[u32], dims: &[(&str, u32)]) {
         for b in a + 1..dims.len() {
             let s = mesh.sub(&[dims[b].0, dims[a].0]).unwrap();
             let want = expected_members(&order, &sizes, &mine, &[a, b]);
-            assert_eq!(members(&s), want, "{dims:?}: sub {}+{}", dims[a].0, dims[b].0);
+            assert_eq!(
+                members(&s),
+                want,
+                "{dims:?}: sub {}+{}",
+                dims[a].0,
+                dims[b].0
+            );
         }
     }
     let all: Vec<&str> = dims.iter().map(|d| d.0).collect();
