@@ -733,6 +733,8 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
     }
 
     /// Waits for completion and hands back the result (see the starting call for its shape).
+    /// While it waits it also advances this process's other non-blocking collectives, on any
+    /// communicator: ranks may start and wait them in different orders (MPI's progress rule).
     pub fn wait(mut self) -> Result<Vec<T>> {
         let mut st = self.lock();
         st.advance_blocking()?;
