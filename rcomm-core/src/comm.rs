@@ -214,7 +214,7 @@ pub struct Communicator {
     /// How many nodes the members run on.
     pub(crate) nodes: u32,
     /// Members by communicator rank (world ranks); `None` for the world itself.
-    pub(crate) group: Option<Arc<Group>>,
+    pub(crate) group: Option<Arc<Members>>,
     /// Frees the context id when the last clone goes (absent for the world).
     pub(crate) _ctx_guard: Option<Arc<crate::group::CtxGuard>>,
     /// Collectives started on this communicator (shared by its clones): every rank starts
@@ -231,12 +231,12 @@ pub struct Communicator {
 
 /// The members of a communicator, as world ranks, with the reverse map.
 #[derive(Debug)]
-pub(crate) struct Group {
+pub(crate) struct Members {
     pub(crate) world: Vec<u32>,
     pub(crate) local: rcomm_transport::fastmap::FastMap<u32, u32>,
 }
 
-impl Group {
+impl Members {
     pub(crate) fn new(world: Vec<u32>) -> Self {
         let local = world
             .iter()
@@ -248,7 +248,7 @@ impl Group {
 }
 
 /// World rank → communicator rank in a status.
-fn localize(group: &Option<Arc<Group>>, mut st: Status) -> Status {
+fn localize(group: &Option<Arc<Members>>, mut st: Status) -> Status {
     if let Some(g) = group {
         st.source = g.local.get(&st.source).copied().unwrap_or(u32::MAX);
     }
@@ -562,7 +562,7 @@ impl Communicator {
 #[must_use = "a request does nothing useful unless waited for"]
 pub struct Request<T: Pod + Send> {
     shared: Arc<Shared>,
-    group: Option<Arc<Group>>,
+    group: Option<Arc<Members>>,
     req: Option<ReqId>,
     buf: Option<Vec<T>>,
     recv: bool,
@@ -732,7 +732,7 @@ impl ScopedRequest<'_, '_> {
 #[derive(Debug)]
 pub struct Message {
     shared: Arc<Shared>,
-    group: Option<Arc<Group>>,
+    group: Option<Arc<Members>>,
     env: Envelope,
     stored: Option<Stored>,
 }

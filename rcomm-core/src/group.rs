@@ -1,6 +1,6 @@
-//! Making communicators: `dup`, `split`, `split_type`, and the context ids that keep their
-//! messages apart; plus the internal exchanges they need (allgather, barrier) written over
-//! point-to-point on the parent's internal context.
+//! Making communicators: `dup`, `split`, `split_type`, [`Group`]s and `create`, and the
+//! context ids that keep their messages apart; plus the internal exchanges they need
+//! (allgather, barrier) written over point-to-point on the parent's internal context.
 //!
 //! Context ids: every process keeps a bitmask of ids in use. Creating a communicator is
 //! collective over its parent: the members combine their free masks (an allgather, then AND)
@@ -8,9 +8,10 @@
 //! any process that belongs to both. User messages travel on context `2·id`, the
 //! communicator's internal traffic on `2·id + 1`, so a user's tags can never meet rcomm's.
 
-use crate::comm::{Communicator, Group, Tag};
+use crate::comm::{Communicator, Members, Tag};
 use crate::p2p::matcher::Source;
 use crate::{CommError, Result};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Context ids per process (a bitmask of this many bits is exchanged when one is allocated).
@@ -134,18 +135,28 @@ impl Communicator {
 
     /// Agrees with every rank on a context id free on all of them.
     fn alloc_id(&self) -> Result<Arc<CtxGuard>> {
+        Ok(self.alloc_id_with(&[])?.0)
+    }
+
+    /// [`alloc_id`](Self::alloc_id), gathering `extra` (the same length on every rank) from
+    /// every rank in the same exchange; returns the extras in rank order.
+    fn alloc_id_with(&self, extra: &[u8]) -> Result<(Arc<CtxGuard>, Vec<u8>)> {
         let ids = self.shared.ctx_ids.clone();
-        let mine: Vec<u8> = ids
+        let mut mine: Vec<u8> = ids
             .free_mask()
             .iter()
             .flat_map(|w| w.to_le_bytes())
             .collect();
+        mine.extend_from_slice(extra);
         let all = self.allgather_bytes(&mine)?;
         let mut common = [u64::MAX; WORDS];
-        for rank in all.chunks(WORDS * 8) {
-            for (i, w) in rank.chunks(8).enumerate() {
+        let mut extras = Vec::with_capacity(extra.len() * self.size as usize);
+        for rank in all.chunks(WORDS * 8 + extra.len()) {
+            let (mask, x) = rank.split_at(WORDS * 8);
+            for (i, w) in mask.chunks(8).enumerate() {
                 common[i] &= u64::from_le_bytes(w.try_into().expect("8 bytes"));
             }
+            extras.extend_from_slice(x);
         }
         let id = (0..MAX_IDS)
             .find(|&i| common[i / 64] >> (i % 64) & 1 == 1)
@@ -155,7 +166,7 @@ impl Communicator {
                 "a context id was taken meanwhile by another thread: create communicators that share ranks from one thread at a time".into(),
             ));
         }
-        Ok(Arc::new(CtxGuard { ids, id }))
+        Ok((Arc::new(CtxGuard { ids, id }), extras))
     }
 
     fn child(&self, guard: Arc<CtxGuard>, world: Vec<u32>, rank: u32) -> Communicator {
@@ -172,7 +183,7 @@ impl Communicator {
             size: world.len() as u32,
             one_node,
             nodes: colours.len() as u32,
-            group: Some(Arc::new(Group::new(world))),
+            group: Some(Arc::new(Members::new(world))),
             _ctx_guard: Some(guard),
             coll_seq: Default::default(),
             algo_force: None,
@@ -236,6 +247,70 @@ impl Communicator {
             }
         }
     }
+
+    /// The communicator's group: its members as world ranks, in communicator rank order
+    /// (MPI_Comm_group).
+    pub fn group(&self) -> Group {
+        Group {
+            ranks: self.members(),
+        }
+    }
+
+    /// A communicator of the ranks of `group`, in the group's order (MPI_Comm_create).
+    /// Collective over this communicator: every rank calls it with the same group; members
+    /// get `Some`, the others `None` (an empty group gives `None` everywhere). A group with a
+    /// world rank outside this communicator is an error, on every rank; so are ranks that pass
+    /// different groups.
+    ///
+    /// ```
+    /// let world = rcomm::init()?;
+    /// let evens = world.group().incl(&(0..world.size()).step_by(2).collect::<Vec<_>>())?;
+    /// if let Some(c) = world.create(&evens)? {
+    ///     c.barrier()?;
+    /// }
+    /// # Ok::<(), rcomm::CommError>(())
+    /// ```
+    pub fn create(&self, group: &Group) -> Result<Option<Communicator>> {
+        // FNV-1a of the members: ranks compare their groups in the id agreement's exchange.
+        let hash = group
+            .ranks
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .chain((group.ranks.len() as u64).to_le_bytes())
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            });
+        let (guard, all) = self.alloc_id_with(&hash.to_le_bytes())?;
+        for (r, theirs) in all.chunks(8).enumerate() {
+            let theirs = u64::from_le_bytes(theirs.try_into().expect("8 bytes"));
+            if theirs != hash {
+                return Err(CommError::Mismatch {
+                    what: "the group passed to create (every rank must pass the same group; \
+                           the values are hashes of it)"
+                        .into(),
+                    rank: r as u32,
+                    theirs,
+                    ours: hash,
+                });
+            }
+        }
+        if let Some(&w) = group
+            .ranks
+            .iter()
+            .find(|&&w| self.local_rank_of(w).is_none())
+        {
+            return Err(CommError::InvalidArg(format!(
+                "create: world rank {w} of the group is not a member of the communicator \
+                 (it has {} ranks)",
+                self.size
+            )));
+        }
+        let me = self.world_rank(self.rank)?;
+        let Some(rank) = group.rank_of(me) else {
+            return Ok(None);
+        };
+        Ok(Some(self.child(guard, group.ranks.clone(), rank)))
+    }
 }
 
 /// How [`Communicator::split_type`] groups ranks.
@@ -244,4 +319,351 @@ impl Communicator {
 pub enum SplitType {
     /// Ranks that share a node (MPI_COMM_TYPE_SHARED).
     Node,
+}
+
+/// An ordered set of ranks (MPI_Group), named by their world ranks: a group's rank `i` is its
+/// `i`-th member. Made from a communicator ([`Communicator::group`]) or from world ranks
+/// ([`Group::new`]), combined with MPI's rules, and turned into a communicator by
+/// [`Communicator::create`]. Groups are plain values: making and combining them is local.
+///
+/// ```
+/// use rcomm::{Comparison, Group};
+/// let g = Group::new([4, 0, 2, 6])?;              // world ranks; group rank 0 is world rank 4
+/// let h = g.incl(&[1, 2])?;                        // ranks 1 and 2 of g: world ranks 0, 2
+/// assert_eq!(h.world_ranks(), &[0, 2]);
+/// assert_eq!(g.excl(&[0])?.world_ranks(), &[0, 2, 6]);
+/// let u = Group::new([1, 2])?.union(&h);           // first's order, then the second's new ones
+/// assert_eq!(u.world_ranks(), &[1, 2, 0]);
+/// assert_eq!(g.translate_ranks(&[0, 2], &h)?, vec![None, Some(1)]);
+/// assert_eq!(Group::new([2, 0])?.compare(&h), Comparison::Similar);
+/// # Ok::<(), rcomm::CommError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Group {
+    /// World ranks, distinct, in group rank order.
+    ranks: Vec<u32>,
+}
+
+/// How two groups compare ([`Group::compare`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Comparison {
+    /// The same members in the same order (MPI_IDENT).
+    Ident,
+    /// The same members in another order (MPI_SIMILAR).
+    Similar,
+    /// Different members (MPI_UNEQUAL).
+    Unequal,
+}
+
+impl Group {
+    /// The group of these world ranks, in this order. A rank given twice is an error. (Whether
+    /// the ranks exist is checked when a communicator is made of the group.)
+    pub fn new(world_ranks: impl IntoIterator<Item = u32>) -> Result<Group> {
+        let ranks: Vec<u32> = world_ranks.into_iter().collect();
+        check_distinct("Group::new", &ranks)?;
+        Ok(Group { ranks })
+    }
+
+    /// The empty group (MPI_GROUP_EMPTY).
+    pub fn empty() -> Group {
+        Group::default()
+    }
+
+    /// Number of members.
+    pub fn size(&self) -> u32 {
+        self.ranks.len() as u32
+    }
+
+    /// Whether the group has no members.
+    pub fn is_empty(&self) -> bool {
+        self.ranks.is_empty()
+    }
+
+    /// The members' world ranks, in group rank order.
+    pub fn world_ranks(&self) -> &[u32] {
+        &self.ranks
+    }
+
+    /// The world rank of group rank `r`.
+    pub fn world_rank(&self, r: u32) -> Result<u32> {
+        self.ranks
+            .get(r as usize)
+            .copied()
+            .ok_or(CommError::InvalidRank {
+                rank: r,
+                size: self.size(),
+            })
+    }
+
+    /// The group rank of world rank `w`, `None` if it is not a member (MPI_UNDEFINED); with
+    /// `w` = the caller's world rank, MPI_Group_rank.
+    pub fn rank_of(&self, w: u32) -> Option<u32> {
+        self.ranks.iter().position(|&x| x == w).map(|p| p as u32)
+    }
+
+    /// The members at group ranks `ranks`, in that order (MPI_Group_incl). A rank out of range
+    /// or given twice is an error.
+    pub fn incl(&self, ranks: &[u32]) -> Result<Group> {
+        self.check_ranks("incl", ranks)?;
+        Ok(Group {
+            ranks: ranks.iter().map(|&r| self.ranks[r as usize]).collect(),
+        })
+    }
+
+    /// The members but those at group ranks `ranks`, in this group's order (MPI_Group_excl).
+    /// A rank out of range or given twice is an error.
+    pub fn excl(&self, ranks: &[u32]) -> Result<Group> {
+        self.check_ranks("excl", ranks)?;
+        let mut drop = vec![false; self.ranks.len()];
+        for &r in ranks {
+            drop[r as usize] = true;
+        }
+        Ok(Group {
+            ranks: self
+                .ranks
+                .iter()
+                .zip(drop)
+                .filter(|(_, d)| !d)
+                .map(|(&w, _)| w)
+                .collect(),
+        })
+    }
+
+    /// This group's members, then `other`'s that are not in it, each in its group's order
+    /// (MPI_Group_union).
+    pub fn union(&self, other: &Group) -> Group {
+        let mine = self.index();
+        let mut ranks = self.ranks.clone();
+        ranks.extend(other.ranks.iter().filter(|w| !mine.contains_key(w)));
+        Group { ranks }
+    }
+
+    /// This group's members that are also in `other`, in this group's order
+    /// (MPI_Group_intersection).
+    pub fn intersection(&self, other: &Group) -> Group {
+        let theirs = other.index();
+        Group {
+            ranks: self
+                .ranks
+                .iter()
+                .copied()
+                .filter(|w| theirs.contains_key(w))
+                .collect(),
+        }
+    }
+
+    /// This group's members that are not in `other`, in this group's order
+    /// (MPI_Group_difference).
+    pub fn difference(&self, other: &Group) -> Group {
+        let theirs = other.index();
+        Group {
+            ranks: self
+                .ranks
+                .iter()
+                .copied()
+                .filter(|w| !theirs.contains_key(w))
+                .collect(),
+        }
+    }
+
+    /// For each of this group's ranks `ranks`, the rank of the same member in `other`, `None`
+    /// where it is not a member there (MPI_Group_translate_ranks; `None` is MPI_UNDEFINED). A
+    /// rank out of this group's range is an error.
+    pub fn translate_ranks(&self, ranks: &[u32], other: &Group) -> Result<Vec<Option<u32>>> {
+        let theirs = other.index();
+        ranks
+            .iter()
+            .map(|&r| Ok(theirs.get(&self.world_rank(r)?).copied()))
+            .collect()
+    }
+
+    /// Whether `other` has the same members in the same order, in another order, or other
+    /// members (MPI_Group_compare).
+    pub fn compare(&self, other: &Group) -> Comparison {
+        if self.ranks == other.ranks {
+            return Comparison::Ident;
+        }
+        let (mut a, mut b) = (self.ranks.clone(), other.ranks.clone());
+        a.sort_unstable();
+        b.sort_unstable();
+        if a == b {
+            Comparison::Similar
+        } else {
+            Comparison::Unequal
+        }
+    }
+
+    /// World rank → group rank.
+    fn index(&self) -> HashMap<u32, u32> {
+        self.ranks
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (w, i as u32))
+            .collect()
+    }
+
+    /// Group ranks given to `incl`/`excl`: in range and distinct.
+    fn check_ranks(&self, what: &str, ranks: &[u32]) -> Result<()> {
+        if let Some(&r) = ranks.iter().find(|&&r| r >= self.size()) {
+            return Err(CommError::InvalidArg(format!(
+                "{what}: rank {r} is out of range: the group has {} ranks",
+                self.size()
+            )));
+        }
+        check_distinct(what, ranks)
+    }
+}
+
+/// An error naming the first rank given twice.
+fn check_distinct(what: &str, ranks: &[u32]) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(ranks.len());
+    match ranks.iter().find(|&&r| !seen.insert(r)) {
+        Some(r) => Err(CommError::InvalidArg(format!(
+            "{what}: rank {r} is given twice"
+        ))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    // The reference model: plain vectors and linear searches, MPI's rules written out.
+
+    fn r_valid(len: usize, ranks: &[u32]) -> bool {
+        ranks.iter().all(|&r| (r as usize) < len)
+            && ranks
+                .iter()
+                .enumerate()
+                .all(|(i, r)| !ranks[..i].contains(r))
+    }
+
+    fn r_incl(g: &[u32], ranks: &[u32]) -> Option<Vec<u32>> {
+        r_valid(g.len(), ranks).then(|| ranks.iter().map(|&r| g[r as usize]).collect())
+    }
+
+    fn r_excl(g: &[u32], ranks: &[u32]) -> Option<Vec<u32>> {
+        r_valid(g.len(), ranks).then(|| {
+            (0..g.len())
+                .filter(|i| !ranks.contains(&(*i as u32)))
+                .map(|i| g[i])
+                .collect()
+        })
+    }
+
+    fn r_union(a: &[u32], b: &[u32]) -> Vec<u32> {
+        let mut u = a.to_vec();
+        for x in b {
+            if !a.contains(x) {
+                u.push(*x);
+            }
+        }
+        u
+    }
+
+    fn r_inter(a: &[u32], b: &[u32]) -> Vec<u32> {
+        a.iter().copied().filter(|x| b.contains(x)).collect()
+    }
+
+    fn r_diff(a: &[u32], b: &[u32]) -> Vec<u32> {
+        a.iter().copied().filter(|x| !b.contains(x)).collect()
+    }
+
+    fn r_translate(a: &[u32], ranks: &[u32], b: &[u32]) -> Option<Vec<Option<u32>>> {
+        ranks
+            .iter()
+            .map(|&r| {
+                let w = *a.get(r as usize)?;
+                Some(b.iter().position(|&x| x == w).map(|p| p as u32))
+            })
+            .collect()
+    }
+
+    fn r_compare(a: &[u32], b: &[u32]) -> Comparison {
+        if a == b {
+            Comparison::Ident
+        } else if a.len() == b.len() && a.iter().all(|x| b.contains(x)) {
+            Comparison::Similar
+        } else {
+            Comparison::Unequal
+        }
+    }
+
+    /// Distinct world ranks below 12 in random order (often overlapping another such group).
+    fn group() -> impl Strategy<Value = Vec<u32>> {
+        proptest::sample::subsequence((0..12u32).collect::<Vec<_>>(), 0..=12).prop_shuffle()
+    }
+
+    /// Group ranks, sometimes out of range or repeated.
+    fn ranks() -> impl Strategy<Value = Vec<u32>> {
+        prop_oneof![
+            3 => proptest::sample::subsequence((0..12u32).collect::<Vec<_>>(), 0..=6).prop_shuffle(),
+            1 => proptest::collection::vec(0..14u32, 0..6),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn group_operations_match_the_reference(a in group(), b in group(), rs in ranks()) {
+            let (ga, gb) = (Group::new(a.clone()).unwrap(), Group::new(b.clone()).unwrap());
+            prop_assert_eq!(ga.size() as usize, a.len());
+            prop_assert_eq!(ga.incl(&rs).ok().map(|g| g.ranks), r_incl(&a, &rs));
+            prop_assert_eq!(ga.excl(&rs).ok().map(|g| g.ranks), r_excl(&a, &rs));
+            prop_assert_eq!(ga.union(&gb).ranks, r_union(&a, &b));
+            prop_assert_eq!(ga.intersection(&gb).ranks, r_inter(&a, &b));
+            prop_assert_eq!(ga.difference(&gb).ranks, r_diff(&a, &b));
+            prop_assert_eq!(ga.translate_ranks(&rs, &gb).ok(), r_translate(&a, &rs, &b));
+            prop_assert_eq!(ga.compare(&gb), r_compare(&a, &b));
+            prop_assert_eq!(ga.compare(&ga), Comparison::Ident);
+            let mut shuffled = a.clone();
+            shuffled.reverse();
+            let similar = if a.len() > 1 { Comparison::Similar } else { Comparison::Ident };
+            prop_assert_eq!(ga.compare(&Group::new(shuffled).unwrap()), similar);
+            for (w, r) in a.iter().zip(0..) {
+                prop_assert_eq!(ga.rank_of(*w), Some(r));
+                prop_assert_eq!(ga.world_rank(r).unwrap(), *w);
+            }
+            prop_assert!(ga.world_rank(ga.size()).is_err());
+            // Results are groups again: distinct members.
+            for g in [ga.union(&gb), ga.intersection(&gb), ga.difference(&gb)] {
+                prop_assert!(Group::new(g.ranks).is_ok());
+            }
+        }
+
+        #[test]
+        fn translating_there_and_back_is_the_identity_on_common_members(a in group(), b in group()) {
+            let (ga, gb) = (Group::new(a.clone()).unwrap(), Group::new(b).unwrap());
+            let all: Vec<u32> = (0..ga.size()).collect();
+            let there = ga.translate_ranks(&all, &gb).unwrap();
+            for (r, t) in all.iter().zip(&there) {
+                if let Some(t) = t {
+                    prop_assert_eq!(gb.translate_ranks(&[*t], &ga).unwrap(), vec![Some(*r)]);
+                }
+            }
+            let common = there.iter().filter(|t| t.is_some()).count() as u32;
+            prop_assert_eq!(common, ga.intersection(&gb).size());
+        }
+    }
+
+    #[test]
+    fn bad_ranks_are_errors_naming_the_rank() {
+        let g = Group::new([3, 1, 2]).unwrap();
+        let e = g.incl(&[0, 3]).unwrap_err().to_string();
+        assert!(
+            e.contains("rank 3 is out of range") && e.contains("3 ranks"),
+            "{e}"
+        );
+        let e = g.excl(&[1, 1]).unwrap_err().to_string();
+        assert!(e.contains("rank 1 is given twice"), "{e}");
+        let e = Group::new([0, 5, 5]).unwrap_err().to_string();
+        assert!(e.contains("rank 5 is given twice"), "{e}");
+        assert!(g.translate_ranks(&[7], &g).is_err());
+        assert!(Group::empty().is_empty());
+        assert_eq!(g.incl(&[]).unwrap(), Group::empty());
+    }
 }

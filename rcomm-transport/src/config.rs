@@ -64,7 +64,7 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec {
         name: "RCOMM_DEBUG_SUBSYS",
         protocol: false,
-        help: "comma list limiting logs to INIT, P2P, COLL, NET, TOPO, LAUNCH (default: all)",
+        help: "comma list limiting logs to INIT, P2P, COLL, MESH, NET, TOPO, LAUNCH (default: all)",
     },
     VarSpec {
         name: "RCOMM_TRANSPORT",

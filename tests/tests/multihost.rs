@@ -134,6 +134,52 @@ fn hostfile_map_by_node_and_default_rank_count() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A mesh on two real (fake) hosts with `--map-by node`, so consecutive world ranks alternate
+/// between hosts: the placement follows the hosts, and `tp` stays on one (`rt_mesh`, as in
+/// `tests/tests/mesh.rs`, without `RCOMM_HOSTID`).
+#[test]
+fn a_mesh_keeps_tp_on_one_host_under_map_by_node() {
+    let Some(c) = Cluster::up_or_skip(2) else {
+        return;
+    };
+    let mesh = test_program("rt_mesh");
+    let out = run_on_host0(
+        &c,
+        &[
+            "-H",
+            "host0:4,host1:4",
+            "--map-by",
+            "node",
+            "-n",
+            "8",
+            &mesh,
+            "0,1,0,1,0,1,0,1",
+            "shapes",
+            "warn",
+            "ep",
+        ],
+        &[],
+        120,
+    );
+    assert_eq!(out.code(), 0, "{out}");
+    let ok: Vec<&str> = out
+        .rank_lines(0)
+        .into_iter()
+        .filter_map(|l| l.strip_prefix("ok "))
+        .collect();
+    assert_eq!(
+        ok.iter().filter(|l| l.starts_with("shape ")).count(),
+        6,
+        "{out}"
+    );
+    assert!(ok.contains(&"warn") && ok.contains(&"ep"), "{out}");
+    assert!(
+        out.stderr
+            .contains("dimension tp of size 8 spans nodes: nodes have 4 ranks"),
+        "{out}"
+    );
+}
+
 #[test]
 fn a_rank_killed_on_host2_ends_the_job_everywhere() {
     let Some(c) = Cluster::up_or_skip(3) else {

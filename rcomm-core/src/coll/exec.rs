@@ -22,6 +22,10 @@ pub(crate) struct CollShared {
     /// Schedules by what they are a pure function of.
     cache: Mutex<rcomm_transport::fastmap::FastMap<SchedKey, Arc<Schedule>>>,
     pub(crate) progress: Option<Arc<super::progress::Progress>>,
+    /// Non-blocking collectives started and not known to be finished, on every communicator:
+    /// a rank blocked waiting for one advances the others too, so collectives started or
+    /// waited in different orders on different ranks complete (MPI's progress rule).
+    inflight: Mutex<Vec<std::sync::Weak<Mutex<dyn Advance>>>>,
     /// The tuner's choices by what they are a pure function of.
     choices: Mutex<rcomm_transport::fastmap::FastMap<ChoiceKey, &'static str>>,
     /// Choices already logged: (op, ranks, bytes, algorithm).
@@ -110,6 +114,45 @@ impl CollShared {
         let s = Arc::new(make());
         c.insert(key, s.clone());
         s
+    }
+
+    /// Remembers a started non-blocking collective (forgetting finished and dropped ones).
+    fn register_inflight(&self, item: &Arc<Mutex<dyn Advance>>) {
+        let mut l = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        l.retain(|w| {
+            w.upgrade()
+                .is_some_and(|i| i.try_lock().map(|s| !s.finished()).unwrap_or(true))
+        });
+        l.push(Arc::downgrade(item));
+    }
+
+    /// Advances, without blocking, every registered non-blocking collective that no thread
+    /// holds (the caller holds its own, so it is skipped), and pushes the requests each still
+    /// waits for onto `groups`, one entry per collective. Returns whether any is unfinished.
+    pub(crate) fn advance_others(&self, groups: &mut Vec<Vec<crate::p2p::engine::ReqId>>) -> bool {
+        let items: Vec<Arc<Mutex<dyn Advance>>> = {
+            let l = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            if l.is_empty() {
+                return false;
+            }
+            l.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        let mut any = false;
+        for it in &items {
+            let Ok(mut s) = it.try_lock() else { continue };
+            if s.finished() {
+                continue;
+            }
+            // An error is kept in the request for its owner.
+            let _ = s.advance(false);
+            if !s.finished() {
+                let mut g = Vec::new();
+                s.pending_reqs(&mut g);
+                groups.push(g);
+                any = true;
+            }
+        }
+        any
     }
 
     /// A scratch buffer of at least `len` bytes (contents unspecified).
@@ -504,6 +547,8 @@ pub(crate) trait Advance: Send {
     fn advance(&mut self, block: bool) -> Result<bool>;
     /// Complete (or failed).
     fn finished(&self) -> bool;
+    /// The point-to-point requests the current phase waits for.
+    fn pending_reqs(&self, out: &mut Vec<crate::p2p::engine::ReqId>);
 }
 
 impl<T: bytemuck::Pod + Send> NbState<T> {
@@ -537,6 +582,41 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
         Ok(true)
     }
 
+    /// Advances to completion (or failure). While other non-blocking collectives are in
+    /// flight it advances them too, waking whenever one of them (or this one) can take a step:
+    /// another rank may be waiting for one of them before it takes part in this one again.
+    fn advance_blocking(&mut self) -> Result<bool> {
+        let shared = self.comm.shared.clone();
+        let mut groups = Vec::new();
+        loop {
+            if self.advance(false)? {
+                return Ok(true);
+            }
+            groups.clear();
+            if !shared.coll.advance_others(&mut groups) {
+                // Nothing else in flight (or all of it in other threads' hands).
+                return self.advance(true);
+            }
+            let mut mine = Vec::new();
+            self.pending_reqs(&mut mine);
+            groups.push(mine);
+            let comm = &self.comm;
+            let lost = shared.block_on(|e| {
+                if groups
+                    .iter()
+                    .any(|g| !g.is_empty() && g.iter().all(|&id| e.is_done(id)))
+                {
+                    return Some(false);
+                }
+                comm.failed_member(e).map(|_| true)
+            });
+            if lost {
+                // The blocking path reports the failure (and abandons what is in flight).
+                return self.advance(true);
+            }
+        }
+    }
+
     fn release_scratch(&mut self) {
         let tmp = std::mem::take(&mut self.tmp);
         self.comm.shared.coll.put_scratch(tmp);
@@ -567,6 +647,10 @@ impl<T: bytemuck::Pod + Send> Advance for NbState<T> {
 
     fn finished(&self) -> bool {
         self.phase >= self.sched.phases.len() || self.failed.is_some() || self.reported
+    }
+
+    fn pending_reqs(&self, out: &mut Vec<crate::p2p::engine::ReqId>) {
+        out.extend(self.pending.iter().map(|p| p.req));
     }
 }
 
@@ -615,11 +699,13 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
             reported: false,
         };
         st.advance(false)?;
+        let finished = st.finished();
         let state = Arc::new(Mutex::new(st));
-        if let Some(p) = &comm.shared.coll.progress {
-            let finished = state.lock().unwrap_or_else(|p| p.into_inner()).finished();
-            if !finished {
-                p.register(state.clone(), &comm.shared);
+        if !finished {
+            let item: Arc<Mutex<dyn Advance>> = state.clone();
+            comm.shared.coll.register_inflight(&item);
+            if let Some(p) = &comm.shared.coll.progress {
+                p.register(item, &comm.shared);
             }
         }
         Ok(Self { state, done: false })
@@ -634,6 +720,11 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
     pub fn test(&mut self) -> Result<bool> {
         let mut st = self.lock();
         st.advance(false)?;
+        if !st.finished() {
+            // Others may wait for this rank's part in another collective.
+            st.comm.shared.coll.advance_others(&mut Vec::new());
+            st.advance(false)?;
+        }
         if let Some(e) = st.failed.take() {
             st.reported = true;
             return Err(e);
@@ -642,9 +733,11 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
     }
 
     /// Waits for completion and hands back the result (see the starting call for its shape).
+    /// While it waits it also advances this process's other non-blocking collectives, on any
+    /// communicator: ranks may start and wait them in different orders (MPI's progress rule).
     pub fn wait(mut self) -> Result<Vec<T>> {
         let mut st = self.lock();
-        st.advance(true)?;
+        st.advance_blocking()?;
         if st.reported {
             drop(st);
             self.done = true;
@@ -688,7 +781,7 @@ impl<T: bytemuck::Pod + Send> Drop for CollRequest<T> {
         }
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         // The requests in flight point into our buffers: finish before freeing them.
-        let _ = st.advance(true);
+        let _ = st.advance_blocking();
         if let Some(e) = &st.failed {
             rcomm_transport::rlog!(Warn, "COLL", "a dropped collective request failed: {e}");
         }
