@@ -45,7 +45,7 @@ pub(crate) struct WaitPolicy {
 }
 
 thread_local! {
-    static SLEEP_FDS: std::cell::RefCell<Vec<std::os::fd::RawFd>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SLEEP_FDS: std::cell::RefCell<rcomm_transport::os::PollSet> = std::cell::RefCell::new(rcomm_transport::os::PollSet::default());
 }
 
 /// The engine shared by every communicator of a process, with what waiting needs.
@@ -152,7 +152,7 @@ impl Shared {
                         return r;
                     }
                 }
-                if spins >= self.policy.yield_until && !e.busy() {
+                if spins >= self.policy.yield_until && !e.needs_cpu() {
                     // Sleep protocol: announce, look once more, then block on the descriptors.
                     e.net().begin_sleep();
                     e.progress();
@@ -160,12 +160,12 @@ impl Shared {
                         e.net().end_sleep();
                         return r;
                     }
-                    // A per-thread vector: the sleep path of a steady exchange must not allocate.
+                    // A per-thread set: the sleep path of a steady exchange must not allocate.
                     SLEEP_FDS.with_borrow_mut(|fds| {
                         fds.clear();
                         e.net().wait_fds(fds);
                         drop(e);
-                        let _ = rcomm_transport::os::poll_readable(fds, Duration::from_millis(50));
+                        let _ = fds.wait(Duration::from_millis(50));
                     });
                     self.lock().net().end_sleep();
                     continue;

@@ -9,12 +9,12 @@ use crate::config::TransportChoice;
 use crate::error::{Caps, TransportError};
 use crate::fastmap::FastMap;
 use crate::identity::PeerInfo;
+use crate::os::PollSet;
 use crate::shmnet::{Counters, Incoming, ShmNet};
 use crate::tcp::{
     CHUNK_PREFIX, TcpAcceptor, TcpConfig, TcpReceiver, TcpSender, TcpSink, decode_chunk_prefix,
 };
 use crate::wire::{Header, ProtoKind};
-use std::os::fd::RawFd;
 
 /// How one peer is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -386,18 +386,32 @@ impl Net {
         }
     }
 
-    /// Descriptors a sleeping rank waits on (doorbell, peer connections, TCP sockets); poll
-    /// them for readability without holding whatever lock guards this `Net`.
-    pub fn wait_fds(&self, fds: &mut Vec<RawFd>) {
+    /// Descriptors a sleeping rank waits on (doorbell, peer connections, TCP sockets, and TCP
+    /// sockets with output waiting for room); poll them without holding whatever lock guards
+    /// this `Net`.
+    pub fn wait_fds(&self, set: &mut PollSet) {
         if let Some(s) = &self.shm {
-            s.wait_fds(fds);
+            s.wait_fds(set);
         }
         if let Some(a) = &self.tcp_acceptor {
-            fds.push(a.raw_fd());
+            set.read(a.raw_fd());
         }
         for rx in self.tcp_rx.values() {
-            fds.extend(rx.raw_fds());
+            for fd in rx.raw_fds() {
+                set.read(fd);
+            }
         }
+        for tx in self.tcp_tx.values().filter(|t| t.wants_write()) {
+            for fd in tx.raw_fds() {
+                set.write(fd);
+            }
+        }
+    }
+
+    /// Whether output to `peer` waits on something a sleeping rank can poll (a TCP socket with
+    /// room to come), rather than on a peer that only spinning notices.
+    pub fn output_pollable(&self, peer: u32) -> bool {
+        self.route(peer) == Route::Tcp
     }
 
     /// Whether TCP output is still queued (progress must continue to flush it).

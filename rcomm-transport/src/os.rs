@@ -114,28 +114,68 @@ pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Waits until one of `fds` is readable or hung up, or `timeout` passes; true if one is.
-pub fn poll_readable(fds: &[RawFd], timeout: std::time::Duration) -> io::Result<bool> {
-    let mut pfds: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
+/// Descriptors a rank sleeps on: some for data to read, some for room to write. Reused
+/// between sleeps, so a steady exchange does not allocate.
+#[derive(Debug, Default)]
+pub struct PollSet {
+    fds: Vec<libc::pollfd>,
+}
+
+impl PollSet {
+    /// Forgets every descriptor, keeping the capacity.
+    pub fn clear(&mut self) {
+        self.fds.clear();
+    }
+
+    /// Room for `n` more descriptors.
+    pub fn reserve(&mut self, n: usize) {
+        self.fds.reserve(n);
+    }
+
+    /// Wake when `fd` is readable or hung up.
+    pub fn read(&mut self, fd: RawFd) {
+        self.fds.push(libc::pollfd {
             fd,
             events: libc::POLLIN | libc::POLLRDHUP,
             revents: 0,
-        })
-        .collect();
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structs that poll may write.
-    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(true)
-        } else {
-            Err(e)
-        };
+        });
     }
-    Ok(n > 0)
+
+    /// Wake when `fd` has room to write (or fails: errors and hang-ups are always reported).
+    pub fn write(&mut self, fd: RawFd) {
+        self.fds.push(libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        });
+    }
+
+    /// Number of descriptors.
+    pub fn len(&self) -> usize {
+        self.fds.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.fds.is_empty()
+    }
+
+    /// Waits until one descriptor is ready or `timeout` passes; true if one is (or a signal
+    /// interrupted the wait).
+    pub fn wait(&mut self, timeout: std::time::Duration) -> io::Result<bool> {
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs that poll may write.
+        let n = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(true)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(n > 0)
+    }
 }
 
 /// Number of CPUs this process may run on.

@@ -28,7 +28,7 @@ use crate::local::{Doorbell, LocalConn, LocalError, LocalListener, Segment};
 use crate::shm::{Consumer, Producer, Ring};
 use crate::wire::{Header, ProtoKind};
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
@@ -770,9 +770,11 @@ impl ShmNet {
 
     /// Descriptors a sleeping rank waits on: its doorbell (readable when rung) and every peer
     /// connection (readable or hung up when the peer dies).
-    pub fn wait_fds(&self, out: &mut Vec<RawFd>) {
-        out.push(self.bell.fd().as_raw_fd());
-        out.extend(self.peers.values().map(|p| p.conn.raw_fd()));
+    pub fn wait_fds(&self, set: &mut crate::os::PollSet) {
+        set.read(self.bell.fd().as_raw_fd());
+        for p in self.peers.values() {
+            set.read(p.conn.raw_fd());
+        }
     }
 
     /// Drains the doorbell after a wake-up.

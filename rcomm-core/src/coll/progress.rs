@@ -67,7 +67,7 @@ impl Progress {
 
     fn run(&self, shared: Weak<Shared>) {
         let mut idle: u32 = 0;
-        let mut fds = Vec::new();
+        let mut fds = rcomm_transport::os::PollSet::default();
         loop {
             if self.stop.load(Ordering::Acquire) {
                 return;
@@ -111,7 +111,7 @@ impl Progress {
             }
             // Sleep on the transports' descriptors, announcing it so peers ring doorbells.
             let mut e = sh.lock();
-            if e.busy() {
+            if e.needs_cpu() {
                 drop(e);
                 std::thread::yield_now();
                 continue;
@@ -122,7 +122,7 @@ impl Progress {
             e.net().wait_fds(&mut fds);
             drop(e);
             if !progressed {
-                let _ = rcomm_transport::os::poll_readable(&fds, Duration::from_millis(2));
+                let _ = fds.wait(Duration::from_millis(2));
             }
             sh.lock().net().end_sleep();
         }

@@ -686,6 +686,23 @@ impl Engine {
         !self.st.streaming.is_empty() || self.st.out_len > 0 || self.net.has_queued_output()
     }
 
+    /// Whether queued work needs this thread to keep spinning: output that waits on a peer no
+    /// descriptor reports (shared memory). Output that waits only for room in TCP sockets does
+    /// not — a sleeping rank polls those sockets for room ([`Net::wait_fds`]).
+    pub(crate) fn needs_cpu(&self) -> bool {
+        let net = &self.net;
+        self.st
+            .streaming
+            .iter()
+            .filter_map(|t| self.st.rndv_send.get(t))
+            .any(|s| !net.output_pollable(s.peer))
+            || self
+                .st
+                .out
+                .iter()
+                .any(|(&p, q)| !q.is_empty() && !net.output_pollable(p))
+    }
+
     fn transport_failed(&mut self, peer: Option<u32>, why: String) {
         match peer {
             Some(p) => self.peer_failed(p, why),
