@@ -131,6 +131,9 @@ impl Shared {
         // for clock_gettime.
         let mut last_check: Option<Instant> = None;
         loop {
+            // MPI's progress rule: a blocking call also advances the non-blocking collectives
+            // this process started (another rank may wait for one of them first).
+            self.coll.advance_inflight();
             {
                 let mut e = self.lock();
                 // Check before progressing: a send that completed at once must not pull the

@@ -26,6 +26,9 @@ pub(crate) struct CollShared {
     /// a rank blocked waiting for one advances the others too, so collectives started or
     /// waited in different orders on different ranks complete (MPI's progress rule).
     inflight: Mutex<Vec<std::sync::Weak<Mutex<dyn Advance>>>>,
+    /// `inflight` may hold an unfinished collective: lets blocking waits skip the list (and
+    /// its lock) when there is none.
+    any_inflight: std::sync::atomic::AtomicBool,
     /// The tuner's choices by what they are a pure function of.
     choices: Mutex<rcomm_transport::fastmap::FastMap<ChoiceKey, &'static str>>,
     /// Choices already logged: (op, ranks, bytes, algorithm).
@@ -124,6 +127,29 @@ impl CollShared {
                 .is_some_and(|i| i.try_lock().map(|s| !s.finished()).unwrap_or(true))
         });
         l.push(Arc::downgrade(item));
+        self.any_inflight
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Advances the non-blocking collectives in flight, if any, without blocking: called by
+    /// every blocking wait (point-to-point, blocking collectives, shared-memory spins), so a
+    /// rank inside a blocking call still does its part of the collectives it started — another
+    /// rank may wait for one of them before it makes the call this rank is blocked in.
+    pub(crate) fn advance_inflight(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.any_inflight.load(Ordering::Acquire) {
+            return;
+        }
+        if !self.advance_others(&mut Vec::new()) {
+            let mut l = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            l.retain(|w| {
+                w.upgrade()
+                    .is_some_and(|i| i.try_lock().map(|s| !s.finished()).unwrap_or(true))
+            });
+            if l.is_empty() {
+                self.any_inflight.store(false, Ordering::Release);
+            }
+        }
     }
 
     /// Advances, without blocking, every registered non-blocking collective that no thread

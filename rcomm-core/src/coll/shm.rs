@@ -653,6 +653,8 @@ impl NodeShm {
         // The rank waited for, and any rank whose failure fails this communicator (it may be
         // the reason the one we wait for is stuck).
         let mut check = |j: usize| {
+            // Non-blocking collectives never run here, so advancing them takes no lock held.
+            shared.coll.advance_inflight();
             shared.check_alive(&world[j..=j], op)?;
             let e = shared.lock();
             match comm.failed_member(&e) {

@@ -176,6 +176,26 @@ fn two_communicators(w: &Communicator, algo: Option<&str>) {
     let want: Vec<u32> = (0..n).flat_map(|i| [i * 100 + r; 3]).collect();
     assert_eq!(ga, want);
     assert_eq!(gb, vec![n * (n - 1) / 2; 1000]);
+    // MPI's progress rule for blocking calls: even ranks start A's allreduce, run a blocking
+    // allreduce and a blocking barrier on B, then wait for A; odd ranks wait for A first. The
+    // even ranks' blocking calls must advance A, or the odd ranks never reach B.
+    for len in [3usize, 1 << 16] {
+        let ra = a.iallreduce(vec![r as f64; len], Op::Sum).unwrap();
+        let sum = f64::from(n * (n - 1) / 2);
+        if r % 2 == 0 {
+            let mut vb = vec![1.0f64; len];
+            b.allreduce_in_place(&mut vb, Op::Sum).unwrap();
+            b.barrier().unwrap();
+            assert_eq!(vb, vec![f64::from(n); len]);
+            assert_eq!(ra.wait().unwrap(), vec![sum; len]);
+        } else {
+            assert_eq!(ra.wait().unwrap(), vec![sum; len]);
+            let mut vb = vec![1.0f64; len];
+            b.allreduce_in_place(&mut vb, Op::Sum).unwrap();
+            b.barrier().unwrap();
+            assert_eq!(vb, vec![f64::from(n); len]);
+        }
+    }
 }
 
 fn main() {
