@@ -1,7 +1,8 @@
 //! A toy 3D-parallel training step: data parallel × pipeline parallel × tensor parallel.
 //!
-//! The model (`model.rs`) is a stack of residual MLP blocks. On `dp × pp × tp` ranks (world
-//! rank `= (d·pp + p)·tp + t`, tensor-parallel rank fastest):
+//! The model (`model.rs`) is a stack of residual MLP blocks. On `dp × pp × tp` ranks laid out
+//! by an [`rcomm::Mesh`] (mesh rank `= (d·pp + p)·tp + t`: tensor-parallel rank fastest, kept
+//! inside a node):
 //!
 //! * **tensor parallel**: every block is split Megatron-style over the `tp` ranks of its stage
 //!   (first linear map by output columns, second by input rows); one `allreduce` on the tp
@@ -26,7 +27,7 @@
 mod model;
 
 use model::{Block, Cache, Config};
-use rcomm::{CollRequest, Communicator, Op, Request, Tag};
+use rcomm::{CollRequest, Communicator, Mesh, Op, Request, Tag};
 
 /// Sizes of the three parallel dimensions.
 #[derive(Debug, Clone, Copy)]
@@ -45,22 +46,17 @@ struct Groups {
     coords: (u32, u32, u32),
 }
 
-/// Splits `world` into the tp, pp and dp communicators of a `dp × pp × tp` mesh with world rank
-/// `(d·pp + p)·tp + t`. Each sub-communicator is ordered by its own coordinate, so its rank is
-/// this rank's index in that dimension.
+/// The tp, pp and dp communicators of a `dp × pp × tp` [`Mesh`]: tp varies fastest and is
+/// placed inside a node (rcomm warns if it cannot be). Each communicator is ordered by its own
+/// coordinate, so its rank is this rank's index in that dimension.
 fn groups(world: &Communicator, n: Dims) -> rcomm::Result<Groups> {
-    let r = world.rank();
-    let (d, p, t) = (r / (n.pp * n.tp), r / n.tp % n.pp, r % n.tp);
-    let split = |color: u32, key: u32| {
-        world
-            .split(Some(color), key as i32)
-            .map(|c| c.expect("every rank gives a colour"))
-    };
+    let mesh = Mesh::new(world, &[("dp", n.dp), ("pp", n.pp), ("tp", n.tp)])?;
+    let c = mesh.coords();
     Ok(Groups {
-        tp: split(d * n.pp + p, t)?,
-        pp: split(d * n.tp + t, p)?,
-        dp: split(p * n.tp + t, d)?,
-        coords: (d, p, t),
+        tp: mesh.comm("tp")?.clone(),
+        pp: mesh.comm("pp")?.clone(),
+        dp: mesh.comm("dp")?.clone(),
+        coords: (c[0], c[1], c[2]),
     })
 }
 
