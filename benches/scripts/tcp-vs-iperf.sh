@@ -7,6 +7,10 @@
 # Fake hosts from tests/cluster.sh (namespaces rcI-host0/1, 10.77.63.0/24, own sshd); rcomm runs
 # one rank per host through rcomm-run over ssh: rcomm-bench pt2pt bw -m 4M:4M (window 64, OSU's
 # default) with RCOMM_TCP_STREAMS=S; iperf3 -c host0 -l 1M -P S -t 3 from host1. Prints MB/s.
+#
+# --bind-to none: the fake hosts share this machine's cores, and rcomm-run binds each host's
+# first rank to that host's first core — on fake hosts, the same core for both ranks, which
+# halves what they can do (iperf3 runs unbound). On real hosts the default binding is right.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PAIRS=${1:-3}
@@ -26,7 +30,7 @@ iperf() { # streams -> MB/s
 }
 rcomm() { # streams -> MB/s
     on 0 timeout 120 env RCOMM_TCP_STREAMS="$1" "$PWD/target/release/rcomm-run" --ssh "$RCT_STATE/bin/ssh" \
-        -H host0:1,host1:1 -x RCOMM_TCP_STREAMS "$PWD/target/release/rcomm-bench" pt2pt bw -m 4M:4M 2>&1 |
+        --bind-to none -H host0:1,host1:1 -x RCOMM_TCP_STREAMS "$PWD/target/release/rcomm-bench" pt2pt bw -m 4M:4M 2>&1 |
         awk '/^\[0\] +4194304/ {print int($3)}'
 }
 echo "# streams pair iperf3_MBps rcomm_MBps"
