@@ -47,9 +47,12 @@ const LAT_ITERS: usize = 10;
 /// Large-message size of the bandwidth ping-pong: large enough that the bandwidth term
 /// dominates α by two orders of magnitude on shared memory, small enough to keep init quick.
 const BW_BYTES: usize = 256 << 10;
-/// The same between nodes: networks (and rate limiters) pass a first burst at line rate, so a
-/// small probe overstates a slow link's bandwidth — 2 MiB keeps a 256 KiB burst under 15 %.
+/// The same between nodes: networks (and rate limiters) pass a first burst at line rate, so one
+/// probe overstates a slow link's bandwidth (by 15 % for a 256 KiB burst and a 2 MiB probe).
+/// Two sizes are timed and β is the slope between them, in which a burst cancels out.
 const BW_BYTES_INTER: usize = 2 << 20;
+/// The smaller probe of the slope; above a typical limiter's burst.
+const BW_BYTES_INTER_SMALL: usize = 512 << 10;
 const BW_WARMUP: usize = 1;
 const BW_ITERS: usize = 3;
 /// Buffer of the γ and μ measurement (f32 elements: 1 MiB).
@@ -648,8 +651,13 @@ fn clamp(v: f64, (lo, hi): (f64, f64)) -> f64 {
 }
 
 /// Rank 0's side of the ping-pong with `peer`: α from 8-byte round trips, β from large ones
-/// (one-way time minus α).
-fn ping(world: &Communicator, peer: u32, bw_bytes: usize) -> Result<Link> {
+/// (one-way time minus α), or from the slope between two sizes when `small_bytes` is given.
+fn ping(
+    world: &Communicator,
+    peer: u32,
+    bw_bytes: usize,
+    small_bytes: Option<usize>,
+) -> Result<Link> {
     let mut small = [0u8; LAT_BYTES];
     small[0] = 1; // "measure": the peer answers every ping
     let mut back = [0u8; LAT_BYTES];
@@ -663,29 +671,42 @@ fn ping(world: &Communicator, peer: u32, bw_bytes: usize) -> Result<Link> {
         }
     }
     let alpha = clamp(median(lat), ALPHA_RANGE_US);
-    let big = vec![0u8; bw_bytes];
-    let mut big_back = vec![0u8; bw_bytes];
-    let mut bw = Vec::with_capacity(BW_ITERS);
-    for i in 0..BW_WARMUP + BW_ITERS {
-        let t0 = Instant::now();
-        world.tune_send(&big, peer, TAG_TUNE_PING)?;
-        world.tune_recv(&mut big_back, peer, TAG_TUNE_PING)?;
-        if i >= BW_WARMUP {
-            bw.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+    let one_way = |bytes: usize| -> Result<f64> {
+        let big = vec![0u8; bytes];
+        let mut big_back = vec![0u8; bytes];
+        let mut bw = Vec::with_capacity(BW_ITERS);
+        for i in 0..BW_WARMUP + BW_ITERS {
+            let t0 = Instant::now();
+            world.tune_send(&big, peer, TAG_TUNE_PING)?;
+            world.tune_recv(&mut big_back, peer, TAG_TUNE_PING)?;
+            if i >= BW_WARMUP {
+                bw.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+            }
+        }
+        Ok(median(bw))
+    };
+    let t_big = one_way(bw_bytes)?;
+    // A one-way large message costs α + B/β; what is left after α is the bandwidth term.
+    let mut beta = bw_bytes as f64 / (t_big - alpha).max(1e-3);
+    if let Some(sb) = small_bytes {
+        let t_small = one_way(sb)?;
+        let slope = (bw_bytes - sb) as f64 / (t_big - t_small);
+        // The slope only lowers β (a burst makes the large probe look fast); a slope far
+        // below is noise on a fast link, where both probes take microseconds.
+        if slope.is_finite() && slope > 0.0 {
+            beta = beta.min(slope.max(beta / 2.0));
         }
     }
-    // A one-way large message costs α + B/β; what is left after α is the bandwidth term.
-    let wire_us = (median(bw) - alpha).max(1e-3);
     Ok(Link {
         alpha_us: alpha,
-        beta: clamp(bw_bytes as f64 / wire_us, THROUGHPUT_RANGE),
+        beta: clamp(beta, THROUGHPUT_RANGE),
         origin: Origin::Measured,
     })
 }
 
 /// A peer's side: answer rank 0's pings until the fixed iteration counts are done, or return
 /// at once when rank 0 says it does not measure.
-fn pong(world: &Communicator, bw_bytes: usize) -> Result<()> {
+fn pong(world: &Communicator, bw_bytes: usize, small_bytes: Option<usize>) -> Result<()> {
     let mut small = [0u8; LAT_BYTES];
     world.tune_recv(&mut small, 0, TAG_TUNE_PING)?;
     if small[0] == 0 {
@@ -696,10 +717,12 @@ fn pong(world: &Communicator, bw_bytes: usize) -> Result<()> {
         world.tune_recv(&mut small, 0, TAG_TUNE_PING)?;
         world.tune_send(&small, 0, TAG_TUNE_PING)?;
     }
-    let mut big = vec![0u8; bw_bytes];
-    for _ in 0..BW_WARMUP + BW_ITERS {
-        world.tune_recv(&mut big, 0, TAG_TUNE_PING)?;
-        world.tune_send(&big, 0, TAG_TUNE_PING)?;
+    for bytes in std::iter::once(bw_bytes).chain(small_bytes) {
+        let mut big = vec![0u8; bytes];
+        for _ in 0..BW_WARMUP + BW_ITERS {
+            world.tune_recv(&mut big, 0, TAG_TUNE_PING)?;
+            world.tune_send(&big, 0, TAG_TUNE_PING)?;
+        }
     }
     Ok(())
 }
@@ -754,13 +777,18 @@ pub(crate) fn measure(world: &Communicator, mode: TuneMode) -> Result<Tuning> {
     let inter_peer = (1..n).find(|&r| node_of[r as usize] != node_of[0]);
     let mut tuning = Tuning::defaults();
     if me == 0 {
-        for (peer, link, bytes) in [
-            (intra_peer, &mut tuning.intra, BW_BYTES),
-            (inter_peer, &mut tuning.inter, BW_BYTES_INTER),
+        for (peer, link, bytes, small) in [
+            (intra_peer, &mut tuning.intra, BW_BYTES, None),
+            (
+                inter_peer,
+                &mut tuning.inter,
+                BW_BYTES_INTER,
+                Some(BW_BYTES_INTER_SMALL),
+            ),
         ] {
             let Some(peer) = peer else { continue };
             if mode == TuneMode::Measure {
-                *link = ping(world, peer, bytes)?;
+                *link = ping(world, peer, bytes, small)?;
             } else {
                 world.tune_send(&[0u8; LAT_BYTES], peer, TAG_TUNE_PING)?;
             }
@@ -770,9 +798,9 @@ pub(crate) fn measure(world: &Communicator, mode: TuneMode) -> Result<Tuning> {
             tuning.local_origin = Origin::Measured;
         }
     } else if Some(me) == intra_peer {
-        pong(world, BW_BYTES)?;
+        pong(world, BW_BYTES, None)?;
     } else if Some(me) == inter_peer {
-        pong(world, BW_BYTES_INTER)?;
+        pong(world, BW_BYTES_INTER, Some(BW_BYTES_INTER_SMALL))?;
     }
     // Binomial broadcast from rank 0: receive from the parent, then send to children.
     let mut buf = tuning.to_bytes();
