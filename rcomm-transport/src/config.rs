@@ -132,6 +132,21 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "overrides node identity: ranks with different values are on different nodes (no shared memory between them), like NCCL_HOSTID; for containers that share a hostname, and to run multi-node code paths on one machine",
     },
     VarSpec {
+        name: "RCOMM_FR_SIZE",
+        protocol: false,
+        help: "flight recorder: how many recent operations each process keeps for the hang report (default 2048, 0 = off, at most 1048576)",
+    },
+    VarSpec {
+        name: "RCOMM_TIMEOUT",
+        protocol: false,
+        help: "collective watchdog: a collective that makes no progress for this long fails with a timeout error and makes rcomm-run print a hang report; seconds or with ms/s suffix (default 600, 0 = off)",
+    },
+    VarSpec {
+        name: "RCOMM_P2P_TIMEOUT",
+        protocol: false,
+        help: "the same watchdog for point-to-point waits (recv, send, probe, wait); seconds or with ms/s suffix (default 0 = off: a server may wait on recv forever)",
+    },
+    VarSpec {
         name: "RCOMM_BOOTSTRAP_TIMEOUT",
         protocol: false,
         help: "seconds any one bootstrap wait (PMI reply, fence, store connect) may take before init fails (default 120)",
@@ -376,6 +391,12 @@ pub struct Config {
     pub torch: Option<TorchEnv>,
     /// `RCOMM_BOOTSTRAP_TIMEOUT`: the longest any one bootstrap wait may take.
     pub bootstrap_timeout: std::time::Duration,
+    /// `RCOMM_FR_SIZE`: operations the flight recorder keeps (0 = off).
+    pub fr_size: usize,
+    /// `RCOMM_TIMEOUT`: the collective no-progress watchdog (`None` = off).
+    pub coll_timeout: Option<std::time::Duration>,
+    /// `RCOMM_P2P_TIMEOUT`: the point-to-point no-progress watchdog (`None` = off).
+    pub p2p_timeout: Option<std::time::Duration>,
     /// `RCOMM_*` names found in the environment that rcomm does not know (likely typos).
     pub unknown: Vec<String>,
 }
@@ -708,6 +729,30 @@ impl Config {
                 .unwrap_or(120)
                 .max(1) as u64,
         );
+        let fr_size = parse_u32(env, "RCOMM_FR_SIZE")?.unwrap_or(2048) as usize;
+        if fr_size > 1 << 20 {
+            return Err(ConfigError {
+                name: "RCOMM_FR_SIZE",
+                value: fr_size.to_string(),
+                expected: "0 (off) to 1048576 operations".into(),
+            });
+        }
+        let watchdog = |name: &'static str, default_ms: u32| -> Result<_, ConfigError> {
+            let ms = get(env, name)
+                .map(|v| {
+                    parse_duration_ms(&v).ok_or_else(|| ConfigError {
+                        name,
+                        value: v.clone(),
+                        expected: "a duration like 600, 2.5s or 500ms (0 = off), at most 1 hour"
+                            .into(),
+                    })
+                })
+                .transpose()?
+                .unwrap_or(default_ms);
+            Ok((ms > 0).then(|| std::time::Duration::from_millis(u64::from(ms))))
+        };
+        let coll_timeout = watchdog("RCOMM_TIMEOUT", 600_000)?;
+        let p2p_timeout = watchdog("RCOMM_P2P_TIMEOUT", 0)?;
         let unknown = env
             .keys()
             .filter(|k| k.starts_with("RCOMM_") && !VARIABLES.iter().any(|v| v.name == k.as_str()))
@@ -747,6 +792,9 @@ impl Config {
             pmi,
             torch,
             bootstrap_timeout,
+            fr_size,
+            coll_timeout,
+            p2p_timeout,
             unknown,
         })
     }
@@ -966,6 +1014,35 @@ mod tests {
                 VARIABLES.iter().any(|v| v.name == name && !v.protocol),
                 "{name}"
             );
+        }
+    }
+
+    #[test]
+    fn flight_recorder_and_watchdogs_parse_with_defaults() {
+        use std::time::Duration;
+        let d = Config::from_map(&env(&[])).unwrap();
+        assert_eq!(d.fr_size, 2048);
+        assert_eq!(d.coll_timeout, Some(Duration::from_secs(600)));
+        assert_eq!(d.p2p_timeout, None);
+        let c = Config::from_map(&env(&[
+            ("RCOMM_FR_SIZE", "0"),
+            ("RCOMM_TIMEOUT", "3s"),
+            ("RCOMM_P2P_TIMEOUT", "250ms"),
+        ]))
+        .unwrap();
+        assert_eq!(c.fr_size, 0);
+        assert_eq!(c.coll_timeout, Some(Duration::from_secs(3)));
+        assert_eq!(c.p2p_timeout, Some(Duration::from_millis(250)));
+        let off = Config::from_map(&env(&[("RCOMM_TIMEOUT", "0")])).unwrap();
+        assert_eq!(off.coll_timeout, None);
+        for (k, v) in [
+            ("RCOMM_FR_SIZE", "2000000"),
+            ("RCOMM_FR_SIZE", "lots"),
+            ("RCOMM_TIMEOUT", "soon"),
+            ("RCOMM_P2P_TIMEOUT", "-1"),
+        ] {
+            let e = Config::from_map(&env(&[(k, v)])).unwrap_err();
+            assert_eq!(e.name, k, "{e}");
         }
     }
 

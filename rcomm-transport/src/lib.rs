@@ -7,6 +7,7 @@ pub mod bootstrap;
 pub mod config;
 pub mod error;
 pub mod fastmap;
+pub mod flight;
 pub mod identity;
 pub mod ifaddr;
 pub mod local;

@@ -178,6 +178,21 @@ impl PollSet {
     }
 }
 
+/// Microseconds on the coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`: a few nanoseconds
+/// to read, advancing once per kernel tick of 1–4 ms) — for the flight recorder, which stamps
+/// every collective and must not pay for a precise clock.
+pub fn monotonic_coarse_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer to ours.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
 /// Number of CPUs this process may run on.
 pub fn usable_cpus() -> usize {
     std::thread::available_parallelism()

@@ -384,6 +384,7 @@ mod kvs_req {
     pub const FENCE: u8 = 3;
     pub const ABORT: u8 = 4;
     pub const FINALIZE: u8 = 5;
+    pub const FLIGHT_DUMP: u8 = 10;
 }
 /// Frame kinds of KVS replies and notices (server → client).
 mod kvs_rep {
@@ -394,6 +395,7 @@ mod kvs_rep {
     pub const ERROR: u8 = 20;
     pub const NOTICE_RANK_FAILED: u8 = 21;
     pub const NOTICE_ABORT: u8 = 22;
+    pub const NOTICE_DUMP_REQUEST: u8 = 30;
 }
 
 /// A request from a rank to the key-value store served by the launcher.
@@ -424,6 +426,17 @@ pub enum KvsRequest {
     },
     /// The rank is finishing normally; its exit is not a failure.
     Finalize,
+    /// The rank's flight recorder ([`FlightDump`] bytes), answering the launcher's
+    /// [`KvsReply::DumpRequest`] `id`, or (`id` 0, `why` set) sent unasked by a rank whose
+    /// watchdog fired, asking the launcher for a hang report. Never answered.
+    FlightDump {
+        /// The request answered; 0 when unasked.
+        id: u64,
+        /// Why a hang report is wanted (empty when answering).
+        why: String,
+        /// The encoded [`FlightDump`].
+        dump: Vec<u8>,
+    },
 }
 
 impl KvsRequest {
@@ -445,6 +458,10 @@ impl KvsRequest {
                 kvs_req::ABORT
             }
             Self::Finalize => kvs_req::FINALIZE,
+            Self::FlightDump { id, why, dump } => {
+                e.u64(*id).str(why).bytes(dump);
+                kvs_req::FLIGHT_DUMP
+            }
         };
         encode_frame(kind, &e.finish())
     }
@@ -467,6 +484,11 @@ impl KvsRequest {
                 msg: d.str(MAX_TEXT_LEN, "message")?,
             },
             kvs_req::FINALIZE => Self::Finalize,
+            kvs_req::FLIGHT_DUMP => Self::FlightDump {
+                id: d.u64("dump id")?,
+                why: d.str(MAX_TEXT_LEN, "why")?,
+                dump: d.bytes(MAX_FRAME_PAYLOAD, "dump")?.to_vec(),
+            },
             k => {
                 return Err(WireError::UnknownKind {
                     what: "KVS request",
@@ -509,12 +531,20 @@ pub enum KvsReply {
         /// Why.
         msg: String,
     },
+    /// Notice: send your flight recorder ([`KvsRequest::FlightDump`] with this `id`).
+    DumpRequest {
+        /// Names the collection the dump belongs to.
+        id: u64,
+    },
 }
 
 impl KvsReply {
     /// True for unsolicited notices, which are not replies to a request.
     pub fn is_notice(&self) -> bool {
-        matches!(self, Self::RankFailed { .. } | Self::Abort { .. })
+        matches!(
+            self,
+            Self::RankFailed { .. } | Self::Abort { .. } | Self::DumpRequest { .. }
+        )
     }
 
     /// Encodes as one frame.
@@ -540,6 +570,10 @@ impl KvsReply {
                 e.u32(*from).i32(*code).str(msg);
                 kvs_rep::NOTICE_ABORT
             }
+            Self::DumpRequest { id } => {
+                e.u64(*id);
+                kvs_rep::NOTICE_DUMP_REQUEST
+            }
         };
         encode_frame(kind, &e.finish())
     }
@@ -561,6 +595,9 @@ impl KvsReply {
                 from: d.u32("from")?,
                 code: d.i32("code")?,
                 msg: d.str(MAX_TEXT_LEN, "message")?,
+            },
+            kvs_rep::NOTICE_DUMP_REQUEST => Self::DumpRequest {
+                id: d.u64("dump id")?,
             },
             k => {
                 return Err(WireError::UnknownKind {
@@ -774,6 +811,227 @@ impl Header {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Flight recorder dumps (see `flight`): what a rank sends the launcher for a hang report.
+
+/// Most records a dump carries (the most recent ones): bounds the frame below
+/// [`MAX_FRAME_PAYLOAD`] whatever `RCOMM_FR_SIZE` is.
+pub const MAX_DUMP_RECORDS: usize = 8192;
+/// Most distinct names (operations, types, algorithms, states) a dump's string table holds.
+const MAX_DUMP_STRINGS: usize = 255;
+/// Longest name in a dump's string table.
+const MAX_DUMP_NAME: usize = 64;
+/// Most communicator names a dump carries.
+const MAX_DUMP_COMMS: usize = 4096;
+/// Longest communicator name kept.
+pub const MAX_COMM_NAME: usize = 256;
+
+/// One recorded operation, as the launcher reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DumpRecord {
+    /// The rank's operation number (1 = its first).
+    pub id: u64,
+    /// Context id of the communicator.
+    pub ctx: u32,
+    /// Lowest world rank of the communicator (with `ctx` and `comm_size` it tells apart the
+    /// communicators of a split, which share a context id).
+    pub comm_first: u32,
+    /// Ranks in the communicator.
+    pub comm_size: u32,
+    /// Collective number on the communicator (1 = its first; equal on every member for the
+    /// same call); 0 for point-to-point.
+    pub seq: u64,
+    /// Operation (`allreduce`, `recv`, …).
+    pub op: String,
+    /// Element type, if known.
+    pub dtype: String,
+    /// Reduction, if any.
+    pub redop: String,
+    /// Algorithm, if chosen.
+    pub algo: String,
+    /// Bytes of the vector (a collective's per-rank size, a message's length).
+    pub bytes: u64,
+    /// Root of a rooted collective or peer of a point-to-point operation (world rank);
+    /// `u32::MAX` when none.
+    pub peer: u32,
+    /// `posted`, `waiting`, `done`, `failed`, `timed out`.
+    pub state: String,
+    /// Start, µs on the rank's monotonic clock.
+    pub start_us: u64,
+    /// End (0 while it runs).
+    pub end_us: u64,
+}
+
+/// A rank's flight recorder, sent to the launcher for a hang report.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FlightDump {
+    /// World rank.
+    pub rank: u32,
+    /// Its host.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// The rank's monotonic clock at the dump, µs (ages are `now_us - start_us`).
+    pub now_us: u64,
+    /// Operations recorded since the process started (more than `records` once the ring
+    /// wrapped).
+    pub total: u64,
+    /// Names given to communicators (`Communicator::set_name`), by context id.
+    pub comms: Vec<(u32, String)>,
+    /// The most recent operations, oldest first.
+    pub records: Vec<DumpRecord>,
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+pub fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+impl FlightDump {
+    /// Encodes compactly: names once in a table, records referring to them by index.
+    pub fn encode(&self) -> Vec<u8> {
+        fn idx<'s>(table: &mut Vec<&'s str>, s: &'s str) -> u8 {
+            let s = cut(s, MAX_DUMP_NAME);
+            match table.iter().position(|t| *t == s) {
+                Some(i) => i as u8,
+                None if table.len() < MAX_DUMP_STRINGS => {
+                    table.push(s);
+                    (table.len() - 1) as u8
+                }
+                None => 0,
+            }
+        }
+        // "" first: a name that does not fit the table reads as none.
+        let mut table: Vec<&str> = vec![""];
+        let recs = &self.records[self.records.len().saturating_sub(MAX_DUMP_RECORDS)..];
+        let coded: Vec<[u8; 5]> = recs
+            .iter()
+            .map(|r| {
+                [
+                    idx(&mut table, &r.op),
+                    idx(&mut table, &r.dtype),
+                    idx(&mut table, &r.redop),
+                    idx(&mut table, &r.algo),
+                    idx(&mut table, &r.state),
+                ]
+            })
+            .collect();
+        let mut e = Enc::new();
+        e.u32(self.rank)
+            .str(cut(&self.host, MAX_TEXT_LEN))
+            .u32(self.pid)
+            .u64(self.now_us)
+            .u64(self.total);
+        let comms = &self.comms[..self.comms.len().min(MAX_DUMP_COMMS)];
+        e.u32(comms.len() as u32);
+        for (ctx, name) in comms {
+            e.u32(*ctx).str(cut(name, MAX_COMM_NAME));
+        }
+        e.u8(table.len() as u8);
+        for t in &table {
+            e.str(t);
+        }
+        e.u32(recs.len() as u32);
+        for (r, c) in recs.iter().zip(&coded) {
+            e.u64(r.id)
+                .u32(r.ctx)
+                .u32(r.comm_first)
+                .u32(r.comm_size)
+                .u64(r.seq)
+                .raw(c)
+                .u64(r.bytes)
+                .u32(r.peer)
+                .u64(r.start_us)
+                .u64(r.end_us);
+        }
+        e.finish()
+    }
+
+    /// Decodes a dump; any malformed input is an error (never a panic, never an allocation
+    /// beyond the input's size times a small constant).
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let mut d = Dec::new(b);
+        let rank = d.u32("rank")?;
+        let host = d.str(MAX_TEXT_LEN, "host")?;
+        let pid = d.u32("pid")?;
+        let now_us = d.u64("now")?;
+        let total = d.u64("total")?;
+        let n = d.u32("comm count")? as usize;
+        if n > MAX_DUMP_COMMS {
+            return Err(WireError::TooLong {
+                len: n,
+                limit: MAX_DUMP_COMMS,
+            });
+        }
+        let mut comms = Vec::with_capacity(n.min(d.remaining() / 8));
+        for _ in 0..n {
+            comms.push((d.u32("ctx")?, d.str(MAX_COMM_NAME, "comm name")?));
+        }
+        let nt = d.u8("string count")? as usize;
+        let mut table = Vec::with_capacity(nt);
+        for _ in 0..nt {
+            table.push(d.str(MAX_DUMP_NAME, "name")?);
+        }
+        let name = |i: u8| -> Result<String, WireError> {
+            table
+                .get(i as usize)
+                .cloned()
+                .ok_or_else(|| WireError::Invalid {
+                    what: "name index",
+                    why: format!("{i} but the table has {} names", table.len()),
+                })
+        };
+        let nr = d.u32("record count")? as usize;
+        if nr > MAX_DUMP_RECORDS {
+            return Err(WireError::TooLong {
+                len: nr,
+                limit: MAX_DUMP_RECORDS,
+            });
+        }
+        let mut records = Vec::with_capacity(nr.min(d.remaining() / 61));
+        for _ in 0..nr {
+            let (id, ctx, comm_first, comm_size, seq) = (
+                d.u64("id")?,
+                d.u32("ctx")?,
+                d.u32("comm first")?,
+                d.u32("comm size")?,
+                d.u64("seq")?,
+            );
+            let [op, dtype, redop, algo, state] = d.array::<5>("names")?;
+            records.push(DumpRecord {
+                id,
+                ctx,
+                comm_first,
+                comm_size,
+                seq,
+                op: name(op)?,
+                dtype: name(dtype)?,
+                redop: name(redop)?,
+                algo: name(algo)?,
+                state: name(state)?,
+                bytes: d.u64("bytes")?,
+                peer: d.u32("peer")?,
+                start_us: d.u64("start")?,
+                end_us: d.u64("end")?,
+            });
+        }
+        d.end()?;
+        Ok(Self {
+            rank,
+            host,
+            pid,
+            now_us,
+            total,
+            comms,
+            records,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -890,6 +1148,70 @@ mod tests {
         assert_eq!(AddrRecord::decode(&r.encode()).unwrap(), r);
     }
 
+    fn sample_dump(records: usize) -> FlightDump {
+        FlightDump {
+            rank: 5,
+            host: "host2".into(),
+            pid: 4242,
+            now_us: 9_000_000,
+            total: records as u64 + 7,
+            comms: vec![(0, "world".into()), (4, "tp".into())],
+            records: (0..records)
+                .map(|i| DumpRecord {
+                    id: i as u64 + 8,
+                    ctx: 4,
+                    comm_first: 4,
+                    comm_size: 4,
+                    seq: i as u64 + 1,
+                    op: if i % 2 == 0 { "allreduce" } else { "bcast" }.into(),
+                    dtype: "f32".into(),
+                    redop: if i % 2 == 0 { "sum" } else { "" }.into(),
+                    algo: "ring".into(),
+                    bytes: 4096,
+                    peer: if i % 2 == 0 { u32::MAX } else { 0 },
+                    state: if i + 1 == records { "waiting" } else { "done" }.into(),
+                    start_us: 1000 * i as u64,
+                    end_us: if i + 1 == records {
+                        0
+                    } else {
+                        1000 * i as u64 + 5
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn flight_dumps_and_their_kvs_messages_round_trip_compactly() {
+        let d = sample_dump(2048);
+        let b = d.encode();
+        assert_eq!(FlightDump::decode(&b).unwrap(), d);
+        // Names travel once: about 60 bytes per record.
+        assert!(b.len() < 2048 * 64, "{} bytes", b.len());
+        // More records than a dump carries: the most recent ones go.
+        let big = sample_dump(MAX_DUMP_RECORDS + 10);
+        let back = FlightDump::decode(&big.encode()).unwrap();
+        assert_eq!(back.records.len(), MAX_DUMP_RECORDS);
+        assert_eq!(back.records.last(), big.records.last());
+        assert!(big.encode().len() < MAX_FRAME_PAYLOAD);
+        for cut in [0, 1, 10, b.len() / 2, b.len() - 1] {
+            assert!(FlightDump::decode(&b[..cut]).is_err(), "cut at {cut}");
+        }
+        let req = KvsRequest::FlightDump {
+            id: 3,
+            why: "allreduce #42 timed out".into(),
+            dump: b,
+        };
+        let f = req.to_frame();
+        let (h, p, _) = decode_frame(&f, MAX_FRAME_PAYLOAD).unwrap().unwrap();
+        assert_eq!(KvsRequest::decode(h.kind, p).unwrap(), req);
+        let rep = KvsReply::DumpRequest { id: 3 };
+        assert!(rep.is_notice());
+        let f = rep.to_frame();
+        let (h, p, _) = decode_frame(&f, MAX_FRAME_PAYLOAD).unwrap().unwrap();
+        assert_eq!(KvsReply::decode(h.kind, p).unwrap(), rep);
+    }
+
     #[test]
     fn header_round_trips_and_is_fixed_size() {
         let h = Header {
@@ -919,6 +1241,7 @@ mod tests {
             let _ = AddrRecord::decode(&b);
             let _ = Header::decode(&b);
             let _ = AuthResponse::decode(&b);
+            let _ = FlightDump::decode(&b);
             let _ = read_frame(&mut &b[..], 256);
         }
 

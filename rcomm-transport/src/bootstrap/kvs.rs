@@ -33,6 +33,15 @@ pub struct NoticeBoard {
     cv: Condvar,
     /// Bumped on every notice, so progress loops can check for news with one load.
     version: std::sync::atomic::AtomicU64,
+    /// The way back to the launcher for flight-recorder dumps (rcomm-run's store only).
+    link: Mutex<Option<LauncherLink>>,
+}
+
+/// The rank's connection to the launcher, for messages sent outside requests.
+#[derive(Debug)]
+struct LauncherLink {
+    rank: u32,
+    writer: std::sync::Weak<Mutex<TcpStream>>,
 }
 
 impl NoticeBoard {
@@ -56,6 +65,30 @@ impl NoticeBoard {
         self.version.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Sends this process's flight recorder to the launcher: answering its request `id`, or
+    /// (`id` 0) asking it for a hang report because of `why`. False when there is no launcher
+    /// to send it to (not started by rcomm-run, or the connection is gone).
+    pub fn send_dump(&self, id: u64, why: &str) -> bool {
+        let (rank, writer) = match &*self.link.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(l) => (l.rank, l.writer.clone()),
+            None => return false,
+        };
+        let Some(w) = writer.upgrade() else {
+            return false;
+        };
+        let dump = crate::flight::recorder().dump(rank).encode();
+        let frame = KvsRequest::FlightDump {
+            id,
+            why: crate::wire::cut(why, crate::wire::MAX_TEXT_LEN).to_string(),
+            dump,
+        }
+        .to_frame();
+        w.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .write_all(&frame)
+            .is_ok()
+    }
+
     fn update(&self, f: impl FnOnce(&mut Notices)) {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
         self.version
@@ -68,7 +101,8 @@ impl NoticeBoard {
 #[derive(Debug)]
 pub struct KvsClient {
     env: LaunchEnv,
-    writer: TcpStream,
+    /// Shared with the reader thread, which answers dump requests: frames must not interleave.
+    writer: Arc<Mutex<TcpStream>>,
     replies: Receiver<Result<KvsReply, String>>,
     notices: Arc<NoticeBoard>,
     /// Longest wait for one reply; `None` under rcomm-run, whose launcher reports dead ranks.
@@ -127,6 +161,11 @@ impl KvsClient {
         let mut reader = stream.try_clone().map_err(|e| conn_err(&e))?;
         let (tx, replies) = channel();
         let notices = Arc::new(NoticeBoard::default());
+        let writer = Arc::new(Mutex::new(stream));
+        *notices.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(LauncherLink {
+            rank: env.rank,
+            writer: Arc::downgrade(&writer),
+        });
         let board = notices.clone();
         std::thread::Builder::new()
             .name("rcomm-kvs-reader".into())
@@ -148,6 +187,11 @@ impl KvsClient {
                         Ok(KvsReply::Abort { from, code, msg }) => {
                             board.update(|n| n.abort = Some((from, code, msg)));
                         }
+                        Ok(KvsReply::DumpRequest { id }) => {
+                            // Here, not in a thread that may be stuck: a rank answers even
+                            // while its application computes or waits.
+                            board.send_dump(id, "");
+                        }
                         Ok(r) => {
                             if tx.send(Ok(r)).is_err() {
                                 return;
@@ -164,7 +208,7 @@ impl KvsClient {
             .map_err(|e| conn_err(&e))?;
         Ok(Self {
             env,
-            writer: stream,
+            writer,
             replies,
             notices,
             reply_timeout,
@@ -181,7 +225,12 @@ impl KvsClient {
             addr: self.env.kvs_addr.clone(),
             err,
         };
-        if let Err(e) = self.writer.write_all(&req.to_frame()) {
+        let written = self
+            .writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .write_all(&req.to_frame());
+        if let Err(e) = written {
             return Err(self.aborted().unwrap_or_else(|| lost(e.to_string())));
         }
         let got = match self.reply_timeout {
@@ -228,7 +277,11 @@ impl Drop for KvsClient {
     fn drop(&mut self) {
         // The reader thread holds a clone of the socket; shutting it down ends that thread and
         // shows the store this rank is gone, as the end of the process would.
-        let _ = self.writer.shutdown(std::net::Shutdown::Both);
+        let _ = self
+            .writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .shutdown(std::net::Shutdown::Both);
     }
 }
 

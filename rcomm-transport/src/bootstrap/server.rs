@@ -43,6 +43,18 @@ pub enum KvsEvent {
         /// The rank.
         rank: u32,
     },
+    /// A rank sent its flight recorder: an answer to [`KvsServer::request_dumps`] (`id`),
+    /// or (`id` 0) unasked, with `why` a hang report is wanted (its watchdog fired).
+    FlightDump {
+        /// The rank.
+        rank: u32,
+        /// The collection it answers; 0 when unasked.
+        id: u64,
+        /// Why a hang report is wanted ("" when answering).
+        why: String,
+        /// The encoded [`crate::wire::FlightDump`].
+        dump: Vec<u8>,
+    },
     /// A connection was refused (bad secret, garbage, silence, duplicate rank).
     Refused {
         /// Peer address.
@@ -155,6 +167,21 @@ impl KvsServer {
         for c in st.conns.values() {
             let _ = send(c, &notice);
         }
+    }
+
+    /// Asks every connected rank for its flight recorder (answers arrive as
+    /// [`KvsEvent::FlightDump`] with this `id`); returns the ranks asked.
+    pub fn request_dumps(&self, id: u64) -> Vec<u32> {
+        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let notice = KvsReply::DumpRequest { id };
+        let mut asked: Vec<u32> = st
+            .conns
+            .iter()
+            .filter(|(_, c)| send(c, &notice).is_ok())
+            .map(|(r, _)| *r)
+            .collect();
+        asked.sort_unstable();
+        asked
     }
 
     /// Ranks currently connected.
@@ -391,6 +418,20 @@ fn handle(sh: &Shared, rank: u32, req: KvsRequest) -> Option<KvsReply> {
             event(sh, KvsEvent::Finalized { rank });
             KvsReply::Ok
         }
+        // Never answered: the rank's reader thread sent it, nobody waits for a reply.
+        KvsRequest::FlightDump { id, why, dump } => {
+            drop(st);
+            event(
+                sh,
+                KvsEvent::FlightDump {
+                    rank,
+                    id,
+                    why,
+                    dump,
+                },
+            );
+            return None;
+        }
     })
 }
 
@@ -563,6 +604,49 @@ mod tests {
         let mut dup = KvsClient::connect(env(&srv, 0, 2), &secret).unwrap();
         assert!(dup.put("x", b"y").is_err());
     }
+
+    #[test]
+    fn ranks_answer_dump_requests_from_their_reader_thread_and_can_ask_for_a_report() {
+        let (mut srv, secret) = server(2);
+        let events = srv.take_events().unwrap();
+        let clients: Vec<KvsClient> = (0..2)
+            .map(|r| KvsClient::connect(env(&srv, r, 2), &secret).unwrap())
+            .collect();
+        while srv.connected().len() < 2 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // No thread of the "rank" does anything: the reader thread answers.
+        assert_eq!(srv.request_dumps(7), vec![0, 1]);
+        let mut got = Vec::new();
+        let t0 = Instant::now();
+        while got.len() < 2 && t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(KvsEvent::FlightDump {
+                rank,
+                id,
+                why,
+                dump,
+            }) = events.recv_timeout(Duration::from_millis(100))
+            {
+                let d = crate::wire::FlightDump::decode(&dump).unwrap();
+                assert_eq!((id, why.as_str(), d.rank), (7, "", rank));
+                got.push(rank);
+            }
+        }
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1]);
+        // Unasked, with a reason: a watchdog fired.
+        assert!(clients[1].notices().send_dump(0, "allreduce #3 timed out"));
+        match events.recv_timeout(Duration::from_secs(5)) {
+            Ok(KvsEvent::FlightDump { rank, id, why, .. }) => {
+                assert_eq!((rank, id, why.as_str()), (1, 0, "allreduce #3 timed out"))
+            }
+            other => panic!("{other:?}"),
+        }
+        // Without a launcher connection there is nobody to send it to.
+        assert!(!NoticeBoardForTest::default().send_dump(0, "x"));
+    }
+
+    type NoticeBoardForTest = crate::bootstrap::kvs::NoticeBoard;
 
     #[test]
     fn failed_rank_fails_a_pending_fence_and_is_noticed() {
