@@ -60,7 +60,7 @@ pub(crate) struct Shared {
     /// The collective cost model's constants: rank 0's, broadcast at init, so every rank's
     /// tuner chooses alike. Set once by `init` after the transports are up.
     pub(crate) tuning: std::sync::OnceLock<crate::coll::tuner::Tuning>,
-    notices: Option<Arc<NoticeBoard>>,
+    pub(crate) notices: Option<Arc<NoticeBoard>>,
     seen_notices: AtomicU64,
     pub(crate) policy: WaitPolicy,
     /// Collective scratch, schedule cache and the progress thread.
@@ -125,7 +125,17 @@ impl Shared {
     }
 
     /// Progresses until `done` yields a value.
-    pub(crate) fn block_on<R>(&self, mut done: impl FnMut(&mut Engine) -> Option<R>) -> R {
+    pub(crate) fn block_on<R>(&self, done: impl FnMut(&mut Engine) -> Option<R>) -> R {
+        self.block_on_ticked(done, |_, _| None)
+    }
+
+    /// [`block_on`](Self::block_on), also calling `tick` with the time on the slow path
+    /// (after spinning, about every 20 ms): the watchdogs' hook, which may end the wait.
+    pub(crate) fn block_on_ticked<R>(
+        &self,
+        mut done: impl FnMut(&mut Engine) -> Option<R>,
+        mut tick: impl FnMut(&mut Engine, Instant) -> Option<R>,
+    ) -> R {
         let mut spins: u32 = 0;
         // The clock is read only once spinning is over: a sub-microsecond wait must not pay
         // for clock_gettime.
@@ -148,10 +158,14 @@ impl Shared {
                 if spins >= self.policy.spin
                     && last_check.is_none_or(|t| t.elapsed() > Duration::from_millis(20))
                 {
-                    last_check = Some(Instant::now());
+                    let now = Instant::now();
+                    last_check = Some(now);
                     self.apply_notices(&mut e);
                     e.poll_dead();
                     if let Some(r) = done(&mut e) {
+                        return r;
+                    }
+                    if let Some(r) = tick(&mut e, now) {
                         return r;
                     }
                 }
@@ -198,8 +212,37 @@ impl Shared {
         }
     }
 
+    /// Waits for a request. A receive that gets no message for the watchdog's limit
+    /// (`RCOMM_TIMEOUT` inside a collective, else `RCOMM_P2P_TIMEOUT`) is cancelled and fails
+    /// with `Timeout`; sends are not timed out (a peer may still read their buffer).
     pub(crate) fn wait(&self, req: ReqId) -> Result<Status> {
-        self.block_on(|e| e.is_done(req).then(|| e.take(req)))
+        let mut w = crate::fr::Watch::new();
+        let res = self.block_on_ticked(
+            |e| e.is_done(req).then(|| e.take(req)),
+            |e, now| {
+                let what = e
+                    .waiting_recv(req)
+                    .map(|(op, peer, ctx, bytes)| crate::fr::P2p {
+                        op,
+                        peer,
+                        ctx,
+                        bytes,
+                    });
+                if let Some(p) = &what {
+                    w.note_p2p(p);
+                }
+                let waited = w.expired(now)?;
+                if what.is_none() || !e.cancel(req) {
+                    return None;
+                }
+                Some(Err(w.error(waited, what.as_ref())))
+            },
+        );
+        w.finish(res.is_ok());
+        if let Err(err @ CommError::Timeout { .. }) = &res {
+            self.report_hang(err);
+        }
+        res
     }
 }
 
@@ -494,10 +537,13 @@ impl Communicator {
     /// Waits for a message matching (`src`, `tag`) and describes it without receiving it.
     pub fn probe(&self, src: impl Into<Source>, tag: Tag) -> Result<Status> {
         let (src, tag) = (self.source(src.into())?, tag.sel());
-        let st = self
-            .shared
-            .block_on(|e| e.probe(self.ctx, src, tag).transpose())?;
-        Ok(self.local(st))
+        let mut w = crate::fr::Watch::new();
+        let st = self.shared.block_on_ticked(
+            |e| e.probe(self.ctx, src, tag).transpose(),
+            |_, now| self.probe_timeout(&mut w, "probe", src, now),
+        );
+        w.finish(st.is_ok());
+        Ok(self.local(st?))
     }
 
     /// Describes a matching message if one is there now.
@@ -512,15 +558,43 @@ impl Communicator {
     /// [`Message`] can receive it (no other thread's receive can steal it).
     pub fn mprobe(&self, src: impl Into<Source>, tag: Tag) -> Result<Message> {
         let (src, tag) = (self.source(src.into())?, tag.sel());
-        let (env, stored) = self
-            .shared
-            .block_on(|e| e.mprobe(self.ctx, src, tag).transpose())?;
+        let mut w = crate::fr::Watch::new();
+        let res = self.shared.block_on_ticked(
+            |e| e.mprobe(self.ctx, src, tag).transpose(),
+            |_, now| self.probe_timeout(&mut w, "mprobe", src, now),
+        );
+        w.finish(res.is_ok());
+        let (env, stored) = res?;
         Ok(Message {
             shared: self.shared.clone(),
             group: self.group.clone(),
             env,
             stored: Some(stored),
         })
+    }
+
+    /// The watchdog of a probe: records it once slow, fails it after `RCOMM_P2P_TIMEOUT`.
+    fn probe_timeout<R>(
+        &self,
+        w: &mut crate::fr::Watch,
+        op: &'static str,
+        src: Source,
+        now: Instant,
+    ) -> Option<Result<R>> {
+        let what = crate::fr::P2p {
+            op,
+            peer: match src {
+                Source::Rank(r) => Some(r),
+                Source::Any => None,
+            },
+            ctx: self.ctx,
+            bytes: 0,
+        };
+        w.note_p2p(&what);
+        let waited = w.expired(now)?;
+        let err = w.error(waited, Some(&what));
+        self.shared.report_hang(&err);
+        Some(Err(err))
     }
 
     /// Takes a matching message if one is there now.

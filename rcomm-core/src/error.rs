@@ -124,4 +124,44 @@ pub enum CommError {
         /// Why.
         err: rcomm_transport::wire::WireError,
     },
+    /// An operation made no progress for `RCOMM_TIMEOUT` (collectives) or `RCOMM_P2P_TIMEOUT`
+    /// (receives, probes): a rank never arrived, or is stuck. Under `rcomm-run` the job's
+    /// hang report names it. A communicator whose collective timed out is out of step: end the
+    /// job, or stop using that communicator.
+    #[error("{}", timeout_text(op, *seq, comm, *peer, *waited, var))]
+    Timeout {
+        /// The operation (`allreduce`, `recv`, …).
+        op: &'static str,
+        /// Its number among the communicator's collectives (equal on every rank for the same
+        /// call); 0 for point-to-point.
+        seq: u64,
+        /// The communicator, by name (`Communicator::set_name`) or context id.
+        comm: String,
+        /// The rank waited for (world rank), for a receive or probe from one rank.
+        peer: Option<u32>,
+        /// How long it waited without progress.
+        waited: std::time::Duration,
+        /// The variable that set the limit.
+        var: &'static str,
+    },
+}
+
+fn timeout_text(
+    op: &str,
+    seq: u64,
+    comm: &str,
+    peer: Option<u32>,
+    waited: std::time::Duration,
+    var: &str,
+) -> String {
+    let secs = waited.as_secs_f64();
+    if seq > 0 {
+        return format!(
+            "{op} #{seq} on comm {comm}: no progress for {secs:.1} s ({var}): a rank has not called it or is stuck; rcomm-run's hang report names it"
+        );
+    }
+    let from = peer.map_or("any rank".to_string(), |p| format!("rank {p}"));
+    format!(
+        "{op} from {from} on comm {comm}: no message for {secs:.1} s ({var}); the receive was cancelled"
+    )
 }

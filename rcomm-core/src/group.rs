@@ -114,6 +114,10 @@ impl Communicator {
     /// Waits until every rank of the communicator has called `barrier` (dissemination:
     /// ⌈log₂ n⌉ rounds of one message each way).
     pub fn barrier(&self) -> Result<()> {
+        crate::fr::record(self, "barrier", "dissemination", || self.barrier_rounds())
+    }
+
+    fn barrier_rounds(&self) -> Result<()> {
         let n = self.size;
         let mut k = 1;
         while k < n {
@@ -177,7 +181,7 @@ impl Communicator {
         let mut colours: Vec<u32> = world.iter().map(|&w| node[w as usize]).collect();
         colours.sort_unstable();
         colours.dedup();
-        Communicator {
+        let c = Communicator {
             ctx: 2 * guard.id as u32,
             rank,
             size: world.len() as u32,
@@ -189,7 +193,9 @@ impl Communicator {
             algo_force: None,
             failure_scope: None,
             shared: self.shared.clone(),
-        }
+        };
+        c.fr_created("");
+        c
     }
 
     fn members(&self) -> Vec<u32> {
@@ -200,16 +206,17 @@ impl Communicator {
 
     /// A communicator with the same ranks and a separate message space (collective).
     pub fn dup(&self) -> Result<Communicator> {
-        let guard = self.alloc_id()?;
+        let guard = crate::fr::record(self, "dup", "", || self.alloc_id())?;
         Ok(self.child(guard, self.members(), self.rank))
     }
 
     /// Splits into disjoint communicators, one per `color`, ranks ordered by (`key`, rank in
     /// this communicator); `None` opts out (MPI_UNDEFINED) and returns `None`. Collective.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
-        let guard = self.alloc_id()?;
         let me = [color.unwrap_or(u32::MAX).to_le_bytes(), key.to_le_bytes()].concat();
-        let all = self.allgather_bytes(&me)?;
+        let (guard, all) = crate::fr::record(self, "split", "", || {
+            Ok((self.alloc_id()?, self.allgather_bytes(&me)?))
+        })?;
         let Some(c) = color else { return Ok(None) };
         if c == u32::MAX {
             return Err(CommError::InvalidArg(
@@ -280,7 +287,9 @@ impl Communicator {
             .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
                 (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
             });
-        let (guard, all) = self.alloc_id_with(&hash.to_le_bytes())?;
+        let (guard, all) = crate::fr::record(self, "create", "", || {
+            self.alloc_id_with(&hash.to_le_bytes())
+        })?;
         for (r, theirs) in all.chunks(8).enumerate() {
             let theirs = u64::from_le_bytes(theirs.try_into().expect("8 bytes"));
             if theirs != hash {

@@ -17,6 +17,7 @@
 pub mod coll;
 mod comm;
 mod error;
+mod fr;
 mod group;
 pub mod mesh;
 pub mod p2p;

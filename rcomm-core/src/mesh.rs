@@ -158,7 +158,10 @@ impl<'a> MeshBuilder<'a> {
         let mut comms = Vec::with_capacity(sizes.len());
         for d in 0..sizes.len() {
             let keep: Vec<bool> = (0..sizes.len()).map(|e| e == d).collect();
-            comms.push(split_along(parent, &coords, &sizes, &keep)?);
+            let c = split_along(parent, &coords, &sizes, &keep)?;
+            // The hang report and timeout errors name it by its dimension.
+            c.set_name(&self.dims[d].0);
+            comms.push(c);
         }
         rlog!(
             Info,
@@ -278,7 +281,9 @@ impl Mesh {
             }
             keep[i] = true;
         }
-        split_along(&self.parent, &self.coords, &self.sizes(), &keep)
+        let c = split_along(&self.parent, &self.coords, &self.sizes(), &keep)?;
+        c.set_name(&dims.join(","));
+        Ok(c)
     }
 
     /// The next rank along `dim` (coordinate + 1), as a rank of [`comm(dim)`](Self::comm);

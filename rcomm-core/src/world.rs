@@ -246,6 +246,7 @@ fn init_with(cfg: &Config) -> Result<World> {
         failure_scope: None,
         shared,
     };
+    comm.fr_created("world");
     // Collective: every rank takes part (rank 0 measures, all receive its values), so the
     // tuner's choices agree everywhere.
     let tuning = crate::coll::tuner::measure(&comm, cfg.tune)?;
@@ -426,6 +427,12 @@ impl Drop for World {
             rlog!(Warn, "INIT", "finalize: {e}");
         }
     }
+}
+
+/// A world of one for unit tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) fn init_for_test(cfg: &Config) -> World {
+    init_with(cfg).expect("a world of one")
 }
 
 #[cfg(test)]

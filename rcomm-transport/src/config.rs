@@ -134,7 +134,7 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec {
         name: "RCOMM_FR_SIZE",
         protocol: false,
-        help: "flight recorder: how many recent operations each process keeps for the hang report (default 2048, 0 = off, at most 1048576)",
+        help: "flight recorder: how many recent operations each process keeps for the hang report, rounded up to a power of two (default 2048, 0 = off, at most 1048576)",
     },
     VarSpec {
         name: "RCOMM_TIMEOUT",

@@ -7,10 +7,14 @@
 //!
 //! **Cost.** A record is eight atomic words in a ring allocated once (no allocation, no lock):
 //! an operation claims its slot with one `fetch_add`, writes it with plain stores and stamps it
-//! with the coarse monotonic clock (a few nanoseconds; 1–4 ms resolution, plenty for hangs).
-//! Its end updates two words of the same slot. Collectives are recorded on entry; point-to-point
-//! operations only once they wait longer than the spin phase, so a fast send or receive costs
-//! nothing (docs/performance.md has the measurement).
+//! — and no clock: an operation is timed (coarse monotonic clock, 1–4 ms resolution, plenty
+//! for hangs) once it waits past the spin phase ([`Recorder::mark_slow`], from the watchdog's
+//! first look, where the clock is read anyway) or is posted without being waited for; its end
+//! then too, or when it fails. A fast collective, done microseconds after it starts, carries
+//! no times: reading even the coarse clock would cost as much as the rest of the record. Its
+//! end changes its state. Collectives are recorded on entry; point-to-point operations only
+//! once they wait past the spin phase, so a fast send or receive costs nothing
+//! (docs/performance.md has the measurement).
 //!
 //! **Consistency.** A slot is a seqlock: the writer clears its id, writes the fields and stores
 //! the id again; a reader keeps a slot only if it saw the same non-zero id before and after.
@@ -91,16 +95,21 @@ pub const OPS: &[&str] = &[
     "send",
     "recv",
     "sendrecv",
+    "isend",
+    "irecv",
     "probe",
+    "mprobe",
+    "mrecv",
     "wait",
     "collective",
 ];
-/// Element type names.
-const DTYPES: &[&str] = &[
+/// Element type names, in the order of `rcomm_kernels::Dtype` (code = `dtype as u8 + 1`).
+pub const DTYPES: &[&str] = &[
     "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "bf16", "f32", "f64",
 ];
-/// Reduction names.
-const REDOPS: &[&str] = &[
+/// Reduction names, in the order of `rcomm_kernels::Op` (code = `op as u8 + 1`), then user
+/// operations.
+pub const REDOPS: &[&str] = &[
     "sum", "prod", "min", "max", "band", "bor", "bxor", "avg", "user op",
 ];
 /// Algorithm names (those `RCOMM_ALGO` accepts and the variants schedules are cached under).
@@ -130,6 +139,16 @@ fn code(table: &[&str], s: &str) -> u64 {
         .map_or(0, |i| i as u64 + 1)
 }
 
+/// The code of an element type name ([`DTYPES`]; 0 for none or unknown).
+pub fn dtype_code(name: &str) -> u8 {
+    code(DTYPES, name) as u8
+}
+
+/// The code of a reduction name ([`REDOPS`]; 0 for none or unknown).
+pub fn redop_code(name: &str) -> u8 {
+    code(REDOPS, name) as u8
+}
+
 fn name(table: &[&'static str], c: u64) -> &'static str {
     (c as usize)
         .checked_sub(1)
@@ -145,10 +164,10 @@ pub struct Begin<'a> {
     pub ctx: u32,
     /// Operation, one of [`OPS`].
     pub op: &'a str,
-    /// Element type name (`f32`, …), or "".
-    pub dtype: &'a str,
-    /// Reduction name, or "".
-    pub redop: &'a str,
+    /// Element type, as a code ([`dtype_code`]; 0 for none).
+    pub dtype: u8,
+    /// Reduction, as a code ([`redop_code`]; 0 for none).
+    pub redop: u8,
     /// Algorithm, or "".
     pub algo: &'a str,
     /// Bytes of the vector or message.
@@ -159,40 +178,63 @@ pub struct Begin<'a> {
     pub state: State,
     /// A collective (numbered per communicator), or a point-to-point operation.
     pub collective: bool,
+    /// Already waiting past the spin phase (its end is timed).
+    pub slow: bool,
 }
 
-/// A recorded operation, for its owner to update and to name in errors.
+/// Flag bits of a record (word 4, from bit 40).
+const SLOW: u64 = 1 << 40;
+
+/// A recorded operation, for its owner to update and to name in errors. Two words, so that a
+/// thread can keep a stack of them cheaply: the record's id, and its context id (24 bits),
+/// operation (8) and collective number (32).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Handle {
     /// The process's operation number (0: not recorded).
     pub id: u64,
-    /// Context id of its communicator.
-    pub ctx: u32,
-    /// Collective number on the communicator (0 for point-to-point).
-    pub seq: u64,
-    op: u8,
-    /// When it started (coarse monotonic µs).
-    pub start_us: u64,
+    meta: u64,
 }
+
+const NO_CTX: u64 = 0xff_ffff;
 
 impl Handle {
     /// No operation.
     pub const NONE: Handle = Handle {
         id: 0,
-        ctx: u32::MAX,
-        seq: 0,
-        op: 0,
-        start_us: 0,
+        meta: NO_CTX,
     };
 
+    /// A handle of operation `op` (one of [`OPS`]) number `seq` on context `ctx`, not
+    /// recorded (`id` 0) — for tests and for operations numbered with the recorder off.
+    pub fn new(ctx: u32, seq: u64, op: &str) -> Self {
+        Self::pack(0, ctx, seq, code(OPS, op))
+    }
+
+    fn pack(id: u64, ctx: u32, seq: u64, op: u64) -> Self {
+        Handle {
+            id,
+            meta: u64::from(ctx) & NO_CTX | op << 24 | seq << 32,
+        }
+    }
+
+    /// Context id of its communicator.
+    pub fn ctx(&self) -> u32 {
+        (self.meta & NO_CTX) as u32
+    }
+
+    /// Collective number on the communicator (0 for point-to-point; modulo 2³²).
+    pub fn seq(&self) -> u64 {
+        self.meta >> 32
+    }
+
     /// The operation's name.
-    pub fn op(&self) -> &'static str {
-        name(OPS, u64::from(self.op))
+    pub fn op_name(&self) -> &'static str {
+        name(OPS, self.meta >> 24 & 0xff)
     }
 
     /// Whether this names an operation (recorded or merely numbered).
     pub fn is_some(&self) -> bool {
-        self.ctx != u32::MAX
+        self.meta & NO_CTX != NO_CTX
     }
 }
 
@@ -235,14 +277,15 @@ pub struct Record {
     pub peer: u32,
     /// State.
     pub state: State,
-    /// Start (µs).
+    /// Start (µs; 0 for a fast operation that never waited).
     pub start_us: u64,
-    /// End (µs; 0 while running).
+    /// End (µs; 0 while running, and for a fast operation that ended well).
     pub end_us: u64,
 }
 
 /// The recorder of one process.
 pub struct Recorder {
+    /// A power of two of them: a slot is found with a mask, not a division.
     slots: Box<[Slot]>,
     next: AtomicU64,
     comms: Box<[CommSlot]>,
@@ -273,11 +316,16 @@ pub fn now_us() -> u64 {
 }
 
 impl Recorder {
-    /// A recorder keeping the last `capacity` operations (0: records nothing, but still
-    /// numbers collectives, which errors name).
+    /// A recorder keeping the last `capacity` operations, rounded up to a power of two (0:
+    /// records nothing, but still numbers collectives, which errors name).
     pub fn new(capacity: usize) -> Self {
+        let n = if capacity == 0 {
+            0
+        } else {
+            capacity.next_power_of_two()
+        };
         Self {
-            slots: (0..capacity).map(|_| Slot::default()).collect(),
+            slots: (0..n).map(|_| Slot::default()).collect(),
             next: AtomicU64::new(0),
             comms: (0..MAX_CTX / 2).map(|_| CommSlot::default()).collect(),
             names: Mutex::new(Vec::new()),
@@ -337,43 +385,34 @@ impl Recorder {
             }
             _ => 0,
         };
-        let start_us = now_us();
         let op = code(OPS, b.op);
-        let mut h = Handle {
-            id: 0,
-            ctx: b.ctx,
-            seq,
-            op: op as u8,
-            start_us,
-        };
         if self.slots.is_empty() {
-            return h;
+            return Handle::pack(0, b.ctx, seq, op);
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        let s = &self.slots[((id - 1) % self.slots.len() as u64) as usize].0;
+        let s = &self.slots[(id - 1) as usize & (self.slots.len() - 1)].0;
         s[0].store(0, Ordering::Relaxed);
         fence(Ordering::Release);
         let w1 = u64::from(b.ctx)
             | (b.state as u64) << 32
             | op << 40
-            | code(DTYPES, b.dtype) << 48
+            | u64::from(b.dtype) << 48
             | code(ALGOS, b.algo) << 56;
         s[1].store(w1, Ordering::Relaxed);
         s[2].store(seq, Ordering::Relaxed);
         s[3].store(b.bytes, Ordering::Relaxed);
         s[4].store(
-            u64::from(b.peer) | code(REDOPS, b.redop) << 32,
+            u64::from(b.peer) | u64::from(b.redop) << 32 | if b.slow { SLOW } else { 0 },
             Ordering::Relaxed,
         );
-        s[5].store(start_us, Ordering::Relaxed);
+        s[5].store(if b.slow { now_us() } else { 0 }, Ordering::Relaxed);
         s[6].store(0, Ordering::Relaxed);
         s[7].store(
             comm.map_or(0, |c| c.shape.load(Ordering::Relaxed)),
             Ordering::Relaxed,
         );
         s[0].store(id, Ordering::Release);
-        h.id = id;
-        h
+        Handle::pack(id, b.ctx, seq, op)
     }
 
     /// The slot of `h`, if it still holds that operation.
@@ -381,7 +420,7 @@ impl Recorder {
         if h.id == 0 || self.slots.is_empty() {
             return None;
         }
-        let s = &self.slots[((h.id - 1) % self.slots.len() as u64) as usize].0;
+        let s = &self.slots[(h.id - 1) as usize & (self.slots.len() - 1)].0;
         (s[0].load(Ordering::Relaxed) == h.id).then_some(s)
     }
 
@@ -397,6 +436,14 @@ impl Recorder {
         }
     }
 
+    /// Records the root or peer of an operation.
+    pub fn set_peer(&self, h: Handle, peer: u32) {
+        if let Some(s) = self.slot(h) {
+            let w = s[4].load(Ordering::Relaxed);
+            s[4].store(w & !0xffff_ffff | u64::from(peer), Ordering::Relaxed);
+        }
+    }
+
     /// Records the algorithm an operation runs.
     pub fn set_algo(&self, h: Handle, algo: &str) {
         if let Some(s) = self.slot(h) {
@@ -404,10 +451,22 @@ impl Recorder {
         }
     }
 
-    /// Records the end of an operation.
+    /// Marks a running operation as waiting past the spin phase (or posted and left running):
+    /// it is timed from now, and its end will be.
+    pub fn mark_slow(&self, h: Handle) {
+        if let Some(s) = self.slot(h)
+            && s[4].fetch_or(SLOW, Ordering::Relaxed) & SLOW == 0
+        {
+            s[5].store(now_us(), Ordering::Relaxed);
+        }
+    }
+
+    /// Records the end of an operation (timed if it was, or did not end well).
     pub fn end(&self, h: Handle, state: State) {
         if let Some(s) = self.slot(h) {
-            s[6].store(now_us().max(1), Ordering::Relaxed);
+            if state != State::Done || s[4].load(Ordering::Relaxed) & SLOW != 0 {
+                s[6].store(now_us().max(1), Ordering::Relaxed);
+            }
             Self::set_field(s, 32, state as u64);
         }
     }
@@ -493,13 +552,14 @@ mod tests {
         Begin {
             ctx,
             op,
-            dtype: "f32",
-            redop: "sum",
+            dtype: dtype_code("f32"),
+            redop: redop_code("sum"),
             algo,
             bytes: 4096,
             peer: NO_PEER,
             state: State::Waiting,
             collective: true,
+            slow: false,
         }
     }
 
@@ -514,13 +574,16 @@ mod tests {
             let ctx = if i % 2 == 0 { 0 } else { 4 };
             let h = r.begin(&coll(ctx, "allreduce", "ring"));
             hs.push(h);
+            if i == 2 {
+                r.mark_slow(h);
+            }
             if i < 5 {
                 r.end(h, State::Done);
             }
         }
         // Per-communicator numbers: world 1,2,3; tp 1,2,3.
         assert_eq!(
-            hs.iter().map(|h| (h.ctx, h.seq)).collect::<Vec<_>>(),
+            hs.iter().map(|h| (h.ctx(), h.seq())).collect::<Vec<_>>(),
             vec![(0, 1), (4, 1), (0, 2), (4, 2), (0, 3), (4, 3)]
         );
         let snap = r.snapshot();
@@ -534,17 +597,29 @@ mod tests {
             ("allreduce", "ring", "f32", "sum", State::Waiting)
         );
         assert_eq!((last.comm_first, last.comm_size, last.end_us), (4, 4, 0));
-        assert!(snap[0].state == State::Done && snap[0].end_us >= snap[0].start_us);
+        assert!(snap[0].state == State::Done && snap[0].end_us > 0); // marked slow
         // An operation whose slot was reused is not touched by its late end.
         r.end(hs[0], State::Failed);
         assert!(r.snapshot().iter().all(|x| x.state != State::Failed));
+        // Fast and done: not timed; slow: timed.
+        let t = Recorder::new(2);
+        let (fast, slow) = (
+            t.begin(&coll(0, "bcast", "tree")),
+            t.begin(&coll(0, "bcast", "tree")),
+        );
+        t.mark_slow(slow);
+        t.end(fast, State::Done);
+        t.end(slow, State::Done);
+        let snap = t.snapshot();
+        assert_eq!(snap[0].end_us, 0);
+        assert!(snap[1].end_us > 0 && snap[1].end_us >= snap[1].start_us);
         let d = r.dump(3);
         assert_eq!((d.rank, d.total, d.records.len()), (3, 6, 4));
         assert!(d.comms.contains(&(4, "tp".to_string())));
         assert_eq!(r.name(4), "tp");
         // A new communicator on a freed context id starts over.
         r.comm_created(4, 0, 2, "");
-        assert_eq!(r.begin(&coll(4, "bcast", "tree")).seq, 1);
+        assert_eq!(r.begin(&coll(4, "bcast", "tree")).seq(), 1);
         assert_eq!(r.name(4), "");
     }
 
@@ -554,8 +629,8 @@ mod tests {
         r.comm_created(2, 0, 2, "x");
         let a = r.begin(&coll(2, "barrier", "dissemination"));
         let b = r.begin(&coll(2, "barrier", "dissemination"));
-        assert_eq!((a.id, a.seq, b.seq), (0, 1, 2));
-        assert_eq!(b.op(), "barrier");
+        assert_eq!((a.id, a.seq(), b.seq()), (0, 1, 2));
+        assert_eq!(b.op_name(), "barrier");
         r.end(b, State::Done);
         assert!(r.snapshot().is_empty());
     }
@@ -573,13 +648,14 @@ mod tests {
                         let h = r.begin(&Begin {
                             ctx: 2 * t,
                             op: "send",
-                            dtype: "",
-                            redop: "",
+                            dtype: 0,
+                            redop: 0,
                             algo: "",
                             bytes: u64::from(t) << 32 | i,
                             peer: t,
                             state: State::Waiting,
                             collective: false,
+                            slow: true,
                         });
                         r.end(h, State::Done);
                     }

@@ -856,9 +856,10 @@ pub struct DumpRecord {
     pub peer: u32,
     /// `posted`, `waiting`, `done`, `failed`, `timed out`.
     pub state: String,
-    /// Start, µs on the rank's monotonic clock.
+    /// Start, µs on the rank's monotonic clock; 0 for a fast operation that never waited
+    /// (timing every collective would cost as much as recording it).
     pub start_us: u64,
-    /// End (0 while it runs).
+    /// End (0 while it runs, and for a fast operation).
     pub end_us: u64,
 }
 

@@ -319,6 +319,7 @@ impl Communicator {
     ) -> Result<()> {
         let tag = self.next_coll_tag();
         if s.phases.is_empty() {
+            crate::fr::end_coll(self.ctx, &Ok::<(), CommError>(()));
             return Ok(());
         }
         let coll = &self.shared.coll;
@@ -334,6 +335,7 @@ impl Communicator {
             }
         }
         coll.put_scratch(tmp);
+        crate::fr::end_coll(self.ctx, &res);
         res
     }
 
@@ -441,12 +443,39 @@ impl Communicator {
         // serves, see `failure_scope`) failed: then this collective cannot complete anywhere,
         // and waiting on a live but stuck neighbour would last until the launcher's grace
         // ends. The requests still in flight are abandoned (they go on over private buffers).
-        let lost = self.shared.block_on(|e| {
-            if reqs.iter().all(|p| e.is_done(p.req)) {
-                return Some(None);
+        // The watchdog (RCOMM_TIMEOUT): no request of the phase completing for that long.
+        let mut watch = crate::fr::Watch::new();
+        let mut completed = 0;
+        let lost = self.shared.block_on_ticked(
+            |e| {
+                if reqs.iter().all(|p| e.is_done(p.req)) {
+                    return Some(Ok(None));
+                }
+                self.failed_member(e).map(|w| Ok(Some(w)))
+            },
+            |e, now| {
+                let n = reqs.iter().filter(|p| e.is_done(p.req)).count();
+                if n != completed {
+                    completed = n;
+                    watch.progress(now);
+                }
+                watch
+                    .expired(now)
+                    .map(|waited| Err(watch.error(waited, None)))
+            },
+        );
+        let lost = match lost {
+            Ok(lost) => lost,
+            Err(err) => {
+                let mut e = self.shared.lock();
+                for p in &reqs {
+                    e.abandon(p.req);
+                }
+                drop(e);
+                self.shared.report_hang(&err);
+                return Err(err);
             }
-            self.failed_member(e).map(Some)
-        });
+        };
         if let Some(w) = lost {
             let mut e = self.shared.lock();
             for p in &reqs {
@@ -565,6 +594,8 @@ pub(crate) struct NbState<T: bytemuck::Pod + Send> {
     failed: Option<CommError>,
     /// The failure was handed to the caller by `test`.
     reported: bool,
+    /// Its flight-recorder record, ended when it finishes.
+    fr: rcomm_transport::flight::Handle,
 }
 
 /// What the progress thread sees of a request.
@@ -613,6 +644,8 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
     /// another rank may be waiting for one of them before it takes part in this one again.
     fn advance_blocking(&mut self) -> Result<bool> {
         let shared = self.comm.shared.clone();
+        // Its waits are watched, and its errors named, as this collective's.
+        let _current = crate::fr::enter(self.fr);
         let mut groups = Vec::new();
         loop {
             if self.advance(false)? {
@@ -627,20 +660,52 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
             self.pending_reqs(&mut mine);
             groups.push(mine);
             let comm = &self.comm;
-            let lost = shared.block_on(|e| {
-                if groups
-                    .iter()
-                    .any(|g| !g.is_empty() && g.iter().all(|&id| e.is_done(id)))
-                {
-                    return Some(false);
+            let mut watch = crate::fr::Watch::new();
+            let lost = shared.block_on_ticked(
+                |e| {
+                    if groups
+                        .iter()
+                        .any(|g| !g.is_empty() && g.iter().all(|&id| e.is_done(id)))
+                    {
+                        return Some(Ok(false));
+                    }
+                    comm.failed_member(e).map(|_| Ok(true))
+                },
+                |_, now| {
+                    watch
+                        .expired(now)
+                        .map(|waited| Err(watch.error(waited, None)))
+                },
+            );
+            let lost = match lost {
+                Ok(lost) => lost,
+                Err(err) => {
+                    self.time_out(err);
+                    return Ok(true);
                 }
-                comm.failed_member(e).map(|_| true)
-            });
+            };
             if lost {
                 // The blocking path reports the failure (and abandons what is in flight).
                 return self.advance(true);
             }
         }
+    }
+
+    /// The watchdog fired while waiting for this collective: it fails (what is in flight goes
+    /// on over private buffers), and the launcher is asked for a hang report.
+    fn time_out(&mut self, err: CommError) {
+        {
+            let mut e = self.comm.shared.lock();
+            for p in self.pending.drain(..) {
+                e.abandon(p.req);
+            }
+        }
+        self.comm.shared.report_hang(&err);
+        self.phase = self.sched.phases.len();
+        self.release_scratch();
+        crate::fr::end(self.fr, Some(&err));
+        self.fr = rcomm_transport::flight::Handle::NONE;
+        self.failed = Some(err);
     }
 
     fn release_scratch(&mut self) {
@@ -657,6 +722,8 @@ impl<T: bytemuck::Pod + Send> Advance for NbState<T> {
         match self.step(block) {
             Ok(true) => {
                 self.release_scratch();
+                crate::fr::end(self.fr, None);
+                self.fr = rcomm_transport::flight::Handle::NONE;
                 Ok(true)
             }
             Ok(false) => Ok(false),
@@ -665,6 +732,8 @@ impl<T: bytemuck::Pod + Send> Advance for NbState<T> {
                 self.pending.clear();
                 self.phase = self.sched.phases.len();
                 self.release_scratch();
+                crate::fr::end(self.fr, Some(&e));
+                self.fr = rcomm_transport::flight::Handle::NONE;
                 self.failed = Some(e);
                 Ok(true)
             }
@@ -709,6 +778,7 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
         post: Post,
     ) -> Result<Self> {
         let tag = comm.next_coll_tag();
+        let fr = crate::fr::adopt(comm.ctx);
         let tmp = comm.shared.coll.take_scratch(sched.tmp_len);
         let mut st = NbState {
             comm: comm.clone(),
@@ -723,6 +793,7 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
             post,
             failed: None,
             reported: false,
+            fr,
         };
         st.advance(false)?;
         let finished = st.finished();
@@ -763,6 +834,7 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
     /// communicator: ranks may start and wait them in different orders (MPI's progress rule).
     pub fn wait(mut self) -> Result<Vec<T>> {
         let mut st = self.lock();
+        crate::fr::waiting(st.fr);
         st.advance_blocking()?;
         if st.reported {
             drop(st);

@@ -98,6 +98,9 @@ impl Hier {
         scope.sort_unstable();
         let scope = Some(Arc::new(scope));
         let (mut node, mut cross) = (unforced(node)?, unforced(cross)?);
+        let parent = crate::fr::comm_label(comm.ctx);
+        node.set_name(&format!("{parent}/node"));
+        cross.set_name(&format!("{parent}/cross"));
         node.failure_scope = scope.clone();
         cross.failure_scope = scope;
         let h = Arc::new(Hier {

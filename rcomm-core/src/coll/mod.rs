@@ -88,7 +88,20 @@ impl Communicator {
     /// function of inputs every rank shares (rank 0's measured tuning, the sizes, the op,
     /// `RCOMM_ALGO`/`RCOMM_DETERMINISTIC`, checked equal at init), so ranks never disagree.
     /// A forced algorithm that cannot run this reduction is an error naming the ones that can.
+    /// Every collective chooses once: its flight-recorder record begins here.
     fn choose(
+        &self,
+        op: &'static str,
+        bytes: usize,
+        elem: usize,
+        r: Option<&Reducer>,
+    ) -> Result<&'static str> {
+        let algo = self.choose_algo(op, bytes, elem, r)?;
+        crate::fr::begin_coll(self, op, algo, bytes, r);
+        Ok(algo)
+    }
+
+    fn choose_algo(
         &self,
         op: &'static str,
         bytes: usize,
@@ -222,6 +235,7 @@ impl Communicator {
     fn bcast_plan(&self, bytes: usize, root: u32, blocking: bool) -> Result<Plan> {
         self.check_root(root)?;
         let mut algo = self.choose("bcast", bytes, 1, None)?;
+        crate::fr::set_root(self.ctx, root);
         if algo == "shm" {
             if blocking && let Some(node) = shm::NodeShm::get_or_setup(self)? {
                 return Ok(Plan::Shm(node));
@@ -262,6 +276,7 @@ impl Communicator {
         self.check_root(root)?;
         r.check()?;
         let algo = self.choose("reduce", count * elem, elem, Some(r))?;
+        crate::fr::set_root(self.ctx, root);
         let (rank, n) = (self.rank, self.size);
         // The plain tree combines in rotated order from the root: fine for commutative ops.
         let algo = if algo == "tree" && !r.commutative() {
@@ -427,6 +442,7 @@ impl Communicator {
         elem: usize,
         r: Reducer,
     ) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         match self.allreduce_plan(data.len() / elem.max(1), elem, &r, true)? {
             Plan::Sched(sched) => {
                 if let Some(i) = input {
@@ -442,7 +458,9 @@ impl Communicator {
                 if let Some(i) = input {
                     data.copy_from_slice(i);
                 }
-                h.allreduce(data, elem, &r.sum_form())?
+                let res = h.allreduce(data, elem, &r.sum_form());
+                crate::fr::end_coll(self.ctx, &res);
+                res?
             }
         }
         r.finalize(data, self.size as usize)
@@ -459,6 +477,7 @@ impl Communicator {
         buf: Vec<T>,
         op: impl Into<ReduceOp<T>>,
     ) -> Result<CollRequest<T>> {
+        let _fr = crate::fr::Scope::enter();
         let r = op.into().0;
         let Plan::Sched(sched) = self.allreduce_plan(buf.len(), size_of::<T>(), &r, false)? else {
             unreachable!("non-blocking plans are schedules")
@@ -470,12 +489,17 @@ impl Communicator {
 
     /// Sends `buf` from `root` to every rank. Collective; every rank passes the same length.
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: u32) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         match self.bcast_plan(size_of_val(buf), root, true)? {
             Plan::Sched(sched) => {
                 self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], None)
             }
             Plan::Shm(node) => node.bcast(self, bytemuck::cast_slice_mut(buf), root),
-            Plan::Hier(h) => h.bcast(bytemuck::cast_slice_mut(buf), root),
+            Plan::Hier(h) => {
+                let res = h.bcast(bytemuck::cast_slice_mut(buf), root);
+                crate::fr::end_coll(self.ctx, &res);
+                res
+            }
         }
     }
 
@@ -485,6 +509,7 @@ impl Communicator {
         buf: Vec<T>,
         root: u32,
     ) -> Result<CollRequest<T>> {
+        let _fr = crate::fr::Scope::enter();
         let Plan::Sched(sched) = self.bcast_plan(size_of_val(&buf[..]), root, false)? else {
             unreachable!("non-blocking plans are schedules")
         };
@@ -502,6 +527,7 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
         root: u32,
     ) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         let r = op.into().0;
         let sched = self.reduce_plan(send.len(), size_of::<T>(), &r, root)?;
         if self.rank == root {
@@ -529,6 +555,7 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
         root: u32,
     ) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         if self.rank == root {
             let r = op.into().0;
             let sched = self.reduce_plan(buf.len(), size_of::<T>(), &r, root)?;
@@ -548,6 +575,7 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
         root: u32,
     ) -> Result<CollRequest<T>> {
+        let _fr = crate::fr::Scope::enter();
         let r = op.into().0;
         let sched = self.reduce_plan(send.len(), size_of::<T>(), &r, root)?;
         let post = if self.rank == root {
@@ -568,6 +596,7 @@ impl Communicator {
 
     /// In-place allgather: `buf` holds `size` blocks and this rank's block is already in place.
     pub fn allgather_in_place<T: Pod>(&self, buf: &mut [T]) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         let n = self.size as usize;
         if !buf.len().is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(
@@ -582,6 +611,7 @@ impl Communicator {
     /// Like [`allgather`](Self::allgather) with `counts[i]` elements from rank i, packed in rank
     /// order in `recv` (every rank passes the same `counts`). Collective.
     pub fn allgatherv<T: Pod>(&self, send: &[T], recv: &mut [T], counts: &[usize]) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         let (n, r) = (self.size as usize, self.rank as usize);
         check_len("allgatherv counts", counts.len(), n)?;
         check_len("allgatherv send", send.len(), counts[r])?;
@@ -590,7 +620,9 @@ impl Communicator {
         if algo == "hier" && counts.iter().all(|&c| c == counts[0]) {
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
-                return h.allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+                let res = h.allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+                crate::fr::end_coll(self.ctx, &res);
+                return res;
             }
         }
         let off: usize = counts[..r].iter().sum();
@@ -610,6 +642,7 @@ impl Communicator {
         send: Vec<T>,
         counts: &[usize],
     ) -> Result<CollRequest<T>> {
+        let _fr = crate::fr::Scope::enter();
         let (n, r) = (self.size as usize, self.rank as usize);
         check_len("allgatherv counts", counts.len(), n)?;
         check_len("allgatherv send", send.len(), counts[r])?;
@@ -642,6 +675,7 @@ impl Communicator {
         buf: &mut [T],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         let n = self.size as usize;
         if !buf.len().is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(
@@ -666,6 +700,7 @@ impl Communicator {
         counts: &[usize],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         let r = op.into().0;
         let (n, me) = (self.size as usize, self.rank as usize);
         check_len("reduce_scatter_v counts", counts.len(), n)?;
@@ -676,7 +711,9 @@ impl Communicator {
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
                 let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
-                h.reduce_scatter(bytemuck::cast_slice(send), out, &r.sum_form())?;
+                let res = h.reduce_scatter(bytemuck::cast_slice(send), out, &r.sum_form());
+                crate::fr::end_coll(self.ctx, &res);
+                res?;
                 return r.finalize(out, n);
             }
         }
@@ -727,6 +764,7 @@ impl Communicator {
         counts: &[usize],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<CollRequest<T>> {
+        let _fr = crate::fr::Scope::enter();
         let r = op.into().0;
         let (n, me) = (self.size as usize, self.rank as usize);
         check_len("reduce_scatter_v counts", counts.len(), n)?;
@@ -771,6 +809,7 @@ impl Communicator {
         self.check_root(root)?;
         check_len(op, counts.len(), self.size as usize)?;
         let algo = self.choose(op, counts[0] * elem, elem, None)?;
+        crate::fr::set_root(self.ctx, root);
         let gather = op == "gather";
         if algo == "tree" && counts.iter().all(|&c| c == counts[0]) {
             let (rank, n, b) = (self.rank, self.size, counts[0] * elem);
@@ -802,6 +841,7 @@ impl Communicator {
         counts: &[usize],
         root: u32,
     ) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         let sched = self.gather_plan(counts, size_of::<T>(), root)?;
         let r = self.rank as usize;
         check_len("gatherv send", send.len(), counts[r])?;
@@ -840,6 +880,7 @@ impl Communicator {
         counts: &[usize],
         root: u32,
     ) -> Result<CollRequest<T>> {
+        let _fr = crate::fr::Scope::enter();
         let sched = self.gather_plan(counts, size_of::<T>(), root)?;
         let r = self.rank as usize;
         check_len("gatherv send", send.len(), counts[r])?;
@@ -867,6 +908,7 @@ impl Communicator {
         recv: &mut [T],
         root: u32,
     ) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         let sched = self.scatter_plan(counts, size_of::<T>(), root)?;
         let r = self.rank as usize;
         check_len("scatterv recv", recv.len(), counts[r])?;
@@ -907,6 +949,7 @@ impl Communicator {
         counts: &[usize],
         root: u32,
     ) -> Result<CollRequest<T>> {
+        let _fr = crate::fr::Scope::enter();
         let sched = self.scatter_plan(counts, size_of::<T>(), root)?;
         let r = self.rank as usize;
         let mut data = vec![T::zeroed(); counts[r]];
@@ -955,6 +998,7 @@ impl Communicator {
         recv: &mut [T],
         recv_counts: &[usize],
     ) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         let sched = self.alltoall_plan(send_counts, recv_counts, size_of::<T>())?;
         let r = self.rank as usize;
         check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
@@ -992,6 +1036,7 @@ impl Communicator {
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<CollRequest<T>> {
+        let _fr = crate::fr::Scope::enter();
         let sched = self.alltoall_plan(send_counts, recv_counts, size_of::<T>())?;
         let r = self.rank as usize;
         check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
@@ -1023,6 +1068,7 @@ impl Communicator {
         buf: &mut [T],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         let r = op.into().0;
         let sched = self.scan_plan(buf.len(), size_of::<T>(), &r, false)?;
         self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], Some(&r))
@@ -1036,6 +1082,7 @@ impl Communicator {
         recv: &mut [T],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
         check_len("exscan recv", recv.len(), send.len())?;
         let r = op.into().0;
         let sched = self.scan_plan(send.len(), size_of::<T>(), &r, true)?;
@@ -1067,6 +1114,7 @@ impl Communicator {
         send: Vec<T>,
         op: impl Into<ReduceOp<T>>,
     ) -> Result<CollRequest<T>> {
+        let _fr = crate::fr::Scope::enter();
         let r = op.into().0;
         let sched = self.scan_plan(send.len(), size_of::<T>(), &r, false)?;
         CollRequest::start(self, sched, send, Vec::new(), Some(r), Post::Whole)
@@ -1079,6 +1127,7 @@ impl Communicator {
         send: Vec<T>,
         op: impl Into<ReduceOp<T>>,
     ) -> Result<CollRequest<T>> {
+        let _fr = crate::fr::Scope::enter();
         let r = op.into().0;
         let sched = self.scan_plan(send.len(), size_of::<T>(), &r, true)?;
         CollRequest::start(self, sched, send, Vec::new(), Some(r), Post::Whole)
@@ -1088,6 +1137,8 @@ impl Communicator {
 
     /// Starts a barrier; `wait` returns once every rank has started it.
     pub fn ibarrier(&self) -> Result<CollRequest<u8>> {
+        let _fr = crate::fr::Scope::enter();
+        crate::fr::begin_coll(self, "barrier", "dissemination", 0, None);
         let (rank, n) = (self.rank, self.size);
         let sched = self
             .shared

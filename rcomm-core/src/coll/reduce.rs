@@ -183,6 +183,15 @@ impl Reducer {
         }
     }
 
+    /// Element type and reduction as the flight recorder's codes (`rcomm_transport::flight`
+    /// lists the names in the kernels' enum order; a test checks it).
+    pub(crate) fn codes(&self) -> (u8, u8) {
+        match self {
+            Reducer::Builtin(op, d) => (*d as u8 + 1, *op as u8 + 1),
+            Reducer::User { .. } => (0, rcomm_transport::flight::redop_code("user op")),
+        }
+    }
+
     /// What ranks must agree on for a shared-memory reduction: op and dtype, or a user op of
     /// an element size.
     pub(crate) fn signature(&self) -> u64 {

@@ -65,6 +65,9 @@ const SPIN: u32 = 2000;
 /// How often a waiter asks whether a peer died.
 const CHECK_EVERY: Duration = Duration::from_millis(1);
 
+/// [`Header::abort`] of a rank whose watchdog fired (`RCOMM_TIMEOUT`).
+const TIMED_OUT: u64 = u64::MAX - 1;
+
 const KIND_ALLREDUCE: u64 = 1 << 56;
 const KIND_BCAST: u64 = 2 << 56;
 
@@ -146,9 +149,10 @@ pub(crate) struct ZeroCopy {
 pub(crate) struct Proto<'a> {
     me: usize,
     bases: &'a [NonNull<u8>],
-    /// Called about every [`CHECK_EVERY`] with the rank waited for; an error ends the wait.
-    /// Only that rank matters: a peer that has done its part may exit normally meanwhile.
-    check: &'a mut dyn FnMut(usize) -> Result<()>,
+    /// Called about every [`CHECK_EVERY`] with the rank waited for and how long this wait for
+    /// it has lasted; an error ends the wait. Only that rank matters: a peer that has done its
+    /// part may exit normally meanwhile.
+    check: &'a mut dyn FnMut(usize, Duration) -> Result<()>,
     spin: u32,
 }
 
@@ -157,7 +161,7 @@ impl<'a> Proto<'a> {
     pub(crate) fn new(
         me: usize,
         bases: &'a [NonNull<u8>],
-        check: &'a mut dyn FnMut(usize) -> Result<()>,
+        check: &'a mut dyn FnMut(usize, Duration) -> Result<()>,
     ) -> Self {
         Self {
             me,
@@ -212,6 +216,8 @@ impl<'a> Proto<'a> {
         let mut spins = 0u32;
         let mut next_check: Option<Instant> = None;
         for j in 0..self.n() {
+            // When this wait for rank j started (its first check): the watchdog's clock.
+            let mut since: Option<Instant> = None;
             while self.flag(j, f).load(Ordering::Acquire) < target {
                 if spins < self.spin {
                     spins += 1;
@@ -229,7 +235,8 @@ impl<'a> Proto<'a> {
                     {
                         return Err(ProtoError::Aborted { j: m, code });
                     }
-                    if let Err(e) = (self.check)(j) {
+                    let waited = now.saturating_duration_since(*since.get_or_insert(now));
+                    if let Err(e) = (self.check)(j, waited) {
                         // A peer may publish its last counter and exit normally between our
                         // load and the check: only a counter still short after learning of
                         // the death means we waited on a rank that never did its part.
@@ -639,6 +646,17 @@ impl NodeShm {
         op: &'static str,
         f: impl FnOnce(&mut Proto<'_>, &mut u64) -> PResult<()>,
     ) -> Result<()> {
+        let res = self.run_rounds(comm, op, f);
+        crate::fr::end_coll(comm.ctx, &res);
+        res
+    }
+
+    fn run_rounds(
+        &self,
+        comm: &Communicator,
+        op: &'static str,
+        f: impl FnOnce(&mut Proto<'_>, &mut u64) -> PResult<()>,
+    ) -> Result<()> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(why) = &st.broken {
             return Err(CommError::Protocol {
@@ -652,7 +670,13 @@ impl NodeShm {
         let world = &self.world;
         // The rank waited for, and any rank whose failure fails this communicator (it may be
         // the reason the one we wait for is stuck).
-        let mut check = |j: usize| {
+        // The watchdog (RCOMM_TIMEOUT): waiting that long for one rank in one round.
+        let mut watch = crate::fr::Watch::new();
+        let entered = Instant::now();
+        let mut check = |j: usize, waited: Duration| {
+            if watch.over_limit(waited) {
+                return Err(watch.error(waited, None));
+            }
             // Non-blocking collectives never run here, so advancing them takes no lock held.
             shared.coll.advance_inflight();
             shared.check_alive(&world[j..=j], op)?;
@@ -674,6 +698,12 @@ impl NodeShm {
             Ok(()) => return Ok(()),
             Err(ProtoError::Agreed(e)) => return Err(e),
             Err(ProtoError::Fatal(e)) => e,
+            Err(ProtoError::Aborted {
+                code: TIMED_OUT, ..
+            }) => {
+                // Another rank's watchdog fired in this same wait: so does ours.
+                crate::fr::Watch::new().error(entered.elapsed(), None)
+            }
             Err(ProtoError::Aborted { j, code }) => {
                 let lost = u32::try_from(code - 1).ok().filter(|&w| w < u32::MAX);
                 match lost.map(|w| shared.check_alive(&[w], op)) {
@@ -693,9 +723,13 @@ impl NodeShm {
         };
         p.poison(match &e {
             CommError::PeerLost { rank, .. } => u64::from(*rank) + 1,
+            CommError::Timeout { .. } => TIMED_OUT,
             _ => u64::MAX,
         });
         *broken = Some(e.to_string());
+        if matches!(e, CommError::Timeout { .. }) {
+            shared.report_hang(&e);
+        }
         Err(e)
     }
 
@@ -800,6 +834,9 @@ impl Communicator {
     pub fn allreduce_shm<T: Element>(&self, buf: &mut [T], op: Op) -> Result<bool> {
         op.check(T::DTYPE)
             .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        let _fr = crate::fr::Scope::enter();
+        let r = super::Reducer::Builtin(op, T::DTYPE);
+        crate::fr::begin_coll(self, "allreduce", "shm", size_of_val(buf), Some(&r));
         let Some(node) = NodeShm::get_or_setup(self)? else {
             return Ok(false);
         };
@@ -822,6 +859,9 @@ impl Communicator {
     /// Broadcast from `root` through the node's shared memory; `Ok(false)` (nothing done) when
     /// that path is unusable, as for [`allreduce_shm`](Self::allreduce_shm). Collective.
     pub fn bcast_shm<T: bytemuck::Pod>(&self, buf: &mut [T], root: u32) -> Result<bool> {
+        let _fr = crate::fr::Scope::enter();
+        crate::fr::begin_coll(self, "bcast", "shm", size_of_val(buf), None);
+        crate::fr::set_root(self.ctx, root);
         let Some(node) = NodeShm::get_or_setup(self)? else {
             return Ok(false);
         };
@@ -896,7 +936,7 @@ mod tests {
                     let (bases, body) = (&nd.bases, &body);
                     s.spawn(move || {
                         let b = ptrs(bases);
-                        let mut ok = |_| Ok(());
+                        let mut ok = |_, _| Ok(());
                         let mut p = Proto::new(r, &b, &mut ok);
                         let mut round = 0;
                         body(r, &mut p, &mut round)
@@ -1046,7 +1086,7 @@ mod tests {
                     let bases = &nd.bases;
                     s.spawn(move || {
                         let b = ptrs(bases);
-                        let mut check = |j: usize| {
+                        let mut check = |j: usize, _: Duration| {
                             if r == 0 && j == 3 && t0.elapsed() > Duration::from_millis(30) {
                                 Err(CommError::Protocol {
                                     rank: 3,
@@ -1088,7 +1128,7 @@ mod tests {
                     let bases = &nd.bases;
                     s.spawn(move || {
                         let b = ptrs(bases);
-                        let mut dead_after_50ms = |_| {
+                        let mut dead_after_50ms = |_, _| {
                             if t0.elapsed() > Duration::from_millis(50) {
                                 Err(CommError::Protocol {
                                     rank: 2,

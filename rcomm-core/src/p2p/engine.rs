@@ -463,6 +463,18 @@ impl Engine {
         )
     }
 
+    /// A receive still waiting for a message (posted, nothing matched): its operation, its
+    /// source unless a wildcard, its context and buffer size — what the flight recorder and
+    /// the point-to-point watchdog name. `None` for anything else.
+    pub(crate) fn waiting_recv(
+        &self,
+        req: ReqId,
+    ) -> Option<(&'static str, Option<u32>, u32, usize)> {
+        let r = self.st.reqs.get(req)?.as_ref()?;
+        let (ctx, _) = r.posted?;
+        Some((r.op, r.peer, ctx, r.region.len()))
+    }
+
     /// Takes a completed request's result and frees it.
     pub(crate) fn take(&mut self, req: ReqId) -> Result<Status, CommError> {
         let r = self.st.reqs[req].take().expect("live request");

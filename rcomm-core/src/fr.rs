@@ -1,0 +1,496 @@
+//! The flight recorder's hooks ([`rcomm_transport::flight`] keeps the ring) and the
+//! no-progress watchdogs: `RCOMM_TIMEOUT` for collectives, `RCOMM_P2P_TIMEOUT` for receives
+//! and probes.
+//!
+//! **Recording a collective.** Every collective chooses its algorithm once (`choose`), and
+//! that is where its record begins (operation, type, size, algorithm) and is pushed on this
+//! thread's stack of running collectives; the code that runs it (`run_schedule`, the
+//! shared-memory and hierarchical paths) ends it with its result; a non-blocking one is handed
+//! to its request (`adopt`), which ends it when it completes. Each public collective opens a
+//! [`Scope`]: a record its call began but nothing ran (an argument error after the choice)
+//! ends there as failed, so the stack never keeps a stale entry. Collectives that choose
+//! nothing (barrier, split, dup) record themselves with [`record`].
+//!
+//! **Numbers.** A collective's number on its communicator (`#42`) counts the recorded
+//! collectives on it; every rank records the same calls (the same choices, the same paths),
+//! so the numbers agree across ranks, which is what the hang report compares.
+//!
+//! **Watchdogs.** A wait that makes no progress for its limit fails with
+//! [`CommError::Timeout`] and asks the launcher for a hang report. Which limit: `RCOMM_TIMEOUT`
+//! inside a collective (this thread's stack is not empty), `RCOMM_P2P_TIMEOUT` otherwise. The
+//! clock is read only where the waits already read it (after spinning, every 20 ms).
+
+use crate::coll::Reducer;
+use crate::comm::{Communicator, Shared};
+use crate::{CommError, Result};
+use rcomm_transport::flight::{self, Begin, Handle, NO_PEER, State};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Nesting of running collectives on one thread (a hierarchical collective runs others).
+const DEPTH: usize = 4;
+
+thread_local! {
+    static STACK: [Cell<Handle>; DEPTH] = const { [const { Cell::new(Handle::NONE) }; DEPTH] };
+    static TOP: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The innermost collective running on this thread.
+pub(crate) fn current() -> Option<Handle> {
+    let top = TOP.with(Cell::get);
+    (top > 0 && top <= DEPTH).then(|| STACK.with(|s| s[top - 1].get()))
+}
+
+fn push(h: Handle) {
+    let top = TOP.with(Cell::get);
+    if top < DEPTH {
+        STACK.with(|s| s[top].set(h));
+    }
+    // Deeper than the stack: counted, not kept (popped alike).
+    TOP.with(|t| t.set(top + 1));
+}
+
+fn pop() -> Option<Handle> {
+    let h = current();
+    TOP.with(|t| t.set(t.get().saturating_sub(1)));
+    h
+}
+
+fn state_of(err: Option<&CommError>) -> State {
+    match err {
+        None => State::Done,
+        Some(CommError::Timeout { .. }) => State::TimedOut,
+        Some(_) => State::Failed,
+    }
+}
+
+/// Begins the record of a collective on `comm` and makes it this thread's current one.
+pub(crate) fn begin_coll(
+    comm: &Communicator,
+    op: &'static str,
+    algo: &str,
+    bytes: usize,
+    reducer: Option<&Reducer>,
+) {
+    let (dtype, redop) = reducer.map_or((0, 0), Reducer::codes);
+    let h = flight::recorder().begin(&Begin {
+        ctx: comm.ctx,
+        op,
+        dtype,
+        redop,
+        algo,
+        bytes: bytes as u64,
+        peer: NO_PEER,
+        state: State::Waiting,
+        collective: true,
+        slow: false,
+    });
+    push(h);
+}
+
+/// Records the root of the current collective on context `ctx` (a communicator rank).
+pub(crate) fn set_root(ctx: u32, root: u32) {
+    if let Some(h) = current().filter(|h| h.ctx() == ctx) {
+        flight::recorder().set_peer(h, root);
+    }
+}
+
+/// Ends the current collective if it is on context `ctx` (it ran, with this result).
+pub(crate) fn end_coll<T>(ctx: u32, res: &Result<T>) {
+    if current().is_some_and(|h| h.ctx() == ctx)
+        && let Some(h) = pop()
+    {
+        flight::recorder().end(h, state_of(res.as_ref().err()));
+    }
+}
+
+/// Hands the current collective on context `ctx` to a non-blocking request, which ends it
+/// ([`end`]); `Handle::NONE` if there is none.
+pub(crate) fn adopt(ctx: u32) -> Handle {
+    match current() {
+        Some(h) if h.ctx() == ctx => {
+            pop();
+            let r = flight::recorder();
+            r.set_state(h, State::Posted);
+            // Left running while the caller computes: timed (a non-blocking start is not the
+            // few-nanosecond path a blocking one is).
+            r.mark_slow(h);
+            h
+        }
+        _ => Handle::NONE,
+    }
+}
+
+/// Ends an adopted record: done, or failed with `err`.
+pub(crate) fn end(h: Handle, err: Option<&CommError>) {
+    flight::recorder().end(h, state_of(err));
+}
+
+/// Marks an adopted record as waited for.
+pub(crate) fn waiting(h: Handle) {
+    flight::recorder().set_state(h, State::Waiting);
+}
+
+/// Makes `h` this thread's current collective while the returned guard lives (a non-blocking
+/// collective being waited for: its waits are watched, and its errors named, as its own).
+pub(crate) fn enter(h: Handle) -> Entered {
+    if h.is_some() {
+        push(h);
+    }
+    Entered(h.is_some())
+}
+
+/// See [`enter`].
+#[must_use]
+pub(crate) struct Entered(bool);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if self.0 {
+            pop();
+        }
+    }
+}
+
+/// One public collective call: records it began and nothing ran end as failed when it
+/// returns (an argument error between the algorithm's choice and the run).
+#[must_use]
+pub(crate) struct Scope(usize);
+
+impl Scope {
+    pub(crate) fn enter() -> Self {
+        Scope(TOP.with(Cell::get))
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        while TOP.with(Cell::get) > self.0 {
+            if let Some(h) = pop() {
+                flight::recorder().end(h, State::Failed);
+            }
+        }
+    }
+}
+
+/// Runs `f` as a recorded collective `op` on `comm` (for collectives that choose no
+/// algorithm); inside another recorded collective on the same communicator (a hierarchical
+/// collective's set-up split), `f` just runs.
+pub(crate) fn record<R>(
+    comm: &Communicator,
+    op: &'static str,
+    algo: &'static str,
+    f: impl FnOnce() -> Result<R>,
+) -> Result<R> {
+    if current().is_some_and(|h| h.ctx() == comm.ctx) {
+        return f();
+    }
+    let _scope = Scope::enter();
+    begin_coll(comm, op, algo, 0, None);
+    let r = f();
+    end_coll(comm.ctx, &r);
+    r
+}
+
+/// The name a communicator goes by in messages: its name, or its context id.
+pub(crate) fn comm_label(ctx: u32) -> String {
+    let name = flight::recorder().name(ctx & !1);
+    if name.is_empty() {
+        format!("#{}", ctx / 2)
+    } else {
+        name
+    }
+}
+
+/// What a point-to-point wait is waiting for, for its record and its error.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct P2p {
+    pub op: &'static str,
+    pub peer: Option<u32>,
+    pub ctx: u32,
+    pub bytes: usize,
+}
+
+/// The watchdog of one wait.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    /// The collective waited in, if any (else a point-to-point wait).
+    coll: Option<Handle>,
+    limit: Option<Duration>,
+    since: Option<Instant>,
+    /// The record of a point-to-point wait, made once it is slow.
+    p2p: Handle,
+}
+
+impl Watch {
+    /// For a wait of this thread's current collective, or a point-to-point wait.
+    pub(crate) fn new() -> Self {
+        Self::of(current())
+    }
+
+    /// For a wait of collective `coll` (or point-to-point).
+    pub(crate) fn of(coll: Option<Handle>) -> Self {
+        let cfg = rcomm_transport::config::global().as_ref().ok();
+        let limit = match coll {
+            Some(_) => cfg.map_or(Some(Duration::from_secs(600)), |c| c.coll_timeout),
+            None => cfg.and_then(|c| c.p2p_timeout),
+        };
+        Self {
+            coll,
+            limit,
+            since: None,
+            p2p: Handle::NONE,
+        }
+    }
+
+    /// Something moved: the no-progress clock starts over.
+    pub(crate) fn progress(&mut self, now: Instant) {
+        self.since = Some(now);
+    }
+
+    /// Called on a wait's slow path: how long it has waited without progress, once that is
+    /// past its limit. The clock starts at the first call (spinning is short).
+    pub(crate) fn expired(&mut self, now: Instant) -> Option<Duration> {
+        if self.since.is_none() {
+            self.slow();
+        }
+        let since = *self.since.get_or_insert(now);
+        let limit = self.limit?;
+        let waited = now.saturating_duration_since(since);
+        (waited >= limit).then_some(waited)
+    }
+
+    /// Whether a wait of `waited` without progress is past the limit (for waits that keep
+    /// their own clock).
+    pub(crate) fn over_limit(&mut self, waited: Duration) -> bool {
+        if self.since.is_none() {
+            self.slow();
+            self.since = Some(Instant::now());
+        }
+        self.limit.is_some_and(|l| waited >= l)
+    }
+
+    /// The wait is past spinning: its collective's end will be timed.
+    fn slow(&self) {
+        if let Some(h) = self.coll {
+            flight::recorder().mark_slow(h);
+        }
+    }
+
+    /// A point-to-point wait that is slow: recorded now (fast ones never are).
+    pub(crate) fn note_p2p(&mut self, what: &P2p) {
+        if self.coll.is_some() || self.p2p.id != 0 {
+            return;
+        }
+        self.p2p = flight::recorder().begin(&Begin {
+            ctx: what.ctx,
+            op: what.op,
+            dtype: 0,
+            redop: 0,
+            algo: "",
+            bytes: what.bytes as u64,
+            peer: what.peer.unwrap_or(NO_PEER),
+            state: State::Waiting,
+            collective: false,
+            slow: true,
+        });
+    }
+
+    /// The wait ended (`ok`) or failed; ends a point-to-point record.
+    pub(crate) fn finish(&self, ok: bool) {
+        if self.p2p.id != 0 {
+            flight::recorder().end(self.p2p, if ok { State::Done } else { State::Failed });
+        }
+    }
+
+    /// The timeout error of this wait after `waited`.
+    pub(crate) fn error(&mut self, waited: Duration, what: Option<&P2p>) -> CommError {
+        if self.p2p.id != 0 {
+            flight::recorder().end(self.p2p, State::TimedOut);
+            self.p2p = Handle::NONE;
+        }
+        match (self.coll, what) {
+            (Some(h), _) => CommError::Timeout {
+                op: h.op_name(),
+                seq: h.seq(),
+                comm: comm_label(h.ctx()),
+                peer: None,
+                waited,
+                var: "RCOMM_TIMEOUT",
+            },
+            (None, w) => CommError::Timeout {
+                op: w.map_or("recv", |w| w.op),
+                seq: 0,
+                comm: w.map_or_else(|| "?".into(), |w| comm_label(w.ctx)),
+                peer: w.and_then(|w| w.peer),
+                waited,
+                var: "RCOMM_P2P_TIMEOUT",
+            },
+        }
+    }
+}
+
+/// Most one hang report per this long from one process (several waits time out together).
+const REPORT_EVERY: Duration = Duration::from_secs(5);
+
+impl Shared {
+    /// A watchdog fired with `err`: asks the launcher for the job's hang report (sending this
+    /// rank's flight recorder with the request), or — with no launcher to ask — logs this
+    /// rank's recent operations.
+    pub(crate) fn report_hang(&self, err: &CommError) {
+        static LAST: AtomicU64 = AtomicU64::new(0);
+        let now = flight::now_us();
+        let last = LAST.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < REPORT_EVERY.as_micros() as u64 {
+            return;
+        }
+        LAST.store(now.max(1), Ordering::Relaxed);
+        let why = err.to_string();
+        if self.notices.as_ref().is_some_and(|n| n.send_dump(0, &why)) {
+            return;
+        }
+        let recent: Vec<String> = flight::recorder()
+            .snapshot()
+            .iter()
+            .rev()
+            .take(8)
+            .map(|r| {
+                let seq = if r.seq > 0 {
+                    format!(" #{}", r.seq)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{}{seq} on comm {} ({})",
+                    r.op,
+                    comm_label(r.ctx),
+                    r.state.name()
+                )
+            })
+            .collect();
+        rcomm_transport::rlog!(
+            Warn,
+            "COLL",
+            "{why}; no launcher to print a hang report; this rank's last operations, newest first: {}",
+            recent.join("; ")
+        );
+    }
+}
+
+impl Communicator {
+    /// Names the communicator (as `MPI_Comm_set_name`): the name appears in the hang report
+    /// and in timeout errors. Local: each rank names its own handle (all clones share it);
+    /// the world is `world`, a [`Mesh`](crate::Mesh)'s communicators are named by their
+    /// dimension. At most 256 bytes are kept.
+    pub fn set_name(&self, name: &str) {
+        flight::recorder().set_name(self.ctx, name);
+    }
+
+    /// The communicator's name ("" if it has none).
+    pub fn name(&self) -> String {
+        flight::recorder().name(self.ctx)
+    }
+
+    /// Tells the flight recorder a communicator was made on this context id.
+    pub(crate) fn fr_created(&self, name: &str) {
+        let first = (0..self.size)
+            .filter_map(|r| self.world_rank(r).ok())
+            .min()
+            .unwrap_or(0);
+        flight::recorder().comm_created(self.ctx, first, self.size, name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_end_what_their_call_began_and_nothing_else() {
+        let h = |ctx| Handle::new(ctx, 1, "barrier");
+        assert_eq!(current(), None);
+        {
+            let _outer = Scope::enter();
+            push(h(2));
+            {
+                let _inner = Scope::enter();
+                push(h(4)); // began, never ran: ended by its scope
+            }
+            assert_eq!(current().map(|h| h.ctx()), Some(2));
+            end_coll(2, &Ok::<(), CommError>(()));
+            assert_eq!(current(), None);
+            push(h(6));
+            assert_eq!(adopt(6).ctx(), 6);
+            assert_eq!(adopt(6), Handle::NONE);
+        }
+        assert_eq!(current(), None);
+        // Deeper than the stack: balanced all the same.
+        {
+            let _s = Scope::enter();
+            for c in 0..(DEPTH as u32 + 3) {
+                push(h(2 * c));
+            }
+        }
+        assert_eq!(current(), None);
+    }
+
+    /// The cost of recording one collective (begin and end, with the scope of its call):
+    /// `cargo test --release -p rcomm-core --lib -- --ignored --nocapture hook_cost`.
+    #[test]
+    #[ignore]
+    fn hook_cost() {
+        let cfg = rcomm_transport::config::Config::from_map(&Default::default()).unwrap();
+        let w = crate::world::init_for_test(&cfg);
+        let r = Reducer::Builtin(rcomm_kernels::Op::Sum, rcomm_kernels::Dtype::F32);
+        let n = 10_000_000u32;
+        // CPU time: on a busy machine wall time counts other processes' slices too.
+        let cpu = rcomm_transport::os::thread_cpu_ns;
+        for round in 0..3 {
+            let t0 = cpu();
+            for _ in 0..n {
+                let _s = Scope::enter();
+                begin_coll(&w, "allreduce", "ring", 8, Some(std::hint::black_box(&r)));
+                end_coll(w.ctx, &Ok::<(), CommError>(()));
+            }
+            let ns = (cpu() - t0) as f64 / f64::from(n);
+            println!("round {round}: {ns:.1} ns (CPU) per recorded collective");
+        }
+    }
+
+    #[test]
+    fn the_recorders_type_and_op_codes_follow_the_kernels_enums() {
+        for d in rcomm_kernels::Dtype::ALL {
+            let (code, _) = Reducer::Builtin(rcomm_kernels::Op::Sum, d).codes();
+            assert_eq!(flight::DTYPES[code as usize - 1], d.name());
+        }
+        for op in rcomm_kernels::Op::ALL {
+            let (_, code) = Reducer::Builtin(op, rcomm_kernels::Dtype::I32).codes();
+            assert_eq!(flight::REDOPS[code as usize - 1], op.name());
+        }
+    }
+
+    #[test]
+    fn the_watch_fires_after_its_limit_without_progress() {
+        let mut w = Watch {
+            coll: Some(Handle::new(8, 42, "allreduce")),
+            limit: Some(Duration::from_millis(100)),
+            since: None,
+            p2p: Handle::NONE,
+        };
+        let t0 = Instant::now();
+        assert_eq!(w.expired(t0), None);
+        assert_eq!(w.expired(t0 + Duration::from_millis(99)), None);
+        w.progress(t0 + Duration::from_millis(99));
+        assert_eq!(w.expired(t0 + Duration::from_millis(150)), None);
+        let waited = w.expired(t0 + Duration::from_millis(250)).unwrap();
+        assert_eq!(waited, Duration::from_millis(151));
+        let e = w.error(waited, None).to_string();
+        assert!(
+            e.contains("#42 on comm #4") && e.contains("RCOMM_TIMEOUT"),
+            "{e}"
+        );
+        let mut off = Watch { limit: None, ..w };
+        assert_eq!(off.expired(t0 + Duration::from_secs(3600)), None);
+    }
+}
