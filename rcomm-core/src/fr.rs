@@ -346,7 +346,26 @@ impl Shared {
             return;
         }
         LAST.store(now.max(1), Ordering::Relaxed);
-        let why = err.to_string();
+        let why = match err {
+            CommError::Timeout {
+                op,
+                seq,
+                comm,
+                peer,
+                waited,
+                var,
+            } if *seq > 0 || peer.is_some() => {
+                let what = match (seq, peer) {
+                    (0, Some(p)) => format!("{op} from rank {p}"),
+                    _ => format!("{op} #{seq}"),
+                };
+                format!(
+                    "{what} on comm {comm}: no progress for {:.1} s ({var})",
+                    waited.as_secs_f64()
+                )
+            }
+            e => e.to_string(),
+        };
         if self.notices.as_ref().is_some_and(|n| n.send_dump(0, &why)) {
             return;
         }

@@ -99,8 +99,19 @@ pub struct Cli {
     #[arg(long)]
     pub report_bindings: bool,
 
+    /// Instead of starting a job: ask the running rcomm-run with this process id, or of this
+    /// job id (RCOMM_JOB_ID), on this machine, for a hang report — the same as sending it
+    /// SIGUSR1. That rcomm-run prints the report on its standard error; the job goes on.
+    #[arg(long, value_name = "PID|JOB_ID", conflicts_with = "command")]
+    pub dump: Option<String>,
+
     /// The program and its arguments (searched in PATH, then beside rcomm-run).
-    #[arg(value_name = "PROGRAM", required = true, num_args = 1.., trailing_var_arg = true)]
+    #[arg(
+        value_name = "PROGRAM",
+        required_unless_present = "dump",
+        num_args = 1..,
+        trailing_var_arg = true
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -155,6 +166,7 @@ const TAKES_VALUE: &[&str] = &[
     "--bind-to",
     "--grace",
     "--on-failure",
+    "--dump",
 ];
 
 /// Rewrites mpirun's single-dash `-np N` (which clap cannot express) to `-n N`, but only among
@@ -298,6 +310,15 @@ mod tests {
             }
         );
         assert!(c.no_prefix && c.report_bindings);
+    }
+
+    #[test]
+    fn dump_takes_a_target_instead_of_a_program() {
+        let c = parse(&["rcomm-run", "--dump", "12345"]).unwrap();
+        assert_eq!(c.dump.as_deref(), Some("12345"));
+        assert!(c.command.is_empty());
+        assert!(parse(&["rcomm-run"]).is_err());
+        assert!(parse(&["rcomm-run", "--dump", "1", "-n", "2", "prog"]).is_err());
     }
 
     #[test]

@@ -46,6 +46,11 @@ const TICK: Duration = Duration::from_millis(20);
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 /// At the end, how long to wait for the ranks' output pipes to close.
 const OUTPUT_PATIENCE: Duration = Duration::from_secs(2);
+/// How long the ranks have to send their flight recorders for a hang report (each rank's
+/// reader thread answers at once; a stopped process never does).
+const DUMP_PATIENCE: Duration = Duration::from_secs(2);
+/// After a hang report, watchdogs firing on other ranks within this long add nothing new.
+const REPORT_QUIET: Duration = Duration::from_secs(5);
 /// How long a remote host has to answer with its daemon's hello (ssh connect included, whose
 /// own timeout is shorter), so an unreachable host is named well within 10 s.
 const HELLO_DEADLINE: Duration = Duration::from_secs(8);
@@ -64,6 +69,16 @@ struct RankProc {
     connected: bool,
     /// ... and said it is finishing normally.
     finalized: bool,
+}
+
+/// A hang report being collected: the ranks' flight recorders, until all asked have answered
+/// or [`DUMP_PATIENCE`] has passed.
+struct Collect {
+    id: u64,
+    why: String,
+    asked: Vec<u32>,
+    got: std::collections::BTreeMap<u32, Result<rcomm_transport::wire::FlightDump, String>>,
+    deadline: Instant,
 }
 
 /// The stop sequence: signals still to send, and when to send the next.
@@ -95,6 +110,12 @@ struct Supervisor {
     received: Option<i32>,
     /// When heartbeats were last sent to the daemons.
     last_beat: Instant,
+    /// The hang report being collected, if any.
+    collect: Option<Collect>,
+    /// Ids of hang-report collections so far.
+    reports: u64,
+    /// When the last hang report was printed.
+    last_report: Option<Instant>,
 }
 
 /// One line of the launcher's own on stderr. Never panics (unlike `eprintln!`): a closed
@@ -431,6 +452,9 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
         signalled: false,
         received: None,
         last_beat: Instant::now(),
+        collect: None,
+        reports: 0,
+        last_report: None,
     };
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
@@ -798,6 +822,7 @@ impl Supervisor {
             }
             self.poll_exits();
             self.poll_remote();
+            self.poll_report(false);
             if self.running() == 0 {
                 break;
             }
@@ -816,6 +841,8 @@ impl Supervisor {
         while let Ok(ev) = self.events.try_recv() {
             self.on_event(ev);
         }
+        // A report under way prints what it has: nobody is left to answer.
+        self.poll_report(true);
     }
 
     fn on_event(&mut self, ev: KvsEvent) {
@@ -845,6 +872,12 @@ impl Supervisor {
                     r.finalized = true;
                 }
             }
+            KvsEvent::FlightDump {
+                rank,
+                id,
+                why,
+                dump,
+            } => self.on_dump(rank, id, why, dump),
         }
     }
 
@@ -942,8 +975,110 @@ impl Supervisor {
         }
     }
 
+    /// Asks every rank for its flight recorder; the report prints once all have answered or
+    /// [`DUMP_PATIENCE`] has passed ([`Supervisor::poll_report`]).
+    fn start_report(&mut self, why: String) {
+        if let Some(c) = &mut self.collect {
+            c.why = format!("{}; {why}", c.why);
+            return;
+        }
+        self.reports += 1;
+        let id = self.reports;
+        let asked = self.kvs.request_dumps(id);
+        say(format_args!(
+            "{why}: collecting the flight recorders of {} rank{} for a hang report",
+            asked.len(),
+            if asked.len() == 1 { "" } else { "s" }
+        ));
+        self.collect = Some(Collect {
+            id,
+            why,
+            asked,
+            got: Default::default(),
+            deadline: Instant::now() + DUMP_PATIENCE,
+        });
+    }
+
+    /// A rank's flight recorder: an answer to the collection `id`, or (`id` 0) sent by a rank
+    /// whose watchdog fired, which starts a report unless one was just printed.
+    fn on_dump(&mut self, rank: u32, id: u64, why: String, dump: Vec<u8>) {
+        let decoded = rcomm_transport::wire::FlightDump::decode(&dump)
+            .map_err(|e| format!("its flight recorder is unreadable: {e}"));
+        if id == 0 {
+            let recent = self.last_report.is_some_and(|t| t.elapsed() < REPORT_QUIET);
+            if self.collect.is_none() && recent {
+                return;
+            }
+            if self.collect.is_none() {
+                let on = self.on_host(rank as usize);
+                self.start_report(format!("rank {rank}{on}: {why}"));
+            }
+        }
+        if let Some(c) = &mut self.collect
+            && (id == 0 || id == c.id)
+        {
+            c.got.insert(rank, decoded);
+        }
+    }
+
+    /// Prints the report being collected once every rank asked has answered (or ended), its
+    /// time is up, or `now` (the job is over).
+    fn poll_report(&mut self, now: bool) {
+        let Some(c) = &self.collect else { return };
+        let waiting = c.asked.iter().any(|r| {
+            !c.got.contains_key(r)
+                && self
+                    .ranks
+                    .get(*r as usize)
+                    .is_some_and(|p| p.ended.is_none())
+        });
+        if waiting && !now && Instant::now() < c.deadline {
+            return;
+        }
+        let Some(mut c) = self.collect.take() else {
+            return;
+        };
+        let me = rcomm_transport::identity::hostname();
+        let views: Vec<crate::hang::RankView> = self
+            .ranks
+            .iter()
+            .map(|p| {
+                let host = if self.multi {
+                    self.hosts[p.host].name.clone()
+                } else {
+                    me.clone()
+                };
+                let dump = c.got.remove(&p.rank).unwrap_or_else(|| {
+                    Err(match (&p.ended, c.asked.contains(&p.rank)) {
+                        (Some(e), _) => format!("it {}", e.describe()),
+                        (None, true) => {
+                            format!("stopped? no answer within {} s", DUMP_PATIENCE.as_secs())
+                        }
+                        (None, false) if p.finalized => "it finalized".into(),
+                        (None, false) => "not connected to rcomm-run".into(),
+                    })
+                });
+                crate::hang::RankView {
+                    rank: p.rank,
+                    host,
+                    dump,
+                }
+            })
+            .collect();
+        say(format_args!("hang report ({}):", c.why));
+        for line in crate::hang::report(&views) {
+            say(format_args!("  {line}"));
+        }
+        self.last_report = Some(Instant::now());
+    }
+
     fn on_signal(&mut self, sig: i32) {
         let name = rcomm_transport::os::signal_name(sig);
+        if sig == signals::REPORT {
+            // Not forwarded: a rank's default action for SIGUSR1 is to die.
+            self.start_report(format!("{name} to rcomm-run"));
+            return;
+        }
         if signals::PASSED_ON.contains(&sig) {
             self.signal_all(sig);
             return;

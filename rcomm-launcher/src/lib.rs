@@ -19,7 +19,11 @@
 //!   key-value store; then (`--on-failure abort`) they get `--grace` seconds, SIGTERM, another
 //!   `--grace`, SIGKILL. An `abort` request from a rank does the same for every rank.
 //! - SIGINT, SIGTERM, SIGHUP, SIGQUIT are forwarded to every rank's group, followed by the same
-//!   escalation after `--grace` (a second one kills at once); SIGUSR1/2 are only forwarded.
+//!   escalation after `--grace` (a second one kills at once); SIGUSR2 is only forwarded.
+//! - SIGUSR1 (or `rcomm-run --dump PID|JOB_ID`), and a rank whose collective watchdog fired
+//!   (`RCOMM_TIMEOUT`), make it collect every rank's flight recorder and print a hang report
+//!   ([`hang`]): which ranks reached which collective on which communicator, and which did not.
+//!   The job goes on.
 //! - Exit status: fixed by the first of these events — a rank's failure (its code, or
 //!   128+signal), an abort (its code; 1 if it would read as success), a terminating signal to
 //!   the launcher (128+signal) — else 0. 127/126 when PROGRAM cannot be found or run.
@@ -30,6 +34,8 @@
 pub mod cli;
 pub mod ctl;
 mod daemon;
+mod dump;
+pub mod hang;
 mod host;
 pub mod hosts;
 mod job;
@@ -95,6 +101,9 @@ pub fn main_entry() -> i32 {
             return e.exit_code();
         }
     };
+    if let Some(target) = &cli.dump {
+        return dump::request(target);
+    }
     match job::run(cli) {
         Ok(code) => code,
         Err(e) => {

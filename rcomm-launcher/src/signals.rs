@@ -10,7 +10,9 @@ use std::time::Duration;
 /// Signals that end the job: forwarded to every rank's process group, then the job is stopped.
 pub const TERMINATING: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 /// Signals only forwarded (applications use them for checkpoints and the like).
-pub const PASSED_ON: [i32; 2] = [libc::SIGUSR1, libc::SIGUSR2];
+pub const PASSED_ON: [i32; 1] = [libc::SIGUSR2];
+/// The signal that makes `rcomm-run` print a hang report (not forwarded: the job goes on).
+pub const REPORT: i32 = libc::SIGUSR1;
 
 /// The blocked set the supervising loop waits on.
 pub struct Signals {
@@ -30,6 +32,7 @@ impl Signals {
             TERMINATING
                 .iter()
                 .chain(&PASSED_ON)
+                .chain(&[REPORT])
                 .copied()
                 .filter(|&s| !os::signal_is_ignored(s)),
         );
