@@ -422,3 +422,35 @@ fn killing_the_launcher_leaves_nothing_on_any_host() {
         killed_at.elapsed()
     );
 }
+
+#[test]
+fn the_hang_report_collects_every_hosts_flight_recorder_and_names_the_late_rank() {
+    let Some(c) = Cluster::up_or_skip(2) else {
+        return;
+    };
+    // Rank 2 (host1) never calls allreduce #4; RCOMM_TIMEOUT reaches host1's ranks as every
+    // RCOMM_* variable of the launcher does.
+    let hang = test_program("rt_hang");
+    let out = run_on_host0(
+        &c,
+        &["-H", "host0:2,host1:2", &hang, "late", "20"],
+        &[("RCOMM_TIMEOUT", "3s")],
+        60,
+    );
+    assert_eq!(out.code(), 3, "{out}");
+    for r in [0, 1, 3] {
+        let l = out.rank_lines(r).join("\n");
+        assert!(l.contains("allreduce #4 on comm world"), "rank {r}\n{out}");
+    }
+    let rep: String = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("rcomm-run: "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        rep.contains("rank 2 (host1) is at allreduce #3"),
+        "the late rank, named with its host\n{out}"
+    );
+    assert!(rep.contains("ranks 0,1,3 wait in allreduce #4"), "{out}");
+}
