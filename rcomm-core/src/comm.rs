@@ -238,10 +238,7 @@ impl Shared {
                 Some(Err(w.error(waited, what.as_ref())))
             },
         );
-        w.finish(res.is_ok());
-        if let Err(err @ CommError::Timeout { .. }) = &res {
-            self.report_hang(err);
-        }
+        w.finish(self, &res);
         res
     }
 }
@@ -542,7 +539,7 @@ impl Communicator {
             |e| e.probe(self.ctx, src, tag).transpose(),
             |_, now| self.probe_timeout(&mut w, "probe", src, now),
         );
-        w.finish(st.is_ok());
+        w.finish(&self.shared, &st);
         Ok(self.local(st?))
     }
 
@@ -563,7 +560,7 @@ impl Communicator {
             |e| e.mprobe(self.ctx, src, tag).transpose(),
             |_, now| self.probe_timeout(&mut w, "mprobe", src, now),
         );
-        w.finish(res.is_ok());
+        w.finish(&self.shared, &res);
         let (env, stored) = res?;
         Ok(Message {
             shared: self.shared.clone(),
@@ -592,9 +589,7 @@ impl Communicator {
         };
         w.note_p2p(&what);
         let waited = w.expired(now)?;
-        let err = w.error(waited, Some(&what));
-        self.shared.report_hang(&err);
-        Some(Err(err))
+        Some(Err(w.error(waited, Some(&what))))
     }
 
     /// Takes a matching message if one is there now.

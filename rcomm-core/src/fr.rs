@@ -215,6 +215,8 @@ pub(crate) struct P2p {
 /// The watchdog of one wait.
 #[derive(Debug)]
 pub(crate) struct Watch {
+    /// Set up (on the first slow-path call: a fast wait never pays for it).
+    ready: bool,
     /// The collective waited in, if any (else a point-to-point wait).
     coll: Option<Handle>,
     limit: Option<Duration>,
@@ -224,37 +226,46 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
-    /// For a wait of this thread's current collective, or a point-to-point wait.
+    /// For a wait of this thread's current collective (as it is at the wait's first slow-path
+    /// call), or a point-to-point wait. Costs nothing until then.
     pub(crate) fn new() -> Self {
-        Self::of(current())
-    }
-
-    /// For a wait of collective `coll` (or point-to-point).
-    pub(crate) fn of(coll: Option<Handle>) -> Self {
-        let cfg = rcomm_transport::config::global().as_ref().ok();
-        let limit = match coll {
-            Some(_) => cfg.map_or(Some(Duration::from_secs(600)), |c| c.coll_timeout),
-            None => cfg.and_then(|c| c.p2p_timeout),
-        };
         Self {
-            coll,
-            limit,
+            ready: false,
+            coll: None,
+            limit: None,
             since: None,
             p2p: Handle::NONE,
         }
     }
 
+    /// Sets the watch up: which collective, which limit; the collective is past spinning, so
+    /// its end will be timed.
+    fn ready(&mut self) {
+        if self.ready {
+            return;
+        }
+        self.ready = true;
+        self.coll = current();
+        let cfg = rcomm_transport::config::global().as_ref().ok();
+        self.limit = match self.coll {
+            Some(_) => cfg.map_or(Some(Duration::from_secs(600)), |c| c.coll_timeout),
+            None => cfg.and_then(|c| c.p2p_timeout),
+        };
+        if let Some(h) = self.coll {
+            flight::recorder().mark_slow(h);
+        }
+    }
+
     /// Something moved: the no-progress clock starts over.
     pub(crate) fn progress(&mut self, now: Instant) {
+        self.ready();
         self.since = Some(now);
     }
 
     /// Called on a wait's slow path: how long it has waited without progress, once that is
     /// past its limit. The clock starts at the first call (spinning is short).
     pub(crate) fn expired(&mut self, now: Instant) -> Option<Duration> {
-        if self.since.is_none() {
-            self.slow();
-        }
+        self.ready();
         let since = *self.since.get_or_insert(now);
         let limit = self.limit?;
         let waited = now.saturating_duration_since(since);
@@ -264,22 +275,13 @@ impl Watch {
     /// Whether a wait of `waited` without progress is past the limit (for waits that keep
     /// their own clock).
     pub(crate) fn over_limit(&mut self, waited: Duration) -> bool {
-        if self.since.is_none() {
-            self.slow();
-            self.since = Some(Instant::now());
-        }
+        self.ready();
         self.limit.is_some_and(|l| waited >= l)
-    }
-
-    /// The wait is past spinning: its collective's end will be timed.
-    fn slow(&self) {
-        if let Some(h) = self.coll {
-            flight::recorder().mark_slow(h);
-        }
     }
 
     /// A point-to-point wait that is slow: recorded now (fast ones never are).
     pub(crate) fn note_p2p(&mut self, what: &P2p) {
+        self.ready();
         if self.coll.is_some() || self.p2p.id != 0 {
             return;
         }
@@ -297,15 +299,25 @@ impl Watch {
         });
     }
 
-    /// The wait ended (`ok`) or failed; ends a point-to-point record.
-    pub(crate) fn finish(&self, ok: bool) {
+    /// The wait ended with `res`: ends a point-to-point record, and asks for a hang report
+    /// if its watchdog fired (after the wait, with no lock held).
+    pub(crate) fn finish<T>(&self, shared: &Shared, res: &Result<T>) {
         if self.p2p.id != 0 {
-            flight::recorder().end(self.p2p, if ok { State::Done } else { State::Failed });
+            let st = if res.is_ok() {
+                State::Done
+            } else {
+                State::Failed
+            };
+            flight::recorder().end(self.p2p, st);
+        }
+        if let Err(err @ CommError::Timeout { .. }) = res {
+            shared.report_hang(err);
         }
     }
 
     /// The timeout error of this wait after `waited`.
     pub(crate) fn error(&mut self, waited: Duration, what: Option<&P2p>) -> CommError {
+        self.ready();
         if self.p2p.id != 0 {
             flight::recorder().end(self.p2p, State::TimedOut);
             self.p2p = Handle::NONE;
@@ -492,6 +504,7 @@ mod tests {
     #[test]
     fn the_watch_fires_after_its_limit_without_progress() {
         let mut w = Watch {
+            ready: true,
             coll: Some(Handle::new(8, 42, "allreduce")),
             limit: Some(Duration::from_millis(100)),
             since: None,
