@@ -73,6 +73,9 @@ pub(crate) fn begin_coll(
     bytes: usize,
     reducer: Option<&Reducer>,
 ) {
+    if !active() {
+        return;
+    }
     let (dtype, redop) = reducer.map_or((0, 0), Reducer::codes);
     let h = flight::recorder().begin(&Begin {
         ctx: comm.ctx,
@@ -87,6 +90,17 @@ pub(crate) fn begin_coll(
         slow: false,
     });
     push(h);
+}
+
+/// Whether collectives are recorded at all: not with `RCOMM_FR_SIZE=0` and `RCOMM_TIMEOUT=0`
+/// together (then nothing is kept and nothing is watched, and a collective pays nothing).
+fn active() -> bool {
+    static ACTIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ACTIVE.get_or_init(|| {
+        rcomm_transport::config::global()
+            .as_ref()
+            .map_or(true, |c| c.fr_size > 0 || c.coll_timeout.is_some())
+    })
 }
 
 /// Records the root of the current collective on context `ctx` (a communicator rank).
@@ -254,6 +268,12 @@ impl Watch {
         if let Some(h) = self.coll {
             flight::recorder().mark_slow(h);
         }
+    }
+
+    /// The limit of this wait (`None`: no watchdog).
+    pub(crate) fn limit(&mut self) -> Option<Duration> {
+        self.ready();
+        self.limit
     }
 
     /// Something moved: the no-progress clock starts over.

@@ -672,7 +672,6 @@ impl NodeShm {
         // the reason the one we wait for is stuck).
         // The watchdog (RCOMM_TIMEOUT): waiting that long for one rank in one round.
         let mut watch = crate::fr::Watch::new();
-        let entered = Instant::now();
         let mut check = |j: usize, waited: Duration| {
             if watch.over_limit(waited) {
                 return Err(watch.error(waited, None));
@@ -702,7 +701,10 @@ impl NodeShm {
                 code: TIMED_OUT, ..
             }) => {
                 // Another rank's watchdog fired in this same wait: so does ours.
-                crate::fr::Watch::new().error(entered.elapsed(), None)
+                // (It waited its limit without progress; so, about, did we.)
+                let mut w = crate::fr::Watch::new();
+                let waited = w.limit().unwrap_or_default();
+                w.error(waited, None)
             }
             Err(ProtoError::Aborted { j, code }) => {
                 let lost = u32::try_from(code - 1).ok().filter(|&w| w < u32::MAX);
