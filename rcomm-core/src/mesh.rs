@@ -570,6 +570,14 @@ mod tests {
         assert_eq!((m.next("tp").unwrap(), m.prev("tp").unwrap()), (None, None));
         assert_eq!(m.comm("dp").unwrap().size(), 1);
         assert_eq!(m.sub(&["tp", "dp"]).unwrap().size(), 1);
+        // Named for the hang report: the world, each dimension, a sub-mesh.
+        assert_eq!(w.name(), "world");
+        assert_eq!(m.comm("tp").unwrap().name(), "tp");
+        assert_eq!(m.sub(&["tp", "dp"]).unwrap().name(), "tp,dp");
+        let d = w.dup().unwrap();
+        assert_eq!(d.name(), "");
+        d.set_name("halo");
+        assert_eq!(d.clone().name(), "halo");
         let e = m.comm("ep").unwrap_err().to_string();
         assert!(
             e.contains("no dimension \"ep\"") && e.contains("dp, tp"),
