@@ -92,14 +92,15 @@ pub(crate) fn begin_coll(
     push(h);
 }
 
-/// Whether collectives are recorded at all: not with `RCOMM_FR_SIZE=0` and `RCOMM_TIMEOUT=0`
-/// together (then nothing is kept and nothing is watched, and a collective pays nothing).
+/// Whether collectives are recorded at all: not with `RCOMM_FR_SIZE=0` and both watchdogs off
+/// (then nothing is kept and nothing is watched, and a collective pays nothing). With a
+/// watchdog on, the per-thread stack tells a collective's waits from point-to-point ones.
 fn active() -> bool {
     static ACTIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ACTIVE.get_or_init(|| {
-        rcomm_transport::config::global()
-            .as_ref()
-            .map_or(true, |c| c.fr_size > 0 || c.coll_timeout.is_some())
+        rcomm_transport::config::global().as_ref().map_or(true, |c| {
+            c.fr_size > 0 || c.coll_timeout.is_some() || c.p2p_timeout.is_some()
+        })
     })
 }
 
