@@ -216,7 +216,7 @@ impl Shared {
     /// (`RCOMM_TIMEOUT` inside a collective, else `RCOMM_P2P_TIMEOUT`) is cancelled and fails
     /// with `Timeout`; sends are not timed out (a peer may still read their buffer).
     pub(crate) fn wait(&self, req: ReqId) -> Result<Status> {
-        let mut w = crate::fr::Watch::new();
+        let mut w: crate::fr::LazyWatch = None;
         let res = self.block_on_ticked(
             |e| e.is_done(req).then(|| e.take(req)),
             |e, now| {
@@ -228,6 +228,7 @@ impl Shared {
                         ctx,
                         bytes,
                     });
+                let w = crate::fr::watch(&mut w);
                 if let Some(p) = &what {
                     w.note_p2p(p);
                 }
@@ -238,7 +239,7 @@ impl Shared {
                 Some(Err(w.error(waited, what.as_ref())))
             },
         );
-        w.finish(self, &res);
+        crate::fr::after(&mut w, self, res.is_ok());
         res
     }
 }
@@ -534,12 +535,12 @@ impl Communicator {
     /// Waits for a message matching (`src`, `tag`) and describes it without receiving it.
     pub fn probe(&self, src: impl Into<Source>, tag: Tag) -> Result<Status> {
         let (src, tag) = (self.source(src.into())?, tag.sel());
-        let mut w = crate::fr::Watch::new();
+        let mut w: crate::fr::LazyWatch = None;
         let st = self.shared.block_on_ticked(
             |e| e.probe(self.ctx, src, tag).transpose(),
-            |_, now| self.probe_timeout(&mut w, "probe", src, now),
+            |_, now| self.probe_timeout(crate::fr::watch(&mut w), "probe", src, now),
         );
-        w.finish(&self.shared, &st);
+        crate::fr::after(&mut w, &self.shared, st.is_ok());
         Ok(self.local(st?))
     }
 
@@ -555,12 +556,12 @@ impl Communicator {
     /// [`Message`] can receive it (no other thread's receive can steal it).
     pub fn mprobe(&self, src: impl Into<Source>, tag: Tag) -> Result<Message> {
         let (src, tag) = (self.source(src.into())?, tag.sel());
-        let mut w = crate::fr::Watch::new();
+        let mut w: crate::fr::LazyWatch = None;
         let res = self.shared.block_on_ticked(
             |e| e.mprobe(self.ctx, src, tag).transpose(),
-            |_, now| self.probe_timeout(&mut w, "mprobe", src, now),
+            |_, now| self.probe_timeout(crate::fr::watch(&mut w), "mprobe", src, now),
         );
-        w.finish(&self.shared, &res);
+        crate::fr::after(&mut w, &self.shared, res.is_ok());
         let (env, stored) = res?;
         Ok(Message {
             shared: self.shared.clone(),

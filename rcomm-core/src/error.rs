@@ -124,11 +124,11 @@ pub enum CommError {
         /// Why.
         err: rcomm_transport::wire::WireError,
     },
-    /// An operation made no progress for `RCOMM_TIMEOUT` (collectives) or `RCOMM_P2P_TIMEOUT`
-    /// (receives, probes): a rank never arrived, or is stuck. Under `rcomm-run` the job's
-    /// hang report names it. A communicator whose collective timed out is out of step: end the
-    /// job, or stop using that communicator.
-    #[error("{}", timeout_text(op, *seq, comm, *peer, *waited, var))]
+    /// An operation made no progress for `RCOMM_TIMEOUT` (collectives: `seq` > 0) or
+    /// `RCOMM_P2P_TIMEOUT` (receives, probes: `seq` 0): a rank never arrived, or is stuck.
+    /// Under `rcomm-run` the job's hang report names it. A communicator whose collective timed
+    /// out is out of step: end the job, or stop using that communicator.
+    #[error("{}", timeout_text(op, *seq, comm, *peer, *waited))]
     Timeout {
         /// The operation (`allreduce`, `recv`, …).
         op: &'static str,
@@ -141,8 +141,6 @@ pub enum CommError {
         peer: Option<u32>,
         /// How long it waited without progress.
         waited: std::time::Duration,
-        /// The variable that set the limit.
-        var: &'static str,
     },
 }
 
@@ -152,16 +150,15 @@ fn timeout_text(
     comm: &str,
     peer: Option<u32>,
     waited: std::time::Duration,
-    var: &str,
 ) -> String {
     let secs = waited.as_secs_f64();
     if seq > 0 {
         return format!(
-            "{op} #{seq} on comm {comm}: no progress for {secs:.1} s ({var}): a rank has not called it or is stuck; rcomm-run's hang report names it"
+            "{op} #{seq} on comm {comm}: no progress for {secs:.1} s (RCOMM_TIMEOUT): a rank has not called it or is stuck; rcomm-run's hang report names it"
         );
     }
     let from = peer.map_or("any rank".to_string(), |p| format!("rank {p}"));
     format!(
-        "{op} from {from} on comm {comm}: no message for {secs:.1} s ({var}); the receive was cancelled"
+        "{op} from {from} on comm {comm}: no message for {secs:.1} s (RCOMM_P2P_TIMEOUT); the receive was cancelled"
     )
 }

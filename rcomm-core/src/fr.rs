@@ -98,9 +98,11 @@ pub(crate) fn begin_coll(
 fn active() -> bool {
     static ACTIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ACTIVE.get_or_init(|| {
-        rcomm_transport::config::global().as_ref().map_or(true, |c| {
-            c.fr_size > 0 || c.coll_timeout.is_some() || c.p2p_timeout.is_some()
-        })
+        rcomm_transport::config::global()
+            .as_ref()
+            .map_or(true, |c| {
+                c.fr_size > 0 || c.coll_timeout.is_some() || c.p2p_timeout.is_some()
+            })
     })
 }
 
@@ -227,6 +229,24 @@ pub(crate) struct P2p {
     pub bytes: usize,
 }
 
+/// A wait's watch, made on its first slow-path call (boxed there: a wait that ends fast only
+/// writes a null pointer for it).
+pub(crate) type LazyWatch = Option<Box<Watch>>;
+
+/// The watch of a wait, made now if this is its first slow-path call.
+pub(crate) fn watch(w: &mut LazyWatch) -> &mut Watch {
+    w.get_or_insert_with(|| Box::new(Watch::new()))
+}
+
+/// After a wait that ended well (`ok`) or not: ends its point-to-point record and asks for a
+/// hang report if its watchdog fired — only if it was slow (it has a watch).
+#[inline]
+pub(crate) fn after(w: &mut LazyWatch, shared: &Shared, ok: bool) {
+    if let Some(w) = w {
+        w.after(shared, ok);
+    }
+}
+
 /// The watchdog of one wait.
 #[derive(Debug)]
 pub(crate) struct Watch {
@@ -236,13 +256,15 @@ pub(crate) struct Watch {
     coll: Option<Handle>,
     limit: Option<Duration>,
     since: Option<Instant>,
-    /// The record of a point-to-point wait, made once it is slow.
+    /// The record of a slow point-to-point wait.
     p2p: Handle,
+    /// Why it fired, for the hang report (asked for after the wait, outside any lock).
+    fired: Option<String>,
 }
 
 impl Watch {
     /// For a wait of this thread's current collective (as it is at the wait's first slow-path
-    /// call), or a point-to-point wait. Costs nothing until then.
+    /// call), or a point-to-point wait.
     pub(crate) fn new() -> Self {
         Self {
             ready: false,
@@ -250,6 +272,7 @@ impl Watch {
             limit: None,
             since: None,
             p2p: Handle::NONE,
+            fired: None,
         }
     }
 
@@ -320,37 +343,34 @@ impl Watch {
         });
     }
 
-    /// The wait ended with `res`: ends a point-to-point record, and asks for a hang report
-    /// if its watchdog fired (after the wait, with no lock held).
-    pub(crate) fn finish<T>(&self, shared: &Shared, res: &Result<T>) {
-        if self.p2p.id != 0 {
-            let st = if res.is_ok() {
-                State::Done
-            } else {
-                State::Failed
-            };
-            flight::recorder().end(self.p2p, st);
+    fn end_p2p(&mut self, st: State) {
+        let h = std::mem::replace(&mut self.p2p, Handle::NONE);
+        if h.id != 0 {
+            flight::recorder().end(h, st);
         }
-        if let Err(err @ CommError::Timeout { .. }) = res {
-            shared.report_hang(err);
+    }
+
+    /// See [`after`].
+    #[cold]
+    #[inline(never)]
+    fn after(&mut self, shared: &Shared, ok: bool) {
+        self.end_p2p(if ok { State::Done } else { State::Failed });
+        if let Some(why) = self.fired.take() {
+            shared.report_why(&why);
         }
     }
 
     /// The timeout error of this wait after `waited`.
     pub(crate) fn error(&mut self, waited: Duration, what: Option<&P2p>) -> CommError {
         self.ready();
-        if self.p2p.id != 0 {
-            flight::recorder().end(self.p2p, State::TimedOut);
-            self.p2p = Handle::NONE;
-        }
-        match (self.coll, what) {
+        self.end_p2p(State::TimedOut);
+        let err = match (self.coll, what) {
             (Some(h), _) => CommError::Timeout {
                 op: h.op_name(),
                 seq: h.seq(),
                 comm: comm_label(h.ctx()),
                 peer: None,
                 waited,
-                var: "RCOMM_TIMEOUT",
             },
             (None, w) => CommError::Timeout {
                 op: w.map_or("recv", |w| w.op),
@@ -358,9 +378,33 @@ impl Watch {
                 comm: w.map_or_else(|| "?".into(), |w| comm_label(w.ctx)),
                 peer: w.and_then(|w| w.peer),
                 waited,
-                var: "RCOMM_P2P_TIMEOUT",
             },
+        };
+        self.fired = Some(why_of(&err));
+        err
+    }
+}
+
+/// What a hang report says triggered it: the timeout in short.
+fn why_of(err: &CommError) -> String {
+    match err {
+        CommError::Timeout {
+            op,
+            seq,
+            comm,
+            peer,
+            waited,
+        } if *seq > 0 || peer.is_some() => {
+            let (what, var) = match (seq, peer) {
+                (0, Some(p)) => (format!("{op} from rank {p}"), "RCOMM_P2P_TIMEOUT"),
+                _ => (format!("{op} #{seq}"), "RCOMM_TIMEOUT"),
+            };
+            format!(
+                "{what} on comm {comm}: no progress for {:.1} s ({var})",
+                waited.as_secs_f64()
+            )
         }
+        e => e.to_string(),
     }
 }
 
@@ -372,6 +416,11 @@ impl Shared {
     /// rank's flight recorder with the request), or — with no launcher to ask — logs this
     /// rank's recent operations.
     pub(crate) fn report_hang(&self, err: &CommError) {
+        self.report_why(&why_of(err));
+    }
+
+    /// [`report_hang`](Self::report_hang) with the reason in words.
+    pub(crate) fn report_why(&self, why: &str) {
         static LAST: AtomicU64 = AtomicU64::new(0);
         let now = flight::now_us();
         let last = LAST.load(Ordering::Relaxed);
@@ -379,27 +428,7 @@ impl Shared {
             return;
         }
         LAST.store(now.max(1), Ordering::Relaxed);
-        let why = match err {
-            CommError::Timeout {
-                op,
-                seq,
-                comm,
-                peer,
-                waited,
-                var,
-            } if *seq > 0 || peer.is_some() => {
-                let what = match (seq, peer) {
-                    (0, Some(p)) => format!("{op} from rank {p}"),
-                    _ => format!("{op} #{seq}"),
-                };
-                format!(
-                    "{what} on comm {comm}: no progress for {:.1} s ({var})",
-                    waited.as_secs_f64()
-                )
-            }
-            e => e.to_string(),
-        };
-        if self.notices.as_ref().is_some_and(|n| n.send_dump(0, &why)) {
+        if self.notices.as_ref().is_some_and(|n| n.send_dump(0, why)) {
             return;
         }
         let recent: Vec<String> = flight::recorder()
@@ -529,7 +558,7 @@ mod tests {
             coll: Some(Handle::new(8, 42, "allreduce")),
             limit: Some(Duration::from_millis(100)),
             since: None,
-            p2p: Handle::NONE,
+            fired: None,
         };
         let t0 = Instant::now();
         assert_eq!(w.expired(t0), None);

@@ -671,8 +671,9 @@ impl NodeShm {
         // The rank waited for, and any rank whose failure fails this communicator (it may be
         // the reason the one we wait for is stuck).
         // The watchdog (RCOMM_TIMEOUT): waiting that long for one rank in one round.
-        let mut watch = crate::fr::Watch::new();
+        let mut watch: crate::fr::LazyWatch = None;
         let mut check = |j: usize, waited: Duration| {
+            let watch = crate::fr::watch(&mut watch);
             if watch.over_limit(waited) {
                 return Err(watch.error(waited, None));
             }
