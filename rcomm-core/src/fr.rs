@@ -558,6 +558,7 @@ mod tests {
             coll: Some(Handle::new(8, 42, "allreduce")),
             limit: Some(Duration::from_millis(100)),
             since: None,
+            p2p: Handle::NONE,
             fired: None,
         };
         let t0 = Instant::now();
