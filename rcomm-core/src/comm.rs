@@ -216,31 +216,18 @@ impl Shared {
     /// (`RCOMM_TIMEOUT` inside a collective, else `RCOMM_P2P_TIMEOUT`) is cancelled and fails
     /// with `Timeout`; sends are not timed out (a peer may still read their buffer).
     pub(crate) fn wait(&self, req: ReqId) -> Result<Status> {
-        let mut w: crate::fr::LazyWatch = None;
-        let res = self.block_on_ticked(
-            |e| e.is_done(req).then(|| e.take(req)),
-            |e, now| {
-                let what = e
-                    .waiting_recv(req)
-                    .map(|(op, peer, ctx, bytes)| crate::fr::P2p {
-                        op,
-                        peer,
-                        ctx,
-                        bytes,
-                    });
-                let w = crate::fr::watch(&mut w);
-                if let Some(p) = &what {
-                    w.note_p2p(p);
-                }
-                let waited = w.expired(now)?;
-                if what.is_none() || !e.cancel(req) {
-                    return None;
-                }
-                Some(Err(w.error(waited, what.as_ref())))
+        let mut w = crate::fr::Watch::new();
+        let slot = crate::fr::P2pSlot::new();
+        self.block_on_ticked(
+            |e| {
+                e.is_done(req).then(|| {
+                    let r = e.take(req);
+                    slot.completed(r.is_ok());
+                    r
+                })
             },
-        );
-        crate::fr::after(&mut w, self, res.is_ok());
-        res
+            |e, now| w.tick_wait(self, e, req, &slot, now),
+        )
     }
 }
 
@@ -535,12 +522,13 @@ impl Communicator {
     /// Waits for a message matching (`src`, `tag`) and describes it without receiving it.
     pub fn probe(&self, src: impl Into<Source>, tag: Tag) -> Result<Status> {
         let (src, tag) = (self.source(src.into())?, tag.sel());
-        let mut w: crate::fr::LazyWatch = None;
+        let mut w = crate::fr::Watch::new();
+        let what = self.probe_what("probe", src);
         let st = self.shared.block_on_ticked(
             |e| e.probe(self.ctx, src, tag).transpose(),
-            |_, now| self.probe_timeout(crate::fr::watch(&mut w), "probe", src, now),
+            |_, now| w.tick_probe(&self.shared, &what, now),
         );
-        crate::fr::after(&mut w, &self.shared, st.is_ok());
+        w.probe_done(st.is_ok());
         Ok(self.local(st?))
     }
 
@@ -556,12 +544,13 @@ impl Communicator {
     /// [`Message`] can receive it (no other thread's receive can steal it).
     pub fn mprobe(&self, src: impl Into<Source>, tag: Tag) -> Result<Message> {
         let (src, tag) = (self.source(src.into())?, tag.sel());
-        let mut w: crate::fr::LazyWatch = None;
+        let mut w = crate::fr::Watch::new();
+        let what = self.probe_what("mprobe", src);
         let res = self.shared.block_on_ticked(
             |e| e.mprobe(self.ctx, src, tag).transpose(),
-            |_, now| self.probe_timeout(crate::fr::watch(&mut w), "mprobe", src, now),
+            |_, now| w.tick_probe(&self.shared, &what, now),
         );
-        crate::fr::after(&mut w, &self.shared, res.is_ok());
+        w.probe_done(res.is_ok());
         let (env, stored) = res?;
         Ok(Message {
             shared: self.shared.clone(),
@@ -571,15 +560,9 @@ impl Communicator {
         })
     }
 
-    /// The watchdog of a probe: records it once slow, fails it after `RCOMM_P2P_TIMEOUT`.
-    fn probe_timeout<R>(
-        &self,
-        w: &mut crate::fr::Watch,
-        op: &'static str,
-        src: Source,
-        now: Instant,
-    ) -> Option<Result<R>> {
-        let what = crate::fr::P2p {
+    /// What a probe waits for, for its record and its error.
+    fn probe_what(&self, op: &'static str, src: Source) -> crate::fr::P2p {
+        crate::fr::P2p {
             op,
             peer: match src {
                 Source::Rank(r) => Some(r),
@@ -587,10 +570,7 @@ impl Communicator {
             },
             ctx: self.ctx,
             bytes: 0,
-        };
-        w.note_p2p(&what);
-        let waited = w.expired(now)?;
-        Some(Err(w.error(waited, Some(&what))))
+        }
     }
 
     /// Takes a matching message if one is there now.

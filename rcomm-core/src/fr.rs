@@ -229,107 +229,105 @@ pub(crate) struct P2p {
     pub bytes: usize,
 }
 
-/// A wait's watch, made on its first slow-path call (boxed there: a wait that ends fast only
-/// writes a null pointer for it).
-pub(crate) type LazyWatch = Option<Box<Watch>>;
+/// The record of a slow wait for a request: made by its watch, ended where the wait takes the
+/// result (so a fast wait runs no code after it, and its result is returned in place).
+#[derive(Debug)]
+pub(crate) struct P2pSlot(Cell<Handle>);
 
-/// The watch of a wait, made now if this is its first slow-path call.
-pub(crate) fn watch(w: &mut LazyWatch) -> &mut Watch {
-    w.get_or_insert_with(|| Box::new(Watch::new()))
-}
+impl P2pSlot {
+    pub(crate) fn new() -> Self {
+        Self(Cell::new(Handle::NONE))
+    }
 
-/// After a wait that ended well (`ok`) or not: ends its point-to-point record and asks for a
-/// hang report if its watchdog fired — only if it was slow (it has a watch).
-#[inline]
-pub(crate) fn after(w: &mut LazyWatch, shared: &Shared, ok: bool) {
-    if let Some(w) = w {
-        w.after(shared, ok);
+    /// The wait took its result (`ok`, or an error).
+    #[inline]
+    pub(crate) fn completed(&self, ok: bool) {
+        if self.0.get().id != 0 {
+            self.end(if ok { State::Done } else { State::Failed });
+        }
+    }
+
+    #[cold]
+    fn end(&self, st: State) {
+        let h = self.0.replace(Handle::NONE);
+        if h.id != 0 {
+            flight::recorder().end(h, st);
+        }
     }
 }
 
-/// The watchdog of one wait.
+/// The watchdog of one wait: a few words on the stack, touched only on the wait's slow path
+/// (after spinning; never allocating, like the rest of that path). Which collective it waits
+/// in, and so which limit applies, is this thread's current one when it looks.
 #[derive(Debug)]
 pub(crate) struct Watch {
-    /// Set up (on the first slow-path call: a fast wait never pays for it).
-    ready: bool,
-    /// The collective waited in, if any (else a point-to-point wait).
-    coll: Option<Handle>,
-    limit: Option<Duration>,
+    /// Since when nothing moved (set at the first slow-path look).
     since: Option<Instant>,
-    /// The record of a slow point-to-point wait.
+    /// The record of a slow probe (a request's wait uses a [`P2pSlot`]).
     p2p: Handle,
-    /// Why it fired, for the hang report (asked for after the wait, outside any lock).
-    fired: Option<String>,
 }
 
 impl Watch {
-    /// For a wait of this thread's current collective (as it is at the wait's first slow-path
-    /// call), or a point-to-point wait.
     pub(crate) fn new() -> Self {
         Self {
-            ready: false,
-            coll: None,
-            limit: None,
             since: None,
             p2p: Handle::NONE,
-            fired: None,
         }
     }
 
-    /// Sets the watch up: which collective, which limit; the collective is past spinning, so
-    /// its end will be timed.
-    fn ready(&mut self) {
-        if self.ready {
-            return;
-        }
-        self.ready = true;
-        self.coll = current();
+    /// The collective waited in (this thread's current one), if any.
+    fn coll(&self) -> Option<Handle> {
+        current()
+    }
+
+    /// The limit of this wait (`None`: no watchdog): `RCOMM_TIMEOUT` in a collective, else
+    /// `RCOMM_P2P_TIMEOUT`.
+    pub(crate) fn limit(&self) -> Option<Duration> {
         let cfg = rcomm_transport::config::global().as_ref().ok();
-        self.limit = match self.coll {
+        match self.coll() {
             Some(_) => cfg.map_or(Some(Duration::from_secs(600)), |c| c.coll_timeout),
             None => cfg.and_then(|c| c.p2p_timeout),
-        };
-        if let Some(h) = self.coll {
-            flight::recorder().mark_slow(h);
         }
     }
 
-    /// The limit of this wait (`None`: no watchdog).
-    pub(crate) fn limit(&mut self) -> Option<Duration> {
-        self.ready();
-        self.limit
+    /// The first slow-path look: the collective waited in is past spinning, so its end will
+    /// be timed.
+    fn first_look(&mut self, now: Instant) {
+        if self.since.is_none() {
+            self.since = Some(now);
+            if let Some(h) = self.coll() {
+                flight::recorder().mark_slow(h);
+            }
+        }
     }
 
     /// Something moved: the no-progress clock starts over.
     pub(crate) fn progress(&mut self, now: Instant) {
-        self.ready();
+        self.first_look(now);
         self.since = Some(now);
     }
 
     /// Called on a wait's slow path: how long it has waited without progress, once that is
     /// past its limit. The clock starts at the first call (spinning is short).
     pub(crate) fn expired(&mut self, now: Instant) -> Option<Duration> {
-        self.ready();
-        let since = *self.since.get_or_insert(now);
-        let limit = self.limit?;
-        let waited = now.saturating_duration_since(since);
-        (waited >= limit).then_some(waited)
+        self.first_look(now);
+        let waited = now.saturating_duration_since(self.since?);
+        self.limit().filter(|&l| waited >= l).map(|_| waited)
     }
 
     /// Whether a wait of `waited` without progress is past the limit (for waits that keep
     /// their own clock).
     pub(crate) fn over_limit(&mut self, waited: Duration) -> bool {
-        self.ready();
-        self.limit.is_some_and(|l| waited >= l)
+        self.first_look(Instant::now());
+        self.limit().is_some_and(|l| waited >= l)
     }
 
     /// A point-to-point wait that is slow: recorded now (fast ones never are).
-    pub(crate) fn note_p2p(&mut self, what: &P2p) {
-        self.ready();
-        if self.coll.is_some() || self.p2p.id != 0 {
-            return;
+    fn record_p2p(&self, what: &P2p) -> Handle {
+        if self.coll().is_some() {
+            return Handle::NONE;
         }
-        self.p2p = flight::recorder().begin(&Begin {
+        flight::recorder().begin(&Begin {
             ctx: what.ctx,
             op: what.op,
             dtype: 0,
@@ -340,31 +338,72 @@ impl Watch {
             state: State::Waiting,
             collective: false,
             slow: true,
-        });
+        })
     }
 
-    fn end_p2p(&mut self, st: State) {
+    /// A slow-path turn of a probe: recorded once; after its limit, fails with `Timeout`
+    /// and asks for a hang report (under the engine's lock: a failure path, one write).
+    pub(crate) fn tick_probe<R>(
+        &mut self,
+        shared: &Shared,
+        what: &P2p,
+        now: Instant,
+    ) -> Option<Result<R>> {
+        if self.p2p.id == 0 {
+            self.p2p = self.record_p2p(what);
+        }
+        let waited = self.expired(now)?;
+        let h = std::mem::replace(&mut self.p2p, Handle::NONE);
+        flight::recorder().end(h, State::TimedOut);
+        let err = self.error(waited, Some(what));
+        shared.report_hang(&err);
+        Some(Err(err))
+    }
+
+    /// A probe ended (`ok`, or an error other than its timeout): ends its record, if any.
+    pub(crate) fn probe_done(&mut self, ok: bool) {
         let h = std::mem::replace(&mut self.p2p, Handle::NONE);
         if h.id != 0 {
-            flight::recorder().end(h, st);
+            flight::recorder().end(h, if ok { State::Done } else { State::Failed });
         }
     }
 
-    /// See [`after`].
-    #[cold]
-    #[inline(never)]
-    fn after(&mut self, shared: &Shared, ok: bool) {
-        self.end_p2p(if ok { State::Done } else { State::Failed });
-        if let Some(why) = self.fired.take() {
-            shared.report_why(&why);
+    /// A slow-path turn of the wait for request `req`: records a waiting receive in `slot`
+    /// once, and after `RCOMM_P2P_TIMEOUT` (or `RCOMM_TIMEOUT` in a collective) without its
+    /// message cancels it and fails with `Timeout`, asking for a hang report (under the
+    /// engine's lock: a failure path, and the report is one write). Sends never time out.
+    pub(crate) fn tick_wait(
+        &mut self,
+        shared: &Shared,
+        e: &mut crate::p2p::engine::Engine,
+        req: crate::p2p::engine::ReqId,
+        slot: &P2pSlot,
+        now: Instant,
+    ) -> Option<Result<crate::Status>> {
+        let what = e.waiting_recv(req).map(|(op, peer, ctx, bytes)| P2p {
+            op,
+            peer,
+            ctx,
+            bytes,
+        });
+        if let Some(p) = &what
+            && slot.0.get().id == 0
+        {
+            slot.0.set(self.record_p2p(p));
         }
+        let waited = self.expired(now)?;
+        if what.is_none() || !e.cancel(req) {
+            return None;
+        }
+        slot.end(State::TimedOut);
+        let err = self.error(waited, what.as_ref());
+        shared.report_hang(&err);
+        Some(Err(err))
     }
 
     /// The timeout error of this wait after `waited`.
-    pub(crate) fn error(&mut self, waited: Duration, what: Option<&P2p>) -> CommError {
-        self.ready();
-        self.end_p2p(State::TimedOut);
-        let err = match (self.coll, what) {
+    pub(crate) fn error(&self, waited: Duration, what: Option<&P2p>) -> CommError {
+        match (self.coll(), what) {
             (Some(h), _) => CommError::Timeout {
                 op: h.op_name(),
                 seq: h.seq(),
@@ -379,9 +418,7 @@ impl Watch {
                 peer: w.and_then(|w| w.peer),
                 waited,
             },
-        };
-        self.fired = Some(why_of(&err));
-        err
+        }
     }
 }
 
@@ -553,27 +590,29 @@ mod tests {
 
     #[test]
     fn the_watch_fires_after_its_limit_without_progress() {
-        let mut w = Watch {
-            ready: true,
-            coll: Some(Handle::new(8, 42, "allreduce")),
-            limit: Some(Duration::from_millis(100)),
-            since: None,
-            p2p: Handle::NONE,
-            fired: None,
-        };
+        // In a collective (this thread's current one): RCOMM_TIMEOUT, 600 s by default.
+        let scope = Scope::enter();
+        push(Handle::new(8, 42, "allreduce"));
+        let mut w = Watch::new();
         let t0 = Instant::now();
+        let limit = w.limit().expect("a collective watchdog by default");
         assert_eq!(w.expired(t0), None);
-        assert_eq!(w.expired(t0 + Duration::from_millis(99)), None);
-        w.progress(t0 + Duration::from_millis(99));
-        assert_eq!(w.expired(t0 + Duration::from_millis(150)), None);
-        let waited = w.expired(t0 + Duration::from_millis(250)).unwrap();
-        assert_eq!(waited, Duration::from_millis(151));
+        assert_eq!(w.expired(t0 + limit - Duration::from_millis(1)), None);
+        w.progress(t0 + limit - Duration::from_millis(1));
+        assert_eq!(w.expired(t0 + limit + Duration::from_millis(50)), None);
+        let waited = w.expired(t0 + 2 * limit).unwrap();
+        assert_eq!(waited, limit + Duration::from_millis(1));
         let e = w.error(waited, None).to_string();
         assert!(
-            e.contains("#42 on comm #4") && e.contains("RCOMM_TIMEOUT"),
+            e.contains("allreduce #42 on comm #4") && e.contains("RCOMM_TIMEOUT"),
             "{e}"
         );
-        let mut off = Watch { limit: None, ..w };
-        assert_eq!(off.expired(t0 + Duration::from_secs(3600)), None);
+        assert!(w.over_limit(limit) && !w.over_limit(limit / 2));
+        drop(scope);
+        // Point-to-point: RCOMM_P2P_TIMEOUT, off by default.
+        let mut p = Watch::new();
+        assert_eq!(p.limit(), None);
+        assert_eq!(p.expired(t0), None);
+        assert_eq!(p.expired(t0 + Duration::from_secs(3600)), None);
     }
 }

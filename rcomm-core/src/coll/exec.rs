@@ -444,7 +444,7 @@ impl Communicator {
         // and waiting on a live but stuck neighbour would last until the launcher's grace
         // ends. The requests still in flight are abandoned (they go on over private buffers).
         // The watchdog (RCOMM_TIMEOUT): no request of the phase completing for that long.
-        let mut watch: crate::fr::LazyWatch = None;
+        let mut watch = crate::fr::Watch::new();
         let mut completed = 0;
         let lost = self.shared.block_on_ticked(
             |e| {
@@ -454,7 +454,6 @@ impl Communicator {
                 self.failed_member(e).map(|w| Ok(Some(w)))
             },
             |e, now| {
-                let watch = crate::fr::watch(&mut watch);
                 let n = reqs.iter().filter(|p| e.is_done(p.req)).count();
                 if n != completed {
                     completed = n;
@@ -661,7 +660,7 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
             self.pending_reqs(&mut mine);
             groups.push(mine);
             let comm = &self.comm;
-            let mut watch: crate::fr::LazyWatch = None;
+            let mut watch = crate::fr::Watch::new();
             let lost = shared.block_on_ticked(
                 |e| {
                     if groups
@@ -673,7 +672,6 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
                     comm.failed_member(e).map(|_| Ok(true))
                 },
                 |_, now| {
-                    let watch = crate::fr::watch(&mut watch);
                     watch
                         .expired(now)
                         .map(|waited| Err(watch.error(waited, None)))

@@ -671,9 +671,8 @@ impl NodeShm {
         // The rank waited for, and any rank whose failure fails this communicator (it may be
         // the reason the one we wait for is stuck).
         // The watchdog (RCOMM_TIMEOUT): waiting that long for one rank in one round.
-        let mut watch: crate::fr::LazyWatch = None;
+        let mut watch = crate::fr::Watch::new();
         let mut check = |j: usize, waited: Duration| {
-            let watch = crate::fr::watch(&mut watch);
             if watch.over_limit(waited) {
                 return Err(watch.error(waited, None));
             }
@@ -703,7 +702,7 @@ impl NodeShm {
             }) => {
                 // Another rank's watchdog fired in this same wait: so does ours.
                 // (It waited its limit without progress; so, about, did we.)
-                let mut w = crate::fr::Watch::new();
+                let w = crate::fr::Watch::new();
                 let waited = w.limit().unwrap_or_default();
                 w.error(waited, None)
             }
