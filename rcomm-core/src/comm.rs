@@ -221,9 +221,8 @@ impl Shared {
         self.block_on_ticked(
             |e| {
                 e.is_done(req).then(|| {
-                    let r = e.take(req);
-                    slot.completed(r.is_ok());
-                    r
+                    slot.completed(|| e.succeeded(req));
+                    e.take(req)
                 })
             },
             |e, now| w.tick_wait(self, e, req, &slot, now),

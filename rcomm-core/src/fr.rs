@@ -239,11 +239,12 @@ impl P2pSlot {
         Self(Cell::new(Handle::NONE))
     }
 
-    /// The wait took its result (`ok`, or an error).
+    /// The wait's request completed (`ok`, asked only if there is a record: a fast wait
+    /// does one load here).
     #[inline]
-    pub(crate) fn completed(&self, ok: bool) {
+    pub(crate) fn completed(&self, ok: impl FnOnce() -> bool) {
         if self.0.get().id != 0 {
-            self.end(if ok { State::Done } else { State::Failed });
+            self.end(if ok() { State::Done } else { State::Failed });
         }
     }
 

@@ -475,6 +475,14 @@ impl Engine {
         Some((r.op, r.peer, ctx, r.region.len()))
     }
 
+    /// Whether a completed request succeeded (before [`take`](Self::take)).
+    pub(crate) fn succeeded(&self, req: ReqId) -> bool {
+        matches!(
+            self.st.reqs[req].as_ref().map(|r| &r.state),
+            Some(ReqState::Done(Ok(_)))
+        )
+    }
+
     /// Takes a completed request's result and frees it.
     pub(crate) fn take(&mut self, req: ReqId) -> Result<Status, CommError> {
         let r = self.st.reqs[req].take().expect("live request");
