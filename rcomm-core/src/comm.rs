@@ -67,6 +67,8 @@ pub(crate) struct Shared {
     pub(crate) coll: crate::coll::CollShared,
     /// `RCOMM_DETERMINISTIC`: allreduce in the canonical order whatever the size.
     pub(crate) deterministic: bool,
+    /// `RCOMM_CHECK`: collectives verify that every rank makes the same call.
+    pub(crate) check: bool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -96,6 +98,7 @@ impl Shared {
             policy,
             coll: crate::coll::CollShared::new(false),
             deterministic: false,
+            check: false,
         }
     }
 
@@ -423,6 +426,15 @@ impl Communicator {
                 }
             }
         };
+        if self.shared.check && ctx != self.ctx {
+            // Checked mode: an internal exchange fails with the communicator's check.
+            let sres = self.check_wait(s);
+            if sres.is_err() {
+                self.shared.lock().abandon(r);
+            }
+            sres?;
+            return Ok(self.local(self.check_wait(r)?));
+        }
         let sres = self.shared.wait(s);
         let rres = self.shared.wait(r);
         sres?;

@@ -110,6 +110,22 @@ pub enum CommError {
         /// Ours.
         ours: u64,
     },
+    /// Ranks made different collective calls (checked mode, `RCOMM_CHECK=1`): another
+    /// operation, element type, count, reduction op or root. Returned by the collective that
+    /// finds it and by every later collective on the communicator, whose ranks are out of step.
+    #[error("{detail}")]
+    CollMismatch {
+        /// This rank's call, e.g. `allreduce(count 100, f32, sum)`.
+        call: String,
+        /// Which collective call of the communicator (0 for its first).
+        seq: u32,
+        /// The ranks (of the communicator) whose call differs from the one most ranks made.
+        ranks: Vec<u32>,
+        /// What differs: `collective`, `count`, `element type`, `reduction op`, `root`.
+        fields: Vec<&'static str>,
+        /// The whole explanation, naming the ranks with their hosts and calls.
+        detail: String,
+    },
     /// A resource ran out.
     #[error("{0}")]
     Exhausted(String),

@@ -65,6 +65,9 @@ impl CtxIds {
 pub(crate) struct CtxGuard {
     ids: Arc<CtxIds>,
     id: usize,
+    /// An id every member agrees on and no earlier communicator on this context had (checked
+    /// collectives tell a reused context's communicators apart by it).
+    pub(crate) epoch: u32,
 }
 
 impl Drop for CtxGuard {
@@ -73,9 +76,22 @@ impl Drop for CtxGuard {
     }
 }
 
+/// Unique per call in this process (and, with the pid, per process): mixed into a new
+/// communicator's generation.
+fn nonce() -> u64 {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    u64::from(std::process::id()) << 32 ^ n
+}
+
 impl Communicator {
     fn internal(&self) -> u32 {
         self.ctx + 1
+    }
+
+    /// The generation of this communicator (0 for the world), see [`CtxGuard::epoch`].
+    pub(crate) fn check_gen(&self) -> u32 {
+        self._ctx_guard.as_ref().map_or(0, |g| g.epoch)
     }
 
     /// Gathers `mine` (the same length on every rank) from every rank, in rank order: a ring,
@@ -114,6 +130,10 @@ impl Communicator {
     /// Waits until every rank of the communicator has called `barrier` (dissemination:
     /// ⌈log₂ n⌉ rounds of one message each way).
     pub fn barrier(&self) -> Result<()> {
+        if self.shared.check {
+            // Checked: a collective with its own call number and signature.
+            return self.ibarrier()?.wait().map(drop);
+        }
         let n = self.size;
         let mut k = 1;
         while k < n {
@@ -147,12 +167,14 @@ impl Communicator {
             .iter()
             .flat_map(|w| w.to_le_bytes())
             .collect();
+        mine.extend_from_slice(&nonce().to_le_bytes());
         mine.extend_from_slice(extra);
         let all = self.allgather_bytes(&mine)?;
         let mut common = [u64::MAX; WORDS];
         let mut extras = Vec::with_capacity(extra.len() * self.size as usize);
-        for rank in all.chunks(WORDS * 8 + extra.len()) {
+        for rank in all.chunks(WORDS * 8 + 8 + extra.len()) {
             let (mask, x) = rank.split_at(WORDS * 8);
+            let x = &x[8..];
             for (i, w) in mask.chunks(8).enumerate() {
                 common[i] &= u64::from_le_bytes(w.try_into().expect("8 bytes"));
             }
@@ -166,7 +188,8 @@ impl Communicator {
                 "a context id was taken meanwhile by another thread: create communicators that share ranks from one thread at a time".into(),
             ));
         }
-        Ok((Arc::new(CtxGuard { ids, id }), extras))
+        let epoch = crate::coll::check::generation(&all);
+        Ok((Arc::new(CtxGuard { ids, id, epoch }), extras))
     }
 
     fn child(&self, guard: Arc<CtxGuard>, world: Vec<u32>, rank: u32) -> Communicator {

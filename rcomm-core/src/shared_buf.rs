@@ -146,6 +146,13 @@ impl Communicator {
                     .into(),
             ));
         }
+        self.check_note(
+            crate::coll::check::Call::new(crate::coll::check::Kind::Allreduce)
+                .elem(size_of::<T>())
+                .count(buf.segs[buf.rank].2 / size_of::<T>().max(1))
+                .reducer(&crate::coll::Reducer::Builtin(op, T::DTYPE)),
+        );
+        let chk = self.check_composite(false)?;
         let Some(node) = NodeShm::get_or_setup(self)? else {
             // Agreed on every rank: reduce a private copy by messages instead.
             let mut v = buf.to_vec();
@@ -175,6 +182,7 @@ impl Communicator {
                 signature::<T>(op),
                 &combine,
                 &zc,
+                chk,
             )?
         };
         if op == Op::Avg {

@@ -199,7 +199,10 @@ fn init_with(cfg: &Config) -> Result<World> {
     let proto = ProtoConfig {
         cma_max: if cfg.shm_cma { cfg.shm_cma_max } else { 0 },
     };
-    let engine = Engine::new(rank, size, net, hosts, proto);
+    let mut engine = Engine::new(rank, size, net, hosts, proto);
+    if cfg.check {
+        engine.check_enable();
+    }
     // Ranks sharing this machine's cores: those on this node, or all the launcher started here
     // when node identity is split further (RCOMM_HOSTID, namespaces) — spinning while the rank
     // we wait for needs our core costs a whole time slice per wait.
@@ -227,6 +230,7 @@ fn init_with(cfg: &Config) -> Result<World> {
         .collect();
     let mut shared = Shared::new(engine, notices.clone(), policy, node_of, cfg.algo.clone());
     shared.deterministic = cfg.deterministic;
+    shared.check = cfg.check;
     shared.coll = crate::coll::CollShared::new(cfg.async_progress);
     let shared = Arc::new(shared);
     let one_node = shared.node_of.iter().all(|&c| c == shared.node_of[0]);

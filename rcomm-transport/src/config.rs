@@ -107,6 +107,16 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "1: allreduce combines contributions in one canonical order (bitwise identical across runs, transports, progress modes, in place or not, blocking or not); 0 (default): the tuner may pick any algorithm; must agree on every rank",
     },
     VarSpec {
+        name: "RCOMM_CHECK",
+        protocol: true,
+        help: "1: checked collectives: every collective verifies that all ranks called the same operation with the same element type, count, op and root, and a mismatch is an error naming the disagreeing ranks (CollMismatch) instead of a hang or wrong data; 0 (default): off; must agree on every rank",
+    },
+    VarSpec {
+        name: "RCOMM_STRAGGLER",
+        protocol: true,
+        help: "1: record how long each blocking collective waits on every rank and print a straggler report (the ranks arriving last, mean and p99 lateness) from rank 0 at finalize; Communicator::straggler_report gives it on demand; 0 (default): off; must agree on every rank (the report is collective)",
+    },
+    VarSpec {
         name: "RCOMM_ASYNC_PROGRESS",
         protocol: false,
         help: "1: a background thread advances non-blocking collectives and the transports while ranks compute; 0 (default): progress happens inside rcomm calls",
@@ -360,6 +370,12 @@ pub struct Config {
     /// `RCOMM_DETERMINISTIC`: reductions combine in one canonical order (checked equal on every
     /// rank, since it changes which algorithms the tuner may pick).
     pub deterministic: bool,
+    /// `RCOMM_CHECK`: collectives verify that every rank makes the same call (checked equal on
+    /// every rank: checked collectives exchange signatures the unchecked ones do not expect).
+    pub check: bool,
+    /// `RCOMM_STRAGGLER`: per-rank collective wait statistics, reported at finalize (checked
+    /// equal on every rank: the report is a collective).
+    pub straggler: bool,
     /// `RCOMM_ASYNC_PROGRESS`: progress communication from a background thread.
     pub async_progress: bool,
     /// `RCOMM_TUNE`: where the collective cost model's constants come from.
@@ -621,6 +637,8 @@ impl Config {
         let shm_cma = flag(env, "RCOMM_SHM_CMA", true)?;
         let deterministic = flag(env, "RCOMM_DETERMINISTIC", false)?;
         let async_progress = flag(env, "RCOMM_ASYNC_PROGRESS", false)?;
+        let check = flag(env, "RCOMM_CHECK", false)?;
+        let straggler = flag(env, "RCOMM_STRAGGLER", false)?;
         let tune = choice(
             env,
             "RCOMM_TUNE",
@@ -739,6 +757,8 @@ impl Config {
             algo,
             kernel_isa,
             deterministic,
+            check,
+            straggler,
             async_progress,
             tune,
             host_id: get(env, "RCOMM_HOSTID").filter(|v| !v.trim().is_empty()),
@@ -766,6 +786,11 @@ impl Config {
             (
                 "RCOMM_DETERMINISTIC".to_string(),
                 u8::from(self.deterministic).to_string(),
+            ),
+            ("RCOMM_CHECK".to_string(), u8::from(self.check).to_string()),
+            (
+                "RCOMM_STRAGGLER".to_string(),
+                u8::from(self.straggler).to_string(),
             ),
         ]
     }
@@ -967,6 +992,21 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn check_and_straggler_are_protocol_flags() {
+        let c = Config::from_map(&env(&[])).unwrap();
+        assert_eq!((c.check, c.straggler), (false, false));
+        let c = Config::from_map(&env(&[("RCOMM_CHECK", "1"), ("RCOMM_STRAGGLER", "on")])).unwrap();
+        assert_eq!((c.check, c.straggler), (true, true));
+        let s = c.protocol_settings();
+        for name in ["RCOMM_CHECK", "RCOMM_STRAGGLER"] {
+            assert!(s.iter().any(|(n, v)| n == name && v == "1"), "{name}");
+            assert!(VARIABLES.iter().any(|v| v.name == name && v.protocol));
+        }
+        let e = Config::from_map(&env(&[("RCOMM_CHECK", "yes")])).unwrap_err();
+        assert_eq!(e.name, "RCOMM_CHECK");
     }
 
     #[test]

@@ -98,6 +98,12 @@ impl Hier {
         scope.sort_unstable();
         let scope = Some(Arc::new(scope));
         let (mut node, mut cross) = (unforced(node)?, unforced(cross)?);
+        if comm.shared.check {
+            // A mismatch of the parent's call fails the parts' collectives too.
+            let mut e = comm.shared.lock();
+            e.check_link(node.ctx + 1, comm.ctx + 1);
+            e.check_link(cross.ctx + 1, comm.ctx + 1);
+        }
         node.failure_scope = scope.clone();
         cross.failure_scope = scope;
         let h = Arc::new(Hier {

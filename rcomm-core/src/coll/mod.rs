@@ -6,6 +6,7 @@
 //! Blocking calls borrow their buffers; the `i`-calls own theirs and return a
 //! [`CollRequest`] that hands the result back from `wait`.
 
+pub(crate) mod check;
 mod exec;
 mod hier;
 pub(crate) mod progress;
@@ -24,13 +25,15 @@ use schedule::Schedule;
 
 use crate::comm::Communicator;
 use crate::{CommError, Result};
+use check::{Call, Kind};
 use bytemuck::Pod;
 use std::sync::Arc;
 
 /// How a blocking collective runs: a schedule over messages, or the node's shared memory.
 enum Plan {
     Sched(Arc<Schedule>),
-    Shm(Arc<shm::NodeShm>),
+    /// With checked mode's registration of the call (made before the windows' setup).
+    Shm(Arc<shm::NodeShm>, Option<(crate::comm::Tag, Call)>),
     /// A composition of collectives on the node and cross-node sub-communicators.
     Hier(Arc<hier::Hier>),
 }
@@ -192,16 +195,28 @@ impl Communicator {
         r: &Reducer,
         blocking: bool,
     ) -> Result<Plan> {
+        self.check_note(
+            Call::new(Kind::Allreduce)
+                .elem(elem)
+                .count(count)
+                .reducer(r),
+        );
         r.check()?;
         let mut algo = self.choose("allreduce", count * elem, elem, Some(r))?;
         if algo == "shm" {
-            if blocking && let Some(node) = shm::NodeShm::get_or_setup(self)? {
-                return Ok(Plan::Shm(node));
+            if blocking {
+                // Checked mode registers the call before the windows' setup (collective on
+                // first use), so a rank that planned otherwise cannot leave the others in it.
+                let chk = self.check_composite(false)?;
+                if let Some(node) = shm::NodeShm::get_or_setup(self)? {
+                    return Ok(Plan::Shm(node, chk));
+                }
             }
             algo = "direct";
         }
         if algo == "hier" {
             if blocking {
+                self.check_composite(true)?;
                 return Ok(Plan::Hier(hier::Hier::get_or_setup(self)?));
             }
             // A composition of blocking collectives cannot be resumed step by step.
@@ -223,13 +238,17 @@ impl Communicator {
         self.check_root(root)?;
         let mut algo = self.choose("bcast", bytes, 1, None)?;
         if algo == "shm" {
-            if blocking && let Some(node) = shm::NodeShm::get_or_setup(self)? {
-                return Ok(Plan::Shm(node));
+            if blocking {
+                let chk = self.check_composite(false)?;
+                if let Some(node) = shm::NodeShm::get_or_setup(self)? {
+                    return Ok(Plan::Shm(node, chk));
+                }
             }
             algo = "tree";
         }
         if algo == "hier" {
             if blocking {
+                self.check_composite(true)?;
                 let h = hier::Hier::get_or_setup(self)?;
                 if h.regular() {
                     return Ok(Plan::Hier(h));
@@ -259,6 +278,13 @@ impl Communicator {
         r: &Reducer,
         root: u32,
     ) -> Result<Arc<Schedule>> {
+        self.check_note(
+            Call::new(Kind::Reduce)
+                .elem(elem)
+                .count(count)
+                .reducer(r)
+                .root(root),
+        );
         self.check_root(root)?;
         r.check()?;
         let algo = self.choose("reduce", count * elem, elem, Some(r))?;
@@ -288,6 +314,7 @@ impl Communicator {
         elem: usize,
     ) -> Result<(Arc<Schedule>, &'static str)> {
         let n = self.size as usize;
+        self.check_note(Call::new(Kind::Allgather).elem(elem).counts(counts));
         check_len("allgather counts", counts.len(), n)?;
         let equal = counts.iter().all(|&c| c == counts[0]);
         let chosen = self.choose("allgather", counts[0] * elem, elem, None)?;
@@ -320,6 +347,12 @@ impl Communicator {
         elem: usize,
         r: &Reducer,
     ) -> Result<(Arc<Schedule>, &'static str)> {
+        self.check_note(
+            Call::new(Kind::ReduceScatter)
+                .elem(elem)
+                .counts(counts)
+                .reducer(r),
+        );
         r.check()?;
         let n = self.size as usize;
         check_len("reduce_scatter counts", counts.len(), n)?;
@@ -343,6 +376,8 @@ impl Communicator {
         elem: usize,
     ) -> Result<Arc<Schedule>> {
         let n = self.size as usize;
+        // Per-pair counts differ between ranks by design: only the element size must agree.
+        self.check_note(Call::new(Kind::Alltoall).elem(elem));
         check_len("alltoall send counts", send_counts.len(), n)?;
         check_len("alltoall recv counts", recv_counts.len(), n)?;
         let algo = self.choose("alltoall", send_counts[0] * elem, elem, None)?;
@@ -373,6 +408,8 @@ impl Communicator {
         r: &Reducer,
         exclusive: bool,
     ) -> Result<Arc<Schedule>> {
+        let kind = if exclusive { Kind::Exscan } else { Kind::Scan };
+        self.check_note(Call::new(kind).elem(elem).count(count).reducer(r));
         if r.builtin() == Some(Op::Avg) {
             return Err(CommError::InvalidArg("scan with Avg is not defined".into()));
         }
@@ -434,9 +471,9 @@ impl Communicator {
                 }
                 self.run_schedule(&sched, data, &[], Some(&r))?
             }
-            Plan::Shm(node) => {
+            Plan::Shm(node, chk) => {
                 let combine = |acc: &mut [u8], left: &[u8]| r.apply(acc, left, Order::SrcFirst);
-                node.allreduce_sig(self, data, input, elem, r.signature(), &combine)?
+                node.allreduce_sig(self, data, input, elem, r.signature(), &combine, chk)?
             }
             Plan::Hier(h) => {
                 if let Some(i) = input {
@@ -470,11 +507,12 @@ impl Communicator {
 
     /// Sends `buf` from `root` to every rank. Collective; every rank passes the same length.
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: u32) -> Result<()> {
+        self.check_note(bcast_call::<T>(buf.len(), root));
         match self.bcast_plan(size_of_val(buf), root, true)? {
             Plan::Sched(sched) => {
                 self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], None)
             }
-            Plan::Shm(node) => node.bcast(self, bytemuck::cast_slice_mut(buf), root),
+            Plan::Shm(node, chk) => node.bcast(self, bytemuck::cast_slice_mut(buf), root, chk),
             Plan::Hier(h) => h.bcast(bytemuck::cast_slice_mut(buf), root),
         }
     }
@@ -485,6 +523,7 @@ impl Communicator {
         buf: Vec<T>,
         root: u32,
     ) -> Result<CollRequest<T>> {
+        self.check_note(bcast_call::<T>(buf.len(), root));
         let Plan::Sched(sched) = self.bcast_plan(size_of_val(&buf[..]), root, false)? else {
             unreachable!("non-blocking plans are schedules")
         };
@@ -588,6 +627,7 @@ impl Communicator {
         check_len("allgatherv recv", recv.len(), counts.iter().sum())?;
         let (sched, algo) = self.allgather_plan(counts, size_of::<T>())?;
         if algo == "hier" && counts.iter().all(|&c| c == counts[0]) {
+            self.check_composite(true)?;
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
                 return h.allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
@@ -673,6 +713,7 @@ impl Communicator {
         check_len("reduce_scatter_v recv", recv.len(), counts[me])?;
         let (sched, algo) = self.reduce_scatter_plan(counts, size_of::<T>(), &r)?;
         if algo == "hier" && counts.iter().all(|&c| c == counts[0]) {
+            self.check_composite(true)?;
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
                 let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
@@ -768,6 +809,13 @@ impl Communicator {
         elem: usize,
         root: u32,
     ) -> Result<Arc<Schedule>> {
+        // Only the root needs every count (gatherv, scatterv): counts are not compared.
+        let kind = if op == "gather" {
+            Kind::Gather
+        } else {
+            Kind::Scatter
+        };
+        self.check_note(Call::new(kind).elem(elem).root(root));
         self.check_root(root)?;
         check_len(op, counts.len(), self.size as usize)?;
         let algo = self.choose(op, counts[0] * elem, elem, None)?;
@@ -1088,6 +1136,7 @@ impl Communicator {
 
     /// Starts a barrier; `wait` returns once every rank has started it.
     pub fn ibarrier(&self) -> Result<CollRequest<u8>> {
+        self.check_note(Call::new(Kind::Barrier));
         let (rank, n) = (self.rank, self.size);
         let sched = self
             .shared
@@ -1173,6 +1222,14 @@ fn out_of_place_block(s: &Schedule, off: usize, len: usize) -> Schedule {
         out.phases.push(Phase { xfers, local });
     }
     out
+}
+
+/// What a broadcast of `len` elements of `T` from `root` must agree on.
+fn bcast_call<T>(len: usize, root: u32) -> Call {
+    Call::new(Kind::Bcast)
+        .elem(size_of::<T>())
+        .count(len)
+        .root(root)
 }
 
 /// Segment size of the pipelined broadcast: enough segments to overlap the hops, each large

@@ -80,6 +80,9 @@ struct Desc {
     kind: AtomicU64,
     /// 0: the input is in the slot; otherwise the id of the shared buffer holding it.
     src: AtomicU64,
+    /// Checked mode: the call's signature (0 unchecked) and the call itself.
+    check: AtomicU64,
+    call: [AtomicU64; 3],
 }
 
 /// The counters at the start of every window; all-zero (a fresh memfd) is the initial state.
@@ -113,6 +116,8 @@ pub(crate) enum ProtoError {
         j: usize,
         code: u64,
     },
+    /// Checked mode: the ranks' calls differ (seen by every rank in the same round).
+    Check(super::check::Verdict),
 }
 
 impl ProtoError {
@@ -124,6 +129,7 @@ impl ProtoError {
                 rank: j as u32,
                 why: format!("gave up ({code})"),
             },
+            ProtoError::Check(v) => v.error(&|r| r.to_string()),
         }
     }
 }
@@ -150,6 +156,8 @@ pub(crate) struct Proto<'a> {
     /// Only that rank matters: a peer that has done its part may exit normally meanwhile.
     check: &'a mut dyn FnMut(usize) -> Result<()>,
     spin: u32,
+    /// Checked mode: the call's number and what it is.
+    checked: Option<(u32, super::check::Call)>,
 }
 
 impl<'a> Proto<'a> {
@@ -164,7 +172,14 @@ impl<'a> Proto<'a> {
             bases,
             check,
             spin: SPIN,
+            checked: None,
         }
+    }
+
+    /// Checked mode: every rank compares the signatures of call `seq`'s descriptors.
+    pub(crate) fn with_check(mut self, checked: Option<(u32, super::check::Call)>) -> Self {
+        self.checked = checked;
+        self
     }
 
     /// Spins before yielding: few when ranks outnumber cores (the rank we wait for may need
@@ -264,11 +279,23 @@ impl<'a> Proto<'a> {
         d.kind.store(kind, Ordering::Relaxed);
         let src = zc.map_or(0, |z| z.ids[me]);
         d.src.store(src, Ordering::Relaxed);
+        if let Some((_, call)) = &self.checked {
+            d.check.store(call.sig(), Ordering::Relaxed);
+            for (a, w) in d.call.iter().zip(call.words()) {
+                a.store(w, Ordering::Relaxed);
+            }
+        }
         // Release: the slot and descriptor writes above become visible with `arrived`.
         self.hdr(me).arrived.0.store(k, Ordering::Release);
         self.wait_all(Flag::Arrived, k)?;
         if !first {
             return Ok(());
+        }
+        if let Some((seq, call)) = self.checked
+            && let Some(v) = self.check_descriptors(b, seq, call)
+        {
+            self.hdr(me).done.0.store(k, Ordering::Release);
+            return Err(ProtoError::Check(v));
         }
         let mut bad = None;
         for j in 0..self.n() {
@@ -316,6 +343,32 @@ impl<'a> Proto<'a> {
             }
             None => Ok(()),
         }
+    }
+
+    /// Checked mode: the verdict if the ranks' calls (descriptor b, already published by
+    /// every rank) differ. Every rank reads the same descriptors, so all agree.
+    fn check_descriptors(
+        &self,
+        b: usize,
+        seq: u32,
+        mine: super::check::Call,
+    ) -> Option<super::check::Verdict> {
+        let votes: Vec<super::check::Vote> = (0..self.n())
+            .map(|j| {
+                // Relaxed: ordered by the Acquire loads of `arrived` (as in `enter`).
+                let d = &self.hdr(j).desc[b];
+                let words = [0, 1, 2].map(|i| d.call[i].load(Ordering::Relaxed));
+                Some((
+                    d.check.load(Ordering::Relaxed),
+                    super::check::Call::from_words(words),
+                ))
+            })
+            .collect();
+        let sig = mine.sig();
+        votes
+            .iter()
+            .any(|v| v.is_some_and(|(s, _)| s != sig))
+            .then(|| super::check::decide(seq, self.me as u32, &votes))
     }
 
     /// Marks our window as given up, so peers waiting on us stop too.
@@ -498,6 +551,9 @@ struct State {
     broken: Option<String>,
 }
 
+/// Checked mode's registration of a shared-memory call: its number and what it is.
+pub(crate) type Checked = Option<(crate::comm::Tag, super::check::Call)>;
+
 /// Windows set up per communicator. A communicator is known by its `coll_seq` allocation,
 /// which its clones share and no other communicator has; the `Weak` keeps that allocation, so
 /// the address cannot be reused while the entry exists. Entries of dropped communicators are
@@ -637,6 +693,7 @@ impl NodeShm {
         &self,
         comm: &Communicator,
         op: &'static str,
+        checked: Checked,
         f: impl FnOnce(&mut Proto<'_>, &mut u64) -> PResult<()>,
     ) -> Result<()> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -650,6 +707,8 @@ impl NodeShm {
         }
         let shared = comm.shared.clone();
         let world = &self.world;
+        // Checked mode: this call's number (a rank running another algorithm for another call
+        // sends messages; the engine finds them) and the call (the descriptors carry it).
         // The rank waited for, and any rank whose failure fails this communicator (it may be
         // the reason the one we wait for is stuck).
         let mut check = |j: usize| {
@@ -664,15 +723,26 @@ impl NodeShm {
                     op,
                     why: "failed".into(),
                 })),
-                None => Ok(()),
+                None => {
+                    drop(e);
+                    comm.check_shm_wait(checked.map(|c| c.0))
+                }
             }
         };
         let mut p = Proto::new(self.me, &self.bases, &mut check)
-            .with_spin(comm.shared.policy.spin.min(SPIN));
+            .with_spin(comm.shared.policy.spin.min(SPIN))
+            .with_check(checked.map(|(t, c)| (super::check::seq_of(t.0), c)));
         let State { round, broken } = &mut *st;
         let e = match f(&mut p, round) {
             Ok(()) => return Ok(()),
             Err(ProtoError::Agreed(e)) => return Err(e),
+            Err(ProtoError::Check(v)) => return Err(comm.check_verdict_error(&v)),
+            Err(ProtoError::Fatal(e @ CommError::CollMismatch { .. })) => {
+                // Found through messages, which every member hears of: no need to poison
+                // the windows, but they are out of step here.
+                *broken = Some(e.to_string());
+                return Err(e);
+            }
             Err(ProtoError::Fatal(e)) => e,
             Err(ProtoError::Aborted { j, code }) => {
                 let lost = u32::try_from(code - 1).ok().filter(|&w| w < u32::MAX);
@@ -713,13 +783,14 @@ impl NodeShm {
         elem: usize,
         sig: u64,
         combine: &Combine<'_>,
+        checked: Checked,
     ) -> Result<()> {
         if input.is_some_and(|i| i.len() != data.len()) {
             return Err(CommError::InvalidArg(
                 "allreduce: input and output lengths differ".into(),
             ));
         }
-        self.run(comm, "allreduce (shared memory)", |p, round| {
+        self.run(comm, "allreduce (shared memory)", checked, |p, round| {
             // SAFETY: `data` is borrowed exclusively for the call, `input` (as long) shared;
             // a `&mut` and a `&` cannot overlap.
             unsafe {
@@ -751,23 +822,30 @@ impl NodeShm {
         sig: u64,
         combine: &Combine<'_>,
         zc: &ZeroCopy,
+        checked: Checked,
     ) -> Result<()> {
         let data = zc.bases[self.me].as_ptr();
-        self.run(comm, "allreduce (shared memory, in place)", |p, round| {
+        self.run(comm, "allreduce (shared memory, in place)", checked, |p, round| {
             // SAFETY: the caller's contract is this function's.
             unsafe { p.allreduce(round, data, total, elem, sig, combine, None, Some(zc)) }
         })
     }
 
     /// Broadcast of `data` from `root`.
-    pub(crate) fn bcast(&self, comm: &Communicator, data: &mut [u8], root: u32) -> Result<()> {
+    pub(crate) fn bcast(
+        &self,
+        comm: &Communicator,
+        data: &mut [u8],
+        root: u32,
+        checked: Checked,
+    ) -> Result<()> {
         if root >= comm.size {
             return Err(CommError::InvalidRank {
                 rank: root,
                 size: comm.size,
             });
         }
-        self.run(comm, "bcast (shared memory)", |p, round| {
+        self.run(comm, "bcast (shared memory)", checked, |p, round| {
             p.bcast(round, data, root as usize)
         })
     }
@@ -800,6 +878,13 @@ impl Communicator {
     pub fn allreduce_shm<T: Element>(&self, buf: &mut [T], op: Op) -> Result<bool> {
         op.check(T::DTYPE)
             .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        self.check_note(
+            super::check::Call::new(super::check::Kind::Allreduce)
+                .elem(size_of::<T>())
+                .count(buf.len())
+                .reducer(&super::Reducer::Builtin(op, T::DTYPE)),
+        );
+        let chk = self.check_composite(false)?;
         let Some(node) = NodeShm::get_or_setup(self)? else {
             return Ok(false);
         };
@@ -811,6 +896,7 @@ impl Communicator {
             size_of::<T>(),
             signature::<T>(op),
             &combine,
+            chk,
         )?;
         if op == Op::Avg {
             rcomm_kernels::finalize_avg_typed(buf, self.size as usize)
@@ -822,10 +908,17 @@ impl Communicator {
     /// Broadcast from `root` through the node's shared memory; `Ok(false)` (nothing done) when
     /// that path is unusable, as for [`allreduce_shm`](Self::allreduce_shm). Collective.
     pub fn bcast_shm<T: bytemuck::Pod>(&self, buf: &mut [T], root: u32) -> Result<bool> {
+        self.check_note(
+            super::check::Call::new(super::check::Kind::Bcast)
+                .elem(size_of::<T>())
+                .count(buf.len())
+                .root(root),
+        );
+        let chk = self.check_composite(false)?;
         let Some(node) = NodeShm::get_or_setup(self)? else {
             return Ok(false);
         };
-        node.bcast(self, bytemuck::cast_slice_mut(buf), root)?;
+        node.bcast(self, bytemuck::cast_slice_mut(buf), root, chk)?;
         Ok(true)
     }
 }

@@ -14,6 +14,7 @@
 use super::matcher::{Envelope, Matcher, Posting, RecvId, Route as MRoute, Source, TagSel};
 use super::region::Region;
 use crate::CommError;
+use crate::coll::check::{Call, Checks, Stamp, Verdict};
 use rcomm_transport::fastmap::FastMap;
 use rcomm_transport::net::Deliver;
 use rcomm_transport::net::{Net, NetCounters, Route};
@@ -72,7 +73,7 @@ struct Req {
 
 #[derive(Debug, Clone, Copy)]
 enum OutPayload {
-    Small([u8; 16], u8),
+    Small([u8; 32], u8),
     User(Region),
 }
 
@@ -150,6 +151,8 @@ struct State {
     /// Buffers of consumed unexpected messages, reused so a steady stream of unexpected small
     /// messages does not allocate.
     pool: Vec<Vec<u8>>,
+    /// Checked collectives (`RCOMM_CHECK=1`), see [`crate::coll::check`].
+    check: Option<Box<Checks>>,
 }
 
 /// Most buffers kept in the pool, and the largest capacity kept.
@@ -166,7 +169,7 @@ pub(crate) struct Engine {
 }
 
 fn small(vals: &[u64]) -> OutPayload {
-    let mut b = [0u8; 16];
+    let mut b = [0u8; 32];
     for (i, v) in vals.iter().enumerate() {
         b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
     }
@@ -204,6 +207,7 @@ impl Engine {
                 hosts,
                 error: None,
                 pool: Vec::new(),
+                check: None,
             },
             net,
             reported: Vec::new(),
@@ -246,6 +250,34 @@ impl Engine {
         op: &'static str,
         blocking: bool,
     ) -> Result<Option<ReqId>, CommError> {
+        self.send_stamped(ctx, dest, tag, region, op, blocking, Stamp::default())
+    }
+
+    /// [`isend`](Self::isend) of a collective's message, its header stamped for checked mode.
+    pub(crate) fn isend_stamped(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        region: Region,
+        op: &'static str,
+        stamp: Stamp,
+    ) -> Result<ReqId, CommError> {
+        self.send_stamped(ctx, dest, tag, region, op, false, stamp)
+            .map(|r| r.expect("non-blocking sends always make a request"))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_stamped(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        region: Region,
+        op: &'static str,
+        blocking: bool,
+        stamp: Stamp,
+    ) -> Result<Option<ReqId>, CommError> {
         self.st.check_peer(dest, op)?;
         if tag < 0 {
             return Err(CommError::InvalidTag { tag });
@@ -263,8 +295,8 @@ impl Engine {
             len: region.len() as u64,
             kind,
             flags: 0,
-            coll_seq: 0,
-            signature: 0,
+            coll_seq: stamp.epoch,
+            signature: stamp.sig,
         };
         if blocking
             && dest != me
@@ -795,7 +827,106 @@ impl Engine {
     }
 }
 
+/// Checked collectives: the engine keeps what each communicator's ranks called (see
+/// [`crate::coll::check`]); these are the collectives' entry points.
+impl Engine {
+    /// Turns checked mode on (at init, before any collective).
+    pub(crate) fn check_enable(&mut self) {
+        self.st.check = Some(Box::new(Checks::new(self.st.me)));
+    }
+
+    /// Records that this rank starts `call` as call `tag` on internal context `ctx` and sends
+    /// its token to `token_to`; true if the communicator already failed a check (see
+    /// [`Checks::register`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn check_register(
+        &mut self,
+        ctx: u32,
+        epoch: u32,
+        tag: i32,
+        call: Call,
+        me: u32,
+        members: &dyn Fn() -> Vec<u32>,
+        token_to: Option<u32>,
+    ) -> bool {
+        let Some(c) = self.st.check.as_deref_mut() else {
+            return false;
+        };
+        let failed = c.register(ctx, epoch, tag, call, me, members, token_to);
+        for p in self.st.flush_checks() {
+            self.flush_peer(p);
+        }
+        failed
+    }
+
+    /// Whether call `tag` on `ctx` fails a check.
+    pub(crate) fn check_failed(&self, ctx: u32, epoch: u32, tag: i32) -> bool {
+        self.st
+            .check
+            .as_deref()
+            .is_some_and(|c| c.failed(ctx, epoch, tag))
+    }
+
+    /// The verdict on a failed call once it is decided, with the world ranks of the
+    /// communicator it names ranks of.
+    pub(crate) fn check_verdict(
+        &mut self,
+        ctx: u32,
+        epoch: u32,
+        tag: i32,
+    ) -> Option<(Verdict, Vec<u32>)> {
+        let c = self.st.check.as_deref_mut()?;
+        let v = c.verdict(ctx, epoch, tag)?;
+        Some((v, c.members(ctx, epoch, tag)))
+    }
+
+    /// The call at which the communicator on `ctx` failed a check, if it did.
+    pub(crate) fn check_poisoned(&self, ctx: u32, epoch: u32) -> Option<i32> {
+        self.st.check.as_deref()?.poisoned(ctx, epoch)
+    }
+
+    /// Collectives on `child` run a call of `parent`'s (hierarchical algorithms).
+    pub(crate) fn check_link(&mut self, child: u32, parent: u32) {
+        if let Some(c) = self.st.check.as_deref_mut() {
+            c.link(child, parent);
+        }
+    }
+}
+
 impl State {
+    /// Queues the checks' control messages; returns the peers that got some.
+    fn flush_checks(&mut self) -> Vec<u32> {
+        let Some(c) = self.check.as_deref_mut() else {
+            return Vec::new();
+        };
+        if c.outbox.is_empty() {
+            return Vec::new();
+        }
+        let msgs = std::mem::take(&mut c.outbox);
+        let mut peers = Vec::new();
+        for m in msgs {
+            if self.failed.contains_key(&m.peer) {
+                continue;
+            }
+            if m.peer == self.me {
+                self.deliver(m.peer, &m.hdr, &m.payload[..m.len as usize]);
+                continue;
+            }
+            let mut b = [0u8; 32];
+            b[..24].copy_from_slice(&m.payload);
+            self.out_len += 1;
+            self.out.entry(m.peer).or_default().push_back(Out {
+                hdr: m.hdr,
+                payload: OutPayload::Small(b, m.len),
+                req: None,
+            });
+            if !peers.contains(&m.peer) {
+                peers.push(m.peer);
+            }
+        }
+        peers
+    }
+
     fn token(&mut self) -> u64 {
         self.next_token += 1;
         self.next_token
@@ -903,6 +1034,12 @@ impl State {
                     );
                     return;
                 }
+                if hdr.signature != 0
+                    && let Some(c) = self.check.as_deref_mut()
+                {
+                    c.on_data(peer, hdr);
+                    self.flush_checks();
+                }
                 let pool = &mut self.pool;
                 let mut stored = || match hdr.kind {
                     ProtoKind::Eager => {
@@ -984,6 +1121,14 @@ impl State {
                         }),
                     );
                 }
+            }
+            ProtoKind::Control
+                if self
+                    .check
+                    .as_deref_mut()
+                    .is_some_and(|c| c.on_control(peer, hdr, payload)) =>
+            {
+                self.flush_checks();
             }
             ProtoKind::Data | ProtoKind::Credit | ProtoKind::Control => {
                 rcomm_transport::rlog!(Trace, "P2P", "ignored {:?} from rank {peer}", hdr.kind);
