@@ -69,6 +69,8 @@ pub(crate) struct Shared {
     pub(crate) deterministic: bool,
     /// `RCOMM_CHECK`: collectives verify that every rank makes the same call.
     pub(crate) check: bool,
+    /// `RCOMM_STRAGGLER`: the blocking collectives' waits, per communicator.
+    pub(crate) straggler: Option<crate::straggler::Waits>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -99,6 +101,7 @@ impl Shared {
             coll: crate::coll::CollShared::new(false),
             deterministic: false,
             check: false,
+            straggler: None,
         }
     }
 

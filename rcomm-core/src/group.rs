@@ -130,6 +130,13 @@ impl Communicator {
     /// Waits until every rank of the communicator has called `barrier` (dissemination:
     /// ⌈log₂ n⌉ rounds of one message each way).
     pub fn barrier(&self) -> Result<()> {
+        let t0 = self.straggler_start();
+        let res = self.barrier_untimed();
+        self.straggler_end(t0);
+        res
+    }
+
+    fn barrier_untimed(&self) -> Result<()> {
         if self.shared.check {
             // Checked: a collective with its own call number and signature.
             return self.ibarrier()?.wait().map(drop);

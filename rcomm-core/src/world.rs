@@ -231,6 +231,7 @@ fn init_with(cfg: &Config) -> Result<World> {
     let mut shared = Shared::new(engine, notices.clone(), policy, node_of, cfg.algo.clone());
     shared.deterministic = cfg.deterministic;
     shared.check = cfg.check;
+    shared.straggler = cfg.straggler.then(Default::default);
     shared.coll = crate::coll::CollShared::new(cfg.async_progress);
     let shared = Arc::new(shared);
     let one_node = shared.node_of.iter().all(|&c| c == shared.node_of[0]);
@@ -408,6 +409,21 @@ impl World {
     }
 }
 
+impl World {
+    /// `RCOMM_STRAGGLER=1`: the world's straggler report, printed by rank 0 (collective: every
+    /// rank finalizes). Not while panicking: the other ranks may be elsewhere.
+    fn straggler_at_finalize(&self) {
+        if self.comm.shared.straggler.is_none() || std::thread::panicking() {
+            return;
+        }
+        match self.comm.straggler_report() {
+            Ok(r) if self.rank == 0 => eprint!("{r}"),
+            Ok(_) => {}
+            Err(e) => rlog!(Warn, "COLL", "straggler report at finalize: {e}"),
+        }
+    }
+}
+
 impl std::ops::Deref for World {
     type Target = Communicator;
     fn deref(&self) -> &Communicator {
@@ -417,6 +433,7 @@ impl std::ops::Deref for World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        self.straggler_at_finalize();
         if let Some(p) = &self.comm.shared.coll.progress {
             p.stop();
         }

@@ -321,6 +321,19 @@ impl Communicator {
         input: &[u8],
         reduce: Option<&Reducer>,
     ) -> Result<()> {
+        let t0 = self.straggler_start();
+        let res = self.run_schedule_untimed(s, data, input, reduce);
+        self.straggler_end(t0);
+        res
+    }
+
+    fn run_schedule_untimed(
+        &self,
+        s: &Schedule,
+        data: &mut [u8],
+        input: &[u8],
+        reduce: Option<&Reducer>,
+    ) -> Result<()> {
         let tag = self.next_coll_tag();
         let (stamp, chk) = self.check_start(tag)?;
         if s.phases.is_empty() {

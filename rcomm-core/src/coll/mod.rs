@@ -479,7 +479,10 @@ impl Communicator {
                 if let Some(i) = input {
                     data.copy_from_slice(i);
                 }
-                h.allreduce(data, elem, &r.sum_form())?
+                let t0 = self.straggler_start();
+                let res = h.allreduce(data, elem, &r.sum_form());
+                self.straggler_end(t0);
+                res?
             }
         }
         r.finalize(data, self.size as usize)
@@ -513,7 +516,12 @@ impl Communicator {
                 self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], None)
             }
             Plan::Shm(node, chk) => node.bcast(self, bytemuck::cast_slice_mut(buf), root, chk),
-            Plan::Hier(h) => h.bcast(bytemuck::cast_slice_mut(buf), root),
+            Plan::Hier(h) => {
+                let t0 = self.straggler_start();
+                let res = h.bcast(bytemuck::cast_slice_mut(buf), root);
+                self.straggler_end(t0);
+                res
+            }
         }
     }
 
@@ -630,7 +638,10 @@ impl Communicator {
             self.check_composite(true)?;
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
-                return h.allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+                let t0 = self.straggler_start();
+                let res = h.allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+                self.straggler_end(t0);
+                return res;
             }
         }
         let off: usize = counts[..r].iter().sum();
@@ -717,7 +728,10 @@ impl Communicator {
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
                 let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
-                h.reduce_scatter(bytemuck::cast_slice(send), out, &r.sum_form())?;
+                let t0 = self.straggler_start();
+                let res = h.reduce_scatter(bytemuck::cast_slice(send), out, &r.sum_form());
+                self.straggler_end(t0);
+                res?;
                 return r.finalize(out, n);
             }
         }

@@ -696,6 +696,19 @@ impl NodeShm {
         checked: Checked,
         f: impl FnOnce(&mut Proto<'_>, &mut u64) -> PResult<()>,
     ) -> Result<()> {
+        let t0 = comm.straggler_start();
+        let res = self.run_untimed(comm, op, checked, f);
+        comm.straggler_end(t0);
+        res
+    }
+
+    fn run_untimed(
+        &self,
+        comm: &Communicator,
+        op: &'static str,
+        checked: Checked,
+        f: impl FnOnce(&mut Proto<'_>, &mut u64) -> PResult<()>,
+    ) -> Result<()> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(why) = &st.broken {
             return Err(CommError::Protocol {

@@ -853,7 +853,8 @@ impl Engine {
             return false;
         };
         let failed = c.register(ctx, epoch, tag, call, me, members, token_to);
-        for p in self.st.flush_checks() {
+        self.st.flush_checks();
+        if let Some(p) = token_to {
             self.flush_peer(p);
         }
         failed
@@ -894,37 +895,33 @@ impl Engine {
 }
 
 impl State {
-    /// Queues the checks' control messages; returns the peers that got some.
-    fn flush_checks(&mut self) -> Vec<u32> {
-        let Some(c) = self.check.as_deref_mut() else {
-            return Vec::new();
+    /// Queues the checks' control messages (progress sends them).
+    fn flush_checks(&mut self) {
+        let State {
+            check,
+            out,
+            out_len,
+            failed,
+            me,
+            ..
+        } = self;
+        let Some(c) = check.as_deref_mut() else {
+            return;
         };
-        if c.outbox.is_empty() {
-            return Vec::new();
-        }
-        let msgs = std::mem::take(&mut c.outbox);
-        let mut peers = Vec::new();
-        for m in msgs {
-            if self.failed.contains_key(&m.peer) {
-                continue;
-            }
-            if m.peer == self.me {
-                self.deliver(m.peer, &m.hdr, &m.payload[..m.len as usize]);
+        for m in c.outbox.drain(..) {
+            // Tokens go to the next rank and votes to the others: never to this one.
+            if failed.contains_key(&m.peer) || m.peer == *me {
                 continue;
             }
             let mut b = [0u8; 32];
             b[..24].copy_from_slice(&m.payload);
-            self.out_len += 1;
-            self.out.entry(m.peer).or_default().push_back(Out {
+            *out_len += 1;
+            out.entry(m.peer).or_default().push_back(Out {
                 hdr: m.hdr,
                 payload: OutPayload::Small(b, m.len),
                 req: None,
             });
-            if !peers.contains(&m.peer) {
-                peers.push(m.peer);
-            }
         }
-        peers
     }
 
     fn token(&mut self) -> u64 {
