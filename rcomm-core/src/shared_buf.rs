@@ -152,8 +152,8 @@ impl Communicator {
                 .count(buf.segs[buf.rank].2 / size_of::<T>().max(1))
                 .reducer(&crate::coll::Reducer::Builtin(op, T::DTYPE)),
         );
-        let chk = self.check_composite(false)?;
-        let Some(node) = NodeShm::get_or_setup(self)? else {
+        let chk = self.check_shm_call()?;
+        let Some(node) = NodeShm::get_or_setup(self, chk)? else {
             // Agreed on every rank: reduce a private copy by messages instead.
             let mut v = buf.to_vec();
             self.allreduce_in_place(&mut v, op)?;

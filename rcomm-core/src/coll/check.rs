@@ -35,6 +35,7 @@ use rcomm_kernels::{Dtype, Op};
 use rcomm_transport::fastmap::FastMap;
 use rcomm_transport::wire::{Header, ProtoKind};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a rank that knows of a mismatch waits for every member's vote before it names
@@ -50,6 +51,10 @@ const HIST: usize = 64;
 const EARLY_MAX: usize = 4096;
 /// Collective tags run over `TAG_COLL_BASE + seq mod 2³⁰`.
 const SEQ_MOD: i64 = 1 << 30;
+/// Set once any communicator of this process failed a check: from then on shared-memory
+/// calls record theirs before they start (otherwise only once they wait long).
+static ANY_FAILED: AtomicBool = AtomicBool::new(false);
+
 /// No root.
 pub(crate) const NO_ROOT: u32 = u32::MAX;
 /// The count field holds a hash of a counts array whose entries differ.
@@ -817,6 +822,7 @@ fn start_bad(st: &mut CtxState, ctx: u32, world: u32, tag: i32, out: &mut Vec<Ou
         Some(b) if b.tag == tag => {}
         Some(b) if later(tag, b.tag) => return,
         _ => {
+            ANY_FAILED.store(true, Ordering::Relaxed);
             st.bad = Some(Bad {
                 tag,
                 votes: vec![None; st.members.len()],
@@ -888,6 +894,33 @@ impl Communicator {
         // schedule, which registers the call again under a call number of its own.
         note(call);
         Ok(Some((tag, call)))
+    }
+
+    /// For a shared-memory call (every rank compares the others' signatures in the windows'
+    /// descriptors): in checked mode, takes a call number; the call is recorded with the
+    /// engine only when needed — before the windows' setup (see
+    /// [`check_composite`](Self::check_composite)), once a waiter waits long (a rank that
+    /// runs another algorithm sends messages, which the engine matches against it), or at
+    /// once after any check failed in this process (a failed communicator fails at once).
+    pub(crate) fn check_shm_call(&self) -> Result<Option<(Tag, Call)>> {
+        if !self.shared.check {
+            return Ok(None);
+        }
+        let tag = self.next_coll_tag();
+        let call = take();
+        if ANY_FAILED.load(Ordering::Relaxed) {
+            self.check_register(tag, call)?;
+        }
+        // Still noted for a fallback schedule (see `check_composite`).
+        note(call);
+        Ok(Some((tag, call)))
+    }
+
+    /// Records `call` as call `tag` (no token); fails if the communicator failed a check at
+    /// or before it. Recording a call twice is harmless.
+    pub(crate) fn check_register(&self, tag: Tag, call: Call) -> Result<()> {
+        note(call);
+        self.check_begin(tag, false).map(drop)
     }
 
     /// Records the noted call as call `tag` (sending the token to the next rank when `token`);

@@ -207,8 +207,8 @@ impl Communicator {
             if blocking {
                 // Checked mode registers the call before the windows' setup (collective on
                 // first use), so a rank that planned otherwise cannot leave the others in it.
-                let chk = self.check_composite(false)?;
-                if let Some(node) = shm::NodeShm::get_or_setup(self)? {
+                let chk = self.check_shm_call()?;
+                if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
                     return Ok(Plan::Shm(node, chk));
                 }
             }
@@ -239,8 +239,8 @@ impl Communicator {
         let mut algo = self.choose("bcast", bytes, 1, None)?;
         if algo == "shm" {
             if blocking {
-                let chk = self.check_composite(false)?;
-                if let Some(node) = shm::NodeShm::get_or_setup(self)? {
+                let chk = self.check_shm_call()?;
+                if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
                     return Ok(Plan::Shm(node, chk));
                 }
             }

@@ -644,7 +644,12 @@ impl NodeShm {
     /// The windows of `comm`, set up on first use. Collective (on first use every rank must
     /// call it, in the same order relative to other collectives). `Ok(None)` when not every
     /// rank is on this node or mapping failed somewhere (agreed).
-    pub(crate) fn get_or_setup(comm: &Communicator) -> Result<Option<Arc<NodeShm>>> {
+    /// Checked mode's call `checked` is recorded before a setup: a rank that planned another
+    /// call is then found, and the setup's exchanges fail instead of waiting for it.
+    pub(crate) fn get_or_setup(
+        comm: &Communicator,
+        checked: Checked,
+    ) -> Result<Option<Arc<NodeShm>>> {
         let key = Arc::as_ptr(&comm.coll_seq);
         {
             let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
@@ -652,6 +657,9 @@ impl NodeShm {
             if let Some((_, e)) = cache.iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), key)) {
                 return Ok(e.clone());
             }
+        }
+        if let Some((tag, call)) = checked {
+            comm.check_register(tag, call)?;
         }
         let made = Self::setup(comm)?.map(Arc::new);
         CACHE
@@ -720,8 +728,10 @@ impl NodeShm {
         }
         let shared = comm.shared.clone();
         let world = &self.world;
-        // Checked mode: this call's number (a rank running another algorithm for another call
-        // sends messages; the engine finds them) and the call (the descriptors carry it).
+        // Checked mode: this call's number and what it is (the descriptors carry it); recorded
+        // with the engine once we wait long (a rank running another algorithm for another call
+        // sends messages, which the engine then matches against it).
+        let mut registered = false;
         // The rank waited for, and any rank whose failure fails this communicator (it may be
         // the reason the one we wait for is stuck).
         let mut check = |j: usize| {
@@ -738,6 +748,12 @@ impl NodeShm {
                 })),
                 None => {
                     drop(e);
+                    if let Some((tag, call)) = checked
+                        && !registered
+                    {
+                        registered = true;
+                        comm.check_register(tag, call)?;
+                    }
                     comm.check_shm_wait(checked.map(|c| c.0))
                 }
             }
@@ -897,8 +913,8 @@ impl Communicator {
                 .count(buf.len())
                 .reducer(&super::Reducer::Builtin(op, T::DTYPE)),
         );
-        let chk = self.check_composite(false)?;
-        let Some(node) = NodeShm::get_or_setup(self)? else {
+        let chk = self.check_shm_call()?;
+        let Some(node) = NodeShm::get_or_setup(self, chk)? else {
             return Ok(false);
         };
         let combine = combiner::<T>(op);
@@ -927,8 +943,8 @@ impl Communicator {
                 .count(buf.len())
                 .root(root),
         );
-        let chk = self.check_composite(false)?;
-        let Some(node) = NodeShm::get_or_setup(self)? else {
+        let chk = self.check_shm_call()?;
+        let Some(node) = NodeShm::get_or_setup(self, chk)? else {
             return Ok(false);
         };
         node.bcast(self, bytemuck::cast_slice_mut(buf), root, chk)?;

@@ -4,7 +4,8 @@
 //! `CollMismatch` naming that rank — from the mismatched call, or (if its part of that call
 //! completed before it heard) from the next collective on the communicator, a barrier.
 //! Prints `case <name> err <ranks> <fields> <ms>` per case (or `case <name> NO ERROR`), then
-//! `ok check` once matched collectives still work.
+//! `ok check` once matched collectives still work. `RT_CASES` picks cases (comma list);
+//! `RT_WARM=1` runs a matched allreduce and bcast on each communicator first.
 use rcomm::{CommError, Communicator, Op};
 use std::time::Instant;
 
@@ -89,6 +90,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(n - 1);
     let only = std::env::var("RT_CASES").ok();
+    let warm = std::env::var("RT_WARM").is_ok_and(|v| v == "1");
     // Communicators stay alive to the end: a mismatch leaves messages behind on a context,
     // which a later communicator reusing it must not meet.
     let mut keep = Vec::new();
@@ -97,6 +99,14 @@ fn main() {
             continue;
         }
         let c = world.dup().expect("dup");
+        if warm {
+            // Shared-memory windows already set up: a shared-memory call records itself with
+            // the engine only once it waits.
+            let mut v = vec![1f32; 16];
+            c.allreduce_in_place(&mut v, Op::Sum).expect("warm-up allreduce");
+            let mut b = vec![0u8; 16];
+            c.bcast(&mut b, 0).expect("warm-up bcast");
+        }
         let t0 = Instant::now();
         let mut res = call(&c, case, r == odd);
         // A rank whose part completed hears of the mismatch at its next collectives.
