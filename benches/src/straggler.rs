@@ -87,7 +87,12 @@ pub fn outliers(stats: &[RankStats]) -> Vec<(usize, String)> {
     let late: Vec<f64> = stats.iter().map(|s| s.late_mean).collect();
     let means: Vec<f64> = stats.iter().map(|s| s.mean).collect();
     let (med_late, med_time) = (median(&late), median(&means));
-    let mad = median(&late.iter().map(|l| (l - med_late).abs()).collect::<Vec<_>>());
+    let mad = median(
+        &late
+            .iter()
+            .map(|l| (l - med_late).abs())
+            .collect::<Vec<_>>(),
+    );
     let bar = med_late + (3.5 * 1.4826 * mad).max(0.05 * med_time);
     let mut out = Vec::new();
     for (r, s) in stats.iter().enumerate() {
@@ -139,12 +144,14 @@ pub fn run(plan: &Plan) -> Result<Vec<usize>, Box<dyn Error>> {
     let late: Vec<f64> = longest.iter().zip(&times).map(|(m, t)| m - t).collect();
     let s = summarise(&times, &late);
     let mut all = vec![0f64; 5 * n];
-    world.allgather(
-        &[s.mean, s.p50, s.p99, s.late_mean, s.late_p99],
-        &mut all,
-    )?;
+    world.allgather(&[s.mean, s.p50, s.p99, s.late_mean, s.late_p99], &mut all)?;
     let hosts: Vec<String> = (0..n as u32)
-        .map(|q| world.peer(q).map(|p| p.hostname.clone()).unwrap_or_default())
+        .map(|q| {
+            world
+                .peer(q)
+                .map(|p| p.hostname.clone())
+                .unwrap_or_default()
+        })
         .collect();
     if r != 0 {
         return Ok(Vec::new());
@@ -164,7 +171,14 @@ pub fn run(plan: &Plan) -> Result<Vec<usize>, Box<dyn Error>> {
         for (q, st) in stats.iter().enumerate() {
             println!(
                 "{{\"rank\":{q},\"host\":\"{}\",\"bytes\":{},\"iters\":{},\"mean_us\":{:.3},\"p50_us\":{:.3},\"p99_us\":{:.3},\"late_mean_us\":{:.3},\"late_p99_us\":{:.3}}}",
-                hosts[q], plan.bytes, plan.iters, st.mean, st.p50, st.p99, st.late_mean, st.late_p99
+                hosts[q],
+                plan.bytes,
+                plan.iters,
+                st.mean,
+                st.p50,
+                st.p99,
+                st.late_mean,
+                st.late_p99
             );
         }
         let list: Vec<String> = out.iter().map(|(q, _)| q.to_string()).collect();
@@ -215,7 +229,12 @@ mod tests {
 
     #[test]
     fn a_late_rank_is_named_and_jitter_is_not() {
-        let quiet = [st(100.0, 2.0), st(101.0, 3.0), st(99.0, 1.0), st(100.0, 4.0)];
+        let quiet = [
+            st(100.0, 2.0),
+            st(101.0, 3.0),
+            st(99.0, 1.0),
+            st(100.0, 4.0),
+        ];
         assert!(outliers(&quiet).is_empty());
         let mut one_late = quiet;
         one_late[2] = st(60.0, 80.0);

@@ -24,8 +24,16 @@ fn rcomm_run() -> Option<PathBuf> {
 #[test]
 fn one_rank_prints_the_table_and_no_outlier() {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rcomm-bench"));
-    c.args(["--straggler", "--size", "4K", "--iters", "5", "--warmup", "1"])
-        .env_remove("RCOMM_RANK");
+    c.args([
+        "--straggler",
+        "--size",
+        "4K",
+        "--iters",
+        "5",
+        "--warmup",
+        "1",
+    ])
+    .env_remove("RCOMM_RANK");
     let (rc, out, err) = out_of(c);
     assert_eq!(rc, 0, "{err}");
     assert!(out.contains("late mean us"), "{out}");

@@ -166,11 +166,7 @@ pub(crate) fn summary(v: &[f64]) -> (f64, f64, f64) {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     let p99 = s[(s.len() * 99).div_ceil(100).max(1) - 1];
-    (
-        s.iter().sum::<f64>() / s.len() as f64,
-        p99,
-        s[s.len() - 1],
-    )
+    (s.iter().sum::<f64>() / s.len() as f64, p99, s[s.len() - 1])
 }
 
 fn dur(secs: f64) -> Duration {
@@ -220,7 +216,9 @@ impl Communicator {
             .map(|k| {
                 // Kept unless this rank made so many more calls that it overwrote them.
                 if k + (KEEP as u64) >= next {
-                    secs.get((k % KEEP as u64) as usize).copied().unwrap_or(-1.0)
+                    secs.get((k % KEEP as u64) as usize)
+                        .copied()
+                        .unwrap_or(-1.0)
                 } else {
                     -1.0
                 }
@@ -282,6 +280,10 @@ mod tests {
         w.record(3, 1, 0.0);
         assert_eq!(w.snapshot(3, 1, false).0, next, "paused");
         w.record(3, 2, 7.0);
-        assert_eq!(w.snapshot(3, 2, false), (1, vec![7.0]), "a new communicator");
+        assert_eq!(
+            w.snapshot(3, 2, false),
+            (1, vec![7.0]),
+            "a new communicator"
+        );
     }
 }

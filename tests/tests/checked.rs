@@ -66,7 +66,9 @@ fn run(label: &str, job: Job, odd: u32) {
     // The message names the rank, its call and the others' (rank 0 prints every one).
     assert!(
         out.stderr.contains(&format!("rank {odd} (on "))
-            && out.stderr.contains("called allreduce(count 17, f32, sum) (count differs)"),
+            && out
+                .stderr
+                .contains("called allreduce(count 17, f32, sum) (count differs)"),
         "{label}\n{out}"
     );
 }

@@ -25,7 +25,10 @@ fn the_rank_that_sleeps_before_every_collective_is_reported_slowest() {
         let mean: f64 = f[1].parse().unwrap();
         assert!(mean > 8.0, "mean lateness {mean} ms\n{out}");
         assert_eq!(f[4], "15", "calls compared\n{out}");
-        assert!(lines.contains(&format!("world slowest {slow}").as_str()), "{out}");
+        assert!(
+            lines.contains(&format!("world slowest {slow}").as_str()),
+            "{out}"
+        );
         // At finalize: rank 0's report on stderr, the slow rank first.
         let report: Vec<&str> = out
             .stderr

@@ -219,7 +219,9 @@ impl Call {
 
     fn decode(b: &[u8]) -> Option<Self> {
         let w = |i: usize| -> Option<u64> {
-            Some(u64::from_le_bytes(b.get(i * 8..i * 8 + 8)?.try_into().ok()?))
+            Some(u64::from_le_bytes(
+                b.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+            ))
         };
         Self::from_words([w(0)?, w(1)?, w(2)?])
     }
@@ -372,7 +374,7 @@ pub(crate) fn decide(seq: u32, me: u32, votes: &[Vote]) -> Verdict {
         }
     }
     // Stable sort: among equal sizes the group met first holds the lowest rank.
-    groups.sort_by(|a, b| b.2.len().cmp(&a.2.len()));
+    groups.sort_by_key(|g| std::cmp::Reverse(g.2.len()));
     let mine = votes.get(me as usize).copied().flatten().and_then(|v| v.1);
     let mut it = groups.into_iter().map(|(_, c, r)| (c, r));
     let majority = it.next();
@@ -388,7 +390,11 @@ pub(crate) fn decide(seq: u32, me: u32, votes: &[Vote]) -> Verdict {
 impl Verdict {
     /// The disagreeing ranks.
     pub(crate) fn ranks(&self) -> Vec<u32> {
-        let mut r: Vec<u32> = self.odd.iter().flat_map(|(_, r)| r.iter().copied()).collect();
+        let mut r: Vec<u32> = self
+            .odd
+            .iter()
+            .flat_map(|(_, r)| r.iter().copied())
+            .collect();
         r.sort_unstable();
         r
     }
@@ -985,9 +991,7 @@ impl Communicator {
     /// [`VOTE_WAIT`]). Progresses the engine meanwhile (the caller holds no lock).
     pub(crate) fn check_error(&self, tag: Tag) -> CommError {
         let (ctx, epoch) = (self.ctx + 1, self.check_gen());
-        let (v, members) = self
-            .shared
-            .block_on(|e| e.check_verdict(ctx, epoch, tag.0));
+        let (v, members) = self.shared.block_on(|e| e.check_verdict(ctx, epoch, tag.0));
         self.verdict_error(&v, &members)
     }
 
@@ -1082,7 +1086,10 @@ mod tests {
             base.reducer(&Reducer::Builtin(Op::Max, Dtype::F32)),
             base.reducer(&Reducer::Builtin(Op::Sum, Dtype::I32)),
             base.root(0),
-            Call { kind: Kind::Reduce, ..base },
+            Call {
+                kind: Kind::Reduce,
+                ..base
+            },
             base.counts(&[1, 2]),
         ];
         for v in variants {
@@ -1104,7 +1111,10 @@ mod tests {
         for (r, c) in cs.iter_mut().enumerate() {
             assert!(c.failed(1, 7, 16), "rank {r}");
             assert!(c.failed(1, 7, 17), "later calls fail too");
-            assert!(!c.failed(1, 8, 16), "another generation is another communicator");
+            assert!(
+                !c.failed(1, 8, 16),
+                "another generation is another communicator"
+            );
             let v = c.verdict(1, 7, 16).expect("every vote is in");
             assert_eq!(v.ranks(), vec![2], "rank {r}: {v:?}");
             assert_eq!(v.majority.as_ref().unwrap().1, vec![0, 1, 3]);
@@ -1112,8 +1122,14 @@ mod tests {
             let CommError::CollMismatch { ranks, fields, .. } = &e else {
                 panic!("{e:?}")
             };
-            assert_eq!((ranks.as_slice(), fields.as_slice()), (&[2][..], &["count"][..]));
-            assert!(e.to_string().contains("rank 2 called allreduce(count 99"), "{e}");
+            assert_eq!(
+                (ranks.as_slice(), fields.as_slice()),
+                (&[2][..], &["count"][..])
+            );
+            assert!(
+                e.to_string().contains("rank 2 called allreduce(count 99"),
+                "{e}"
+            );
         }
         // A new call on the failed communicator reports it at once.
         assert!(start(&mut cs, 0, 17, allreduce(100)));
@@ -1122,13 +1138,31 @@ mod tests {
     #[test]
     fn a_rank_that_starts_the_call_after_hearing_of_the_mismatch_still_votes() {
         let mut cs = ranks(3);
-        start(&mut cs, 0, 16, Call::new(Kind::Bcast).elem(1).count(8).root(0));
-        start(&mut cs, 1, 16, Call::new(Kind::Bcast).elem(1).count(8).root(1));
+        start(
+            &mut cs,
+            0,
+            16,
+            Call::new(Kind::Bcast).elem(1).count(8).root(0),
+        );
+        start(
+            &mut cs,
+            1,
+            16,
+            Call::new(Kind::Bcast).elem(1).count(8).root(1),
+        );
         pump(&mut cs);
         // Rank 1 saw rank 0's token; both voted; rank 2 has not started the call.
         assert!(cs[1].failed(1, 7, 16) && cs[0].failed(1, 7, 16));
-        assert!(cs[0].verdict(1, 7, 16).is_none(), "rank 2's vote is missing");
-        assert!(start(&mut cs, 2, 16, Call::new(Kind::Bcast).elem(1).count(8).root(0)));
+        assert!(
+            cs[0].verdict(1, 7, 16).is_none(),
+            "rank 2's vote is missing"
+        );
+        assert!(start(
+            &mut cs,
+            2,
+            16,
+            Call::new(Kind::Bcast).elem(1).count(8).root(0)
+        ));
         pump(&mut cs);
         for c in &mut cs {
             let v = c.verdict(1, 7, 16).unwrap();

@@ -25,8 +25,8 @@ use schedule::Schedule;
 
 use crate::comm::Communicator;
 use crate::{CommError, Result};
-use check::{Call, Kind};
 use bytemuck::Pod;
+use check::{Call, Kind};
 use std::sync::Arc;
 
 /// How a blocking collective runs: a schedule over messages, or the node's shared memory.

@@ -117,7 +117,7 @@ pub(crate) enum ProtoError {
         code: u64,
     },
     /// Checked mode: the ranks' calls differ (seen by every rank in the same round).
-    Check(super::check::Verdict),
+    Check(Box<super::check::Verdict>),
 }
 
 impl ProtoError {
@@ -295,7 +295,7 @@ impl<'a> Proto<'a> {
             && let Some(v) = self.check_descriptors(b, seq, call)
         {
             self.hdr(me).done.0.store(k, Ordering::Release);
-            return Err(ProtoError::Check(v));
+            return Err(ProtoError::Check(Box::new(v)));
         }
         let mut bad = None;
         for j in 0..self.n() {
@@ -804,6 +804,7 @@ impl NodeShm {
     /// `acc = a(n−1); for j in (0..n−1).rev() { acc = a(j) ⊕ acc }`, so every rank ends with
     /// identical bytes. `sig` (op and type) and the length are checked equal on every rank
     /// (`Mismatch` otherwise).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn allreduce_sig(
         &self,
         comm: &Communicator,
@@ -843,6 +844,7 @@ impl NodeShm {
     /// # Safety
     /// Every `zc.bases[j]` is valid for reads of `total` bytes, `zc.bases[me]` also for
     /// writes, and nothing else in this process accesses our buffer during the call.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn allreduce_zc(
         &self,
         comm: &Communicator,
@@ -854,10 +856,15 @@ impl NodeShm {
         checked: Checked,
     ) -> Result<()> {
         let data = zc.bases[self.me].as_ptr();
-        self.run(comm, "allreduce (shared memory, in place)", checked, |p, round| {
-            // SAFETY: the caller's contract is this function's.
-            unsafe { p.allreduce(round, data, total, elem, sig, combine, None, Some(zc)) }
-        })
+        self.run(
+            comm,
+            "allreduce (shared memory, in place)",
+            checked,
+            |p, round| {
+                // SAFETY: the caller's contract is this function's.
+                unsafe { p.allreduce(round, data, total, elem, sig, combine, None, Some(zc)) }
+            },
+        )
     }
 
     /// Broadcast of `data` from `root`.

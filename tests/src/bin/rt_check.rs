@@ -48,16 +48,21 @@ fn allgather<T: bytemuck::Pod + Default>(c: &Communicator, n: usize) -> rcomm::R
 }
 
 /// One case's call: the odd rank's differs.
+#[allow(clippy::useless_vec)] // vectors as user code has them (some are large)
 fn call(c: &Communicator, case: &str, odd: bool) -> rcomm::Result<()> {
     let last = c.size() - 1;
     match case {
-        "allreduce-count" => c.allreduce_in_place(&mut vec![1f32; if odd { 17 } else { 16 }], Op::Sum),
+        "allreduce-count" => {
+            c.allreduce_in_place(&mut vec![1f32; if odd { 17 } else { 16 }], Op::Sum)
+        }
         "allreduce-count-big" => {
             c.allreduce_in_place(&mut vec![1f32; if odd { 1000 } else { 300_000 }], Op::Sum)
         }
         "allreduce-dtype" if odd => c.allreduce_in_place(&mut vec![1i32; 16], Op::Sum),
         "allreduce-dtype" => c.allreduce_in_place(&mut vec![1f32; 16], Op::Sum),
-        "allreduce-op" => c.allreduce_in_place(&mut vec![1f32; 16], if odd { Op::Max } else { Op::Sum }),
+        "allreduce-op" => {
+            c.allreduce_in_place(&mut vec![1f32; 16], if odd { Op::Max } else { Op::Sum })
+        }
         "allreduce-coll" if odd => reduce::<f32>(c, 16, Op::Sum, 0),
         "allreduce-coll" => c.allreduce_in_place(&mut vec![1f32; 16], Op::Sum),
         "bcast-count" => c.bcast(&mut vec![0u8; if odd { 100 } else { 64 }], 0),
@@ -95,7 +100,10 @@ fn main() {
     // which a later communicator reusing it must not meet.
     let mut keep = Vec::new();
     for case in CASES {
-        if only.as_deref().is_some_and(|o| !o.split(',').any(|c| c == *case)) {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|c| c == *case))
+        {
             continue;
         }
         let c = world.dup().expect("dup");
@@ -103,7 +111,8 @@ fn main() {
             // Shared-memory windows already set up: a shared-memory call records itself with
             // the engine only once it waits.
             let mut v = vec![1f32; 16];
-            c.allreduce_in_place(&mut v, Op::Sum).expect("warm-up allreduce");
+            c.allreduce_in_place(&mut v, Op::Sum)
+                .expect("warm-up allreduce");
             let mut b = vec![0u8; 16];
             c.bcast(&mut b, 0).expect("warm-up bcast");
         }
