@@ -7,7 +7,7 @@
 use rcomm_tests::{Job, test_program};
 use std::time::Duration;
 
-const CASES: [&str; 17] = [
+const CASES: [&str; 19] = [
     "allreduce-count",
     "allreduce-count-big",
     "allreduce-dtype",
@@ -25,6 +25,8 @@ const CASES: [&str; 17] = [
     "allgather-dtype",
     "allgather-coll",
     "barrier-coll",
+    "allreduce-zero-dtype",
+    "bcast-zero-root",
 ];
 
 /// What each case must report as differing.

@@ -534,7 +534,9 @@ pub(crate) struct Checks {
     ctxs: FastMap<u32, CtxState>,
     /// Sub-communicator context → parent context: a mismatch of the parent's call fails the
     /// collectives a hierarchical algorithm runs on its parts.
-    parents: FastMap<u32, u32>,
+    /// (child's generation, parent context, parent's generation): a link holds only while
+    /// both communicators live (their contexts may be reused).
+    parents: FastMap<u32, (u32, u32, u32)>,
     pub(crate) outbox: Vec<OutMsg>,
 }
 
@@ -705,10 +707,16 @@ impl Checks {
         let own = self.ctxs.get(&ctx).filter(|s| {
             s.live && s.epoch == epoch && s.bad.as_ref().is_some_and(|b| !later(b.tag, tag))
         });
-        own.or_else(|| {
-            let p = self.parents.get(&ctx)?;
-            self.ctxs.get(p).filter(|s| s.live && s.bad.is_some())
-        })
+        own.or_else(|| self.parent_failed(ctx, epoch))
+    }
+
+    /// The parent's state of a linked communicator whose parent failed a check.
+    fn parent_failed(&self, ctx: u32, epoch: u32) -> Option<&CtxState> {
+        let &(child_epoch, p, p_epoch) = self.parents.get(&ctx)?;
+        (child_epoch == epoch).then_some(())?;
+        self.ctxs
+            .get(&p)
+            .filter(|s| s.live && s.epoch == p_epoch && s.bad.is_some())
     }
 
     /// Whether call `tag` of the communicator on `ctx` fails a check (a mismatch at this call
@@ -733,7 +741,10 @@ impl Checks {
             {
                 ctx
             }
-            _ => *self.parents.get(&ctx)?,
+            _ => {
+                self.parent_failed(ctx, epoch)?;
+                self.parents.get(&ctx)?.1
+            }
         };
         let st = self.ctxs.get_mut(&key)?;
         let me = st.me;
@@ -757,9 +768,11 @@ impl Checks {
             .unwrap_or_default()
     }
 
-    /// `child`'s collectives run a call of `parent`'s (hierarchical algorithms).
-    pub(crate) fn link(&mut self, child: u32, parent: u32) {
-        self.parents.insert(child, parent);
+    /// The collectives of `child` (generation `child_epoch`) run a call of `parent`'s
+    /// (hierarchical algorithms).
+    pub(crate) fn link(&mut self, child: u32, child_epoch: u32, parent: u32, parent_epoch: u32) {
+        self.parents
+            .insert(child, (child_epoch, parent, parent_epoch));
     }
 }
 
@@ -872,14 +885,27 @@ impl Communicator {
         }
     }
 
-    /// For a message-based collective taking call number `tag`: in checked mode, records the
-    /// noted call and sends the token; the stamp for its messages and the call number its
-    /// waits check (both empty when unchecked).
-    pub(crate) fn check_start(&self, tag: Tag) -> Result<(Stamp, Option<Tag>)> {
+    /// For a message-based collective taking call number `tag` and running `sched`: in
+    /// checked mode, records the noted call and sends the token; the stamp for its messages
+    /// and the call number its waits check (both empty when unchecked). No token when the
+    /// schedule's first phase sends to the next rank anyway: that message, posted at once,
+    /// carries the signature there (ring allreduce, recursive doubling at even ranks, the
+    /// barrier, …).
+    pub(crate) fn check_start(
+        &self,
+        tag: Tag,
+        sched: &super::schedule::Schedule,
+    ) -> Result<(Stamp, Option<Tag>)> {
         if !self.shared.check {
             return Ok((Stamp::default(), None));
         }
-        Ok((self.check_begin(tag, true)?, Some(tag)))
+        let next = (self.rank + 1) % self.size;
+        let sends_next = sched.phases.first().is_some_and(|ph| {
+            ph.xfers
+                .iter()
+                .any(|st| matches!(st, super::schedule::Step::Send { peer, .. } if *peer == next))
+        });
+        Ok((self.check_begin(tag, !sends_next)?, Some(tag)))
     }
 
     /// For a collective that sends no messages of its own (shared memory, or a composition

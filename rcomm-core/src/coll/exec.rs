@@ -335,7 +335,7 @@ impl Communicator {
         reduce: Option<&Reducer>,
     ) -> Result<()> {
         let tag = self.next_coll_tag();
-        let (stamp, chk) = self.check_start(tag)?;
+        let (stamp, chk) = self.check_start(tag, s)?;
         if s.phases.is_empty() {
             return Ok(());
         }
@@ -753,7 +753,7 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
         post: Post,
     ) -> Result<Self> {
         let tag = comm.next_coll_tag();
-        let (stamp, _) = comm.check_start(tag)?;
+        let (stamp, _) = comm.check_start(tag, &sched)?;
         let tmp = comm.shared.coll.take_scratch(sched.tmp_len);
         let mut st = NbState {
             comm: comm.clone(),

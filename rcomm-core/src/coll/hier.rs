@@ -101,8 +101,9 @@ impl Hier {
         if comm.shared.check {
             // A mismatch of the parent's call fails the parts' collectives too.
             let mut e = comm.shared.lock();
-            e.check_link(node.ctx + 1, comm.ctx + 1);
-            e.check_link(cross.ctx + 1, comm.ctx + 1);
+            let parent = (comm.ctx + 1, comm.check_gen());
+            e.check_link((node.ctx + 1, node.check_gen()), parent);
+            e.check_link((cross.ctx + 1, cross.check_gen()), parent);
         }
         node.failure_scope = scope.clone();
         cross.failure_scope = scope;

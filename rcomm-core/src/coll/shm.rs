@@ -353,6 +353,11 @@ impl<'a> Proto<'a> {
         seq: u32,
         mine: super::check::Call,
     ) -> Option<super::check::Verdict> {
+        let sig = mine.sig();
+        // Relaxed: ordered by the Acquire loads of `arrived` (as in `enter`).
+        if (0..self.n()).all(|j| self.hdr(j).desc[b].check.load(Ordering::Relaxed) == sig) {
+            return None;
+        }
         let votes: Vec<super::check::Vote> = (0..self.n())
             .map(|j| {
                 // Relaxed: ordered by the Acquire loads of `arrived` (as in `enter`).
@@ -364,11 +369,7 @@ impl<'a> Proto<'a> {
                 ))
             })
             .collect();
-        let sig = mine.sig();
-        votes
-            .iter()
-            .any(|v| v.is_some_and(|(s, _)| s != sig))
-            .then(|| super::check::decide(seq, self.me as u32, &votes))
+        Some(super::check::decide(seq, self.me as u32, &votes))
     }
 
     /// Marks our window as given up, so peers waiting on us stop too.

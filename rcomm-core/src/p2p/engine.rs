@@ -886,10 +886,11 @@ impl Engine {
         self.st.check.as_deref()?.poisoned(ctx, epoch)
     }
 
-    /// Collectives on `child` run a call of `parent`'s (hierarchical algorithms).
-    pub(crate) fn check_link(&mut self, child: u32, parent: u32) {
+    /// Collectives on `child` run a call of `parent`'s (hierarchical algorithms); both are
+    /// (internal context, generation).
+    pub(crate) fn check_link(&mut self, child: (u32, u32), parent: (u32, u32)) {
         if let Some(c) = self.st.check.as_deref_mut() {
-            c.link(child, parent);
+            c.link(child.0, child.1, parent.0, parent.1);
         }
     }
 }

@@ -27,6 +27,8 @@ const CASES: &[&str] = &[
     "allgather-dtype",
     "allgather-coll",
     "barrier-coll",
+    "allreduce-zero-dtype",
+    "bcast-zero-root",
 ];
 
 fn reduce<T: rcomm::Element + Default + Clone>(
@@ -83,6 +85,10 @@ fn call(c: &Communicator, case: &str, odd: bool) -> rcomm::Result<()> {
         "allgather-coll" => allgather::<u32>(c, 8),
         "barrier-coll" if odd => c.allreduce_in_place(&mut [1u64], Op::Sum),
         "barrier-coll" => c.barrier(),
+        // Zero-size calls are checked too.
+        "allreduce-zero-dtype" if odd => c.allreduce_in_place::<i32>(&mut [], Op::Sum),
+        "allreduce-zero-dtype" => c.allreduce_in_place::<f32>(&mut [], Op::Sum),
+        "bcast-zero-root" => c.bcast::<u8>(&mut [], if odd { last } else { 0 }),
         other => panic!("unknown case {other}"),
     }
 }
