@@ -119,7 +119,11 @@ impl Shared {
             return;
         }
         self.seen_notices.store(v, Ordering::Relaxed);
-        for (rank, how) in n.snapshot().failed {
+        let snap = n.snapshot();
+        for &rank in &snap.hung {
+            e.mark_hung(rank);
+        }
+        for (rank, how) in snap.failed {
             e.launcher_reports_failed(rank, format!("the launcher reports it {how}"));
         }
     }

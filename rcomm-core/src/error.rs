@@ -53,6 +53,19 @@ pub enum CommError {
         /// What was seen.
         why: String,
     },
+    /// A peer stopped answering the launcher's liveness check (stopped with SIGSTOP, or stuck
+    /// in the kernel) and was killed: this rank waited on it, or on a communicator it belongs to.
+    #[error("{op}: rank {rank} (host {host}) hung: {why}")]
+    PeerHung {
+        /// The hung rank.
+        rank: u32,
+        /// Its host.
+        host: String,
+        /// The operation that failed.
+        op: &'static str,
+        /// What the launcher saw.
+        why: String,
+    },
     /// The receive buffer was smaller than the message; the message is consumed.
     #[error(
         "message truncated: {message} bytes do not fit the {buffer}-byte buffer (the message was consumed)"

@@ -177,6 +177,9 @@ impl Communicator {
         let mut colours: Vec<u32> = world.iter().map(|&w| node[w as usize]).collect();
         colours.sort_unstable();
         colours.dedup();
+        self.shared
+            .lock()
+            .register_comm(2 * guard.id as u32, Some(world.as_slice().into()));
         Communicator {
             ctx: 2 * guard.id as u32,
             rank,

@@ -199,7 +199,8 @@ fn init_with(cfg: &Config) -> Result<World> {
     let proto = ProtoConfig {
         cma_max: if cfg.shm_cma { cfg.shm_cma_max } else { 0 },
     };
-    let engine = Engine::new(rank, size, net, hosts, proto);
+    let mut engine = Engine::new(rank, size, net, hosts, proto);
+    engine.set_notices(notices.clone());
     // Ranks sharing this machine's cores: those on this node, or all the launcher started here
     // when node identity is split further (RCOMM_HOSTID, namespaces) — spinning while the rank
     // we wait for needs our core costs a whole time slice per wait.
@@ -288,6 +289,9 @@ fn choose_bootstrap(cfg: &Config) -> Result<Chosen> {
             bootstrap::BootstrapError::Env(format!("{e}; start ranks with rcomm-run"))
         })?;
         let client = KvsClient::connect(env.clone(), &secret)?;
+        if let Some(hb) = cfg.heartbeat {
+            client.start_heartbeat(std::time::Duration::from_millis(u64::from(hb.interval_ms)))?;
+        }
         let n = client.notices();
         return Ok((Box::new(client), Some(n), Some(secret)));
     }

@@ -44,6 +44,7 @@ mod kind {
     pub const FAILED: u8 = 0x46;
     pub const SAY: u8 = 0x47;
     pub const HEARTBEAT: u8 = 0x48;
+    pub const SIGNAL_RANK: u8 = 0x49;
 }
 
 /// What one host's daemon is to run.
@@ -89,6 +90,13 @@ pub enum ToDaemon {
     Signal(i32),
     /// The head is alive.
     Heartbeat,
+    /// Send this signal to one rank's process group (a rank declared hung).
+    SignalRank {
+        /// The rank.
+        rank: u32,
+        /// The signal.
+        sig: i32,
+    },
 }
 
 /// Daemon → head.
@@ -185,6 +193,9 @@ impl ToDaemon {
             }
             ToDaemon::Signal(s) => wire::encode_frame(kind::SIGNAL, &e.i32(*s).finish()),
             ToDaemon::Heartbeat => wire::encode_frame(kind::HEARTBEAT, &[]),
+            ToDaemon::SignalRank { rank, sig } => {
+                wire::encode_frame(kind::SIGNAL_RANK, &e.u32(*rank).i32(*sig).finish())
+            }
         }
     }
 
@@ -248,6 +259,10 @@ impl ToDaemon {
             }
             kind::SIGNAL => ToDaemon::Signal(d.i32("signal")?),
             kind::HEARTBEAT => ToDaemon::Heartbeat,
+            kind::SIGNAL_RANK => ToDaemon::SignalRank {
+                rank: d.u32("rank")?,
+                sig: d.i32("signal")?,
+            },
             k => {
                 return Err(WireError::UnknownKind {
                     what: "control message to the daemon",
@@ -407,6 +422,7 @@ mod tests {
             ToDaemon::Job(Box::new(job())),
             ToDaemon::Signal(15),
             ToDaemon::Heartbeat,
+            ToDaemon::SignalRank { rank: 3, sig: 9 },
         ] {
             let f = m.to_frame();
             let (k, p) = frame_parts(&f);

@@ -330,6 +330,11 @@ fn run_job(
                         let _ = os::kill_group(r.pid, sig);
                     }
                 }
+                Ctl::Msg(ToDaemon::SignalRank { rank, sig }) => {
+                    for r in ranks.iter().filter(|r| r.rank == rank && r.ended.is_none()) {
+                        let _ = os::kill_group(r.pid, sig);
+                    }
+                }
                 Ctl::Msg(ToDaemon::Job(_) | ToDaemon::Heartbeat) => {}
                 Ctl::Eof => head_gone = true,
             }

@@ -95,6 +95,8 @@ struct Supervisor {
     received: Option<i32>,
     /// When heartbeats were last sent to the daemons.
     last_beat: Instant,
+    /// The ranks' liveness settings (`RCOMM_HEARTBEAT`), `None` when off.
+    heartbeat: Option<rcomm_transport::config::Heartbeat>,
 }
 
 /// One line of the launcher's own on stderr. Never panics (unlike `eprintln!`): a closed
@@ -287,6 +289,17 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
             ));
         }
     }
+    // The ranks' liveness settings, as they will see them (-x may set them for the ranks).
+    let heartbeat = {
+        let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+        for e in cli.export.iter().filter(|e| e.name == "RCOMM_HEARTBEAT") {
+            if let Some(v) = &e.value {
+                env.insert(e.name.clone(), v.to_string());
+            }
+        }
+        rcomm_transport::config::Heartbeat::from_env(&env)
+            .map_err(|e| LaunchError::Config(e.to_string()))?
+    };
     // No thread exists yet: block the signals now so every later thread inherits the mask.
     let signals = Signals::install().map_err(LaunchError::Signals)?;
     let job_id = new_job_id().map_err(|e| LaunchError::Secret(e.to_string()))?;
@@ -405,6 +418,7 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
     let local_kvs = format!("{here_ip}:{port}");
 
     let mut sup = Supervisor {
+        heartbeat,
         on_failure: cli.on_failure,
         grace: cli.grace,
         kvs,
@@ -798,6 +812,7 @@ impl Supervisor {
             }
             self.poll_exits();
             self.poll_remote();
+            self.check_heartbeats();
             if self.running() == 0 {
                 break;
             }
@@ -844,6 +859,40 @@ impl Supervisor {
                 if let Some(r) = self.ranks.iter_mut().find(|r| r.rank == rank) {
                     r.finalized = true;
                 }
+            }
+        }
+    }
+
+    /// Declares hung the ranks whose heartbeats stopped (a stopped process keeps its sockets
+    /// open, so only its silence shows it): kills it, so it cannot come back and act on a
+    /// world that has moved on, and tells the others (`PeerHung`).
+    fn check_heartbeats(&mut self) {
+        let Some(hb) = self.heartbeat else { return };
+        for (rank, silent) in self.kvs.silent_ranks(hb.limit()) {
+            let i = rank as usize;
+            if self
+                .ranks
+                .get(i)
+                .is_none_or(|r| r.ended.is_some() || r.finalized)
+            {
+                self.kvs.forget_heartbeats(rank);
+                continue;
+            }
+            let (pid, on) = (self.ranks[i].pid, self.on_host(i));
+            say(format_args!(
+                "rank {rank}{on} (pid {pid}) sent no heartbeat for {:.1} s (RCOMM_HEARTBEAT {} ms × {}): stopped or stuck; killing it",
+                silent.as_secs_f64(),
+                hb.interval_ms,
+                hb.misses
+            ));
+            self.kvs.notify_rank_hung(rank, silent);
+            if self.ranks[i].child.is_some() {
+                let _ = os::kill_group(pid, libc::SIGKILL);
+            } else if let Some(d) = self.daemons[self.ranks[i].host].as_mut() {
+                let _ = d.send(&ToDaemon::SignalRank {
+                    rank,
+                    sig: libc::SIGKILL,
+                });
             }
         }
     }

@@ -384,6 +384,7 @@ mod kvs_req {
     pub const FENCE: u8 = 3;
     pub const ABORT: u8 = 4;
     pub const FINALIZE: u8 = 5;
+    pub const HEARTBEAT: u8 = 6;
 }
 /// Frame kinds of KVS replies and notices (server → client).
 mod kvs_rep {
@@ -394,6 +395,7 @@ mod kvs_rep {
     pub const ERROR: u8 = 20;
     pub const NOTICE_RANK_FAILED: u8 = 21;
     pub const NOTICE_ABORT: u8 = 22;
+    pub const NOTICE_RANK_HUNG: u8 = 23;
 }
 
 /// A request from a rank to the key-value store served by the launcher.
@@ -424,6 +426,8 @@ pub enum KvsRequest {
     },
     /// The rank is finishing normally; its exit is not a failure.
     Finalize,
+    /// The rank's process is alive (sent by its heartbeat thread; never answered).
+    Heartbeat,
 }
 
 impl KvsRequest {
@@ -445,6 +449,7 @@ impl KvsRequest {
                 kvs_req::ABORT
             }
             Self::Finalize => kvs_req::FINALIZE,
+            Self::Heartbeat => kvs_req::HEARTBEAT,
         };
         encode_frame(kind, &e.finish())
     }
@@ -467,6 +472,7 @@ impl KvsRequest {
                 msg: d.str(MAX_TEXT_LEN, "message")?,
             },
             kvs_req::FINALIZE => Self::Finalize,
+            kvs_req::HEARTBEAT => Self::Heartbeat,
             k => {
                 return Err(WireError::UnknownKind {
                     what: "KVS request",
@@ -500,6 +506,14 @@ pub enum KvsReply {
         /// How it ended, e.g. "killed by signal 9 (SIGKILL)".
         how: String,
     },
+    /// Notice: a rank stopped sending heartbeats (stopped, or stuck outside user code) and the
+    /// launcher killed it.
+    RankHung {
+        /// The rank.
+        rank: u32,
+        /// How long it had been silent, in milliseconds.
+        silent_ms: u64,
+    },
     /// Notice: the job is being aborted.
     Abort {
         /// The rank that asked for the abort, or `u32::MAX` for the launcher.
@@ -514,7 +528,10 @@ pub enum KvsReply {
 impl KvsReply {
     /// True for unsolicited notices, which are not replies to a request.
     pub fn is_notice(&self) -> bool {
-        matches!(self, Self::RankFailed { .. } | Self::Abort { .. })
+        matches!(
+            self,
+            Self::RankFailed { .. } | Self::RankHung { .. } | Self::Abort { .. }
+        )
     }
 
     /// Encodes as one frame.
@@ -540,6 +557,10 @@ impl KvsReply {
                 e.u32(*from).i32(*code).str(msg);
                 kvs_rep::NOTICE_ABORT
             }
+            Self::RankHung { rank, silent_ms } => {
+                e.u32(*rank).u64(*silent_ms);
+                kvs_rep::NOTICE_RANK_HUNG
+            }
         };
         encode_frame(kind, &e.finish())
     }
@@ -561,6 +582,10 @@ impl KvsReply {
                 from: d.u32("from")?,
                 code: d.i32("code")?,
                 msg: d.str(MAX_TEXT_LEN, "message")?,
+            },
+            kvs_rep::NOTICE_RANK_HUNG => Self::RankHung {
+                rank: d.u32("rank")?,
+                silent_ms: d.u64("silent")?,
             },
             k => {
                 return Err(WireError::UnknownKind {

@@ -692,7 +692,9 @@ impl NodeShm {
             }
         };
         p.poison(match &e {
-            CommError::PeerLost { rank, .. } => u64::from(*rank) + 1,
+            CommError::PeerLost { rank, .. } | CommError::PeerHung { rank, .. } => {
+                u64::from(*rank) + 1
+            }
             _ => u64::MAX,
         });
         *broken = Some(e.to_string());

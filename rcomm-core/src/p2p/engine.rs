@@ -20,6 +20,7 @@ use rcomm_transport::net::{Net, NetCounters, Route};
 use rcomm_transport::shmnet::Incoming;
 use rcomm_transport::wire::{Header, ProtoKind};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// What a completed receive reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +66,8 @@ struct Req {
     wildcard: bool,
     region: Region,
     state: ReqState,
+    /// Context of the communicator it belongs to (`u32::MAX`: none).
+    ctx: u32,
     posted: Option<(u32, RecvId)>,
     /// A buffer the user dropped before completion; freed when the request completes.
     orphan: Option<Box<dyn std::any::Any + Send>>,
@@ -143,6 +146,8 @@ struct State {
     released: Vec<(RecvId, Envelope, Stored)>,
     next_token: u64,
     failed: FastMap<u32, String>,
+    /// Failed peers the launcher declared hung (no heartbeat): their errors are `PeerHung`.
+    hung: Vec<u32>,
     /// Peers whose memory this rank may read by single copy (cleared if the kernel refuses).
     cma: Vec<bool>,
     hosts: Vec<String>,
@@ -163,7 +168,13 @@ pub(crate) struct Engine {
     net: Net,
     /// Ranks the launcher reported failed.
     reported: Vec<u32>,
+    /// Members of each live communicator by user context (even): `None` for every rank.
+    comms: FastMap<u32, Option<Arc<[u32]>>>,
+    notices: Option<Arc<rcomm_transport::bootstrap::kvs::NoticeBoard>>,
 }
+
+/// How long a transport's loss of a peer waits for the launcher's notice about it.
+const NOTICE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
 fn small(vals: &[u64]) -> OutPayload {
     let mut b = [0u8; 16];
@@ -198,6 +209,7 @@ impl Engine {
                 released: Vec::new(),
                 next_token: 1,
                 failed: FastMap::default(),
+                hung: Vec::new(),
                 cma: (0..size)
                     .map(|p| net.caps(p).single_copy && cfg.cma_max > 0)
                     .collect(),
@@ -207,6 +219,9 @@ impl Engine {
             },
             net,
             reported: Vec::new(),
+            // The world (context 0) holds every rank.
+            comms: std::iter::once((0, None)).collect(),
+            notices: None,
         }
     }
 
@@ -246,10 +261,12 @@ impl Engine {
         op: &'static str,
         blocking: bool,
     ) -> Result<Option<ReqId>, CommError> {
-        self.st.check_peer(dest, op)?;
         if tag < 0 {
             return Err(CommError::InvalidTag { tag });
         }
+        // The communicator's loss first: it is why nothing on it can go on.
+        self.check_comm(ctx, op)?;
+        self.st.check_peer(dest, op)?;
         let c = self.st.ctx.entry(ctx).or_default();
         let seq_ref = c.send_seq.entry(dest).or_insert(0);
         let seq = *seq_ref;
@@ -285,6 +302,7 @@ impl Engine {
             }
         }
         let req = self.st.new_req(op, Some(dest), false, region);
+        self.st.req_mut(req).ctx = ctx;
         if dest == me {
             // Self: deliver directly, always eagerly (the copy is the transfer).
             self.st.deliver(me, &hdr(ProtoKind::Eager), region.bytes());
@@ -342,6 +360,7 @@ impl Engine {
         {
             return Err(CommError::InvalidTag { tag: t });
         }
+        self.check_comm(ctx, op)?;
         let peer = match src {
             Source::Rank(r) if r >= self.st.size => {
                 return Err(CommError::InvalidRank {
@@ -378,6 +397,7 @@ impl Engine {
             };
         }
         let req = self.st.new_req(op, peer, peer.is_none(), region);
+        self.st.req_mut(req).ctx = ctx;
         match self.st.ctx.entry(ctx).or_default().m.post(src, tag) {
             Posting::Matched(env, stored) => self.st.start_recv(req, env, stored),
             Posting::Posted(rid) => {
@@ -705,7 +725,7 @@ impl Engine {
 
     fn transport_failed(&mut self, peer: Option<u32>, why: String) {
         match peer {
-            Some(p) => self.peer_failed(p, why),
+            Some(p) => self.transport_lost(p, why),
             None => {
                 rcomm_transport::rlog!(Warn, "P2P", "transport error: {why}");
                 self.st.error = Some((self.st.me, why));
@@ -756,11 +776,64 @@ impl Engine {
     /// The first peer seen dead by a transport, without waiting.
     pub(crate) fn poll_dead(&mut self) {
         if let Some(p) = self.net.dead_peer() {
-            self.peer_failed(
+            self.transport_lost(
                 p,
                 "its connection closed (the process exited or died)".into(),
             );
         }
+    }
+
+    /// A transport saw `peer`'s connection close. When the launcher killed it (a rank declared
+    /// hung), or saw it die, its notice says why and is on its way — it is sent before the
+    /// kill — so when something waits on that peer, give it a moment to arrive: the error then
+    /// names the cause, not the closed socket. A peer that finished normally sends no notice.
+    fn transport_lost(&mut self, peer: u32, why: String) {
+        if peer >= self.st.size || self.st.failed.contains_key(&peer) {
+            return;
+        }
+        // Notices not yet taken in may already explain it (the peer gave up on a lost rank
+        // and left), and fail what waits on it with the real cause.
+        self.take_notices();
+        if self.st.failed.contains_key(&peer) {
+            return;
+        }
+        let waited_on =
+            self.st.reqs.iter().flatten().any(|r| {
+                matches!(r.state, ReqState::Active) && (r.peer == Some(peer) || r.wildcard)
+            });
+        if waited_on && let Some(nb) = &self.notices {
+            let n = nb.wait_for(NOTICE_GRACE, |n| n.failed.iter().any(|(r, _)| *r == peer));
+            if let Some((_, how)) = n.failed.iter().find(|(r, _)| *r == peer) {
+                if n.hung.contains(&peer) {
+                    self.mark_hung(peer);
+                }
+                return self
+                    .launcher_reports_failed(peer, format!("the launcher reports it {how}"));
+            }
+        }
+        self.peer_failed(peer, why);
+    }
+
+    /// Takes in every failure the launcher has reported so far.
+    pub(crate) fn take_notices(&mut self) {
+        let Some(nb) = self.notices.clone() else {
+            return;
+        };
+        let n = nb.snapshot();
+        for &rank in &n.hung {
+            self.mark_hung(rank);
+        }
+        for (rank, how) in n.failed {
+            self.launcher_reports_failed(rank, format!("the launcher reports it {how}"));
+        }
+    }
+
+    /// The launcher's notices, so a transport's loss can wait for the launcher's reason.
+    pub(crate) fn set_notices(
+        &mut self,
+        n: Option<Arc<rcomm_transport::bootstrap::kvs::NoticeBoard>>,
+    ) {
+        self.notices = n;
     }
 
     pub(crate) fn failed(&self) -> &FastMap<u32, String> {
@@ -768,12 +841,88 @@ impl Engine {
     }
 
     /// A rank the launcher reports failed (died, or exited without finalizing) — unlike a
-    /// closed connection, which a rank that finalized and left also gives.
+    /// closed connection, which a rank that finalized and left also gives. Every operation on
+    /// a communicator it belongs to fails too, also one between two live ranks: either may
+    /// wait for something the lost rank would have caused, and nobody would end that wait.
     pub(crate) fn launcher_reports_failed(&mut self, peer: u32, why: String) {
-        if peer < self.st.size && !self.reported.contains(&peer) {
-            self.reported.push(peer);
+        if peer >= self.st.size || self.reported.contains(&peer) {
+            return;
         }
-        self.peer_failed(peer, why);
+        self.reported.push(peer);
+        self.peer_failed(peer, why.clone());
+        // The launcher knows why (a closed connection seen first only says that it closed).
+        self.st.failed.insert(peer, why.clone());
+        let broken: Vec<ReqId> = self
+            .st
+            .reqs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                r.as_ref()
+                    .filter(|r| matches!(r.state, ReqState::Active) && self.comm_has(r.ctx, peer))
+                    .map(|_| i)
+            })
+            .collect();
+        for req in broken {
+            if let Some((ctx, rid)) = self.st.req_mut(req).posted.take() {
+                if let Some(c) = self.st.ctx.get_mut(&ctx) {
+                    c.m.cancel(rid);
+                }
+                self.st.posted.remove(&(ctx, rid));
+            }
+            self.st.rndv_send.retain(|_, s| s.req != req);
+            self.st.rndv_recv.retain(|_, s| s.req != req);
+            self.st
+                .streaming
+                .retain(|t| self.st.rndv_send.contains_key(t));
+            self.st.pulls.retain(|p| p.req != req);
+            let op = self.st.req_mut(req).op;
+            let e = self.st.lost(peer, op, why.clone());
+            self.st.complete(req, Err(e));
+        }
+    }
+
+    /// Records the members (world ranks; `None`: every rank) of the communicator whose user
+    /// context is `ctx` (its internal one is `ctx + 1`), for failure propagation. A freed
+    /// context keeps its entry until it is reused: no operation runs on it meanwhile.
+    pub(crate) fn register_comm(&mut self, ctx: u32, members: Option<Arc<[u32]>>) {
+        self.comms.insert(ctx & !1, members);
+    }
+
+    /// Whether world rank `rank` belongs to the communicator of context `ctx` (unknown
+    /// contexts: no).
+    fn comm_has(&self, ctx: u32, rank: u32) -> bool {
+        match self.comms.get(&(ctx & !1)) {
+            Some(None) => true,
+            Some(Some(m)) => m.contains(&rank),
+            None => false,
+        }
+    }
+
+    /// Fails a new operation on a communicator that lost a member: the others may never do
+    /// their part (MPI's revoked communicator; `shrink` makes a working one).
+    fn check_comm(&self, ctx: u32, op: &'static str) -> Result<(), CommError> {
+        if self.reported.is_empty() {
+            return Ok(());
+        }
+        match self.reported.iter().find(|&&r| self.comm_has(ctx, r)) {
+            Some(&r) => Err(self.st.lost(
+                r,
+                op,
+                format!(
+                    "{}; the communicator lost it (shrink it to go on without)",
+                    self.st.failed.get(&r).map_or("failed", String::as_str)
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks `peer` as declared hung by the launcher: errors about it are `PeerHung`.
+    pub(crate) fn mark_hung(&mut self, peer: u32) {
+        if !self.st.hung.contains(&peer) {
+            self.st.hung.push(peer);
+        }
     }
 
     /// Ranks the launcher reported failed, in the order it did.
@@ -815,9 +964,18 @@ impl State {
     }
 
     fn lost(&self, rank: u32, op: &'static str, why: String) -> CommError {
+        let host = self.hosts.get(rank as usize).cloned().unwrap_or_default();
+        if self.hung.contains(&rank) {
+            return CommError::PeerHung {
+                rank,
+                host,
+                op,
+                why,
+            };
+        }
         CommError::PeerLost {
             rank,
-            host: self.hosts.get(rank as usize).cloned().unwrap_or_default(),
+            host,
             op,
             why,
         }
@@ -836,6 +994,7 @@ impl State {
             wildcard,
             region,
             state: ReqState::Active,
+            ctx: u32::MAX,
             posted: None,
             orphan: None,
         };

@@ -59,6 +59,9 @@ struct State {
     conns: HashMap<u32, Arc<Mutex<TcpStream>>>,
     fence_waiting: BTreeSet<u32>,
     failed: HashMap<u32, String>,
+    /// When each rank's heartbeat thread last wrote; ranks that never sent one are not
+    /// watched.
+    beats: HashMap<u32, std::time::Instant>,
 }
 
 struct Shared {
@@ -144,6 +147,42 @@ impl KvsServer {
     pub fn fail_on_disconnect(&self) {
         self.shared.fail_on_disconnect.store(true, Ordering::SeqCst);
     }
+
+    /// Tells every other connected rank that `rank` stopped sending heartbeats for `silent`
+    /// and was killed, and fails a fence it can no longer complete.
+    pub fn notify_rank_hung(&self, rank: u32, silent: std::time::Duration) {
+        let how = format!(
+            "hung: no heartbeat for {:.1} s (stopped, or stuck in the kernel); the launcher killed it",
+            silent.as_secs_f64()
+        );
+        let notice = KvsReply::RankHung {
+            rank,
+            silent_ms: silent.as_millis() as u64,
+        };
+        fail_rank_with(&self.shared, rank, &how, notice);
+    }
+
+    /// Connected ranks whose heartbeats stopped more than `limit` ago, with how long they have
+    /// been silent. Only ranks that sent at least one heartbeat are watched.
+    pub fn silent_ranks(&self, limit: std::time::Duration) -> Vec<(u32, std::time::Duration)> {
+        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<(u32, std::time::Duration)> = st
+            .beats
+            .iter()
+            .filter(|(r, _)| st.conns.contains_key(r))
+            .map(|(&r, t)| (r, t.elapsed()))
+            .filter(|&(_, d)| d > limit)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Stops watching `rank`'s heartbeats (it finalized, or ended).
+    pub fn forget_heartbeats(&self, rank: u32) {
+        let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.beats.remove(&rank);
+    }
+
     /// Tells every connected rank that the job is being aborted.
     pub fn notify_abort(&self, from: u32, code: i32, msg: &str) {
         let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -184,13 +223,18 @@ impl Drop for KvsServer {
 /// Records `rank` as failed, tells every other connected rank, and fails a fence it can no
 /// longer complete.
 fn fail_rank(sh: &Shared, rank: u32, how: &str) {
-    let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-    st.failed.insert(rank, how.to_string());
-    st.conns.remove(&rank);
     let notice = KvsReply::RankFailed {
         rank,
         how: how.to_string(),
     };
+    fail_rank_with(sh, rank, how, notice);
+}
+
+fn fail_rank_with(sh: &Shared, rank: u32, how: &str, notice: KvsReply) {
+    let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+    st.failed.insert(rank, how.to_string());
+    st.conns.remove(&rank);
+    st.beats.remove(&rank);
     for c in st.conns.values() {
         let _ = send(c, &notice);
     }
@@ -306,6 +350,20 @@ fn serve(mut stream: TcpStream, peer: String, sh: Arc<Shared>) {
             }
         };
         finalized |= req == KvsRequest::Finalize;
+        if req == KvsRequest::Heartbeat {
+            let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+            if !finalized && st.conns.contains_key(&rank) {
+                st.beats.insert(rank, std::time::Instant::now());
+            }
+            continue;
+        }
+        if finalized {
+            sh.state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .beats
+                .remove(&rank);
+        }
         if let Some(rep) = handle(&sh, rank, req)
             && send(&conn, &rep).is_err()
         {
@@ -391,6 +449,8 @@ fn handle(sh: &Shared, rank: u32, req: KvsRequest) -> Option<KvsReply> {
             event(sh, KvsEvent::Finalized { rank });
             KvsReply::Ok
         }
+        // Handled by the connection loop, never answered.
+        KvsRequest::Heartbeat => return None,
     })
 }
 
