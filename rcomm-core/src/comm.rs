@@ -67,6 +67,11 @@ pub(crate) struct Shared {
     pub(crate) coll: crate::coll::CollShared,
     /// `RCOMM_DETERMINISTIC`: allreduce in the canonical order whatever the size.
     pub(crate) deterministic: bool,
+    /// The bootstrap (the launcher's store), for abort and for agreeing on failures.
+    pub(crate) boot:
+        std::sync::OnceLock<Arc<Mutex<Box<dyn rcomm_transport::bootstrap::Bootstrap>>>>,
+    /// Shrinks done per communicator context: names each agreement alike on every survivor.
+    pub(crate) shrinks: Mutex<std::collections::HashMap<u32, u32>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -96,6 +101,8 @@ impl Shared {
             policy,
             coll: crate::coll::CollShared::new(false),
             deterministic: false,
+            boot: std::sync::OnceLock::new(),
+            shrinks: Mutex::new(std::collections::HashMap::new()),
         }
     }
 

@@ -66,6 +66,15 @@ pub enum CommError {
         /// What the launcher saw.
         why: String,
     },
+    /// The communicator was revoked (`Communicator::revoke`): nothing more runs on it; shrink it
+    /// or make another.
+    #[error("{op}: the communicator was revoked by rank {by}")]
+    Revoked {
+        /// The operation that failed.
+        op: &'static str,
+        /// World rank that revoked it.
+        by: u32,
+    },
     /// The receive buffer was smaller than the message; the message is consumed.
     #[error(
         "message truncated: {message} bytes do not fit the {buffer}-byte buffer (the message was consumed)"

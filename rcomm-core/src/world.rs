@@ -34,8 +34,9 @@ pub struct World {
     local_rank: u32,
     local_size: u32,
     job_id: String,
+    restart_count: u32,
     peers: Vec<AddrRecord>,
-    boot: Mutex<Box<dyn Bootstrap>>,
+    boot: Arc<Mutex<Box<dyn Bootstrap>>>,
     notices: Option<Arc<NoticeBoard>>,
 }
 
@@ -258,15 +259,23 @@ fn init_with(cfg: &Config) -> Result<World> {
         boot.job_id(),
         infos[rank as usize].settings_hash()
     );
+    let (local_rank, local_size, job_id) = (
+        boot.local_rank(),
+        boot.local_size(),
+        boot.job_id().to_string(),
+    );
+    let boot = Arc::new(Mutex::new(boot));
+    let _ = comm.shared.boot.set(boot.clone());
     Ok(World {
         comm,
         rank,
         size,
-        local_rank: boot.local_rank(),
-        local_size: boot.local_size(),
-        job_id: boot.job_id().to_string(),
+        local_rank,
+        local_size,
+        job_id,
+        restart_count: cfg.restart_count,
         peers,
-        boot: Mutex::new(boot),
+        boot,
         notices,
     })
 }
@@ -393,6 +402,12 @@ impl World {
                 Vec::new()
             }
         }
+    }
+
+    /// Which run of the job this is under `rcomm-run --max-restarts`: 0 the first time, then 1,
+    /// 2, … (`RCOMM_RESTART_COUNT`). A program resumes from its checkpoint when it is not 0.
+    pub fn restart_count(&self) -> u32 {
+        self.restart_count
     }
 
     /// Ends the whole job: the launcher stops every rank and exits with `code`.

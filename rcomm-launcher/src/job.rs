@@ -97,6 +97,8 @@ struct Supervisor {
     last_beat: Instant,
     /// The ranks' liveness settings (`RCOMM_HEARTBEAT`), `None` when off.
     heartbeat: Option<rcomm_transport::config::Heartbeat>,
+    /// Hosts whose daemon was lost while ranks ran there.
+    lost_hosts: Vec<String>,
 }
 
 /// One line of the launcher's own on stderr. Never panics (unlike `eprintln!`): a closed
@@ -264,7 +266,78 @@ fn shut_down_daemons(daemons: &mut [Option<Daemon>], within: Duration) {
 
 /// Runs the job described by `cli`; returns the launcher's exit status.
 pub fn run(cli: Cli) -> Result<i32, LaunchError> {
-    let (hosts, multi) = job_hosts(&cli)?;
+    if let Some(m) = cli.min_ranks
+        && cli.ranks.is_some_and(|n| m > n)
+    {
+        return Err(LaunchError::Hosts(format!(
+            "--min-ranks {m} is more than the {} ranks asked for",
+            cli.ranks.unwrap_or_default()
+        )));
+    }
+    // No thread exists yet: block the signals now so every later thread inherits the mask.
+    let signals = Signals::install().map_err(LaunchError::Signals)?;
+    let mut lost_hosts: Vec<String> = Vec::new();
+    for attempt in 0.. {
+        let mut c = cli.clone();
+        c.export.retain(|e| e.name != "RCOMM_RESTART_COUNT");
+        c.export.push(crate::cli::Export {
+            name: "RCOMM_RESTART_COUNT".into(),
+            value: Some(attempt.to_string()),
+        });
+        let a = run_once(&c, &signals, &lost_hosts)?;
+        let last = attempt >= cli.max_restarts;
+        if a.code == 0 || a.no_restart || last {
+            if a.code != 0 && cli.max_restarts > 0 && !a.no_restart {
+                say(format_args!(
+                    "the job failed after {} restart(s); giving up (--max-restarts {})",
+                    attempt, cli.max_restarts
+                ));
+            }
+            return Ok(a.code);
+        }
+        // Without --min-ranks a restart keeps every host (a lost one may be back).
+        if cli.min_ranks.is_some() {
+            lost_hosts.extend(a.lost_hosts);
+        }
+        say(format_args!(
+            "the job failed (exit status {}); restarting it ({} of {}), RCOMM_RESTART_COUNT={}{}",
+            a.code,
+            attempt + 1,
+            cli.max_restarts,
+            attempt + 1,
+            if lost_hosts.is_empty() {
+                String::new()
+            } else {
+                format!(", without the lost hosts {}", lost_hosts.join(", "))
+            }
+        ));
+    }
+    unreachable!("the loop returns")
+}
+
+/// How one run of the job ended.
+struct Attempt {
+    code: i32,
+    /// A terminating signal stopped it, or it could not start: not restarted.
+    no_restart: bool,
+    /// Hosts whose daemon was lost with ranks on it.
+    lost_hosts: Vec<String>,
+}
+
+fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attempt, LaunchError> {
+    let final_ = |code: i32| Attempt {
+        code,
+        no_restart: true,
+        lost_hosts: Vec::new(),
+    };
+    let signals = signals.clone();
+    let (mut hosts, multi) = job_hosts(cli)?;
+    if !lost_hosts.is_empty() {
+        hosts.retain(|h| !lost_hosts.contains(&h.name));
+        if hosts.is_empty() {
+            return Err(LaunchError::Hosts("every host was lost".into()));
+        }
+    }
     let me = rcomm_transport::identity::hostname();
     let is_local: Vec<bool> = hosts
         .iter()
@@ -300,8 +373,6 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
         rcomm_transport::config::Heartbeat::from_env(&env)
             .map_err(|e| LaunchError::Config(e.to_string()))?
     };
-    // No thread exists yet: block the signals now so every later thread inherits the mask.
-    let signals = Signals::install().map_err(LaunchError::Signals)?;
     let job_id = new_job_id().map_err(|e| LaunchError::Secret(e.to_string()))?;
     let secret = Secret::random().map_err(|e| LaunchError::Secret(e.to_string()))?;
     let secret_bytes = *secret.as_bytes();
@@ -346,7 +417,7 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
                 ));
                 shut_down_daemons(&mut daemons, Duration::from_secs(2));
                 watchdog.release();
-                return Ok(128 + sig);
+                return Ok(final_(128 + sig));
             }
         }
     }
@@ -358,7 +429,7 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
         say(format_args!("no rank was started"));
         shut_down_daemons(&mut daemons, Duration::from_secs(2));
         watchdog.release();
-        return Ok(1);
+        return Ok(final_(1));
     }
 
     let allowed = os::allowed_cpus().unwrap_or_default();
@@ -369,11 +440,22 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
             None => cores.len(),
         })
         .collect();
-    let n = cli.ranks.unwrap_or_else(|| {
-        hosts::capacities(&hosts, cli.map_by, &host_cores)
-            .iter()
-            .sum()
-    });
+    let capacity: u32 = hosts::capacities(&hosts, cli.map_by, &host_cores)
+        .iter()
+        .sum();
+    let mut n = cli.ranks.unwrap_or(capacity);
+    if !lost_hosts.is_empty() {
+        // A restart without the lost hosts: as many ranks as the hosts left hold.
+        n = n.min(capacity);
+        if let Some(m) = cli.min_ranks.filter(|&m| n < m) {
+            say(format_args!(
+                "the hosts left hold {n} ranks, fewer than --min-ranks {m}; not restarting"
+            ));
+            shut_down_daemons(&mut daemons, Duration::from_secs(2));
+            watchdog.release();
+            return Ok(final_(1));
+        }
+    }
     let rank_host = match hosts::map_ranks(&hosts, n, cli.map_by, &host_cores) {
         Ok(m) => m,
         Err(e) => {
@@ -419,6 +501,7 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
 
     let mut sup = Supervisor {
         heartbeat,
+        lost_hosts: Vec::new(),
         on_failure: cli.on_failure,
         grace: cli.grace,
         kvs,
@@ -448,7 +531,7 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
     };
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    let env = remote_env(&cli);
+    let env = remote_env(cli);
     for (d, mine) in sup.daemons.iter_mut().zip(&per_host) {
         let Some(d) = d.as_mut() else {
             continue;
@@ -621,9 +704,14 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
             let _ = c.wait();
         }
     }
+    let attempt = Attempt {
+        code,
+        no_restart: sup.received.is_some(),
+        lost_hosts: std::mem::take(&mut sup.lost_hosts),
+    };
     drop(sup);
     drop(secret_fd);
-    Ok(code)
+    Ok(attempt)
 }
 
 impl Supervisor {
@@ -766,6 +854,7 @@ impl Supervisor {
                     if lost.is_empty() {
                         continue;
                     }
+                    self.lost_hosts.push(self.hosts[h].name.clone());
                     let why = match err {
                         Some(e) => e,
                         None => self.daemons[h]

@@ -97,6 +97,11 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "how long a TCP peer may stay silent before it is lost (TCP_USER_TIMEOUT and keepalive probes), in seconds or with ms/s suffix (default 10s, 0 = system default, minutes); catches cut links, also on idle receive-only connections",
     },
     VarSpec {
+        name: "RCOMM_RESTART_COUNT",
+        protocol: false,
+        help: "set by rcomm-run --max-restarts: which run of the job this is (0 first, then 1, 2, …), so a program can resume from its checkpoint (World::restart_count)",
+    },
+    VarSpec {
         name: "RCOMM_HEARTBEAT",
         protocol: false,
         help: "liveness under rcomm-run: each process tells the launcher it is alive every INTERVAL from a thread of its own; after MISSES silent intervals the launcher declares it hung, kills it and every rank gets PeerHung. INTERVAL[,MISSES] (default 1s,5; 0 = off)",
@@ -360,6 +365,8 @@ pub struct Config {
     pub tcp_timeout_ms: u32,
     /// `RCOMM_HEARTBEAT`: interval and misses; `None` when off.
     pub heartbeat: Option<Heartbeat>,
+    /// `RCOMM_RESTART_COUNT` (0 when unset).
+    pub restart_count: u32,
     /// Forced collective algorithms, (op, algo).
     pub algo: Vec<(String, String)>,
     /// Forced kernel instruction set, as given.
@@ -803,6 +810,7 @@ impl Config {
             socket_ifname,
             tcp_timeout_ms,
             heartbeat: Heartbeat::from_env(env)?,
+            restart_count: parse_u32(env, "RCOMM_RESTART_COUNT")?.unwrap_or(0),
             algo,
             kernel_isa,
             deterministic,

@@ -385,6 +385,7 @@ mod kvs_req {
     pub const ABORT: u8 = 4;
     pub const FINALIZE: u8 = 5;
     pub const HEARTBEAT: u8 = 6;
+    pub const AGREE: u8 = 7;
 }
 /// Frame kinds of KVS replies and notices (server → client).
 mod kvs_rep {
@@ -396,7 +397,11 @@ mod kvs_rep {
     pub const NOTICE_RANK_FAILED: u8 = 21;
     pub const NOTICE_ABORT: u8 = 22;
     pub const NOTICE_RANK_HUNG: u8 = 23;
+    pub const AGREED: u8 = 24;
 }
+
+/// Most members of one agreement (a communicator of that many ranks).
+pub const MAX_AGREE_MEMBERS: u32 = 1 << 20;
 
 /// A request from a rank to the key-value store served by the launcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -428,6 +433,17 @@ pub enum KvsRequest {
     Finalize,
     /// The rank's process is alive (sent by its heartbeat thread; never answered).
     Heartbeat,
+    /// Agree with `members` under `key` (answered once every member has asked or failed): the
+    /// launcher is the source of truth about who failed. `data` (the same length from every
+    /// member) is combined by bitwise AND.
+    Agree {
+        /// Names the agreement (communicator and round).
+        key: String,
+        /// World ranks taking part.
+        members: Vec<u32>,
+        /// This rank's contribution.
+        data: Vec<u8>,
+    },
 }
 
 impl KvsRequest {
@@ -450,6 +466,14 @@ impl KvsRequest {
             }
             Self::Finalize => kvs_req::FINALIZE,
             Self::Heartbeat => kvs_req::HEARTBEAT,
+            Self::Agree { key, members, data } => {
+                e.str(key).u32(members.len() as u32);
+                for &m in members {
+                    e.u32(m);
+                }
+                e.bytes(data);
+                kvs_req::AGREE
+            }
         };
         encode_frame(kind, &e.finish())
     }
@@ -473,6 +497,22 @@ impl KvsRequest {
             },
             kvs_req::FINALIZE => Self::Finalize,
             kvs_req::HEARTBEAT => Self::Heartbeat,
+            kvs_req::AGREE => {
+                let key = d.str(MAX_KEY_LEN, "key")?;
+                let n = d.u32("members")?;
+                if n > MAX_AGREE_MEMBERS {
+                    return Err(WireError::Invalid {
+                        what: "agreement members",
+                        why: format!("{n} is more than {MAX_AGREE_MEMBERS}"),
+                    });
+                }
+                let members = (0..n).map(|_| d.u32("member")).collect::<Result<_, _>>()?;
+                Self::Agree {
+                    key,
+                    members,
+                    data: d.bytes(MAX_TEXT_LEN, "data")?.to_vec(),
+                }
+            }
             k => {
                 return Err(WireError::UnknownKind {
                     what: "KVS request",
@@ -505,6 +545,14 @@ pub enum KvsReply {
         rank: u32,
         /// How it ended, e.g. "killed by signal 9 (SIGKILL)".
         how: String,
+    },
+    /// An agreement completed: the members the launcher knows failed, and the AND of the
+    /// survivors' data.
+    Agreed {
+        /// Failed members, ascending.
+        failed: Vec<u32>,
+        /// Combined data.
+        data: Vec<u8>,
     },
     /// Notice: a rank stopped sending heartbeats (stopped, or stuck outside user code) and the
     /// launcher killed it.
@@ -561,6 +609,14 @@ impl KvsReply {
                 e.u32(*rank).u64(*silent_ms);
                 kvs_rep::NOTICE_RANK_HUNG
             }
+            Self::Agreed { failed, data } => {
+                e.u32(failed.len() as u32);
+                for &f in failed {
+                    e.u32(f);
+                }
+                e.bytes(data);
+                kvs_rep::AGREED
+            }
         };
         encode_frame(kind, &e.finish())
     }
@@ -587,6 +643,22 @@ impl KvsReply {
                 rank: d.u32("rank")?,
                 silent_ms: d.u64("silent")?,
             },
+            kvs_rep::AGREED => {
+                let n = d.u32("failed")?;
+                if n > MAX_AGREE_MEMBERS {
+                    return Err(WireError::Invalid {
+                        what: "failed members",
+                        why: format!("{n} is more than {MAX_AGREE_MEMBERS}"),
+                    });
+                }
+                let failed = (0..n)
+                    .map(|_| d.u32("failed rank"))
+                    .collect::<Result<_, _>>()?;
+                Self::Agreed {
+                    failed,
+                    data: d.bytes(MAX_TEXT_LEN, "data")?.to_vec(),
+                }
+            }
             k => {
                 return Err(WireError::UnknownKind {
                     what: "KVS reply",

@@ -657,6 +657,9 @@ impl NodeShm {
             shared.coll.advance_inflight();
             shared.check_alive(&world[j..=j], op)?;
             let e = shared.lock();
+            if let Some(err) = e.revoked_error(comm.ctx, op) {
+                return Err(err);
+            }
             match comm.failed_member(&e) {
                 Some(w) => Err(e.lost_error(w, op).unwrap_or(CommError::PeerLost {
                     rank: w,

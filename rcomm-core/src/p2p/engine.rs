@@ -155,6 +155,8 @@ struct State {
     /// Buffers of consumed unexpected messages, reused so a steady stream of unexpected small
     /// messages does not allocate.
     pool: Vec<Vec<u8>>,
+    /// Revocations that arrived (context, from), taken by the engine after delivery.
+    revokes_in: Vec<(u32, u32)>,
 }
 
 /// Most buffers kept in the pool, and the largest capacity kept.
@@ -171,7 +173,13 @@ pub(crate) struct Engine {
     /// Members of each live communicator by user context (even): `None` for every rank.
     comms: FastMap<u32, Option<Arc<[u32]>>>,
     notices: Option<Arc<rcomm_transport::bootstrap::kvs::NoticeBoard>>,
+    /// Revoked communicators (user context) and the rank that revoked each.
+    revoked: FastMap<u32, u32>,
 }
+
+/// First word of a `Control` message that revokes a communicator; the second holds its
+/// context (high half) and the rank that revoked it (low half).
+const CTL_REVOKE: u64 = 1;
 
 /// How long a transport's loss of a peer waits for the launcher's notice about it.
 const NOTICE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
@@ -216,12 +224,14 @@ impl Engine {
                 hosts,
                 error: None,
                 pool: Vec::new(),
+                revokes_in: Vec::new(),
             },
             net,
             reported: Vec::new(),
             // The world (context 0) holds every rank.
             comms: std::iter::once((0, None)).collect(),
             notices: None,
+            revoked: FastMap::default(),
         }
     }
 
@@ -554,7 +564,82 @@ impl Engine {
                 1
             }
         };
+        if !self.st.revokes_in.is_empty() {
+            for (ctx, by) in std::mem::take(&mut self.st.revokes_in) {
+                self.revoke(ctx, by);
+            }
+        }
         n + self.after_protocol()
+    }
+
+    /// Revokes the communicator of context `ctx` (MPI's `MPI_Comm_revoke`), as rank `by` asked:
+    /// every pending and future operation on it fails with `Revoked`. The first time, this
+    /// rank passes it on to every other member, so all learn it even if `by` dies meanwhile.
+    pub(crate) fn revoke(&mut self, ctx: u32, by: u32) {
+        let key = ctx & !1;
+        if self.revoked.contains_key(&key) {
+            return;
+        }
+        rcomm_transport::rlog!(Info, "P2P", "communicator {key} revoked by rank {by}");
+        self.revoked.insert(key, by);
+        let doomed: Vec<ReqId> = self
+            .st
+            .reqs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                r.as_ref()
+                    .filter(|r| matches!(r.state, ReqState::Active) && r.ctx & !1 == key)
+                    .map(|_| i)
+            })
+            .collect();
+        for req in doomed {
+            self.drop_req_state(req);
+            let op = self.st.req_mut(req).op;
+            self.st.complete(req, Err(CommError::Revoked { op, by }));
+        }
+        let members: Vec<u32> = match self.comms.get(&key) {
+            Some(Some(m)) => m.to_vec(),
+            _ => (0..self.st.size).collect(),
+        };
+        for m in members {
+            if m != self.st.me && m != by && !self.st.failed.contains_key(&m) {
+                self.st.send_ctl(
+                    m,
+                    ProtoKind::Control,
+                    &[CTL_REVOKE, u64::from(key) << 32 | u64::from(by)],
+                );
+            }
+        }
+        self.after_protocol();
+    }
+
+    /// Whether the communicator of context `ctx` was revoked.
+    pub(crate) fn is_revoked(&self, ctx: u32) -> bool {
+        self.revoked.contains_key(&(ctx & !1))
+    }
+
+    /// The `Revoked` error for an operation on context `ctx`, if it was revoked.
+    pub(crate) fn revoked_error(&self, ctx: u32, op: &'static str) -> Option<CommError> {
+        self.revoked
+            .get(&(ctx & !1))
+            .map(|&by| CommError::Revoked { op, by })
+    }
+
+    /// Unlinks a request from matching and from the rendezvous tables, before it fails.
+    fn drop_req_state(&mut self, req: ReqId) {
+        if let Some((ctx, rid)) = self.st.req_mut(req).posted.take() {
+            if let Some(c) = self.st.ctx.get_mut(&ctx) {
+                c.m.cancel(rid);
+            }
+            self.st.posted.remove(&(ctx, rid));
+        }
+        self.st.rndv_send.retain(|_, s| s.req != req);
+        self.st.rndv_recv.retain(|_, s| s.req != req);
+        self.st
+            .streaming
+            .retain(|t| self.st.rndv_send.contains_key(t));
+        self.st.pulls.retain(|p| p.req != req);
     }
 
     /// Protocol steps that need the transports: single-copy pulls, queued messages, streaming.
@@ -864,18 +949,7 @@ impl Engine {
             })
             .collect();
         for req in broken {
-            if let Some((ctx, rid)) = self.st.req_mut(req).posted.take() {
-                if let Some(c) = self.st.ctx.get_mut(&ctx) {
-                    c.m.cancel(rid);
-                }
-                self.st.posted.remove(&(ctx, rid));
-            }
-            self.st.rndv_send.retain(|_, s| s.req != req);
-            self.st.rndv_recv.retain(|_, s| s.req != req);
-            self.st
-                .streaming
-                .retain(|t| self.st.rndv_send.contains_key(t));
-            self.st.pulls.retain(|p| p.req != req);
+            self.drop_req_state(req);
             let op = self.st.req_mut(req).op;
             let e = self.st.lost(peer, op, why.clone());
             self.st.complete(req, Err(e));
@@ -902,6 +976,9 @@ impl Engine {
     /// Fails a new operation on a communicator that lost a member: the others may never do
     /// their part (MPI's revoked communicator; `shrink` makes a working one).
     fn check_comm(&self, ctx: u32, op: &'static str) -> Result<(), CommError> {
+        if let Some(&by) = self.revoked.get(&(ctx & !1)) {
+            return Err(CommError::Revoked { op, by });
+        }
         if self.reported.is_empty() {
             return Ok(());
         }
@@ -1143,6 +1220,14 @@ impl State {
                         }),
                     );
                 }
+            }
+            ProtoKind::Control
+                if u64_at(payload, 0) == Some(CTL_REVOKE)
+                    && let Some(w) = u64_at(payload, 1)
+                    && ((w & 0xffff_ffff) as u32) < self.size =>
+            {
+                self.revokes_in
+                    .push(((w >> 32) as u32, (w & 0xffff_ffff) as u32));
             }
             ProtoKind::Data | ProtoKind::Credit | ProtoKind::Control => {
                 rcomm_transport::rlog!(Trace, "P2P", "ignored {:?} from rank {peer}", hdr.kind);

@@ -362,4 +362,25 @@ impl Bootstrap for KvsClient {
     fn finalize(&mut self) -> Result<(), BootstrapError> {
         self.request("finalize", KvsRequest::Finalize).map(drop)
     }
+    fn agree(
+        &mut self,
+        key: &str,
+        members: &[u32],
+        data: &[u8],
+    ) -> Result<(Vec<u32>, Vec<u8>), BootstrapError> {
+        match self.request(
+            "agree",
+            KvsRequest::Agree {
+                key: key.to_string(),
+                members: members.to_vec(),
+                data: data.to_vec(),
+            },
+        )? {
+            KvsReply::Agreed { failed, data } => Ok((failed, data)),
+            r => Err(BootstrapError::Refused {
+                op: "agree",
+                msg: format!("unexpected reply {r:?}"),
+            }),
+        }
+    }
 }

@@ -62,6 +62,66 @@ struct State {
     /// When each rank's heartbeat thread last wrote; ranks that never sent one are not
     /// watched.
     beats: HashMap<u32, std::time::Instant>,
+    /// Agreements under way, by key.
+    agreements: HashMap<String, Agreement>,
+}
+
+/// An agreement among some ranks: complete once every member has asked or failed.
+struct Agreement {
+    members: BTreeSet<u32>,
+    arrived: HashMap<u32, Vec<u8>>,
+}
+
+/// Answers every agreement whose members have all asked or failed.
+fn complete_agreements(st: &mut State) {
+    let done: Vec<String> = st
+        .agreements
+        .iter()
+        .filter(|(_, a)| {
+            a.members
+                .iter()
+                .all(|m| a.arrived.contains_key(m) || st.failed.contains_key(m))
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in done {
+        let a = st.agreements.remove(&k).expect("listed");
+        let failed: Vec<u32> = a
+            .members
+            .iter()
+            .copied()
+            .filter(|m| st.failed.contains_key(m))
+            .collect();
+        let mut data: Option<Vec<u8>> = None;
+        let mut uneven = false;
+        for (r, d) in &a.arrived {
+            if failed.contains(r) {
+                continue;
+            }
+            match &mut data {
+                None => data = Some(d.clone()),
+                Some(acc) if acc.len() == d.len() => {
+                    acc.iter_mut().zip(d).for_each(|(a, b)| *a &= b);
+                }
+                Some(_) => uneven = true,
+            }
+        }
+        let rep = if uneven {
+            KvsReply::Error(format!(
+                "agreement {k}: the members gave data of different lengths"
+            ))
+        } else {
+            KvsReply::Agreed {
+                failed: failed.clone(),
+                data: data.unwrap_or_default(),
+            }
+        };
+        for r in a.arrived.keys().filter(|r| !failed.contains(r)) {
+            if let Some(c) = st.conns.get(r) {
+                let _ = send(c, &rep);
+            }
+        }
+    }
 }
 
 struct Shared {
@@ -238,6 +298,7 @@ fn fail_rank_with(sh: &Shared, rank: u32, how: &str, notice: KvsReply) {
     for c in st.conns.values() {
         let _ = send(c, &notice);
     }
+    complete_agreements(&mut st);
     if !st.fence_waiting.is_empty() && !st.fence_waiting.contains(&rank) {
         let err = KvsReply::Error(format!("fence cannot complete: rank {rank} failed ({how})"));
         for r in std::mem::take(&mut st.fence_waiting) {
@@ -451,6 +512,31 @@ fn handle(sh: &Shared, rank: u32, req: KvsRequest) -> Option<KvsReply> {
         }
         // Handled by the connection loop, never answered.
         KvsRequest::Heartbeat => return None,
+        KvsRequest::Agree { key, members, data } => {
+            if !members.contains(&rank) || members.iter().any(|&m| m >= sh.size) {
+                return Some(KvsReply::Error(format!(
+                    "agreement {key}: rank {rank} is not among its members, or a member is out of range"
+                )));
+            }
+            if st.agreements.len() >= MAX_KEYS_PER_RANK && !st.agreements.contains_key(&key) {
+                return Some(KvsReply::Error("too many agreements under way".into()));
+            }
+            let a = st
+                .agreements
+                .entry(key.clone())
+                .or_insert_with(|| Agreement {
+                    members: members.iter().copied().collect(),
+                    arrived: HashMap::new(),
+                });
+            if a.members != members.iter().copied().collect::<BTreeSet<u32>>() {
+                return Some(KvsReply::Error(format!(
+                    "agreement {key}: rank {rank} names other members than the first to ask"
+                )));
+            }
+            a.arrived.insert(rank, data);
+            complete_agreements(&mut st);
+            return None;
+        }
     })
 }
 
