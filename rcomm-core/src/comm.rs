@@ -135,6 +135,16 @@ impl Shared {
         }
     }
 
+    /// Waits up to `grace` for a launcher notice about a rank `wanted` accepts, and takes it
+    /// in: a peer that went away is often only the consequence of another rank's failure,
+    /// which the error should name.
+    pub(crate) fn await_notice(&self, wanted: impl Fn(u32) -> bool, grace: Duration) {
+        let Some(n) = &self.notices else { return };
+        n.wait_for(grace, |s| s.failed.iter().any(|(r, _)| wanted(*r)));
+        let mut e = self.lock();
+        self.apply_notices(&mut e);
+    }
+
     /// Progresses until `done` yields a value.
     pub(crate) fn block_on<R>(&self, mut done: impl FnMut(&mut Engine) -> Option<R>) -> R {
         let mut spins: u32 = 0;

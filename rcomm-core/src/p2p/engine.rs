@@ -886,14 +886,18 @@ impl Engine {
             self.st.reqs.iter().flatten().any(|r| {
                 matches!(r.state, ReqState::Active) && (r.peer == Some(peer) || r.wildcard)
             });
-        if waited_on && let Some(nb) = &self.notices {
-            let n = nb.wait_for(NOTICE_GRACE, |n| n.failed.iter().any(|(r, _)| *r == peer));
-            if let Some((_, how)) = n.failed.iter().find(|(r, _)| *r == peer) {
-                if n.hung.contains(&peer) {
-                    self.mark_hung(peer);
-                }
-                return self
-                    .launcher_reports_failed(peer, format!("the launcher reports it {how}"));
+        if waited_on && let Some(nb) = self.notices.clone() {
+            // The peer itself, or another rank whose failure made the peer give up and leave:
+            // either notice explains what waits on the peer better than a closed socket.
+            let known = self.reported.clone();
+            nb.wait_for(NOTICE_GRACE, |n| {
+                n.failed
+                    .iter()
+                    .any(|(r, _)| *r == peer || !known.contains(r))
+            });
+            self.take_notices();
+            if self.st.failed.contains_key(&peer) {
+                return;
             }
         }
         self.peer_failed(peer, why);
