@@ -584,6 +584,24 @@ mod tests {
     }
 
     #[test]
+    fn a_rank_gets_in_while_silent_clients_hold_every_handshake_slot() {
+        // More silent clients than the server handshakes at once: the rest wait in the
+        // backlog, and so does the real rank, which must still get in (it used to be dropped).
+        let (srv, secret) = server(1);
+        let silent: Vec<TcpStream> = (0..MAX_PENDING_HANDSHAKES + 6)
+            .map(|_| TcpStream::connect(srv.addr()).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = Instant::now();
+        let mut c = KvsClient::connect(env(&srv, 0, 1), &secret).unwrap();
+        c.put("k", b"v").unwrap();
+        c.fence().unwrap();
+        assert_eq!(c.get(0, "k").unwrap(), b"v");
+        assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+        drop(silent);
+    }
+
+    #[test]
     fn failed_rank_fails_a_pending_fence_and_is_noticed() {
         let (srv, secret) = server(3);
         let mut waiters = Vec::new();
