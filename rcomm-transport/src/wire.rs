@@ -151,8 +151,15 @@ pub fn decode_frame(buf: &[u8], limit: usize) -> Result<Option<DecodedFrame<'_>>
     Ok(Some((h, &buf[FRAME_HEADER_LEN..end], end)))
 }
 
-/// Reads one frame from a blocking stream. The payload is allocated only after its length passed
-/// the limit. A clean close before the first byte is [`FrameIoError::Closed`].
+/// Payload bytes [`read_frame`] allocates before any of them arrived; beyond it, the buffer grows
+/// at most to twice what was received.
+pub const READ_FRAME_STEP: usize = 64 << 10;
+
+/// Reads one frame from a blocking stream. The length must pass `limit` before anything is
+/// allocated, and even then the buffer grows with the bytes that actually arrive (at most
+/// [`READ_FRAME_STEP`] ahead of them, or as many again as have come), so a peer that announces
+/// a large frame and sends nothing costs little. A clean close before the first byte is
+/// [`FrameIoError::Closed`].
 pub fn read_frame<R: Read>(r: &mut R, limit: usize) -> Result<(u8, Vec<u8>), FrameIoError> {
     let mut hb = [0u8; FRAME_HEADER_LEN];
     let mut got = 0;
@@ -166,8 +173,14 @@ pub fn read_frame<R: Read>(r: &mut R, limit: usize) -> Result<(u8, Vec<u8>), Fra
         }
     }
     let h = decode_frame_header(&hb, limit)?;
-    let mut payload = vec![0u8; h.len];
-    r.read_exact(&mut payload)?;
+    let mut payload = Vec::new();
+    while payload.len() < h.len {
+        let have = payload.len();
+        let step = (h.len - have).min(have.max(READ_FRAME_STEP));
+        payload.reserve_exact(step);
+        payload.resize(have + step, 0);
+        r.read_exact(&mut payload[have..])?;
+    }
     Ok((h.kind, payload))
 }
 

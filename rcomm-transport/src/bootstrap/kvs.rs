@@ -123,6 +123,13 @@ impl KvsClient {
             }
         };
         let _ = stream.set_nodelay(true);
+        // The store admits a bounded number of handshakes at a time and leaves the rest in its
+        // backlog (where silent clients may hold it for a while): wait longer for its challenge
+        // than the handshake's own deadline, then run the handshake.
+        let _ = stream.set_read_timeout(Some(
+            CONNECT_PATIENCE.min(patience.max(auth::HANDSHAKE_TIMEOUT)),
+        ));
+        let _ = stream.peek(&mut [0u8; 1]);
         auth::connect(&mut stream, secret, "kvs", env.rank).map_err(|source| {
             BootstrapError::Auth {
                 addr: addr.clone(),
