@@ -167,6 +167,8 @@ const TAKES_VALUE: &[&str] = &[
     "--bind-to",
     "--grace",
     "--on-failure",
+    "--max-restarts",
+    "--min-ranks",
 ];
 
 /// Rewrites mpirun's single-dash `-np N` (which clap cannot express) to `-n N`, but only among

@@ -423,6 +423,12 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
             msg: "bye".into(),
         },
         KvsRequest::Finalize,
+        KvsRequest::Heartbeat,
+        KvsRequest::Agree {
+            key: "shrink/0/1".into(),
+            members: vec![0, 2, 3],
+            data: vec![0xff; 8],
+        },
     ]
     .iter()
     .flat_map(KvsRequest::to_frame)
@@ -441,6 +447,14 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
             from: 1,
             code: 7,
             msg: "abort".into(),
+        },
+        KvsReply::RankHung {
+            rank: 2,
+            silent_ms: 5000,
+        },
+        KvsReply::Agreed {
+            failed: vec![1],
+            data: vec![0x0f; 8],
         },
     ]
     .iter()
