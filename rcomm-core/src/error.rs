@@ -53,6 +53,28 @@ pub enum CommError {
         /// What was seen.
         why: String,
     },
+    /// A peer stopped answering the launcher's liveness check (stopped with SIGSTOP, or stuck
+    /// in the kernel) and was killed: this rank waited on it, or on a communicator it belongs to.
+    #[error("{op}: rank {rank} (host {host}) hung: {why}")]
+    PeerHung {
+        /// The hung rank.
+        rank: u32,
+        /// Its host.
+        host: String,
+        /// The operation that failed.
+        op: &'static str,
+        /// What the launcher saw.
+        why: String,
+    },
+    /// The communicator was revoked (`Communicator::revoke`): nothing more runs on it; shrink it
+    /// or make another.
+    #[error("{op}: the communicator was revoked by rank {by}")]
+    Revoked {
+        /// The operation that failed.
+        op: &'static str,
+        /// World rank that revoked it.
+        by: u32,
+    },
     /// The receive buffer was smaller than the message; the message is consumed.
     #[error(
         "message truncated: {message} bytes do not fit the {buffer}-byte buffer (the message was consumed)"

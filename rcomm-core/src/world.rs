@@ -34,8 +34,9 @@ pub struct World {
     local_rank: u32,
     local_size: u32,
     job_id: String,
+    restart_count: u32,
     peers: Vec<AddrRecord>,
-    boot: Mutex<Box<dyn Bootstrap>>,
+    boot: Arc<Mutex<Box<dyn Bootstrap>>>,
     notices: Option<Arc<NoticeBoard>>,
 }
 
@@ -200,6 +201,7 @@ fn init_with(cfg: &Config) -> Result<World> {
         cma_max: if cfg.shm_cma { cfg.shm_cma_max } else { 0 },
     };
     let mut engine = Engine::new(rank, size, net, hosts, proto);
+    engine.set_notices(notices.clone());
     if cfg.check {
         engine.check_enable();
     }
@@ -262,15 +264,23 @@ fn init_with(cfg: &Config) -> Result<World> {
         boot.job_id(),
         infos[rank as usize].settings_hash()
     );
+    let (local_rank, local_size, job_id) = (
+        boot.local_rank(),
+        boot.local_size(),
+        boot.job_id().to_string(),
+    );
+    let boot = Arc::new(Mutex::new(boot));
+    let _ = comm.shared.boot.set(boot.clone());
     Ok(World {
         comm,
         rank,
         size,
-        local_rank: boot.local_rank(),
-        local_size: boot.local_size(),
-        job_id: boot.job_id().to_string(),
+        local_rank,
+        local_size,
+        job_id,
+        restart_count: cfg.restart_count,
         peers,
-        boot: Mutex::new(boot),
+        boot,
         notices,
     })
 }
@@ -293,6 +303,9 @@ fn choose_bootstrap(cfg: &Config) -> Result<Chosen> {
             bootstrap::BootstrapError::Env(format!("{e}; start ranks with rcomm-run"))
         })?;
         let client = KvsClient::connect(env.clone(), &secret)?;
+        if let Some(hb) = cfg.heartbeat {
+            client.start_heartbeat(std::time::Duration::from_millis(u64::from(hb.interval_ms)))?;
+        }
         let n = client.notices();
         return Ok((Box::new(client), Some(n), Some(secret)));
     }
@@ -394,6 +407,12 @@ impl World {
                 Vec::new()
             }
         }
+    }
+
+    /// Which run of the job this is under `rcomm-run --max-restarts`: 0 the first time, then 1,
+    /// 2, … (`RCOMM_RESTART_COUNT`). A program resumes from its checkpoint when it is not 0.
+    pub fn restart_count(&self) -> u32 {
+        self.restart_count
     }
 
     /// Ends the whole job: the launcher stops every rank and exits with `code`.

@@ -13,6 +13,7 @@ pub const TERMINATING: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, li
 pub const PASSED_ON: [i32; 2] = [libc::SIGUSR1, libc::SIGUSR2];
 
 /// The blocked set the supervising loop waits on.
+#[derive(Clone)]
 pub struct Signals {
     set: SigSet,
 }

@@ -7,6 +7,8 @@ pub mod bootstrap;
 pub mod config;
 pub mod error;
 pub mod fastmap;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod identity;
 pub mod ifaddr;
 pub mod local;

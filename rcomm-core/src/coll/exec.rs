@@ -354,7 +354,44 @@ impl Communicator {
             }
         }
         coll.put_scratch(tmp);
-        res
+        res.map_err(|e| self.in_sequence(e, tag))
+    }
+
+    /// Says which collective of the communicator a lost peer failed: its sequence number, alike
+    /// on every rank, so the survivors' errors can be matched up.
+    pub(crate) fn in_sequence(&self, e: CommError, tag: Tag) -> CommError {
+        let seq = tag.0 - TAG_COLL_BASE;
+        let note = |why: String| {
+            format!(
+                "{why} (in collective #{seq} of communicator {})",
+                self.ctx / 2
+            )
+        };
+        match e {
+            CommError::PeerLost {
+                rank,
+                host,
+                op,
+                why,
+            } => CommError::PeerLost {
+                rank,
+                host,
+                op,
+                why: note(why),
+            },
+            CommError::PeerHung {
+                rank,
+                host,
+                op,
+                why,
+            } => CommError::PeerHung {
+                rank,
+                host,
+                op,
+                why: note(why),
+            },
+            e => e,
+        }
     }
 
     /// Posts a phase's receives, then its sends. On error, requests already posted are waited

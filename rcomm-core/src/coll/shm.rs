@@ -51,6 +51,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+/// How long a wait that found its peer gone gives the launcher's notice to arrive.
+const NOTICE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Bytes per input slot and per result area: one round moves at most this much.
 pub(crate) const SLOT: usize = 256 << 10;
 /// Chunks up to this size are folded whole by every rank (one synchronisation per round);
@@ -738,8 +741,16 @@ impl NodeShm {
         let mut check = |j: usize| {
             // Non-blocking collectives never run here, so advancing them takes no lock held.
             shared.coll.advance_inflight();
-            shared.check_alive(&world[j..=j], op)?;
+            let alive = shared.check_alive(&world[j..=j], op);
+            if alive.is_err() {
+                // The rank we wait for is gone; if it left because another member failed
+                // first (it gave up and exited), the launcher's notice names the cause.
+                shared.await_notice(|w| comm.in_failure_scope(w), NOTICE_GRACE);
+            }
             let e = shared.lock();
+            if let Some(err) = e.revoked_error(comm.ctx, op) {
+                return Err(err);
+            }
             match comm.failed_member(&e) {
                 Some(w) => Err(e.lost_error(w, op).unwrap_or(CommError::PeerLost {
                     rank: w,
@@ -749,6 +760,7 @@ impl NodeShm {
                 })),
                 None => {
                     drop(e);
+                    alive?;
                     if let Some((tag, call)) = checked
                         && !registered
                     {
@@ -792,7 +804,9 @@ impl NodeShm {
             }
         };
         p.poison(match &e {
-            CommError::PeerLost { rank, .. } => u64::from(*rank) + 1,
+            CommError::PeerLost { rank, .. } | CommError::PeerHung { rank, .. } => {
+                u64::from(*rank) + 1
+            }
             _ => u64::MAX,
         });
         *broken = Some(e.to_string());
