@@ -19,6 +19,7 @@ mod comm;
 mod error;
 mod group;
 pub mod p2p;
+pub mod plan;
 mod shared_buf;
 mod world;
 
