@@ -262,3 +262,17 @@ fn price_gives_one_collective_by_the_planners_formula() {
     let o = plan(&["--price", "bcast", "--ranks", "2", "--bytes", "1MB"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn the_readme_shows_what_the_issue_command_prints() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let args: Vec<&str> = [CLUSTER, MODEL, &["--top", "6"]].concat();
+    let out = stdout(&plan(&args));
+    for line in out.lines() {
+        assert!(
+            readme.contains(&format!("\n{line}\n")),
+            "README.md's rcomm-plan example lacks the line {line:?}: paste the output again"
+        );
+    }
+}

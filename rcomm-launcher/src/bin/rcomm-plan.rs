@@ -225,8 +225,13 @@ fn pct(v: f64) -> String {
     format!("{:.1} %", v * 100.0)
 }
 
+/// A time; `-` for none (no such traffic in this layout).
 fn secs(v: f64) -> String {
-    plan::format_time(v)
+    if v == 0.0 {
+        "-".into()
+    } else {
+        plan::format_time(v)
+    }
 }
 
 fn table(cluster: &Cluster, model: &Model, plan: &plan::Plan, top: usize) -> String {
