@@ -517,6 +517,8 @@ pub enum Infeasible {
     EpDp,
     /// ep does not divide the experts.
     EpExperts,
+    /// The cluster or the model fails its `validate` ([`plan`] reports which and why).
+    Invalid,
 }
 
 impl fmt::Display for Infeasible {
@@ -529,6 +531,7 @@ impl fmt::Display for Infeasible {
             Infeasible::Batch => "dp × micro-batch does not divide the global batch",
             Infeasible::EpDp => "ep does not divide dp",
             Infeasible::EpExperts => "ep does not divide the experts",
+            Infeasible::Invalid => "the cluster or the model is invalid",
         })
     }
 }
@@ -691,8 +694,12 @@ fn crosses(cluster: &Cluster, n: u64, leader: impl Fn(u64) -> u64) -> bool {
 }
 
 /// Prices one layout, or says why it is infeasible. Memory over the budget is not
-/// infeasible here: the estimate says `fits: false` and carries a warning.
+/// infeasible here: the estimate says `fits: false` and carries a warning. An invalid cluster
+/// or model gives [`Infeasible::Invalid`] (never a panic or a NaN).
 pub fn estimate(cluster: &Cluster, model: &Model, layout: Layout) -> Result<Estimate, Infeasible> {
+    if cluster.validate().is_err() || model.validate().is_err() {
+        return Err(Infeasible::Invalid);
+    }
     let Layout { tp, pp, dp, ep } = layout;
     let n = cluster.gpus();
     if tp == 0
@@ -777,7 +784,11 @@ pub fn estimate(cluster: &Cluster, model: &Model, layout: Layout) -> Result<Esti
     let stretch = 1.0 / (1.0 - bubble); // (m + pp − 1)/m
     let comm = (tp_time + pp_time + ep_time) * stretch + dp_time;
     let compute = model.tflops.map(|t| {
-        let active = p_d + p_e * k / model.experts as f64;
+        let active = if model.experts > 1 {
+            p_d + p_e * k / model.experts as f64
+        } else {
+            p_d
+        };
         let tokens = (model.micro_batch * model.seq) as f64;
         mf * 6.0 * active * tokens / (tpp as f64 * t * 1e12)
     });

@@ -354,6 +354,21 @@ fn bad_inputs_are_errors_not_panics() {
         let e = plan(&c, &model).unwrap_err().to_string();
         assert!(e.contains(flag), "{flag}: {e}");
     }
+    assert_eq!(
+        estimate(&c, &Model::new(7e9, 32, 4096, 2048, 0), layout(4, 2, 2)),
+        Err(Infeasible::Invalid)
+    );
+    assert_eq!(
+        estimate(
+            &Cluster {
+                gpus_per_node: 0,
+                ..c
+            },
+            &seven_b(),
+            layout(4, 2, 2)
+        ),
+        Err(Infeasible::Invalid)
+    );
     for (cluster, flag) in [
         (Cluster { nodes: 0, ..c }, "--nodes"),
         (
@@ -607,4 +622,36 @@ fn json_lists_the_required_fields_best_first() {
     assert_eq!(to_json(&[]), "[]");
     assert_eq!(json_str("a\"b\\c\n\u{1}"), "\"a\\\"b\\\\c\\n\\u0001\"");
     assert_eq!(json_num(f64::INFINITY), "null");
+}
+
+proptest::proptest! {
+    #[test]
+    fn unit_parsers_never_panic(s in "\\PC{0,12}") {
+        let _ = parse_count("x", &s);
+        let _ = parse_bytes("x", &s);
+        let _ = parse_bandwidth("x", &s);
+        let _ = parse_duration("x", &s);
+        let _ = parse_key_values(&s);
+    }
+
+    #[test]
+    fn any_small_input_plans_with_finite_numbers_or_says_why(
+        nodes in 0u64..6, gpn in 0u64..9, layers in 0u64..13, hidden in 0u64..4097,
+        seq in 0u64..2049, mb in 0u64..4, gb in 0u64..65, experts in 0u64..9, top_k in 0u64..3,
+        zero in 0u8..5, params in 0.0f64..1e12, tflops in proptest::option::of(0.0f64..1e3),
+    ) {
+        let cluster = Cluster { nodes, gpus_per_node: gpn, ..two_nodes() };
+        let model = Model {
+            micro_batch: mb, experts, top_k, zero, tflops,
+            ..Model::new(params, layers, hidden, seq, gb)
+        };
+        if let Ok(p) = plan(&cluster, &model) {
+            for e in &p.ranked {
+                let nums = [e.comm_time_s, e.bubble, e.tp_time_s, e.pp_time_s, e.ep_time_s,
+                    e.dp_time_s, e.mem_per_gpu_bytes(), e.step_time_s.unwrap_or(0.0)];
+                proptest::prop_assert!(nums.iter().all(|v| v.is_finite() && *v >= 0.0), "{:?}", e);
+                proptest::prop_assert!(e.bubble < 1.0);
+            }
+        }
+    }
 }
