@@ -20,6 +20,7 @@ mod error;
 mod group;
 pub mod mesh;
 pub mod p2p;
+pub mod plan;
 mod shared_buf;
 pub mod straggler;
 mod world;
