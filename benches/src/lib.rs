@@ -10,7 +10,8 @@
 //! formats; [`coll`]: nccl-tests' counts, bus bandwidth factors, columns and number formats,
 //! the check data and its sequential reference; [`plot`]: the SVG plot), and the rank side of
 //! the collective benchmark ([`coll_run`]) and of the overlap benchmark (`rcomm-bench overlap`:
-//! a non-blocking allreduce against computation, [`overlap`]).
+//! a non-blocking allreduce against computation, [`overlap`]), and the per-rank timing test
+//! that names slow ranks (`rcomm-bench --straggler`, [`straggler`]).
 #![warn(missing_docs)]
 
 pub mod coll;
@@ -18,3 +19,4 @@ pub mod coll_run;
 pub mod osu;
 pub mod overlap;
 pub mod plot;
+pub mod straggler;

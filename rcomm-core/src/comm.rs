@@ -67,6 +67,15 @@ pub(crate) struct Shared {
     pub(crate) coll: crate::coll::CollShared,
     /// `RCOMM_DETERMINISTIC`: allreduce in the canonical order whatever the size.
     pub(crate) deterministic: bool,
+    /// The bootstrap (the launcher's store), for abort and for agreeing on failures.
+    pub(crate) boot:
+        std::sync::OnceLock<Arc<Mutex<Box<dyn rcomm_transport::bootstrap::Bootstrap>>>>,
+    /// Shrinks done per communicator context: names each agreement alike on every survivor.
+    pub(crate) shrinks: Mutex<std::collections::HashMap<u32, u32>>,
+    /// `RCOMM_CHECK`: collectives verify that every rank makes the same call.
+    pub(crate) check: bool,
+    /// `RCOMM_STRAGGLER`: the blocking collectives' waits, per communicator.
+    pub(crate) straggler: Option<crate::straggler::Waits>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -96,6 +105,10 @@ impl Shared {
             policy,
             coll: crate::coll::CollShared::new(false),
             deterministic: false,
+            boot: std::sync::OnceLock::new(),
+            shrinks: Mutex::new(std::collections::HashMap::new()),
+            check: false,
+            straggler: None,
         }
     }
 
@@ -119,9 +132,23 @@ impl Shared {
             return;
         }
         self.seen_notices.store(v, Ordering::Relaxed);
-        for (rank, how) in n.snapshot().failed {
+        let snap = n.snapshot();
+        for &rank in &snap.hung {
+            e.mark_hung(rank);
+        }
+        for (rank, how) in snap.failed {
             e.launcher_reports_failed(rank, format!("the launcher reports it {how}"));
         }
+    }
+
+    /// Waits up to `grace` for a launcher notice about a rank `wanted` accepts, and takes it
+    /// in: a peer that went away is often only the consequence of another rank's failure,
+    /// which the error should name.
+    pub(crate) fn await_notice(&self, wanted: impl Fn(u32) -> bool, grace: Duration) {
+        let Some(n) = &self.notices else { return };
+        n.wait_for(grace, |s| s.failed.iter().any(|(r, _)| wanted(*r)));
+        let mut e = self.lock();
+        self.apply_notices(&mut e);
     }
 
     /// Progresses until `done` yields a value.
@@ -450,6 +477,15 @@ impl Communicator {
                 }
             }
         };
+        if self.shared.check && ctx != self.ctx {
+            // Checked mode: an internal exchange fails with the communicator's check.
+            let sres = self.check_wait(s);
+            if sres.is_err() {
+                self.shared.lock().abandon(r);
+            }
+            sres?;
+            return Ok(self.local(self.check_wait(r)?));
+        }
         let sres = self.shared.wait(s);
         let rres = self.shared.wait(r);
         sres?;

@@ -53,6 +53,28 @@ pub enum CommError {
         /// What was seen.
         why: String,
     },
+    /// A peer stopped answering the launcher's liveness check (stopped with SIGSTOP, or stuck
+    /// in the kernel) and was killed: this rank waited on it, or on a communicator it belongs to.
+    #[error("{op}: rank {rank} (host {host}) hung: {why}")]
+    PeerHung {
+        /// The hung rank.
+        rank: u32,
+        /// Its host.
+        host: String,
+        /// The operation that failed.
+        op: &'static str,
+        /// What the launcher saw.
+        why: String,
+    },
+    /// The communicator was revoked (`Communicator::revoke`): nothing more runs on it; shrink it
+    /// or make another.
+    #[error("{op}: the communicator was revoked by rank {by}")]
+    Revoked {
+        /// The operation that failed.
+        op: &'static str,
+        /// World rank that revoked it.
+        by: u32,
+    },
     /// The receive buffer was smaller than the message; the message is consumed.
     #[error(
         "message truncated: {message} bytes do not fit the {buffer}-byte buffer (the message was consumed)"
@@ -109,6 +131,22 @@ pub enum CommError {
         theirs: u64,
         /// Ours.
         ours: u64,
+    },
+    /// Ranks made different collective calls (checked mode, `RCOMM_CHECK=1`): another
+    /// operation, element type, count, reduction op or root. Returned by the collective that
+    /// finds it and by every later collective on the communicator, whose ranks are out of step.
+    #[error("{detail}")]
+    CollMismatch {
+        /// This rank's call, e.g. `allreduce(count 100, f32, sum)`.
+        call: String,
+        /// Which collective call of the communicator (0 for its first).
+        seq: u32,
+        /// The ranks (of the communicator) whose call differs from the one most ranks made.
+        ranks: Vec<u32>,
+        /// What differs: `collective`, `count`, `element type`, `reduction op`, `root`.
+        fields: Vec<&'static str>,
+        /// The whole explanation, naming the ranks with their hosts and calls.
+        detail: String,
     },
     /// A resource ran out.
     #[error("{0}")]

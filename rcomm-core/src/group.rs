@@ -65,6 +65,9 @@ impl CtxIds {
 pub(crate) struct CtxGuard {
     ids: Arc<CtxIds>,
     id: usize,
+    /// An id every member agrees on and no earlier communicator on this context had (checked
+    /// collectives tell a reused context's communicators apart by it).
+    pub(crate) epoch: u32,
 }
 
 impl Drop for CtxGuard {
@@ -73,9 +76,22 @@ impl Drop for CtxGuard {
     }
 }
 
+/// Unique per call in this process (and, with the pid, per process): mixed into a new
+/// communicator's generation.
+fn nonce() -> u64 {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    u64::from(std::process::id()) << 32 ^ n
+}
+
 impl Communicator {
     fn internal(&self) -> u32 {
         self.ctx + 1
+    }
+
+    /// The generation of this communicator (0 for the world), see [`CtxGuard::epoch`].
+    pub(crate) fn check_gen(&self) -> u32 {
+        self._ctx_guard.as_ref().map_or(0, |g| g.epoch)
     }
 
     /// Gathers `mine` (the same length on every rank) from every rank, in rank order: a ring,
@@ -114,10 +130,17 @@ impl Communicator {
     /// Waits until every rank of the communicator has called `barrier` (dissemination:
     /// ⌈log₂ n⌉ rounds of one message each way).
     pub fn barrier(&self) -> Result<()> {
-        crate::fr::record(self, "barrier", "dissemination", || self.barrier_rounds())
+        let t0 = self.straggler_start();
+        let res = crate::fr::record(self, "barrier", "dissemination", || self.barrier_untimed());
+        self.straggler_end(t0);
+        res
     }
 
-    fn barrier_rounds(&self) -> Result<()> {
+    fn barrier_untimed(&self) -> Result<()> {
+        if self.shared.check {
+            // Checked: a collective with its own call number and signature.
+            return self.ibarrier()?.wait().map(drop);
+        }
         let n = self.size;
         let mut k = 1;
         while k < n {
@@ -151,12 +174,14 @@ impl Communicator {
             .iter()
             .flat_map(|w| w.to_le_bytes())
             .collect();
+        mine.extend_from_slice(&nonce().to_le_bytes());
         mine.extend_from_slice(extra);
         let all = self.allgather_bytes(&mine)?;
         let mut common = [u64::MAX; WORDS];
         let mut extras = Vec::with_capacity(extra.len() * self.size as usize);
-        for rank in all.chunks(WORDS * 8 + extra.len()) {
+        for rank in all.chunks(WORDS * 8 + 8 + extra.len()) {
             let (mask, x) = rank.split_at(WORDS * 8);
+            let x = &x[8..];
             for (i, w) in mask.chunks(8).enumerate() {
                 common[i] &= u64::from_le_bytes(w.try_into().expect("8 bytes"));
             }
@@ -170,7 +195,8 @@ impl Communicator {
                 "a context id was taken meanwhile by another thread: create communicators that share ranks from one thread at a time".into(),
             ));
         }
-        Ok((Arc::new(CtxGuard { ids, id }), extras))
+        let epoch = crate::coll::check::generation(&all);
+        Ok((Arc::new(CtxGuard { ids, id, epoch }), extras))
     }
 
     fn child(&self, guard: Arc<CtxGuard>, world: Vec<u32>, rank: u32) -> Communicator {
@@ -181,6 +207,9 @@ impl Communicator {
         let mut colours: Vec<u32> = world.iter().map(|&w| node[w as usize]).collect();
         colours.sort_unstable();
         colours.dedup();
+        self.shared
+            .lock()
+            .register_comm(2 * guard.id as u32, Some(world.as_slice().into()));
         let c = Communicator {
             ctx: 2 * guard.id as u32,
             rank,
@@ -202,6 +231,115 @@ impl Communicator {
         (0..self.size)
             .map(|r| self.world_rank(r).expect("in range"))
             .collect()
+    }
+
+    /// Revokes the communicator on every rank (MPI's `MPI_Comm_revoke`): every pending and
+    /// future operation on it — point-to-point and collective, here and on the other members —
+    /// fails with [`CommError::Revoked`]. Not collective: one rank calls it, the others learn
+    /// it through their next progress (each passes it on, so a revoker that dies right after
+    /// still reaches everyone alive). The usual next step is [`shrink`](Self::shrink).
+    pub fn revoke(&self) {
+        let me = self.world_rank(self.rank).expect("in range");
+        self.shared.lock().revoke(self.ctx, me);
+    }
+
+    /// Whether the communicator was revoked (by any rank, as far as this one has heard).
+    pub fn is_revoked(&self) -> bool {
+        let mut e = self.shared.lock();
+        e.progress();
+        e.is_revoked(self.ctx)
+    }
+
+    /// A communicator of the members that have not failed (MPI's `MPIX_Comm_shrink`), ranks in
+    /// this communicator's order. Collective over the survivors: every member still alive must
+    /// call it (on a broken or revoked communicator too — that is what it is for). Who failed
+    /// is what the launcher says once every member has either asked or failed, so all
+    /// survivors get the same communicator, whatever each had noticed itself; a rank the
+    /// launcher declared hung was killed and cannot come back. Needs `rcomm-run` (its store
+    /// holds the agreement); under other launchers it is an error.
+    pub fn shrink(&self) -> Result<Communicator> {
+        let boot = self.shared.boot.get().cloned().ok_or_else(|| {
+            CommError::InvalidArg("shrink: this world has no launcher to agree with".into())
+        })?;
+        let members = self.members();
+        let round = {
+            let mut m = self
+                .shared
+                .shrinks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let c = m.entry(self.ctx).or_default();
+            *c += 1;
+            *c
+        };
+        let key = format!("shrink/{}/{round}", self.ctx);
+        let ids = self.shared.ctx_ids.clone();
+        let mask: Vec<u8> = ids
+            .free_mask()
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let (failed, common) = boot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .agree(&key, &members, &mask)?;
+        let survivors: Vec<u32> = members
+            .iter()
+            .copied()
+            .filter(|m| !failed.contains(m))
+            .collect();
+        let me = self.world_rank(self.rank)?;
+        let rank = survivors.iter().position(|&w| w == me).ok_or_else(|| {
+            CommError::InvalidArg(format!(
+                "shrink: the launcher counts this rank ({me}) among the failed"
+            ))
+        })? as u32;
+        let id = (0..MAX_IDS)
+            .find(|&i| common.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1))
+            .ok_or_else(|| {
+                CommError::Exhausted(format!(
+                    "all {MAX_IDS} communicator context ids are in use on some survivor"
+                ))
+            })?;
+        if !ids.take(id) {
+            return Err(CommError::Exhausted(
+                "a context id was taken meanwhile by another thread: shrink from one thread at a time".into(),
+            ));
+        }
+        rcomm_transport::rlog!(
+            Info,
+            "COMM",
+            "shrink of communicator {}: {} of {} members survive (lost: {failed:?})",
+            self.ctx,
+            survivors.len(),
+            members.len()
+        );
+        // What every survivor agreed on names the new communicator's generation.
+        let mut agreed = key.into_bytes();
+        agreed.extend_from_slice(&self.check_gen().to_le_bytes());
+        agreed.extend(survivors.iter().flat_map(|w| w.to_le_bytes()));
+        agreed.extend_from_slice(&common);
+        let epoch = crate::coll::check::generation(&agreed);
+        Ok(self.child(Arc::new(CtxGuard { ids, id, epoch }), survivors, rank))
+    }
+
+    /// Ends the whole job through the launcher, with exit status `code` and `msg` shown to the
+    /// user (MPI's `MPI_Abort`): every rank is stopped, on every host.
+    pub fn abort(&self, code: i32, msg: &str) -> ! {
+        match self.shared.boot.get() {
+            Some(b) => {
+                let r = b.lock().unwrap_or_else(|p| p.into_inner()).abort(code, msg);
+                match r {
+                    // The launcher stops us; don't race it with a normal exit status.
+                    Ok(()) => std::thread::sleep(std::time::Duration::from_secs(30)),
+                    Err(e) => eprintln!(
+                        "rcomm: abort could not reach the launcher ({e}); exiting with code {code}"
+                    ),
+                }
+            }
+            None => eprintln!("rcomm: abort({code}): {msg}"),
+        }
+        std::process::exit(code)
     }
 
     /// A communicator with the same ranks and a separate message space (collective).

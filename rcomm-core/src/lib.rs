@@ -21,7 +21,9 @@ mod fr;
 mod group;
 pub mod mesh;
 pub mod p2p;
+pub mod plan;
 mod shared_buf;
+pub mod straggler;
 mod world;
 
 pub use coll::{CollRequest, Dtype, Element, Op, ReduceOp, UserOp};
@@ -34,6 +36,7 @@ pub use p2p::matcher::Source;
 pub use rcomm_transport::identity::PeerInfo;
 pub use rcomm_transport::net::NetCounters;
 pub use shared_buf::SharedBuf;
+pub use straggler::{RankLateness, StragglerReport};
 pub use world::{World, init};
 
 /// The collective algorithms rcomm has for `op` (`allreduce`, `bcast`, …), as `RCOMM_ALGO`

@@ -146,7 +146,14 @@ impl Communicator {
                     .into(),
             ));
         }
-        let Some(node) = NodeShm::get_or_setup(self)? else {
+        self.check_note(
+            crate::coll::check::Call::new(crate::coll::check::Kind::Allreduce)
+                .elem(size_of::<T>())
+                .count(buf.segs[buf.rank].2 / size_of::<T>().max(1))
+                .reducer(&crate::coll::Reducer::Builtin(op, T::DTYPE)),
+        );
+        let chk = self.check_shm_call()?;
+        let Some(node) = NodeShm::get_or_setup(self, chk)? else {
             // Agreed on every rank: reduce a private copy by messages instead.
             let mut v = buf.to_vec();
             self.allreduce_in_place(&mut v, op)?;
@@ -175,6 +182,7 @@ impl Communicator {
                 signature::<T>(op),
                 &combine,
                 &zc,
+                chk,
             )?
         };
         if op == Op::Avg {

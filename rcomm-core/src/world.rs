@@ -34,8 +34,9 @@ pub struct World {
     local_rank: u32,
     local_size: u32,
     job_id: String,
+    restart_count: u32,
     peers: Vec<AddrRecord>,
-    boot: Mutex<Box<dyn Bootstrap>>,
+    boot: Arc<Mutex<Box<dyn Bootstrap>>>,
     notices: Option<Arc<NoticeBoard>>,
 }
 
@@ -199,7 +200,11 @@ fn init_with(cfg: &Config) -> Result<World> {
     let proto = ProtoConfig {
         cma_max: if cfg.shm_cma { cfg.shm_cma_max } else { 0 },
     };
-    let engine = Engine::new(rank, size, net, hosts, proto);
+    let mut engine = Engine::new(rank, size, net, hosts, proto);
+    engine.set_notices(notices.clone());
+    if cfg.check {
+        engine.check_enable();
+    }
     // Ranks sharing this machine's cores: those on this node, or all the launcher started here
     // when node identity is split further (RCOMM_HOSTID, namespaces) — spinning while the rank
     // we wait for needs our core costs a whole time slice per wait.
@@ -227,6 +232,8 @@ fn init_with(cfg: &Config) -> Result<World> {
         .collect();
     let mut shared = Shared::new(engine, notices.clone(), policy, node_of, cfg.algo.clone());
     shared.deterministic = cfg.deterministic;
+    shared.check = cfg.check;
+    shared.straggler = cfg.straggler.then(Default::default);
     shared.coll = crate::coll::CollShared::new(cfg.async_progress);
     let shared = Arc::new(shared);
     let one_node = shared.node_of.iter().all(|&c| c == shared.node_of[0]);
@@ -258,15 +265,23 @@ fn init_with(cfg: &Config) -> Result<World> {
         boot.job_id(),
         infos[rank as usize].settings_hash()
     );
+    let (local_rank, local_size, job_id) = (
+        boot.local_rank(),
+        boot.local_size(),
+        boot.job_id().to_string(),
+    );
+    let boot = Arc::new(Mutex::new(boot));
+    let _ = comm.shared.boot.set(boot.clone());
     Ok(World {
         comm,
         rank,
         size,
-        local_rank: boot.local_rank(),
-        local_size: boot.local_size(),
-        job_id: boot.job_id().to_string(),
+        local_rank,
+        local_size,
+        job_id,
+        restart_count: cfg.restart_count,
         peers,
-        boot: Mutex::new(boot),
+        boot,
         notices,
     })
 }
@@ -289,6 +304,9 @@ fn choose_bootstrap(cfg: &Config) -> Result<Chosen> {
             bootstrap::BootstrapError::Env(format!("{e}; start ranks with rcomm-run"))
         })?;
         let client = KvsClient::connect(env.clone(), &secret)?;
+        if let Some(hb) = cfg.heartbeat {
+            client.start_heartbeat(std::time::Duration::from_millis(u64::from(hb.interval_ms)))?;
+        }
         let n = client.notices();
         return Ok((Box::new(client), Some(n), Some(secret)));
     }
@@ -392,6 +410,12 @@ impl World {
         }
     }
 
+    /// Which run of the job this is under `rcomm-run --max-restarts`: 0 the first time, then 1,
+    /// 2, … (`RCOMM_RESTART_COUNT`). A program resumes from its checkpoint when it is not 0.
+    pub fn restart_count(&self) -> u32 {
+        self.restart_count
+    }
+
     /// Ends the whole job: the launcher stops every rank and exits with `code`.
     pub fn abort(&self, code: i32, msg: &str) -> ! {
         let mut b = self.boot.lock().unwrap_or_else(|p| p.into_inner());
@@ -405,6 +429,21 @@ impl World {
     }
 }
 
+impl World {
+    /// `RCOMM_STRAGGLER=1`: the world's straggler report, printed by rank 0 (collective: every
+    /// rank finalizes). Not while panicking: the other ranks may be elsewhere.
+    fn straggler_at_finalize(&self) {
+        if self.comm.shared.straggler.is_none() || std::thread::panicking() {
+            return;
+        }
+        match self.comm.straggler_report() {
+            Ok(r) if self.rank == 0 => eprint!("{r}"),
+            Ok(_) => {}
+            Err(e) => rlog!(Warn, "COLL", "straggler report at finalize: {e}"),
+        }
+    }
+}
+
 impl std::ops::Deref for World {
     type Target = Communicator;
     fn deref(&self) -> &Communicator {
@@ -414,6 +453,7 @@ impl std::ops::Deref for World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        self.straggler_at_finalize();
         if let Some(p) = &self.comm.shared.coll.progress {
             p.stop();
         }

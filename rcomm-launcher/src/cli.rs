@@ -91,6 +91,18 @@ pub struct Cli {
     #[arg(long, value_enum, value_name = "WHAT", default_value_t = OnFailure::Abort)]
     pub on_failure: OnFailure,
 
+    /// After a failed run (a rank failed, or the job aborted), start the whole job again, at
+    /// most K times (like torchrun's elastic restarts); each rank sees the attempt number in
+    /// RCOMM_RESTART_COUNT (0 first) and can resume from its checkpoint. A stop asked for with
+    /// a signal (Ctrl-C) is never restarted.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub max_restarts: u32,
+
+    /// With --max-restarts: a restart leaves out hosts lost in the run before (their ranks
+    /// are not started again there) and runs on the slots left, if there are at least M.
+    #[arg(long, value_name = "M", value_parser = parse_ranks)]
+    pub min_ranks: Option<u32>,
+
     /// Pass the ranks' output through unchanged instead of prefixing each line with `[rank] `.
     #[arg(long)]
     pub no_prefix: bool,
@@ -166,6 +178,8 @@ const TAKES_VALUE: &[&str] = &[
     "--bind-to",
     "--grace",
     "--on-failure",
+    "--max-restarts",
+    "--min-ranks",
     "--dump",
 ];
 

@@ -44,6 +44,7 @@ mod kind {
     pub const FAILED: u8 = 0x46;
     pub const SAY: u8 = 0x47;
     pub const HEARTBEAT: u8 = 0x48;
+    pub const SIGNAL_RANK: u8 = 0x49;
 }
 
 /// What one host's daemon is to run.
@@ -89,6 +90,13 @@ pub enum ToDaemon {
     Signal(i32),
     /// The head is alive.
     Heartbeat,
+    /// Send this signal to one rank's process group (a rank declared hung).
+    SignalRank {
+        /// The rank.
+        rank: u32,
+        /// The signal.
+        sig: i32,
+    },
 }
 
 /// Daemon → head.
@@ -185,6 +193,9 @@ impl ToDaemon {
             }
             ToDaemon::Signal(s) => wire::encode_frame(kind::SIGNAL, &e.i32(*s).finish()),
             ToDaemon::Heartbeat => wire::encode_frame(kind::HEARTBEAT, &[]),
+            ToDaemon::SignalRank { rank, sig } => {
+                wire::encode_frame(kind::SIGNAL_RANK, &e.u32(*rank).i32(*sig).finish())
+            }
         }
     }
 
@@ -248,6 +259,10 @@ impl ToDaemon {
             }
             kind::SIGNAL => ToDaemon::Signal(d.i32("signal")?),
             kind::HEARTBEAT => ToDaemon::Heartbeat,
+            kind::SIGNAL_RANK => ToDaemon::SignalRank {
+                rank: d.u32("rank")?,
+                sig: d.i32("signal")?,
+            },
             k => {
                 return Err(WireError::UnknownKind {
                     what: "control message to the daemon",
@@ -374,6 +389,119 @@ pub fn write(w: &mut impl Write, frame: &[u8]) -> std::io::Result<()> {
     w.flush()
 }
 
+/// Fuzzing entry points of the control channel, in the shape of
+/// [`rcomm_transport::fuzzing`] (used by `fuzz/` and `tests/ctl_decoders.rs`). Not API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+    use rcomm_transport::fuzzing::Target;
+
+    /// The control channel's targets.
+    pub const TARGETS: &[Target] = &[
+        Target {
+            name: "ctl_to_daemon",
+            what: "head -> daemon control frames as the daemon reads its stdin (read_to_daemon)",
+            run: to_daemon,
+            max_alloc: |n| 32 * n + 2 * wire::READ_FRAME_STEP,
+        },
+        Target {
+            name: "ctl_from_daemon",
+            what: "daemon -> head control frames as the head reads ssh's stdout (read_from_daemon)",
+            run: from_daemon,
+            max_alloc: |n| 32 * n + 2 * wire::READ_FRAME_STEP,
+        },
+    ];
+
+    /// Head → daemon messages from a stream until it ends or breaks; each re-encodes to itself.
+    pub fn to_daemon(data: &[u8]) {
+        let mut r = data;
+        while let Ok(m) = read_to_daemon(&mut r) {
+            let f = m.to_frame();
+            assert!(f.len() <= wire::FRAME_HEADER_LEN + CTL_LIMIT);
+            assert_eq!(read_to_daemon(&mut &f[..]).ok(), Some(m));
+        }
+    }
+
+    /// Daemon → head messages from a stream until it ends or breaks; each re-encodes to itself.
+    pub fn from_daemon(data: &[u8]) {
+        let mut r = data;
+        while let Ok(m) = read_from_daemon(&mut r) {
+            let f = m.to_frame();
+            assert_eq!(read_from_daemon(&mut &f[..]).ok(), Some(m));
+        }
+    }
+
+    /// Valid streams of each target, and a few that must be refused.
+    pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
+        let job = DaemonJob {
+            program: b"./prog".to_vec(),
+            args: vec![b"a".to_vec(), vec![0xff, 0]],
+            cwd: b"/tmp".to_vec(),
+            env: vec![("RCOMM_DEBUG".into(), b"INFO".to_vec())],
+            size: 4,
+            ranks: vec![2, 3],
+            kvs_addr: "10.0.0.1:4000".into(),
+            job_id: "abcd".into(),
+            secret: [7; SECRET_LEN],
+            bind_to: 1,
+            per_core: 1,
+            report_bindings: true,
+            no_prefix: false,
+            grace_ms: 1000,
+        };
+        let to: Vec<u8> = [
+            ToDaemon::Heartbeat,
+            ToDaemon::Job(Box::new(job)),
+            ToDaemon::Signal(15),
+        ]
+        .iter()
+        .flat_map(ToDaemon::to_frame)
+        .collect();
+        let from: Vec<u8> = [
+            FromDaemon::Hello {
+                hostname: "h1".into(),
+                head_ip: "10.0.0.1".into(),
+                cores: 4,
+            },
+            FromDaemon::Started { rank: 2, pid: 99 },
+            FromDaemon::Output {
+                stderr: false,
+                bytes: b"[2] hi\n".to_vec(),
+            },
+            FromDaemon::Say { msg: "m".into() },
+            FromDaemon::Exited {
+                rank: 2,
+                ending: Ending::Signaled(9),
+            },
+            FromDaemon::Failed {
+                code: 127,
+                msg: "not found".into(),
+            },
+            FromDaemon::Heartbeat,
+        ]
+        .iter()
+        .flat_map(FromDaemon::to_frame)
+        .collect();
+        let mut huge = wire::encode_frame(kind::JOB, b"");
+        huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        let mut many = wire::encode_frame(kind::JOB, &[0; 64]);
+        // The program is empty, then an argument count of 2^32 - 1.
+        many[wire::FRAME_HEADER_LEN + 4..wire::FRAME_HEADER_LEN + 8]
+            .copy_from_slice(&u32::MAX.to_le_bytes());
+        let mut out = vec![
+            ("ctl_to_daemon", "job", to.clone()),
+            ("ctl_from_daemon", "all", from.clone()),
+        ];
+        for t in ["ctl_to_daemon", "ctl_from_daemon"] {
+            out.push((t, "garbage", b"hello daemon\n".to_vec()));
+            out.push((t, "oversized", huge.clone()));
+            out.push((t, "many_items", many.clone()));
+            out.push((t, "truncated", to[..to.len() - 5].to_vec()));
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,6 +535,7 @@ mod tests {
             ToDaemon::Job(Box::new(job())),
             ToDaemon::Signal(15),
             ToDaemon::Heartbeat,
+            ToDaemon::SignalRank { rank: 3, sig: 9 },
         ] {
             let f = m.to_frame();
             let (k, p) = frame_parts(&f);

@@ -13,6 +13,7 @@ use crate::os::{self, Ending};
 use crate::signals::{self, Signals};
 use crate::spawn::{self, JobSpec};
 use crate::watchdog::Watchdog;
+use rcomm_transport::wire::FrameIoError;
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -30,6 +31,8 @@ const KILL_PATIENCE: Duration = Duration::from_secs(5);
 const OUTPUT_PATIENCE: Duration = Duration::from_secs(2);
 /// How long to wait for the job after the hello.
 const JOB_PATIENCE: Duration = Duration::from_secs(30);
+/// Exit status when the control channel carries bytes that are not the protocol.
+const BAD_CHANNEL: i32 = 2;
 
 /// The head's end of the channel, shared by the output threads and the main loop.
 type Out = Arc<Mutex<io::Stdout>>;
@@ -53,6 +56,9 @@ enum Ctl {
     Msg(ToDaemon),
     /// End-of-file or a broken channel: the head is gone or done.
     Eof,
+    /// Bytes that are not the control protocol (garbage, a frame over the limit, another
+    /// rcomm version): nothing after them can be trusted, so the channel is over too.
+    Bad(String),
 }
 
 fn spawn_reader() -> io::Result<Receiver<Ctl>> {
@@ -67,6 +73,14 @@ fn spawn_reader() -> io::Result<Receiver<Ctl>> {
                         if tx.send(Ctl::Msg(m)).is_err() {
                             return;
                         }
+                    }
+                    Err(FrameIoError::Wire(e)) => {
+                        let _ = tx.send(Ctl::Bad(e.to_string()));
+                        return;
+                    }
+                    Err(FrameIoError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                        let _ = tx.send(Ctl::Bad("it ended in the middle of a frame".into()));
+                        return;
                     }
                     Err(_) => {
                         let _ = tx.send(Ctl::Eof);
@@ -86,7 +100,9 @@ fn say(msg: std::fmt::Arguments<'_>) {
     );
 }
 
-/// The daemon's main; returns its exit status (0 unless the channel itself failed).
+/// The daemon's main; returns its exit status: 0 when the head ended the channel, 2 when the
+/// channel carried something that is not the protocol before any job (nothing was started),
+/// 1 for other failures.
 pub fn run() -> i32 {
     // Before any thread: the mask is inherited by every later thread.
     let signals = match Signals::install() {
@@ -116,11 +132,26 @@ pub fn run() -> i32 {
     };
     // The head sends the job once every host has said hello (bounded by its own deadline);
     // a head that never does is gone.
+    // Nothing is started before a whole job frame has decoded; anything that is not the
+    // protocol ends the daemon with an error, having started nothing.
     let job = loop {
         match ctl_rx.recv_timeout(JOB_PATIENCE) {
             Ok(Ctl::Msg(ToDaemon::Job(j))) => break j,
             Ok(Ctl::Msg(_)) => continue, // nothing runs yet
-            Ok(Ctl::Eof) | Err(_) => return 0,
+            Ok(Ctl::Eof) => return 0,
+            Ok(Ctl::Bad(why)) => {
+                say(format_args!(
+                    "refusing the control channel: {why}; it must carry rcomm-run's control frames (is this daemon started by an rcomm-run of the same version?); nothing was started"
+                ));
+                return BAD_CHANNEL;
+            }
+            Err(_) => {
+                say(format_args!(
+                    "no job from the head within {} s; nothing was started",
+                    JOB_PATIENCE.as_secs()
+                ));
+                return 1;
+            }
         }
     };
     let beat = out.clone();
@@ -330,8 +361,19 @@ fn run_job(
                         let _ = os::kill_group(r.pid, sig);
                     }
                 }
+                Ctl::Msg(ToDaemon::SignalRank { rank, sig }) => {
+                    for r in ranks.iter().filter(|r| r.rank == rank && r.ended.is_none()) {
+                        let _ = os::kill_group(r.pid, sig);
+                    }
+                }
                 Ctl::Msg(ToDaemon::Job(_) | ToDaemon::Heartbeat) => {}
                 Ctl::Eof => head_gone = true,
+                Ctl::Bad(why) => {
+                    say(format_args!(
+                        "the control channel carried something that is not rcomm-run's protocol ({why}); ending this host's ranks"
+                    ));
+                    head_gone = true;
+                }
             }
         }
         if !head_gone && last_heard.elapsed() > ctl::SILENCE_LIMIT {

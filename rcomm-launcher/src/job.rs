@@ -79,6 +79,8 @@ struct Collect {
     asked: Vec<u32>,
     got: std::collections::BTreeMap<u32, Result<rcomm_transport::wire::FlightDump, String>>,
     deadline: Instant,
+    /// What the launcher knows of ranks that cannot answer (declared hung).
+    notes: std::collections::BTreeMap<u32, String>,
 }
 
 /// The stop sequence: signals still to send, and when to send the next.
@@ -110,6 +112,10 @@ struct Supervisor {
     received: Option<i32>,
     /// When heartbeats were last sent to the daemons.
     last_beat: Instant,
+    /// The ranks' liveness settings (`RCOMM_HEARTBEAT`), `None` when off.
+    heartbeat: Option<rcomm_transport::config::Heartbeat>,
+    /// Hosts whose daemon was lost while ranks ran there.
+    lost_hosts: Vec<String>,
     /// The hang report being collected, if any.
     collect: Option<Collect>,
     /// Ids of hang-report collections so far.
@@ -283,7 +289,78 @@ fn shut_down_daemons(daemons: &mut [Option<Daemon>], within: Duration) {
 
 /// Runs the job described by `cli`; returns the launcher's exit status.
 pub fn run(cli: Cli) -> Result<i32, LaunchError> {
-    let (hosts, multi) = job_hosts(&cli)?;
+    if let Some(m) = cli.min_ranks
+        && cli.ranks.is_some_and(|n| m > n)
+    {
+        return Err(LaunchError::Hosts(format!(
+            "--min-ranks {m} is more than the {} ranks asked for",
+            cli.ranks.unwrap_or_default()
+        )));
+    }
+    // No thread exists yet: block the signals now so every later thread inherits the mask.
+    let signals = Signals::install().map_err(LaunchError::Signals)?;
+    let mut lost_hosts: Vec<String> = Vec::new();
+    for attempt in 0.. {
+        let mut c = cli.clone();
+        c.export.retain(|e| e.name != "RCOMM_RESTART_COUNT");
+        c.export.push(crate::cli::Export {
+            name: "RCOMM_RESTART_COUNT".into(),
+            value: Some(attempt.to_string()),
+        });
+        let a = run_once(&c, &signals, &lost_hosts)?;
+        let last = attempt >= cli.max_restarts;
+        if a.code == 0 || a.no_restart || last {
+            if a.code != 0 && cli.max_restarts > 0 && !a.no_restart {
+                say(format_args!(
+                    "the job failed after {} restart(s); giving up (--max-restarts {})",
+                    attempt, cli.max_restarts
+                ));
+            }
+            return Ok(a.code);
+        }
+        // Without --min-ranks a restart keeps every host (a lost one may be back).
+        if cli.min_ranks.is_some() {
+            lost_hosts.extend(a.lost_hosts);
+        }
+        say(format_args!(
+            "the job failed (exit status {}); restarting it ({} of {}), RCOMM_RESTART_COUNT={}{}",
+            a.code,
+            attempt + 1,
+            cli.max_restarts,
+            attempt + 1,
+            if lost_hosts.is_empty() {
+                String::new()
+            } else {
+                format!(", without the lost hosts {}", lost_hosts.join(", "))
+            }
+        ));
+    }
+    unreachable!("the loop returns")
+}
+
+/// How one run of the job ended.
+struct Attempt {
+    code: i32,
+    /// A terminating signal stopped it, or it could not start: not restarted.
+    no_restart: bool,
+    /// Hosts whose daemon was lost with ranks on it.
+    lost_hosts: Vec<String>,
+}
+
+fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attempt, LaunchError> {
+    let final_ = |code: i32| Attempt {
+        code,
+        no_restart: true,
+        lost_hosts: Vec::new(),
+    };
+    let signals = signals.clone();
+    let (mut hosts, multi) = job_hosts(cli)?;
+    if !lost_hosts.is_empty() {
+        hosts.retain(|h| !lost_hosts.contains(&h.name));
+        if hosts.is_empty() {
+            return Err(LaunchError::Hosts("every host was lost".into()));
+        }
+    }
     let me = rcomm_transport::identity::hostname();
     let is_local: Vec<bool> = hosts
         .iter()
@@ -308,8 +385,17 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
             ));
         }
     }
-    // No thread exists yet: block the signals now so every later thread inherits the mask.
-    let signals = Signals::install().map_err(LaunchError::Signals)?;
+    // The ranks' liveness settings, as they will see them (-x may set them for the ranks).
+    let heartbeat = {
+        let mut env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+        for e in cli.export.iter().filter(|e| e.name == "RCOMM_HEARTBEAT") {
+            if let Some(v) = &e.value {
+                env.insert(e.name.clone(), v.to_string());
+            }
+        }
+        rcomm_transport::config::Heartbeat::from_env(&env)
+            .map_err(|e| LaunchError::Config(e.to_string()))?
+    };
     let job_id = new_job_id().map_err(|e| LaunchError::Secret(e.to_string()))?;
     let secret = Secret::random().map_err(|e| LaunchError::Secret(e.to_string()))?;
     let secret_bytes = *secret.as_bytes();
@@ -354,7 +440,7 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
                 ));
                 shut_down_daemons(&mut daemons, Duration::from_secs(2));
                 watchdog.release();
-                return Ok(128 + sig);
+                return Ok(final_(128 + sig));
             }
         }
     }
@@ -366,7 +452,7 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
         say(format_args!("no rank was started"));
         shut_down_daemons(&mut daemons, Duration::from_secs(2));
         watchdog.release();
-        return Ok(1);
+        return Ok(final_(1));
     }
 
     let allowed = os::allowed_cpus().unwrap_or_default();
@@ -377,11 +463,22 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
             None => cores.len(),
         })
         .collect();
-    let n = cli.ranks.unwrap_or_else(|| {
-        hosts::capacities(&hosts, cli.map_by, &host_cores)
-            .iter()
-            .sum()
-    });
+    let capacity: u32 = hosts::capacities(&hosts, cli.map_by, &host_cores)
+        .iter()
+        .sum();
+    let mut n = cli.ranks.unwrap_or(capacity);
+    if !lost_hosts.is_empty() {
+        // A restart without the lost hosts: as many ranks as the hosts left hold.
+        n = n.min(capacity);
+        if let Some(m) = cli.min_ranks.filter(|&m| n < m) {
+            say(format_args!(
+                "the hosts left hold {n} ranks, fewer than --min-ranks {m}; not restarting"
+            ));
+            shut_down_daemons(&mut daemons, Duration::from_secs(2));
+            watchdog.release();
+            return Ok(final_(1));
+        }
+    }
     let rank_host = match hosts::map_ranks(&hosts, n, cli.map_by, &host_cores) {
         Ok(m) => m,
         Err(e) => {
@@ -426,6 +523,8 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
     let local_kvs = format!("{here_ip}:{port}");
 
     let mut sup = Supervisor {
+        heartbeat,
+        lost_hosts: Vec::new(),
         on_failure: cli.on_failure,
         grace: cli.grace,
         kvs,
@@ -458,7 +557,7 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
     };
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    let env = remote_env(&cli);
+    let env = remote_env(cli);
     for (d, mine) in sup.daemons.iter_mut().zip(&per_host) {
         let Some(d) = d.as_mut() else {
             continue;
@@ -631,9 +730,14 @@ pub fn run(cli: Cli) -> Result<i32, LaunchError> {
             let _ = c.wait();
         }
     }
+    let attempt = Attempt {
+        code,
+        no_restart: sup.received.is_some(),
+        lost_hosts: std::mem::take(&mut sup.lost_hosts),
+    };
     drop(sup);
     drop(secret_fd);
-    Ok(code)
+    Ok(attempt)
 }
 
 impl Supervisor {
@@ -776,6 +880,7 @@ impl Supervisor {
                     if lost.is_empty() {
                         continue;
                     }
+                    self.lost_hosts.push(self.hosts[h].name.clone());
                     let why = match err {
                         Some(e) => e,
                         None => self.daemons[h]
@@ -822,6 +927,7 @@ impl Supervisor {
             }
             self.poll_exits();
             self.poll_remote();
+            self.check_heartbeats();
             self.poll_report(false);
             if self.running() == 0 {
                 break;
@@ -878,6 +984,55 @@ impl Supervisor {
                 why,
                 dump,
             } => self.on_dump(rank, id, why, dump),
+        }
+    }
+
+    /// Declares hung the ranks whose heartbeats stopped (a stopped process keeps its sockets
+    /// open, so only its silence shows it): kills it, so it cannot come back and act on a
+    /// world that has moved on, and tells the others (`PeerHung`).
+    fn check_heartbeats(&mut self) {
+        let Some(hb) = self.heartbeat else { return };
+        for (rank, silent) in self.kvs.silent_ranks(hb.limit()) {
+            let i = rank as usize;
+            if self
+                .ranks
+                .get(i)
+                .is_none_or(|r| r.ended.is_some() || r.finalized)
+            {
+                self.kvs.forget_heartbeats(rank);
+                continue;
+            }
+            let (pid, on) = (self.ranks[i].pid, self.on_host(i));
+            say(format_args!(
+                "rank {rank}{on} (pid {pid}) sent no heartbeat for {:.1} s (RCOMM_HEARTBEAT {} ms × {}): stopped or stuck; killing it",
+                silent.as_secs_f64(),
+                hb.interval_ms,
+                hb.misses
+            ));
+            // The others' flight recorders say where they wait for it (they answer before they
+            // hear of it: the request goes first on their connections).
+            self.start_report(format!(
+                "rank {rank}{on} sent no heartbeat for {:.1} s",
+                silent.as_secs_f64()
+            ));
+            if let Some(c) = &mut self.collect {
+                c.notes.insert(
+                    rank,
+                    format!(
+                        "no heartbeat for {:.1} s: stopped, or stuck in the kernel; killed",
+                        silent.as_secs_f64()
+                    ),
+                );
+            }
+            self.kvs.notify_rank_hung(rank, silent);
+            if self.ranks[i].child.is_some() {
+                let _ = os::kill_group(pid, libc::SIGKILL);
+            } else if let Some(d) = self.daemons[self.ranks[i].host].as_mut() {
+                let _ = d.send(&ToDaemon::SignalRank {
+                    rank,
+                    sig: libc::SIGKILL,
+                });
+            }
         }
     }
 
@@ -996,6 +1151,7 @@ impl Supervisor {
             asked,
             got: Default::default(),
             deadline: Instant::now() + DUMP_PATIENCE,
+            notes: Default::default(),
         });
     }
 
@@ -1049,6 +1205,9 @@ impl Supervisor {
                     me.clone()
                 };
                 let dump = c.got.remove(&p.rank).unwrap_or_else(|| {
+                    if let Some(n) = c.notes.get(&p.rank) {
+                        return Err(n.clone());
+                    }
                     Err(match (&p.ended, c.asked.contains(&p.rank)) {
                         (Some(e), _) => format!("it {}", e.describe()),
                         (None, true) => {

@@ -70,6 +70,9 @@ pub enum LaunchError {
     /// The hosts or the mapping are wrong.
     #[error("{0}")]
     Hosts(String),
+    /// An `RCOMM_*` setting the launcher uses is invalid.
+    #[error("{0}")]
+    Config(String),
     /// The key-value store could not listen.
     #[error("cannot start the job's key-value store: {0} (is the loopback interface up?)")]
     Kvs(io::Error),

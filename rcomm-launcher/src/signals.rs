@@ -15,6 +15,7 @@ pub const PASSED_ON: [i32; 1] = [libc::SIGUSR2];
 pub const REPORT: i32 = libc::SIGUSR1;
 
 /// The blocked set the supervising loop waits on.
+#[derive(Clone)]
 pub struct Signals {
     set: SigSet,
 }

@@ -5,7 +5,10 @@
 //! server → `PROOF(H(k, "s" ‖ purpose ‖ id ‖ nc ‖ ns))`. Both nonces are fresh, so neither side
 //! can replay a recorded exchange; the purpose string (e.g. `"kvs"`, `"local"`) binds a proof
 //! to one kind of listener. The secret itself never crosses the wire. The whole exchange has a
-//! deadline ([`HANDSHAKE_TIMEOUT`]) so a silent client cannot hold a listener.
+//! deadline ([`HANDSHAKE_TIMEOUT`]) so a silent client cannot hold a listener — the whole
+//! exchange, not each read: every read waits only for the time left ([`read_frame_until`]), so a
+//! client that trickles one byte a second is dropped as fast as a silent one. Handshake frames
+//! are limited to [`MAX_HANDSHAKE_FRAME`] bytes, checked before anything is allocated.
 //! This authenticates peers; it does not encrypt data.
 
 use crate::wire::{self, AuthResponse, FrameIoError, MAC_LEN, NONCE_LEN, auth_kind};
@@ -15,12 +18,14 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::RawFd;
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Deadline for the whole handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Bytes in a job secret.
 pub const SECRET_LEN: usize = 32;
+/// Largest payload of a handshake frame (the response is 68 bytes).
+pub const MAX_HANDSHAKE_FRAME: usize = 256;
 
 /// The job secret shared by the launcher and every rank of one job.
 #[derive(Clone, PartialEq, Eq)]
@@ -157,8 +162,38 @@ fn nonce() -> Result<[u8; NONCE_LEN], AuthError> {
     Ok(n)
 }
 
-fn expect<S: Read>(s: &mut S, kind: u8) -> Result<Vec<u8>, AuthError> {
-    let (k, p) = wire::read_frame(s, 256)?;
+/// A reader that fails with `TimedOut` once its deadline has passed, however the peer paces
+/// its bytes: each read waits at most the time left.
+struct Until<'a, S: Deadline> {
+    s: &'a mut S,
+    deadline: Instant,
+}
+
+impl<S: Deadline> Read for Until<'_, S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        self.s.set_deadline(Some(left))?;
+        self.s.read(buf)
+    }
+}
+
+/// Reads one frame of at most `limit` payload bytes, failing once `deadline` has passed — also
+/// when the peer keeps sending a byte now and then (a per-read timeout alone would let it hold
+/// the reader for as many timeouts as the frame has bytes). Leaves the stream's timeouts at the
+/// time that was left.
+pub fn read_frame_until<S: Deadline>(
+    s: &mut S,
+    limit: usize,
+    deadline: Instant,
+) -> Result<(u8, Vec<u8>), FrameIoError> {
+    wire::read_frame(&mut Until { s, deadline }, limit)
+}
+
+fn expect<S: Deadline>(s: &mut S, kind: u8, deadline: Instant) -> Result<Vec<u8>, AuthError> {
+    let (k, p) = read_frame_until(s, MAX_HANDSHAKE_FRAME, deadline)?;
     if k != kind {
         return Err(AuthError::Unexpected(k));
     }
@@ -170,14 +205,11 @@ fn expect<S: Read>(s: &mut S, kind: u8) -> Result<Vec<u8>, AuthError> {
 pub fn accept<S: Deadline>(s: &mut S, secret: &Secret, purpose: &str) -> Result<u32, AuthError> {
     s.set_deadline(Some(HANDSHAKE_TIMEOUT))
         .map_err(FrameIoError::from)?;
-    let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
     let ns = nonce()?;
     wire::write_frame(s, auth_kind::CHALLENGE, &ns)?;
-    let resp =
-        AuthResponse::decode(&expect(s, auth_kind::RESPONSE)?).map_err(FrameIoError::from)?;
-    if std::time::Instant::now() > deadline {
-        return Err(FrameIoError::Io(io::ErrorKind::TimedOut.into()).into());
-    }
+    let resp = AuthResponse::decode(&expect(s, auth_kind::RESPONSE, deadline)?)
+        .map_err(FrameIoError::from)?;
     if !secret.verify(&resp.mac, b"c", purpose, resp.client_id, &ns, &resp.nonce) {
         return Err(AuthError::BadProof);
     }
@@ -196,7 +228,8 @@ pub fn connect<S: Deadline>(
 ) -> Result<(), AuthError> {
     s.set_deadline(Some(HANDSHAKE_TIMEOUT))
         .map_err(FrameIoError::from)?;
-    let ch = expect(s, auth_kind::CHALLENGE)?;
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let ch = expect(s, auth_kind::CHALLENGE, deadline)?;
     let ns: [u8; NONCE_LEN] = ch
         .try_into()
         .map_err(|_| AuthError::Unexpected(auth_kind::CHALLENGE))?;
@@ -212,7 +245,7 @@ pub fn connect<S: Deadline>(
         }
         .encode(),
     )?;
-    let proof = expect(s, auth_kind::PROOF)?;
+    let proof = expect(s, auth_kind::PROOF, deadline)?;
     if !secret.verify(&proof, b"s", purpose, client_id, &nc, &ns) {
         return Err(AuthError::BadProof);
     }
@@ -274,6 +307,29 @@ mod tests {
             took >= Duration::from_millis(900) && took < Duration::from_secs(3),
             "{took:?}"
         );
+    }
+
+    #[test]
+    fn a_client_trickling_bytes_is_dropped_at_the_handshake_deadline() {
+        // One byte every 300 ms: each read returns within its own timeout, but the whole
+        // exchange may not outlast the deadline.
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let trickle = thread::spawn(move || {
+            let f = wire::encode_frame(auth_kind::RESPONSE, &[0u8; 68]);
+            for byte in f {
+                if b.write_all(&[byte]).is_err() {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(300));
+            }
+        });
+        let t0 = Instant::now();
+        let e = accept(&mut a, &Secret::random().unwrap(), "kvs").unwrap_err();
+        let took = t0.elapsed();
+        assert!(e.is_timeout(), "{e}");
+        assert!(took < Duration::from_millis(1500), "{took:?}");
+        drop(a);
+        trickle.join().unwrap();
     }
 
     #[test]

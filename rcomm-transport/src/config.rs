@@ -97,6 +97,16 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "how long a TCP peer may stay silent before it is lost (TCP_USER_TIMEOUT and keepalive probes), in seconds or with ms/s suffix (default 10s, 0 = system default, minutes); catches cut links, also on idle receive-only connections",
     },
     VarSpec {
+        name: "RCOMM_RESTART_COUNT",
+        protocol: false,
+        help: "set by rcomm-run --max-restarts: which run of the job this is (0 first, then 1, 2, …), so a program can resume from its checkpoint (World::restart_count)",
+    },
+    VarSpec {
+        name: "RCOMM_HEARTBEAT",
+        protocol: false,
+        help: "liveness under rcomm-run: each process tells the launcher it is alive every INTERVAL from a thread of its own; after MISSES silent intervals the launcher declares it hung, kills it and every rank gets PeerHung. INTERVAL[,MISSES] (default 1s,5; 0 = off)",
+    },
+    VarSpec {
         name: "RCOMM_ALGO",
         protocol: true,
         help: "force collective algorithms, e.g. allreduce:ring,bcast:tree; must agree on every rank",
@@ -105,6 +115,16 @@ pub const VARIABLES: &[VarSpec] = &[
         name: "RCOMM_DETERMINISTIC",
         protocol: true,
         help: "1: allreduce combines contributions in one canonical order (bitwise identical across runs, transports, progress modes, in place or not, blocking or not); 0 (default): the tuner may pick any algorithm; must agree on every rank",
+    },
+    VarSpec {
+        name: "RCOMM_CHECK",
+        protocol: true,
+        help: "1: checked collectives: every collective verifies that all ranks called the same operation with the same element type, count, op and root, and a mismatch is an error naming the disagreeing ranks (CollMismatch) instead of a hang or wrong data; 0 (default): off; must agree on every rank",
+    },
+    VarSpec {
+        name: "RCOMM_STRAGGLER",
+        protocol: true,
+        help: "1: record how long each blocking collective waits on every rank and print a straggler report (the ranks arriving last, mean and p99 lateness) from rank 0 at finalize; Communicator::straggler_report gives it on demand; 0 (default): off; must agree on every rank (the report is collective)",
     },
     VarSpec {
         name: "RCOMM_ASYNC_PROGRESS",
@@ -368,6 +388,10 @@ pub struct Config {
     pub socket_ifname: Option<crate::ifaddr::IfSpec>,
     /// `RCOMM_TCP_TIMEOUT` in milliseconds (0 = the system's).
     pub tcp_timeout_ms: u32,
+    /// `RCOMM_HEARTBEAT`: interval and misses; `None` when off.
+    pub heartbeat: Option<Heartbeat>,
+    /// `RCOMM_RESTART_COUNT` (0 when unset).
+    pub restart_count: u32,
     /// Forced collective algorithms, (op, algo).
     pub algo: Vec<(String, String)>,
     /// Forced kernel instruction set, as given.
@@ -375,6 +399,12 @@ pub struct Config {
     /// `RCOMM_DETERMINISTIC`: reductions combine in one canonical order (checked equal on every
     /// rank, since it changes which algorithms the tuner may pick).
     pub deterministic: bool,
+    /// `RCOMM_CHECK`: collectives verify that every rank makes the same call (checked equal on
+    /// every rank: checked collectives exchange signatures the unchecked ones do not expect).
+    pub check: bool,
+    /// `RCOMM_STRAGGLER`: per-rank collective wait statistics, reported at finalize (checked
+    /// equal on every rank: the report is a collective).
+    pub straggler: bool,
     /// `RCOMM_ASYNC_PROGRESS`: progress communication from a background thread.
     pub async_progress: bool,
     /// `RCOMM_TUNE`: where the collective cost model's constants come from.
@@ -430,6 +460,65 @@ pub fn parse_size_str(v: &str) -> Option<usize> {
         _ => (v, 1),
     };
     num.trim().parse::<usize>().ok()?.checked_mul(mul)
+}
+
+/// Liveness settings (`RCOMM_HEARTBEAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// How often a process says it is alive.
+    pub interval_ms: u32,
+    /// Silent intervals after which the launcher declares it hung.
+    pub misses: u32,
+}
+
+impl Heartbeat {
+    /// The default: every second, hung after 5 silent seconds.
+    pub const DEFAULT: Self = Self {
+        interval_ms: 1000,
+        misses: 5,
+    };
+
+    /// Silence after which a process is declared hung.
+    pub fn limit(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(u64::from(self.interval_ms) * u64::from(self.misses))
+    }
+
+    /// Parses `INTERVAL[,MISSES]`; `0` is off (`Ok(None)`).
+    pub fn parse(v: &str) -> Option<Option<Self>> {
+        let (i, m) = match v.split_once(',') {
+            Some((i, m)) => (i, Some(m)),
+            None => (v, None),
+        };
+        let interval_ms = parse_duration_ms(i)?;
+        if interval_ms == 0 {
+            return Some(None);
+        }
+        let misses = match m {
+            Some(m) => m
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|&m| (1..=1000).contains(&m))?,
+            None => Self::DEFAULT.misses,
+        };
+        Some(Some(Self {
+            interval_ms,
+            misses,
+        }))
+    }
+
+    /// From the environment (`RCOMM_HEARTBEAT`), the default when unset.
+    pub fn from_env(env: &BTreeMap<String, String>) -> Result<Option<Self>, ConfigError> {
+        match get(env, "RCOMM_HEARTBEAT") {
+            None => Ok(Some(Self::DEFAULT)),
+            Some(v) => Self::parse(&v).ok_or_else(|| ConfigError {
+                name: "RCOMM_HEARTBEAT",
+                value: v.clone(),
+                expected: "INTERVAL[,MISSES] like 1s,5 or 500ms,10 (MISSES 1 to 1000); 0 = off"
+                    .into(),
+            }),
+        }
+    }
 }
 
 /// Parses a duration in seconds (`10`, `2.5`, `2.5s`) or milliseconds (`500ms`) into
@@ -642,6 +731,8 @@ impl Config {
         let shm_cma = flag(env, "RCOMM_SHM_CMA", true)?;
         let deterministic = flag(env, "RCOMM_DETERMINISTIC", false)?;
         let async_progress = flag(env, "RCOMM_ASYNC_PROGRESS", false)?;
+        let check = flag(env, "RCOMM_CHECK", false)?;
+        let straggler = flag(env, "RCOMM_STRAGGLER", false)?;
         let tune = choice(
             env,
             "RCOMM_TUNE",
@@ -781,9 +872,13 @@ impl Config {
             tcp_streams,
             socket_ifname,
             tcp_timeout_ms,
+            heartbeat: Heartbeat::from_env(env)?,
+            restart_count: parse_u32(env, "RCOMM_RESTART_COUNT")?.unwrap_or(0),
             algo,
             kernel_isa,
             deterministic,
+            check,
+            straggler,
             async_progress,
             tune,
             host_id: get(env, "RCOMM_HOSTID").filter(|v| !v.trim().is_empty()),
@@ -814,6 +909,11 @@ impl Config {
             (
                 "RCOMM_DETERMINISTIC".to_string(),
                 u8::from(self.deterministic).to_string(),
+            ),
+            ("RCOMM_CHECK".to_string(), u8::from(self.check).to_string()),
+            (
+                "RCOMM_STRAGGLER".to_string(),
+                u8::from(self.straggler).to_string(),
             ),
         ]
     }
@@ -1044,6 +1144,21 @@ mod tests {
             let e = Config::from_map(&env(&[(k, v)])).unwrap_err();
             assert_eq!(e.name, k, "{e}");
         }
+    }
+
+    #[test]
+    fn check_and_straggler_are_protocol_flags() {
+        let c = Config::from_map(&env(&[])).unwrap();
+        assert_eq!((c.check, c.straggler), (false, false));
+        let c = Config::from_map(&env(&[("RCOMM_CHECK", "1"), ("RCOMM_STRAGGLER", "on")])).unwrap();
+        assert_eq!((c.check, c.straggler), (true, true));
+        let s = c.protocol_settings();
+        for name in ["RCOMM_CHECK", "RCOMM_STRAGGLER"] {
+            assert!(s.iter().any(|(n, v)| n == name && v == "1"), "{name}");
+            assert!(VARIABLES.iter().any(|v| v.name == name && v.protocol));
+        }
+        let e = Config::from_map(&env(&[("RCOMM_CHECK", "yes")])).unwrap_err();
+        assert_eq!(e.name, "RCOMM_CHECK");
     }
 
     #[test]

@@ -8,6 +8,8 @@ pub mod config;
 pub mod error;
 pub mod fastmap;
 pub mod flight;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod identity;
 pub mod ifaddr;
 pub mod local;

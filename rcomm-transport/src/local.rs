@@ -965,6 +965,42 @@ impl AsFd for Doorbell {
     }
 }
 
+/// The fuzzing entry of the local channel's receiver (see [`crate::fuzzing`]): as much of
+/// `data` as one socket buffer holds (at least 64 KiB, one largest frame) arrives on a Unix
+/// socket, then end-of-file; messages are received until an error, each within the limits.
+/// No second thread: a fuzzer must not leave threads behind.
+pub(crate) fn fuzz_recv(data: &[u8]) {
+    use std::io::Write;
+    let Ok((mut tx, rx)) = UnixStream::pair() else {
+        return;
+    };
+    if tx.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut off = 0;
+    while off < data.len() {
+        match tx.write(&data[off..]) {
+            Ok(0) | Err(_) => break, // full: the rest would wait for a reader
+            Ok(n) => off += n,
+        }
+    }
+    drop(tx);
+    let conn = LocalConn::new(rx, Some(1));
+    let mut broken = false;
+    loop {
+        match conn.recv() {
+            Ok(m) => {
+                assert!(!broken, "a message after a protocol error");
+                assert!(m.payload.len() <= MAX_LOCAL_PAYLOAD && m.fds.len() <= MAX_FDS);
+            }
+            Err(LocalError::PeerClosed { .. }) => break,
+            Err(LocalError::Wire(_)) => broken = true,
+            Err(LocalError::Invalid(_)) if broken => break,
+            Err(e) => panic!("unexpected error on a socket carrying bytes: {e}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -92,6 +92,7 @@ mod sys;
 mod tests;
 
 pub use acceptor::{Incoming, TcpAcceptor};
+pub(crate) use frame::fuzz_frames;
 pub use frame::{CHUNK_PREFIX, decode_chunk_prefix};
 pub use receiver::{READ_BUDGET, TcpReceiver, TcpSink};
 pub use sender::TcpSender;

@@ -151,8 +151,15 @@ pub fn decode_frame(buf: &[u8], limit: usize) -> Result<Option<DecodedFrame<'_>>
     Ok(Some((h, &buf[FRAME_HEADER_LEN..end], end)))
 }
 
-/// Reads one frame from a blocking stream. The payload is allocated only after its length passed
-/// the limit. A clean close before the first byte is [`FrameIoError::Closed`].
+/// Payload bytes [`read_frame`] allocates before any of them arrived; beyond it, the buffer grows
+/// at most to twice what was received.
+pub const READ_FRAME_STEP: usize = 64 << 10;
+
+/// Reads one frame from a blocking stream. The length must pass `limit` before anything is
+/// allocated, and even then the buffer grows with the bytes that actually arrive (at most
+/// [`READ_FRAME_STEP`] ahead of them, or as many again as have come), so a peer that announces
+/// a large frame and sends nothing costs little. A clean close before the first byte is
+/// [`FrameIoError::Closed`].
 pub fn read_frame<R: Read>(r: &mut R, limit: usize) -> Result<(u8, Vec<u8>), FrameIoError> {
     let mut hb = [0u8; FRAME_HEADER_LEN];
     let mut got = 0;
@@ -166,8 +173,14 @@ pub fn read_frame<R: Read>(r: &mut R, limit: usize) -> Result<(u8, Vec<u8>), Fra
         }
     }
     let h = decode_frame_header(&hb, limit)?;
-    let mut payload = vec![0u8; h.len];
-    r.read_exact(&mut payload)?;
+    let mut payload = Vec::new();
+    while payload.len() < h.len {
+        let have = payload.len();
+        let step = (h.len - have).min(have.max(READ_FRAME_STEP));
+        payload.reserve_exact(step);
+        payload.resize(have + step, 0);
+        r.read_exact(&mut payload[have..])?;
+    }
     Ok((h.kind, payload))
 }
 
@@ -384,6 +397,8 @@ mod kvs_req {
     pub const FENCE: u8 = 3;
     pub const ABORT: u8 = 4;
     pub const FINALIZE: u8 = 5;
+    pub const HEARTBEAT: u8 = 6;
+    pub const AGREE: u8 = 7;
     pub const FLIGHT_DUMP: u8 = 10;
 }
 /// Frame kinds of KVS replies and notices (server → client).
@@ -395,8 +410,13 @@ mod kvs_rep {
     pub const ERROR: u8 = 20;
     pub const NOTICE_RANK_FAILED: u8 = 21;
     pub const NOTICE_ABORT: u8 = 22;
+    pub const NOTICE_RANK_HUNG: u8 = 23;
+    pub const AGREED: u8 = 24;
     pub const NOTICE_DUMP_REQUEST: u8 = 30;
 }
+
+/// Most members of one agreement (a communicator of that many ranks).
+pub const MAX_AGREE_MEMBERS: u32 = 1 << 20;
 
 /// A request from a rank to the key-value store served by the launcher.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -437,6 +457,19 @@ pub enum KvsRequest {
         /// The encoded [`FlightDump`].
         dump: Vec<u8>,
     },
+    /// The rank's process is alive (sent by its heartbeat thread; never answered).
+    Heartbeat,
+    /// Agree with `members` under `key` (answered once every member has asked or failed): the
+    /// launcher is the source of truth about who failed. `data` (the same length from every
+    /// member) is combined by bitwise AND.
+    Agree {
+        /// Names the agreement (communicator and round).
+        key: String,
+        /// World ranks taking part.
+        members: Vec<u32>,
+        /// This rank's contribution.
+        data: Vec<u8>,
+    },
 }
 
 impl KvsRequest {
@@ -461,6 +494,15 @@ impl KvsRequest {
             Self::FlightDump { id, why, dump } => {
                 e.u64(*id).str(why).bytes(dump);
                 kvs_req::FLIGHT_DUMP
+            }
+            Self::Heartbeat => kvs_req::HEARTBEAT,
+            Self::Agree { key, members, data } => {
+                e.str(key).u32(members.len() as u32);
+                for &m in members {
+                    e.u32(m);
+                }
+                e.bytes(data);
+                kvs_req::AGREE
             }
         };
         encode_frame(kind, &e.finish())
@@ -489,6 +531,23 @@ impl KvsRequest {
                 why: d.str(MAX_TEXT_LEN, "why")?,
                 dump: d.bytes(MAX_FRAME_PAYLOAD, "dump")?.to_vec(),
             },
+            kvs_req::HEARTBEAT => Self::Heartbeat,
+            kvs_req::AGREE => {
+                let key = d.str(MAX_KEY_LEN, "key")?;
+                let n = d.u32("members")?;
+                if n > MAX_AGREE_MEMBERS {
+                    return Err(WireError::Invalid {
+                        what: "agreement members",
+                        why: format!("{n} is more than {MAX_AGREE_MEMBERS}"),
+                    });
+                }
+                let members = (0..n).map(|_| d.u32("member")).collect::<Result<_, _>>()?;
+                Self::Agree {
+                    key,
+                    members,
+                    data: d.bytes(MAX_TEXT_LEN, "data")?.to_vec(),
+                }
+            }
             k => {
                 return Err(WireError::UnknownKind {
                     what: "KVS request",
@@ -522,6 +581,22 @@ pub enum KvsReply {
         /// How it ended, e.g. "killed by signal 9 (SIGKILL)".
         how: String,
     },
+    /// An agreement completed: the members the launcher knows failed, and the AND of the
+    /// survivors' data.
+    Agreed {
+        /// Failed members, ascending.
+        failed: Vec<u32>,
+        /// Combined data.
+        data: Vec<u8>,
+    },
+    /// Notice: a rank stopped sending heartbeats (stopped, or stuck outside user code) and the
+    /// launcher killed it.
+    RankHung {
+        /// The rank.
+        rank: u32,
+        /// How long it had been silent, in milliseconds.
+        silent_ms: u64,
+    },
     /// Notice: the job is being aborted.
     Abort {
         /// The rank that asked for the abort, or `u32::MAX` for the launcher.
@@ -543,7 +618,10 @@ impl KvsReply {
     pub fn is_notice(&self) -> bool {
         matches!(
             self,
-            Self::RankFailed { .. } | Self::Abort { .. } | Self::DumpRequest { .. }
+            Self::RankFailed { .. }
+                | Self::RankHung { .. }
+                | Self::Abort { .. }
+                | Self::DumpRequest { .. }
         )
     }
 
@@ -574,6 +652,18 @@ impl KvsReply {
                 e.u64(*id);
                 kvs_rep::NOTICE_DUMP_REQUEST
             }
+            Self::RankHung { rank, silent_ms } => {
+                e.u32(*rank).u64(*silent_ms);
+                kvs_rep::NOTICE_RANK_HUNG
+            }
+            Self::Agreed { failed, data } => {
+                e.u32(failed.len() as u32);
+                for &f in failed {
+                    e.u32(f);
+                }
+                e.bytes(data);
+                kvs_rep::AGREED
+            }
         };
         encode_frame(kind, &e.finish())
     }
@@ -599,6 +689,26 @@ impl KvsReply {
             kvs_rep::NOTICE_DUMP_REQUEST => Self::DumpRequest {
                 id: d.u64("dump id")?,
             },
+            kvs_rep::NOTICE_RANK_HUNG => Self::RankHung {
+                rank: d.u32("rank")?,
+                silent_ms: d.u64("silent")?,
+            },
+            kvs_rep::AGREED => {
+                let n = d.u32("failed")?;
+                if n > MAX_AGREE_MEMBERS {
+                    return Err(WireError::Invalid {
+                        what: "failed members",
+                        why: format!("{n} is more than {MAX_AGREE_MEMBERS}"),
+                    });
+                }
+                let failed = (0..n)
+                    .map(|_| d.u32("failed rank"))
+                    .collect::<Result<_, _>>()?;
+                Self::Agreed {
+                    failed,
+                    data: d.bytes(MAX_TEXT_LEN, "data")?.to_vec(),
+                }
+            }
             k => {
                 return Err(WireError::UnknownKind {
                     what: "KVS reply",

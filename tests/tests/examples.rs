@@ -24,7 +24,8 @@ fn examples_dir() -> &'static PathBuf {
         };
         let out = Command::new(env!("CARGO"))
             .args(["build", "--workspace", "--example", "heat"])
-            .args(["--example", "train3d", "--profile", profile])
+            .args(["--example", "train3d", "--example", "restart"])
+            .args(["--profile", profile])
             .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
             .output()
             .expect("run cargo");
@@ -166,4 +167,38 @@ fn train3d_on_2x2x2_ranks_matches_the_single_process_run() {
         .unwrap();
         assert!(diff < 1e-12, "{out}");
     }
+}
+
+/// `restart` (checkpoint and resume): rank 1 dies at step 23 of the first run; with
+/// `--max-restarts 1` rcomm-run starts the job again, every rank resumes from its step-20
+/// checkpoint, and the result equals an uninterrupted run's.
+#[test]
+fn restart_resumes_from_the_checkpoint_and_matches_an_uninterrupted_run() {
+    let dir = std::env::temp_dir().join(format!("rcomm-restart-{}", std::process::id()));
+    let d = dir.to_str().expect("utf-8 path");
+    let exe = examples_dir().join("restart");
+    let exe = exe.to_str().expect("utf-8 path");
+    let plain = run(4, "restart", &[d, "40", "5"], &[]);
+    let want = line(&plain, "result ").to_string();
+    let out = Job::new(
+        4,
+        &["--max-restarts", "1", exe, d, "40", "5", "--fail-at", "23"],
+    )
+    .deadline(Duration::from_secs(60))
+    .run();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.code(), 0, "{out}");
+    assert!(
+        out.stderr
+            .contains("restarting it (1 of 1), RCOMM_RESTART_COUNT=1"),
+        "{out}"
+    );
+    assert!(out.rank_lines(0).contains(&"resumed from step 20"), "{out}");
+    assert_eq!(line(&out, "result "), want, "{out}");
+    // Without restarts the same failure ends the job.
+    let once = Job::new(4, &[exe, d, "40", "5", "--fail-at", "23"])
+        .deadline(Duration::from_secs(60))
+        .run();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(once.code(), 134, "{once}");
 }

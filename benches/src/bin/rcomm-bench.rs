@@ -11,6 +11,11 @@
 //! `rcomm-run -n N rcomm-bench overlap [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
 //! [-d TYPE] [--test-every K] [--json]` measures how much of a non-blocking allreduce hides
 //! behind computation (see [`rcomm_benches::overlap`]).
+//!
+//! `rcomm-run -n N rcomm-bench --straggler [--size BYTES] [--iters N] [--warmup N]
+//! [--slow RANK:US] [--json]` is the per-rank timing test: every rank times the same
+//! allreduce loop; per-rank mean/p50/p99 and lateness, outliers named (see
+//! [`rcomm_benches::straggler`]).
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use rcomm::{Communicator, Dtype, Op, Tag};
@@ -45,9 +50,67 @@ const TAG_SYNC: Tag = Tag(103);
     version,
     about = "rcomm benchmarks (start with: rcomm-run -n 2 rcomm-bench pt2pt latency)"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    cmd: Cmd,
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    straggler: StragglerArgs,
+}
+
+/// The per-rank timing test (`--straggler`).
+#[derive(Args, Debug)]
+struct StragglerArgs {
+    /// Per-rank timing test: every rank times the same allreduce loop; rank 0 prints each
+    /// rank's mean/p50/p99 time and lateness (the longest time of any rank at an iteration
+    /// minus its own) and names outliers: mean lateness above the median rank's by more than
+    /// max(3.5 × 1.4826 × MAD, 5 % of the median time), or mean time above 1.5 × the median's.
+    #[arg(long)]
+    straggler: bool,
+    /// --straggler: bytes per allreduce (float, sum; K/M/G suffixes).
+    #[arg(long, value_name = "BYTES", default_value = "64K", value_parser = osu::parse_size, requires = "straggler")]
+    size: usize,
+    /// --straggler: timed iterations.
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..), requires = "straggler")]
+    iters: u64,
+    /// --straggler: warm-up iterations.
+    #[arg(long, value_name = "N", default_value_t = 20, requires = "straggler")]
+    warmup: u64,
+    /// --straggler, testing aid: rank RANK sleeps US microseconds before every iteration.
+    #[arg(long, value_name = "RANK:US", value_parser = parse_slow, requires = "straggler")]
+    slow: Option<(u32, Duration)>,
+    /// --straggler: one JSON object per rank and one listing the outliers, instead of the table.
+    #[arg(long = "straggler-json", requires = "straggler")]
+    json: bool,
+}
+
+fn parse_slow(v: &str) -> Result<(u32, Duration), String> {
+    let (r, us) = v
+        .split_once(':')
+        .ok_or_else(|| format!("{v}: expected RANK:MICROSECONDS"))?;
+    let r = r.trim().parse().map_err(|_| format!("{r}: not a rank"))?;
+    let us: u64 = us
+        .trim()
+        .parse()
+        .map_err(|_| format!("{us}: not a number of microseconds"))?;
+    Ok((r, Duration::from_micros(us)))
+}
+
+fn main_straggler(a: &StragglerArgs) -> ExitCode {
+    let plan = rcomm_benches::straggler::Plan {
+        bytes: a.size,
+        iters: a.iters as usize,
+        warmup: a.warmup as usize,
+        slow: a.slow,
+        json: a.json,
+    };
+    match rcomm_benches::straggler::run(&plan) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rcomm-bench --straggler: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -429,9 +492,16 @@ fn plan(a: &Pt2ptArgs) -> Res<Plan> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match cli.cmd {
-        Cmd::Pt2pt(a) => a,
-        Cmd::Coll(a) => return main_coll(&a),
-        Cmd::Overlap(a) => return main_overlap(&a),
+        Some(Cmd::Pt2pt(a)) => a,
+        Some(Cmd::Coll(a)) => return main_coll(&a),
+        Some(Cmd::Overlap(a)) => return main_overlap(&a),
+        None if cli.straggler.straggler => return main_straggler(&cli.straggler),
+        None => {
+            eprintln!(
+                "rcomm-bench: give a subcommand (pt2pt, coll, overlap) or --straggler; see --help"
+            );
+            return ExitCode::from(2);
+        }
     };
     let plan = match plan(&args) {
         Ok(p) => p,

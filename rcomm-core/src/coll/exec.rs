@@ -2,6 +2,7 @@
 //! internal context, blocking over borrowed buffers or step by step over owned ones (the
 //! non-blocking requests, which the progress thread may advance).
 
+use super::check::Stamp;
 use super::reduce::{Order, Reducer};
 use super::schedule::{Buf, Chunk, Phase, Schedule, Step};
 use crate::comm::{Communicator, Tag};
@@ -209,6 +210,9 @@ impl CollShared {
     }
 }
 
+/// What `finish_phase`'s wait reports for a failed check (not a world rank).
+const CHECK_FAILED: u32 = u32::MAX;
+
 /// A request of a phase in flight.
 #[derive(Debug)]
 pub(crate) struct Pending {
@@ -317,7 +321,21 @@ impl Communicator {
         input: &[u8],
         reduce: Option<&Reducer>,
     ) -> Result<()> {
+        let t0 = self.straggler_start();
+        let res = self.run_schedule_untimed(s, data, input, reduce);
+        self.straggler_end(t0);
+        res
+    }
+
+    fn run_schedule_untimed(
+        &self,
+        s: &Schedule,
+        data: &mut [u8],
+        input: &[u8],
+        reduce: Option<&Reducer>,
+    ) -> Result<()> {
         let tag = self.next_coll_tag();
+        let (stamp, chk) = self.check_start(tag, s)?;
         if s.phases.is_empty() {
             crate::fr::end_coll(self.ctx, &Ok::<(), CommError>(()));
             return Ok(());
@@ -327,16 +345,56 @@ impl Communicator {
         let mut res = Ok(());
         for ph in &s.phases {
             res = self
-                .post_phase(ph, tag, data, input, &mut tmp)
-                .and_then(|reqs| self.finish_phase(ph, reqs, data, input, &mut tmp, reduce, true))
+                .post_phase(ph, tag, stamp, data, input, &mut tmp)
+                .and_then(|reqs| {
+                    self.finish_phase(ph, reqs, data, input, &mut tmp, reduce, true, chk)
+                })
                 .map(drop);
             if res.is_err() {
                 break;
             }
         }
         coll.put_scratch(tmp);
+        let res = res.map_err(|e| self.in_sequence(e, tag));
         crate::fr::end_coll(self.ctx, &res);
         res
+    }
+
+    /// Says which collective of the communicator a lost peer failed: its sequence number, alike
+    /// on every rank, so the survivors' errors can be matched up.
+    pub(crate) fn in_sequence(&self, e: CommError, tag: Tag) -> CommError {
+        let seq = tag.0 - TAG_COLL_BASE;
+        let note = |why: String| {
+            format!(
+                "{why} (in collective #{seq} of communicator {})",
+                self.ctx / 2
+            )
+        };
+        match e {
+            CommError::PeerLost {
+                rank,
+                host,
+                op,
+                why,
+            } => CommError::PeerLost {
+                rank,
+                host,
+                op,
+                why: note(why),
+            },
+            CommError::PeerHung {
+                rank,
+                host,
+                op,
+                why,
+            } => CommError::PeerHung {
+                rank,
+                host,
+                op,
+                why: note(why),
+            },
+            e => e,
+        }
     }
 
     /// Posts a phase's receives, then its sends. On error, requests already posted are waited
@@ -345,6 +403,7 @@ impl Communicator {
         &self,
         ph: &Phase,
         tag: Tag,
+        stamp: Stamp,
         data: &mut [u8],
         input: &[u8],
         tmp: &mut [u8],
@@ -397,7 +456,7 @@ impl Communicator {
                 if let Step::Send { peer, src } = st {
                     let posted = self.world_rank(*peer).and_then(|w| {
                         let reg = region(src, data, tmp)?;
-                        e.isend(ctx, w, tag.0, reg, "collective")
+                        e.isend_stamped(ctx, w, tag.0, reg, "collective", stamp)
                     });
                     match posted {
                         Ok(r) => reqs.push(Pending {
@@ -420,7 +479,8 @@ impl Communicator {
     }
 
     /// Completes a phase: waits for (or, with `block` false, checks) its requests, then runs
-    /// its local steps. Returns the requests still pending when not blocking.
+    /// its local steps. Returns the requests still pending when not blocking. `chk`: checked
+    /// mode's call number (a failed check ends the wait).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn finish_phase(
         &self,
@@ -431,11 +491,13 @@ impl Communicator {
         tmp: &mut [u8],
         reduce: Option<&Reducer>,
         block: bool,
+        chk: Option<Tag>,
     ) -> Result<Vec<Pending>> {
         if !block && !reqs.is_empty() {
             let mut e = self.shared.lock();
             e.progress();
-            if !reqs.iter().all(|p| e.is_done(p.req)) {
+            let failed = chk.is_some_and(|t| self.check_failed(&e, t));
+            if !failed && !reqs.iter().all(|p| e.is_done(p.req)) {
                 return Ok(reqs);
             }
         }
@@ -448,6 +510,11 @@ impl Communicator {
         let mut completed = 0;
         let lost = self.shared.block_on_ticked(
             |e| {
+                if let Some(t) = chk
+                    && self.check_failed(e, t)
+                {
+                    return Some(Ok(Some(CHECK_FAILED)));
+                }
                 if reqs.iter().all(|p| e.is_done(p.req)) {
                     return Some(Ok(None));
                 }
@@ -476,6 +543,14 @@ impl Communicator {
                 return Err(err);
             }
         };
+        if let (Some(CHECK_FAILED), Some(t)) = (lost, chk) {
+            let mut e = self.shared.lock();
+            for p in &reqs {
+                e.abandon(p.req);
+            }
+            drop(e);
+            return Err(self.check_error(t));
+        }
         if let Some(w) = lost {
             let mut e = self.shared.lock();
             for p in &reqs {
@@ -583,6 +658,8 @@ pub(crate) enum Post {
 pub(crate) struct NbState<T: bytemuck::Pod + Send> {
     comm: Communicator,
     tag: Tag,
+    /// Checked mode's header stamp.
+    stamp: Stamp,
     sched: Arc<Schedule>,
     data: Vec<T>,
     input: Vec<T>,
@@ -616,9 +693,9 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
             let data: &mut [u8] = bytemuck::cast_slice_mut(&mut self.data);
             let input: &[u8] = bytemuck::cast_slice(&self.input);
             if self.pending.is_empty() {
-                self.pending = self
-                    .comm
-                    .post_phase(ph, self.tag, data, input, &mut self.tmp)?;
+                self.pending =
+                    self.comm
+                        .post_phase(ph, self.tag, self.stamp, data, input, &mut self.tmp)?;
             }
             let reqs = std::mem::take(&mut self.pending);
             let left = self.comm.finish_phase(
@@ -629,6 +706,7 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
                 &mut self.tmp,
                 self.reduce.as_ref(),
                 block,
+                self.comm.shared.check.then_some(self.tag),
             )?;
             if !left.is_empty() {
                 self.pending = left;
@@ -660,9 +738,13 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
             self.pending_reqs(&mut mine);
             groups.push(mine);
             let comm = &self.comm;
+            let chk = shared.check.then_some(self.tag);
             let mut watch = crate::fr::Watch::new();
             let lost = shared.block_on_ticked(
                 |e| {
+                    if chk.is_some_and(|t| comm.check_failed(e, t)) {
+                        return Some(Ok(true));
+                    }
                     if groups
                         .iter()
                         .any(|g| !g.is_empty() && g.iter().all(|&id| e.is_done(id)))
@@ -778,11 +860,13 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
         post: Post,
     ) -> Result<Self> {
         let tag = comm.next_coll_tag();
+        let (stamp, _) = comm.check_start(tag, &sched)?;
         let fr = crate::fr::adopt(comm.ctx);
         let tmp = comm.shared.coll.take_scratch(sched.tmp_len);
         let mut st = NbState {
             comm: comm.clone(),
             tag,
+            stamp,
             sched,
             data,
             input,

@@ -101,6 +101,13 @@ impl Hier {
         let parent = crate::fr::comm_label(comm.ctx);
         node.set_name(&format!("{parent}/node"));
         cross.set_name(&format!("{parent}/cross"));
+        if comm.shared.check {
+            // A mismatch of the parent's call fails the parts' collectives too.
+            let mut e = comm.shared.lock();
+            let parent = (comm.ctx + 1, comm.check_gen());
+            e.check_link((node.ctx + 1, node.check_gen()), parent);
+            e.check_link((cross.ctx + 1, cross.check_gen()), parent);
+        }
         node.failure_scope = scope.clone();
         cross.failure_scope = scope;
         let h = Arc::new(Hier {

@@ -6,6 +6,7 @@
 //! Blocking calls borrow their buffers; the `i`-calls own theirs and return a
 //! [`CollRequest`] that hands the result back from `wait`.
 
+pub(crate) mod check;
 mod exec;
 mod hier;
 pub(crate) mod progress;
@@ -25,12 +26,14 @@ use schedule::Schedule;
 use crate::comm::Communicator;
 use crate::{CommError, Result};
 use bytemuck::Pod;
+use check::{Call, Kind};
 use std::sync::Arc;
 
 /// How a blocking collective runs: a schedule over messages, or the node's shared memory.
 enum Plan {
     Sched(Arc<Schedule>),
-    Shm(Arc<shm::NodeShm>),
+    /// With checked mode's registration of the call (made before the windows' setup).
+    Shm(Arc<shm::NodeShm>, Option<(crate::comm::Tag, Call)>),
     /// A composition of collectives on the node and cross-node sub-communicators.
     Hier(Arc<hier::Hier>),
 }
@@ -205,16 +208,28 @@ impl Communicator {
         r: &Reducer,
         blocking: bool,
     ) -> Result<Plan> {
+        self.check_note(
+            Call::new(Kind::Allreduce)
+                .elem(elem)
+                .count(count)
+                .reducer(r),
+        );
         r.check()?;
         let mut algo = self.choose("allreduce", count * elem, elem, Some(r))?;
         if algo == "shm" {
-            if blocking && let Some(node) = shm::NodeShm::get_or_setup(self)? {
-                return Ok(Plan::Shm(node));
+            if blocking {
+                // Checked mode registers the call before the windows' setup (collective on
+                // first use), so a rank that planned otherwise cannot leave the others in it.
+                let chk = self.check_shm_call()?;
+                if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
+                    return Ok(Plan::Shm(node, chk));
+                }
             }
             algo = "direct";
         }
         if algo == "hier" {
             if blocking {
+                self.check_composite(true)?;
                 return Ok(Plan::Hier(hier::Hier::get_or_setup(self)?));
             }
             // A composition of blocking collectives cannot be resumed step by step.
@@ -237,13 +252,17 @@ impl Communicator {
         let mut algo = self.choose("bcast", bytes, 1, None)?;
         crate::fr::set_root(self.ctx, root);
         if algo == "shm" {
-            if blocking && let Some(node) = shm::NodeShm::get_or_setup(self)? {
-                return Ok(Plan::Shm(node));
+            if blocking {
+                let chk = self.check_shm_call()?;
+                if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
+                    return Ok(Plan::Shm(node, chk));
+                }
             }
             algo = "tree";
         }
         if algo == "hier" {
             if blocking {
+                self.check_composite(true)?;
                 let h = hier::Hier::get_or_setup(self)?;
                 if h.regular() {
                     return Ok(Plan::Hier(h));
@@ -273,6 +292,13 @@ impl Communicator {
         r: &Reducer,
         root: u32,
     ) -> Result<Arc<Schedule>> {
+        self.check_note(
+            Call::new(Kind::Reduce)
+                .elem(elem)
+                .count(count)
+                .reducer(r)
+                .root(root),
+        );
         self.check_root(root)?;
         r.check()?;
         let algo = self.choose("reduce", count * elem, elem, Some(r))?;
@@ -303,6 +329,7 @@ impl Communicator {
         elem: usize,
     ) -> Result<(Arc<Schedule>, &'static str)> {
         let n = self.size as usize;
+        self.check_note(Call::new(Kind::Allgather).elem(elem).counts(counts));
         check_len("allgather counts", counts.len(), n)?;
         let equal = counts.iter().all(|&c| c == counts[0]);
         let chosen = self.choose("allgather", counts[0] * elem, elem, None)?;
@@ -335,6 +362,12 @@ impl Communicator {
         elem: usize,
         r: &Reducer,
     ) -> Result<(Arc<Schedule>, &'static str)> {
+        self.check_note(
+            Call::new(Kind::ReduceScatter)
+                .elem(elem)
+                .counts(counts)
+                .reducer(r),
+        );
         r.check()?;
         let n = self.size as usize;
         check_len("reduce_scatter counts", counts.len(), n)?;
@@ -358,6 +391,8 @@ impl Communicator {
         elem: usize,
     ) -> Result<Arc<Schedule>> {
         let n = self.size as usize;
+        // Per-pair counts differ between ranks by design: only the element size must agree.
+        self.check_note(Call::new(Kind::Alltoall).elem(elem));
         check_len("alltoall send counts", send_counts.len(), n)?;
         check_len("alltoall recv counts", recv_counts.len(), n)?;
         let algo = self.choose("alltoall", send_counts[0] * elem, elem, None)?;
@@ -388,6 +423,8 @@ impl Communicator {
         r: &Reducer,
         exclusive: bool,
     ) -> Result<Arc<Schedule>> {
+        let kind = if exclusive { Kind::Exscan } else { Kind::Scan };
+        self.check_note(Call::new(kind).elem(elem).count(count).reducer(r));
         if r.builtin() == Some(Op::Avg) {
             return Err(CommError::InvalidArg("scan with Avg is not defined".into()));
         }
@@ -450,15 +487,17 @@ impl Communicator {
                 }
                 self.run_schedule(&sched, data, &[], Some(&r))?
             }
-            Plan::Shm(node) => {
+            Plan::Shm(node, chk) => {
                 let combine = |acc: &mut [u8], left: &[u8]| r.apply(acc, left, Order::SrcFirst);
-                node.allreduce_sig(self, data, input, elem, r.signature(), &combine)?
+                node.allreduce_sig(self, data, input, elem, r.signature(), &combine, chk)?
             }
             Plan::Hier(h) => {
                 if let Some(i) = input {
                     data.copy_from_slice(i);
                 }
+                let t0 = self.straggler_start();
                 let res = h.allreduce(data, elem, &r.sum_form());
+                self.straggler_end(t0);
                 crate::fr::end_coll(self.ctx, &res);
                 res?
             }
@@ -490,13 +529,16 @@ impl Communicator {
     /// Sends `buf` from `root` to every rank. Collective; every rank passes the same length.
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: u32) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
+        self.check_note(bcast_call::<T>(buf.len(), root));
         match self.bcast_plan(size_of_val(buf), root, true)? {
             Plan::Sched(sched) => {
                 self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], None)
             }
-            Plan::Shm(node) => node.bcast(self, bytemuck::cast_slice_mut(buf), root),
+            Plan::Shm(node, chk) => node.bcast(self, bytemuck::cast_slice_mut(buf), root, chk),
             Plan::Hier(h) => {
+                let t0 = self.straggler_start();
                 let res = h.bcast(bytemuck::cast_slice_mut(buf), root);
+                self.straggler_end(t0);
                 crate::fr::end_coll(self.ctx, &res);
                 res
             }
@@ -510,6 +552,7 @@ impl Communicator {
         root: u32,
     ) -> Result<CollRequest<T>> {
         let _fr = crate::fr::Scope::enter();
+        self.check_note(bcast_call::<T>(buf.len(), root));
         let Plan::Sched(sched) = self.bcast_plan(size_of_val(&buf[..]), root, false)? else {
             unreachable!("non-blocking plans are schedules")
         };
@@ -618,9 +661,12 @@ impl Communicator {
         check_len("allgatherv recv", recv.len(), counts.iter().sum())?;
         let (sched, algo) = self.allgather_plan(counts, size_of::<T>())?;
         if algo == "hier" && counts.iter().all(|&c| c == counts[0]) {
+            self.check_composite(true)?;
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
+                let t0 = self.straggler_start();
                 let res = h.allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+                self.straggler_end(t0);
                 crate::fr::end_coll(self.ctx, &res);
                 return res;
             }
@@ -708,10 +754,13 @@ impl Communicator {
         check_len("reduce_scatter_v recv", recv.len(), counts[me])?;
         let (sched, algo) = self.reduce_scatter_plan(counts, size_of::<T>(), &r)?;
         if algo == "hier" && counts.iter().all(|&c| c == counts[0]) {
+            self.check_composite(true)?;
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
                 let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
+                let t0 = self.straggler_start();
                 let res = h.reduce_scatter(bytemuck::cast_slice(send), out, &r.sum_form());
+                self.straggler_end(t0);
                 crate::fr::end_coll(self.ctx, &res);
                 res?;
                 return r.finalize(out, n);
@@ -806,6 +855,13 @@ impl Communicator {
         elem: usize,
         root: u32,
     ) -> Result<Arc<Schedule>> {
+        // Only the root needs every count (gatherv, scatterv): counts are not compared.
+        let kind = if op == "gather" {
+            Kind::Gather
+        } else {
+            Kind::Scatter
+        };
+        self.check_note(Call::new(kind).elem(elem).root(root));
         self.check_root(root)?;
         check_len(op, counts.len(), self.size as usize)?;
         let algo = self.choose(op, counts[0] * elem, elem, None)?;
@@ -1139,6 +1195,7 @@ impl Communicator {
     pub fn ibarrier(&self) -> Result<CollRequest<u8>> {
         let _fr = crate::fr::Scope::enter();
         crate::fr::begin_coll(self, "barrier", "dissemination", 0, None);
+        self.check_note(Call::new(Kind::Barrier));
         let (rank, n) = (self.rank, self.size);
         let sched = self
             .shared
@@ -1224,6 +1281,14 @@ fn out_of_place_block(s: &Schedule, off: usize, len: usize) -> Schedule {
         out.phases.push(Phase { xfers, local });
     }
     out
+}
+
+/// What a broadcast of `len` elements of `T` from `root` must agree on.
+fn bcast_call<T>(len: usize, root: u32) -> Call {
+    Call::new(Kind::Bcast)
+        .elem(size_of::<T>())
+        .count(len)
+        .root(root)
 }
 
 /// Segment size of the pipelined broadcast: enough segments to overlap the hops, each large

@@ -51,6 +51,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+/// How long a wait that found its peer gone gives the launcher's notice to arrive.
+const NOTICE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Bytes per input slot and per result area: one round moves at most this much.
 pub(crate) const SLOT: usize = 256 << 10;
 /// Chunks up to this size are folded whole by every rank (one synchronisation per round);
@@ -83,6 +86,9 @@ struct Desc {
     kind: AtomicU64,
     /// 0: the input is in the slot; otherwise the id of the shared buffer holding it.
     src: AtomicU64,
+    /// Checked mode: the call's signature (0 unchecked) and the call itself.
+    check: AtomicU64,
+    call: [AtomicU64; 3],
 }
 
 /// The counters at the start of every window; all-zero (a fresh memfd) is the initial state.
@@ -116,6 +122,8 @@ pub(crate) enum ProtoError {
         j: usize,
         code: u64,
     },
+    /// Checked mode: the ranks' calls differ (seen by every rank in the same round).
+    Check(Box<super::check::Verdict>),
 }
 
 impl ProtoError {
@@ -127,6 +135,7 @@ impl ProtoError {
                 rank: j as u32,
                 why: format!("gave up ({code})"),
             },
+            ProtoError::Check(v) => v.error(&|r| r.to_string()),
         }
     }
 }
@@ -154,6 +163,8 @@ pub(crate) struct Proto<'a> {
     /// part may exit normally meanwhile.
     check: &'a mut dyn FnMut(usize, Duration) -> Result<()>,
     spin: u32,
+    /// Checked mode: the call's number and what it is.
+    checked: Option<(u32, super::check::Call)>,
 }
 
 impl<'a> Proto<'a> {
@@ -168,7 +179,14 @@ impl<'a> Proto<'a> {
             bases,
             check,
             spin: SPIN,
+            checked: None,
         }
+    }
+
+    /// Checked mode: every rank compares the signatures of call `seq`'s descriptors.
+    pub(crate) fn with_check(mut self, checked: Option<(u32, super::check::Call)>) -> Self {
+        self.checked = checked;
+        self
     }
 
     /// Spins before yielding: few when ranks outnumber cores (the rank we wait for may need
@@ -271,11 +289,23 @@ impl<'a> Proto<'a> {
         d.kind.store(kind, Ordering::Relaxed);
         let src = zc.map_or(0, |z| z.ids[me]);
         d.src.store(src, Ordering::Relaxed);
+        if let Some((_, call)) = &self.checked {
+            d.check.store(call.sig(), Ordering::Relaxed);
+            for (a, w) in d.call.iter().zip(call.words()) {
+                a.store(w, Ordering::Relaxed);
+            }
+        }
         // Release: the slot and descriptor writes above become visible with `arrived`.
         self.hdr(me).arrived.0.store(k, Ordering::Release);
         self.wait_all(Flag::Arrived, k)?;
         if !first {
             return Ok(());
+        }
+        if let Some((seq, call)) = self.checked
+            && let Some(v) = self.check_descriptors(b, seq, call)
+        {
+            self.hdr(me).done.0.store(k, Ordering::Release);
+            return Err(ProtoError::Check(Box::new(v)));
         }
         let mut bad = None;
         for j in 0..self.n() {
@@ -323,6 +353,33 @@ impl<'a> Proto<'a> {
             }
             None => Ok(()),
         }
+    }
+
+    /// Checked mode: the verdict if the ranks' calls (descriptor b, already published by
+    /// every rank) differ. Every rank reads the same descriptors, so all agree.
+    fn check_descriptors(
+        &self,
+        b: usize,
+        seq: u32,
+        mine: super::check::Call,
+    ) -> Option<super::check::Verdict> {
+        let sig = mine.sig();
+        // Relaxed: ordered by the Acquire loads of `arrived` (as in `enter`).
+        if (0..self.n()).all(|j| self.hdr(j).desc[b].check.load(Ordering::Relaxed) == sig) {
+            return None;
+        }
+        let votes: Vec<super::check::Vote> = (0..self.n())
+            .map(|j| {
+                // Relaxed: ordered by the Acquire loads of `arrived` (as in `enter`).
+                let d = &self.hdr(j).desc[b];
+                let words = [0, 1, 2].map(|i| d.call[i].load(Ordering::Relaxed));
+                Some((
+                    d.check.load(Ordering::Relaxed),
+                    super::check::Call::from_words(words),
+                ))
+            })
+            .collect();
+        Some(super::check::decide(seq, self.me as u32, &votes))
     }
 
     /// Marks our window as given up, so peers waiting on us stop too.
@@ -505,6 +562,9 @@ struct State {
     broken: Option<String>,
 }
 
+/// Checked mode's registration of a shared-memory call: its number and what it is.
+pub(crate) type Checked = Option<(crate::comm::Tag, super::check::Call)>;
+
 /// Windows set up per communicator. A communicator is known by its `coll_seq` allocation,
 /// which its clones share and no other communicator has; the `Weak` keeps that allocation, so
 /// the address cannot be reused while the entry exists. Entries of dropped communicators are
@@ -595,7 +655,12 @@ impl NodeShm {
     /// The windows of `comm`, set up on first use. Collective (on first use every rank must
     /// call it, in the same order relative to other collectives). `Ok(None)` when not every
     /// rank is on this node or mapping failed somewhere (agreed).
-    pub(crate) fn get_or_setup(comm: &Communicator) -> Result<Option<Arc<NodeShm>>> {
+    /// Checked mode's call `checked` is recorded before a setup: a rank that planned another
+    /// call is then found, and the setup's exchanges fail instead of waiting for it.
+    pub(crate) fn get_or_setup(
+        comm: &Communicator,
+        checked: Checked,
+    ) -> Result<Option<Arc<NodeShm>>> {
         let key = Arc::as_ptr(&comm.coll_seq);
         {
             let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
@@ -603,6 +668,9 @@ impl NodeShm {
             if let Some((_, e)) = cache.iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), key)) {
                 return Ok(e.clone());
             }
+        }
+        if let Some((tag, call)) = checked {
+            comm.check_register(tag, call)?;
         }
         let made = Self::setup(comm)?.map(Arc::new);
         CACHE
@@ -644,9 +712,23 @@ impl NodeShm {
         &self,
         comm: &Communicator,
         op: &'static str,
+        checked: Checked,
         f: impl FnOnce(&mut Proto<'_>, &mut u64) -> PResult<()>,
     ) -> Result<()> {
-        let res = self.run_rounds(comm, op, f);
+        let t0 = comm.straggler_start();
+        let res = self.run_untimed(comm, op, checked, f);
+        comm.straggler_end(t0);
+        res
+    }
+
+    fn run_untimed(
+        &self,
+        comm: &Communicator,
+        op: &'static str,
+        checked: Checked,
+        f: impl FnOnce(&mut Proto<'_>, &mut u64) -> PResult<()>,
+    ) -> Result<()> {
+        let res = self.run_rounds(comm, op, checked, f);
         crate::fr::end_coll(comm.ctx, &res);
         res
     }
@@ -655,6 +737,7 @@ impl NodeShm {
         &self,
         comm: &Communicator,
         op: &'static str,
+        checked: Checked,
         f: impl FnOnce(&mut Proto<'_>, &mut u64) -> PResult<()>,
     ) -> Result<()> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -668,18 +751,30 @@ impl NodeShm {
         }
         let shared = comm.shared.clone();
         let world = &self.world;
-        // The rank waited for, and any rank whose failure fails this communicator (it may be
-        // the reason the one we wait for is stuck).
+        // Checked mode: this call's number and what it is (the descriptors carry it); recorded
+        // with the engine once we wait long (a rank running another algorithm for another call
+        // sends messages, which the engine then matches against it).
+        let mut registered = false;
         // The watchdog (RCOMM_TIMEOUT): waiting that long for one rank in one round.
         let mut watch = crate::fr::Watch::new();
+        // The rank waited for, and any rank whose failure fails this communicator (it may be
+        // the reason the one we wait for is stuck).
         let mut check = |j: usize, waited: Duration| {
             if watch.over_limit(waited) {
                 return Err(watch.error(waited, None));
             }
             // Non-blocking collectives never run here, so advancing them takes no lock held.
             shared.coll.advance_inflight();
-            shared.check_alive(&world[j..=j], op)?;
+            let alive = shared.check_alive(&world[j..=j], op);
+            if alive.is_err() {
+                // The rank we wait for is gone; if it left because another member failed
+                // first (it gave up and exited), the launcher's notice names the cause.
+                shared.await_notice(|w| comm.in_failure_scope(w), NOTICE_GRACE);
+            }
             let e = shared.lock();
+            if let Some(err) = e.revoked_error(comm.ctx, op) {
+                return Err(err);
+            }
             match comm.failed_member(&e) {
                 Some(w) => Err(e.lost_error(w, op).unwrap_or(CommError::PeerLost {
                     rank: w,
@@ -687,15 +782,33 @@ impl NodeShm {
                     op,
                     why: "failed".into(),
                 })),
-                None => Ok(()),
+                None => {
+                    drop(e);
+                    alive?;
+                    if let Some((tag, call)) = checked
+                        && !registered
+                    {
+                        registered = true;
+                        comm.check_register(tag, call)?;
+                    }
+                    comm.check_shm_wait(checked.map(|c| c.0))
+                }
             }
         };
         let mut p = Proto::new(self.me, &self.bases, &mut check)
-            .with_spin(comm.shared.policy.spin.min(SPIN));
+            .with_spin(comm.shared.policy.spin.min(SPIN))
+            .with_check(checked.map(|(t, c)| (super::check::seq_of(t.0), c)));
         let State { round, broken } = &mut *st;
         let e = match f(&mut p, round) {
             Ok(()) => return Ok(()),
             Err(ProtoError::Agreed(e)) => return Err(e),
+            Err(ProtoError::Check(v)) => return Err(comm.check_verdict_error(&v)),
+            Err(ProtoError::Fatal(e @ CommError::CollMismatch { .. })) => {
+                // Found through messages, which every member hears of: no need to poison
+                // the windows, but they are out of step here.
+                *broken = Some(e.to_string());
+                return Err(e);
+            }
             Err(ProtoError::Fatal(e)) => e,
             Err(ProtoError::Aborted {
                 code: TIMED_OUT, ..
@@ -724,7 +837,9 @@ impl NodeShm {
             }
         };
         p.poison(match &e {
-            CommError::PeerLost { rank, .. } => u64::from(*rank) + 1,
+            CommError::PeerLost { rank, .. } | CommError::PeerHung { rank, .. } => {
+                u64::from(*rank) + 1
+            }
             CommError::Timeout { .. } => TIMED_OUT,
             _ => u64::MAX,
         });
@@ -741,6 +856,7 @@ impl NodeShm {
     /// `acc = a(n−1); for j in (0..n−1).rev() { acc = a(j) ⊕ acc }`, so every rank ends with
     /// identical bytes. `sig` (op and type) and the length are checked equal on every rank
     /// (`Mismatch` otherwise).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn allreduce_sig(
         &self,
         comm: &Communicator,
@@ -749,13 +865,14 @@ impl NodeShm {
         elem: usize,
         sig: u64,
         combine: &Combine<'_>,
+        checked: Checked,
     ) -> Result<()> {
         if input.is_some_and(|i| i.len() != data.len()) {
             return Err(CommError::InvalidArg(
                 "allreduce: input and output lengths differ".into(),
             ));
         }
-        self.run(comm, "allreduce (shared memory)", |p, round| {
+        self.run(comm, "allreduce (shared memory)", checked, |p, round| {
             // SAFETY: `data` is borrowed exclusively for the call, `input` (as long) shared;
             // a `&mut` and a `&` cannot overlap.
             unsafe {
@@ -779,6 +896,7 @@ impl NodeShm {
     /// # Safety
     /// Every `zc.bases[j]` is valid for reads of `total` bytes, `zc.bases[me]` also for
     /// writes, and nothing else in this process accesses our buffer during the call.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn allreduce_zc(
         &self,
         comm: &Communicator,
@@ -787,23 +905,35 @@ impl NodeShm {
         sig: u64,
         combine: &Combine<'_>,
         zc: &ZeroCopy,
+        checked: Checked,
     ) -> Result<()> {
         let data = zc.bases[self.me].as_ptr();
-        self.run(comm, "allreduce (shared memory, in place)", |p, round| {
-            // SAFETY: the caller's contract is this function's.
-            unsafe { p.allreduce(round, data, total, elem, sig, combine, None, Some(zc)) }
-        })
+        self.run(
+            comm,
+            "allreduce (shared memory, in place)",
+            checked,
+            |p, round| {
+                // SAFETY: the caller's contract is this function's.
+                unsafe { p.allreduce(round, data, total, elem, sig, combine, None, Some(zc)) }
+            },
+        )
     }
 
     /// Broadcast of `data` from `root`.
-    pub(crate) fn bcast(&self, comm: &Communicator, data: &mut [u8], root: u32) -> Result<()> {
+    pub(crate) fn bcast(
+        &self,
+        comm: &Communicator,
+        data: &mut [u8],
+        root: u32,
+        checked: Checked,
+    ) -> Result<()> {
         if root >= comm.size {
             return Err(CommError::InvalidRank {
                 rank: root,
                 size: comm.size,
             });
         }
-        self.run(comm, "bcast (shared memory)", |p, round| {
+        self.run(comm, "bcast (shared memory)", checked, |p, round| {
             p.bcast(round, data, root as usize)
         })
     }
@@ -839,7 +969,14 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let r = super::Reducer::Builtin(op, T::DTYPE);
         crate::fr::begin_coll(self, "allreduce", "shm", size_of_val(buf), Some(&r));
-        let Some(node) = NodeShm::get_or_setup(self)? else {
+        self.check_note(
+            super::check::Call::new(super::check::Kind::Allreduce)
+                .elem(size_of::<T>())
+                .count(buf.len())
+                .reducer(&r),
+        );
+        let chk = self.check_shm_call()?;
+        let Some(node) = NodeShm::get_or_setup(self, chk)? else {
             return Ok(false);
         };
         let combine = combiner::<T>(op);
@@ -850,6 +987,7 @@ impl Communicator {
             size_of::<T>(),
             signature::<T>(op),
             &combine,
+            chk,
         )?;
         if op == Op::Avg {
             rcomm_kernels::finalize_avg_typed(buf, self.size as usize)
@@ -864,10 +1002,17 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         crate::fr::begin_coll(self, "bcast", "shm", size_of_val(buf), None);
         crate::fr::set_root(self.ctx, root);
-        let Some(node) = NodeShm::get_or_setup(self)? else {
+        self.check_note(
+            super::check::Call::new(super::check::Kind::Bcast)
+                .elem(size_of::<T>())
+                .count(buf.len())
+                .root(root),
+        );
+        let chk = self.check_shm_call()?;
+        let Some(node) = NodeShm::get_or_setup(self, chk)? else {
             return Ok(false);
         };
-        node.bcast(self, bytemuck::cast_slice_mut(buf), root)?;
+        node.bcast(self, bytemuck::cast_slice_mut(buf), root, chk)?;
         Ok(true)
     }
 }

@@ -14,12 +14,14 @@
 use super::matcher::{Envelope, Matcher, Posting, RecvId, Route as MRoute, Source, TagSel};
 use super::region::Region;
 use crate::CommError;
+use crate::coll::check::{Call, Checks, Stamp, Verdict};
 use rcomm_transport::fastmap::FastMap;
 use rcomm_transport::net::Deliver;
 use rcomm_transport::net::{Net, NetCounters, Route};
 use rcomm_transport::shmnet::Incoming;
 use rcomm_transport::wire::{Header, ProtoKind};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// What a completed receive reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +67,8 @@ struct Req {
     wildcard: bool,
     region: Region,
     state: ReqState,
+    /// Context of the communicator it belongs to (`u32::MAX`: none).
+    ctx: u32,
     posted: Option<(u32, RecvId)>,
     /// A buffer the user dropped before completion; freed when the request completes.
     orphan: Option<Box<dyn std::any::Any + Send>>,
@@ -72,7 +76,7 @@ struct Req {
 
 #[derive(Debug, Clone, Copy)]
 enum OutPayload {
-    Small([u8; 16], u8),
+    Small([u8; 32], u8),
     User(Region),
 }
 
@@ -143,6 +147,8 @@ struct State {
     released: Vec<(RecvId, Envelope, Stored)>,
     next_token: u64,
     failed: FastMap<u32, String>,
+    /// Failed peers the launcher declared hung (no heartbeat): their errors are `PeerHung`.
+    hung: Vec<u32>,
     /// Peers whose memory this rank may read by single copy (cleared if the kernel refuses).
     cma: Vec<bool>,
     hosts: Vec<String>,
@@ -150,6 +156,10 @@ struct State {
     /// Buffers of consumed unexpected messages, reused so a steady stream of unexpected small
     /// messages does not allocate.
     pool: Vec<Vec<u8>>,
+    /// Revocations that arrived (context, from), taken by the engine after delivery.
+    revokes_in: Vec<(u32, u32)>,
+    /// Checked collectives (`RCOMM_CHECK=1`), see [`crate::coll::check`].
+    check: Option<Box<Checks>>,
 }
 
 /// Most buffers kept in the pool, and the largest capacity kept.
@@ -163,10 +173,22 @@ pub(crate) struct Engine {
     net: Net,
     /// Ranks the launcher reported failed.
     reported: Vec<u32>,
+    /// Members of each live communicator by user context (even): `None` for every rank.
+    comms: FastMap<u32, Option<Arc<[u32]>>>,
+    notices: Option<Arc<rcomm_transport::bootstrap::kvs::NoticeBoard>>,
+    /// Revoked communicators (user context) and the rank that revoked each.
+    revoked: FastMap<u32, u32>,
 }
 
+/// First word of a `Control` message that revokes a communicator; the second holds its
+/// context (high half) and the rank that revoked it (low half).
+const CTL_REVOKE: u64 = 1;
+
+/// How long a transport's loss of a peer waits for the launcher's notice about it.
+const NOTICE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
 fn small(vals: &[u64]) -> OutPayload {
-    let mut b = [0u8; 16];
+    let mut b = [0u8; 32];
     for (i, v) in vals.iter().enumerate() {
         b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
     }
@@ -198,15 +220,22 @@ impl Engine {
                 released: Vec::new(),
                 next_token: 1,
                 failed: FastMap::default(),
+                hung: Vec::new(),
                 cma: (0..size)
                     .map(|p| net.caps(p).single_copy && cfg.cma_max > 0)
                     .collect(),
                 hosts,
                 error: None,
                 pool: Vec::new(),
+                revokes_in: Vec::new(),
+                check: None,
             },
             net,
             reported: Vec::new(),
+            // The world (context 0) holds every rank.
+            comms: std::iter::once((0, None)).collect(),
+            notices: None,
+            revoked: FastMap::default(),
         }
     }
 
@@ -246,10 +275,40 @@ impl Engine {
         op: &'static str,
         blocking: bool,
     ) -> Result<Option<ReqId>, CommError> {
-        self.st.check_peer(dest, op)?;
+        self.send_stamped(ctx, dest, tag, region, op, blocking, Stamp::default())
+    }
+
+    /// [`isend`](Self::isend) of a collective's message, its header stamped for checked mode.
+    pub(crate) fn isend_stamped(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        region: Region,
+        op: &'static str,
+        stamp: Stamp,
+    ) -> Result<ReqId, CommError> {
+        self.send_stamped(ctx, dest, tag, region, op, false, stamp)
+            .map(|r| r.expect("non-blocking sends always make a request"))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_stamped(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        region: Region,
+        op: &'static str,
+        blocking: bool,
+        stamp: Stamp,
+    ) -> Result<Option<ReqId>, CommError> {
         if tag < 0 {
             return Err(CommError::InvalidTag { tag });
         }
+        // The communicator's loss first: it is why nothing on it can go on.
+        self.check_comm(ctx, op)?;
+        self.st.check_peer(dest, op)?;
         let c = self.st.ctx.entry(ctx).or_default();
         let seq_ref = c.send_seq.entry(dest).or_insert(0);
         let seq = *seq_ref;
@@ -263,8 +322,8 @@ impl Engine {
             len: region.len() as u64,
             kind,
             flags: 0,
-            coll_seq: 0,
-            signature: 0,
+            coll_seq: stamp.epoch,
+            signature: stamp.sig,
         };
         if blocking
             && dest != me
@@ -285,6 +344,7 @@ impl Engine {
             }
         }
         let req = self.st.new_req(op, Some(dest), false, region);
+        self.st.req_mut(req).ctx = ctx;
         if dest == me {
             // Self: deliver directly, always eagerly (the copy is the transfer).
             self.st.deliver(me, &hdr(ProtoKind::Eager), region.bytes());
@@ -342,6 +402,7 @@ impl Engine {
         {
             return Err(CommError::InvalidTag { tag: t });
         }
+        self.check_comm(ctx, op)?;
         let peer = match src {
             Source::Rank(r) if r >= self.st.size => {
                 return Err(CommError::InvalidRank {
@@ -378,6 +439,7 @@ impl Engine {
             };
         }
         let req = self.st.new_req(op, peer, peer.is_none(), region);
+        self.st.req_mut(req).ctx = ctx;
         match self.st.ctx.entry(ctx).or_default().m.post(src, tag) {
             Posting::Matched(env, stored) => self.st.start_recv(req, env, stored),
             Posting::Posted(rid) => {
@@ -554,7 +616,82 @@ impl Engine {
                 1
             }
         };
+        if !self.st.revokes_in.is_empty() {
+            for (ctx, by) in std::mem::take(&mut self.st.revokes_in) {
+                self.revoke(ctx, by);
+            }
+        }
         n + self.after_protocol()
+    }
+
+    /// Revokes the communicator of context `ctx` (MPI's `MPI_Comm_revoke`), as rank `by` asked:
+    /// every pending and future operation on it fails with `Revoked`. The first time, this
+    /// rank passes it on to every other member, so all learn it even if `by` dies meanwhile.
+    pub(crate) fn revoke(&mut self, ctx: u32, by: u32) {
+        let key = ctx & !1;
+        if self.revoked.contains_key(&key) {
+            return;
+        }
+        rcomm_transport::rlog!(Info, "P2P", "communicator {key} revoked by rank {by}");
+        self.revoked.insert(key, by);
+        let doomed: Vec<ReqId> = self
+            .st
+            .reqs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                r.as_ref()
+                    .filter(|r| matches!(r.state, ReqState::Active) && r.ctx & !1 == key)
+                    .map(|_| i)
+            })
+            .collect();
+        for req in doomed {
+            self.drop_req_state(req);
+            let op = self.st.req_mut(req).op;
+            self.st.complete(req, Err(CommError::Revoked { op, by }));
+        }
+        let members: Vec<u32> = match self.comms.get(&key) {
+            Some(Some(m)) => m.to_vec(),
+            _ => (0..self.st.size).collect(),
+        };
+        for m in members {
+            if m != self.st.me && m != by && !self.st.failed.contains_key(&m) {
+                self.st.send_ctl(
+                    m,
+                    ProtoKind::Control,
+                    &[CTL_REVOKE, u64::from(key) << 32 | u64::from(by)],
+                );
+            }
+        }
+        self.after_protocol();
+    }
+
+    /// Whether the communicator of context `ctx` was revoked.
+    pub(crate) fn is_revoked(&self, ctx: u32) -> bool {
+        self.revoked.contains_key(&(ctx & !1))
+    }
+
+    /// The `Revoked` error for an operation on context `ctx`, if it was revoked.
+    pub(crate) fn revoked_error(&self, ctx: u32, op: &'static str) -> Option<CommError> {
+        self.revoked
+            .get(&(ctx & !1))
+            .map(|&by| CommError::Revoked { op, by })
+    }
+
+    /// Unlinks a request from matching and from the rendezvous tables, before it fails.
+    fn drop_req_state(&mut self, req: ReqId) {
+        if let Some((ctx, rid)) = self.st.req_mut(req).posted.take() {
+            if let Some(c) = self.st.ctx.get_mut(&ctx) {
+                c.m.cancel(rid);
+            }
+            self.st.posted.remove(&(ctx, rid));
+        }
+        self.st.rndv_send.retain(|_, s| s.req != req);
+        self.st.rndv_recv.retain(|_, s| s.req != req);
+        self.st
+            .streaming
+            .retain(|t| self.st.rndv_send.contains_key(t));
+        self.st.pulls.retain(|p| p.req != req);
     }
 
     /// Protocol steps that need the transports: single-copy pulls, queued messages, streaming.
@@ -725,7 +862,7 @@ impl Engine {
 
     fn transport_failed(&mut self, peer: Option<u32>, why: String) {
         match peer {
-            Some(p) => self.peer_failed(p, why),
+            Some(p) => self.transport_lost(p, why),
             None => {
                 rcomm_transport::rlog!(Warn, "P2P", "transport error: {why}");
                 self.st.error = Some((self.st.me, why));
@@ -776,11 +913,68 @@ impl Engine {
     /// The first peer seen dead by a transport, without waiting.
     pub(crate) fn poll_dead(&mut self) {
         if let Some(p) = self.net.dead_peer() {
-            self.peer_failed(
+            self.transport_lost(
                 p,
                 "its connection closed (the process exited or died)".into(),
             );
         }
+    }
+
+    /// A transport saw `peer`'s connection close. When the launcher killed it (a rank declared
+    /// hung), or saw it die, its notice says why and is on its way — it is sent before the
+    /// kill — so when something waits on that peer, give it a moment to arrive: the error then
+    /// names the cause, not the closed socket. A peer that finished normally sends no notice.
+    fn transport_lost(&mut self, peer: u32, why: String) {
+        if peer >= self.st.size || self.st.failed.contains_key(&peer) {
+            return;
+        }
+        // Notices not yet taken in may already explain it (the peer gave up on a lost rank
+        // and left), and fail what waits on it with the real cause.
+        self.take_notices();
+        if self.st.failed.contains_key(&peer) {
+            return;
+        }
+        let waited_on =
+            self.st.reqs.iter().flatten().any(|r| {
+                matches!(r.state, ReqState::Active) && (r.peer == Some(peer) || r.wildcard)
+            });
+        if waited_on && let Some(nb) = self.notices.clone() {
+            // The peer itself, or another rank whose failure made the peer give up and leave:
+            // either notice explains what waits on the peer better than a closed socket.
+            let known = self.reported.clone();
+            nb.wait_for(NOTICE_GRACE, |n| {
+                n.failed
+                    .iter()
+                    .any(|(r, _)| *r == peer || !known.contains(r))
+            });
+            self.take_notices();
+            if self.st.failed.contains_key(&peer) {
+                return;
+            }
+        }
+        self.peer_failed(peer, why);
+    }
+
+    /// Takes in every failure the launcher has reported so far.
+    pub(crate) fn take_notices(&mut self) {
+        let Some(nb) = self.notices.clone() else {
+            return;
+        };
+        let n = nb.snapshot();
+        for &rank in &n.hung {
+            self.mark_hung(rank);
+        }
+        for (rank, how) in n.failed {
+            self.launcher_reports_failed(rank, format!("the launcher reports it {how}"));
+        }
+    }
+
+    /// The launcher's notices, so a transport's loss can wait for the launcher's reason.
+    pub(crate) fn set_notices(
+        &mut self,
+        n: Option<Arc<rcomm_transport::bootstrap::kvs::NoticeBoard>>,
+    ) {
+        self.notices = n;
     }
 
     pub(crate) fn failed(&self) -> &FastMap<u32, String> {
@@ -788,12 +982,80 @@ impl Engine {
     }
 
     /// A rank the launcher reports failed (died, or exited without finalizing) — unlike a
-    /// closed connection, which a rank that finalized and left also gives.
+    /// closed connection, which a rank that finalized and left also gives. Every operation on
+    /// a communicator it belongs to fails too, also one between two live ranks: either may
+    /// wait for something the lost rank would have caused, and nobody would end that wait.
     pub(crate) fn launcher_reports_failed(&mut self, peer: u32, why: String) {
-        if peer < self.st.size && !self.reported.contains(&peer) {
-            self.reported.push(peer);
+        if peer >= self.st.size || self.reported.contains(&peer) {
+            return;
         }
-        self.peer_failed(peer, why);
+        self.reported.push(peer);
+        self.peer_failed(peer, why.clone());
+        // The launcher knows why (a closed connection seen first only says that it closed).
+        self.st.failed.insert(peer, why.clone());
+        let broken: Vec<ReqId> = self
+            .st
+            .reqs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                r.as_ref()
+                    .filter(|r| matches!(r.state, ReqState::Active) && self.comm_has(r.ctx, peer))
+                    .map(|_| i)
+            })
+            .collect();
+        for req in broken {
+            self.drop_req_state(req);
+            let op = self.st.req_mut(req).op;
+            let e = self.st.lost(peer, op, why.clone());
+            self.st.complete(req, Err(e));
+        }
+    }
+
+    /// Records the members (world ranks; `None`: every rank) of the communicator whose user
+    /// context is `ctx` (its internal one is `ctx + 1`), for failure propagation. A freed
+    /// context keeps its entry until it is reused: no operation runs on it meanwhile.
+    pub(crate) fn register_comm(&mut self, ctx: u32, members: Option<Arc<[u32]>>) {
+        self.comms.insert(ctx & !1, members);
+    }
+
+    /// Whether world rank `rank` belongs to the communicator of context `ctx` (unknown
+    /// contexts: no).
+    fn comm_has(&self, ctx: u32, rank: u32) -> bool {
+        match self.comms.get(&(ctx & !1)) {
+            Some(None) => true,
+            Some(Some(m)) => m.contains(&rank),
+            None => false,
+        }
+    }
+
+    /// Fails a new operation on a communicator that lost a member: the others may never do
+    /// their part (MPI's revoked communicator; `shrink` makes a working one).
+    fn check_comm(&self, ctx: u32, op: &'static str) -> Result<(), CommError> {
+        if let Some(&by) = self.revoked.get(&(ctx & !1)) {
+            return Err(CommError::Revoked { op, by });
+        }
+        if self.reported.is_empty() {
+            return Ok(());
+        }
+        match self.reported.iter().find(|&&r| self.comm_has(ctx, r)) {
+            Some(&r) => Err(self.st.lost(
+                r,
+                op,
+                format!(
+                    "{}; the communicator lost it (shrink it to go on without)",
+                    self.st.failed.get(&r).map_or("failed", String::as_str)
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks `peer` as declared hung by the launcher: errors about it are `PeerHung`.
+    pub(crate) fn mark_hung(&mut self, peer: u32) {
+        if !self.st.hung.contains(&peer) {
+            self.st.hung.push(peer);
+        }
     }
 
     /// Ranks the launcher reported failed, in the order it did.
@@ -815,7 +1077,104 @@ impl Engine {
     }
 }
 
+/// Checked collectives: the engine keeps what each communicator's ranks called (see
+/// [`crate::coll::check`]); these are the collectives' entry points.
+impl Engine {
+    /// Turns checked mode on (at init, before any collective).
+    pub(crate) fn check_enable(&mut self) {
+        self.st.check = Some(Box::new(Checks::new(self.st.me)));
+    }
+
+    /// Records that this rank starts `call` as call `tag` on internal context `ctx` and sends
+    /// its token to `token_to`; true if the communicator already failed a check (see
+    /// [`Checks::register`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn check_register(
+        &mut self,
+        ctx: u32,
+        epoch: u32,
+        tag: i32,
+        call: Call,
+        me: u32,
+        members: &dyn Fn() -> Vec<u32>,
+        token_to: Option<u32>,
+    ) -> bool {
+        let Some(c) = self.st.check.as_deref_mut() else {
+            return false;
+        };
+        let failed = c.register(ctx, epoch, tag, call, me, members, token_to);
+        self.st.flush_checks();
+        if let Some(p) = token_to {
+            self.flush_peer(p);
+        }
+        failed
+    }
+
+    /// Whether call `tag` on `ctx` fails a check.
+    pub(crate) fn check_failed(&self, ctx: u32, epoch: u32, tag: i32) -> bool {
+        self.st
+            .check
+            .as_deref()
+            .is_some_and(|c| c.failed(ctx, epoch, tag))
+    }
+
+    /// The verdict on a failed call once it is decided, with the world ranks of the
+    /// communicator it names ranks of.
+    pub(crate) fn check_verdict(
+        &mut self,
+        ctx: u32,
+        epoch: u32,
+        tag: i32,
+    ) -> Option<(Verdict, Vec<u32>)> {
+        let c = self.st.check.as_deref_mut()?;
+        let v = c.verdict(ctx, epoch, tag)?;
+        Some((v, c.members(ctx, epoch, tag)))
+    }
+
+    /// The call at which the communicator on `ctx` failed a check, if it did.
+    pub(crate) fn check_poisoned(&self, ctx: u32, epoch: u32) -> Option<i32> {
+        self.st.check.as_deref()?.poisoned(ctx, epoch)
+    }
+
+    /// Collectives on `child` run a call of `parent`'s (hierarchical algorithms); both are
+    /// (internal context, generation).
+    pub(crate) fn check_link(&mut self, child: (u32, u32), parent: (u32, u32)) {
+        if let Some(c) = self.st.check.as_deref_mut() {
+            c.link(child.0, child.1, parent.0, parent.1);
+        }
+    }
+}
+
 impl State {
+    /// Queues the checks' control messages (progress sends them).
+    fn flush_checks(&mut self) {
+        let State {
+            check,
+            out,
+            out_len,
+            failed,
+            me,
+            ..
+        } = self;
+        let Some(c) = check.as_deref_mut() else {
+            return;
+        };
+        for m in c.outbox.drain(..) {
+            // Tokens go to the next rank and votes to the others: never to this one.
+            if failed.contains_key(&m.peer) || m.peer == *me {
+                continue;
+            }
+            let mut b = [0u8; 32];
+            b[..24].copy_from_slice(&m.payload);
+            *out_len += 1;
+            out.entry(m.peer).or_default().push_back(Out {
+                hdr: m.hdr,
+                payload: OutPayload::Small(b, m.len),
+                req: None,
+            });
+        }
+    }
+
     fn token(&mut self) -> u64 {
         self.next_token += 1;
         self.next_token
@@ -835,9 +1194,18 @@ impl State {
     }
 
     fn lost(&self, rank: u32, op: &'static str, why: String) -> CommError {
+        let host = self.hosts.get(rank as usize).cloned().unwrap_or_default();
+        if self.hung.contains(&rank) {
+            return CommError::PeerHung {
+                rank,
+                host,
+                op,
+                why,
+            };
+        }
         CommError::PeerLost {
             rank,
-            host: self.hosts.get(rank as usize).cloned().unwrap_or_default(),
+            host,
             op,
             why,
         }
@@ -856,6 +1224,7 @@ impl State {
             wildcard,
             region,
             state: ReqState::Active,
+            ctx: u32::MAX,
             posted: None,
             orphan: None,
         };
@@ -922,6 +1291,12 @@ impl State {
                         hdr.source
                     );
                     return;
+                }
+                if hdr.signature != 0
+                    && let Some(c) = self.check.as_deref_mut()
+                {
+                    c.on_data(peer, hdr);
+                    self.flush_checks();
                 }
                 let pool = &mut self.pool;
                 let mut stored = || match hdr.kind {
@@ -1004,6 +1379,24 @@ impl State {
                         }),
                     );
                 }
+            }
+            // Checked mode's control messages have flags of their own (revocations have none):
+            // tested first.
+            ProtoKind::Control
+                if self
+                    .check
+                    .as_deref_mut()
+                    .is_some_and(|c| c.on_control(peer, hdr, payload)) =>
+            {
+                self.flush_checks();
+            }
+            ProtoKind::Control
+                if u64_at(payload, 0) == Some(CTL_REVOKE)
+                    && let Some(w) = u64_at(payload, 1)
+                    && ((w & 0xffff_ffff) as u32) < self.size =>
+            {
+                self.revokes_in
+                    .push(((w >> 32) as u32, (w & 0xffff_ffff) as u32));
             }
             ProtoKind::Data | ProtoKind::Credit | ProtoKind::Control => {
                 rcomm_transport::rlog!(Trace, "P2P", "ignored {:?} from rank {peer}", hdr.kind);

@@ -24,6 +24,8 @@ pub struct Notices {
     pub abort: Option<(u32, i32, String)>,
     /// Set when the connection to the launcher is gone.
     pub launcher_lost: bool,
+    /// Ranks among `failed` that the launcher declared hung (no heartbeat) and killed.
+    pub hung: Vec<u32>,
 }
 
 /// Shared notice state with a condition variable for waiters.
@@ -101,8 +103,11 @@ impl NoticeBoard {
 #[derive(Debug)]
 pub struct KvsClient {
     env: LaunchEnv,
-    /// Shared with the reader thread, which answers dump requests: frames must not interleave.
+    /// Shared with the heartbeat thread and the reader thread (which answers dump requests):
+    /// frames must not interleave.
     writer: Arc<Mutex<TcpStream>>,
+    /// Tells the heartbeat thread to stop.
+    beating: Arc<std::sync::atomic::AtomicBool>,
     replies: Receiver<Result<KvsReply, String>>,
     notices: Arc<NoticeBoard>,
     /// Longest wait for one reply; `None` under rcomm-run, whose launcher reports dead ranks.
@@ -152,6 +157,13 @@ impl KvsClient {
             }
         };
         let _ = stream.set_nodelay(true);
+        // The store admits a bounded number of handshakes at a time and leaves the rest in its
+        // backlog (where silent clients may hold it for a while): wait longer for its challenge
+        // than the handshake's own deadline, then run the handshake.
+        let _ = stream.set_read_timeout(Some(
+            CONNECT_PATIENCE.min(patience.max(auth::HANDSHAKE_TIMEOUT)),
+        ));
+        let _ = stream.peek(&mut [0u8; 1]);
         auth::connect(&mut stream, secret, "kvs", env.rank).map_err(|source| {
             BootstrapError::Auth {
                 addr: addr.clone(),
@@ -184,6 +196,17 @@ impl KvsClient {
                             rlog!(Warn, "INIT", "rank {rank} failed: {how}");
                             board.update(|n| n.failed.push((rank, how)));
                         }
+                        Ok(KvsReply::RankHung { rank, silent_ms }) => {
+                            let how = format!(
+                                "hung: no heartbeat for {:.1} s (stopped, or stuck in the kernel); the launcher killed it",
+                                silent_ms as f64 / 1e3
+                            );
+                            rlog!(Warn, "INIT", "rank {rank} {how}");
+                            board.update(|n| {
+                                n.failed.push((rank, how));
+                                n.hung.push(rank);
+                            });
+                        }
                         Ok(KvsReply::Abort { from, code, msg }) => {
                             board.update(|n| n.abort = Some((from, code, msg)));
                         }
@@ -209,10 +232,42 @@ impl KvsClient {
         Ok(Self {
             env,
             writer,
+            beating: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             replies,
             notices,
             reply_timeout,
         })
+    }
+
+    /// Starts this process's heartbeat: a thread that tells the launcher every `every` that
+    /// the process is alive, whatever its other threads do (a rank computing for minutes is
+    /// alive; a stopped one is not, though its sockets stay open). Stops at finalize or drop.
+    pub fn start_heartbeat(&self, every: Duration) -> Result<(), BootstrapError> {
+        use std::sync::atomic::Ordering;
+        if self.beating.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let (writer, beating) = (Arc::downgrade(&self.writer), self.beating.clone());
+        let frame = KvsRequest::Heartbeat.to_frame();
+        std::thread::Builder::new()
+            .name("rcomm-heartbeat".into())
+            .spawn(move || {
+                while beating.load(Ordering::SeqCst) {
+                    let Some(w) = writer.upgrade() else { return };
+                    let ok = w
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .write_all(&frame)
+                        .is_ok();
+                    drop(w);
+                    if !ok {
+                        return;
+                    }
+                    std::thread::sleep(every);
+                }
+            })
+            .map(drop)
+            .map_err(|e| BootstrapError::Env(format!("starting the heartbeat thread: {e}")))
     }
 
     /// The notices received so far (shared with the reader thread).
@@ -225,6 +280,10 @@ impl KvsClient {
             addr: self.env.kvs_addr.clone(),
             err,
         };
+        if matches!(req, KvsRequest::Finalize) {
+            self.beating
+                .store(false, std::sync::atomic::Ordering::SeqCst);
+        }
         let written = self
             .writer
             .lock()
@@ -277,6 +336,8 @@ impl Drop for KvsClient {
     fn drop(&mut self) {
         // The reader thread holds a clone of the socket; shutting it down ends that thread and
         // shows the store this rank is gone, as the end of the process would.
+        self.beating
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         let _ = self
             .writer
             .lock()
@@ -351,5 +412,26 @@ impl Bootstrap for KvsClient {
     }
     fn finalize(&mut self) -> Result<(), BootstrapError> {
         self.request("finalize", KvsRequest::Finalize).map(drop)
+    }
+    fn agree(
+        &mut self,
+        key: &str,
+        members: &[u32],
+        data: &[u8],
+    ) -> Result<(Vec<u32>, Vec<u8>), BootstrapError> {
+        match self.request(
+            "agree",
+            KvsRequest::Agree {
+                key: key.to_string(),
+                members: members.to_vec(),
+                data: data.to_vec(),
+            },
+        )? {
+            KvsReply::Agreed { failed, data } => Ok((failed, data)),
+            r => Err(BootstrapError::Refused {
+                op: "agree",
+                msg: format!("unexpected reply {r:?}"),
+            }),
+        }
     }
 }

@@ -117,6 +117,21 @@ pub trait Bootstrap: Send {
     fn abort(&mut self, code: i32, msg: &str) -> Result<(), BootstrapError>;
     /// Tells the launcher this rank is finishing normally.
     fn finalize(&mut self) -> Result<(), BootstrapError>;
+    /// Agrees with `members` (world ranks, this one among them) under `key`: returns once every
+    /// member has called it or failed, with the failed members as the launcher knows them and
+    /// the bitwise AND of the survivors' `data`. Only a launcher that watches the ranks can
+    /// say who failed, so the default is an error.
+    fn agree(
+        &mut self,
+        key: &str,
+        members: &[u32],
+        data: &[u8],
+    ) -> Result<(Vec<u32>, Vec<u8>), BootstrapError> {
+        let _ = (key, members, data);
+        Err(BootstrapError::Env(
+            "agreeing on failed ranks needs rcomm-run's launcher (the source of truth about failures); this job was started by another".into(),
+        ))
+    }
 }
 
 /// A world of one rank, for programs started without a launcher.

@@ -202,7 +202,14 @@ impl PmiClient {
     /// Reads more bytes into `buf`, failing at `deadline` or on end-of-file.
     fn fill(&mut self, op: &str, deadline: Instant) -> Result<(), BootstrapError> {
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || self.buf.len() > w::MAX_MSG {
+        if self.buf.len() > w::MAX_MSG {
+            return Err(BootstrapError::Env(format!(
+                "{} answered PMI {op} with more than {} bytes without ending the message: not a PMI server, or a broken one",
+                self.launcher,
+                w::MAX_MSG
+            )));
+        }
+        if left.is_zero() {
             return Err(self.timed_out(op));
         }
         let _ = self.stream.set_read_timeout(Some(left));
@@ -343,17 +350,35 @@ impl Bootstrap for PmiClient {
         let first = self
             .get_raw(&w::chunk_key(from, key, 0))?
             .ok_or_else(not_found)?;
-        let n = w::chunk_count(&first)
-            .map_err(|e| BootstrapError::Env(format!("rank {from}'s {key:?}: {e}")))?;
+        let launcher = self.launcher.clone();
+        let bad = |e: &dyn std::fmt::Display| {
+            BootstrapError::Env(format!("{launcher}: rank {from}'s {key:?}: {e}"))
+        };
+        let n = w::chunk_count(&first).map_err(|e| bad(&e))?;
+        // Fetch no more than a value of MAX_VALUE bytes can take: the server's word is all we
+        // have on how many chunks there are.
+        if n > 2 * w::MAX_VALUE / (w::chunk_len(self.vallen_max) & !1).max(2) + 2 {
+            return Err(bad(&format!(
+                "{n} chunks announced, more than a value of {} bytes takes",
+                w::MAX_VALUE
+            )));
+        }
+        let mut total = first.len();
         let mut chunks = vec![first];
         for i in 1..n {
-            chunks.push(
-                self.get_raw(&w::chunk_key(from, key, i))?
-                    .ok_or_else(not_found)?,
-            );
+            let c = self
+                .get_raw(&w::chunk_key(from, key, i))?
+                .ok_or_else(not_found)?;
+            total += c.len();
+            if total > 2 * w::MAX_VALUE + chunks[0].len() {
+                return Err(bad(&format!(
+                    "longer than a value of {} bytes can be",
+                    w::MAX_VALUE
+                )));
+            }
+            chunks.push(c);
         }
-        w::decode_value(&chunks)
-            .map_err(|e| BootstrapError::Env(format!("rank {from}'s {key:?}: {e}")))
+        w::decode_value(&chunks).map_err(|e| bad(&e))
     }
     fn abort(&mut self, code: i32, msg: &str) -> Result<(), BootstrapError> {
         let code_s = code.to_string();

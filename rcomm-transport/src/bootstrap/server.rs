@@ -71,6 +71,69 @@ struct State {
     conns: HashMap<u32, Arc<Mutex<TcpStream>>>,
     fence_waiting: BTreeSet<u32>,
     failed: HashMap<u32, String>,
+    /// When each rank's heartbeat thread last wrote; ranks that never sent one are not
+    /// watched.
+    beats: HashMap<u32, std::time::Instant>,
+    /// Agreements under way, by key.
+    agreements: HashMap<String, Agreement>,
+}
+
+/// An agreement among some ranks: complete once every member has asked or failed.
+struct Agreement {
+    members: BTreeSet<u32>,
+    arrived: HashMap<u32, Vec<u8>>,
+}
+
+/// Answers every agreement whose members have all asked or failed.
+fn complete_agreements(st: &mut State) {
+    let done: Vec<String> = st
+        .agreements
+        .iter()
+        .filter(|(_, a)| {
+            a.members
+                .iter()
+                .all(|m| a.arrived.contains_key(m) || st.failed.contains_key(m))
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in done {
+        let a = st.agreements.remove(&k).expect("listed");
+        let failed: Vec<u32> = a
+            .members
+            .iter()
+            .copied()
+            .filter(|m| st.failed.contains_key(m))
+            .collect();
+        let mut data: Option<Vec<u8>> = None;
+        let mut uneven = false;
+        for (r, d) in &a.arrived {
+            if failed.contains(r) {
+                continue;
+            }
+            match &mut data {
+                None => data = Some(d.clone()),
+                Some(acc) if acc.len() == d.len() => {
+                    acc.iter_mut().zip(d).for_each(|(a, b)| *a &= b);
+                }
+                Some(_) => uneven = true,
+            }
+        }
+        let rep = if uneven {
+            KvsReply::Error(format!(
+                "agreement {k}: the members gave data of different lengths"
+            ))
+        } else {
+            KvsReply::Agreed {
+                failed: failed.clone(),
+                data: data.unwrap_or_default(),
+            }
+        };
+        for r in a.arrived.keys().filter(|r| !failed.contains(r)) {
+            if let Some(c) = st.conns.get(r) {
+                let _ = send(c, &rep);
+            }
+        }
+    }
 }
 
 struct Shared {
@@ -156,6 +219,42 @@ impl KvsServer {
     pub fn fail_on_disconnect(&self) {
         self.shared.fail_on_disconnect.store(true, Ordering::SeqCst);
     }
+
+    /// Tells every other connected rank that `rank` stopped sending heartbeats for `silent`
+    /// and was killed, and fails a fence it can no longer complete.
+    pub fn notify_rank_hung(&self, rank: u32, silent: std::time::Duration) {
+        let how = format!(
+            "hung: no heartbeat for {:.1} s (stopped, or stuck in the kernel); the launcher killed it",
+            silent.as_secs_f64()
+        );
+        let notice = KvsReply::RankHung {
+            rank,
+            silent_ms: silent.as_millis() as u64,
+        };
+        fail_rank_with(&self.shared, rank, &how, notice);
+    }
+
+    /// Connected ranks whose heartbeats stopped more than `limit` ago, with how long they have
+    /// been silent. Only ranks that sent at least one heartbeat are watched.
+    pub fn silent_ranks(&self, limit: std::time::Duration) -> Vec<(u32, std::time::Duration)> {
+        let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<(u32, std::time::Duration)> = st
+            .beats
+            .iter()
+            .filter(|(r, _)| st.conns.contains_key(r))
+            .map(|(&r, t)| (r, t.elapsed()))
+            .filter(|&(_, d)| d > limit)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Stops watching `rank`'s heartbeats (it finalized, or ended).
+    pub fn forget_heartbeats(&self, rank: u32) {
+        let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.beats.remove(&rank);
+    }
+
     /// Tells every connected rank that the job is being aborted.
     pub fn notify_abort(&self, from: u32, code: i32, msg: &str) {
         let st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -211,16 +310,22 @@ impl Drop for KvsServer {
 /// Records `rank` as failed, tells every other connected rank, and fails a fence it can no
 /// longer complete.
 fn fail_rank(sh: &Shared, rank: u32, how: &str) {
-    let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-    st.failed.insert(rank, how.to_string());
-    st.conns.remove(&rank);
     let notice = KvsReply::RankFailed {
         rank,
         how: how.to_string(),
     };
+    fail_rank_with(sh, rank, how, notice);
+}
+
+fn fail_rank_with(sh: &Shared, rank: u32, how: &str, notice: KvsReply) {
+    let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+    st.failed.insert(rank, how.to_string());
+    st.conns.remove(&rank);
+    st.beats.remove(&rank);
     for c in st.conns.values() {
         let _ = send(c, &notice);
     }
+    complete_agreements(&mut st);
     if !st.fence_waiting.is_empty() && !st.fence_waiting.contains(&rank) {
         let err = KvsReply::Error(format!("fence cannot complete: rank {rank} failed ({how})"));
         for r in std::mem::take(&mut st.fence_waiting) {
@@ -236,31 +341,50 @@ fn event(sh: &Shared, e: KvsEvent) {
 }
 
 fn accept_loop(listener: TcpListener, sh: Arc<Shared>) {
-    for conn in listener.incoming() {
+    loop {
+        // At the cap, leave further clients in the kernel's backlog until a handshake ends
+        // (within its deadline) instead of refusing them: a rank arriving while silent
+        // clients hold every slot is then delayed, not turned away.
+        while sh.pending.load(Ordering::SeqCst) >= MAX_PENDING_HANDSHAKES
+            && !sh.stopping.load(Ordering::SeqCst)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         if sh.stopping.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(stream) = conn else { continue };
+        let conn = listener.accept();
+        if sh.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let stream = match conn {
+            Ok((s, _)) => s,
+            // A client that gave up between connect and accept, or a signal: nothing to say.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => {
+                // Out of descriptors or memory: the listener stays readable, so pause rather
+                // than spin, and serve again once resources come back.
+                rlog!(
+                    Warn,
+                    "LAUNCH",
+                    "KVS: accept failed: {e} (too many open files?)"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                continue;
+            }
+        };
         let peer = stream
             .peer_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
-        if sh.pending.fetch_add(1, Ordering::SeqCst) >= MAX_PENDING_HANDSHAKES {
-            sh.pending.fetch_sub(1, Ordering::SeqCst);
-            rlog!(
-                Warn,
-                "LAUNCH",
-                "KVS: refused {peer}: too many connections in handshake"
-            );
-            event(
-                &sh,
-                KvsEvent::Refused {
-                    peer,
-                    why: "too many pending handshakes".into(),
-                },
-            );
-            continue;
-        }
+        sh.pending.fetch_add(1, Ordering::SeqCst);
         let sh2 = sh.clone();
         let spawned = std::thread::Builder::new()
             .name("rcomm-kvs-conn".into())
@@ -333,6 +457,20 @@ fn serve(mut stream: TcpStream, peer: String, sh: Arc<Shared>) {
             }
         };
         finalized |= req == KvsRequest::Finalize;
+        if req == KvsRequest::Heartbeat {
+            let mut st = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+            if !finalized && st.conns.contains_key(&rank) {
+                st.beats.insert(rank, std::time::Instant::now());
+            }
+            continue;
+        }
+        if finalized {
+            sh.state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .beats
+                .remove(&rank);
+        }
         if let Some(rep) = handle(&sh, rank, req)
             && send(&conn, &rep).is_err()
         {
@@ -430,6 +568,33 @@ fn handle(sh: &Shared, rank: u32, req: KvsRequest) -> Option<KvsReply> {
                     dump,
                 },
             );
+            return None;
+        }
+        // Handled by the connection loop, never answered.
+        KvsRequest::Heartbeat => return None,
+        KvsRequest::Agree { key, members, data } => {
+            if !members.contains(&rank) || members.iter().any(|&m| m >= sh.size) {
+                return Some(KvsReply::Error(format!(
+                    "agreement {key}: rank {rank} is not among its members, or a member is out of range"
+                )));
+            }
+            if st.agreements.len() >= MAX_KEYS_PER_RANK && !st.agreements.contains_key(&key) {
+                return Some(KvsReply::Error("too many agreements under way".into()));
+            }
+            let a = st
+                .agreements
+                .entry(key.clone())
+                .or_insert_with(|| Agreement {
+                    members: members.iter().copied().collect(),
+                    arrived: HashMap::new(),
+                });
+            if a.members != members.iter().copied().collect::<BTreeSet<u32>>() {
+                return Some(KvsReply::Error(format!(
+                    "agreement {key}: rank {rank} names other members than the first to ask"
+                )));
+            }
+            a.arrived.insert(rank, data);
+            complete_agreements(&mut st);
             return None;
         }
     })
@@ -647,6 +812,24 @@ mod tests {
     }
 
     type NoticeBoardForTest = crate::bootstrap::kvs::NoticeBoard;
+
+    #[test]
+    fn a_rank_gets_in_while_silent_clients_hold_every_handshake_slot() {
+        // More silent clients than the server handshakes at once: the rest wait in the
+        // backlog, and so does the real rank, which must still get in (it used to be dropped).
+        let (srv, secret) = server(1);
+        let silent: Vec<TcpStream> = (0..MAX_PENDING_HANDSHAKES + 6)
+            .map(|_| TcpStream::connect(srv.addr()).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = Instant::now();
+        let mut c = KvsClient::connect(env(&srv, 0, 1), &secret).unwrap();
+        c.put("k", b"v").unwrap();
+        c.fence().unwrap();
+        assert_eq!(c.get(0, "k").unwrap(), b"v");
+        assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+        drop(silent);
+    }
 
     #[test]
     fn failed_rank_fails_a_pending_fence_and_is_noticed() {

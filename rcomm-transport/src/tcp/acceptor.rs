@@ -284,8 +284,14 @@ fn admit(mut s: TcpStream, p: &Params) -> Result<Incoming, String> {
         .map_err(|e| e.to_string())?;
     s.set_write_timeout(Some(HELLO_TIMEOUT))
         .map_err(|e| e.to_string())?;
-    let (kind, payload) =
-        wire::read_frame(&mut s, 64).map_err(|e| format!("rank {id}: reading its hello: {e}"))?;
+    // The deadline holds for the whole hello, however its bytes are paced.
+    let hello_by = std::time::Instant::now() + HELLO_TIMEOUT;
+    let (kind, payload) = auth::read_frame_until(&mut s, 64, hello_by)
+        .map_err(|e| format!("rank {id}: reading its hello: {e}"))?;
+    s.set_read_timeout(Some(HELLO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(HELLO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
     if kind != hello_kind::HELLO {
         return Err(format!(
             "rank {id}: expected a hello frame, got kind {kind}"

@@ -203,6 +203,61 @@ impl FrameBuf {
     }
 }
 
+/// The fuzzing entry of the receive buffer (see [`crate::fuzzing`]): the first two bytes set
+/// the frame limit (up to 64 KiB), the third seeds how the rest is cut into reads and whether
+/// large data frames are taken in place, as the receiver does. Every frame that comes out must
+/// respect the limit, and the buffer must never grow.
+pub(crate) fn fuzz_frames(data: &[u8]) {
+    let [a, b, c, rest @ ..] = data else {
+        return;
+    };
+    let max = u16::from_le_bytes([*a, *b]) as usize;
+    let mut fb = FrameBuf::new(max);
+    let cap = fb.buf.len();
+    let in_place = c & 1 == 1;
+    let mut x = u32::from(*c) | 0x100;
+    let mut pos = 0;
+    loop {
+        loop {
+            match fb.next() {
+                Ok(Some((h, r))) => {
+                    assert!(r.len() <= max, "frame over the limit");
+                    assert_eq!(Header::decode(&h.encode()), Ok(h));
+                    if h.kind == crate::wire::ProtoKind::Data {
+                        let _ = decode_chunk_prefix(fb.bytes(r));
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => return, // the receiver ends the connection here
+            }
+        }
+        if in_place && let Some((h, len, r)) = fb.take_partial_data(CHUNK_PREFIX) {
+            assert_eq!(h.kind, crate::wire::ProtoKind::Data);
+            assert!(len <= max && r.len() >= CHUNK_PREFIX && r.len() < len);
+            assert!(decode_chunk_prefix(fb.bytes(r.clone())).is_some());
+            // The receiver reads the rest of this payload past the buffer.
+            pos = (pos + len - r.len()).min(rest.len());
+            assert_eq!(fb.held_bytes(), 0);
+        }
+        if pos == rest.len() {
+            return;
+        }
+        let w = fb.window();
+        assert!(!w.is_empty(), "an incomplete frame always leaves room");
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        let n = (1 + x as usize % 300).min(w.len()).min(rest.len() - pos);
+        w[..n].copy_from_slice(&rest[pos..pos + n]);
+        fb.filled(n);
+        pos += n;
+        assert!(
+            fb.held_bytes() <= cap && fb.buf.len() == cap,
+            "the buffer grew"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,11 @@ use std::collections::HashMap;
 /// values, 64-byte keys); the bound keeps a confused peer from growing our buffer forever.
 pub const MAX_MSG: usize = 64 * 1024;
 
+/// Largest value rcomm reads back from the PMI store, in bytes (hex encoding doubles it on the
+/// wire). rcomm's values (address records, the secret) are far smaller; a server whose chunks
+/// add up to more is broken or hostile, and is refused before we fetch or keep the rest.
+pub const MAX_VALUE: usize = crate::wire::MAX_FRAME_PAYLOAD;
+
 /// A PMI parse failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PmiWireError {
@@ -234,6 +239,12 @@ pub fn decode_value(chunks: &[String]) -> Result<Vec<u8>, PmiWireError> {
         return Err(PmiWireError::BadValue(format!(
             "{} chunks, header says {n}",
             chunks.len()
+        )));
+    }
+    let total: usize = chunks.iter().map(String::len).sum();
+    if total > 2 * MAX_VALUE + first.len() {
+        return Err(PmiWireError::BadValue(format!(
+            "{total} characters, more than a value of {MAX_VALUE} bytes takes"
         )));
     }
     let head = first.find(',').map_or(0, |i| i + 1);

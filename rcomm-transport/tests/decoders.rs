@@ -1,0 +1,182 @@
+//! The in-CI fuzzer of every decoder of untrusted bytes (`rcomm_transport::fuzzing`): random
+//! bytes, structure-aware mutations of valid encodings (truncation, bit flips, huge lengths,
+//! inserted and duplicated bytes) and a replay of the committed corpus (`fuzz/corpus/<target>`,
+//! also the seeds of `cargo fuzz`). Each input must decode or be refused without a panic,
+//! within [`Target::max_alloc`] bytes allocated at once (measured by a counting allocator, on
+//! this thread), and within [`HANG`]. Runs in a few seconds; `PROPTEST_CASES` does not apply,
+//! the case counts are fixed so CI time stays bounded. Longer runs: `cargo fuzz` (fuzz/README.md).
+
+use proptest::prelude::*;
+use rcomm_transport::fuzzing::{self, TARGETS, Target};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Longest one decoder call may take on one input (they take microseconds; this is a hang).
+const HANG: Duration = Duration::from_secs(2);
+
+struct Counting;
+
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
+
+fn count(n: isize) {
+    let _ = LIVE.try_with(|l| {
+        let v = l.get() + n;
+        l.set(v);
+        let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
+    });
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counters are
+// thread-local cells with constant initialisers, which neither allocate nor need destructors.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let p = unsafe { System.alloc(l) };
+        if !p.is_null() {
+            count(l.size() as isize);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let p = unsafe { System.alloc_zeroed(l) };
+        if !p.is_null() {
+            count(l.size() as isize);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` came from this allocator with layout `l`.
+        unsafe { System.dealloc(p, l) };
+        count(-(l.size() as isize));
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        // SAFETY: `p` came from this allocator with layout `l`.
+        let q = unsafe { System.realloc(p, l, new) };
+        if !q.is_null() {
+            count(new as isize - l.size() as isize);
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Runs one target on one input and checks its allocation and time bounds.
+fn check(t: &Target, data: &[u8]) {
+    LIVE.with(|l| l.set(0));
+    PEAK.with(|p| p.set(0));
+    let t0 = Instant::now();
+    (t.run)(data);
+    let took = t0.elapsed();
+    let peak = PEAK.with(Cell::get).max(0) as usize;
+    let limit = (t.max_alloc)(data.len());
+    assert!(
+        peak <= limit,
+        "{}: {peak} bytes allocated at once for an input of {} bytes (limit {limit}): {:02x?}",
+        t.name,
+        data.len(),
+        &data[..data.len().min(64)]
+    );
+    assert!(took < HANG, "{}: {took:?} on {} bytes", t.name, data.len());
+}
+
+fn corpus() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus"))
+}
+
+#[test]
+fn every_decoder_replays_its_committed_corpus() {
+    for t in TARGETS {
+        let dir = corpus().join(t.name);
+        let mut n = 0;
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e} (every target has a corpus)", dir.display()))
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        for f in files {
+            check(t, &std::fs::read(&f).unwrap());
+            n += 1;
+        }
+        assert!(n > 0, "{} is empty", dir.display());
+    }
+    // And the library's own walk over a folder agrees.
+    let t = fuzzing::target("frame").unwrap();
+    assert!(fuzzing::replay_dir(t, &corpus().join("frame")).unwrap() > 0);
+}
+
+#[test]
+fn seeds_are_valid_and_every_target_has_some() {
+    let seeds = fuzzing::seeds();
+    for t in TARGETS {
+        assert!(
+            seeds.iter().any(|(n, _, _)| *n == t.name),
+            "no seed for {}",
+            t.name
+        );
+    }
+    for (name, _, data) in seeds.iter().chain(&fuzzing::invalid_samples()) {
+        check(fuzzing::target(name).expect("a known target"), data);
+    }
+}
+
+#[test]
+fn a_length_field_never_decides_what_is_allocated() {
+    // Each announces far more than it carries; what is allocated follows what arrived.
+    let t = fuzzing::target("read_frame").unwrap();
+    for len in [1u32 << 16, 1 << 20, u32::MAX] {
+        let mut f = rcomm_transport::wire::encode_frame(1, b"abc");
+        f[4..8].copy_from_slice(&len.to_le_bytes());
+        check(t, &f);
+        check(fuzzing::target("kvs_request").unwrap(), &f);
+        check(fuzzing::target("local_recv").unwrap(), &f);
+    }
+}
+
+/// Writes the seed corpus (valid seeds and invalid samples) into `fuzz/corpus/<target>/`.
+/// Run after changing a format: `cargo test -p rcomm-transport --test decoders -- --ignored`.
+#[test]
+#[ignore = "writes the committed corpus; run by hand after a format change"]
+fn write_seed_corpus() {
+    for (t, name, data) in fuzzing::seeds()
+        .into_iter()
+        .chain(fuzzing::invalid_samples())
+    {
+        let dir = corpus().join(t);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), data).unwrap();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_bytes_are_decoded_or_refused_cleanly(data in proptest::collection::vec(any::<u8>(), 0..1500)) {
+        for t in TARGETS {
+            check(t, &data);
+        }
+    }
+
+    #[test]
+    fn mutated_valid_encodings_are_decoded_or_refused_cleanly(
+        pick in any::<usize>(),
+        rnd in proptest::collection::vec(any::<u64>(), 1..6),
+    ) {
+        let seeds: Vec<_> = fuzzing::seeds().into_iter().chain(fuzzing::invalid_samples()).collect();
+        let (name, _, seed) = &seeds[pick % seeds.len()];
+        let t = fuzzing::target(name).unwrap();
+        check(t, &fuzzing::mutate(seed, &rnd));
+        // The same mutation fed to every other decoder: confused listeners are the norm.
+        for other in TARGETS {
+            check(other, &fuzzing::mutate(seed, &rnd));
+        }
+    }
+}
