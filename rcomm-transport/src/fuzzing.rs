@@ -127,6 +127,12 @@ pub const TARGETS: &[Target] = &[
         max_alloc: |n| 16 * n + 16 * 1024,
     },
     Target {
+        name: "flight_dump",
+        what: "wire::FlightDump::decode (a rank's flight recorder, read by rcomm-run)",
+        run: flight_dump,
+        max_alloc: |n| 16 * n + 4096,
+    },
+    Target {
         name: "pmi_mapping",
         what: "PMI_process_mapping (parse_process_mapping, node_of_ranks, local_from_mapping)",
         run: pmi_mapping,
@@ -279,6 +285,20 @@ pub fn kvs_reply(data: &[u8]) {
     });
 }
 
+/// `FlightDump::decode`: every limit holds, and what decodes encodes to a dump that decodes
+/// to the same records (the encoding of the name table is the encoder's own).
+pub fn flight_dump(data: &[u8]) {
+    if let Ok(d) = wire::FlightDump::decode(data) {
+        assert!(d.records.len() <= wire::MAX_DUMP_RECORDS);
+        let again = wire::FlightDump::decode(&d.encode()).expect("a decoded dump re-encodes");
+        assert_eq!(again.records.len(), d.records.len());
+        assert_eq!(
+            (again.rank, again.now_us, &again.comms),
+            (d.rank, d.now_us, &d.comms)
+        );
+    }
+}
+
 /// `AddrRecord::decode` (and the `PeerInfo` inside); canonical.
 pub fn addr_record(data: &[u8]) {
     if let Ok(r) = AddrRecord::decode(data) {
@@ -429,6 +449,11 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
             members: vec![0, 2, 3],
             data: vec![0xff; 8],
         },
+        KvsRequest::FlightDump {
+            id: 0,
+            why: "allreduce #4 on comm world: no progress for 3.0 s (RCOMM_TIMEOUT)".into(),
+            dump: sample_dump().encode(),
+        },
     ]
     .iter()
     .flat_map(KvsRequest::to_frame)
@@ -456,6 +481,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
             failed: vec![1],
             data: vec![0x0f; 8],
         },
+        KvsReply::DumpRequest { id: 3 },
     ]
     .iter()
     .flat_map(KvsReply::to_frame)
@@ -531,7 +557,42 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ("pmi_v2", "replies", v2.into_bytes()),
         ("pmi_value", "record", value.into_bytes()),
         ("pmi_mapping", "two_blocks", mapping),
+        ("flight_dump", "dump", sample_dump().encode()),
     ]
+}
+
+/// A rank's flight recorder as a launcher receives it: two communicators, a collective
+/// waiting, a receive waiting.
+fn sample_dump() -> wire::FlightDump {
+    let rec = |id: u64, seq: u64, op: &str, state: &str| wire::DumpRecord {
+        id,
+        ctx: if seq > 0 { 4 } else { 1 },
+        comm_first: 4,
+        comm_size: 4,
+        seq,
+        op: op.into(),
+        dtype: "f32".into(),
+        redop: if op == "allreduce" { "sum" } else { "" }.into(),
+        algo: "ring".into(),
+        bytes: 4096,
+        peer: if seq > 0 { u32::MAX } else { 2 },
+        state: state.into(),
+        start_us: 1_000 * id,
+        end_us: if state == "done" { 1_000 * id + 7 } else { 0 },
+    };
+    wire::FlightDump {
+        rank: 5,
+        host: "host2".into(),
+        pid: 4242,
+        now_us: 9_000_000,
+        total: 3,
+        comms: vec![(0, "world".into()), (4, "tp".into())],
+        records: vec![
+            rec(1, 41, "allreduce", "done"),
+            rec(2, 42, "allreduce", "waiting"),
+            rec(3, 0, "recv", "waiting"),
+        ],
+    }
 }
 
 /// Inputs that must be refused, one per way of being wrong that the listeners meet: garbage,
