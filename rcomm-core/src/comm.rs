@@ -132,13 +132,7 @@ impl Shared {
             return;
         }
         self.seen_notices.store(v, Ordering::Relaxed);
-        let snap = n.snapshot();
-        for &rank in &snap.hung {
-            e.mark_hung(rank);
-        }
-        for (rank, how) in snap.failed {
-            e.launcher_reports_failed(rank, format!("the launcher reports it {how}"));
-        }
+        e.take_notices();
     }
 
     /// Waits up to `grace` for a launcher notice about a rank `wanted` accepts, and takes it

@@ -210,6 +210,13 @@ impl Communicator {
         self.shared
             .lock()
             .register_comm(2 * guard.id as u32, Some(world.as_slice().into()));
+        // Shrinks are counted per communicator: a reused context id starts again at 0 on every
+        // member alike, so their agreement keys match.
+        self.shared
+            .shrinks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(2 * guard.id as u32));
         let c = Communicator {
             ctx: 2 * guard.id as u32,
             rank,

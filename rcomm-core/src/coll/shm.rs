@@ -51,9 +51,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-/// How long a wait that found its peer gone gives the launcher's notice to arrive.
-const NOTICE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
-
 /// Bytes per input slot and per result area: one round moves at most this much.
 pub(crate) const SLOT: usize = 256 << 10;
 /// Chunks up to this size are folded whole by every rank (one synchronisation per round);
@@ -769,7 +766,10 @@ impl NodeShm {
             if alive.is_err() {
                 // The rank we wait for is gone; if it left because another member failed
                 // first (it gave up and exited), the launcher's notice names the cause.
-                shared.await_notice(|w| comm.in_failure_scope(w), NOTICE_GRACE);
+                shared.await_notice(
+                    |w| comm.in_failure_scope(w),
+                    crate::p2p::engine::NOTICE_GRACE,
+                );
             }
             let e = shared.lock();
             if let Some(err) = e.revoked_error(comm.ctx, op) {

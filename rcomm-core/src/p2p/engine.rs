@@ -185,7 +185,7 @@ pub(crate) struct Engine {
 const CTL_REVOKE: u64 = 1;
 
 /// How long a transport's loss of a peer waits for the launcher's notice about it.
-const NOTICE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+pub(crate) const NOTICE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
 fn small(vals: &[u64]) -> OutPayload {
     let mut b = [0u8; 32];
@@ -1017,6 +1017,8 @@ impl Engine {
     /// context keeps its entry until it is reused: no operation runs on it meanwhile.
     pub(crate) fn register_comm(&mut self, ctx: u32, members: Option<Arc<[u32]>>) {
         self.comms.insert(ctx & !1, members);
+        // A new communicator on a reused context id is not the revoked one that had it.
+        self.revoked.remove(&(ctx & !1));
     }
 
     /// Whether world rank `rank` belongs to the communicator of context `ctx` (unknown
@@ -1032,7 +1034,10 @@ impl Engine {
     /// Fails a new operation on a communicator that lost a member: the others may never do
     /// their part (MPI's revoked communicator; `shrink` makes a working one).
     fn check_comm(&self, ctx: u32, op: &'static str) -> Result<(), CommError> {
-        if let Some(&by) = self.revoked.get(&(ctx & !1)) {
+        // Both empty in a job without failures: no lookup on the hot path.
+        if !self.revoked.is_empty()
+            && let Some(&by) = self.revoked.get(&(ctx & !1))
+        {
             return Err(CommError::Revoked { op, by });
         }
         if self.reported.is_empty() {

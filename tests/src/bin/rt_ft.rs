@@ -66,6 +66,13 @@ fn main() {
             let mut v = vec![1u32; 8];
             w.allreduce_in_place(&mut v, Op::Sum).unwrap();
             assert_eq!(v[0], w.size());
+            // Its context id freed, a new communicator (likely on the same id) is not revoked.
+            drop(d);
+            let d2 = w.dup().unwrap();
+            assert!(!d2.is_revoked());
+            let mut v = vec![1u32; 8];
+            d2.allreduce_in_place(&mut v, Op::Sum).unwrap();
+            assert_eq!(v[0], w.size());
             println!("revoked: {err}");
         }
         m => panic!("unknown mode {m:?}"),
