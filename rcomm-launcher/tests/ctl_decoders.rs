@@ -5,83 +5,11 @@
 
 use proptest::prelude::*;
 use rcomm_launcher::ctl::fuzzing::{TARGETS, seeds};
-use rcomm_transport::fuzzing::{Target, mutate};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+use rcomm_transport::fuzzing::{Counting, Target, check, mutate};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
-
-const HANG: Duration = Duration::from_secs(2);
-
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-    static PEAK: Cell<isize> = const { Cell::new(0) };
-}
-
-fn count(n: isize) {
-    let _ = LIVE.try_with(|l| {
-        let v = l.get() + n;
-        l.set(v);
-        let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
-    });
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the counters are
-// thread-local cells with constant initialisers, which neither allocate nor need destructors.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's layout.
-        let p = unsafe { System.alloc(l) };
-        if !p.is_null() {
-            count(l.size() as isize);
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's layout.
-        let p = unsafe { System.alloc_zeroed(l) };
-        if !p.is_null() {
-            count(l.size() as isize);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: `p` came from this allocator with layout `l`.
-        unsafe { System.dealloc(p, l) };
-        count(-(l.size() as isize));
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        // SAFETY: `p` came from this allocator with layout `l`.
-        let q = unsafe { System.realloc(p, l, new) };
-        if !q.is_null() {
-            count(new as isize - l.size() as isize);
-        }
-        q
-    }
-}
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
-
-fn check(t: &Target, data: &[u8]) {
-    LIVE.with(|l| l.set(0));
-    PEAK.with(|p| p.set(0));
-    let t0 = Instant::now();
-    (t.run)(data);
-    let took = t0.elapsed();
-    let peak = PEAK.with(Cell::get).max(0) as usize;
-    let limit = (t.max_alloc)(data.len());
-    assert!(
-        peak <= limit,
-        "{}: {peak} bytes allocated at once for an input of {} bytes (limit {limit}): {:02x?}",
-        t.name,
-        data.len(),
-        &data[..data.len().min(64)]
-    );
-    assert!(took < HANG, "{}: {took:?} on {} bytes", t.name, data.len());
-}
 
 fn target(name: &str) -> &'static Target {
     TARGETS

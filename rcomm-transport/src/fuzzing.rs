@@ -23,8 +23,10 @@ use crate::wire::{
     self, AddrRecord, AuthResponse, EndpointAddr, Header, KvsReply, KvsRequest, MAX_FRAME_PAYLOAD,
     ProtoKind, pmi,
 };
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::io::{self, Read, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One fuzz target.
 #[derive(Debug, Clone, Copy)]
@@ -714,4 +716,82 @@ pub fn replay_dir(target: &Target, dir: &std::path::Path) -> io::Result<usize> {
         n += 1;
     }
     Ok(n)
+}
+
+// Shared by the in-CI fuzzers of every crate (rcomm-transport/tests/decoders.rs,
+// rcomm-launcher/tests/ctl_decoders.rs).
+
+/// Longest one decoder call may take on one input (they take microseconds; this is a hang).
+pub const HANG: Duration = Duration::from_secs(2);
+
+/// A global allocator that counts, per thread, the bytes held at once while a decoder runs:
+/// install it in a test binary (`#[global_allocator] static A: Counting = Counting;`) and call
+/// [`check`].
+pub struct Counting;
+
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
+
+fn count(n: isize) {
+    let _ = LIVE.try_with(|l| {
+        let v = l.get() + n;
+        l.set(v);
+        let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
+    });
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counters are
+// thread-local cells with constant initialisers, which neither allocate nor need destructors.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let p = unsafe { System.alloc(l) };
+        if !p.is_null() {
+            count(l.size() as isize);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let p = unsafe { System.alloc_zeroed(l) };
+        if !p.is_null() {
+            count(l.size() as isize);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` came from this allocator with layout `l`.
+        unsafe { System.dealloc(p, l) };
+        count(-(l.size() as isize));
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        // SAFETY: `p` came from this allocator with layout `l`.
+        let q = unsafe { System.realloc(p, l, new) };
+        if !q.is_null() {
+            count(new as isize - l.size() as isize);
+        }
+        q
+    }
+}
+
+/// Runs one target on one input and checks its allocation (meaningful only where [`Counting`]
+/// is the global allocator) and time bounds.
+pub fn check(t: &Target, data: &[u8]) {
+    LIVE.with(|l| l.set(0));
+    PEAK.with(|p| p.set(0));
+    let t0 = Instant::now();
+    (t.run)(data);
+    let took = t0.elapsed();
+    let peak = PEAK.with(Cell::get).max(0) as usize;
+    let limit = (t.max_alloc)(data.len());
+    assert!(
+        peak <= limit,
+        "{}: {peak} bytes allocated at once for an input of {} bytes (limit {limit}): {:02x?}",
+        t.name,
+        data.len(),
+        &data[..data.len().min(64)]
+    );
+    assert!(took < HANG, "{}: {took:?} on {} bytes", t.name, data.len());
 }
