@@ -19,5 +19,6 @@ pub mod shm;
 pub mod shmnet;
 pub mod sim;
 pub mod tcp;
+pub mod topo;
 pub mod window;
 pub mod wire;

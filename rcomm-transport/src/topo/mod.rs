@@ -1,0 +1,8 @@
+//! What the machine looks like: packages, NUMA nodes, cores, caches, PCI devices, NICs and
+//! GPUs (`model`), read from sysfs or hwloc, and the decisions made from it.
+
+pub mod model;
+
+pub use model::{
+    Cache, Link, LinkKind, Obj, ObjId, ObjKind, OsDevKind, PciAddr, PcieLink, Source, Topology,
+};
