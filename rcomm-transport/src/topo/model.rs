@@ -380,25 +380,32 @@ impl Topology {
                 }
             }
             let parent_kind = o.parent.map(|p| &self.objects[p.0 as usize].kind);
-            let ok = match (&o.kind, parent_kind) {
-                (ObjKind::Machine, None) => true,
-                (ObjKind::Package, Some(ObjKind::Machine)) => true,
-                (ObjKind::NumaNode { .. }, Some(ObjKind::Machine | ObjKind::Package)) => true,
-                (ObjKind::Core, Some(ObjKind::NumaNode { .. } | ObjKind::Package)) => true,
-                (ObjKind::Pu, Some(ObjKind::Core)) => true,
-                (
-                    ObjKind::HostBridge,
-                    Some(ObjKind::Machine | ObjKind::Package | ObjKind::NumaNode { .. }),
-                ) => true,
-                (
-                    ObjKind::PciBridge { .. } | ObjKind::PciDevice { .. },
-                    Some(ObjKind::HostBridge | ObjKind::PciBridge { .. }),
-                ) => true,
-                (ObjKind::OsDevice { .. }, Some(ObjKind::PciDevice { .. } | ObjKind::Machine)) => {
-                    true
-                }
-                _ => false,
-            };
+            let ok = matches!(
+                (&o.kind, parent_kind),
+                (ObjKind::Machine, None)
+                    | (ObjKind::Package, Some(ObjKind::Machine))
+                    | (
+                        ObjKind::NumaNode { .. },
+                        Some(ObjKind::Machine | ObjKind::Package)
+                    )
+                    | (
+                        ObjKind::Core,
+                        Some(ObjKind::NumaNode { .. } | ObjKind::Package)
+                    )
+                    | (ObjKind::Pu, Some(ObjKind::Core))
+                    | (
+                        ObjKind::HostBridge,
+                        Some(ObjKind::Machine | ObjKind::Package | ObjKind::NumaNode { .. })
+                    )
+                    | (
+                        ObjKind::PciBridge { .. } | ObjKind::PciDevice { .. },
+                        Some(ObjKind::HostBridge | ObjKind::PciBridge { .. })
+                    )
+                    | (
+                        ObjKind::OsDevice { .. },
+                        Some(ObjKind::PciDevice { .. } | ObjKind::Machine)
+                    )
+            );
             if !ok {
                 return Err(format!(
                     "object {i} ({:?}) cannot sit under {parent_kind:?}",
