@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # plan-validate.sh — the collectives rcomm-plan prices, measured on this machine, against what
-# its formulas predict from this machine's α and β.
+# its formulas predict from this machine's link (α, β) and reduction rate (γ).
 #
 #   benches/scripts/plan-validate.sh [RANKS] [SIZES] [REPS]   default: "2 4 8" "8 64K 1M 4M 16M 64M" 3
 #
-# 1. α and β of this machine's intra-node link (shared memory) from a 2-rank ping-pong
-#    (`rcomm-bench pt2pt latency`, one-way times): α = the 8-byte time, β = the median over
-#    1–64 MiB of S / (t(S) − α) — the method of rcomm's own tuner, over several sizes.
+# 1. The link as the planner defines it (per direction, the other direction busy): a 2-rank
+#    exchange (`rcomm-bench pt2pt exchange`: both ranks sendrecv at once), 8 B to 64 MiB, and
+#    the reduction kernel's rate (`rcomm-bench reduce`, one process), 1 KiB to 64 MiB.
 # 2. At each rank count: `rcomm-bench coll allreduce -A ring` (the algorithm the planner prices;
 #    in-place times) and with rcomm's own choice, `coll alltoall` (pairwise), one launch per
-#    size, f32; the ping-pong's one-way times stand for PP's sends.
+#    size, f32.
 # 3. The whole sweep REPS times over (repetitions interleaved, so a noisy minute hits one
 #    repetition, not one size); benches/scripts/plan_table.py takes per-size medians, prices
-#    every (operation, ranks, size) with `rcomm-plan --price` and prints predicted against
+#    every (operation, ranks, size) with `rcomm-plan --price` on the link's α and its β and γ
+#    at the size of the messages the operation's steps send, and prints predicted against
 #    measured as Markdown.
 #
 # Builds release. Raw JSON goes to target/bench-results/plan-<timestamp>/; plan_table.py DIR
@@ -49,9 +50,10 @@ iters() { # OSU-like loop counts per size, "-n N -w W", a tenth when oversubscri
 run() { timeout 600 "$R/rcomm-run" -n "$1" --no-prefix "${@:2}" 2>>"$OUT/stderr.log"; }
 
 for rep in $(seq 1 "$REPS"); do
-    # 1. α, β (and the p2p points): small sizes with OSU's counts, large ones fewer.
-    run 2 "$R/rcomm-bench" pt2pt latency -m 8:8K --json >"$OUT/pt2pt.$rep.json"
-    run 2 "$R/rcomm-bench" pt2pt latency -m 16K:64M -i 100 -x 10 --json >>"$OUT/pt2pt.$rep.json"
+    # 1. The link and the reduction: small sizes with OSU's counts, large ones fewer.
+    run 2 "$R/rcomm-bench" pt2pt exchange -m 8:8K --json >"$OUT/exchange.$rep.json"
+    run 2 "$R/rcomm-bench" pt2pt exchange -m 16K:64M -i 100 -x 10 --json >>"$OUT/exchange.$rep.json"
+    "$R/rcomm-bench" reduce -b 1K -e 64M --json >"$OUT/reduce.$rep.json"
     # 2. The collectives.
     for n in $RANKS; do
         for s in $SIZES; do

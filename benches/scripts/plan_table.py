@@ -3,18 +3,26 @@
 
     plan_table.py target/bench-results/plan-<timestamp> [--plan target/release/rcomm-plan] [--cores N]
 
-Reads <dir>/pt2pt.<rep>.json (`rcomm-bench pt2pt latency --json`: one-way µs per size) and
-<dir>/allreduce-ring-<n>.<rep>.json, allreduce-auto-<n>.<rep>.json, alltoall-<n>.<rep>.json
-(`rcomm-bench coll --json` lines), one file per repetition; every time below is the median over
-repetitions (with min–max when there are several). The intra-node link comes from the
-ping-pong: α = t(8 B), β = the median over 1–64 MiB of S / (t(S) − α). Every measured
-(operation, ranks, size) is priced with `rcomm-plan --price` (the planner's own formulas, not
-a copy) and printed as Markdown: predicted µs, measured µs, model error (predicted − measured)
-/ measured. allreduce is measured with the ring forced (what the planner prices; in-place
-times), rcomm's own choice beside it; alltoall with rcomm's choice (pairwise); p2p is the
-ping-pong's one-way time, PP's transfer (1–64 MiB rows are among the points β came from).
-Rows with more ranks than --cores are marked oversubscribed and left out of the ±30 % count.
-Any result with wrong elements is reported and makes the exit status 1.
+Inputs, one file per repetition, every time the median over repetitions (min–max shown):
+- <dir>/exchange.<rep>.json (`rcomm-bench pt2pt exchange --json`: both ranks sendrecv S bytes
+  with each other at once, µs per exchange): the link as the planner defines it — per
+  direction, while the other direction is busy, as in every ring or pairwise step. α = t(8 B);
+  β(m) = m / (t(m) − α), t interpolated log-log between the measured sizes: the link's
+  bandwidth curve (eager, pipelined, single-copy; in cache and from memory), as an OSU or
+  nccl-tests curve describes a link.
+- <dir>/reduce.<rep>.json (`rcomm-bench reduce --json`): γ(m), bytes folded per second by the
+  reduction kernel at operand size m.
+- <dir>/allreduce-ring-<n>, allreduce-auto-<n>, alltoall-<n> (`rcomm-bench coll --json`).
+
+Every (operation, ranks, size) is priced with `rcomm-plan --price` (the planner's own code, not
+a copy) on the link at the size of the messages its steps send: m = S/n for the ring all-reduce
+(chunks; γ(S/n) for the folds) and for the pairwise all-to-all (blocks); printed as Markdown:
+predicted µs, measured µs, model error (predicted − measured) / measured. allreduce is
+measured with the ring forced (what the planner prices; in-place times), rcomm's own choice
+beside it; alltoall with rcomm's choice (pairwise). PP's transfers are exchanges themselves
+(in the 1F1B steady state activations go forward while gradients come back): the link input,
+listed as such and not counted. Rows with more ranks than --cores are marked oversubscribed
+and left out of the ±30 % count. Any result with wrong elements makes the exit status 1.
 """
 import argparse
 import glob
@@ -25,7 +33,7 @@ import statistics
 import subprocess
 import sys
 
-FIT = [1 << k for k in range(20, 27)]  # 1 MiB … 64 MiB
+import math
 
 
 def fmt_size(n):
@@ -67,11 +75,27 @@ def gather(d, stem, pick):
     return out
 
 
-def price(plan, op, n, size, alpha_us, beta):
+def price(plan, op, n, size, alpha_us, beta, gamma=None):
     cmd = [plan, "--price", op, "--ranks", str(n), "--bytes", str(size),
            "--intra-lat", f"{alpha_us * 1000:.3f}ns", "--intra-bw", f"{beta:.0f}B/s", "--json"]
+    if gamma:
+        cmd += ["--reduce-bw", f"{gamma:.0f}B/s"]
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(r.stdout)["time_s"] * 1e6
+
+
+def loglog(points, x):
+    """Value at x of the curve through points {x: y}, linear in log x / log y, clamped."""
+    xs = sorted(points)
+    if x <= xs[0]:
+        return points[xs[0]] * (x / xs[0]) if x > 0 else 0.0
+    if x >= xs[-1]:
+        return points[xs[-1]] * (x / xs[-1])
+    for lo, hi in zip(xs, xs[1:]):
+        if lo <= x <= hi:
+            f = (math.log(x) - math.log(lo)) / (math.log(hi) - math.log(lo))
+            return math.exp(math.log(points[lo]) + f * (math.log(points[hi]) - math.log(points[lo])))
+    raise AssertionError("unreachable")
 
 
 def main():
@@ -81,17 +105,33 @@ def main():
     ap.add_argument("--cores", type=int, default=os.cpu_count())
     a = ap.parse_args()
 
-    p2p = gather(a.dir, "pt2pt", lambda o: o["latency_us"])
-    if 8 not in p2p or not all(s in p2p for s in FIT):
-        sys.exit(f"{a.dir}/pt2pt.*.json lack the 8 B or 1–64 MiB points")
-    med = {s: statistics.median(v) for s, v in p2p.items()}
+    xch = gather(a.dir, "exchange", lambda o: o["latency_us"])
+    red = gather(a.dir, "reduce", lambda o: o["time_us"])
+    if 8 not in xch or not red:
+        sys.exit(f"{a.dir}/exchange.*.json lacks the 8 B point or reduce.*.json is missing")
+    med = {s: statistics.median(v) for s, v in xch.items()}
     alpha = med[8]
-    beta = statistics.median(s / ((med[s] - alpha) * 1e-6) for s in FIT)  # bytes/s
-    reps = len(p2p[8])
-    print(f"Link from the 2-rank ping-pong ({reps} repetitions): α = {alpha:.2f} µs, "
-          f"β = {beta / 1e9:.2f} GB/s (per size, S/(t − α): "
-          + ", ".join(f"{fmt_size(s)} {s / ((med[s] - alpha) * 1e3):.2f}" for s in FIT)
-          + " GB/s).\n")
+    curve = {s: t for s, t in med.items() if s >= 8}
+    red_med = {s: statistics.median(v) for s, v in red.items()}
+
+    def beta(m):
+        """Bytes/s per direction for m-byte messages (α alone below 16 B)."""
+        t = loglog(curve, max(m, 16))
+        return max(m, 16) / max((t - alpha) * 1e-6, 1e-12)
+
+    def gamma(m):
+        """Bytes folded per second at operand size m."""
+        m = max(m, min(red_med))
+        return m / (loglog(red_med, m) * 1e-6)
+
+    reps = len(xch[8])
+    print(f"Link from the 2-rank exchange ({reps} repetitions): α = {alpha:.2f} µs; β(m), GB/s: "
+          + ", ".join(f"{fmt_size(s)} {beta(s) / 1e9:.2f}" for s in sorted(curve) if s >= 1024
+                      and (s.bit_length() - 1) % 2 == 0)
+          + "; reduction γ(m), GB/s: "
+          + ", ".join(f"{fmt_size(s)} {gamma(s) / 1e9:.1f}" for s in sorted(red_med)
+                      if (s.bit_length() - 1) % 2 == 0)
+          + ".\n")
 
     bad = []
 
@@ -109,17 +149,20 @@ def main():
         auto = gather(a.dir, f"allreduce-auto-{n}", lambda o: check(o)["inplace"]["time_us"])
         a2a = gather(a.dir, f"alltoall-{n}", lambda o: check(o)["time_us"])
         for size in sorted(ring):
-            rows.append(("allreduce", n, size, price(a.plan, "allreduce", n, size, alpha, beta),
+            m = size / n
+            rows.append(("allreduce", n, size,
+                         price(a.plan, "allreduce", n, size, alpha, beta(m), gamma(m)),
                          ring[size], auto.get(size)))
         for size in sorted(a2a):
-            rows.append(("alltoall", n, size, price(a.plan, "alltoall", n, size, alpha, beta),
+            rows.append(("alltoall", n, size,
+                         price(a.plan, "alltoall", n, size, alpha, beta(size / n)),
                          a2a[size], None))
-    # PP's transfers at the collectives' sizes, except the 8 B point α is.
+    # PP's transfers: the exchange itself, the link input (not counted).
     coll_sizes = {r[2] for r in rows}
-    for size in sorted(p2p):
+    for size in sorted(xch):
         if size in coll_sizes and size != 8:
-            rows.append(("p2p", 2, size, price(a.plan, "p2p", 2, size, alpha, beta), p2p[size],
-                         None))
+            rows.append(("p2p (link input)", 2, size,
+                         price(a.plan, "p2p", 2, size, alpha, beta(size)), xch[size], None))
 
     print("| operation | ranks | size | predicted µs | measured µs, median (min–max) | error | "
           "rcomm's own algorithm µs |")
@@ -129,13 +172,14 @@ def main():
         m = statistics.median(meas)
         err = (pred - m) / m * 100
         over = n > a.cores
-        if not over:
+        fit = op.endswith("(link input)")
+        if not over and not fit:
             within.append(abs(err) <= 30)
-        mark = "" if over else (" ✓" if abs(err) <= 30 else " ✗")
+        mark = "" if over or fit else (" ✓" if abs(err) <= 30 else " ✗")
         print(f"| {op} | {n}{' (oversubscribed)' if over else ''} | {fmt_size(size)} | "
               f"{fmt_us(pred)} | {fmt_meas(meas)} | {err:+.0f} %{mark} | "
               f"{fmt_us(statistics.median(own)) if own else ''} |")
-    print(f"\nWithin ±30 % where not oversubscribed: {sum(within)} of {len(within)} rows.")
+    print(f"\nWithin ±30 % where not oversubscribed: {sum(within)} of {len(within)} rows (link-input rows not counted).")
     if bad:
         print(f"WRONG RESULTS: {bad}", file=sys.stderr)
         sys.exit(1)

@@ -19,4 +19,5 @@ pub mod coll_run;
 pub mod osu;
 pub mod overlap;
 pub mod plot;
+pub mod reduce;
 pub mod straggler;

@@ -49,6 +49,10 @@ pub enum Test {
     Bw,
     /// `osu_bibw`: windows of 64 sends and 64 receives on both ranks.
     Bibw,
+    /// Not an OSU test: both ranks `sendrecv` the size with each other at once, one exchange
+    /// per iteration; the time per exchange. This is one step of a ring or pairwise collective
+    /// (both directions busy), the link α + S/β that `rcomm-plan` prices.
+    Exchange,
 }
 
 impl Test {
@@ -58,13 +62,14 @@ impl Test {
             Test::Latency => "latency",
             Test::Bw => "bw",
             Test::Bibw => "bibw",
+            Test::Exchange => "exchange",
         }
     }
 
     /// OSU's default loop counts for this test.
     pub fn default_counts(self) -> LoopCounts {
         match self {
-            Test::Latency => LoopCounts {
+            Test::Latency | Test::Exchange => LoopCounts {
                 small: Loop {
                     iterations: 10_000,
                     skip: 100,
@@ -93,12 +98,13 @@ impl Test {
             Test::Latency => "# OSU-style Latency Test (osu_latency methodology)",
             Test::Bw => "# OSU-style Bandwidth Test (osu_bw methodology)",
             Test::Bibw => "# OSU-style Bi-Directional Bandwidth Test (osu_bibw methodology)",
+            Test::Exchange => "# Exchange Test (both ranks sendrecv at once; time per exchange)",
         }
     }
 
     /// Column header line of the table.
     pub fn column_header(self) -> String {
-        let unit = if self == Test::Latency {
+        let unit = if matches!(self, Test::Latency | Test::Exchange) {
             "Latency (us)"
         } else {
             "Bandwidth (MB/s)"
@@ -114,7 +120,9 @@ impl Test {
     /// One JSON line: `{"size":N,"latency_us":X}` or `{"size":N,"bandwidth_MBps":X}`.
     pub fn json(self, size: usize, value: f64) -> String {
         match self {
-            Test::Latency => format!("{{\"size\":{size},\"latency_us\":{value:.3}}}"),
+            Test::Latency | Test::Exchange => {
+                format!("{{\"size\":{size},\"latency_us\":{value:.3}}}")
+            }
             Test::Bw | Test::Bibw => format!("{{\"size\":{size},\"bandwidth_MBps\":{value:.2}}}"),
         }
     }
@@ -124,6 +132,7 @@ impl Test {
     pub fn figure(self, size: usize, iterations: usize, window: usize, total_secs: f64) -> f64 {
         match self {
             Test::Latency => total_secs * 1e6 / (2.0 * iterations as f64),
+            Test::Exchange => total_secs * 1e6 / iterations as f64,
             Test::Bw => size as f64 / 1e6 * iterations as f64 * window as f64 / total_secs,
             Test::Bibw => size as f64 / 1e6 * iterations as f64 * window as f64 * 2.0 / total_secs,
         }
@@ -131,7 +140,7 @@ impl Test {
 
     /// Whether a size is run (the bandwidth tests skip 0 bytes, as OSU does).
     pub fn runs_size(self, size: usize) -> bool {
-        size > 0 || self == Test::Latency
+        size > 0 || matches!(self, Test::Latency | Test::Exchange)
     }
 }
 
@@ -457,6 +466,8 @@ mod tests {
     fn figures_follow_osu_formulas() {
         // 1000 round trips in 2 ms: 1 µs half round trip.
         assert!((Test::Latency.figure(8, 1000, 64, 0.002) - 1.0).abs() < 1e-9);
+        // 1000 exchanges in 2 ms: 2 µs each.
+        assert!((Test::Exchange.figure(8, 1000, 64, 0.002) - 2.0).abs() < 1e-9);
         // 10 windows of 64 × 1 MB in 1 s: 640 MB/s; both ways: 1280.
         assert!((Test::Bw.figure(1_000_000, 10, 64, 1.0) - 640.0).abs() < 1e-9);
         assert!((Test::Bibw.figure(1_000_000, 10, 64, 1.0) - 1280.0).abs() < 1e-9);

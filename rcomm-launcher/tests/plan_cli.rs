@@ -259,6 +259,24 @@ fn price_gives_one_collective_by_the_planners_formula() {
     ]));
     let t: f64 = o.trim().parse().unwrap();
     assert!((t - 1.05e-4).abs() < 1e-15, "{t}");
+    // reduce_scatter with a reduction rate: 3 · 1 µs + 3/4 · 1 MB / 10 GB/s + 3/4 · 1 MB / 5 GB/s
+    // = 3 µs + 75 µs + 150 µs.
+    let o = stdout(&plan(&[
+        "--price",
+        "reduce_scatter",
+        "--ranks",
+        "4",
+        "--bytes",
+        "1MB",
+        "--intra-bw",
+        "10GB/s",
+        "--intra-lat",
+        "1us",
+        "--reduce-bw",
+        "5GB/s",
+    ]));
+    let t: f64 = o.trim().parse().unwrap();
+    assert!((t - 228e-6).abs() < 1e-15, "{t}");
     let o = plan(&["--price", "bcast", "--ranks", "2", "--bytes", "1MB"]);
     assert_eq!(o.status.code(), Some(2));
 }

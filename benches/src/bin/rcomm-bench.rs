@@ -121,6 +121,59 @@ enum Cmd {
     Coll(CollArgs),
     /// Computation/communication overlap of a non-blocking allreduce (iallreduce + compute + wait).
     Overlap(OverlapArgs),
+    /// The local reduction's speed (f32 sum, one process, no ranks needed): the cost model's γ.
+    Reduce(ReduceArgs),
+}
+
+/// `reduce`'s sweep: sizes double from -b to -e.
+#[derive(Args, Debug)]
+struct ReduceArgs {
+    /// Smallest operand size in bytes (K/M/G suffixes).
+    #[arg(short = 'b', long = "minbytes", default_value = "64K", value_parser = osu::parse_size)]
+    min: usize,
+    /// Largest operand size in bytes (K/M/G suffixes).
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = osu::parse_size)]
+    max: usize,
+    /// At least this many timed calls per size (and as many warm-up calls).
+    #[arg(short = 'n', long, default_value_t = 10)]
+    iters: u64,
+    /// And at least this many milliseconds of timed calls per size.
+    #[arg(long, default_value_t = 50)]
+    min_ms: u64,
+    /// One JSON object per size instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main_reduce(a: &ReduceArgs) -> ExitCode {
+    if a.min == 0 || a.min > a.max {
+        eprintln!("rcomm-bench reduce: need 0 < -b <= -e");
+        return ExitCode::from(2);
+    }
+    if !a.json {
+        println!("# {:>12} {:>12} {:>10}", "size", "time(us)", "GB/s");
+    }
+    let mut s = a.min;
+    while s <= a.max {
+        match rcomm_benches::reduce::measure(s, a.iters, Duration::from_millis(a.min_ms)) {
+            Ok(p) if a.json => println!("{}", p.json()),
+            Ok(p) => println!(
+                "  {:>12} {:>12.2} {:>10.2}",
+                p.size,
+                p.time_s * 1e6,
+                p.gamma() / 1e9
+            ),
+            Err(e) => {
+                eprintln!("rcomm-bench reduce: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        s = match s.checked_mul(2) {
+            Some(v) => v,
+            None => break,
+        };
+    }
+    ExitCode::SUCCESS
 }
 
 /// `coll`'s sweep flags, for `iallreduce` against a computation of the same length.
@@ -417,6 +470,7 @@ enum TestArg {
     Latency,
     Bw,
     Bibw,
+    Exchange,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -440,10 +494,11 @@ fn plan(a: &Pt2ptArgs) -> Res<Plan> {
         TestArg::Latency => Test::Latency,
         TestArg::Bw => Test::Bw,
         TestArg::Bibw => Test::Bibw,
+        TestArg::Exchange => Test::Exchange,
     };
     let window = a.window as usize;
     let buffers = match (test, a.buffers) {
-        (Test::Latency, b) => b.unwrap_or(BufNum::Single),
+        (Test::Latency | Test::Exchange, b) => b.unwrap_or(BufNum::Single),
         (_, None | Some(BufNum::Multiple)) => BufNum::Multiple,
         (_, Some(BufNum::Single)) => {
             return Err(format!(
@@ -461,7 +516,8 @@ fn plan(a: &Pt2ptArgs) -> Res<Plan> {
         .filter(|&s| test.runs_size(s))
         .collect();
     let largest = sizes.last().copied().unwrap_or(0);
-    let per_rank = if buffers == BufNum::Multiple && test != Test::Latency {
+    let per_rank = if buffers == BufNum::Multiple && !matches!(test, Test::Latency | Test::Exchange)
+    {
         2 * window * largest
     } else {
         2 * largest
@@ -495,10 +551,11 @@ fn main() -> ExitCode {
         Some(Cmd::Pt2pt(a)) => a,
         Some(Cmd::Coll(a)) => return main_coll(&a),
         Some(Cmd::Overlap(a)) => return main_overlap(&a),
+        Some(Cmd::Reduce(a)) => return main_reduce(&a),
         None if cli.straggler.straggler => return main_straggler(&cli.straggler),
         None => {
             eprintln!(
-                "rcomm-bench: give a subcommand (pt2pt, coll, overlap) or --straggler; see --help"
+                "rcomm-bench: give a subcommand (pt2pt, coll, overlap, reduce) or --straggler; see --help"
             );
             return ExitCode::from(2);
         }
@@ -619,7 +676,7 @@ fn run(plan: &Plan) -> Res<()> {
                 } else {
                     "multiple"
                 },
-                if t == Test::Latency {
+                if matches!(t, Test::Latency | Test::Exchange) {
                     "-".to_string()
                 } else {
                     plan.window.to_string()
@@ -643,7 +700,7 @@ fn run(plan: &Plan) -> Res<()> {
     for &n in &plan.sizes {
         let lp = plan.counts.for_size(n);
         let total = match t {
-            Test::Latency => {
+            Test::Latency | Test::Exchange => {
                 let mut per_size;
                 let (s, r) = match single.as_mut() {
                     Some((s, r)) => (s, r),
@@ -652,7 +709,11 @@ fn run(plan: &Plan) -> Res<()> {
                         (&mut per_size.0, &mut per_size.1)
                     }
                 };
-                latency(&pair, n, lp, s, r)?
+                if t == Test::Exchange {
+                    exchange(&pair, n, lp, s, r)?
+                } else {
+                    latency(&pair, n, lp, s, r)?
+                }
             }
             Test::Bw | Test::Bibw => {
                 let mut s: Vec<AlignedBuf> = (0..plan.window).map(|_| AlignedBuf::new(n)).collect();
@@ -702,6 +763,33 @@ fn latency(
     // Check pass, outside the timed loop.
     let bad = osu::first_mismatch(rb, osu::seed(n, p.peer, 0)).map(|off| (0, off));
     p.agree(Test::Latency, n, bad)?;
+    Ok(total)
+}
+
+/// One size of the exchange test: every iteration both ranks `sendrecv` `n` bytes with each
+/// other; rank 0's time.
+fn exchange(
+    p: &Pair<'_>,
+    n: usize,
+    lp: Loop,
+    s: &mut AlignedBuf,
+    r: &mut AlignedBuf,
+) -> Res<Duration> {
+    osu::fill(s.get_mut(n), osu::seed(n, p.rank, 0));
+    osu::fill(r.get_mut(n), osu::poison_seed(n, p.rank, 0));
+    let (sb, rb) = (s.get(n), r.get_mut(n));
+    p.sync()?;
+    let mut total = Duration::ZERO;
+    for i in 0..lp.skip + lp.iterations {
+        let t0 = (i >= lp.skip).then(Instant::now);
+        p.comm
+            .sendrecv(sb, p.peer, TAG_LAT, &mut *rb, p.peer, TAG_LAT)?;
+        if let Some(t0) = t0 {
+            total += t0.elapsed();
+        }
+    }
+    let bad = osu::first_mismatch(rb, osu::seed(n, p.peer, 0)).map(|off| (0, off));
+    p.agree(Test::Exchange, n, bad)?;
     Ok(total)
 }
 

@@ -59,6 +59,12 @@
 //! | pairwise all-to-all, S the bytes one rank sends in all | (n−1)·α + (n−1)/n · S/β |
 //! | point-to-point | α + S/β |
 //!
+//! A reduction term (n−1)/n · S/γ — the bytes a rank folds, at the local reduction rate γ — can be
+//! added to the all-reduce and the reduce-scatter ([`price_with`], `rcomm-plan --price …
+//! --reduce-bw`). The step formulas below leave it out: a GPU folds inside the copy at memory
+//! speed, far above any link's β, so it would change no ranking; on CPUs it matters for small
+//! in-cache all-reduces, and `benches/scripts/plan-validate.sh` prices with it.
+//!
 //! # One step
 //!
 //! With A = b·s·h·bytes (one micro-batch's activations at a layer boundary), m micro-batches,
@@ -622,8 +628,11 @@ impl Estimate {
 pub enum Collective {
     /// Ring all-reduce: 2(n−1)·α + 2(n−1)/n · S/β.
     Allreduce,
-    /// All-gather of S bytes in all (reduce-scatter costs the same): (n−1)·α + (n−1)/n · S/β.
+    /// All-gather of S bytes in all: (n−1)·α + (n−1)/n · S/β.
     Allgather,
+    /// Reduce-scatter of S bytes in all: as the all-gather (plus (n−1)/n · S/γ with a
+    /// reduction rate).
+    ReduceScatter,
     /// Pairwise all-to-all, S bytes sent by each rank: (n−1)·α + (n−1)/n · S/β.
     Alltoall,
     /// One message: α + S/β (n is ignored).
@@ -636,6 +645,7 @@ impl Collective {
         match self {
             Collective::Allreduce => "allreduce",
             Collective::Allgather => "allgather",
+            Collective::ReduceScatter => "reduce_scatter",
             Collective::Alltoall => "alltoall",
             Collective::P2p => "p2p",
         }
@@ -647,7 +657,8 @@ impl std::str::FromStr for Collective {
     fn from_str(s: &str) -> Result<Self, PlanError> {
         Ok(match s {
             "allreduce" => Collective::Allreduce,
-            "allgather" | "reduce_scatter" => Collective::Allgather,
+            "allgather" => Collective::Allgather,
+            "reduce_scatter" => Collective::ReduceScatter,
             "alltoall" => Collective::Alltoall,
             "p2p" | "sendrecv" => Collective::P2p,
             _ => {
@@ -673,6 +684,20 @@ impl std::str::FromStr for Collective {
 /// assert!((t - (6e-6 + 1.5 * 16777216.0 / 100e9)).abs() < 1e-12);
 /// ```
 pub fn price(op: Collective, n: u64, bytes: f64, link: Link) -> f64 {
+    price_with(op, n, bytes, link, None)
+}
+
+/// [`price`] plus the reduction term (n−1)/n · S/γ for the all-reduce and the reduce-scatter,
+/// γ = `reduce_bw` in bytes folded per second (`None`, or infinite: no term).
+///
+/// ```
+/// use rcomm::plan::{price, price_with, Collective, Link};
+/// let l = Link { latency_s: 1e-6, bandwidth: 10e9 };
+/// let s = 1048576.0;
+/// let with = price_with(Collective::Allreduce, 2, s, l, Some(20e9));
+/// assert!((with - price(Collective::Allreduce, 2, s, l) - 0.5 * s / 20e9).abs() < 1e-15);
+/// ```
+pub fn price_with(op: Collective, n: u64, bytes: f64, link: Link, reduce_bw: Option<f64>) -> f64 {
     let (a, b) = (link.latency_s, link.bandwidth);
     if op == Collective::P2p {
         return if bytes > 0.0 { a + bytes / b } else { 0.0 };
@@ -681,9 +706,17 @@ pub fn price(op: Collective, n: u64, bytes: f64, link: Link) -> f64 {
         return 0.0;
     }
     let (n1, nf) = ((n - 1) as f64, n as f64);
-    match op {
+    let fold = match (op, reduce_bw) {
+        (Collective::Allreduce | Collective::ReduceScatter, Some(g)) if g > 0.0 => {
+            n1 / nf * bytes / g
+        }
+        _ => 0.0,
+    };
+    fold + match op {
         Collective::Allreduce => 2.0 * n1 * a + 2.0 * n1 / nf * bytes / b,
-        Collective::Allgather | Collective::Alltoall => n1 * a + n1 / nf * bytes / b,
+        Collective::Allgather | Collective::ReduceScatter | Collective::Alltoall => {
+            n1 * a + n1 / nf * bytes / b
+        }
         Collective::P2p => unreachable!("handled above"),
     }
 }

@@ -57,6 +57,25 @@ fn collective_prices_follow_the_documented_formulas() {
     assert_eq!(price(Collective::Allreduce, 8, 0.0, l), 0.0);
     assert_eq!(price(Collective::P2p, 2, 0.0, l), 0.0);
     assert_eq!("sendrecv".parse::<Collective>().unwrap(), Collective::P2p);
+    // The reduction term, by hand: 8 ranks fold 7/8 of 1 MB at 1 GB/s = 875 µs more for the
+    // all-reduce and the reduce-scatter, nothing for the others.
+    close(
+        price_with(Collective::Allreduce, 8, 1e6, l, Some(1e9)),
+        1778e-6 + 875e-6,
+    );
+    close(
+        price_with(Collective::ReduceScatter, 8, 1e6, l, Some(1e9)),
+        889e-6 + 875e-6,
+    );
+    close(
+        price_with(Collective::Allgather, 8, 1e6, l, Some(1e9)),
+        889e-6,
+    );
+    close(price_with(Collective::Allreduce, 8, 1e6, l, None), 1778e-6);
+    assert_eq!(
+        "reduce_scatter".parse::<Collective>().unwrap(),
+        Collective::ReduceScatter
+    );
     assert!("bcast".parse::<Collective>().is_err());
 }
 

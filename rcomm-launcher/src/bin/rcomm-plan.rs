@@ -126,6 +126,10 @@ struct Cli {
         help_heading = "Pricing one collective"
     )]
     link: String,
+    /// Local reduction rate γ (bytes folded per second, e.g. 20GB/s; --price): adds
+    /// (n−1)/n · S/γ to allreduce and reduce_scatter. Without it the reduction is free.
+    #[arg(long, value_name = "RATE", help_heading = "Pricing one collective")]
+    reduce_bw: Option<String>,
 }
 
 /// The cluster settings from the topology file, then the flags (later ones win).
@@ -209,7 +213,12 @@ fn price(cli: &Cli, op: &str) -> Result<String, String> {
         latency_s: lat,
         bandwidth: bw,
     };
-    let t = plan::price(op, ranks, bytes, link);
+    let gamma = cli
+        .reduce_bw
+        .as_deref()
+        .map(|v| plan::parse_bandwidth("--reduce-bw", v).map_err(|e| e.to_string()))
+        .transpose()?;
+    let t = plan::price_with(op, ranks, bytes, link, gamma);
     Ok(if cli.json {
         format!(
             "{{\"op\":\"{}\",\"ranks\":{ranks},\"bytes\":{bytes},\"latency_s\":{lat},\
