@@ -46,6 +46,7 @@ pub mod program;
 mod remote;
 mod signals;
 mod spawn;
+pub mod topo_report;
 mod watchdog;
 
 use clap::Parser;
