@@ -386,18 +386,26 @@ impl Communicator {
         Ok(Some(self.child(guard, world, rank)))
     }
 
-    /// Splits by shared-memory domain: one communicator per node (same hostname, boot id and
-    /// network namespace), ranks in this communicator's order. Collective.
+    /// Splits by locality, ranks in this communicator's order. Collective. See [`SplitType`]
+    /// for what each kind groups.
     pub fn split_type(&self, kind: SplitType) -> Result<Communicator> {
-        match kind {
-            SplitType::Node => {
-                let me = self.world_rank(self.rank)?;
-                let color = self.shared.node_of[me as usize];
-                Ok(self
-                    .split(Some(color), self.rank as i32)?
-                    .expect("a color was given"))
+        let me = self.world_rank(self.rank)?;
+        let node = self.shared.node_of[me as usize];
+        let color = match kind {
+            SplitType::Node => node,
+            SplitType::Numa => {
+                // Equal keys get the lowest rank holding that key as their color: distinct
+                // keys can never share a color, whatever their values.
+                let key = numa_split_key(node, &numa_places_of_this_process());
+                let all = self.allgather_bytes(&key)?;
+                all.chunks(key.len())
+                    .position(|k| k == key)
+                    .expect("our own key is among them") as u32
             }
-        }
+        };
+        Ok(self
+            .split(Some(color), self.rank as i32)?
+            .expect("a color was given"))
     }
 
     /// The communicator's group: its members as world ranks, in communicator rank order
@@ -473,6 +481,44 @@ impl Communicator {
 pub enum SplitType {
     /// Ranks that share a node (MPI_COMM_TYPE_SHARED).
     Node,
+    /// Ranks of one node that may run on the same NUMA nodes: the key is (node, the set of
+    /// NUMA nodes the rank's allowed CPUs (`sched_getaffinity`) touch). Ranks bound to one
+    /// NUMA node group per node; unbound ranks, or ranks bound across nodes, group with those
+    /// spanning the same set. Every rank is in exactly one group on any machine; where the
+    /// topology cannot be read the set is empty and this equals [`SplitType::Node`]. (NUMA
+    /// node numbers are folded modulo 128 into the key: on larger machines distinct sets can
+    /// merge, never split.)
+    Numa,
+}
+
+/// The NUMA nodes (numbers) this process's allowed CPUs touch; empty when unknown.
+fn numa_places_of_this_process() -> Vec<u32> {
+    let Ok(topo) = rcomm_transport::topo::detect() else {
+        return Vec::new();
+    };
+    let cpus = rcomm_transport::os::allowed_cpus().unwrap_or_default();
+    numa_set(&topo, &cpus)
+}
+
+/// The numbers of the NUMA nodes of `topo` whose CPUs intersect `cpus`, sorted.
+pub(crate) fn numa_set(topo: &rcomm_transport::topo::Topology, cpus: &[u32]) -> Vec<u32> {
+    let mut v: Vec<u32> = topo
+        .numa_nodes_touching(cpus)
+        .into_iter()
+        .filter_map(|n| topo.obj(n).os_index)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// `split_type(Numa)`'s key: the node color, then a 128-bit mask of NUMA node numbers.
+pub(crate) fn numa_split_key(node: u32, numas: &[u32]) -> [u8; 20] {
+    let mask = numas.iter().fold(0u128, |m, &n| m | 1 << (n % 128));
+    let mut k = [0u8; 20];
+    k[..4].copy_from_slice(&node.to_le_bytes());
+    k[4..].copy_from_slice(&mask.to_le_bytes());
+    k
 }
 
 /// An ordered set of ranks (MPI_Group), named by their world ranks: a group's rank `i` is its
@@ -684,6 +730,27 @@ fn check_distinct(what: &str, ranks: &[u32]) -> Result<()> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn numa_split_keys_on_the_two_socket_machines() {
+        use rcomm_transport::topo::testkit::{dgx, server2s};
+        for t in [server2s(), dgx()] {
+            // Bound to one core or one node: that node alone.
+            assert_eq!(numa_set(&t, &[3]), [0]);
+            assert_eq!(numa_set(&t, &[9, 25]), [1]);
+            assert_eq!(numa_set(&t, &(8..16).collect::<Vec<_>>()), [1]);
+            // Unbound, or across the sockets: both.
+            assert_eq!(numa_set(&t, &(0..32).collect::<Vec<_>>()), [0, 1]);
+            assert_eq!(numa_set(&t, &[0, 8]), [0, 1]);
+            assert!(numa_set(&t, &[99]).is_empty());
+        }
+        let k = |node, numas: &[u32]| numa_split_key(node, numas);
+        assert_eq!(k(0, &[0]), k(0, &[0]));
+        assert_ne!(k(0, &[0]), k(0, &[1]));
+        assert_ne!(k(0, &[0]), k(0, &[0, 1]));
+        assert_ne!(k(0, &[0]), k(1, &[0]), "other nodes never join");
+        assert_eq!(k(0, &[]), k(0, &[]));
+    }
 
     // The reference model: plain vectors and linear searches, MPI's rules written out.
 

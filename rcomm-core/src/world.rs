@@ -103,8 +103,7 @@ fn init_with(cfg: &Config) -> Result<World> {
         // The interface rule (RCOMM_SOCKET_IFNAME), not the address that reached the launcher:
         // that is loopback under a single-host launcher, which ranks in other network
         // namespaces or on other hosts cannot reach.
-        let (ifname, ip) = rcomm_transport::ifaddr::local_address(cfg.socket_ifname.as_ref())
-            .map_err(bootstrap::BootstrapError::Env)?;
+        let (ifname, ip) = tcp_address(cfg, boot.local_rank())?;
         let a = TcpAcceptor::bind(ip, rank, size, &secret, &tcp_cfg)?;
         rlog!(Info, "NET", "TCP listener on {} ({ifname})", a.addr());
         endpoints.push(EndpointAddr::Tcp(a.addr().to_string()));
@@ -473,6 +472,28 @@ impl Drop for World {
 #[cfg(test)]
 pub(crate) fn init_for_test(cfg: &Config) -> World {
     init_with(cfg).expect("a world of one")
+}
+
+/// The TCP listener's interface: `RCOMM_SOCKET_IFNAME`'s when set; else the network interface
+/// the topology puts nearest this rank's GPU or NUMA node (rail-aligned, see
+/// `rcomm_transport::topo::choose`) when it is up with an IPv4 address here; else the default
+/// rule. The topology only ever narrows the default, so a machine it cannot read, or a fake
+/// host (network namespace) that lacks the chosen interface, behaves as before.
+fn tcp_address(
+    cfg: &rcomm_transport::config::Config,
+    local_rank: u32,
+) -> std::result::Result<(String, std::net::IpAddr), bootstrap::BootstrapError> {
+    use rcomm_transport::ifaddr;
+    if cfg.socket_ifname.is_none()
+        && let Some((_, choice)) = rcomm_transport::topo::choose::for_this_process(cfg, local_rank)
+        && let Some(net) = choice.net
+        && let Some(spec) = ifaddr::IfSpec::parse(&format!("={}", net.name))
+        && let Ok(ifs) = ifaddr::interfaces()
+        && let Ok(found) = ifaddr::choose(Some(&spec), &ifs)
+    {
+        return Ok(found);
+    }
+    ifaddr::local_address(cfg.socket_ifname.as_ref()).map_err(bootstrap::BootstrapError::Env)
 }
 
 #[cfg(test)]

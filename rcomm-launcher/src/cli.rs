@@ -11,7 +11,7 @@ pub enum BindTo {
     Core,
     /// No binding: the OS schedules ranks anywhere the launcher may run.
     None,
-    /// Rank runs on all CPUs of one NUMA node (from sysfs; sockets where sysfs has no NUMA).
+    /// Rank runs on all CPUs of one NUMA node (from the topology model).
     Numa,
     /// Rank runs on all CPUs of one socket (package).
     Socket,
@@ -62,8 +62,9 @@ pub struct Cli {
     pub hostfile: Option<std::path::PathBuf>,
 
     /// Placement of ranks on hosts: slot (fill each host, default), node (round robin),
-    /// ppr:N:core|node (N per core or per host); core|numa|socket map like slot, and
-    /// ppr:N:numa|socket count cores (no topology from other hosts yet).
+    /// ppr:N:core|numa|socket|node (N per core, NUMA node, package or host; within a host the
+    /// ranks of a NUMA node or package take its cores in order); core|numa|socket map like
+    /// slot.
     #[arg(long, value_name = "HOW", default_value = "slot", value_parser = crate::hosts::parse_map_by)]
     pub map_by: crate::hosts::MapBy,
 
@@ -73,7 +74,8 @@ pub struct Cli {
     pub ssh: Option<String>,
 
     /// Binding of ranks on each host [default: core when a host's ranks ≤ its usable cores
-    /// (times N under ppr:N:core), else none].
+    /// (times N under ppr:N:core), else none]. Hosts of the job on one kernel (same boot id,
+    /// e.g. network-namespace hosts) are planned together, so their ranks take distinct cores.
     #[arg(long, value_enum, value_name = "WHAT")]
     pub bind_to: Option<BindTo>,
 

@@ -71,8 +71,14 @@ pub struct DaemonJob {
     pub secret: [u8; SECRET_LEN],
     /// `--bind-to`: 0 default, 1 core, 2 none, 3 numa, 4 socket.
     pub bind_to: u8,
-    /// Ranks per core (`--map-by ppr:N:core`), for binding.
-    pub per_core: u32,
+    /// `--map-by ppr:N:UNIT`: N (1 without ppr), for binding.
+    pub ppr: u32,
+    /// `--map-by ppr:N:UNIT`: UNIT (0 no ppr, 1 core, 2 numa, 3 socket).
+    pub ppr_unit: u8,
+    /// Ranks of the job on earlier hosts that share this host's kernel (same boot id).
+    pub kernel_offset: u32,
+    /// Ranks of the job on all hosts sharing this host's kernel, this one's included.
+    pub kernel_ranks: u32,
     /// `--report-bindings`.
     pub report_bindings: bool,
     /// `--no-prefix`.
@@ -110,6 +116,12 @@ pub enum FromDaemon {
         head_ip: String,
         /// Usable cores on the host.
         cores: u32,
+        /// NUMA nodes with usable cores.
+        numas: u32,
+        /// Packages with usable cores.
+        packages: u32,
+        /// `/proc/sys/kernel/random/boot_id` (hosts sharing a kernel share CPUs).
+        boot_id: String,
     },
     /// A rank runs.
     Started {
@@ -185,7 +197,10 @@ impl ToDaemon {
                 }
                 e.str(&j.kvs_addr).str(&j.job_id).raw(&j.secret);
                 e.u8(j.bind_to)
-                    .u32(j.per_core)
+                    .u32(j.ppr)
+                    .u8(j.ppr_unit)
+                    .u32(j.kernel_offset)
+                    .u32(j.kernel_ranks)
                     .u8(j.report_bindings as u8)
                     .u8(j.no_prefix as u8)
                     .u32(j.grace_ms);
@@ -236,7 +251,13 @@ impl ToDaemon {
                 if bind_to > 4 {
                     return Err(bad("bind to", "unknown binding"));
                 }
-                let per_core = d.u32("per core")?.max(1);
+                let ppr = d.u32("ppr")?.max(1);
+                let ppr_unit = d.u8("ppr unit")?;
+                if ppr_unit > 3 {
+                    return Err(bad("ppr unit", "unknown unit"));
+                }
+                let kernel_offset = d.u32("kernel offset")?;
+                let kernel_ranks = d.u32("kernel ranks")?;
                 let report_bindings = d.u8("report")? != 0;
                 let no_prefix = d.u8("no prefix")? != 0;
                 let grace_ms = d.u32("grace")?;
@@ -251,7 +272,10 @@ impl ToDaemon {
                     job_id,
                     secret,
                     bind_to,
-                    per_core,
+                    ppr,
+                    ppr_unit,
+                    kernel_offset,
+                    kernel_ranks,
                     report_bindings,
                     no_prefix,
                     grace_ms,
@@ -293,8 +317,16 @@ impl FromDaemon {
                 hostname,
                 head_ip,
                 cores,
+                numas,
+                packages,
+                boot_id,
             } => {
-                e.str(hostname).str(head_ip).u32(*cores);
+                e.str(hostname)
+                    .str(head_ip)
+                    .u32(*cores)
+                    .u32(*numas)
+                    .u32(*packages)
+                    .str(boot_id);
                 kind::HELLO
             }
             FromDaemon::Started { rank, pid } => {
@@ -331,6 +363,9 @@ impl FromDaemon {
                 hostname: d.str(MAX_STR, "hostname")?,
                 head_ip: d.str(MAX_STR, "head ip")?,
                 cores: d.u32("cores")?,
+                numas: d.u32("numas")?,
+                packages: d.u32("packages")?,
+                boot_id: d.str(MAX_STR, "boot id")?,
             },
             kind::STARTED => FromDaemon::Started {
                 rank: d.u32("rank")?,
@@ -444,7 +479,10 @@ pub mod fuzzing {
             job_id: "abcd".into(),
             secret: [7; SECRET_LEN],
             bind_to: 1,
-            per_core: 1,
+            ppr: 1,
+            ppr_unit: 0,
+            kernel_offset: 0,
+            kernel_ranks: 2,
             report_bindings: true,
             no_prefix: false,
             grace_ms: 1000,
@@ -462,6 +500,9 @@ pub mod fuzzing {
                 hostname: "h1".into(),
                 head_ip: "10.0.0.1".into(),
                 cores: 4,
+                numas: 2,
+                packages: 1,
+                boot_id: "b00t".into(),
             },
             FromDaemon::Started { rank: 2, pid: 99 },
             FromDaemon::Output {
@@ -518,7 +559,10 @@ mod tests {
             job_id: "abcd".into(),
             secret: [7; SECRET_LEN],
             bind_to: 1,
-            per_core: 2,
+            ppr: 2,
+            ppr_unit: 2,
+            kernel_offset: 1,
+            kernel_ranks: 4,
             report_bindings: true,
             no_prefix: false,
             grace_ms: 1000,
@@ -547,6 +591,9 @@ mod tests {
                 hostname: "h1".into(),
                 head_ip: "10.0.0.1".into(),
                 cores: 4,
+                numas: 2,
+                packages: 1,
+                boot_id: "b00t".into(),
             },
             FromDaemon::Started { rank: 3, pid: 99 },
             FromDaemon::Output {

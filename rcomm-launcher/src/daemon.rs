@@ -7,6 +7,7 @@
 //! stdin — the head finished, died, or its ssh connection broke — ends this host's ranks:
 //! SIGTERM, `--grace`, SIGKILL. So nothing of the job outlives the head on any host.
 
+use crate::binding;
 use crate::ctl::{self, DaemonJob, FromDaemon, ToDaemon};
 use crate::host::{self, HostSetup};
 use crate::os::{self, Ending};
@@ -114,11 +115,14 @@ pub fn run() -> i32 {
     };
     let out: Out = Arc::new(Mutex::new(io::stdout()));
     let allowed = os::allowed_cpus().unwrap_or_default();
-    let cores = spawn::cores_of(&allowed, spawn::sysfs_core_key);
+    let places = binding::Places::new(&allowed, &binding::this_machine());
     let hello = FromDaemon::Hello {
         hostname: rcomm_transport::identity::hostname(),
         head_ip: head_ip(),
-        cores: cores.len() as u32,
+        cores: places.cores() as u32,
+        numas: places.numas() as u32,
+        packages: places.packages() as u32,
+        boot_id: binding::boot_id(),
     };
     if send(&out, &hello).is_err() {
         return 1;
@@ -162,7 +166,7 @@ pub fn run() -> i32 {
                 std::thread::sleep(ctl::HEARTBEAT);
             }
         });
-    match run_job(*job, &out, &ctl_rx, &signals, &allowed) {
+    match run_job(*job, &out, &ctl_rx, &signals, &allowed, &places) {
         Ok(()) => 0,
         Err((code, msg)) => {
             let _ = send(&out, &FromDaemon::Failed { code, msg });
@@ -184,6 +188,7 @@ fn run_job(
     ctl_rx: &Receiver<Ctl>,
     signals: &Signals,
     allowed: &[usize],
+    places: &binding::Places,
 ) -> Result<(), (i32, String)> {
     let argv0 = OsString::from_vec(job.program.clone());
     let program = crate::program::find_program(
@@ -213,9 +218,14 @@ fn run_job(
         4 => Some(crate::cli::BindTo::Socket),
         _ => None,
     };
-    let units = spawn::binding_units(bind_to, allowed);
     let local_size = job.ranks.len() as u32;
-    let (binding, warning) = spawn::plan_binding(bind_to, local_size, &units, job.per_core);
+    let share = binding::Share {
+        offset: job.kernel_offset,
+        ranks: local_size,
+        kernel_ranks: job.kernel_ranks,
+    };
+    let ppr = crate::hosts::PprUnit::from_code(job.ppr_unit).map(|u| (job.ppr, u));
+    let (binding, warning) = binding::plan(bind_to, ppr, share, places);
     if let Some(w) = warning {
         let _ = send(
             out,

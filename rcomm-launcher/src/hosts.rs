@@ -23,19 +23,73 @@ pub enum MapBy {
     Slot,
     /// One rank per host in turn, skipping full hosts.
     Node,
-    /// `ppr:N:core` (also `numa`/`socket`, which count cores until topology is wired in):
-    /// N ranks per core of each host, host after host; slots are not consulted.
-    PprCore(u32),
+    /// `ppr:N:core|numa|socket`: N ranks per core, NUMA node or package of each host, host
+    /// after host; slots are not consulted.
+    Ppr(u32, PprUnit),
     /// `ppr:N:node`: N ranks on each host.
     PprNode(u32),
 }
 
-impl MapBy {
-    /// Ranks sharing one core under `ppr:N:core` (1 otherwise): binding puts them together.
-    pub fn per_core(self) -> u32 {
+/// What `ppr:N:UNIT` counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PprUnit {
+    /// Cores (also `hwthread`: ranks are bound to whole cores).
+    Core,
+    /// NUMA nodes.
+    Numa,
+    /// Packages (`socket`, `package`).
+    Socket,
+}
+
+impl PprUnit {
+    /// The code the control channel carries (1 core, 2 numa, 3 socket; 0 is no ppr).
+    pub fn code(self) -> u8 {
         match self {
-            MapBy::PprCore(k) => k,
-            _ => 1,
+            PprUnit::Core => 1,
+            PprUnit::Numa => 2,
+            PprUnit::Socket => 3,
+        }
+    }
+
+    /// The unit of a control-channel code.
+    pub fn from_code(c: u8) -> Option<Self> {
+        match c {
+            1 => Some(PprUnit::Core),
+            2 => Some(PprUnit::Numa),
+            3 => Some(PprUnit::Socket),
+            _ => None,
+        }
+    }
+}
+
+/// What a host offers to `ppr` mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostPlaces {
+    /// Usable cores.
+    pub cores: u32,
+    /// NUMA nodes with usable cores.
+    pub numas: u32,
+    /// Packages with usable cores.
+    pub packages: u32,
+}
+
+impl HostPlaces {
+    fn count(&self, u: PprUnit) -> u32 {
+        match u {
+            PprUnit::Core => self.cores,
+            PprUnit::Numa => self.numas,
+            PprUnit::Socket => self.packages,
+        }
+        .max(1)
+    }
+}
+
+impl MapBy {
+    /// `ppr:N:UNIT` as (N, UNIT), for binding.
+    pub fn ppr(self) -> Option<(u32, PprUnit)> {
+        match self {
+            MapBy::Ppr(k, u) => Some((k, u)),
+            _ => None,
         }
     }
 }
@@ -58,7 +112,9 @@ pub fn parse_map_by(s: &str) -> Result<MapBy, String> {
             .filter(|&n| n > 0)
             .ok_or_else(|| format!("{s:?}: ppr:N:UNIT needs a positive N"))?;
         return match *unit {
-            "core" | "numa" | "socket" | "package" | "hwthread" => Ok(MapBy::PprCore(n)),
+            "core" | "hwthread" => Ok(MapBy::Ppr(n, PprUnit::Core)),
+            "numa" => Ok(MapBy::Ppr(n, PprUnit::Numa)),
+            "socket" | "package" => Ok(MapBy::Ppr(n, PprUnit::Socket)),
             "node" => Ok(MapBy::PprNode(n)),
             u => Err(format!(
                 "{s:?}: unknown ppr unit {u:?} (core, numa, socket, node)"
@@ -154,27 +210,27 @@ pub fn is_local(name: &str, my_hostname: &str) -> bool {
     name == "localhost" || name == "127.0.0.1" || name == my_hostname
 }
 
-/// How many ranks each host takes under `map`; `cores[h]` is host h's usable core count.
-pub fn capacities(hosts: &[HostSpec], map: MapBy, cores: &[usize]) -> Vec<u32> {
+/// How many ranks each host takes under `map`; `places[h]` is what host h offers.
+pub fn capacities(hosts: &[HostSpec], map: MapBy, places: &[HostPlaces]) -> Vec<u32> {
     hosts
         .iter()
         .enumerate()
         .map(|(h, spec)| match map {
             MapBy::Slot | MapBy::Node => spec.slots,
-            MapBy::PprCore(k) => k.saturating_mul(cores.get(h).copied().unwrap_or(1).max(1) as u32),
+            MapBy::Ppr(k, u) => k.saturating_mul(places.get(h).map_or(1, |p| p.count(u))),
             MapBy::PprNode(k) => k,
         })
         .collect()
 }
 
-/// The host of each rank. `cores[h]` is host h's usable core count (used by `ppr:N:core`).
+/// The host of each rank. `places[h]` is what host h offers (used by `ppr`).
 pub fn map_ranks(
     hosts: &[HostSpec],
     n: u32,
     map: MapBy,
-    cores: &[usize],
+    places: &[HostPlaces],
 ) -> Result<Vec<usize>, String> {
-    let cap = capacities(hosts, map, cores);
+    let cap = capacities(hosts, map, places);
     let total: u64 = cap.iter().map(|&c| c as u64).sum();
     if n as u64 > total {
         let what = match map {
@@ -264,6 +320,16 @@ mod tests {
         assert!(e.contains("hf:1") && e.contains("slots=N"), "{e}");
     }
 
+    fn cores(c: &[u32]) -> Vec<HostPlaces> {
+        c.iter()
+            .map(|&cores| HostPlaces {
+                cores,
+                numas: 2,
+                packages: 1,
+            })
+            .collect()
+    }
+
     #[test]
     fn map_by_slot_node_and_ppr() {
         let h = hosts("a:2,b:2,c:2");
@@ -274,11 +340,11 @@ mod tests {
         assert_eq!(map_ranks(&h, 3, MapBy::Slot, &[]).unwrap(), [0, 0, 1]);
         assert_eq!(map_ranks(&h, 5, MapBy::Node, &[]).unwrap(), [0, 1, 2, 0, 1]);
         assert_eq!(
-            map_ranks(&h, 6, MapBy::PprCore(1), &[2, 1, 4]).unwrap(),
+            map_ranks(&h, 6, MapBy::Ppr(1, PprUnit::Core), &cores(&[2, 1, 4])).unwrap(),
             [0, 0, 1, 2, 2, 2]
         );
         assert_eq!(
-            map_ranks(&h, 4, MapBy::PprNode(2), &[1, 1, 1]).unwrap(),
+            map_ranks(&h, 4, MapBy::PprNode(2), &cores(&[1, 1, 1])).unwrap(),
             [0, 0, 1, 1]
         );
         let e = map_ranks(&h, 7, MapBy::Slot, &[]).unwrap_err();
@@ -286,8 +352,19 @@ mod tests {
             e.contains("only 6 slots") && e.contains("a:2,b:2,c:2"),
             "{e}"
         );
-        assert_eq!(parse_map_by("ppr:2:core"), Ok(MapBy::PprCore(2)));
-        assert_eq!(parse_map_by("ppr:1:socket"), Ok(MapBy::PprCore(1)));
+        // ppr:N:numa and ppr:N:socket count each host's NUMA nodes and packages.
+        let p = cores(&[8, 8, 8]);
+        assert_eq!(
+            map_ranks(&h, 6, MapBy::Ppr(2, PprUnit::Numa), &p).unwrap(),
+            [0, 0, 0, 0, 1, 1]
+        );
+        assert!(map_ranks(&h, 4, MapBy::Ppr(1, PprUnit::Socket), &p).is_err());
+        assert_eq!(parse_map_by("ppr:2:core"), Ok(MapBy::Ppr(2, PprUnit::Core)));
+        assert_eq!(
+            parse_map_by("ppr:1:socket"),
+            Ok(MapBy::Ppr(1, PprUnit::Socket))
+        );
+        assert_eq!(parse_map_by("ppr:2:numa"), Ok(MapBy::Ppr(2, PprUnit::Numa)));
         assert_eq!(parse_map_by("ppr:3:node"), Ok(MapBy::PprNode(3)));
         assert_eq!(parse_map_by("socket"), Ok(MapBy::Slot));
         assert!(parse_map_by("ppr:0:core").is_err() && parse_map_by("board").is_err());

@@ -16,6 +16,7 @@
 //! it) without risk of hitting a reused id.
 
 use crate::LaunchError;
+use crate::binding;
 use crate::cli::{BindTo, Cli, OnFailure};
 use crate::ctl::{DaemonJob, FromDaemon, ToDaemon};
 use crate::host::{self, HostSetup};
@@ -251,8 +252,16 @@ fn await_hellos(
                     hostname,
                     head_ip,
                     cores,
+                    numas,
+                    packages,
+                    boot_id,
                 }) => {
-                    d.hello = Some((hostname, head_ip, cores));
+                    let places = hosts::HostPlaces {
+                        cores,
+                        numas,
+                        packages,
+                    };
+                    d.hello = Some((hostname, head_ip, places, boot_id));
                     d.echo_stderr();
                 }
                 DaemonEvent::Msg(_) => {}
@@ -456,14 +465,31 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
     }
 
     let allowed = os::allowed_cpus().unwrap_or_default();
-    let cores = spawn::cores_of(&allowed, spawn::sysfs_core_key);
-    let host_cores: Vec<usize> = (0..hosts.len())
+    let places = binding::Places::new(&allowed, &binding::this_machine());
+    let here = hosts::HostPlaces {
+        cores: places.cores() as u32,
+        numas: places.numas() as u32,
+        packages: places.packages() as u32,
+    };
+    let my_boot_id = binding::boot_id();
+    let unknown = hosts::HostPlaces {
+        cores: 1,
+        numas: 1,
+        packages: 1,
+    };
+    let host_places: Vec<hosts::HostPlaces> = (0..hosts.len())
         .map(|h| match &daemons[h] {
-            Some(d) => d.hello.as_ref().map_or(1, |x| x.2 as usize),
-            None => cores.len(),
+            Some(d) => d.hello.as_ref().map_or(unknown, |x| x.2),
+            None => here,
         })
         .collect();
-    let capacity: u32 = hosts::capacities(&hosts, cli.map_by, &host_cores)
+    let boot_ids: Vec<String> = (0..hosts.len())
+        .map(|h| match &daemons[h] {
+            Some(d) => d.hello.as_ref().map(|x| x.3.clone()).unwrap_or_default(),
+            None => my_boot_id.clone(),
+        })
+        .collect();
+    let capacity: u32 = hosts::capacities(&hosts, cli.map_by, &host_places)
         .iter()
         .sum();
     let mut n = cli.ranks.unwrap_or(capacity);
@@ -479,7 +505,7 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
             return Ok(final_(1));
         }
     }
-    let rank_host = match hosts::map_ranks(&hosts, n, cli.map_by, &host_cores) {
+    let rank_host = match hosts::map_ranks(&hosts, n, cli.map_by, &host_places) {
         Ok(m) => m,
         Err(e) => {
             shut_down_daemons(&mut daemons, Duration::from_secs(2));
@@ -558,7 +584,8 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
     let env = remote_env(cli);
-    for (d, mine) in sup.daemons.iter_mut().zip(&per_host) {
+    let host_ranks: Vec<u32> = per_host.iter().map(|m| m.len() as u32).collect();
+    for (h, (d, mine)) in sup.daemons.iter_mut().zip(&per_host).enumerate() {
         let Some(d) = d.as_mut() else {
             continue;
         };
@@ -586,7 +613,10 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
             job_id: job_id.clone(),
             secret: secret_bytes,
             bind_to: bind_code(cli.bind_to),
-            per_core: cli.map_by.per_core(),
+            ppr: cli.map_by.ppr().map_or(1, |p| p.0),
+            ppr_unit: cli.map_by.ppr().map_or(0, |p| p.1.code()),
+            kernel_offset: binding::share_of(h, &boot_ids, &host_ranks).offset,
+            kernel_ranks: binding::share_of(h, &boot_ids, &host_ranks).kernel_ranks,
             report_bindings: cli.report_bindings,
             no_prefix: cli.no_prefix,
             grace_ms: cli.grace.as_millis().min(u32::MAX as u128) as u32,
@@ -623,13 +653,8 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
         let stdin_to_rank0 = !os::stdin_is_background_tty();
         'hosts: for h in (0..hosts.len()).filter(|&h| is_local[h]) {
             let mine = &per_host[h];
-            let units = spawn::binding_units(cli.bind_to, &allowed);
-            let (binding, warning) = spawn::plan_binding(
-                cli.bind_to,
-                mine.len() as u32,
-                &units,
-                cli.map_by.per_core(),
-            );
+            let share = binding::share_of(h, &boot_ids, &host_ranks);
+            let (binding, warning) = binding::plan(cli.bind_to, cli.map_by.ppr(), share, &places);
             if let Some(w) = warning {
                 say(format_args!("warning: {w}"));
             }

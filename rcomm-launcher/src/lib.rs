@@ -31,6 +31,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod binding;
 pub mod cli;
 pub mod ctl;
 mod daemon;
@@ -45,6 +46,7 @@ pub mod program;
 mod remote;
 mod signals;
 mod spawn;
+pub mod topo_report;
 mod watchdog;
 
 use clap::Parser;

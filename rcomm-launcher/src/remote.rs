@@ -42,8 +42,8 @@ pub struct Daemon {
     echo: Arc<AtomicBool>,
     /// Its channel has ended.
     pub closed: bool,
-    /// (hostname, head address as seen there, cores) once it said hello.
-    pub hello: Option<(String, String, u32)>,
+    /// (hostname, head address as seen there, its places, its boot id) once it said hello.
+    pub hello: Option<(String, String, crate::hosts::HostPlaces, String)>,
     /// When it was last heard from (any frame).
     pub last_heard: Instant,
 }

@@ -838,6 +838,29 @@ fn eight_ranks_on_few_cores_all_complete_unbound() {
             o.stderr
         );
     }
+    // Just one rank more than CPUs (-n 3 on 2 cores): still unbound, each rank free to run on
+    // every CPU the launcher may use.
+    let n = (ncpus + 1).to_string();
+    let o = run(&[
+        "-n",
+        &n,
+        "--report-bindings",
+        "sh",
+        "-c",
+        "grep Cpus_allowed_list /proc/self/status",
+    ]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    assert_eq!(
+        o.stderr.matches("not bound").count(),
+        ncpus + 1,
+        "{}",
+        o.stderr
+    );
+    let all = cpus_of_this_process();
+    for r in 0..=ncpus {
+        let l = format!("[{r}] Cpus_allowed_list:\t{all}");
+        assert!(o.stdout.contains(&l), "{l:?} in {}", o.stdout);
+    }
 }
 
 #[test]
@@ -881,6 +904,15 @@ fn bind_to_core_binds_each_rank_and_reports_it() {
             lists[0], lists[1],
             "two ranks on two cores get different cores"
         );
+        // Each is one core: on a machine without hyperthreads, one CPU.
+        let smt = std::fs::read_to_string("/sys/devices/system/cpu/smt/active")
+            .is_ok_and(|v| v.trim() == "1");
+        if !smt {
+            assert!(
+                lists.iter().all(|l| l.parse::<usize>().is_ok()),
+                "{lists:?}"
+            );
+        }
     }
     // Explicit core binding with more ranks than cores wraps around, with one warning.
     let o = run(&["-n", "9", "--bind-to", "core", "true"]);

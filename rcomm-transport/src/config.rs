@@ -92,6 +92,11 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "network interface for TCP (and for rcomm-run's KVS when set), as NCCL_SOCKET_IFNAME: name prefixes eth,ens; ^ excludes (^lo,docker); = exact names (=eth0); default: the first non-loopback interface up with an IPv4 address, else loopback",
     },
     VarSpec {
+        name: "RCOMM_IB_HCA",
+        protocol: false,
+        help: "which InfiniBand/RoCE HCAs a rank may choose from, as NCCL_IB_HCA: name prefixes mlx5_0,mlx5_1; ^ excludes (^mlx5_3); = exact names (=mlx5_0); a :port suffix is accepted and ignored; default: all; among those left each rank takes the nearest to its GPU (or NUMA node), see rcomm-topo",
+    },
+    VarSpec {
         name: "RCOMM_TCP_TIMEOUT",
         protocol: false,
         help: "how long a TCP peer may stay silent before it is lost (TCP_USER_TIMEOUT and keepalive probes), in seconds or with ms/s suffix (default 10s, 0 = system default, minutes); catches cut links, also on idle receive-only connections",
@@ -386,6 +391,8 @@ pub struct Config {
     pub tcp_streams: usize,
     /// `RCOMM_SOCKET_IFNAME`: which interface TCP binds to; `None` = the default rule.
     pub socket_ifname: Option<crate::ifaddr::IfSpec>,
+    /// `RCOMM_IB_HCA`: which HCAs the device choice may use; `None` = all.
+    pub ib_hca: Option<crate::ifaddr::IfSpec>,
     /// `RCOMM_TCP_TIMEOUT` in milliseconds (0 = the system's).
     pub tcp_timeout_ms: u32,
     /// `RCOMM_HEARTBEAT`: interval and misses; `None` when off.
@@ -760,6 +767,15 @@ impl Config {
                 })
             })
             .transpose()?;
+        let ib_hca = get(env, "RCOMM_IB_HCA")
+            .map(|v| {
+                crate::ifaddr::IfSpec::parse(&v).ok_or_else(|| ConfigError {
+                    name: "RCOMM_IB_HCA",
+                    value: v.clone(),
+                    expected: "HCA name prefixes like mlx5_0,mlx5_1; ^ to exclude (^mlx5_3); = for exact names (=mlx5_0)".into(),
+                })
+            })
+            .transpose()?;
         let tcp_timeout_ms = get(env, "RCOMM_TCP_TIMEOUT")
             .map(|v| {
                 parse_duration_ms(&v).ok_or_else(|| ConfigError {
@@ -871,6 +887,7 @@ impl Config {
             shm_cma_max,
             tcp_streams,
             socket_ifname,
+            ib_hca,
             tcp_timeout_ms,
             heartbeat: Heartbeat::from_env(env)?,
             restart_count: parse_u32(env, "RCOMM_RESTART_COUNT")?.unwrap_or(0),
@@ -1013,6 +1030,11 @@ mod tests {
         assert_eq!(e.name, "RCOMM_SOCKET_IFNAME");
         let e = Config::from_map(&env(&[("RCOMM_TCP_TIMEOUT", "soon")])).unwrap_err();
         assert_eq!(e.name, "RCOMM_TCP_TIMEOUT");
+        let c = Config::from_map(&env(&[("RCOMM_IB_HCA", "^=mlx5_3")])).unwrap();
+        let h = c.ib_hca.unwrap();
+        assert!(h.exclude && h.exact && h.names == ["mlx5_3"]);
+        let e = Config::from_map(&env(&[("RCOMM_IB_HCA", ",")])).unwrap_err();
+        assert_eq!(e.name, "RCOMM_IB_HCA");
     }
 
     #[test]

@@ -214,6 +214,22 @@ pub fn usable_cpus() -> usize {
         .unwrap_or(1)
 }
 
+/// The CPUs this process may run on (`sched_getaffinity`), sorted.
+pub fn allowed_cpus() -> io::Result<Vec<u32>> {
+    // SAFETY: cpu_set_t is plain bits; all-zero is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is writable for the size passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `c` is below CPU_SETSIZE, so the bit lies inside `set`.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .map(|c| c as u32)
+        .collect())
+}
+
 /// The name of a signal, for messages ("SIGKILL").
 pub fn signal_name(sig: i32) -> String {
     let name = match sig {

@@ -367,7 +367,9 @@ impl ShmNet {
                 Segment::create("rcomm-ring", Ring::layout_size(slots))
                     .map_err(ioerr("creating a ring"))?,
             );
-            let ring = Ring::init(&seg, slots).map_err(|e| TransportError::Protocol {
+            // Fresh: the slot pages are left for the receiver to touch first (NUMA placement,
+            // see Ring::first_touch).
+            let ring = Ring::init_fresh(&seg, slots).map_err(|e| TransportError::Protocol {
                 peer,
                 why: e.to_string(),
             })?;
@@ -596,6 +598,7 @@ impl ShmNet {
                 match m.kind {
                     KIND_RING => {
                         let ring = Ring::attach(&seg).map_err(|e| perr(e.to_string()))?;
+                        ring.first_touch();
                         p.rx = Some(ring.consumer().map_err(|e| perr(e.to_string()))?);
                         if !self.rx_list.contains(&peer) {
                             self.rx_list.push(peer);

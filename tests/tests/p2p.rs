@@ -182,6 +182,7 @@ fn communicators_isolate_traffic_and_use_their_own_ranks_at_1_to_5_ranks() {
                 "split-parity",
                 "split-opt-out",
                 "split-type-node",
+                "split-type-numa",
                 "nested",
                 "ids-recycled",
                 "barriers"

@@ -84,6 +84,23 @@ fn main() {
     ring_check(&node, 5);
     ok(&w, "split-type-node");
 
+    // split_type(Numa): on a machine with one NUMA node (or ranks that all span the same
+    // nodes, as unbound ranks do) it is the node split.
+    let one_numa = std::fs::read_dir("/sys/devices/system/node")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("node"))
+                .count()
+                <= 1
+        })
+        .unwrap_or(true);
+    let numa = w.split_type(SplitType::Numa).unwrap();
+    if one_numa {
+        assert_eq!((numa.size(), numa.rank()), (node.size(), node.rank()));
+    }
+    ring_check(&numa, 9);
+    ok(&w, "split-type-numa");
+
     // Nested: a dup of a split, a split of a split.
     let sd = s.dup().unwrap();
     ring_check(&sd, 6);

@@ -1,0 +1,97 @@
+//! `rcomm-topo`: this machine as rcomm sees it (see `rcomm_launcher::topo_report`). Under
+//! `rcomm-run` every host answers: local rank 0 of each host prints, its lines prefixed with
+//! its host name, and the other ranks stay quiet.
+
+use clap::Parser;
+use rcomm_launcher::topo_report;
+use rcomm_transport::topo::Topology;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Show the machine's packages, NUMA nodes, cores, caches, GPUs and NICs, and the distance
+/// classes between GPUs and NICs (as `nvidia-smi topo -m`).
+#[derive(Debug, Parser)]
+#[command(name = "rcomm-topo", version, after_help = after_help())]
+struct Args {
+    /// Print JSON (counts, devices, the matrix) instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Also write the model to FILE in rcomm's file form (for RCOMM_TOPO_FILE or --file).
+    #[arg(long, value_name = "FILE")]
+    dump: Option<PathBuf>,
+    /// Read the machine from a sysfs tree under DIR (a fixture) instead of this machine.
+    #[arg(long, value_name = "DIR", conflicts_with = "file")]
+    sysfs_root: Option<PathBuf>,
+    /// Read the model from a file written by --dump.
+    #[arg(long, value_name = "F")]
+    file: Option<PathBuf>,
+}
+
+fn after_help() -> String {
+    format!(
+        "Classes, nearest first: {}. Under rcomm-run, local rank 0 of each host prints, prefixed with the host name.",
+        topo_report::legend()
+    )
+}
+
+fn load(a: &Args) -> Result<Topology, String> {
+    if let Some(f) = &a.file {
+        let s = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let t: Topology = serde_json::from_str(&s)
+            .map_err(|e| format!("{}: not a topology: {e}", f.display()))?;
+        t.validate()
+            .map_err(|e| format!("{}: invalid topology: {e}", f.display()))?;
+        return Ok(t);
+    }
+    if let Some(d) = &a.sysfs_root {
+        // TODO(merge): rcomm_transport::topo::sysfs::read(d) once the sysfs reader lands.
+        return Err(format!(
+            "--sysfs-root {}: this build has no sysfs tree reader yet",
+            d.display()
+        ));
+    }
+    rcomm_transport::topo::detect().map_err(|e| format!("reading this machine: {e}"))
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    let launch = match rcomm_transport::config::global() {
+        Ok(c) => c.launch.as_ref().map(|l| l.local_rank),
+        Err(e) => {
+            eprintln!("rcomm-topo: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if launch.is_some_and(|r| r != 0) {
+        return ExitCode::SUCCESS;
+    }
+    let t = match load(&a) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("rcomm-topo: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Some(f) = &a.dump {
+        let s = serde_json::to_string_pretty(&t).unwrap_or_default();
+        if let Err(e) = std::fs::write(f, s + "\n") {
+            eprintln!("rcomm-topo: {}: {e}", f.display());
+            return ExitCode::from(1);
+        }
+    }
+    let prefix = if launch.is_some() {
+        format!("{}: ", rcomm_transport::identity::hostname())
+    } else {
+        String::new()
+    };
+    if a.json {
+        let mut v = topo_report::json(&t);
+        if launch.is_some() {
+            v["reported_by"] = rcomm_transport::identity::hostname().into();
+        }
+        println!("{prefix}{v}");
+    } else {
+        print!("{}", topo_report::text(&t, &prefix));
+    }
+    ExitCode::SUCCESS
+}
