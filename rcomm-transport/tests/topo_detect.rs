@@ -391,3 +391,166 @@ fn this_machine_reads() {
     assert!(count(&t, ObjKind::Package) >= 1 && count(&t, ObjKind::Core) >= 1);
     assert!(!t.hostname.is_empty());
 }
+
+#[test]
+fn json_round_trips_and_bad_json_is_refused() {
+    for name in fixture::NAMES {
+        let t = read(name);
+        assert_eq!(&Topology::from_json(&t.to_json()).unwrap(), t);
+    }
+    let t = read("server2s");
+    for bad in ["", "{", "[]", "{\"source\": 1}", &t.to_json()[..100]] {
+        let e = Topology::from_json(bad).unwrap_err();
+        assert!(matches!(e, TopoError::File { .. }), "{e:?}");
+    }
+    // Well-formed but inconsistent: a PU claims a parent that does not list it.
+    let mut broken = t.clone();
+    let pu = broken.of_kind(&ObjKind::Pu).next().unwrap();
+    broken.objects[pu.0 as usize].parent = Some(Topology::MACHINE);
+    let e = Topology::from_json(&broken.to_json()).unwrap_err();
+    assert!(e.to_string().contains("object"), "{e}");
+    let huge = " ".repeat(rcomm_transport::topo::MAX_JSON + 1);
+    let e = Topology::from_json(&huge).unwrap_err();
+    assert!(e.to_string().contains("more than"), "{e}");
+    // From a file, the source says which.
+    let dir = Tmp::new("json");
+    let f = dir.0.join("t.json");
+    std::fs::write(&f, t.to_json()).unwrap();
+    let back = Topology::load(&f).unwrap();
+    assert_eq!(back.objects, t.objects);
+    assert!(
+        matches!(&back.source, rcomm_transport::topo::Source::File { path } if path.ends_with("t.json"))
+    );
+    std::fs::write(&f, "{}").unwrap();
+    let e = Topology::load(&f).unwrap_err();
+    assert!(e.to_string().contains("t.json"), "{e}");
+}
+
+#[test]
+fn detect_works_on_this_machine() {
+    let t = rcomm_transport::topo::detect().unwrap();
+    let s = sysfs::read(Path::new("/")).unwrap();
+    for k in [
+        ObjKind::Package,
+        ObjKind::NumaNode { memory_bytes: 0 },
+        ObjKind::Core,
+        ObjKind::Pu,
+    ] {
+        assert_eq!(t.count(&k), s.count(&k), "{k:?}");
+    }
+    #[cfg(feature = "hwloc")]
+    {
+        let h = rcomm_transport::topo::hwloc::detect().unwrap();
+        assert_eq!(cpu_signature(&h), cpu_signature(&s));
+    }
+}
+
+#[cfg_attr(not(feature = "hwloc"), allow(dead_code))]
+type CpuSig = (
+    Vec<usize>,
+    Vec<Vec<u32>>,
+    Vec<(Option<u32>, Vec<u32>)>,
+    Vec<Vec<u32>>,
+);
+
+#[cfg_attr(not(feature = "hwloc"), allow(dead_code))]
+/// What must agree between readers on the CPU side: counts, and the PUs of every package,
+/// NUMA node (with its number) and core.
+fn cpu_signature(t: &Topology) -> CpuSig {
+    let kinds = [
+        ObjKind::Package,
+        ObjKind::NumaNode { memory_bytes: 0 },
+        ObjKind::Core,
+        ObjKind::Pu,
+    ];
+    let sets = |k: &ObjKind| {
+        let mut v: Vec<_> = t.of_kind(k).map(|i| t.obj(i).cpuset.clone()).collect();
+        v.sort();
+        v
+    };
+    let mut numa: Vec<_> = t
+        .of_kind(&ObjKind::NumaNode { memory_bytes: 0 })
+        .map(|i| (t.obj(i).os_index, t.obj(i).cpuset.clone()))
+        .collect();
+    numa.sort();
+    (
+        kinds.iter().map(|k| t.count(k)).collect(),
+        sets(&ObjKind::Package),
+        numa,
+        sets(&ObjKind::Core),
+    )
+}
+
+#[cfg_attr(not(feature = "hwloc"), allow(dead_code))]
+/// What must agree on the I/O side: each GPU, HCA and network interface by name and kind
+/// (speed aside: hwloc has none), its PCI function, its NUMA node and the switch above it.
+#[allow(clippy::type_complexity)]
+fn io_signature(
+    t: &Topology,
+) -> Vec<(
+    String,
+    String,
+    Option<PciAddr>,
+    Option<u32>,
+    Option<PciAddr>,
+)> {
+    let mut v: Vec<_> = os_devs(t)
+        .into_iter()
+        .map(|(name, kind, id)| {
+            let kind = match kind {
+                OsDevKind::Net { .. } => "net".to_string(),
+                k => format!("{k:?}"),
+            };
+            let f = t.obj(id).parent.unwrap();
+            (
+                name,
+                kind,
+                addr_of(t, f),
+                numa_index(t, id),
+                switch_of(t, f),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[cfg(feature = "hwloc")]
+#[test]
+fn sysfs_reader_agrees_with_hwloc_on_the_fixtures() {
+    for name in fixture::NAMES {
+        let xml =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/topo/{name}.xml"));
+        let h = rcomm_transport::topo::hwloc::load_xml(&xml).unwrap();
+        let s = read(name);
+        assert_eq!(h.hostname, s.hostname);
+        assert_eq!(cpu_signature(&h), cpu_signature(s), "{name}");
+        assert_eq!(h.caches, s.caches, "{name}");
+        assert_eq!(io_signature(&h), io_signature(s), "{name}");
+        let pci = |t: &Topology| {
+            let mut v: Vec<_> = t.ids().filter_map(|i| addr_of(t, i)).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            pci(&h),
+            pci(s),
+            "{name}: the same PCI functions and bridges kept"
+        );
+        assert_eq!(h.count(&ObjKind::HostBridge), s.count(&ObjKind::HostBridge));
+    }
+}
+
+#[cfg(feature = "hwloc")]
+#[test]
+fn hwloc_errors_are_errors() {
+    let dir = Tmp::new("xml");
+    let f = dir.0.join("bad.xml");
+    std::fs::write(&f, "<topology>").unwrap();
+    let e = rcomm_transport::topo::hwloc::load_xml(&f).unwrap_err();
+    assert!(
+        matches!(e, TopoError::Hwloc(_)) && e.to_string().contains("bad.xml"),
+        "{e}"
+    );
+    assert!(rcomm_transport::topo::hwloc::load_xml(&dir.0.join("missing.xml")).is_err());
+}

@@ -2,8 +2,9 @@
 
 use super::Reader;
 use crate::topo::TopoError;
-use crate::topo::model::{Cache, ObjId, ObjKind, Topology};
-use std::collections::{BTreeMap, BTreeSet};
+use crate::topo::build::{CoreSpec, cpu_side};
+use crate::topo::model::{Cache, ObjId, Topology};
+use std::collections::BTreeMap;
 
 const CPU: &str = "sys/devices/system/cpu";
 const NODE: &str = "sys/devices/system/node";
@@ -18,7 +19,6 @@ pub(super) fn read(r: &Reader, t: &mut Topology) -> Result<BTreeMap<u32, ObjId>,
     })?;
     // package id → core id → PUs. Firmware that does not know (some VMs) says -1: one package.
     let mut packages: BTreeMap<u32, BTreeMap<u32, Vec<u32>>> = BTreeMap::new();
-    let mut package_of = BTreeMap::new();
     for &cpu in &online {
         let id = |f: &str| -> Result<u32, TopoError> {
             let rel = format!("{CPU}/cpu{cpu}/topology/{f}");
@@ -35,78 +35,19 @@ pub(super) fn read(r: &Reader, t: &mut Topology) -> Result<BTreeMap<u32, ObjId>,
             .entry(c)
             .or_default()
             .push(cpu);
-        package_of.insert(cpu, p);
     }
     let nodes = read_nodes(r, &online)?;
-    let mut node_of = BTreeMap::new();
-    for (&n, (cpus, _)) in &nodes {
-        for &c in cpus {
-            node_of.entry(c).or_insert(n);
-        }
-    }
-    // A node spanning packages (rare) sits under the machine with its cores, and the
-    // packages lose those cores: the model's CPU side is a tree.
-    let span = |n: &u32| {
-        let pk: BTreeSet<_> = nodes[n]
-            .0
-            .iter()
-            .filter_map(|c| package_of.get(c))
-            .collect();
-        pk.len() != 1
-    };
-    let mut node_ids = BTreeMap::new();
-    for (&n, (_, mem)) in &nodes {
-        if span(&n) {
-            let id = t.add(
-                Topology::MACHINE,
-                ObjKind::NumaNode { memory_bytes: *mem },
-                Some(n),
-                "",
-            );
-            node_ids.insert(n, id);
-        }
-    }
-    for (p, cores) in &packages {
-        let mut pkg = None;
-        for (core, pus) in cores {
-            let parent = match pus.first().and_then(|c| node_of.get(c)) {
-                Some(n) if node_ids.contains_key(n) => node_ids[n],
-                Some(&n) => {
-                    let pid = *pkg.get_or_insert_with(|| {
-                        t.add(Topology::MACHINE, ObjKind::Package, Some(*p), "")
-                    });
-                    *node_ids.entry(n).or_insert_with(|| {
-                        t.add(
-                            pid,
-                            ObjKind::NumaNode {
-                                memory_bytes: nodes[&n].1,
-                            },
-                            Some(n),
-                            "",
-                        )
-                    })
-                }
-                None => *pkg.get_or_insert_with(|| {
-                    t.add(Topology::MACHINE, ObjKind::Package, Some(*p), "")
-                }),
-            };
-            let cid = t.add(parent, ObjKind::Core, Some(*core), "");
-            for &pu in pus {
-                t.add(cid, ObjKind::Pu, Some(pu), "");
-            }
-        }
-    }
-    // Nodes with memory and no CPU (HBM, CXL) hang under the machine.
-    for (&n, (_, mem)) in &nodes {
-        node_ids.entry(n).or_insert_with(|| {
-            t.add(
-                Topology::MACHINE,
-                ObjKind::NumaNode { memory_bytes: *mem },
-                Some(n),
-                "",
-            )
-        });
-    }
+    let cores = packages
+        .into_iter()
+        .flat_map(|(package, cores)| {
+            cores.into_iter().map(move |(os_index, pus)| CoreSpec {
+                package,
+                os_index,
+                pus,
+            })
+        })
+        .collect();
+    let node_ids = cpu_side(t, cores, &nodes);
     t.caches = read_caches(r, &online)?;
     Ok(node_ids)
 }
