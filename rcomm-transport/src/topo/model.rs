@@ -74,7 +74,7 @@ pub enum OsDevKind {
     },
     /// An InfiniBand / RoCE HCA (`mlx5_0`).
     Ib,
-    /// A GPU (`cuda0`-style name from hwloc, or the PCI address from sysfs).
+    /// A GPU: `cuda0` where hwloc has a CUDA device, else `gpuN` by PCI address order.
     Gpu,
     /// A block device or anything else; kept so that the tree is complete.
     Other,
