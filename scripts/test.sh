@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 # System packages the suite needs: MPICH's mpiexec for tests/tests/launchers.rs (Slurm, munge are
 # installed below by the launcher tests' own script, which keeps the packages from starting system
 # daemons); the multi-host tests (tests/tests/multihost.rs) make fake hosts of network namespaces,
-# each with its own sshd (tests/cluster.sh).
-PKGS=(mpich openssh-server openssh-client iproute2 util-linux)
+# each with its own sshd (tests/cluster.sh); hwloc's library and tools for rcomm-transport's
+# feature `hwloc` (its topology tests compare rcomm's sysfs reader with hwloc).
+PKGS=(mpich openssh-server openssh-client iproute2 util-linux libhwloc-dev libudev-dev hwloc pkg-config)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -33,11 +34,11 @@ if [ "$(id -u)" -eq 0 ]; then
     tests/scripts/slurm-local.sh install
 fi
 
-# The suite, then loom's model checks of the shared-memory ring protocol (rcomm-transport's
-# shm::loom tests). `--cfg loom` changes every crate's flags, so those build in their own target
+# The suite (rcomm-transport with its feature hwloc; a plain `cargo build` needs no hwloc), then
+# loom's model checks of the shared-memory ring protocol (rcomm-transport's shm::loom tests). `--cfg loom` changes every crate's flags, so those build in their own target
 # dir; release, because loom explores ~170,000 executions. Both run; the script fails if either does.
 status=0
-cargo test --workspace --locked --no-fail-fast "$@" || status=$?
+cargo test --workspace --locked --no-fail-fast --features rcomm-transport/hwloc "$@" || status=$?
 RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
     cargo test --locked -p rcomm-transport --lib --release shm::loom || status=$?
 exit "$status"

@@ -157,6 +157,11 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "overrides node identity: ranks with different values are on different nodes (no shared memory between them), like NCCL_HOSTID; for containers that share a hostname, and to run multi-node code paths on one machine",
     },
     VarSpec {
+        name: "RCOMM_TOPO_FILE",
+        protocol: false,
+        help: "topology of this machine from a file in rcomm's form (JSON, as rcomm-topo --dump writes it) instead of detecting it; for machines whose firmware misreports, and to test placement for another machine",
+    },
+    VarSpec {
         name: "RCOMM_FR_SIZE",
         protocol: false,
         help: "flight recorder: how many recent operations each process keeps for the hang report, rounded up to a power of two (default 2048, 0 = off, at most 1048576)",
@@ -467,6 +472,14 @@ pub fn parse_size_str(v: &str) -> Option<usize> {
         _ => (v, 1),
     };
     num.trim().parse::<usize>().ok()?.checked_mul(mul)
+}
+
+/// `RCOMM_TOPO_FILE` from the process environment. Read on each call, not kept in [`Config`]:
+/// tools (`rcomm-topo`, the launcher) detect topology without a parsed configuration.
+pub fn topo_file() -> Option<std::path::PathBuf> {
+    std::env::var_os("RCOMM_TOPO_FILE")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
 }
 
 /// Liveness settings (`RCOMM_HEARTBEAT`).

@@ -135,6 +135,12 @@ pub const TARGETS: &[Target] = &[
         max_alloc: |n| 16 * n + 4096,
     },
     Target {
+        name: "topo_json",
+        what: "topo::Topology::from_json (RCOMM_TOPO_FILE) with its validation",
+        run: topo_json,
+        max_alloc: |n| 64 * n + 64 * 1024,
+    },
+    Target {
         name: "pmi_mapping",
         what: "PMI_process_mapping (parse_process_mapping, node_of_ranks, local_from_mapping)",
         run: pmi_mapping,
@@ -393,6 +399,80 @@ pub fn pmi_mapping(data: &[u8]) {
     }
 }
 
+/// `Topology::from_json`: what it accepts is valid, and writes back to JSON that reads back to
+/// the same topology.
+pub fn topo_json(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(t) = crate::topo::Topology::from_json(text) {
+        assert_eq!(t.validate(), Ok(()));
+        // A rate like 1e39 reads as infinity, which JSON cannot write back.
+        let finite = t.objects.iter().all(|o| match &o.kind {
+            crate::topo::ObjKind::PciDevice { link: Some(l), .. } => l.gts.is_finite(),
+            _ => true,
+        }) && t
+            .links
+            .iter()
+            .all(|l| l.bandwidth_gbs.is_none_or(f64::is_finite));
+        if finite {
+            let again = crate::topo::Topology::from_json(&t.to_json());
+            assert_eq!(again.expect("an accepted topology re-reads"), t);
+        }
+    }
+}
+
+/// A small machine for the `topo_json` seed: a package, a NUMA node, a core with two PUs, a
+/// cache, and a NIC on a host bridge.
+fn sample_topology() -> crate::topo::Topology {
+    use crate::topo::{Cache, ObjKind, OsDevKind, PciAddr, PcieLink, Source, Topology};
+    let mut t = Topology::new(Source::Manual, "node1");
+    let p = t.add(Topology::MACHINE, ObjKind::Package, Some(0), "");
+    let n = t.add(
+        p,
+        ObjKind::NumaNode {
+            memory_bytes: 1 << 30,
+        },
+        Some(0),
+        "",
+    );
+    let c = t.add(n, ObjKind::Core, Some(0), "");
+    t.add(c, ObjKind::Pu, Some(0), "");
+    t.add(c, ObjKind::Pu, Some(1), "");
+    let hb = t.add(n, ObjKind::HostBridge, None, "");
+    let addr = PciAddr {
+        domain: 0,
+        bus: 1,
+        dev: 0,
+        func: 0,
+    };
+    let link = Some(PcieLink {
+        gts: 16.0,
+        width: 8,
+    });
+    let nic = ObjKind::PciDevice {
+        addr,
+        class: 0x0200,
+        vendor: 0x8086,
+        device: 0x159b,
+        link,
+    };
+    let f = t.add(hb, nic, None, "");
+    let net = ObjKind::OsDevice {
+        kind: OsDevKind::Net {
+            speed_mbps: Some(25_000),
+        },
+    };
+    t.add(f, net, None, "eth0");
+    t.caches.push(Cache {
+        level: 2,
+        size_bytes: 1 << 20,
+        cpuset: vec![0, 1],
+    });
+    t.fill_cpusets();
+    t
+}
+
 /// Valid samples of every target's input, the seeds of the corpus and of the structure-aware
 /// mutations: `(target, sample name, bytes)`.
 pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
@@ -560,6 +640,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ("pmi_value", "record", value.into_bytes()),
         ("pmi_mapping", "two_blocks", mapping),
         ("flight_dump", "dump", sample_dump().encode()),
+        ("topo_json", "small", sample_topology().to_json().into_bytes()),
     ]
 }
 

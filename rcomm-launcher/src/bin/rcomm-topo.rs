@@ -20,11 +20,14 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     dump: Option<PathBuf>,
     /// Read the machine from a sysfs tree under DIR (a fixture) instead of this machine.
-    #[arg(long, value_name = "DIR", conflicts_with = "file")]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["file", "xml"])]
     sysfs_root: Option<PathBuf>,
     /// Read the model from a file written by --dump.
-    #[arg(long, value_name = "F")]
+    #[arg(long, value_name = "F", conflicts_with = "xml")]
     file: Option<PathBuf>,
+    /// Read an hwloc XML export (`lstopo --of xml`) through hwloc (builds with feature hwloc).
+    #[arg(long, value_name = "F")]
+    xml: Option<PathBuf>,
 }
 
 fn after_help() -> String {
@@ -35,22 +38,17 @@ fn after_help() -> String {
 }
 
 fn load(a: &Args) -> Result<Topology, String> {
+    use rcomm_transport::topo;
     if let Some(f) = &a.file {
-        let s = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
-        let t: Topology = serde_json::from_str(&s)
-            .map_err(|e| format!("{}: not a topology: {e}", f.display()))?;
-        t.validate()
-            .map_err(|e| format!("{}: invalid topology: {e}", f.display()))?;
-        return Ok(t);
+        return Topology::load(f).map_err(|e| e.to_string());
+    }
+    if let Some(f) = &a.xml {
+        return topo::load_hwloc_xml(f).map_err(|e| e.to_string());
     }
     if let Some(d) = &a.sysfs_root {
-        // TODO(merge): rcomm_transport::topo::sysfs::read(d) once the sysfs reader lands.
-        return Err(format!(
-            "--sysfs-root {}: this build has no sysfs tree reader yet",
-            d.display()
-        ));
+        return topo::sysfs::read(d).map_err(|e| format!("--sysfs-root {}: {e}", d.display()));
     }
-    rcomm_transport::topo::detect().map_err(|e| format!("reading this machine: {e}"))
+    topo::detect().map_err(|e| format!("reading this machine: {e}"))
 }
 
 fn main() -> ExitCode {
@@ -73,8 +71,7 @@ fn main() -> ExitCode {
         }
     };
     if let Some(f) = &a.dump {
-        let s = serde_json::to_string_pretty(&t).unwrap_or_default();
-        if let Err(e) = std::fs::write(f, s + "\n") {
+        if let Err(e) = std::fs::write(f, t.to_json() + "\n") {
             eprintln!("rcomm-topo: {}: {e}", f.display());
             return ExitCode::from(1);
         }

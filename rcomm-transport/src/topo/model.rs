@@ -74,7 +74,7 @@ pub enum OsDevKind {
     },
     /// An InfiniBand / RoCE HCA (`mlx5_0`).
     Ib,
-    /// A GPU (`cuda0`-style name from hwloc, or the PCI address from sysfs).
+    /// A GPU: `cuda0` where hwloc has a CUDA device, else `gpuN` by PCI address order.
     Gpu,
     /// A block device or anything else; kept so that the tree is complete.
     Other,
@@ -356,6 +356,8 @@ impl Topology {
         if self.objects[0].parent.is_some() {
             return Err("the machine has no parent".into());
         }
+        // Linear checks throughout: a loaded file can hold a million objects.
+        let mut listed = vec![false; n];
         for (i, o) in self.objects.iter().enumerate() {
             if i > 0 {
                 let Some(p) = o.parent else {
@@ -364,12 +366,6 @@ impl Topology {
                 if p.0 as usize >= n || p.0 as usize == i {
                     return Err(format!("object {i}: parent {} out of range", p.0));
                 }
-                if !self.objects[p.0 as usize]
-                    .children
-                    .contains(&ObjId(i as u32))
-                {
-                    return Err(format!("object {i} is not among its parent's children"));
-                }
                 if matches!(o.kind, ObjKind::Machine) {
                     return Err(format!("object {i} is a second machine"));
                 }
@@ -377,6 +373,9 @@ impl Topology {
             for &c in &o.children {
                 if c.0 as usize >= n || self.objects[c.0 as usize].parent != Some(ObjId(i as u32)) {
                     return Err(format!("object {i}: child {} does not point back", c.0));
+                }
+                if std::mem::replace(&mut listed[c.0 as usize], true) {
+                    return Err(format!("object {i} lists child {} twice", c.0));
                 }
             }
             let parent_kind = o.parent.map(|p| &self.objects[p.0 as usize].kind);
@@ -413,18 +412,19 @@ impl Topology {
                 ));
             }
         }
-        // Acyclic: every ancestor walk ends at the machine within n steps.
-        for i in 0..n {
-            let mut cur = i;
-            for _ in 0..=n {
-                match self.objects[cur].parent {
-                    Some(p) => cur = p.0 as usize,
-                    None => break,
-                }
-            }
-            if cur != 0 {
-                return Err(format!("object {i} is on a cycle"));
-            }
+        // Each object is listed once, by its parent (checked above). Then a walk down from the
+        // machine reaches exactly the objects that are not on a cycle.
+        if let Some(i) = (1..n).find(|&i| !listed[i]) {
+            return Err(format!("object {i} is not among its parent's children"));
+        }
+        let mut reached = vec![false; n];
+        let mut stack = vec![0usize];
+        while let Some(i) = stack.pop() {
+            reached[i] = true;
+            stack.extend(self.objects[i].children.iter().map(|c| c.0 as usize));
+        }
+        if let Some(i) = (0..n).find(|&i| !reached[i]) {
+            return Err(format!("object {i} is on a cycle"));
         }
         for l in &self.links {
             if l.a.0 as usize >= n || l.b.0 as usize >= n || l.a == l.b {
