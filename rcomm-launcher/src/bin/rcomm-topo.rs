@@ -70,11 +70,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if let Some(f) = &a.dump {
-        if let Err(e) = std::fs::write(f, t.to_json() + "\n") {
-            eprintln!("rcomm-topo: {}: {e}", f.display());
-            return ExitCode::from(1);
-        }
+    if let Some(f) = &a.dump
+        && let Err(e) = std::fs::write(f, t.to_json() + "\n")
+    {
+        eprintln!("rcomm-topo: {}: {e}", f.display());
+        return ExitCode::from(1);
     }
     let prefix = if launch.is_some() {
         format!("{}: ", rcomm_transport::identity::hostname())

@@ -47,7 +47,6 @@ pub fn load_hwloc_xml(path: &std::path::Path) -> Result<Topology, TopoError> {
     #[cfg(not(feature = "hwloc"))]
     Err(TopoError::File {
         path: path.display().to_string(),
-        why: "this build reads hwloc XML only with feature `hwloc` (the system's libhwloc)"
-            .into(),
+        why: "this build reads hwloc XML only with feature `hwloc` (the system's libhwloc)".into(),
     })
 }
