@@ -124,8 +124,16 @@ fn dump_writes_a_file_that_reads_back_and_bad_files_are_refused() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success());
-    let back: rcomm_transport::topo::Topology =
+    let mut back: rcomm_transport::topo::Topology =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    // --file records where the model came from; the rest is the machine, unchanged.
+    assert_eq!(
+        back.source,
+        rcomm_transport::topo::Source::File {
+            path: f.to_str().unwrap().into()
+        }
+    );
+    back.source = testkit::dgx().source;
     assert_eq!(back, testkit::dgx());
     // This machine dumps too.
     let here = d.join("here.json");

@@ -454,3 +454,54 @@ fn the_hang_report_collects_every_hosts_flight_recorder_and_names_the_late_rank(
     );
     assert!(rep.contains("ranks 0,1,3 wait in allreduce #4"), "{out}");
 }
+
+#[test]
+fn rcomm_topo_reports_every_host_and_same_kernel_hosts_bind_to_distinct_cores() {
+    let Some(c) = Cluster::up_or_skip(2) else {
+        return;
+    };
+    // Every host answers rcomm-topo (local rank 0 of each, prefixed with its host name).
+    let topo = test_program("rcomm-topo");
+    let out = run_on_host0(&c, &["-H", "host0:2,host1:1", &topo, "--json"], &[], 60);
+    assert_eq!(out.code(), 0, "{out}");
+    let mut reported: Vec<String> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once("\"reported_by\":\"")?.1.split('"').next())
+        .map(str::to_string)
+        .collect();
+    reported.sort();
+    assert_eq!(reported, ["host0", "host1"], "{out}");
+    // The fake hosts share this kernel (one boot id): by default their ranks are planned
+    // together, so with one rank each on this 2-core machine they get distinct cores instead of
+    // both taking core 0.
+    let out = run_on_host0(
+        &c,
+        &[
+            "-H",
+            "host0:1,host1:1",
+            "--report-bindings",
+            "sh",
+            "-c",
+            "grep Cpus_allowed_list /proc/self/status",
+        ],
+        &[],
+        60,
+    );
+    assert_eq!(out.code(), 0, "{out}");
+    let cpus: Vec<String> = (0..2u32)
+        .map(|r| {
+            let l = out.rank_lines(r);
+            let l = l
+                .iter()
+                .find_map(|l| l.split_once("Cpus_allowed_list:"))
+                .unwrap_or_else(|| panic!("rank {r} printed no affinity\n{out}"));
+            l.1.trim().to_string()
+        })
+        .collect();
+    assert!(
+        cpus.iter().all(|c| c.parse::<u32>().is_ok()),
+        "each rank bound to one CPU: {cpus:?}\n{out}"
+    );
+    assert_ne!(cpus[0], cpus[1], "{out}");
+}

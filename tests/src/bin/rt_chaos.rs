@@ -12,7 +12,15 @@ fn now_ms() -> u128 {
 }
 
 fn main() {
-    let w = rcomm::init().expect("init");
+    // The kill may land while the ranks are still starting: a survivor's init then fails
+    // naming the killed rank, which is as much a reported failure as a failed collective.
+    let w = match rcomm::init() {
+        Ok(w) => w,
+        Err(e) => {
+            println!("error at {}: {e}", now_ms());
+            return;
+        }
+    };
     let (r, n) = (w.rank(), w.size());
     let secs: u64 = std::env::args()
         .nth(1)
