@@ -171,3 +171,30 @@ fn under_rcomm_run_each_host_reports_once_with_its_name() {
         "{out}"
     );
 }
+
+#[test]
+fn rcomm_topo_file_overrides_detection_and_a_bad_one_is_an_error() {
+    let f = dgx_file();
+    let o = Command::new(TOPO)
+        .arg("--json")
+        .env("RCOMM_TOPO_FILE", &f)
+        .env_remove("RCOMM_RANK")
+        .env_remove("RCOMM_SIZE")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["gpus"].as_array().unwrap().len(), 8, "{v}");
+    // A file that is not a topology is refused, never half-used or replaced by detection.
+    let bad = scratch("override").join("bad.json");
+    std::fs::write(&bad, "[1, 2").unwrap();
+    let o = Command::new(TOPO)
+        .env("RCOMM_TOPO_FILE", &bad)
+        .env_remove("RCOMM_RANK")
+        .env_remove("RCOMM_SIZE")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bad.json"), "{err}");
+}

@@ -30,7 +30,8 @@ impl Topology {
                 text.len()
             )));
         }
-        let t: Topology = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        let t: Topology = serde_json::from_str(text)
+            .map_err(|e| bad(format!("not a topology in rcomm's form: {e}")))?;
         t.validate().map_err(bad)?;
         Ok(t)
     }
