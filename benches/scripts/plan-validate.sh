@@ -4,9 +4,15 @@
 #
 #   benches/scripts/plan-validate.sh [RANKS] [SIZES] [REPS]   default: "2 4 8" "8 64K 1M 4M 16M 64M" 3
 #
-# 1. The link as the planner defines it (per direction, the other direction busy): a 2-rank
-#    exchange (`rcomm-bench pt2pt exchange`: both ranks sendrecv at once), 8 B to 64 MiB, and
-#    the reduction kernel's rate (`rcomm-bench reduce`, one process), 1 KiB to 64 MiB.
+# 1. The inputs, each measured on its own:
+#    - the link as the planner defines it (per direction, the other direction busy): a 2-rank
+#      exchange (`rcomm-bench pt2pt exchange`: both ranks sendrecv at once), 8 B to 64 MiB;
+#    - the reduction kernel's rate γ (`rcomm-bench reduce`, one process) and the local copy
+#      rate κ (`rcomm-bench reduce --copy`, memcpy), 1 KiB to 64 MiB;
+#    - the per-call overhead o of a collective: a 2-rank 8-byte all-gather (`coll allgather -A
+#      ring`, not one of the validated operations), which is one 4-byte exchange through the
+#      same schedule runner as the validated collectives: o = t(allgather) − α;
+#    - the L3 size (sysfs), the threshold of the working-set regime (plan_table.py).
 # 2. At each rank count: `rcomm-bench coll allreduce -A ring` (the algorithm the planner prices;
 #    in-place times) and with rcomm's own choice, `coll alltoall` (pairwise), one launch per
 #    size, f32.
@@ -29,6 +35,7 @@ R=$PWD/target/release
 OUT=target/bench-results/plan-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT"
 cores=$(nproc)
+cat /sys/devices/system/cpu/cpu0/cache/index3/size >"$OUT/l3" 2>/dev/null || true
 echo "# $(date -u '+%F %T UTC'), $(git rev-parse --short HEAD), load $(cut -d' ' -f1-3 /proc/loadavg), $cores cores -> $OUT" >&2
 
 bytes() { # 64K -> 65536
@@ -54,6 +61,8 @@ for rep in $(seq 1 "$REPS"); do
     run 2 "$R/rcomm-bench" pt2pt exchange -m 8:8K --json >"$OUT/exchange.$rep.json"
     run 2 "$R/rcomm-bench" pt2pt exchange -m 16K:64M -i 100 -x 10 --json >>"$OUT/exchange.$rep.json"
     "$R/rcomm-bench" reduce -b 1K -e 64M --json >"$OUT/reduce.$rep.json"
+    "$R/rcomm-bench" reduce --copy -b 1K -e 64M --json >"$OUT/copy.$rep.json"
+    run 2 "$R/rcomm-bench" coll allgather -b 8 -e 8 -n 20000 -w 2000 -A ring --json >"$OUT/overhead.$rep.json"
     # 2. The collectives.
     for n in $RANKS; do
         for s in $SIZES; do

@@ -12,11 +12,22 @@ Inputs, one file per repetition, every time the median over repetitions (min–m
   nccl-tests curve describes a link.
 - <dir>/reduce.<rep>.json (`rcomm-bench reduce --json`): γ(m), bytes folded per second by the
   reduction kernel at operand size m.
+- <dir>/copy.<rep>.json (`rcomm-bench reduce --copy --json`): κ(m), bytes memcpy'd per second.
+- <dir>/overhead.<rep>.json (`rcomm-bench coll allgather -A ring`, 2 ranks, 8 B): one 4-byte
+  exchange through the collectives' schedule runner; o = t − α is the per-call overhead.
+- <dir>/l3: the L3 size (sysfs, e.g. `32768K`; the machine's own when the file is missing).
 - <dir>/allreduce-ring-<n>, allreduce-auto-<n>, alltoall-<n> (`rcomm-bench coll --json`).
 
 Every (operation, ranks, size) is priced with `rcomm-plan --price` (the planner's own code, not
-a copy) on the link at the size of the messages its steps send: m = S/n for the ring all-reduce
-(chunks; γ(S/n) for the folds) and for the pairwise all-to-all (blocks); printed as Markdown:
+a copy) with --call-overhead o, on the link at the size of the messages its steps send: m = S/n
+for the ring all-reduce (chunks; γ(S/n) for the folds) and for the pairwise all-to-all (blocks;
+κ(S/n) for the block it keeps). The regime (cache or memory) follows the operation's working
+set W, all ranks' buffers together (the L3 is shared): the ring all-reduce in place holds S of
+data and S/n of scratch per rank, W = (n+1)·S; the all-to-all a send and a receive buffer of S,
+W = 2n·S. When W exceeds the L3, each curve is read at the size whose own benchmark has the
+same working set, if that is larger than m (the exchange holds 4m over its two ranks, the copy
+and the reduction 2m), so an out-of-cache collective is priced with out-of-cache rates and
+the message size still picks the protocol. Printed as Markdown:
 predicted µs, measured µs, model error (predicted − measured) / measured. allreduce is
 measured with the ring forced (what the planner prices; in-place times), rcomm's own choice
 beside it; alltoall with rcomm's choice (pairwise). PP's transfers are exchanges themselves
@@ -75,11 +86,15 @@ def gather(d, stem, pick):
     return out
 
 
-def price(plan, op, n, size, alpha_us, beta, gamma=None):
+def price(plan, op, n, size, alpha_us, beta, gamma=None, kappa=None, overhead_us=None):
     cmd = [plan, "--price", op, "--ranks", str(n), "--bytes", str(size),
            "--intra-lat", f"{alpha_us * 1000:.3f}ns", "--intra-bw", f"{beta:.0f}B/s", "--json"]
     if gamma:
         cmd += ["--reduce-bw", f"{gamma:.0f}B/s"]
+    if kappa:
+        cmd += ["--copy-bw", f"{kappa:.0f}B/s"]
+    if overhead_us:
+        cmd += ["--call-overhead", f"{overhead_us * 1000:.3f}ns"]
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(r.stdout)["time_s"] * 1e6
 
@@ -98,6 +113,19 @@ def loglog(points, x):
     raise AssertionError("unreachable")
 
 
+def l3_bytes(d):
+    """The L3 size in bytes from <d>/l3 or sysfs (`32768K`), None when unknown."""
+    for path in (os.path.join(d, "l3"), "/sys/devices/system/cpu/cpu0/cache/index3/size"):
+        try:
+            with open(path) as f:
+                t = f.read().strip()
+        except OSError:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+        return int(t.rstrip("KMG")) * mult
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
@@ -113,16 +141,35 @@ def main():
     alpha = med[8]
     curve = {s: t for s, t in med.items() if s >= 8}
     red_med = {s: statistics.median(v) for s, v in red.items()}
+    cpy = gather(a.dir, "copy", lambda o: o["time_us"])
+    cpy_med = {s: statistics.median(v) for s, v in cpy.items()}
+    ovh = [o["time_us"] for path in sorted(glob.glob(os.path.join(a.dir, "overhead.*.json")))
+           for o in lines(path)]
+    overhead = max(statistics.median(ovh) - alpha, 0.0) if ovh else None
+    l3 = l3_bytes(a.dir)
+
+    def at(m, w, per):
+        """The size to read a curve at: m, or when the working set w exceeds the L3, the size
+        whose benchmark (working set per·size) holds as much, if larger."""
+        return max(m, w / per) if l3 and w > l3 else m
 
     def beta(m):
         """Bytes/s per direction for m-byte messages (α alone below 16 B)."""
         t = loglog(curve, max(m, 16))
         return max(m, 16) / max((t - alpha) * 1e-6, 1e-12)
 
+    def rate(curve_us, m):
+        """Bytes per second at operand size m from a {size: µs} curve."""
+        m = max(m, min(curve_us))
+        return m / (loglog(curve_us, m) * 1e-6)
+
     def gamma(m):
         """Bytes folded per second at operand size m."""
-        m = max(m, min(red_med))
-        return m / (loglog(red_med, m) * 1e-6)
+        return rate(red_med, m)
+
+    def kappa(m):
+        """Bytes copied per second at size m (None without copy.*.json)."""
+        return rate(cpy_med, m) if cpy_med else None
 
     reps = len(xch[8])
     print(f"Link from the 2-rank exchange ({reps} repetitions): α = {alpha:.2f} µs; β(m), GB/s: "
@@ -131,6 +178,11 @@ def main():
           + "; reduction γ(m), GB/s: "
           + ", ".join(f"{fmt_size(s)} {gamma(s) / 1e9:.1f}" for s in sorted(red_med)
                       if (s.bit_length() - 1) % 2 == 0)
+          + (("; copy κ(m), GB/s: " + ", ".join(f"{fmt_size(s)} {kappa(s) / 1e9:.1f}" for s in sorted(cpy_med)
+                                                 if (s.bit_length() - 1) % 2 == 0)) if cpy_med else "")
+          + (f"; per-call overhead o = {statistics.median(ovh):.2f} − {alpha:.2f} = {overhead:.2f} µs"
+             if overhead is not None else "")
+          + (f"; L3 {fmt_size(l3)}" if l3 else "")
           + ".\n")
 
     bad = []
@@ -149,13 +201,17 @@ def main():
         auto = gather(a.dir, f"allreduce-auto-{n}", lambda o: check(o)["inplace"]["time_us"])
         a2a = gather(a.dir, f"alltoall-{n}", lambda o: check(o)["time_us"])
         for size in sorted(ring):
-            m = size / n
+            m, w = size / n, (n + 1) * size
             rows.append(("allreduce", n, size,
-                         price(a.plan, "allreduce", n, size, alpha, beta(m), gamma(m)),
+                         price(a.plan, "allreduce", n, size, alpha, beta(at(m, w, 4)),
+                               gamma(at(m, w, 2)), overhead_us=overhead),
                          ring[size], auto.get(size)))
         for size in sorted(a2a):
+            m, w = size / n, 2 * n * size
+            k = kappa(at(m, w, 2))
             rows.append(("alltoall", n, size,
-                         price(a.plan, "alltoall", n, size, alpha, beta(size / n)),
+                         price(a.plan, "alltoall", n, size, alpha, beta(at(m, w, 4)), kappa=k,
+                               overhead_us=overhead),
                          a2a[size], None))
     # PP's transfers: the exchange itself, the link input (not counted).
     coll_sizes = {r[2] for r in rows}

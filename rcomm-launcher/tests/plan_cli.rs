@@ -277,6 +277,45 @@ fn price_gives_one_collective_by_the_planners_formula() {
     ]));
     let t: f64 = o.trim().parse().unwrap();
     assert!((t - 228e-6).abs() < 1e-15, "{t}");
+    // alltoall with a copy rate and a per-call overhead: 1 µs + 1/2 · 1 MB / 10 GB/s (the
+    // exchange) + 1 MB / 2 / 5 GB/s (the kept block) + 250 ns = 1 µs + 50 µs + 100 µs + 0.25 µs.
+    let o = stdout(&plan(&[
+        "--price",
+        "alltoall",
+        "--ranks",
+        "2",
+        "--bytes",
+        "1MB",
+        "--intra-bw",
+        "10GB/s",
+        "--intra-lat",
+        "1us",
+        "--copy-bw",
+        "5GB/s",
+        "--call-overhead",
+        "250ns",
+    ]));
+    let t: f64 = o.trim().parse().unwrap();
+    assert!((t - 151.25e-6).abs() < 1e-15, "{t}");
+    // p2p is one message: neither term applies (1 µs + 1 MB / 10 GB/s).
+    let o = stdout(&plan(&[
+        "--price",
+        "p2p",
+        "--ranks",
+        "2",
+        "--bytes",
+        "1MB",
+        "--intra-bw",
+        "10GB/s",
+        "--intra-lat",
+        "1us",
+        "--copy-bw",
+        "5GB/s",
+        "--call-overhead",
+        "250ns",
+    ]));
+    let t: f64 = o.trim().parse().unwrap();
+    assert!((t - 101e-6).abs() < 1e-15, "{t}");
     let o = plan(&["--price", "bcast", "--ranks", "2", "--bytes", "1MB"]);
     assert_eq!(o.status.code(), Some(2));
 }

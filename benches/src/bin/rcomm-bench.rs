@@ -121,7 +121,8 @@ enum Cmd {
     Coll(CollArgs),
     /// Computation/communication overlap of a non-blocking allreduce (iallreduce + compute + wait).
     Overlap(OverlapArgs),
-    /// The local reduction's speed (f32 sum, one process, no ranks needed): the cost model's γ.
+    /// The local reduction's speed (f32 sum, one process, no ranks needed): the cost model's γ;
+    /// with --copy the local copy's: κ.
     Reduce(ReduceArgs),
 }
 
@@ -143,6 +144,10 @@ struct ReduceArgs {
     /// One JSON object per size instead of the table.
     #[arg(long)]
     json: bool,
+    /// Time a plain copy (memcpy, `dst.copy_from_slice(src)`) instead of the reduction: the
+    /// local copy rate κ (`rcomm-plan --price … --copy-bw`).
+    #[arg(long)]
+    copy: bool,
 }
 
 fn main_reduce(a: &ReduceArgs) -> ExitCode {
@@ -155,7 +160,13 @@ fn main_reduce(a: &ReduceArgs) -> ExitCode {
     }
     let mut s = a.min;
     while s <= a.max {
-        match rcomm_benches::reduce::measure(s, a.iters, Duration::from_millis(a.min_ms)) {
+        let kind = if a.copy {
+            rcomm_benches::reduce::Kind::Copy
+        } else {
+            rcomm_benches::reduce::Kind::Reduce
+        };
+        match rcomm_benches::reduce::measure_kind(kind, s, a.iters, Duration::from_millis(a.min_ms))
+        {
             Ok(p) if a.json => println!("{}", p.json()),
             Ok(p) => println!(
                 "  {:>12} {:>12.2} {:>10.2}",

@@ -59,11 +59,19 @@
 //! | pairwise all-to-all, S the bytes one rank sends in all | (n−1)·α + (n−1)/n · S/β |
 //! | point-to-point | α + S/β |
 //!
-//! A reduction term (n−1)/n · S/γ — the bytes a rank folds, at the local reduction rate γ — can be
-//! added to the all-reduce and the reduce-scatter ([`price_with`], `rcomm-plan --price …
-//! --reduce-bw`). The step formulas below leave it out: a GPU folds inside the copy at memory
-//! speed, far above any link's β, so it would change no ranking; on CPUs it matters for small
-//! in-cache all-reduces, and `benches/scripts/plan-validate.sh` prices with it.
+//! Three local costs can be added, each an optional input that defaults to nothing (the step
+//! formulas below leave them all out; [`price_local`], `rcomm-plan --price …`):
+//!
+//! | term | added to | input |
+//! |---|---|---|
+//! | reduction (n−1)/n · S/γ: the bytes a rank folds, at the local reduction rate γ | all-reduce, reduce-scatter | `--reduce-bw` γ |
+//! | own block S/(n·κ): the pairwise all-to-all copies the block a rank keeps, S/n bytes, at the local copy rate κ | all-to-all | `--copy-bw` κ |
+//! | per-call overhead o: what one collective call costs beyond its messages' α (schedule lookup, tag, request and completion bookkeeping), once per call | every collective (not p2p) | `--call-overhead` o |
+//!
+//! On a GPU the fold and the copy run inside the transfer at memory speed, far above any
+//! link's β, and o (microseconds) vanishes next to a step's all-reduces of megabytes, so they
+//! would change no ranking; on CPUs they matter for small and for out-of-cache collectives,
+//! and `benches/scripts/plan-validate.sh` prices with all three, each measured on its own.
 //!
 //! # One step
 //!
@@ -633,7 +641,8 @@ pub enum Collective {
     /// Reduce-scatter of S bytes in all: as the all-gather (plus (n−1)/n · S/γ with a
     /// reduction rate).
     ReduceScatter,
-    /// Pairwise all-to-all, S bytes sent by each rank: (n−1)·α + (n−1)/n · S/β.
+    /// Pairwise all-to-all, S bytes sent by each rank: (n−1)·α + (n−1)/n · S/β (plus
+    /// S/(n·κ) for its own block with a local copy rate).
     Alltoall,
     /// One message: α + S/β (n is ignored).
     P2p,
@@ -698,6 +707,43 @@ pub fn price(op: Collective, n: u64, bytes: f64, link: Link) -> f64 {
 /// assert!((with - price(Collective::Allreduce, 2, s, l) - 0.5 * s / 20e9).abs() < 1e-15);
 /// ```
 pub fn price_with(op: Collective, n: u64, bytes: f64, link: Link, reduce_bw: Option<f64>) -> f64 {
+    price_local(
+        op,
+        n,
+        bytes,
+        link,
+        &Local {
+            reduce_bw,
+            ..Local::default()
+        },
+    )
+}
+
+/// The local costs of a collective beyond its messages (module documentation, "Collective
+/// costs"); the default adds nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Local {
+    /// γ, bytes folded per second by the reduction (all-reduce, reduce-scatter).
+    pub reduce_bw: Option<f64>,
+    /// κ, bytes copied per second locally (the all-to-all's own block).
+    pub copy_bw: Option<f64>,
+    /// o, seconds per collective call beyond its messages' α.
+    pub call_overhead_s: f64,
+}
+
+/// [`price`] plus the local terms of `local`: (n−1)/n · S/γ for the all-reduce and the
+/// reduce-scatter, S/(n·κ) for the all-to-all, o for every collective but p2p (each only when
+/// there is something to do: n ≥ 2 and S > 0).
+///
+/// ```
+/// use rcomm::plan::{price, price_local, Collective, Link, Local};
+/// let l = Link { latency_s: 1e-6, bandwidth: 10e9 };
+/// let s = 1048576.0;
+/// let loc = Local { reduce_bw: None, copy_bw: Some(5e9), call_overhead_s: 2e-7 };
+/// let t = price_local(Collective::Alltoall, 4, s, l, &loc);
+/// assert!((t - price(Collective::Alltoall, 4, s, l) - s / 4.0 / 5e9 - 2e-7).abs() < 1e-15);
+/// ```
+pub fn price_local(op: Collective, n: u64, bytes: f64, link: Link, local: &Local) -> f64 {
     let (a, b) = (link.latency_s, link.bandwidth);
     if op == Collective::P2p {
         return if bytes > 0.0 { a + bytes / b } else { 0.0 };
@@ -706,19 +752,25 @@ pub fn price_with(op: Collective, n: u64, bytes: f64, link: Link, reduce_bw: Opt
         return 0.0;
     }
     let (n1, nf) = ((n - 1) as f64, n as f64);
-    let fold = match (op, reduce_bw) {
-        (Collective::Allreduce | Collective::ReduceScatter, Some(g)) if g > 0.0 => {
-            n1 / nf * bytes / g
-        }
+    let rate = |r: Option<f64>| r.filter(|&r| r > 0.0);
+    let fold = match (op, rate(local.reduce_bw)) {
+        (Collective::Allreduce | Collective::ReduceScatter, Some(g)) => n1 / nf * bytes / g,
         _ => 0.0,
     };
-    fold + match op {
-        Collective::Allreduce => 2.0 * n1 * a + 2.0 * n1 / nf * bytes / b,
-        Collective::Allgather | Collective::ReduceScatter | Collective::Alltoall => {
-            n1 * a + n1 / nf * bytes / b
+    let copy = match (op, rate(local.copy_bw)) {
+        (Collective::Alltoall, Some(k)) => bytes / nf / k,
+        _ => 0.0,
+    };
+    local.call_overhead_s.max(0.0)
+        + fold
+        + copy
+        + match op {
+            Collective::Allreduce => 2.0 * n1 * a + 2.0 * n1 / nf * bytes / b,
+            Collective::Allgather | Collective::ReduceScatter | Collective::Alltoall => {
+                n1 * a + n1 / nf * bytes / b
+            }
+            Collective::P2p => unreachable!("handled above"),
         }
-        Collective::P2p => unreachable!("handled above"),
-    }
 }
 
 /// Whether any group of ranks that share `leader(r)` spans more than one node.

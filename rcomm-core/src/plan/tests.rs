@@ -72,6 +72,36 @@ fn collective_prices_follow_the_documented_formulas() {
         889e-6,
     );
     close(price_with(Collective::Allreduce, 8, 1e6, l, None), 1778e-6);
+    // The local terms by hand: a 0.5 µs call overhead on every collective but p2p; the
+    // all-to-all's own block, 1 MB / 8 at 0.5 GB/s = 250 µs; a copy rate changes no other
+    // operation, and nothing to do still costs nothing.
+    let loc = Local {
+        reduce_bw: Some(1e9),
+        copy_bw: Some(0.5e9),
+        call_overhead_s: 0.5e-6,
+    };
+    close(
+        price_local(Collective::Allreduce, 8, 1e6, l, &loc),
+        1778e-6 + 875e-6 + 0.5e-6,
+    );
+    close(
+        price_local(Collective::Alltoall, 8, 1e6, l, &loc),
+        889e-6 + 250e-6 + 0.5e-6,
+    );
+    close(
+        price_local(Collective::Allgather, 8, 1e6, l, &loc),
+        889e-6 + 0.5e-6,
+    );
+    close(
+        price_local(Collective::P2p, 2, 1e6, l, &loc),
+        price(Collective::P2p, 2, 1e6, l),
+    );
+    assert_eq!(price_local(Collective::Alltoall, 1, 1e6, l, &loc), 0.0);
+    assert_eq!(price_local(Collective::Alltoall, 8, 0.0, l, &loc), 0.0);
+    assert_eq!(
+        price_local(Collective::Alltoall, 8, 1e6, l, &Local::default()),
+        price(Collective::Alltoall, 8, 1e6, l)
+    );
     assert_eq!(
         "reduce_scatter".parse::<Collective>().unwrap(),
         Collective::ReduceScatter

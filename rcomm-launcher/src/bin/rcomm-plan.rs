@@ -130,6 +130,14 @@ struct Cli {
     /// (n−1)/n · S/γ to allreduce and reduce_scatter. Without it the reduction is free.
     #[arg(long, value_name = "RATE", help_heading = "Pricing one collective")]
     reduce_bw: Option<String>,
+    /// Local copy rate κ (bytes copied per second, e.g. 10GB/s; --price): adds S/(n·κ) to
+    /// alltoall, the block a rank keeps. Without it the copy is free.
+    #[arg(long, value_name = "RATE", help_heading = "Pricing one collective")]
+    copy_bw: Option<String>,
+    /// Per-call overhead o of a collective beyond its messages' latency (e.g. 250ns; --price):
+    /// added once to every operation but p2p [default: 0].
+    #[arg(long, value_name = "TIME", help_heading = "Pricing one collective")]
+    call_overhead: Option<String>,
 }
 
 /// The cluster settings from the topology file, then the flags (later ones win).
@@ -213,12 +221,22 @@ fn price(cli: &Cli, op: &str) -> Result<String, String> {
         latency_s: lat,
         bandwidth: bw,
     };
-    let gamma = cli
-        .reduce_bw
-        .as_deref()
-        .map(|v| plan::parse_bandwidth("--reduce-bw", v).map_err(|e| e.to_string()))
-        .transpose()?;
-    let t = plan::price_with(op, ranks, bytes, link, gamma);
+    let rate = |flag: &str, v: &Option<String>| {
+        v.as_deref()
+            .map(|v| plan::parse_bandwidth(flag, v).map_err(|e| e.to_string()))
+            .transpose()
+    };
+    let local = plan::Local {
+        reduce_bw: rate("--reduce-bw", &cli.reduce_bw)?,
+        copy_bw: rate("--copy-bw", &cli.copy_bw)?,
+        call_overhead_s: cli
+            .call_overhead
+            .as_deref()
+            .map(|v| plan::parse_duration("--call-overhead", v).map_err(|e| e.to_string()))
+            .transpose()?
+            .unwrap_or(0.0),
+    };
+    let t = plan::price_local(op, ranks, bytes, link, &local);
     Ok(if cli.json {
         format!(
             "{{\"op\":\"{}\",\"ranks\":{ranks},\"bytes\":{bytes},\"latency_s\":{lat},\
