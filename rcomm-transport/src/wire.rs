@@ -1083,7 +1083,9 @@ impl FlightDump {
             comms.push((d.u32("ctx")?, d.str(MAX_COMM_NAME, "comm name")?));
         }
         let nt = d.u8("string count")? as usize;
-        let mut table = Vec::with_capacity(nt);
+        // Each name takes at least its 4-byte length: a count the input cannot hold must not
+        // reserve 255 `String`s.
+        let mut table = Vec::with_capacity(nt.min(d.remaining() / 4));
         for _ in 0..nt {
             table.push(d.str(MAX_DUMP_NAME, "name")?);
         }

@@ -106,3 +106,17 @@ proptest! {
         }
     }
 }
+
+/// Found by the in-CI fuzzer: a short flight dump announcing 255 names reserved 255 `String`s
+/// (6 KiB) before reading any.
+#[test]
+fn a_short_flight_dump_announcing_many_names_reserves_little() {
+    let mut input = Vec::new();
+    input.extend_from_slice(&3u32.to_le_bytes()); // rank
+    input.extend_from_slice(&0u32.to_le_bytes()); // host ""
+    input.extend_from_slice(&7u32.to_le_bytes()); // pid
+    input.extend_from_slice(&[0; 16]); // now, total
+    input.extend_from_slice(&0u32.to_le_bytes()); // no communicator names
+    input.push(255); // 255 names announced, none present
+    fuzzing::check(fuzzing::target("flight_dump").unwrap(), &input);
+}

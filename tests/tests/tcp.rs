@@ -59,6 +59,16 @@ impl Pair {
             return None;
         }
         Self::down();
+        // Deleting a namespace frees its veth pair asynchronously: the previous test's rc50h*
+        // may still exist for a moment, and adding it again would fail.
+        let t0 = std::time::Instant::now();
+        while (0..2).any(|i| ip(&format!("link show rc50h{i}"))) || ip("link show rc50br") {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "the previous test's rc50 links did not go away"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let mut ok = ip("link add rc50br type bridge")
             && ip("addr add 10.77.50.254/24 dev rc50br")
             && ip("link set rc50br up");
@@ -76,7 +86,11 @@ impl Pair {
                 && ip(&format!("-n rc50n{i} link set rc50v{i} up"))
                 && ip(&format!("-n rc50n{i} link set lo up"));
         }
-        assert!(ok, "setting up network namespaces rc50n0/rc50n1 failed");
+        if !ok {
+            // No Pair to drop: leave nothing behind before failing.
+            Self::down();
+            panic!("setting up network namespaces rc50n0/rc50n1 failed");
+        }
         Some(Pair)
     }
 
