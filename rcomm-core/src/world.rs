@@ -213,7 +213,9 @@ fn init_with(cfg: &Config) -> Result<World> {
             .filter(|p| p.hostname == infos[rank as usize].hostname)
             .count(),
     );
-    let oversubscribed = sharing > rcomm_transport::os::usable_cpus();
+    // The node's CPUs, not this rank's affinity: a rank the launcher bound to one core is not
+    // oversubscribed for that.
+    let oversubscribed = sharing > rcomm_transport::os::job_cpus();
     let policy = if oversubscribed {
         WaitPolicy {
             spin: 64,
@@ -255,7 +257,7 @@ fn init_with(cfg: &Config) -> Result<World> {
     comm.fr_created("world");
     // Collective: every rank takes part (rank 0 measures, all receive its values), so the
     // tuner's choices agree everywhere.
-    let tuning = crate::coll::tuner::measure(&comm, cfg.tune)?;
+    let tuning = crate::coll::tuner::measure(&comm, cfg.tune, cfg.shm_cma && !cfg.shm_cma_pinned)?;
     let _ = comm.shared.tuning.set(tuning);
     rlog!(
         Info,

@@ -392,6 +392,9 @@ pub struct Config {
     pub shm_cma: bool,
     /// Largest message moved by single copy.
     pub shm_cma_max: usize,
+    /// `RCOMM_SHM_CMA` or `RCOMM_SHM_CMA_MAX` was set: the user chose, so init's probe of single
+    /// copy against pipelined copy does not override it.
+    pub shm_cma_pinned: bool,
     /// TCP streams per peer.
     pub tcp_streams: usize,
     /// `RCOMM_SOCKET_IFNAME`: which interface TCP binds to; `None` = the default rule.
@@ -763,6 +766,8 @@ impl Config {
             ],
         )?;
         let shm_cma_max = parse_size(env, "RCOMM_SHM_CMA_MAX")?.unwrap_or(4 << 20);
+        let shm_cma_pinned =
+            get(env, "RCOMM_SHM_CMA").is_some() || get(env, "RCOMM_SHM_CMA_MAX").is_some();
         let tcp_streams = parse_u32(env, "RCOMM_TCP_STREAMS")?.unwrap_or(1) as usize;
         if !(1..=8).contains(&tcp_streams) {
             return Err(ConfigError {
@@ -898,6 +903,7 @@ impl Config {
             transport,
             shm_cma,
             shm_cma_max,
+            shm_cma_pinned,
             tcp_streams,
             socket_ifname,
             ib_hca,

@@ -207,11 +207,81 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Number of CPUs this process may run on.
+/// Number of CPUs this process may run on (its own affinity: one when bound to a core).
 pub fn usable_cpus() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+}
+
+/// Number of CPUs the ranks of a job on this machine share: the CPUs of this process's cgroup
+/// cpuset (a container's or a batch job's allocation, which binding a rank with
+/// `sched_setaffinity` does not narrow), else the online CPUs, limited by a cgroup CPU quota.
+/// Whether a node is oversubscribed is this against its rank count — not [`usable_cpus`],
+/// which counts one CPU for a rank the launcher bound to a core.
+pub fn job_cpus() -> usize {
+    job_cpus_under(std::path::Path::new("/"))
+}
+
+/// [`job_cpus`] reading `/proc` and `/sys/fs/cgroup` under `root` (tests feed fixture trees);
+/// the online count is the running machine's.
+pub fn job_cpus_under(root: &std::path::Path) -> usize {
+    let read = |p: &str| std::fs::read_to_string(root.join(p.trim_start_matches('/'))).ok();
+    let count = |list: &str| crate::topo::sysfs::parse_list(list.trim()).map(|v| v.len());
+    let groups = read("proc/self/cgroup").unwrap_or_default();
+    // cgroup v2: "0::/path"; v1: "N:cpuset:/path" and "N:cpu,cpuacct:/path".
+    let path_of = |ctrl: &str| -> Option<String> {
+        groups.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+            (ctrls.split(',').any(|c| c == ctrl)).then(|| path.to_string())
+        })
+    };
+    let v2 = path_of("");
+    let cpuset = v2
+        .as_ref()
+        .and_then(|p| read(&format!("sys/fs/cgroup{p}/cpuset.cpus.effective")))
+        .or_else(|| {
+            let p = path_of("cpuset")?;
+            read(&format!("sys/fs/cgroup/cpuset{p}/cpuset.effective_cpus"))
+                .or_else(|| read(&format!("sys/fs/cgroup/cpuset{p}/cpuset.cpus")))
+        })
+        .and_then(|l| count(&l))
+        .filter(|&n| n > 0);
+    let n = cpuset.unwrap_or_else(|| {
+        // SAFETY: sysconf has no preconditions.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        if online > 0 {
+            online as usize
+        } else {
+            usable_cpus()
+        }
+    });
+    // A quota of q µs per period p lets the group use ⌈q/p⌉ CPUs at once.
+    let quota = v2
+        .as_ref()
+        .and_then(|p| read(&format!("sys/fs/cgroup{p}/cpu.max")))
+        .and_then(|l| {
+            let mut f = l.split_whitespace();
+            Some((
+                f.next()?.parse::<f64>().ok()?,
+                f.next()?.parse::<f64>().ok()?,
+            ))
+        })
+        .or_else(|| {
+            let p = path_of("cpu")?;
+            let q = read(&format!("sys/fs/cgroup/cpu,cpuacct{p}/cpu.cfs_quota_us"))
+                .or_else(|| read(&format!("sys/fs/cgroup/cpu{p}/cpu.cfs_quota_us")))?;
+            let per = read(&format!("sys/fs/cgroup/cpu,cpuacct{p}/cpu.cfs_period_us"))
+                .or_else(|| read(&format!("sys/fs/cgroup/cpu{p}/cpu.cfs_period_us")))?;
+            Some((
+                q.trim().parse::<f64>().ok()?,
+                per.trim().parse::<f64>().ok()?,
+            ))
+        })
+        .filter(|&(q, per)| q > 0.0 && per > 0.0)
+        .map(|(q, per)| (q / per).ceil().max(1.0) as usize);
+    quota.map_or(n, |q| n.min(q)).max(1)
 }
 
 /// The CPUs this process may run on (`sched_getaffinity`), sorted.
@@ -258,6 +328,55 @@ pub fn signal_name(sig: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cgroup_tree(files: &[(&str, &str)]) -> std::path::PathBuf {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let root = std::env::temp_dir().join(format!(
+            "rcomm-cgroup-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        for (path, text) in files {
+            let p = root.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        root
+    }
+
+    #[test]
+    fn job_cpus_reads_the_cgroup_not_the_affinity() {
+        // cgroup v2: a cpuset of 4 CPUs and a quota of two CPUs' time.
+        let v2 = cgroup_tree(&[
+            ("proc/self/cgroup", "0::/job/step\n"),
+            ("sys/fs/cgroup/job/step/cpuset.cpus.effective", "0-3\n"),
+            ("sys/fs/cgroup/job/step/cpu.max", "200000 100000\n"),
+        ]);
+        assert_eq!(job_cpus_under(&v2), 2);
+        std::fs::write(v2.join("sys/fs/cgroup/job/step/cpu.max"), "max 100000\n").unwrap();
+        assert_eq!(job_cpus_under(&v2), 4);
+        // cgroup v1 beside an empty unified line (a hybrid host): the cpuset controller's.
+        let v1 = cgroup_tree(&[
+            (
+                "proc/self/cgroup",
+                "3:cpuset:/slurm/job7\n1:cpu,cpuacct:/\n0::/\n",
+            ),
+            (
+                "sys/fs/cgroup/cpuset/slurm/job7/cpuset.effective_cpus",
+                "0-5,8,10\n",
+            ),
+            ("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n"),
+            ("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n"),
+        ]);
+        assert_eq!(job_cpus_under(&v1), 8);
+        // Nothing to read: the online CPUs, at least one.
+        let none = cgroup_tree(&[]);
+        assert!(job_cpus_under(&none) >= 1);
+        for d in [v2, v1, none] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 
     #[test]
     fn sealed_memfd_is_readable_and_immutable() {

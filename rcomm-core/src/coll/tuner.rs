@@ -53,6 +53,11 @@ const BW_BYTES: usize = 256 << 10;
 const BW_BYTES_INTER: usize = 2 << 20;
 /// The smaller probe of the slope; above a typical limiter's burst.
 const BW_BYTES_INTER_SMALL: usize = 512 << 10;
+/// Message of the single-copy probe: where the ring's chunks of mid-sized collectives fall.
+const SINGLE_COPY_PROBE_BYTES: usize = 1 << 20;
+/// Single copy stays on unless pipelined copy takes at most this share of its time: a clear
+/// loss, not noise, turns it off.
+const SINGLE_COPY_LOSES: f64 = 0.75;
 const BW_WARMUP: usize = 1;
 const BW_ITERS: usize = 3;
 /// Buffer of the γ and μ measurement (f32 elements: 1 MiB).
@@ -126,6 +131,9 @@ pub(crate) struct Tuning {
     pub memcpy: f64,
     /// Where γ and μ came from.
     pub local_origin: Origin,
+    /// Rank 0's probe found single copy (`process_vm_readv`) slower than pipelined copy on its
+    /// node: every rank turns it off (see [`measure`]).
+    pub single_copy_off: bool,
 }
 
 impl Tuning {
@@ -148,11 +156,12 @@ impl Tuning {
             gamma: DEFAULT_GAMMA,
             memcpy: DEFAULT_MEMCPY,
             local_origin: Origin::Default,
+            single_copy_off: false,
         }
     }
 
     /// Fixed-size little-endian encoding for the broadcast: six `f64` then a bit set of origins
-    /// (bit 0 intra, 1 inter, 2 local; set = measured).
+    /// (bit 0 intra, 1 inter, 2 local; set = measured) and bit 3, single copy off.
     pub(crate) fn to_bytes(self) -> [u8; Self::BYTES] {
         let mut out = [0u8; Self::BYTES];
         let vals = [
@@ -167,7 +176,10 @@ impl Tuning {
             chunk.copy_from_slice(&v.to_le_bytes());
         }
         let bit = |o: Origin, b: u8| if o == Origin::Measured { 1 << b } else { 0 };
-        out[48] = bit(self.intra.origin, 0) | bit(self.inter.origin, 1) | bit(self.local_origin, 2);
+        out[48] = bit(self.intra.origin, 0)
+            | bit(self.inter.origin, 1)
+            | bit(self.local_origin, 2)
+            | (self.single_copy_off as u8) << 3;
         out
     }
 
@@ -189,7 +201,7 @@ impl Tuning {
             }
         }
         let bits = b[48];
-        if bits & !0b111 != 0 {
+        if bits & !0b1111 != 0 {
             return Err(format!("tuning origin bits {bits:#04x} unknown"));
         }
         let origin = |i: u8| {
@@ -213,6 +225,7 @@ impl Tuning {
             gamma: vals[4],
             memcpy: vals[5],
             local_origin: origin(2),
+            single_copy_off: bits >> 3 & 1 == 1,
         })
     }
 }
@@ -222,7 +235,7 @@ impl fmt::Display for Tuning {
         write!(
             f,
             "intra α {:.2} µs β {:.0} B/µs ({}), inter α {:.2} µs β {:.0} B/µs ({}), \
-             γ {:.0} B/µs μ {:.0} B/µs ({})",
+             γ {:.0} B/µs μ {:.0} B/µs ({}){}",
             self.intra.alpha_us,
             self.intra.beta,
             self.intra.origin,
@@ -231,7 +244,12 @@ impl fmt::Display for Tuning {
             self.inter.origin,
             self.gamma,
             self.memcpy,
-            self.local_origin
+            self.local_origin,
+            if self.single_copy_off {
+                ", single copy off (slower than pipelined copy here)"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -657,9 +675,11 @@ fn ping(
     peer: u32,
     bw_bytes: usize,
     small_bytes: Option<usize>,
-) -> Result<Link> {
+    probe_single_copy: bool,
+) -> Result<(Link, bool)> {
     let mut small = [0u8; LAT_BYTES];
     small[0] = 1; // "measure": the peer answers every ping
+    small[1] = probe_single_copy as u8;
     let mut back = [0u8; LAT_BYTES];
     let mut lat = Vec::with_capacity(LAT_ITERS);
     for i in 0..LAT_WARMUP + LAT_ITERS {
@@ -697,11 +717,41 @@ fn ping(
             beta = beta.min(slope.max(beta / 2.0));
         }
     }
-    Ok(Link {
-        alpha_us: alpha,
-        beta: clamp(beta, THROUGHPUT_RANGE),
-        origin: Origin::Measured,
-    })
+    let mut single_copy_off = false;
+    if probe_single_copy {
+        let with = one_way(SINGLE_COPY_PROBE_BYTES)?;
+        let without = without_single_copy(world, || one_way(SINGLE_COPY_PROBE_BYTES))?;
+        single_copy_off = without < SINGLE_COPY_LOSES * with;
+        rlog!(
+            Info,
+            "COLL",
+            "1 MiB to rank {peer}: {with:.0} µs by single copy, {without:.0} µs by pipelined copy{}",
+            if single_copy_off {
+                ": single copy off"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok((
+        Link {
+            alpha_us: alpha,
+            beta: clamp(beta, THROUGHPUT_RANGE),
+            origin: Origin::Measured,
+        },
+        single_copy_off,
+    ))
+}
+
+/// Runs `f` with single copy off on this rank (it receives by pipelined copy), then restores
+/// it. Both sides of the probe call it at the same point of their exchange, between two
+/// blocking calls, so no message straddles the switch.
+fn without_single_copy<R>(world: &Communicator, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    let saved = world.shared.lock().single_copy_max();
+    world.shared.lock().set_single_copy_max(0);
+    let r = f();
+    world.shared.lock().set_single_copy_max(saved);
+    r
 }
 
 /// A peer's side: answer rank 0's pings until the fixed iteration counts are done, or return
@@ -717,12 +767,22 @@ fn pong(world: &Communicator, bw_bytes: usize, small_bytes: Option<usize>) -> Re
         world.tune_recv(&mut small, 0, TAG_TUNE_PING)?;
         world.tune_send(&small, 0, TAG_TUNE_PING)?;
     }
-    for bytes in std::iter::once(bw_bytes).chain(small_bytes) {
+    let round_trips = |bytes: usize| -> Result<()> {
         let mut big = vec![0u8; bytes];
         for _ in 0..BW_WARMUP + BW_ITERS {
             world.tune_recv(&mut big, 0, TAG_TUNE_PING)?;
             world.tune_send(&big, 0, TAG_TUNE_PING)?;
         }
+        Ok(())
+    };
+    for bytes in std::iter::once(bw_bytes).chain(small_bytes) {
+        round_trips(bytes)?;
+    }
+    // Rank 0's single-copy probe (the second byte of its first ping): the same round trips by
+    // single copy, then by pipelined copy.
+    if small[1] == 1 {
+        round_trips(SINGLE_COPY_PROBE_BYTES)?;
+        without_single_copy(world, || round_trips(SINGLE_COPY_PROBE_BYTES))?;
     }
     Ok(())
 }
@@ -765,7 +825,19 @@ fn measure_local() -> (f64, f64) {
 /// unless its `mode` is [`TuneMode::Default`] — then sends the result to every rank along a
 /// binomial tree. Peers learn from rank 0's first ping whether it measures, so ranks whose
 /// `RCOMM_TUNE` differs still agree (they all end up with rank 0's values).
-pub(crate) fn measure(world: &Communicator, mode: TuneMode) -> Result<Tuning> {
+///
+/// On rank 0's node it also probes single copy: when the caller allows it (`probe_single_copy`:
+/// single copy on and neither `RCOMM_SHM_CMA` nor `RCOMM_SHM_CMA_MAX` set) and rank 0 can read
+/// its node peer's memory, 1 MiB round trips by single copy and by pipelined copy; if pipelined
+/// copy takes under 3/4 of the time, every rank turns single copy off. Whether
+/// `process_vm_readv` beats two overlapped copies depends on the kernel and hypervisor (page
+/// pinning), not only on the size: on one 2-vCPU VM it lost by 2× at 1–4 MiB in one hour and
+/// won in another.
+pub(crate) fn measure(
+    world: &Communicator,
+    mode: TuneMode,
+    probe_single_copy: bool,
+) -> Result<Tuning> {
     let (n, me) = (world.size, world.rank);
     if n == 1 {
         return Ok(Tuning::defaults());
@@ -777,18 +849,23 @@ pub(crate) fn measure(world: &Communicator, mode: TuneMode) -> Result<Tuning> {
     let inter_peer = (1..n).find(|&r| node_of[r as usize] != node_of[0]);
     let mut tuning = Tuning::defaults();
     if me == 0 {
-        for (peer, link, bytes, small) in [
-            (intra_peer, &mut tuning.intra, BW_BYTES, None),
+        for (peer, link, bytes, small, on_node) in [
+            (intra_peer, &mut tuning.intra, BW_BYTES, None, true),
             (
                 inter_peer,
                 &mut tuning.inter,
                 BW_BYTES_INTER,
                 Some(BW_BYTES_INTER_SMALL),
+                false,
             ),
         ] {
             let Some(peer) = peer else { continue };
             if mode == TuneMode::Measure {
-                *link = ping(world, peer, bytes, small)?;
+                let probe =
+                    on_node && probe_single_copy && world.shared.lock().single_copy_with(peer);
+                let off;
+                (*link, off) = ping(world, peer, bytes, small, probe)?;
+                tuning.single_copy_off |= off;
             } else {
                 world.tune_send(&[0u8; LAT_BYTES], peer, TAG_TUNE_PING)?;
             }
@@ -820,6 +897,9 @@ pub(crate) fn measure(world: &Communicator, mode: TuneMode) -> Result<Tuning> {
         mask >>= 1;
     }
     let tuning = Tuning::from_bytes(&buf).map_err(|why| CommError::Protocol { rank: 0, why })?;
+    if tuning.single_copy_off {
+        world.shared.lock().set_single_copy_max(0);
+    }
     if me == 0 {
         rlog!(
             Info,
@@ -1174,6 +1254,7 @@ mod tests {
             gamma: g,
             memcpy: m,
             local_origin: Origin::Measured,
+            single_copy_off: a > 1.0,
         })
     }
 

@@ -843,6 +843,23 @@ impl Engine {
         !self.st.streaming.is_empty() || self.st.out_len > 0 || self.net.has_queued_output()
     }
 
+    /// Largest message this rank receives by single copy (0: never).
+    pub(crate) fn single_copy_max(&self) -> usize {
+        self.st.cfg.cma_max
+    }
+
+    /// Sets [`single_copy_max`](Self::single_copy_max): the receiver chooses the protocol of
+    /// each large message when it matches it, so this takes effect for every message matched
+    /// from now on (init's probe turns single copy off where pipelined copy is faster).
+    pub(crate) fn set_single_copy_max(&mut self, max: usize) {
+        self.st.cfg.cma_max = max;
+    }
+
+    /// Whether this rank can read `peer`'s memory by single copy.
+    pub(crate) fn single_copy_with(&self, peer: u32) -> bool {
+        self.st.cma.get(peer as usize).copied().unwrap_or(false) && self.st.cfg.cma_max > 0
+    }
+
     /// Whether queued work needs this thread to keep spinning: output that waits on a peer no
     /// descriptor reports (shared memory). Output that waits only for room in TCP sockets does
     /// not — a sleeping rank polls those sockets for room ([`Net::wait_fds`]).
