@@ -74,7 +74,7 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec {
         name: "RCOMM_SHM_CMA",
         protocol: false,
-        help: "1 (default): large shared-memory messages up to RCOMM_SHM_CMA_MAX move by single copy (process_vm_readv); 0: always pipelined copy through shared buffers",
+        help: "unset (default): large shared-memory messages up to RCOMM_SHM_CMA_MAX move by single copy (process_vm_readv) unless init measures pipelined copy clearly faster on this node; 1: single copy, no probe; 0: always pipelined copy through shared buffers",
     },
     VarSpec {
         name: "RCOMM_SHM_CMA_MAX",
