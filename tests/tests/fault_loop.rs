@@ -99,6 +99,10 @@ fn fifty_random_kills_are_named_by_every_survivor_within_5_s_and_leave_nothing_b
                 msg.contains(&format!("rank {victim} ")),
                 "{ctx}: rank {r} must name rank {victim}: {msg}\n{out}"
             );
+            assert!(
+                !msg.starts_with("collective:"),
+                "{ctx}: rank {r} must name the operation, not just \"collective\": {msg}\n{out}"
+            );
         }
         let left = wait_no_processes("RCOMMTEST_MARKER", &marker, Duration::from_secs(5));
         assert!(left.is_empty(), "{ctx}: processes left: {left:?}");

@@ -115,7 +115,9 @@ impl CollShared {
         if c.len() >= CACHE_MAX {
             c.clear();
         }
-        let s = Arc::new(make());
+        let mut s = make();
+        s.op = key.op;
+        let s = Arc::new(s);
         c.insert(key, s.clone());
         s
     }
@@ -345,9 +347,19 @@ impl Communicator {
         let mut res = Ok(());
         for ph in &s.phases {
             res = self
-                .post_phase(ph, tag, stamp, data, input, &mut tmp)
+                .post_phase(s.op_name(), ph, tag, stamp, data, input, &mut tmp)
                 .and_then(|reqs| {
-                    self.finish_phase(ph, reqs, data, input, &mut tmp, reduce, true, chk)
+                    self.finish_phase(
+                        s.op_name(),
+                        ph,
+                        reqs,
+                        data,
+                        input,
+                        &mut tmp,
+                        reduce,
+                        true,
+                        chk,
+                    )
                 })
                 .map(drop);
             if res.is_err() {
@@ -399,8 +411,10 @@ impl Communicator {
 
     /// Posts a phase's receives, then its sends. On error, requests already posted are waited
     /// for (so no buffer is used after) and the first error is returned.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn post_phase(
         &self,
+        op: &'static str,
         ph: &Phase,
         tag: Tag,
         stamp: Stamp,
@@ -440,7 +454,7 @@ impl Communicator {
                     }
                     let posted = self.world_rank(*peer).and_then(|w| {
                         let reg = region(dst, data, tmp)?;
-                        e.irecv(ctx, Source::Rank(w), tag.sel(), reg, "collective")
+                        e.irecv(ctx, Source::Rank(w), tag.sel(), reg, op)
                     });
                     match posted {
                         Ok(r) => reqs.push(Pending {
@@ -456,7 +470,7 @@ impl Communicator {
                 if let Step::Send { peer, src } = st {
                     let posted = self.world_rank(*peer).and_then(|w| {
                         let reg = region(src, data, tmp)?;
-                        e.isend_stamped(ctx, w, tag.0, reg, "collective", stamp)
+                        e.isend_stamped(ctx, w, tag.0, reg, op, stamp)
                     });
                     match posted {
                         Ok(r) => reqs.push(Pending {
@@ -484,6 +498,7 @@ impl Communicator {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn finish_phase(
         &self,
+        op: &'static str,
         ph: &Phase,
         reqs: Vec<Pending>,
         data: &mut [u8],
@@ -556,14 +571,12 @@ impl Communicator {
             for p in &reqs {
                 e.abandon(p.req);
             }
-            let err = e
-                .lost_error(w, "collective")
-                .unwrap_or(CommError::PeerLost {
-                    rank: w,
-                    host: e.host_of(w).to_string(),
-                    op: "collective",
-                    why: "failed".into(),
-                });
+            let err = e.lost_error(w, op).unwrap_or(CommError::PeerLost {
+                rank: w,
+                host: e.host_of(w).to_string(),
+                op,
+                why: "failed".into(),
+            });
             drop(e);
             return Err(self.with_other_losses(err));
         }
@@ -693,12 +706,19 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
             let data: &mut [u8] = bytemuck::cast_slice_mut(&mut self.data);
             let input: &[u8] = bytemuck::cast_slice(&self.input);
             if self.pending.is_empty() {
-                self.pending =
-                    self.comm
-                        .post_phase(ph, self.tag, self.stamp, data, input, &mut self.tmp)?;
+                self.pending = self.comm.post_phase(
+                    sched.op_name(),
+                    ph,
+                    self.tag,
+                    self.stamp,
+                    data,
+                    input,
+                    &mut self.tmp,
+                )?;
             }
             let reqs = std::mem::take(&mut self.pending);
             let left = self.comm.finish_phase(
+                sched.op_name(),
                 ph,
                 reqs,
                 data,

@@ -1232,6 +1232,7 @@ fn out_of_place_block(s: &Schedule, off: usize, len: usize) -> Schedule {
     let mut out = Schedule {
         phases: Vec::with_capacity(s.phases.len() + 1),
         tmp_len: s.tmp_len,
+        op: s.op,
     };
     if len > 0 {
         out.phases.push(Phase {

@@ -722,6 +722,11 @@ fn ping(
         let with = one_way(SINGLE_COPY_PROBE_BYTES)?;
         let without = without_single_copy(world, || one_way(SINGLE_COPY_PROBE_BYTES))?;
         single_copy_off = without < SINGLE_COPY_LOSES * with;
+        if single_copy_off {
+            // β of the protocol the messages will use from now on, not of the one just
+            // turned off.
+            beta = SINGLE_COPY_PROBE_BYTES as f64 / (without - alpha).max(1e-3);
+        }
         rlog!(
             Info,
             "COLL",

@@ -119,6 +119,20 @@ pub struct Schedule {
     pub phases: Vec<Phase>,
     /// Scratch bytes needed.
     pub tmp_len: usize,
+    /// The operation it carries out (`allreduce`, …), for errors; set when it is cached
+    /// (empty: "collective").
+    pub op: &'static str,
+}
+
+impl Schedule {
+    /// [`op`](Self::op), or "collective" when unset.
+    pub fn op_name(&self) -> &'static str {
+        if self.op.is_empty() {
+            "collective"
+        } else {
+            self.op
+        }
+    }
 }
 
 /// `a` then `b` (scratch shared: phases run one after the other).

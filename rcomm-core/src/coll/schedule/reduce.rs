@@ -134,6 +134,7 @@ pub fn recursive_doubling_allreduce(rank: u32, n: u32, count: usize, elem: usize
     let mut s = Schedule {
         phases: vec![],
         tmp_len: bytes,
+        ..Schedule::default()
     };
     let all = data(0, bytes);
     let (p, rem, newrank) = fold_in(&mut s, r, n, all);
@@ -296,6 +297,7 @@ pub fn direct_reduce_scatter_v(rank: u32, blocks: &Blocks) -> Schedule {
     let mut s = Schedule {
         phases: vec![],
         tmp_len: (n - 1) * len,
+        ..Schedule::default()
     };
     if !xfers.is_empty() || !local.is_empty() {
         s.phases.push(one(xfers, local));
@@ -378,6 +380,7 @@ pub fn binomial_reduce(rank: u32, n: u32, root: u32, bytes: usize) -> Schedule {
     let mut s = Schedule {
         phases: vec![],
         tmp_len: bytes,
+        ..Schedule::default()
     };
     let real = |v: usize| ((v + root as usize) % n) as u32;
     let all = data(0, bytes);
@@ -443,6 +446,7 @@ pub fn ring_reduce_scatter_v(rank: u32, blocks: &Blocks) -> Schedule {
     let mut s = Schedule {
         phases: vec![],
         tmp_len,
+        ..Schedule::default()
     };
     let right = ((r + 1) % n) as u32;
     let left = ((r + n - 1) % n) as u32;
@@ -482,6 +486,7 @@ pub fn chain_scan(rank: u32, n: u32, bytes: usize, exclusive: bool) -> Schedule 
     let mut s = Schedule {
         phases: vec![],
         tmp_len: bytes,
+        ..Schedule::default()
     };
     let all = data(0, bytes);
     if r > 0 {
