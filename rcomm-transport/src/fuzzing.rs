@@ -407,18 +407,9 @@ pub fn topo_json(data: &[u8]) {
     };
     if let Ok(t) = crate::topo::Topology::from_json(text) {
         assert_eq!(t.validate(), Ok(()));
-        // A rate like 1e39 reads as infinity, which JSON cannot write back.
-        let finite = t.objects.iter().all(|o| match &o.kind {
-            crate::topo::ObjKind::PciDevice { link: Some(l), .. } => l.gts.is_finite(),
-            _ => true,
-        }) && t
-            .links
-            .iter()
-            .all(|l| l.bandwidth_gbs.is_none_or(f64::is_finite));
-        if finite {
-            let again = crate::topo::Topology::from_json(&t.to_json());
-            assert_eq!(again.expect("an accepted topology re-reads"), t);
-        }
+        // Validation refuses non-finite rates, so whatever is accepted writes back.
+        let again = crate::topo::Topology::from_json(&t.to_json());
+        assert_eq!(again.expect("an accepted topology re-reads"), t);
     }
 }
 

@@ -409,6 +409,13 @@ fn json_round_trips_and_bad_json_is_refused() {
     broken.objects[pu.0 as usize].parent = Some(Topology::MACHINE);
     let e = Topology::from_json(&broken.to_json()).unwrap_err();
     assert!(e.to_string().contains("object"), "{e}");
+    // A rate too large for f64 reads as infinity and could not be written back: refused.
+    let text = t.to_json();
+    let at = text.find("\"gts\":").expect("the fixture has a PCIe link");
+    let end = at + text[at..].find([',', '}']).unwrap();
+    let inf = format!("{}\"gts\":1e39{}", &text[..at], &text[end..]);
+    let e = Topology::from_json(&inf).unwrap_err();
+    assert!(e.to_string().contains("PCIe rate"), "{e}");
     let huge = " ".repeat(rcomm_transport::topo::MAX_JSON + 1);
     let e = Topology::from_json(&huge).unwrap_err();
     assert!(e.to_string().contains("more than"), "{e}");

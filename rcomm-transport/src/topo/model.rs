@@ -430,6 +430,22 @@ impl Topology {
             if l.a.0 as usize >= n || l.b.0 as usize >= n || l.a == l.b {
                 return Err("a link joins missing objects".into());
             }
+            if l.bandwidth_gbs
+                .is_some_and(|b| !(b.is_finite() && b >= 0.0))
+            {
+                return Err(format!(
+                    "a link's bandwidth {:?} is not a rate",
+                    l.bandwidth_gbs
+                ));
+            }
+        }
+        // A rate like 1e39 parses as infinity: refused, so every accepted model writes back.
+        for (i, o) in self.objects.iter().enumerate() {
+            if let ObjKind::PciDevice { link: Some(l), .. } = &o.kind
+                && !(l.gts.is_finite() && l.gts >= 0.0)
+            {
+                return Err(format!("object {i}: PCIe rate {} GT/s", l.gts));
+            }
         }
         Ok(())
     }
