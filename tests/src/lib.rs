@@ -400,3 +400,27 @@ impl Drop for SlurmCluster {
             .status();
     }
 }
+
+/// The mismatch cases of checked mode, run by `rt_check` and each asserted by
+/// `tests/checked.rs`: `<collective>-<what differs on one rank>`.
+pub const CHECK_CASES: &[&str] = &[
+    "allreduce-count",
+    "allreduce-count-big",
+    "allreduce-dtype",
+    "allreduce-op",
+    "allreduce-coll",
+    "bcast-count",
+    "bcast-dtype",
+    "bcast-root",
+    "bcast-coll",
+    "reduce-count",
+    "reduce-dtype",
+    "reduce-root",
+    "reduce-op",
+    "allgather-count",
+    "allgather-dtype",
+    "allgather-coll",
+    "barrier-coll",
+    "allreduce-zero-dtype",
+    "bcast-zero-root",
+];

@@ -4,30 +4,8 @@
 //! call or before it, and across two (fake) nodes — and matched collectives still pass the
 //! collectives table.
 
-use rcomm_tests::{Job, test_program};
+use rcomm_tests::{CHECK_CASES as CASES, Job, test_program};
 use std::time::Duration;
-
-const CASES: [&str; 19] = [
-    "allreduce-count",
-    "allreduce-count-big",
-    "allreduce-dtype",
-    "allreduce-op",
-    "allreduce-coll",
-    "bcast-count",
-    "bcast-dtype",
-    "bcast-root",
-    "bcast-coll",
-    "reduce-count",
-    "reduce-dtype",
-    "reduce-root",
-    "reduce-op",
-    "allgather-count",
-    "allgather-dtype",
-    "allgather-coll",
-    "barrier-coll",
-    "allreduce-zero-dtype",
-    "bcast-zero-root",
-];
 
 /// What each case must report as differing.
 fn field(case: &str) -> &'static str {

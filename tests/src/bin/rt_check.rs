@@ -7,29 +7,8 @@
 //! `ok check` once matched collectives still work. `RT_CASES` picks cases (comma list);
 //! `RT_WARM=1` runs a matched allreduce and bcast on each communicator first.
 use rcomm::{CommError, Communicator, Op};
+use rcomm_tests::CHECK_CASES as CASES;
 use std::time::Instant;
-
-const CASES: &[&str] = &[
-    "allreduce-count",
-    "allreduce-count-big",
-    "allreduce-dtype",
-    "allreduce-op",
-    "allreduce-coll",
-    "bcast-count",
-    "bcast-dtype",
-    "bcast-root",
-    "bcast-coll",
-    "reduce-count",
-    "reduce-dtype",
-    "reduce-root",
-    "reduce-op",
-    "allgather-count",
-    "allgather-dtype",
-    "allgather-coll",
-    "barrier-coll",
-    "allreduce-zero-dtype",
-    "bcast-zero-root",
-];
 
 fn reduce<T: rcomm::Element + Default + Clone>(
     c: &Communicator,
