@@ -72,6 +72,10 @@ pub(crate) const PIPELINE_SEGMENT: usize = 64 << 10;
 /// fraction of a node-local p2p message's α: one cache line, no envelope, no matching.
 const SHM_SYNC_FRACTION: f64 = 0.5;
 
+/// What one collective call through the schedule runner costs beyond its messages, as a
+/// fraction of a node-local α (see [`cost`]).
+const SCHED_CALL_FRACTION: f64 = 0.5;
+
 /// Default constants (used with `RCOMM_TUNE=default`, in a world of one rank, and for a link
 /// rank 0 has no peer on). Node-local: shared memory with single-copy large messages on a
 /// current x86 server, ~1 µs and ~8 GB/s. Inter-node: TCP over a 10 Gb/s class network,
@@ -385,7 +389,9 @@ fn ceil_log2(n: u32) -> u32 {
 ///
 /// With α, β the link's constants (intra-node unless `q.inter_node`), γ reduce and μ memcpy
 /// throughput, `n` ranks, `B` = `q.bytes`, `L = ⌈log₂ n⌉`, `p = 2^⌊log₂ n⌋`, `x = [n ≠ p]`,
-/// `σ = SHM_SYNC_FRACTION · α_intra · L` (one shared-memory flag synchronisation):
+/// `σ = SHM_SYNC_FRACTION · α_intra · L` (one shared-memory flag synchronisation); every
+/// algorithm but `shm` also pays `SCHED_CALL_FRACTION · α_intra` per call (the schedule
+/// runner's own software), which the table leaves out:
 ///
 /// | kind | algo | time |
 /// |---|---|---|
@@ -431,7 +437,7 @@ fn cost(t: &Tuning, q: &Query, algo: &str) -> Option<f64> {
     let b = q.bytes as f64;
     let frac = (n - 1.0) / n;
     let sync = SHM_SYNC_FRACTION * t.intra.alpha_us * l;
-    Some(match (q.kind, algo) {
+    let time = match (q.kind, algo) {
         (Allreduce, "rd") => {
             let s = lg_p + 2.0 * x;
             s * a + s * b / bw + (lg_p + x) * b / g
@@ -493,7 +499,16 @@ fn cost(t: &Tuning, q: &Query, algo: &str) -> Option<f64> {
                 + (m - 1.0) / m * part / g
         }
         _ => return None,
-    })
+    };
+    // A call through the schedule runner (and a composition of them) also pays its own
+    // software: schedule lookup, tag, requests, completion — measured at about half a
+    // node-local α (benches/scripts/plan-validate.sh's o). The shared-memory algorithms skip it.
+    let call = if algo == "shm" {
+        0.0
+    } else {
+        SCHED_CALL_FRACTION * t.intra.alpha_us
+    };
+    Some(time + call)
 }
 
 /// Ranks per node and nodes of `q` (regular placement assumed by the model).
@@ -722,11 +737,9 @@ fn ping(
         let with = one_way(SINGLE_COPY_PROBE_BYTES)?;
         let without = without_single_copy(world, || one_way(SINGLE_COPY_PROBE_BYTES))?;
         single_copy_off = without < SINGLE_COPY_LOSES * with;
-        if single_copy_off {
-            // β of the protocol the messages will use from now on, not of the one just
-            // turned off.
-            beta = SINGLE_COPY_PROBE_BYTES as f64 / (without - alpha).max(1e-3);
-        }
+        // β stays the 256 KiB ping's even when single copy goes: the pipelined probe's 1 MiB
+        // runs in cache and would price a 16 MiB ring (memory-bound) at twice its speed; one β
+        // cannot hold both regimes (the planner's validation reads them by working set).
         rlog!(
             Info,
             "COLL",
