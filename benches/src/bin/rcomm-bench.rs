@@ -720,11 +720,7 @@ fn run(plan: &Plan) -> Res<()> {
                         (&mut per_size.0, &mut per_size.1)
                     }
                 };
-                if t == Test::Exchange {
-                    exchange(&pair, n, lp, s, r)?
-                } else {
-                    latency(&pair, n, lp, s, r)?
-                }
+                latency(&pair, t, n, lp, s, r)?
             }
             Test::Bw | Test::Bibw => {
                 let mut s: Vec<AlignedBuf> = (0..plan.window).map(|_| AlignedBuf::new(n)).collect();
@@ -743,44 +739,11 @@ fn run(plan: &Plan) -> Res<()> {
     Ok(())
 }
 
-/// `osu_latency` for one size: blocking send from `s`, blocking receive into `r`.
+/// One size of `osu_latency` (blocking send from `s`, blocking receive into `r`, rank 0's
+/// round trips) or of the exchange test (both ranks `sendrecv` at once, rank 0's time).
 fn latency(
     p: &Pair<'_>,
-    n: usize,
-    lp: Loop,
-    s: &mut AlignedBuf,
-    r: &mut AlignedBuf,
-) -> Res<Duration> {
-    osu::fill(s.get_mut(n), osu::seed(n, p.rank, 0));
-    osu::fill(r.get_mut(n), osu::poison_seed(n, p.rank, 0));
-    let (sb, rb) = (s.get(n), r.get_mut(n));
-    p.sync()?;
-    let mut total = Duration::ZERO;
-    if p.rank == 0 {
-        for i in 0..lp.skip + lp.iterations {
-            let t0 = (i >= lp.skip).then(Instant::now);
-            p.comm.send(sb, p.peer, TAG_LAT)?;
-            p.comm.recv(&mut *rb, p.peer, TAG_LAT)?;
-            if let Some(t0) = t0 {
-                total += t0.elapsed();
-            }
-        }
-    } else {
-        for _ in 0..lp.skip + lp.iterations {
-            p.comm.recv(&mut *rb, p.peer, TAG_LAT)?;
-            p.comm.send(sb, p.peer, TAG_LAT)?;
-        }
-    }
-    // Check pass, outside the timed loop.
-    let bad = osu::first_mismatch(rb, osu::seed(n, p.peer, 0)).map(|off| (0, off));
-    p.agree(Test::Latency, n, bad)?;
-    Ok(total)
-}
-
-/// One size of the exchange test: every iteration both ranks `sendrecv` `n` bytes with each
-/// other; rank 0's time.
-fn exchange(
-    p: &Pair<'_>,
+    t: Test,
     n: usize,
     lp: Loop,
     s: &mut AlignedBuf,
@@ -792,15 +755,28 @@ fn exchange(
     p.sync()?;
     let mut total = Duration::ZERO;
     for i in 0..lp.skip + lp.iterations {
-        let t0 = (i >= lp.skip).then(Instant::now);
-        p.comm
-            .sendrecv(sb, p.peer, TAG_LAT, &mut *rb, p.peer, TAG_LAT)?;
+        let t0 = (p.rank == 0 && i >= lp.skip).then(Instant::now);
+        match (t, p.rank) {
+            (Test::Exchange, _) => {
+                p.comm
+                    .sendrecv(sb, p.peer, TAG_LAT, &mut *rb, p.peer, TAG_LAT)?;
+            }
+            (_, 0) => {
+                p.comm.send(sb, p.peer, TAG_LAT)?;
+                p.comm.recv(&mut *rb, p.peer, TAG_LAT)?;
+            }
+            _ => {
+                p.comm.recv(&mut *rb, p.peer, TAG_LAT)?;
+                p.comm.send(sb, p.peer, TAG_LAT)?;
+            }
+        }
         if let Some(t0) = t0 {
             total += t0.elapsed();
         }
     }
+    // Check pass, outside the timed loop.
     let bad = osu::first_mismatch(rb, osu::seed(n, p.peer, 0)).map(|off| (0, off));
-    p.agree(Test::Exchange, n, bad)?;
+    p.agree(t, n, bad)?;
     Ok(total)
 }
 
