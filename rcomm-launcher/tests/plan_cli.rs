@@ -222,6 +222,11 @@ fn bad_input_is_an_error_naming_the_flag_never_a_panic() {
     assert!(err.contains("missing --gpus-per-node"), "{err}");
 }
 
+/// `rcomm-plan ARGS` (a `--price` call without `--json`): the seconds it prints.
+fn priced(args: &[&str]) -> f64 {
+    stdout(&plan(args)).trim().parse().unwrap()
+}
+
 #[test]
 fn price_gives_one_collective_by_the_planners_formula() {
     // 2·3·1 µs + 2·3/4 · 16 777 216 B / 100 GB/s = 2.5765824e-4 s.
@@ -243,7 +248,7 @@ fn price_gives_one_collective_by_the_planners_formula() {
     let t = v["time_s"].as_f64().unwrap();
     assert!((t - 2.5765824e-4).abs() < 1e-15, "{t}");
     // p2p on the inter link: 5 µs + 1 MB / 10 GB/s = 1.05e-4 s.
-    let o = stdout(&plan(&[
+    let t = priced(&[
         "--price",
         "p2p",
         "--ranks",
@@ -256,12 +261,11 @@ fn price_gives_one_collective_by_the_planners_formula() {
         "10GB/s",
         "--inter-lat",
         "5us",
-    ]));
-    let t: f64 = o.trim().parse().unwrap();
+    ]);
     assert!((t - 1.05e-4).abs() < 1e-15, "{t}");
     // reduce_scatter with a reduction rate: 3 · 1 µs + 3/4 · 1 MB / 10 GB/s + 3/4 · 1 MB / 5 GB/s
     // = 3 µs + 75 µs + 150 µs.
-    let o = stdout(&plan(&[
+    let t = priced(&[
         "--price",
         "reduce_scatter",
         "--ranks",
@@ -274,12 +278,11 @@ fn price_gives_one_collective_by_the_planners_formula() {
         "1us",
         "--reduce-bw",
         "5GB/s",
-    ]));
-    let t: f64 = o.trim().parse().unwrap();
+    ]);
     assert!((t - 228e-6).abs() < 1e-15, "{t}");
     // alltoall with a copy rate and a per-call overhead: 1 µs + 1/2 · 1 MB / 10 GB/s (the
     // exchange) + 1 MB / 2 / 5 GB/s (the kept block) + 250 ns = 1 µs + 50 µs + 100 µs + 0.25 µs.
-    let o = stdout(&plan(&[
+    let t = priced(&[
         "--price",
         "alltoall",
         "--ranks",
@@ -294,11 +297,10 @@ fn price_gives_one_collective_by_the_planners_formula() {
         "5GB/s",
         "--call-overhead",
         "250ns",
-    ]));
-    let t: f64 = o.trim().parse().unwrap();
+    ]);
     assert!((t - 151.25e-6).abs() < 1e-15, "{t}");
     // p2p is one message: neither term applies (1 µs + 1 MB / 10 GB/s).
-    let o = stdout(&plan(&[
+    let t = priced(&[
         "--price",
         "p2p",
         "--ranks",
@@ -313,8 +315,7 @@ fn price_gives_one_collective_by_the_planners_formula() {
         "5GB/s",
         "--call-overhead",
         "250ns",
-    ]));
-    let t: f64 = o.trim().parse().unwrap();
+    ]);
     assert!((t - 101e-6).abs() < 1e-15, "{t}");
     let o = plan(&["--price", "bcast", "--ranks", "2", "--bytes", "1MB"]);
     assert_eq!(o.status.code(), Some(2));
