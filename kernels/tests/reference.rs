@@ -465,16 +465,15 @@ fn check(isa: Isa, dtype: Dtype, op: Op, c: &Case) -> Result<(), TestCaseError> 
     Ok(())
 }
 
-/// Says (past libtest's output capture, so it shows in a normal run) that a test skipped.
+/// Says (past libtest's output capture, and in the run's skip summary) that a test skipped.
 fn skip_note(isa: Isa, what: &str) -> bool {
     if isa.is_supported() {
         return false;
     }
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED {what} on {isa}: this CPU lacks it (needs {})",
+    rcomm_testkit::skip_hardware(&format!(
+        "{what} on {isa}: this CPU lacks it (needs {})",
         isa.requirements()
-    );
+    ));
     true
 }
 

