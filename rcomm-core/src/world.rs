@@ -63,6 +63,26 @@ pub fn init() -> Result<World> {
     init_with(cfg)
 }
 
+/// A transport-setup error about a peer, named as every other loss is: the peer's world rank
+/// and host (a transport knows only what it was given).
+fn setup_error(e: rcomm_transport::error::TransportError, infos: &[PeerInfo]) -> CommError {
+    use rcomm_transport::error::TransportError as E;
+    let peer = e.peer().and_then(|p| Some((p, infos.get(p as usize)?)));
+    match (&e, peer) {
+        (E::Protocol { why, .. }, Some((rank, _))) => CommError::Protocol {
+            rank,
+            why: format!("setting up shared memory: {why}"),
+        },
+        (_, Some((rank, info))) => CommError::PeerLost {
+            rank,
+            host: info.hostname.clone(),
+            op: "init",
+            why: format!("setting up shared memory: {e}"),
+        },
+        (_, None) => CommError::Transport(e),
+    }
+}
+
 fn init_with(cfg: &Config) -> Result<World> {
     if let Some(isa) = &cfg.kernel_isa {
         let isa: rcomm_kernels::Isa = isa.parse().map_err(|e: rcomm_kernels::KernelError| {
@@ -178,7 +198,10 @@ fn init_with(cfg: &Config) -> Result<World> {
         ..ShmConfig::default()
     };
     let shm = match (&listener, local_peers.is_empty()) {
-        (Some(l), false) => Some(ShmNet::connect(rank, l, &local_peers, &secret, shm_cfg)?),
+        (Some(l), false) => Some(
+            ShmNet::connect(rank, l, &local_peers, &secret, shm_cfg)
+                .map_err(|e| setup_error(e, &infos))?,
+        ),
         _ => None,
     };
     drop(listener); // every node peer is connected; the name can go

@@ -779,6 +779,15 @@ impl Supervisor {
         }
     }
 
+    /// The host rank `i` runs on, as users know it: the name it was given, or this machine's.
+    fn host_name(&self, i: usize) -> String {
+        if self.multi {
+            self.hosts[self.ranks[i].host].name.clone()
+        } else {
+            rcomm_transport::identity::hostname()
+        }
+    }
+
     /// " on HOST" in messages of a job that was given hosts.
     fn on_host(&self, i: usize) -> String {
         if self.multi {
@@ -813,8 +822,9 @@ impl Supervisor {
             "cannot start rank {rank} ({}): {e}; stopping the other ranks",
             spec.program.display()
         ));
+        let host = self.host_name(rank as usize);
         self.kvs
-            .notify_rank_failed(rank, &format!("could not be started: {e}"));
+            .notify_rank_failed(rank, &host, &format!("could not be started: {e}"));
         self.set_outcome(code);
         // Local ranks not started (this one and those after it) will never end by themselves.
         let here: Vec<usize> = self.ranks[rank as usize..]
@@ -889,6 +899,7 @@ impl Supervisor {
                         self.ranks[i].ended = Some(Ending::Exited(code));
                         self.kvs.notify_rank_failed(
                             i as u32,
+                            &name,
                             &format!("could not be started on {name}: {msg}"),
                         );
                     }
@@ -1081,7 +1092,8 @@ impl Supervisor {
         );
         let how = end.describe();
         // Survivors learn it at once, also when they keep running.
-        self.kvs.notify_rank_failed(rank, &how);
+        let host = self.host_name(i);
+        self.kvs.notify_rank_failed(rank, &host, &how);
         let first = self.outcome.is_none();
         self.set_outcome(end.exit_code());
         if self.signalled {
@@ -1219,16 +1231,11 @@ impl Supervisor {
         let Some(mut c) = self.collect.take() else {
             return;
         };
-        let me = rcomm_transport::identity::hostname();
         let views: Vec<crate::hang::RankView> = self
             .ranks
             .iter()
             .map(|p| {
-                let host = if self.multi {
-                    self.hosts[p.host].name.clone()
-                } else {
-                    me.clone()
-                };
+                let host = self.host_name(p.rank as usize);
                 let dump = c.got.remove(&p.rank).unwrap_or_else(|| {
                     if let Some(n) = c.notes.get(&p.rank) {
                         return Err(n.clone());

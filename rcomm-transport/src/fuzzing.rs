@@ -539,6 +539,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         KvsReply::Error("no".into()),
         KvsReply::RankFailed {
             rank: 2,
+            host: "node2".into(),
             how: "killed by signal 9 (SIGKILL)".into(),
         },
         KvsReply::Abort {

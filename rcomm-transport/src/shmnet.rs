@@ -24,11 +24,13 @@
 use crate::auth::Secret;
 use crate::error::TransportError;
 use crate::fastmap::FastMap;
-use crate::local::{Doorbell, LocalConn, LocalError, LocalListener, Segment};
+use crate::local::{
+    Accepted, Doorbell, LocalConn, LocalError, LocalListener, Segment, local_rank_of,
+};
 use crate::shm::{Consumer, Producer, Ring};
 use crate::wire::{Header, ProtoKind};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
@@ -211,6 +213,59 @@ fn ioerr(what: &'static str) -> impl Fn(LocalError) -> TransportError {
     }
 }
 
+/// An error on the local connection to world rank `peer` (`None`: not known yet) while
+/// setting up, named for that rank.
+fn conn_err(peer: Option<u32>, what: &'static str, e: LocalError) -> TransportError {
+    let Some(peer) = peer else {
+        return ioerr(what)(e);
+    };
+    match e {
+        LocalError::PeerClosed { .. } => TransportError::PeerClosed { peer },
+        LocalError::Io { source, .. } => TransportError::Link {
+            peer,
+            source: io::Error::new(source.kind(), format!("{what}: {source}")),
+        },
+        e => TransportError::Protocol {
+            peer,
+            why: format!("{what}: {e}"),
+        },
+    }
+}
+
+/// Accepts the node peers with higher world ranks than ours, which connect to us. A peer that
+/// dies before it connects would leave us waiting forever, so their exits are watched too (a
+/// peer whose process cannot be watched — another PID namespace — is waited for plainly).
+fn accept_higher(
+    listener: &LocalListener,
+    higher: &[&LocalPeer],
+    world_of: impl Fn(&LocalConn) -> Option<u32>,
+) -> Result<Vec<LocalConn>, TransportError> {
+    let mut pending: Vec<(u32, Option<std::os::fd::OwnedFd>)> = higher
+        .iter()
+        .map(|p| (p.rank, crate::local::pidfd(p.pid).ok()))
+        .collect();
+    let mut got = Vec::with_capacity(higher.len());
+    while got.len() < higher.len() {
+        let watched: Vec<(u32, std::os::fd::BorrowedFd<'_>)> = pending
+            .iter()
+            .filter_map(|(r, f)| f.as_ref().map(|f| (*r, f.as_fd())))
+            .collect();
+        let fds: Vec<_> = watched.iter().map(|(_, f)| *f).collect();
+        match listener.accept_watching(&fds) {
+            Ok(Accepted::Conn(c)) => {
+                let rank = world_of(&c);
+                pending.retain(|(r, _)| Some(*r) != rank);
+                got.push(c);
+            }
+            Ok(Accepted::Exited(i)) => {
+                return Err(TransportError::PeerClosed { peer: watched[i].0 });
+            }
+            Err(e) => crate::rlog!(Warn, "NET", "local channel: refused a connection: {e}"),
+        }
+    }
+    Ok(got)
+}
+
 impl ShmNet {
     /// Connects to every peer on the node (once, at start-up) and swaps mailboxes. Ranks with a
     /// lower world rank are connected to, higher ones accepted, so no two ranks wait on each
@@ -225,21 +280,19 @@ impl ShmNet {
         let mailbox =
             Segment::create("rcomm-mailbox", MAILBOX_LEN).map_err(ioerr("creating the mailbox"))?;
         let bell = Doorbell::new().map_err(ioerr("creating the doorbell"))?;
-        let higher = peers.iter().filter(|p| p.rank > me).count();
+        // Errors name the peer's world rank: a connection knows only its local rank.
+        let world_of = |c: &LocalConn| {
+            c.peer_rank().and_then(|l| {
+                peers
+                    .iter()
+                    .find(|p| local_rank_of(&p.name) == Some(l))
+                    .map(|p| p.rank)
+            })
+        };
+        let higher: Vec<&LocalPeer> = peers.iter().filter(|p| p.rank > me).collect();
         let mut conns: Vec<LocalConn> = Vec::with_capacity(peers.len());
         std::thread::scope(|s| -> Result<(), TransportError> {
-            let acceptor = s.spawn(|| -> Result<Vec<LocalConn>, TransportError> {
-                let mut got = Vec::with_capacity(higher);
-                while got.len() < higher {
-                    match listener.accept() {
-                        Ok(c) => got.push(c),
-                        Err(e) => {
-                            crate::rlog!(Warn, "NET", "local channel: refused a connection: {e}")
-                        }
-                    }
-                }
-                Ok(got)
-            });
+            let acceptor = s.spawn(|| accept_higher(listener, &higher, world_of));
             for p in peers.iter().filter(|p| p.rank < me) {
                 conns.push(
                     LocalConn::connect(&p.name, listener.local_rank(), secret).map_err(|e| {
@@ -262,7 +315,7 @@ impl ShmNet {
         hello.extend_from_slice(&me.to_le_bytes());
         for c in &conns {
             c.send(KIND_HELLO, &hello, &[mailbox.fd(), bell.fd()])
-                .map_err(ioerr("sending the mailbox"))?;
+                .map_err(|e| conn_err(world_of(c), "sending the mailbox", e))?;
         }
         let mut net = Self {
             me,
@@ -275,7 +328,9 @@ impl ShmNet {
             counters: Counters::default(),
         };
         for c in conns {
-            let m = c.recv().map_err(ioerr("reading a peer's mailbox"))?;
+            let m = c
+                .recv()
+                .map_err(|e| conn_err(world_of(&c), "reading a peer's mailbox", e))?;
             let bad = |why: &str| TransportError::Protocol {
                 peer: u32::MAX,
                 why: why.to_string(),
@@ -821,5 +876,76 @@ impl ShmNet {
             .get(&peer)
             .and_then(|p| p.tx.as_ref())
             .is_none_or(|t| t.is_drained())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::local::socket_name;
+    use std::time::{Duration, Instant};
+
+    fn job() -> String {
+        static N: AtomicU32 = AtomicU32::new(0);
+        format!(
+            "shmnet{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Connects as world rank 1 (local rank 1) to one node peer of higher world rank 7 (local
+    /// rank 2), which `peer` plays; returns the error and how long it took. A set-up that
+    /// waits past 10 s fails the test instead of hanging it.
+    fn setup_with(
+        peer_pid: u32,
+        peer: impl FnOnce(&str, &Secret) + Send + 'static,
+    ) -> (TransportError, Duration) {
+        let job = job();
+        let secret = Secret::random().unwrap();
+        let l = LocalListener::bind(&job, 1, secret.clone()).unwrap();
+        let peers = vec![LocalPeer {
+            rank: 7,
+            pid: peer_pid,
+            name: socket_name(&job, 2),
+        }];
+        let t0 = Instant::now();
+        let (name, s2) = (l.name().to_string(), secret.clone());
+        let player = std::thread::spawn(move || peer(&name, &s2));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(ShmNet::connect(1, &l, &peers, &secret, ShmConfig::default()).err());
+        });
+        let e = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("set-up still waiting after 10 s")
+            .expect("set-up must fail");
+        player.join().unwrap();
+        (e, t0.elapsed())
+    }
+
+    #[test]
+    fn a_node_peer_that_dies_before_connecting_is_named_by_world_rank_not_waited_for() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        let (e, took) = setup_with(child.id(), |_, _| {});
+        child.wait().unwrap();
+        assert!(matches!(e, TransportError::PeerClosed { peer: 7 }), "{e:?}");
+        assert!(e.to_string().contains("rank 7"), "{e}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+
+    #[test]
+    fn a_node_peer_that_closes_during_the_mailbox_swap_is_named_by_world_rank() {
+        let (e, took) = setup_with(std::process::id(), |name, secret| {
+            // Connects as local rank 2 and goes away before saying hello.
+            drop(LocalConn::connect(name, 2, secret).unwrap());
+        });
+        assert_eq!(e.peer(), Some(7), "{e:?}");
+        assert!(e.to_string().contains("rank 7"), "{e}");
+        assert!(!e.to_string().contains("local rank"), "{e}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
     }
 }

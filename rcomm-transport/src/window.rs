@@ -29,15 +29,7 @@ pub fn dup_peer_fd(pid: u32, fd: i32) -> io::Result<OwnedFd> {
 }
 
 fn pidfd_getfd(pid: u32, fd: i32) -> io::Result<OwnedFd> {
-    let pid = libc::pid_t::try_from(pid)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
-    // SAFETY: pidfd_open takes a pid and flags by value and returns a new descriptor or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if pidfd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    let pidfd = crate::local::pidfd(pid)?;
     use std::os::fd::AsRawFd;
     // SAFETY: pidfd_getfd takes a pidfd, a descriptor number in that process and flags by
     // value; it returns a new descriptor (close-on-exec set by the kernel) or -1.

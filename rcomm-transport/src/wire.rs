@@ -578,6 +578,8 @@ pub enum KvsReply {
     RankFailed {
         /// The failed rank.
         rank: u32,
+        /// Its host as the launcher names it (empty where the store does not know it).
+        host: String,
         /// How it ended, e.g. "killed by signal 9 (SIGKILL)".
         how: String,
     },
@@ -640,8 +642,8 @@ impl KvsReply {
                 e.str(m);
                 kvs_rep::ERROR
             }
-            Self::RankFailed { rank, how } => {
-                e.u32(*rank).str(how);
+            Self::RankFailed { rank, host, how } => {
+                e.u32(*rank).str(host).str(how);
                 kvs_rep::NOTICE_RANK_FAILED
             }
             Self::Abort { from, code, msg } => {
@@ -679,6 +681,7 @@ impl KvsReply {
             kvs_rep::ERROR => Self::Error(d.str(MAX_TEXT_LEN, "error")?),
             kvs_rep::NOTICE_RANK_FAILED => Self::RankFailed {
                 rank: d.u32("rank")?,
+                host: d.str(MAX_TEXT_LEN, "host")?,
                 how: d.str(MAX_TEXT_LEN, "how")?,
             },
             kvs_rep::NOTICE_ABORT => Self::Abort {
@@ -1230,6 +1233,7 @@ mod tests {
             KvsReply::Error("x".into()),
             KvsReply::RankFailed {
                 rank: 1,
+                host: "node1".into(),
                 how: "killed".into(),
             },
             KvsReply::Abort {

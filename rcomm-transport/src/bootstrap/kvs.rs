@@ -26,6 +26,8 @@ pub struct Notices {
     pub launcher_lost: bool,
     /// Ranks among `failed` that the launcher declared hung (no heartbeat) and killed.
     pub hung: Vec<u32>,
+    /// The hosts of ranks among `failed`, where the launcher named them.
+    pub hosts: Vec<(u32, String)>,
 }
 
 /// Shared notice state with a condition variable for waiters.
@@ -192,9 +194,14 @@ impl KvsClient {
                         })
                         .and_then(|(k, p)| KvsReply::decode(k, &p).map_err(|e| e.to_string()));
                     match rep {
-                        Ok(KvsReply::RankFailed { rank, how }) => {
+                        Ok(KvsReply::RankFailed { rank, host, how }) => {
                             rlog!(Warn, "INIT", "rank {rank} failed: {how}");
-                            board.update(|n| n.failed.push((rank, how)));
+                            board.update(|n| {
+                                n.failed.push((rank, how));
+                                if !host.is_empty() {
+                                    n.hosts.push((rank, host));
+                                }
+                            });
                         }
                         Ok(KvsReply::RankHung { rank, silent_ms }) => {
                             let how = format!(
@@ -323,10 +330,17 @@ impl KvsClient {
     }
 
     fn explain(&self, op: &'static str, msg: String) -> BootstrapError {
-        if let Some((rank, how)) = self.notices.snapshot().failed.first().cloned()
+        let n = self.notices.snapshot();
+        if let Some((rank, how)) = n.failed.first().cloned()
             && msg.contains("failed")
         {
-            return BootstrapError::RankFailed { rank, how };
+            let host = n
+                .hosts
+                .iter()
+                .find(|(r, _)| *r == rank)
+                .map(|(_, h)| h.clone())
+                .unwrap_or_default();
+            return BootstrapError::RankFailed { rank, host, how };
         }
         BootstrapError::Refused { op, msg }
     }

@@ -73,10 +73,12 @@ pub enum BootstrapError {
         key: String,
     },
     /// A rank died while others waited on it.
-    #[error("rank {rank} failed during bootstrap: {how}")]
+    #[error("rank {rank}{} failed during bootstrap: {how}", host_text(host))]
     RankFailed {
         /// The rank.
         rank: u32,
+        /// Its host, as the launcher names it (empty when unknown).
+        host: String,
         /// How it ended.
         how: String,
     },
@@ -93,6 +95,15 @@ pub enum BootstrapError {
     /// Anything else in the environment that prevents bootstrapping.
     #[error("{0}")]
     Env(String),
+}
+
+/// " (host NAME)" after a rank, or nothing when the host is unknown.
+fn host_text(host: &str) -> String {
+    if host.is_empty() {
+        String::new()
+    } else {
+        format!(" (host {host})")
+    }
 }
 
 /// The bootstrap interface every launcher integration implements.

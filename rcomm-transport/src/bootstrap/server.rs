@@ -210,8 +210,8 @@ impl KvsServer {
 
     /// Tells every other connected rank that `rank` failed, and fails a fence it can no longer
     /// complete, so nobody waits for a dead rank.
-    pub fn notify_rank_failed(&self, rank: u32, how: &str) {
-        fail_rank(&self.shared, rank, how);
+    pub fn notify_rank_failed(&self, rank: u32, host: &str, how: &str) {
+        fail_rank(&self.shared, rank, host, how);
     }
 
     /// Treats a rank whose connection closes before it finalized as failed (and tells the
@@ -309,9 +309,10 @@ impl Drop for KvsServer {
 
 /// Records `rank` as failed, tells every other connected rank, and fails a fence it can no
 /// longer complete.
-fn fail_rank(sh: &Shared, rank: u32, how: &str) {
+fn fail_rank(sh: &Shared, rank: u32, host: &str, how: &str) {
     let notice = KvsReply::RankFailed {
         rank,
+        host: host.to_string(),
         how: how.to_string(),
     };
     fail_rank_with(sh, rank, how, notice);
@@ -490,6 +491,7 @@ fn serve(mut stream: TcpStream, peer: String, sh: Arc<Shared>) {
             fail_rank(
                 &sh,
                 rank,
+                "",
                 "its connection to the store closed before finalize (the process died?)",
             );
         }
@@ -850,12 +852,17 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         std::thread::sleep(Duration::from_millis(50));
-        srv.notify_rank_failed(2, "killed by signal 9 (SIGKILL)");
+        srv.notify_rank_failed(2, "node2", "killed by signal 9 (SIGKILL)");
         for w in waiters {
             let (res, notices, took) = w.join().unwrap();
             match res {
-                Err(BootstrapError::RankFailed { rank: 2, how }) => {
-                    assert!(how.contains("SIGKILL"))
+                Err(e @ BootstrapError::RankFailed { rank: 2, .. }) => {
+                    let text = e.to_string();
+                    assert!(
+                        text.starts_with("rank 2 (host node2) failed during bootstrap")
+                            && text.contains("SIGKILL"),
+                        "{text}"
+                    )
                 }
                 other => panic!("fence should fail naming rank 2, got {other:?}"),
             }
