@@ -5,14 +5,44 @@ use rcomm_transport::topo::testkit;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 const TOPO: &str = env!("CARGO_BIN_EXE_rcomm-topo");
 const RUN: &str = env!("CARGO_BIN_EXE_rcomm-run");
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("rcomm-topo-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A directory of one test's own, removed when the test ends. No two tests share a file:
+/// when every test rewrote one shared `dgx.json` while other tests' `rcomm-topo` read it, the
+/// readers failed under load (a half-written file).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "rcomm-topo-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        Self(d)
+    }
+
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// The DGX-like testkit machine as a topology file.
+    fn dgx(&self) -> PathBuf {
+        let f = self.join("dgx.json");
+        std::fs::write(&f, serde_json::to_string(&testkit::dgx()).unwrap()).unwrap();
+        f
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn topo(args: &[&str]) -> Output {
@@ -24,15 +54,10 @@ fn topo(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn dgx_file() -> PathBuf {
-    let f = scratch("dgx").join("dgx.json");
-    std::fs::write(&f, serde_json::to_string(&testkit::dgx()).unwrap()).unwrap();
-    f
-}
-
 #[test]
 fn the_dgx_matrix_in_nvidia_smi_words() {
-    let f = dgx_file();
+    let dir = Scratch::new();
+    let f = dir.dgx();
     let o = topo(&["--file", f.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8(o.stdout).unwrap();
@@ -93,7 +118,8 @@ fn the_dgx_matrix_in_nvidia_smi_words() {
 
 #[test]
 fn json_counts_devices_and_matrix() {
-    let f = dgx_file();
+    let dir = Scratch::new();
+    let f = dir.dgx();
     let o = topo(&["--json", "--file", f.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -114,16 +140,16 @@ fn json_counts_devices_and_matrix() {
 
 #[test]
 fn dump_writes_a_file_that_reads_back_and_bad_files_are_refused() {
-    let d = scratch("dump");
+    let d = Scratch::new();
     let out = d.join("again.json");
-    let f = dgx_file();
+    let f = d.dgx();
     let o = topo(&[
         "--file",
         f.to_str().unwrap(),
         "--dump",
         out.to_str().unwrap(),
     ]);
-    assert!(o.status.success());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut back: rcomm_transport::topo::Topology =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     // --file records where the model came from; the rest is the machine, unchanged.
@@ -137,8 +163,17 @@ fn dump_writes_a_file_that_reads_back_and_bad_files_are_refused() {
     assert_eq!(back, testkit::dgx());
     // This machine dumps too.
     let here = d.join("here.json");
-    assert!(topo(&["--dump", here.to_str().unwrap()]).status.success());
-    assert!(topo(&["--file", here.to_str().unwrap()]).status.success());
+    for args in [
+        ["--dump", here.to_str().unwrap()],
+        ["--file", here.to_str().unwrap()],
+    ] {
+        let o = topo(&args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
     let bad = d.join("bad.json");
     std::fs::write(&bad, "{\"objects\": 3}").unwrap();
     let o = topo(&["--file", bad.to_str().unwrap()]);
@@ -150,7 +185,8 @@ fn dump_writes_a_file_that_reads_back_and_bad_files_are_refused() {
 
 #[test]
 fn under_rcomm_run_each_host_reports_once_with_its_name() {
-    let f = dgx_file();
+    let dir = Scratch::new();
+    let f = dir.dgx();
     let o = Command::new(RUN)
         .args([
             "-n",
@@ -174,7 +210,8 @@ fn under_rcomm_run_each_host_reports_once_with_its_name() {
 
 #[test]
 fn rcomm_topo_file_overrides_detection_and_a_bad_one_is_an_error() {
-    let f = dgx_file();
+    let dir = Scratch::new();
+    let f = dir.dgx();
     let o = Command::new(TOPO)
         .arg("--json")
         .env("RCOMM_TOPO_FILE", &f)
@@ -186,7 +223,7 @@ fn rcomm_topo_file_overrides_detection_and_a_bad_one_is_an_error() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["gpus"].as_array().unwrap().len(), 8, "{v}");
     // A file that is not a topology is refused, never half-used or replaced by detection.
-    let bad = scratch("override").join("bad.json");
+    let bad = dir.join("bad.json");
     std::fs::write(&bad, "[1, 2").unwrap();
     let o = Command::new(TOPO)
         .env("RCOMM_TOPO_FILE", &bad)

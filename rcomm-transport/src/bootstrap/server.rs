@@ -71,6 +71,9 @@ struct State {
     conns: HashMap<u32, Arc<Mutex<TcpStream>>>,
     fence_waiting: BTreeSet<u32>,
     failed: HashMap<u32, String>,
+    /// The failure notices sent so far, in order: a rank that connects later gets them too,
+    /// so it names the first failure as the others do (not a later consequence of it).
+    notices: Vec<KvsReply>,
     /// When each rank's heartbeat thread last wrote; ranks that never sent one are not
     /// watched.
     beats: HashMap<u32, std::time::Instant>,
@@ -326,6 +329,7 @@ fn fail_rank_with(sh: &Shared, rank: u32, how: &str, notice: KvsReply) {
     for c in st.conns.values() {
         let _ = send(c, &notice);
     }
+    st.notices.push(notice);
     complete_agreements(&mut st);
     if !st.fence_waiting.is_empty() && !st.fence_waiting.contains(&rank) {
         let err = KvsReply::Error(format!("fence cannot complete: rank {rank} failed ({how})"));
@@ -430,6 +434,10 @@ fn serve(mut stream: TcpStream, peer: String, sh: Arc<Shared>) {
                 peer,
                 format!("rank {rank} is already connected or has failed"),
             );
+        }
+        // Under the lock: the replay comes before any notice sent later.
+        for n in &st.notices {
+            let _ = send(&conn, n);
         }
         st.conns.insert(rank, conn.clone());
     }
