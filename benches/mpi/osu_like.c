@@ -28,9 +28,15 @@
  *    slot its own send and receive buffer (allocated per size, as OSU does);
  *  - MPI_Barrier before each size;
  *  - checks, outside the timed loop: send buffers are filled with a pattern that depends on
- *    (size, rank, slot), receive buffers with poison; after the timed loop the receiver
- *    compares the last received buffers with the sender's pattern and both ranks agree on the
- *    result. A mismatch is reported and the program exits with status 1.
+ *    (size, rank, slot), receive buffers with poison; before each iteration's sends the sender
+ *    stamps the iteration number into at most three 8-byte words of each send buffer (first,
+ *    middle, last: 24 bytes whatever the size, rcomm_benches::osu::stamp), so every iteration's
+ *    messages differ; after the timed loop the receiver checks that every receive buffer holds
+ *    exactly the sender's last message (pattern stamped with the last iteration) and both ranks
+ *    agree on the result. A mismatch is reported (size, rank, buffer, byte, and whether it is
+ *    poison, an earlier iteration's stamp or wrong data) and the program exits with status 1.
+ *    --inject-stale ITER (testing the check): rank 1 receives every message after iteration
+ *    ITER into a spare buffer, as a receive that stops writing would.
  *
  * Collective modes (allreduce, bcast, barrier, allgather, reduce_scatter, alltoall, reduce, gather,
  * scatter): the methodology of `rcomm-bench coll` (nccl-tests' all_reduce_perf & co., see
@@ -93,6 +99,7 @@ struct opts {
     int window;
     int multiple;
     int json;
+    long inject_stale; /* -1: off */
 };
 
 /* ---- data pattern: identical to rcomm_benches::osu::{seed, poison_seed, fill} ---- */
@@ -130,21 +137,96 @@ static void fill(unsigned char *buf, size_t n, uint64_t seed)
     }
 }
 
-/* Offset of the first wrong byte, or -1. */
-static long first_mismatch(const unsigned char *buf, size_t n, uint64_t seed)
+/* Byte p of the pattern of seed. */
+static unsigned char pattern_byte(uint64_t seed, size_t p)
 {
-    size_t k = 0;
-    for (; k * 8 < n; k++) {
-        uint64_t w = word(seed, k);
-        unsigned char e[8];
-        memcpy(e, &w, 8);
-        size_t m = n - k * 8 < 8 ? n - k * 8 : 8;
-        if (memcmp(buf + k * 8, e, m) != 0) {
-            for (size_t i = 0; i < m; i++)
-                if (buf[k * 8 + i] != e[i]) return (long)(k * 8 + i);
-        }
+    return (unsigned char)(word(seed, p / 8) >> (8 * (p % 8)));
+}
+
+/* ---- iteration stamps: identical to rcomm_benches::osu::{stamp_ranges, stamp_word, stamp} ---- */
+
+#define STAMP_KEY 0x57A39C0DE1F2B468ULL
+
+struct range {
+    size_t lo, hi;
+};
+
+/* First word, a word in the middle (on a word boundary), last 8 bytes; disjoint, so short messages
+ * get fewer (empty) or shorter ranges. */
+static void stamp_ranges(size_t n, struct range r[3])
+{
+    r[0].lo = 0, r[0].hi = n < 8 ? n : 8;
+    if (n > 8) r[2].lo = n - 8 > 8 ? n - 8 : 8, r[2].hi = n;
+    else r[2].lo = r[2].hi = n;
+    size_t m = (n / 2) & ~(size_t)7;
+    if (m >= 8 && m + 8 <= r[2].lo) r[1].lo = m, r[1].hi = m + 8;
+    else r[1].lo = r[1].hi = n;
+}
+
+static uint64_t stamp_word(uint64_t seed, uint64_t iteration, int which)
+{
+    return word(seed ^ STAMP_KEY, (uint64_t)which) ^ (iteration + 1);
+}
+
+/* Iteration `iteration`'s stamp over a send buffer holding the pattern of seed (at most 24 bytes). */
+static void stamp(unsigned char *buf, size_t n, uint64_t seed, uint64_t iteration)
+{
+    struct range r[3];
+    stamp_ranges(n, r);
+    for (int k = 0; k < 3; k++) {
+        uint64_t w = stamp_word(seed, iteration, k);
+        memcpy(buf + r[k].lo, &w, r[k].hi - r[k].lo);
     }
-    return -1;
+}
+
+/* What a receive buffer holds at its first wrong byte (rcomm_benches::osu::Wrong). */
+enum wrong { W_NONE, W_POISON, W_STALE, W_STAMP, W_PATTERN };
+
+struct mismatch {
+    long kind, off, found;
+};
+
+/* Whether buf holds exactly the sender's last message: the pattern of seed stamped with iteration
+ * `last` (rcomm_benches::osu::check_last). */
+static struct mismatch check_last(const unsigned char *buf, size_t n, uint64_t seed, uint64_t poison, uint64_t last)
+{
+    struct mismatch m = {W_NONE, -1, 0};
+    unsigned char *want = malloc(n ? n : 1);
+    if (!want) {
+        fprintf(stderr, "osu_like: cannot allocate %zu bytes for the check\n", n);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    fill(want, n, seed);
+    stamp(want, n, seed, last);
+    if (memcmp(buf, want, n) == 0) {
+        free(want);
+        return m;
+    }
+    size_t off = 0;
+    while (buf[off] == want[off]) off++;
+    free(want);
+    m.off = (long)off;
+    size_t end = off + 8 < n ? off + 8 : n;
+    int poisoned = 1;
+    for (size_t p = off; p < end && poisoned; p++) poisoned = buf[p] == pattern_byte(poison, p);
+    if (poisoned) {
+        m.kind = W_POISON;
+        return m;
+    }
+    struct range r[3];
+    stamp_ranges(n, r);
+    for (int k = 0; k < 3; k++) {
+        if (off < r[k].lo || off >= r[k].hi) continue;
+        uint64_t got = 0;
+        memcpy(&got, buf + r[k].lo, r[k].hi - r[k].lo);
+        /* Undo the base: what is left is iteration + 1. */
+        uint64_t found = (got ^ stamp_word(seed, 0, k) ^ 1) - 1;
+        if (r[k].hi - r[k].lo == 8 && found < last) m.kind = W_STALE, m.found = (long)found;
+        else m.kind = W_STAMP;
+        return m;
+    }
+    m.kind = W_PATTERN;
+    return m;
 }
 
 /* ---- options ---- */
@@ -205,12 +287,21 @@ static int parse_args(int argc, char **argv, struct opts *o, char *err, size_t e
     o->iterations = -1;
     o->warmup = -1;
     o->window = 64;
+    o->inject_stale = -1;
     int have_test = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 1;
         if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "--inject-stale")) {
+            char *end;
+            if (!v) { snprintf(err, errlen, "%s needs a value", a); return 2; }
+            o->inject_stale = strtol(v, &end, 10);
+            if (*end || o->inject_stale < 0) { snprintf(err, errlen, "bad --inject-stale '%s'", v); return 2; }
+            i++;
+            continue;
+        }
         if (!strcmp(a, "latency") || !strcmp(a, "bw") || !strcmp(a, "bibw")) {
             o->test = !strcmp(a, "latency") ? LATENCY : !strcmp(a, "bw") ? BW : BIBW;
             have_test = 1;
@@ -278,33 +369,70 @@ static unsigned char *alloc_buf(size_t n)
 
 static int rank, peer;
 
-/* Both ranks learn both check results; returns nonzero (after printing on rank 0) on error. */
-static int agree(enum test t, size_t size, long slot, long off)
+/* Both ranks learn both check results (the first wrong receive buffer: slot and mismatch); returns
+ * nonzero (after printing on rank 0) on error. */
+static int agree(enum test t, size_t size, uint64_t last, long slot, struct mismatch m)
 {
-    long mine[3] = {off >= 0, slot, off}, theirs[3];
-    MPI_Sendrecv(mine, 3, MPI_LONG, peer, TAG_CHECK, theirs, 3, MPI_LONG, peer, TAG_CHECK, MPI_COMM_WORLD,
+    long mine[4] = {m.kind, slot, m.off, m.found}, theirs[4];
+    MPI_Sendrecv(mine, 4, MPI_LONG, peer, TAG_CHECK, theirs, 4, MPI_LONG, peer, TAG_CHECK, MPI_COMM_WORLD,
                  MPI_STATUS_IGNORE);
     long *bad = mine[0] ? mine : theirs[0] ? theirs : NULL;
     int who = mine[0] ? rank : peer;
     if (mine[0] && theirs[0] && peer < rank) bad = theirs, who = peer;
     if (!bad) return 0;
-    if (rank == 0)
+    if (rank == 0) {
+        char what[256];
+        long off = bad[2], found = bad[3];
+        switch (bad[0]) {
+        case W_POISON:
+            snprintf(what, sizeof what,
+                     "byte %ld still holds the poison written before the timed loop (no message was received there)",
+                     off);
+            break;
+        case W_STALE:
+            snprintf(what, sizeof what,
+                     "byte %ld holds the stamp of iteration %ld, not of the last iteration %llu (the buffer was not "
+                     "written after iteration %ld)",
+                     off, found, (unsigned long long)last, found);
+            break;
+        case W_STAMP:
+            snprintf(what, sizeof what, "byte %ld is an iteration stamp that is not the last iteration's (%llu)", off,
+                     (unsigned long long)last);
+            break;
+        default:
+            snprintf(what, sizeof what, "byte %ld differs from the sender's data pattern", off);
+            break;
+        }
         fprintf(stderr,
-                "osu_like: %s, size %zu: rank %d received wrong data in receive buffer %ld at byte %ld (the check "
-                "pass after the timed loop compares the last message with the sender's pattern)\n",
-                test_name[t], size, who, bad[1], bad[2]);
+                "osu_like: check failed: %s, size %zu: rank %d, receive buffer %ld: %s (after the timed loop every "
+                "receive buffer must hold the sender's last message: its data pattern stamped with iteration %llu, "
+                "the last of %llu counting warm-up)\n",
+                test_name[t], size, who, bad[1], what, (unsigned long long)last, (unsigned long long)last + 1);
+    }
     return 1;
+}
+
+/* --inject-stale: whether rank 1 receives iteration i into a spare buffer. */
+static long inject_stale = -1;
+
+static int stale_at(long i)
+{
+    return rank == 1 && inject_stale >= 0 && i > inject_stale;
 }
 
 static double latency(size_t n, long iters, long skip, unsigned char *s, unsigned char *r, int *failed)
 {
     double total = 0.0;
-    fill(s, n, seed_of(n, (unsigned)rank, 0));
-    fill(r, n, poison_of(n, (unsigned)rank, 0));
+    uint64_t mine = seed_of(n, (unsigned)rank, 0), poison = poison_of(n, (unsigned)rank, 0);
+    unsigned char *spare = inject_stale >= 0 && rank == 1 ? alloc_buf(n) : NULL;
+    fill(s, n, mine);
+    fill(r, n, poison);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {
         for (long i = 0; i < iters + skip; i++) {
             double t0 = 0.0;
+            /* This iteration's message differs from every other's: 24 bytes, before the timer starts. */
+            stamp(s, n, mine, (uint64_t)i);
             if (i >= skip) t0 = MPI_Wtime();
             MPI_Send(s, (int)n, MPI_CHAR, peer, TAG_LAT, MPI_COMM_WORLD);
             MPI_Recv(r, (int)n, MPI_CHAR, peer, TAG_LAT, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -312,12 +440,16 @@ static double latency(size_t n, long iters, long skip, unsigned char *s, unsigne
         }
     } else {
         for (long i = 0; i < iters + skip; i++) {
-            MPI_Recv(r, (int)n, MPI_CHAR, peer, TAG_LAT, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            /* Before waiting for the ping. */
+            stamp(s, n, mine, (uint64_t)i);
+            MPI_Recv(stale_at(i) ? spare : r, (int)n, MPI_CHAR, peer, TAG_LAT, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             MPI_Send(s, (int)n, MPI_CHAR, peer, TAG_LAT, MPI_COMM_WORLD);
         }
     }
-    long off = first_mismatch(r, n, seed_of(n, (unsigned)peer, 0));
-    *failed = agree(LATENCY, n, 0, off);
+    free(spare);
+    uint64_t last = (uint64_t)(iters + skip - 1);
+    struct mismatch m = check_last(r, n, seed_of(n, (unsigned)peer, 0), poison, last);
+    *failed = agree(LATENCY, n, last, 0, m);
     return total;
 }
 
@@ -331,6 +463,9 @@ static double bandwidth(enum test t, size_t n, long iters, long skip, int window
     int stag = rank == 0 ? TAG_DATA : TAG_DATA_BACK, rtag = rank == 0 ? TAG_DATA_BACK : TAG_DATA;
     char ack[4] = {0};
     double total = 0.0;
+    unsigned char *spare[MAX_WINDOW];
+    int nspare = inject_stale >= 0 && rank == 1 ? nbufs : 0;
+    for (int j = 0; j < nspare; j++) spare[j] = alloc_buf(n);
     for (int j = 0; j < nbufs; j++) {
         fill(s[j], n, seed_of(n, (unsigned)rank, (size_t)j));
         fill(r[j], n, poison_of(n, (unsigned)rank, (size_t)j));
@@ -338,10 +473,15 @@ static double bandwidth(enum test t, size_t n, long iters, long skip, int window
     MPI_Barrier(MPI_COMM_WORLD);
     for (long i = 0; i < iters + skip; i++) {
         double t0 = 0.0;
+        /* This iteration's messages differ from every other's: 24 bytes per buffer, before the timer
+         * starts (the previous window's sends have completed). */
+        if (sender)
+            for (int j = 0; j < nbufs; j++) stamp(s[j], n, seed_of(n, (unsigned)rank, (size_t)j), (uint64_t)i);
         if (rank == 0 && i >= skip) t0 = MPI_Wtime();
+        unsigned char **into = stale_at(i) ? spare : r;
         if (receiver)
             for (int j = 0; j < window; j++)
-                MPI_Irecv(r[multiple ? j : 0], (int)n, MPI_CHAR, peer, rtag, MPI_COMM_WORLD, &rreq[j]);
+                MPI_Irecv(into[multiple ? j : 0], (int)n, MPI_CHAR, peer, rtag, MPI_COMM_WORLD, &rreq[j]);
         if (sender)
             for (int j = 0; j < window; j++)
                 MPI_Isend(s[multiple ? j : 0], (int)n, MPI_CHAR, peer, stag, MPI_COMM_WORLD, &sreq[j]);
@@ -353,13 +493,17 @@ static double bandwidth(enum test t, size_t n, long iters, long skip, int window
         }
         if (rank == 0 && i >= skip) total += MPI_Wtime() - t0;
     }
-    long slot = 0, off = -1;
+    for (int j = 0; j < nspare; j++) free(spare[j]);
+    uint64_t last = (uint64_t)(iters + skip - 1);
+    long slot = 0;
+    struct mismatch m = {W_NONE, -1, 0};
     if (receiver)
-        for (int j = 0; j < nbufs && off < 0; j++) {
-            off = first_mismatch(r[j], n, seed_of(n, (unsigned)peer, (size_t)j));
+        for (int j = 0; j < nbufs && m.kind == W_NONE; j++) {
+            m = check_last(r[j], n, seed_of(n, (unsigned)peer, (size_t)j), poison_of(n, (unsigned)rank, (size_t)j),
+                           last);
             slot = j;
         }
-    *failed = agree(t, n, slot, off);
+    *failed = agree(t, n, last, slot, m);
     return total;
 }
 
@@ -886,6 +1030,18 @@ static void selftest(void)
            (unsigned long long)word(poison_of(8, 1, 0), 0));
     /* rcomm_benches::coll::mix(99, 1, 7) */
     printf("coll mix %016llx\n", (unsigned long long)cmix(99, 1, 7));
+    /* Messages of size n, rank 1, slot 2, stamped with iteration 5 (rcomm_benches::osu::stamp). */
+    static const size_t stamp_sizes[] = {1, 7, 8, 9, 16, 17, 24, 33};
+    for (size_t k = 0; k < sizeof stamp_sizes / sizeof stamp_sizes[0]; k++) {
+        size_t sn = stamp_sizes[k];
+        unsigned char b[64];
+        uint64_t ss = seed_of(sn, 1, 2);
+        fill(b, sn, ss);
+        stamp(b, sn, ss, 5);
+        printf("stamp n %zu iteration 5:", sn);
+        for (size_t i = 0; i < sn; i++) printf(" %02x", b[i]);
+        printf("\n");
+    }
     /* The check pass's reference on 3 ranks, 13 elements (blocks of 4: one left over), root 2,
      * the seed of pass 1 out of place: every output element of every rank ("-": undefined).
      * benches/tests/osu_like.rs compares these with rcomm_benches::coll::expected. */
@@ -950,6 +1106,7 @@ int main(int argc, char **argv)
         return 1;
     }
     peer = 1 - rank;
+    inject_stale = o.inject_stale;
     int bwtest = o.test != LATENCY;
     size_t bufs = bwtest && o.multiple ? (size_t)o.window : 1;
     if (2 * bufs * o.max > MEM_LIMIT) {

@@ -19,10 +19,16 @@
 //!
 //! Additions that do not change what is timed: before the timed loop the send buffers are
 //! filled with a pattern that depends on (size, rank, window slot) and the receive buffers with
-//! a poison pattern; after the timed loop, in a separate pass, the receiver checks the last
-//! received buffers against the sender's pattern.
+//! a poison pattern; before each iteration's sends the sender stamps the iteration number into
+//! at most three 8-byte words of each send buffer (the first, one in the middle, the last:
+//! [`stamp`], 24 bytes whatever the size), so every iteration's messages differ; after the
+//! timed loop, in a separate pass, the receiver checks that every receive buffer holds exactly
+//! the sender's last message: its pattern stamped with the last iteration ([`check_last`]). A
+//! receive that stops writing after some iteration, writes only part of the message, or never
+//! writes is caught, and said which.
 
 use std::fmt;
+use std::ops::Range;
 
 /// OSU's `LARGE_MESSAGE_SIZE`: sizes above it use the "large" loop counts.
 pub const LARGE_MESSAGE_SIZE: usize = 8192;
@@ -316,6 +322,158 @@ pub fn first_mismatch(buf: &[u8], seed: u64) -> Option<usize> {
         .map(|i| k as usize * 8 + i)
 }
 
+/// Key of the stamp words' base (the C program uses the same).
+const STAMP_KEY: u64 = 0x57A3_9C0D_E1F2_B468;
+
+/// The byte ranges a stamp overwrites in a message of `n` bytes, in this order: the first word
+/// (`0..8`), a word in the middle (on a word boundary) and the last 8 bytes; disjoint, so short
+/// messages get fewer (empty ranges) or shorter ones: up to 8 bytes only the first (the whole
+/// message), up to 16 the first and the rest, up to 23 the first and the last; from 24 bytes
+/// on all three.
+pub fn stamp_ranges(n: usize) -> [Range<usize>; 3] {
+    let first = 0..n.min(8);
+    let last = if n > 8 { (n - 8).max(8)..n } else { n..n };
+    let m = (n / 2) & !7;
+    let middle = if m >= 8 && m + 8 <= last.start {
+        m..m + 8
+    } else {
+        n..n
+    };
+    [first, middle, last]
+}
+
+/// Stamp word `which` (0 first, 1 middle, 2 last) of iteration `iteration` (counted from 0,
+/// warm-up included) for the pattern of `seed`: a base that depends on the seed and the word,
+/// exclusive-or `iteration + 1`, so different iterations always differ in the low byte.
+pub fn stamp_word(seed: u64, iteration: u64, which: usize) -> u64 {
+    word(seed ^ STAMP_KEY, which as u64) ^ iteration.wrapping_add(1)
+}
+
+/// Writes iteration `iteration`'s stamp into `buf` (a send buffer filled with the pattern of
+/// `seed`): [`stamp_word`]s over the [`stamp_ranges`], little-endian, truncated to short
+/// ranges. At most 24 bytes are written, whatever the size, so stamping costs nothing next to
+/// sending.
+#[inline]
+pub fn stamp(buf: &mut [u8], seed: u64, iteration: u64) {
+    for (which, r) in stamp_ranges(buf.len()).into_iter().enumerate() {
+        let len = r.len();
+        buf[r].copy_from_slice(&stamp_word(seed, iteration, which).to_le_bytes()[..len]);
+    }
+}
+
+/// What a receive buffer holds instead of the sender's last message, at the first wrong byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wrong {
+    /// Still the poison written before the timed loop: no message was received there.
+    Poison,
+    /// A full stamp word of an earlier iteration: the buffer was last written then.
+    Stale {
+        /// The iteration whose stamp it holds (counted from 0, warm-up included).
+        found: u64,
+    },
+    /// A stamp that is not the last iteration's (and not a full word of an earlier one).
+    Stamp,
+    /// Data that differs from the sender's pattern.
+    Pattern,
+}
+
+/// The first wrong byte of a receive buffer, and what it holds ([`check_last`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mismatch {
+    /// Byte offset of the first wrong byte.
+    pub offset: usize,
+    /// What is there.
+    pub wrong: Wrong,
+}
+
+impl Mismatch {
+    /// Three words for the wire (the other rank prints them): kind (1 poison, 2 stale, 3
+    /// stamp, 4 pattern), offset, found iteration.
+    pub fn encode(&self) -> [u64; 3] {
+        let (kind, found) = match self.wrong {
+            Wrong::Poison => (1, 0),
+            Wrong::Stale { found } => (2, found),
+            Wrong::Stamp => (3, 0),
+            Wrong::Pattern => (4, 0),
+        };
+        [kind, self.offset as u64, found]
+    }
+
+    /// The inverse of [`Mismatch::encode`]; `None` for anything else (kind 0: no mismatch).
+    pub fn decode(w: [u64; 3]) -> Option<Self> {
+        let wrong = match w[0] {
+            1 => Wrong::Poison,
+            2 => Wrong::Stale { found: w[2] },
+            3 => Wrong::Stamp,
+            4 => Wrong::Pattern,
+            _ => return None,
+        };
+        Some(Mismatch {
+            offset: w[1] as usize,
+            wrong,
+        })
+    }
+
+    /// What is wrong, in words, for a check against iteration `last`.
+    pub fn describe(&self, last: u64) -> String {
+        let at = self.offset;
+        match self.wrong {
+            Wrong::Poison => format!(
+                "byte {at} still holds the poison written before the timed loop (no message was received there)"
+            ),
+            Wrong::Stale { found } => format!(
+                "byte {at} holds the stamp of iteration {found}, not of the last iteration {last} (the buffer was \
+                 not written after iteration {found})"
+            ),
+            Wrong::Stamp => {
+                format!("byte {at} is an iteration stamp that is not the last iteration's ({last})")
+            }
+            Wrong::Pattern => format!("byte {at} differs from the sender's data pattern"),
+        }
+    }
+}
+
+/// Byte `p` of the pattern of `seed`.
+fn pattern_byte(seed: u64, p: usize) -> u8 {
+    word(seed, (p / 8) as u64).to_le_bytes()[p % 8]
+}
+
+/// Checks that `buf` holds exactly the last message of the sender: the pattern of `seed`
+/// stamped with iteration `last` ([`fill`] then [`stamp`]). `poison` is the seed of the poison
+/// the buffer was filled with before the timed loop, to tell "never received" apart.
+pub fn check_last(buf: &[u8], seed: u64, poison: u64, last: u64) -> Option<Mismatch> {
+    let n = buf.len();
+    let mut want = vec![0u8; n];
+    fill(&mut want, seed);
+    stamp(&mut want, seed, last);
+    if buf == want.as_slice() {
+        return None;
+    }
+    let offset = buf.iter().zip(&want).position(|(a, b)| a != b)?;
+    let end = (offset + 8).min(n);
+    let wrong = if (offset..end).all(|p| buf[p] == pattern_byte(poison, p)) {
+        Wrong::Poison
+    } else if let Some((which, r)) = stamp_ranges(n)
+        .into_iter()
+        .enumerate()
+        .find(|(_, r)| r.contains(&offset))
+    {
+        let full = r.len() == 8;
+        let mut got = [0u8; 8];
+        got[..r.len()].copy_from_slice(&buf[r]);
+        // Undo the base: what is left is iteration + 1.
+        let found = (u64::from_le_bytes(got) ^ stamp_word(seed, 0, which) ^ 1).wrapping_sub(1);
+        if full && found < last {
+            Wrong::Stale { found }
+        } else {
+            Wrong::Stamp
+        }
+    } else {
+        Wrong::Pattern
+    };
+    Some(Mismatch { offset, wrong })
+}
+
 /// A page-aligned, zero-initialised byte buffer (OSU aligns its buffers to the page size).
 #[derive(Debug)]
 pub struct AlignedBuf {
@@ -500,6 +658,136 @@ mod tests {
         assert!(first_mismatch(&b, seed(64, 0, 1)).is_some());
         assert!(first_mismatch(&b, seed(32, 0, 0)).is_some());
         assert!(first_mismatch(&b, poison_seed(64, 0, 0)).is_some());
+    }
+
+    #[test]
+    fn stamp_ranges_are_disjoint_inside_the_message_and_at_most_24_bytes() {
+        for n in 0..200usize {
+            let r = stamp_ranges(n);
+            let mut covered = vec![false; n];
+            for x in r.iter().cloned() {
+                assert!(x.end <= n, "{n}: {r:?}");
+                for p in x {
+                    assert!(!covered[p], "{n}: ranges overlap: {r:?}");
+                    covered[p] = true;
+                }
+            }
+            let total = covered.iter().filter(|&&c| c).count();
+            let want = match n {
+                0..=16 => n,
+                17..=23 => 16,
+                _ => 24,
+            };
+            assert_eq!(total, want, "{n}: {r:?}");
+            // The first and the last byte are always stamped, and the middle from 24 bytes on.
+            if n > 0 {
+                assert!(covered[0] && covered[n - 1], "{n}: {r:?}");
+            }
+            assert_eq!(!r[1].is_empty(), n >= 24, "{n}: {r:?}");
+        }
+        assert_eq!(stamp_ranges(4 << 20)[1], (2 << 20)..(2 << 20) + 8);
+    }
+
+    /// The sender's message of iteration `i`: pattern, then stamp.
+    fn message(n: usize, sd: u64, i: u64) -> Vec<u8> {
+        let mut b = vec![0u8; n];
+        fill(&mut b, sd);
+        stamp(&mut b, sd, i);
+        b
+    }
+
+    #[test]
+    fn the_check_wants_exactly_the_last_iteration() {
+        let last = 109;
+        for n in [1usize, 2, 7, 8, 9, 16, 23, 24, 25, 100, 4096 + 3] {
+            let sd = seed(n, 1, 3);
+            let ps = poison_seed(n, 0, 3);
+            assert_eq!(check_last(&message(n, sd, last), sd, ps, last), None, "{n}");
+            // Every earlier iteration differs from the last one (for n < 8 the stamp has n
+            // bytes, so iterations 256^n apart would look the same; none are here).
+            for i in 0..last {
+                let m = check_last(&message(n, sd, i), sd, ps, last)
+                    .unwrap_or_else(|| panic!("{n}: iteration {i} passes for {last}"));
+                assert_eq!(m.offset, 0, "{n}");
+                let want = if n >= 8 {
+                    Wrong::Stale { found: i }
+                } else {
+                    Wrong::Stamp
+                };
+                assert_eq!(m.wrong, want, "{n}, iteration {i}");
+            }
+            // Never written: the poison.
+            let mut b = vec![0u8; n];
+            fill(&mut b, ps);
+            assert_eq!(
+                check_last(&b, sd, ps, last),
+                Some(Mismatch {
+                    offset: 0,
+                    wrong: Wrong::Poison
+                }),
+                "{n}"
+            );
+            // Only the first half written: the rest still poison.
+            if n >= 16 {
+                let mut b = message(n, sd, last);
+                let half = n / 2;
+                let mut p = vec![0u8; n];
+                fill(&mut p, ps);
+                b[half..].copy_from_slice(&p[half..]);
+                assert_eq!(
+                    check_last(&b, sd, ps, last),
+                    Some(Mismatch {
+                        offset: half,
+                        wrong: Wrong::Poison
+                    }),
+                    "{n}"
+                );
+            }
+            // The last stamp is checked too: the tail of an earlier iteration.
+            if n > 8 {
+                let mut b = message(n, sd, last);
+                let tail = stamp_ranges(n)[2].clone();
+                b[tail.clone()].copy_from_slice(&message(n, sd, last - 1)[tail.clone()]);
+                let m = check_last(&b, sd, ps, last).expect("stale tail");
+                assert_eq!(m.offset, tail.start, "{n}");
+                let want = if tail.len() == 8 {
+                    Wrong::Stale { found: last - 1 }
+                } else {
+                    Wrong::Stamp
+                };
+                assert_eq!(m.wrong, want, "{n}");
+            }
+            // One flipped byte of data outside the stamps.
+            let stamped = stamp_ranges(n);
+            if let Some(p) = (0..n).find(|p| !stamped.iter().any(|r| r.contains(p))) {
+                let mut b = message(n, sd, last);
+                b[p] ^= 0x40;
+                assert_eq!(
+                    check_last(&b, sd, ps, last),
+                    Some(Mismatch {
+                        offset: p,
+                        wrong: Wrong::Pattern
+                    }),
+                    "{n}"
+                );
+            }
+            // Another slot's or rank's message.
+            if n >= 8 {
+                let other = seed(n, 1, 4);
+                assert!(check_last(&message(n, other, last), sd, ps, last).is_some());
+            }
+        }
+        assert_eq!(check_last(&[], 1, 2, 5), None);
+        let m = Mismatch {
+            offset: 4096,
+            wrong: Wrong::Stale { found: 0 },
+        };
+        assert_eq!(Mismatch::decode(m.encode()), Some(m));
+        assert_eq!(Mismatch::decode([0, 0, 0]), None);
+        assert!(
+            m.describe(109)
+                .contains("iteration 0, not of the last iteration 109")
+        );
     }
 
     #[test]

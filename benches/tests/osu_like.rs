@@ -1,8 +1,11 @@
 //! `benches/mpi/osu_like.c` against `rcomm_benches`: it compiles without warnings, its
 //! `--selftest` prints the same pattern words and the same check reference (every operation,
-//! type and reduction, every rank's every output element on 3 ranks) as `rcomm_benches::coll`,
-//! and its collective modes run and pass their check pass under a real MPI launch. Skipped,
-//! with a note, where no MPI compiler is installed (`mpicc.openmpi`, `mpicc.mpich` or `mpicc`).
+//! type and reduction, every rank's every output element on 3 ranks) and the same iteration
+//! stamps as `rcomm_benches::{osu, coll}`; its collective modes run and pass their check pass
+//! under a real MPI launch, and its point-to-point modes print every size and pass theirs, and
+//! fail it (exit status 1, the size and the stale iteration named) when a receive stops
+//! writing (`--inject-stale`). Skipped ([`rcomm_testkit::skip`], a failure under CI) where no
+//! MPI compiler is installed (`mpicc.openmpi`, `mpicc.mpich` or `mpicc`).
 
 use rcomm::Op;
 use rcomm_benches::coll::{self, BenchElem, CheckCtx, CollOp};
@@ -43,8 +46,23 @@ fn compile() -> Option<(PathBuf, &'static str)> {
         assert!(!err.contains("warning"), "{cc} -Wall -Wextra warns:\n{err}");
         return Some((exe, which));
     }
-    eprintln!("osu_like: no MPI compiler installed; skipped");
     None
+}
+
+/// Skips the calling test: no MPI compiler.
+fn skip_without_mpi() {
+    rcomm_testkit::skip(
+        "no MPI compiler (mpicc.openmpi, mpicc.mpich or mpicc) is installed: install MPICH (`apt-get install mpich \
+         libmpich-dev`), as scripts/test.sh does",
+    );
+}
+
+/// Skips the calling test: an MPI compiler without a launcher this file knows.
+fn skip_without_launcher(which: &str) {
+    rcomm_testkit::skip(&format!(
+        "osu_like was compiled with plain `mpicc` ({which}), whose launcher this test does not know: install MPICH \
+         (`apt-get install mpich libmpich-dev`, giving mpicc.mpich and mpiexec.mpich)"
+    ));
 }
 
 fn dtype_of(name: &str) -> rcomm::Dtype {
@@ -72,7 +90,9 @@ fn compare<T: BenchElem>(ctx: &CheckCtx, vals: &[&str], line: &str) {
 
 #[test]
 fn selftest_agrees_with_rcomm_benches() {
-    let Some((exe, _)) = build() else { return };
+    let Some((exe, _)) = build() else {
+        return skip_without_mpi();
+    };
     let out = Command::new(&exe).arg("--selftest").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
@@ -97,6 +117,19 @@ fn selftest_agrees_with_rcomm_benches() {
         lines.next().unwrap(),
         format!("coll mix {:016x}", coll::mix(99, 1, 7))
     );
+    // Point-to-point messages stamped with iteration 5 (size n, rank 1, slot 2): every stamp
+    // range, short and long.
+    for n in [1usize, 7, 8, 9, 16, 17, 24, 33] {
+        let sd = osu::seed(n, 1, 2);
+        let mut b = vec![0u8; n];
+        osu::fill(&mut b, sd);
+        osu::stamp(&mut b, sd, 5);
+        let hex: String = b.iter().map(|x| format!(" {x:02x}")).collect();
+        assert_eq!(
+            lines.next().unwrap(),
+            format!("stamp n {n} iteration 5:{hex}")
+        );
+    }
     let mut seen = std::collections::HashSet::new();
     let mut checked = 0;
     for line in lines {
@@ -213,7 +246,9 @@ fn run(mut c: Command, limit: Duration) -> (Option<i32>, String, String) {
 
 #[test]
 fn collective_modes_pass_their_check_under_mpi() {
-    let Some((exe, which)) = build() else { return };
+    let Some((exe, which)) = build() else {
+        return skip_without_mpi();
+    };
     for (op, size, count, inplace) in [
         // 3 ranks, 4 KiB of int32 = 1024 elements: blocks of 341.
         ("allgather", 4092, 341, false),
@@ -225,8 +260,7 @@ fn collective_modes_pass_their_check_under_mpi() {
         ("allreduce", 4096, 1024, true),
     ] {
         let Some(mut c) = launch(which, 3) else {
-            eprintln!("osu_like: no launcher known for {which}; skipped");
-            return;
+            return skip_without_launcher(which);
         };
         c.arg(&exe).args([
             op, "-b", "4K", "-e", "4K", "-n", "2", "-w", "1", "-c", "2", "-d", "int32", "-r", "1",
@@ -248,5 +282,89 @@ fn collective_modes_pass_their_check_under_mpi() {
             rows[0]
         );
         assert!(err.contains("Out of bounds values : 0 OK"), "{op}: {err}");
+    }
+}
+
+/// Whether a printed figure (`key`: `latency_us` or `bandwidth_MBps`) is right: finite and
+/// positive; except that below 1 KiB a bandwidth printed with two decimals may read 0.00 MB/s on
+/// a loaded machine (a window of 64 messages taking over 13 ms).
+fn figure_ok(key: &str, size: usize, v: f64) -> bool {
+    v.is_finite() && (v > 0.0 || (key == "bandwidth_MBps" && size < 1024 && v == 0.0))
+}
+
+/// `{"size":N,"KEY":X}` → (N, X).
+fn json_row(line: &str, key: &str) -> Option<(usize, f64)> {
+    let rest = line.strip_prefix("{\"size\":")?.strip_suffix('}')?;
+    let (size, value) = rest.split_once(&format!(",\"{key}\":"))?;
+    Some((size.parse().ok()?, value.parse().ok()?))
+}
+
+#[test]
+fn pt2pt_modes_pass_their_check_and_catch_a_stale_receive_under_mpi() {
+    let Some((exe, which)) = build() else {
+        return skip_without_mpi();
+    };
+    let sizes: Vec<usize> = (0..=16).map(|k| 1usize << k).collect();
+    for (test, key, iters) in [
+        ("latency", "latency_us", "20"),
+        ("bw", "bandwidth_MBps", "3"),
+        ("bibw", "bandwidth_MBps", "3"),
+    ] {
+        for buffers in ["single", "multiple"] {
+            let what = format!("{test} -b {buffers}");
+            let Some(mut c) = launch(which, 2) else {
+                return skip_without_launcher(which);
+            };
+            c.arg(&exe).args([
+                test, "-m", "1:64K", "-i", iters, "-x", "2", "-b", buffers, "--json",
+            ]);
+            let (rc, out, err) = run(c, Duration::from_secs(120));
+            assert_eq!(rc, Some(0), "{what}: {out}\n{err}");
+            let rows: Vec<(usize, f64)> = out
+                .lines()
+                .map(|l| {
+                    json_row(l, key).unwrap_or_else(|| panic!("{what}: not a row: {l:?}\n{out}"))
+                })
+                .collect();
+            assert_eq!(
+                rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+                sizes,
+                "{what}: {out}"
+            );
+            for (size, v) in &rows {
+                assert!(figure_ok(key, *size, *v), "{what}, size {size}: {v}\n{out}");
+            }
+            assert!(!err.contains("check failed"), "{what}: {err}");
+
+            // Rank 1 receives into a spare buffer after iteration 1 of 0..=5: its receive
+            // buffer keeps iteration 1's message.
+            let Some(mut c) = launch(which, 2) else {
+                return skip_without_launcher(which);
+            };
+            c.arg(&exe).args([
+                test,
+                "-m",
+                "64:128",
+                "-i",
+                "4",
+                "-x",
+                "2",
+                "-b",
+                buffers,
+                "--inject-stale",
+                "1",
+            ]);
+            let (rc, out, err) = run(c, Duration::from_secs(120));
+            assert_eq!(rc, Some(1), "{what}: {out}\n{err}");
+            let want = format!(
+                "osu_like: check failed: {test}, size 64: rank 1, receive buffer 0: byte 0 holds the stamp of \
+                 iteration 1, not of the last iteration 5 (the buffer was not written after iteration 1)"
+            );
+            assert!(err.contains(&want), "{what}: wanted {want:?} in\n{err}");
+            assert!(
+                out.lines().all(|l| l.starts_with('#')),
+                "{what}: a row was printed: {out}"
+            );
+        }
     }
 }

@@ -123,8 +123,10 @@ fn rcomm_run() -> Option<PathBuf> {
 #[test]
 fn two_ranks_through_the_launcher() {
     let Some(run) = rcomm_run() else {
-        eprintln!("rcomm-run is not built beside rcomm-bench; skipped");
-        return;
+        return rcomm_testkit::skip(
+            "rcomm-run is not built beside rcomm-bench: `cargo test --workspace` builds it, or `cargo build -p \
+             rcomm-launcher` (same profile) before `cargo test -p rcomm-benches`",
+        );
     };
     let mut c = Command::new(run);
     c.args(["-n", "2", "--no-prefix"])

@@ -48,8 +48,10 @@ fn one_rank_prints_the_table_and_no_outlier() {
 #[test]
 fn a_slowed_rank_is_named_the_outlier() {
     let Some(run) = rcomm_run() else {
-        eprintln!("rcomm-run is not built beside rcomm-bench; skipped");
-        return;
+        return rcomm_testkit::skip(
+            "rcomm-run is not built beside rcomm-bench: `cargo test --workspace` builds it, or `cargo build -p \
+             rcomm-launcher` (same profile) before `cargo test -p rcomm-benches`",
+        );
     };
     let mut c = Command::new(run);
     c.args(["-n", "4", env!("CARGO_BIN_EXE_rcomm-bench")])

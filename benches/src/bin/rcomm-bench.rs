@@ -21,7 +21,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use rcomm::{Communicator, Dtype, Op, Tag};
 use rcomm_benches::coll::{self, CollOp};
 use rcomm_benches::coll_run::{self, WrongResults};
-use rcomm_benches::osu::{self, AlignedBuf, Loop, SizeRange, Test};
+use rcomm_benches::osu::{self, AlignedBuf, Loop, Mismatch, SizeRange, Test};
 use rcomm_benches::overlap;
 use std::error::Error;
 use std::io::Write;
@@ -474,6 +474,11 @@ struct Pt2ptArgs {
     /// `{"size":N,"bandwidth_MBps":X}`) instead of the table; headers go to stderr.
     #[arg(long)]
     json: bool,
+    /// Testing the benchmark: rank 1 receives every message after iteration ITER (counted from
+    /// 0, warm-up included) into a spare buffer, as a receive that stops writing would, so the
+    /// check pass must fail.
+    #[arg(long, value_name = "ITER", hide = true)]
+    inject_stale: Option<u64>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -498,6 +503,7 @@ struct Plan {
     window: usize,
     buffers: BufNum,
     json: bool,
+    inject_stale: Option<u64>,
 }
 
 fn plan(a: &Pt2ptArgs) -> Res<Plan> {
@@ -553,6 +559,7 @@ fn plan(a: &Pt2ptArgs) -> Res<Plan> {
         window,
         buffers,
         json: a.json,
+        inject_stale: a.inject_stale,
     })
 }
 
@@ -621,13 +628,22 @@ impl Pair<'_> {
         Ok(())
     }
 
-    /// Combines both ranks' check results (first bad buffer: slot and byte offset) on both
-    /// ranks; an error names the rank, slot and offset.
-    fn agree(&self, test: Test, size: usize, mine: Option<(usize, usize)>) -> Res<()> {
-        let enc = |m: Option<(usize, usize)>| {
-            m.map_or([0u64; 3], |(slot, off)| [1, slot as u64, off as u64])
+    /// Combines both ranks' check results (the first wrong receive buffer: its slot and what
+    /// is wrong) on both ranks; an error names the rank, the slot, the byte and what it holds.
+    fn agree(
+        &self,
+        test: Test,
+        size: usize,
+        last: u64,
+        mine: Option<(usize, Mismatch)>,
+    ) -> Res<()> {
+        let enc = |m: Option<(usize, Mismatch)>| {
+            m.map_or([0u64; 4], |(slot, m)| {
+                let [kind, off, found] = m.encode();
+                [kind, slot as u64, off, found]
+            })
         };
-        let mut theirs = [0u64; 3];
+        let mut theirs = [0u64; 4];
         if self.rank == 0 {
             self.comm.recv(&mut theirs, self.peer, TAG_CHECK)?;
             self.comm.send(&enc(mine), self.peer, TAG_CHECK)?;
@@ -636,22 +652,39 @@ impl Pair<'_> {
             self.comm.recv(&mut theirs, self.peer, TAG_CHECK)?;
         }
         let mut bad = Vec::new();
-        if let Some((slot, off)) = mine {
-            bad.push((self.rank, slot as u64, off as u64));
+        if let Some((slot, m)) = mine {
+            bad.push((self.rank, slot as u64, m));
         }
-        if theirs[0] != 0 {
-            bad.push((self.peer, theirs[1], theirs[2]));
+        let [kind, slot, off, found] = theirs;
+        if kind != 0 {
+            let m = Mismatch::decode([kind, off, found]).ok_or_else(|| {
+                format!(
+                    "{test}, size {size}: rank {} sent a check result of unknown kind {kind}",
+                    self.peer
+                )
+            })?;
+            bad.push((self.peer, slot, m));
         }
-        bad.sort();
-        match bad.first() {
-            None => Ok(()),
-            Some(_) if self.rank != 0 => Err(Quiet.into()),
-            Some((r, slot, off)) => Err(format!(
-                "{test}, size {size}: rank {r} received wrong data in receive buffer {slot} at byte {off} (the check \
-                 pass after the timed loop compares the last message with the sender's pattern)"
-            )
-            .into()),
+        bad.sort_by_key(|&(r, slot, m)| (r, slot, m.offset));
+        let Some((r, slot, m)) = bad.first() else {
+            return Ok(());
+        };
+        // Rank 0 says what is wrong, then lets rank 1 go: a rank that exits first makes
+        // rcomm-run stop the other, which could cut the message.
+        let mut done = [0u8; 1];
+        if self.rank == 0 {
+            eprintln!(
+                "rcomm-bench: check failed: {test}, size {size}: rank {r}, receive buffer {slot}: {} (after the timed \
+                 loop every receive buffer must hold the sender's last message: its data pattern stamped with \
+                 iteration {last}, the last of {} counting warm-up)",
+                m.describe(last),
+                last + 1
+            );
+            self.comm.send(&done, self.peer, TAG_SYNC)?;
+        } else {
+            self.comm.recv(&mut done, self.peer, TAG_SYNC)?;
         }
+        Err(Quiet.into())
     }
 }
 
@@ -720,12 +753,12 @@ fn run(plan: &Plan) -> Res<()> {
                         (&mut per_size.0, &mut per_size.1)
                     }
                 };
-                latency(&pair, t, n, lp, s, r)?
+                latency(&pair, t, n, lp, s, r, plan.inject_stale)?
             }
             Test::Bw | Test::Bibw => {
                 let mut s: Vec<AlignedBuf> = (0..plan.window).map(|_| AlignedBuf::new(n)).collect();
                 let mut r: Vec<AlignedBuf> = (0..plan.window).map(|_| AlignedBuf::new(n)).collect();
-                bandwidth(&pair, t, n, lp, &mut s, &mut r)?
+                bandwidth(&pair, t, n, lp, &mut s, &mut r, plan.inject_stale)?
             }
         };
         if rank == 0 {
@@ -735,12 +768,22 @@ fn run(plan: &Plan) -> Res<()> {
             out.flush()?;
         }
     }
+    if rank == 0 {
+        let line = "# check passed at every size: each receive buffer held the sender's last message \
+                    (data pattern and iteration stamps)";
+        if plan.json {
+            eprintln!("{line}")
+        } else {
+            println!("{line}")
+        }
+    }
     report_counters(&pair, plan.json)?;
     Ok(())
 }
 
 /// One size of `osu_latency` (blocking send from `s`, blocking receive into `r`, rank 0's
 /// round trips) or of the exchange test (both ranks `sendrecv` at once, rank 0's time).
+/// `stale`: `--inject-stale`.
 fn latency(
     p: &Pair<'_>,
     t: Test,
@@ -748,39 +791,54 @@ fn latency(
     lp: Loop,
     s: &mut AlignedBuf,
     r: &mut AlignedBuf,
+    stale: Option<u64>,
 ) -> Res<Duration> {
-    osu::fill(s.get_mut(n), osu::seed(n, p.rank, 0));
-    osu::fill(r.get_mut(n), osu::poison_seed(n, p.rank, 0));
-    let (sb, rb) = (s.get(n), r.get_mut(n));
+    let (mine, theirs) = (osu::seed(n, p.rank, 0), osu::seed(n, p.peer, 0));
+    let poison = osu::poison_seed(n, p.rank, 0);
+    osu::fill(s.get_mut(n), mine);
+    osu::fill(r.get_mut(n), poison);
+    let (sb, rb) = (s.get_mut(n), r.get_mut(n));
+    let stale = stale.filter(|_| p.rank == 1);
+    let mut spare = AlignedBuf::new(if stale.is_some() { n } else { 0 });
+    let rounds = lp.skip + lp.iterations;
     p.sync()?;
     let mut total = Duration::ZERO;
-    for i in 0..lp.skip + lp.iterations {
+    for i in 0..rounds {
+        // This iteration's message differs from every other's: 24 bytes, before the timer
+        // starts (rank 1 stamps before it waits for the ping).
+        osu::stamp(sb, mine, i as u64);
+        let into: &mut [u8] = match stale {
+            Some(k) if i as u64 > k => spare.get_mut(n),
+            _ => &mut *rb,
+        };
         let t0 = (p.rank == 0 && i >= lp.skip).then(Instant::now);
         match (t, p.rank) {
             (Test::Exchange, _) => {
                 p.comm
-                    .sendrecv(sb, p.peer, TAG_LAT, &mut *rb, p.peer, TAG_LAT)?;
+                    .sendrecv(&*sb, p.peer, TAG_LAT, into, p.peer, TAG_LAT)?;
             }
             (_, 0) => {
-                p.comm.send(sb, p.peer, TAG_LAT)?;
-                p.comm.recv(&mut *rb, p.peer, TAG_LAT)?;
+                p.comm.send(&*sb, p.peer, TAG_LAT)?;
+                p.comm.recv(into, p.peer, TAG_LAT)?;
             }
             _ => {
-                p.comm.recv(&mut *rb, p.peer, TAG_LAT)?;
-                p.comm.send(sb, p.peer, TAG_LAT)?;
+                p.comm.recv(into, p.peer, TAG_LAT)?;
+                p.comm.send(&*sb, p.peer, TAG_LAT)?;
             }
         }
         if let Some(t0) = t0 {
             total += t0.elapsed();
         }
     }
-    // Check pass, outside the timed loop.
-    let bad = osu::first_mismatch(rb, osu::seed(n, p.peer, 0)).map(|off| (0, off));
-    p.agree(t, n, bad)?;
+    // Check pass, outside the timed loop: the receive buffer holds the peer's last message.
+    let last = rounds.saturating_sub(1) as u64;
+    let bad = osu::check_last(rb, theirs, poison, last).map(|m| (0, m));
+    p.agree(t, n, last, bad)?;
     Ok(total)
 }
 
 /// `osu_bw` / `osu_bibw` for one size, one send and one receive buffer per window slot.
+/// `stale`: `--inject-stale`.
 fn bandwidth(
     p: &Pair<'_>,
     t: Test,
@@ -788,16 +846,24 @@ fn bandwidth(
     lp: Loop,
     sbufs: &mut [AlignedBuf],
     rbufs: &mut [AlignedBuf],
+    stale: Option<u64>,
 ) -> Res<Duration> {
-    for (j, b) in sbufs.iter_mut().enumerate() {
-        osu::fill(b.get_mut(n), osu::seed(n, p.rank, j));
+    let window = sbufs.len();
+    let mine: Vec<u64> = (0..window).map(|j| osu::seed(n, p.rank, j)).collect();
+    let poison = |j| osu::poison_seed(n, p.rank, j);
+    for (b, &sd) in sbufs.iter_mut().zip(&mine) {
+        osu::fill(b.get_mut(n), sd);
     }
     for (j, b) in rbufs.iter_mut().enumerate() {
-        osu::fill(b.get_mut(n), osu::poison_seed(n, p.rank, j));
+        osu::fill(b.get_mut(n), poison(j));
     }
-    let window = sbufs.len();
-    let sends: Vec<&[u8]> = sbufs.iter().map(|b| b.get(n)).collect();
+    let mut sends: Vec<&mut [u8]> = sbufs.iter_mut().map(|b| b.get_mut(n)).collect();
     let mut recvs: Vec<&mut [u8]> = rbufs.iter_mut().map(|b| b.get_mut(n)).collect();
+    let stale = stale.filter(|_| p.rank == 1);
+    let mut spare_bufs: Vec<AlignedBuf> = (0..if stale.is_some() { window } else { 0 })
+        .map(|_| AlignedBuf::new(n))
+        .collect();
+    let mut spare: Vec<&mut [u8]> = spare_bufs.iter_mut().map(|b| b.get_mut(n)).collect();
     let (sender, receiver) = (
         t == Test::Bibw || p.rank == 0,
         t == Test::Bibw || p.rank == 1,
@@ -809,13 +875,24 @@ fn bandwidth(
         (TAG_DATA_BACK, TAG_DATA)
     };
     let mut ack = [0u8; 4];
+    let rounds = lp.skip + lp.iterations;
     p.sync()?;
     let mut total = Duration::ZERO;
-    for i in 0..lp.skip + lp.iterations {
+    for i in 0..rounds {
+        // This iteration's messages differ from every other's: 24 bytes per slot, before the
+        // timer starts (the previous window's sends have completed).
+        if sender {
+            for (b, &sd) in sends.iter_mut().zip(&mine) {
+                osu::stamp(b, sd, i as u64);
+            }
+        }
         let t0 = (p.rank == 0 && i >= lp.skip).then(Instant::now);
         // The scope's requests borrow the buffers until they complete; the closure takes the
         // borrows by value (a window's receives need each buffer mutably for the whole scope).
-        let (sv, rv) = (&sends, &mut recvs);
+        let (sv, rv) = match stale {
+            Some(k) if i as u64 > k => (&sends, &mut spare),
+            _ => (&sends, &mut recvs),
+        };
         p.comm.scope(move |sc| -> Res<()> {
             let mut rreqs = Vec::with_capacity(window);
             if receiver {
@@ -848,16 +925,16 @@ fn bandwidth(
             total += t0.elapsed();
         }
     }
-    // Check pass, outside the timed loop: every receive buffer holds its slot's message.
+    // Check pass, outside the timed loop: every receive buffer holds its slot's last message.
+    let last = rounds.saturating_sub(1) as u64;
     let bad = if receiver {
-        recvs
-            .iter()
-            .enumerate()
-            .find_map(|(j, b)| osu::first_mismatch(b, osu::seed(n, p.peer, j)).map(|off| (j, off)))
+        recvs.iter().enumerate().find_map(|(j, b)| {
+            osu::check_last(b, osu::seed(n, p.peer, j), poison(j), last).map(|m| (j, m))
+        })
     } else {
         None
     };
-    p.agree(t, n, bad)?;
+    p.agree(t, n, last, bad)?;
     Ok(total)
 }
 
