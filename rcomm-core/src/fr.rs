@@ -497,6 +497,25 @@ impl Shared {
     }
 }
 
+/// A collective as the flight recorder keeps it ([`Communicator::last_collective`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CollRecord {
+    /// The collective: `allreduce`, `bcast`, `reduce`, `allgather`, `reduce_scatter`,
+    /// `alltoall`, `gather`, `scatter`, `scan` (exscan too), `barrier`, or the communicator
+    /// makers `split`, `dup`, `create`.
+    pub op: &'static str,
+    /// The algorithm chosen, as `RCOMM_ALGO` and [`Communicator::with_algo`] name them
+    /// (`ring`, `hier`, …); `dissemination` for a barrier, "" for the communicator makers.
+    pub algo: &'static str,
+    /// Its number on the communicator (1 for the first), as hang reports and timeout errors
+    /// number collectives.
+    pub seq: u64,
+    /// Bytes it moves (the vector, or one block for the gathering kinds).
+    pub bytes: u64,
+    /// Whether it has ended (a started non-blocking collective has not until it completes).
+    pub ended: bool,
+}
+
 impl Communicator {
     /// Names the communicator (as `MPI_Comm_set_name`): the name appears in the hang report
     /// and in timeout errors. Local: each rank names its own handle (all clones share it);
@@ -509,6 +528,38 @@ impl Communicator {
     /// The communicator's name ("" if it has none).
     pub fn name(&self) -> String {
         flight::recorder().name(self.ctx)
+    }
+
+    /// The last collective this process recorded on this communicator (its clones, such as
+    /// [`with_algo`](Self::with_algo)'s, share it), read from the flight recorder: which
+    /// collective, the algorithm chosen for it, and its number. `None` before the first one,
+    /// once the recorder has overwritten it (it keeps the last `RCOMM_FR_SIZE` operations of
+    /// the process), or with the recorder off (`RCOMM_FR_SIZE=0`).
+    ///
+    /// The algorithm is the one chosen where the collective began: forced ([`with_algo`],
+    /// `RCOMM_ALGO`) or the tuner's. A non-blocking collective's record begins when it is
+    /// started, so the algorithm is known before `wait`; there a choice that only a blocking
+    /// call can run is run by its fallback (`shm` by `direct`, `hier` by `ring` or `tree`), and
+    /// the record still names the choice. Local and diagnostic (tests and logs use it to show
+    /// which algorithm ran); it copies the recorder, so it does not belong in a hot loop. A
+    /// communicator on a reused context id may see its predecessor's last collective until it
+    /// runs its own first one.
+    ///
+    /// [`with_algo`]: Self::with_algo
+    pub fn last_collective(&self) -> Option<CollRecord> {
+        flight::recorder()
+            .snapshot()
+            .into_iter()
+            .rev()
+            // Point-to-point records have no collective number.
+            .find(|r| r.ctx == self.ctx && r.seq > 0)
+            .map(|r| CollRecord {
+                op: r.op,
+                algo: r.algo,
+                seq: r.seq,
+                bytes: r.bytes,
+                ended: r.state.ended(),
+            })
     }
 
     /// Tells the flight recorder a communicator was made on this context id.

@@ -4,7 +4,7 @@
 //! call or before it, and across two (fake) nodes — and matched collectives still pass the
 //! collectives table.
 
-use rcomm_tests::{CHECK_CASES as CASES, Job, test_program};
+use rcomm_tests::{CHECK_CASES as CASES, Job, JobOutput, test_program};
 use std::time::Duration;
 
 /// What each case must report as differing.
@@ -20,7 +20,7 @@ fn field(case: &str) -> &'static str {
 
 /// Runs `rt_check` on 4 ranks with `odd` as the odd rank and checks every rank's line of
 /// every case: `CollMismatch` naming exactly `odd`, the right field, within 10 s.
-fn run(label: &str, job: Job, odd: u32) {
+fn run(label: &str, job: Job, odd: u32) -> JobOutput {
     let out = job
         .env("RCOMM_CHECK", "1")
         .env("RT_ODD", &odd.to_string())
@@ -51,6 +51,7 @@ fn run(label: &str, job: Job, odd: u32) {
                 .contains("called allreduce(count 17, f32, sum) (count differs)"),
         "{label}\n{out}"
     );
+    out
 }
 
 #[test]
@@ -66,7 +67,9 @@ fn checked_mode_names_the_rank_with_another_count_dtype_root_op_or_collective() 
 #[test]
 fn checked_mode_names_the_odd_rank_across_two_nodes() {
     // Ranks 0-1 and 2-3 on two nodes: TCP between them, hierarchical collectives for the
-    // large allreduce (whose odd rank runs a flat algorithm for its small count).
+    // large allreduce (whose odd rank runs a flat algorithm for its small count). Each rank
+    // checks that (`RT_NODES`) and prints `ok nodes 2 rank <r> on <host>/n<r / 2>: … tcp <sent>
+    // B sent <received> B received`.
     let job = Job::new(
         4,
         &[
@@ -77,8 +80,26 @@ fn checked_mode_names_the_odd_rank_across_two_nodes() {
                 test_program("rt_check")
             ),
         ],
-    );
-    run("two nodes", job, 2);
+    )
+    .env("RT_NODES", "2");
+    let out = run("two nodes", job, 2);
+    for r in 0..4 {
+        let prefix = format!("ok nodes 2 rank {r} on ");
+        let line = out
+            .rank_lines(r)
+            .into_iter()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("rank {r}: no placement line\n{out}"));
+        assert!(line.contains(&format!("/n{}:", r / 2)), "rank {r}: {line}");
+        let tcp: Vec<u64> = line
+            .split(" B ")
+            .filter_map(|p| p.rsplit(' ').next()?.parse().ok())
+            .collect();
+        assert!(
+            tcp.len() == 2 && tcp.iter().all(|&b| b > 0),
+            "rank {r}: TCP bytes {tcp:?} in {line}"
+        );
+    }
 }
 
 #[test]

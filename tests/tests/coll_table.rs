@@ -3,8 +3,46 @@
 //! reference; and deterministic mode compared bit for bit across runs, transports and
 //! progress modes.
 
-use rcomm_tests::{Job, test_program};
+use rcomm_tests::{Job, JobOutput, test_program};
 use std::time::{Duration, Instant};
+
+/// The number of collectives whose recorded algorithm rank 0 checked, from its summary line
+/// `ok table <checks> checks, <recorded> recorded algorithms, …`.
+fn recorded(out: &JobOutput, what: &str) -> u64 {
+    let line = out
+        .rank_lines(0)
+        .into_iter()
+        .find(|l| l.starts_with("ok table"))
+        .unwrap_or_else(|| panic!("{what}: no summary line\n{out}"));
+    line.split(", ")
+        .nth(1)
+        .and_then(|p| p.strip_suffix(" recorded algorithms"))
+        .and_then(|k| k.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: summary without a count of recorded algorithms: {line}"))
+}
+
+/// Asserts every rank of an `RT_NODES=2` run with `RCOMM_HOSTID=node<rank / 2>` printed its
+/// placement line: on its node, with TCP bytes sent and received.
+fn two_nodes_line(out: &JobOutput, n: u32, hostid: &str) {
+    for r in 0..n {
+        let prefix = format!("ok nodes 2 rank {r} on ");
+        let line = out
+            .rank_lines(r)
+            .into_iter()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("rank {r}: no placement line\n{out}"));
+        let node = format!("/{hostid}{}:", r / 2);
+        assert!(line.contains(&node), "rank {r} not on {node}: {line}");
+        let tcp: Vec<u64> = line
+            .split(" B ")
+            .filter_map(|p| p.rsplit(' ').next()?.parse().ok())
+            .collect();
+        assert!(
+            tcp.len() >= 2 && tcp[0] > 0 && tcp[1] > 0,
+            "rank {r}: TCP bytes {tcp:?} in {line}"
+        );
+    }
+}
 
 #[test]
 fn the_collectives_table_holds_at_1_to_8_ranks_on_shm_and_tcp() {
@@ -17,11 +55,7 @@ fn the_collectives_table_holds_at_1_to_8_ranks_on_shm_and_tcp() {
                 .deadline(Duration::from_secs(300))
                 .run();
             assert_eq!(out.code(), 0, "{t} {n} ranks\n{out}");
-            let ok = out
-                .rank_lines(0)
-                .into_iter()
-                .any(|l| l.starts_with("ok table"));
-            assert!(ok, "{t} {n}: no summary line\n{out}");
+            assert!(recorded(&out, &format!("{t} {n}")) > 0, "{t} {n}\n{out}");
             eprintln!(
                 "table: {t} {n} ranks in {:.1} s",
                 t0.elapsed().as_secs_f64()
@@ -68,7 +102,8 @@ fn deterministic_allreduce_is_bitwise_equal_across_runs_transports_and_progress_
 }
 
 /// Ranks on two nodes (`RCOMM_HOSTID` splits one machine): TCP between the nodes, shared memory
-/// within, and the hierarchical algorithms (forced, and chosen) across them.
+/// within, and the hierarchical algorithms (forced, and chosen) across them — each rank checks
+/// the placement and prints it (`RT_NODES`).
 #[test]
 fn the_collectives_table_holds_across_two_nodes() {
     for n in [3u32, 4] {
@@ -84,13 +119,14 @@ fn the_collectives_table_holds_across_two_nodes() {
             ],
         )
         .env("RT_TABLE", "small")
+        .env("RT_NODES", "2")
         .deadline(Duration::from_secs(300))
         .run();
         assert_eq!(out.code(), 0, "{n} ranks on 2 nodes\n{out}");
-        let ok = out
-            .rank_lines(0)
-            .into_iter()
-            .any(|l| l.starts_with("ok table"));
-        assert!(ok, "{n} ranks on 2 nodes: no summary line\n{out}");
+        assert!(
+            recorded(&out, &format!("{n} ranks on 2 nodes")) > 0,
+            "{out}"
+        );
+        two_nodes_line(&out, n, "node");
     }
 }

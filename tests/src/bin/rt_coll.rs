@@ -3,7 +3,35 @@
 //! results are compared with the sequential reference (exact for integers, a stated tolerance
 //! for floats) and are checked bitwise equal across ranks (rank 0 gathers everyone's bytes).
 //! Broadcast from the first and the last rank. Prints `ok <case>` on rank 0.
+//!
+//! Every allreduce through `with_algo(…, algo)` is shown to have run `algo` by its
+//! flight-recorder record (`Communicator::last_collective`). Last, one call of each collective
+//! kind on the world, unforced, prints `algo <op> <algorithm>` on rank 0 (what `RCOMM_ALGO`
+//! forced, or the tuner chose).
 use rcomm::{Communicator, Element, Op, Source, Tag};
+
+/// Runs `f`, one collective `op` on `c`, and returns the algorithm its new flight-recorder
+/// record names; asserts that `forced` ran if given.
+fn ran<R>(c: &Communicator, op: &str, forced: Option<&str>, f: impl FnOnce() -> R) -> (R, String) {
+    let before = c.last_collective().map_or(0, |r| r.seq);
+    let out = f();
+    let rec = c
+        .last_collective()
+        .unwrap_or_else(|| panic!("{op}: no collective recorded (flight recorder off?)"));
+    assert!(
+        rec.seq > before && rec.op == op,
+        "{op}: the last collective recorded is {rec:?}, not a new {op} after #{before}"
+    );
+    assert!(
+        rcomm::algorithms(op).contains(&rec.algo) && rec.algo != "auto",
+        "{op}: recorded algorithm {:?} is not one of {op}'s",
+        rec.algo
+    );
+    if let Some(a) = forced {
+        assert_eq!(rec.algo, a, "{op} forced to {a} ran {:?}", rec.algo);
+    }
+    (out, rec.algo.to_string())
+}
 
 fn contribution(rank: u32, i: usize, it: u32) -> i64 {
     ((rank as i64 * 7919 + i as i64 * 104_729 + it as i64 * 31) % 2001) - 1000
@@ -37,10 +65,13 @@ fn check<T: Element + Copy>(
 ) {
     let (r, n) = (w.rank(), w.size());
     let mut buf: Vec<T> = (0..count).map(|i| conv(contribution(r, i, it))).collect();
-    w.with_algo("allreduce", algo)
-        .unwrap()
-        .allreduce_in_place(&mut buf, op)
-        .unwrap();
+    let c = w.with_algo("allreduce", algo).unwrap();
+    let forced = (algo != "auto").then_some(algo);
+    ran(&c, "allreduce", forced, || {
+        c.allreduce_in_place(&mut buf, op)
+    })
+    .0
+    .unwrap();
     for (i, &got) in buf.iter().enumerate() {
         let vals: Vec<f64> = (0..n).map(|p| back(conv(contribution(p, i, it)))).collect();
         let want = match op {
@@ -371,5 +402,57 @@ fn main() {
     w.barrier().unwrap();
     if w.rank() == 0 {
         println!("ok bad-input");
+    }
+    // What the world's unforced calls ran: `RCOMM_ALGO`'s algorithm, or the tuner's.
+    let b = 5usize;
+    let nn = n as usize;
+    let one: Vec<i64> = (0..b).map(|i| v(r, i)).collect();
+    let all: Vec<i64> = (0..nn * b).map(|k| v(r, k)).collect();
+    let root = n - 1;
+    let algos = [
+        ran(&w, "allreduce", None, || {
+            w.allreduce_in_place(&mut one.clone(), Op::Sum)
+        }),
+        ran(&w, "bcast", None, || w.bcast(&mut one.clone(), root)),
+        ran(&w, "reduce", None, || {
+            let mut out = one.clone();
+            w.reduce(&one, (r == root).then_some(&mut out[..]), Op::Sum, root)
+        }),
+        ran(&w, "allgather", None, || {
+            w.allgather(&one, &mut vec![0i64; nn * b])
+        }),
+        ran(&w, "reduce_scatter", None, || {
+            w.reduce_scatter(&all, &mut vec![0i64; b], Op::Sum)
+        }),
+        ran(&w, "alltoall", None, || {
+            w.alltoall(&all, &mut vec![0i64; nn * b])
+        }),
+        ran(&w, "gather", None, || {
+            let mut out = vec![0i64; nn * b];
+            w.gather(&one, (r == root).then_some(&mut out[..]), root)
+        }),
+        ran(&w, "scatter", None, || {
+            w.scatter((r == root).then_some(&all[..]), &mut vec![0i64; b], root)
+        }),
+        ran(&w, "scan", None, || {
+            w.scan(&one, &mut vec![0i64; b], Op::Sum)
+        }),
+    ];
+    let ops = [
+        "allreduce",
+        "bcast",
+        "reduce",
+        "allgather",
+        "reduce_scatter",
+        "alltoall",
+        "gather",
+        "scatter",
+        "scan",
+    ];
+    for (op, (res, algo)) in ops.iter().zip(algos) {
+        res.unwrap_or_else(|e| panic!("{op}: {e}"));
+        if r == 0 {
+            println!("algo {op} {algo}");
+        }
     }
 }

@@ -15,6 +15,14 @@
 //! Large counts (64 Ki + 3 and 4 Mi) run `Sum` only, and 4 Mi only on ≤ 4 ranks (8 ranks on 2
 //! cores would spend minutes there without testing anything the smaller counts do not); at
 //! 4 Mi the data-movement collectives run for f32 only (they move bytes, whatever the dtype).
+//!
+//! Every call through a forced handle (`with_algo(op, algo)`) is shown to have run that
+//! algorithm: its flight-recorder record (`Communicator::last_collective`) must be a new `op`
+//! whose algorithm is `algo` (`auto`: one the tuner may choose here). The summary line counts
+//! those records. With `RT_NODES=<k>` (ranks placed on k nodes, e.g. by `RCOMM_HOSTID`) each
+//! rank also checks the placement — `same_node` agrees with the hostname and `RCOMM_HOSTID`,
+//! the tuner chooses `hier` for a 4 MiB allreduce and the node and cross-node collectives it
+//! is made of ran, TCP carried bytes — and prints `ok nodes <k> …`.
 
 use half::bf16;
 use rcomm::{Communicator, Element, Op, Tag, UserOp};
@@ -194,6 +202,48 @@ impl Case<'_> {
 /// Whether every rank shares this node (set once in `main`).
 static ONE_NODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
+/// Collectives whose recorded algorithm was checked ([`ran`]).
+static RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The number of the last collective recorded on `c` (0: none).
+fn last_seq(c: &Communicator) -> u64 {
+    c.last_collective().map_or(0, |r| r.seq)
+}
+
+/// Asserts that the last collective recorded on `c` is newer than number `before`, is `op`,
+/// and ran `algo`: the forced one, or for `auto` one the tuner may choose for `op` here (never
+/// `hier` on one node, nor `shm` across nodes).
+fn expect_ran(c: &Communicator, before: u64, op: &str, algo: &str) {
+    let rec = c
+        .last_collective()
+        .unwrap_or_else(|| panic!("{op}/{algo}: no collective recorded (flight recorder off?)"));
+    assert!(
+        rec.seq > before && rec.op == op,
+        "{op}/{algo}: the last collective recorded is {rec:?}, not a new {op} after #{before}"
+    );
+    if algo == "auto" {
+        let one = ONE_NODE.load(std::sync::atomic::Ordering::Relaxed);
+        let banned = if one { "hier" } else { "shm" };
+        assert!(
+            rcomm::algorithms(op).contains(&rec.algo) && rec.algo != "auto" && rec.algo != banned,
+            "{op}/auto: the tuner chose {:?}, not an algorithm it may choose here",
+            rec.algo
+        );
+    } else {
+        assert_eq!(rec.algo, algo, "{op} forced to {algo} ran {:?}", rec.algo);
+    }
+    RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Runs `f`, one collective `op` on `c` (or the start of a non-blocking one), and asserts it
+/// ran `algo` ([`expect_ran`]).
+fn ran<R>(c: &Communicator, op: &str, algo: &str, f: impl FnOnce() -> R) -> R {
+    let before = last_seq(c);
+    let out = f();
+    expect_ran(c, before, op, algo);
+    out
+}
+
 /// The algorithms to run for `op`: all of them, but the shared-memory ones only when every rank
 /// is on this node (forcing them across nodes is an error, tested in `bad_input`).
 fn algos(op: &str) -> Vec<&'static str> {
@@ -224,17 +274,17 @@ fn reductions<T: V>(cx: &mut Case<'_>) {
         let c = w.with_algo("allreduce", a).unwrap();
         let send = mine_v[..count].to_vec();
         let mut out = vec![T::of(0.0); count];
-        c.allreduce(&send, &mut out, op)
+        ran(&c, "allreduce", a, || c.allreduce(&send, &mut out, op))
             .unwrap_or_else(|e| panic!("allreduce/{a}: {e}"));
         cx.check(&out, full, &format!("allreduce/{a}"));
         same_everywhere(w, bytemuck::cast_slice(&out), "allreduce");
         let mut inp = send.clone();
-        c.allreduce_in_place(&mut inp, op).unwrap();
+        ran(&c, "allreduce", a, || c.allreduce_in_place(&mut inp, op)).unwrap();
         assert!(
             inp == out,
             "allreduce/{a}: in place differs from out of place"
         );
-        let req = c.iallreduce(send, op).unwrap();
+        let req = ran(&c, "allreduce", a, || c.iallreduce(send, op)).unwrap();
         // Work overlapped with the collective: the check of the blocking result.
         cx.check(&out, full, &format!("allreduce/{a} (again, overlapped)"));
         let nb = req.wait().unwrap();
@@ -248,11 +298,16 @@ fn reductions<T: V>(cx: &mut Case<'_>) {
         for root in [0, n - 1] {
             let send = mine_v[..count].to_vec();
             let mut out = vec![T::of(0.0); count];
-            c.reduce(&send, (r == root).then_some(&mut out[..]), op, root)
-                .unwrap();
+            ran(&c, "reduce", a, || {
+                c.reduce(&send, (r == root).then_some(&mut out[..]), op, root)
+            })
+            .unwrap();
             let mut inp = send.clone();
-            c.reduce_in_place(&mut inp, op, root).unwrap();
-            let nb = c.ireduce(send.clone(), op, root).unwrap().wait().unwrap();
+            ran(&c, "reduce", a, || c.reduce_in_place(&mut inp, op, root)).unwrap();
+            let nb = ran(&c, "reduce", a, || c.ireduce(send.clone(), op, root))
+                .unwrap()
+                .wait()
+                .unwrap();
             if r == root {
                 cx.check(&out, full, &format!("reduce/{a} root {root}"));
                 assert!(inp == out && nb == out, "reduce/{a}: variants differ");
@@ -272,15 +327,24 @@ fn reductions<T: V>(cx: &mut Case<'_>) {
         let send = cx.mine::<T>(b * n as usize);
         let at = r as usize * b;
         let mut out = vec![T::of(0.0); b];
-        c.reduce_scatter(&send, &mut out, op).unwrap();
+        ran(&c, "reduce_scatter", a, || {
+            c.reduce_scatter(&send, &mut out, op)
+        })
+        .unwrap();
         cx.check(&out, |i| full(at + i), &format!("reduce_scatter/{a}"));
         let mut inp = send.clone();
-        c.reduce_scatter_in_place(&mut inp, op).unwrap();
+        ran(&c, "reduce_scatter", a, || {
+            c.reduce_scatter_in_place(&mut inp, op)
+        })
+        .unwrap();
         assert!(
             inp[at..at + b] == out[..],
             "reduce_scatter/{a}: in place differs"
         );
-        let nb = c.ireduce_scatter(send, op).unwrap().wait().unwrap();
+        let nb = ran(&c, "reduce_scatter", a, || c.ireduce_scatter(send, op))
+            .unwrap()
+            .wait()
+            .unwrap();
         assert!(nb == out, "reduce_scatter/{a}: non-blocking differs");
     }
     if op != Op::Avg {
@@ -294,13 +358,19 @@ fn reductions<T: V>(cx: &mut Case<'_>) {
             let c = w.with_algo("scan", a).unwrap();
             let send = mine_v[..count].to_vec();
             let mut out = vec![T::of(0.0); count];
-            c.scan(&send, &mut out, op).unwrap();
+            ran(&c, "scan", a, || c.scan(&send, &mut out, op)).unwrap();
             cx.check(&out, |i| upto[i], "scan");
-            let nb = c.iscan(send.clone(), op).unwrap().wait().unwrap();
+            let nb = ran(&c, "scan", a, || c.iscan(send.clone(), op))
+                .unwrap()
+                .wait()
+                .unwrap();
             assert!(nb == out, "scan: non-blocking differs");
             let mut ex = vec![T::of(7.0); count];
-            c.exscan(&send, &mut ex, op).unwrap();
-            let nbx = c.iexscan(send.clone(), op).unwrap().wait().unwrap();
+            ran(&c, "scan", a, || c.exscan(&send, &mut ex, op)).unwrap();
+            let nbx = ran(&c, "scan", a, || c.iexscan(send.clone(), op))
+                .unwrap()
+                .wait()
+                .unwrap();
             if r > 0 {
                 cx.check(&ex, |i| before[i], "exscan");
                 assert!(nbx == ex, "exscan: non-blocking differs");
@@ -334,17 +404,14 @@ fn movements<T: V>(cx: &mut Case<'_>) {
             } else {
                 vec![T::of(0.0); count]
             };
-            c.bcast(&mut buf, root).unwrap();
+            ran(&c, "bcast", a, || c.bcast(&mut buf, root)).unwrap();
             assert!(buf == want, "bcast/{a} root {root} count {count}");
-            let nb = c
-                .ibcast(
-                    if r == root {
-                        want.clone()
-                    } else {
-                        vec![T::of(0.0); count]
-                    },
-                    root,
-                )
+            let start = if r == root {
+                want.clone()
+            } else {
+                vec![T::of(0.0); count]
+            };
+            let nb = ran(&c, "bcast", a, || c.ibcast(start, root))
                 .unwrap()
                 .wait()
                 .unwrap();
@@ -356,13 +423,19 @@ fn movements<T: V>(cx: &mut Case<'_>) {
     for a in algos("allgather") {
         let c = w.with_algo("allgather", a).unwrap();
         let mut out = vec![T::of(0.0); b * nn];
-        c.allgather(&block(r, b, 0), &mut out).unwrap();
+        ran(&c, "allgather", a, || {
+            c.allgather(&block(r, b, 0), &mut out)
+        })
+        .unwrap();
         assert!(out == all, "allgather/{a} block {b}");
         let mut inp = vec![T::of(0.0); b * nn];
         inp[r as usize * b..(r as usize + 1) * b].copy_from_slice(&block(r, b, 0));
-        c.allgather_in_place(&mut inp).unwrap();
+        ran(&c, "allgather", a, || c.allgather_in_place(&mut inp)).unwrap();
         assert!(inp == all, "allgather_in_place/{a}");
-        let nb = c.iallgather(block(r, b, 0)).unwrap().wait().unwrap();
+        let nb = ran(&c, "allgather", a, || c.iallgather(block(r, b, 0)))
+            .unwrap()
+            .wait()
+            .unwrap();
         assert!(nb == all, "iallgather/{a}");
         *cx.done += 3;
     }
@@ -372,12 +445,15 @@ fn movements<T: V>(cx: &mut Case<'_>) {
         let send: Vec<T> = (0..nn).flat_map(|k| block(r, b, k)).collect();
         let want: Vec<T> = (0..n).flat_map(|p| block(p, b, r as usize)).collect();
         let mut out = vec![T::of(0.0); b * nn];
-        c.alltoall(&send, &mut out).unwrap();
+        ran(&c, "alltoall", a, || c.alltoall(&send, &mut out)).unwrap();
         assert!(out == want, "alltoall/{a} block {b}");
         let mut inp = send.clone();
-        c.alltoall_in_place(&mut inp).unwrap();
+        ran(&c, "alltoall", a, || c.alltoall_in_place(&mut inp)).unwrap();
         assert!(inp == want, "alltoall_in_place/{a}");
-        let nb = c.ialltoall(send).unwrap().wait().unwrap();
+        let nb = ran(&c, "alltoall", a, || c.ialltoall(send))
+            .unwrap()
+            .wait()
+            .unwrap();
         assert!(nb == want, "ialltoall/{a}");
         *cx.done += 3;
     }
@@ -385,9 +461,14 @@ fn movements<T: V>(cx: &mut Case<'_>) {
         let c = w.with_algo("gather", a).unwrap();
         for root in [0, n - 1] {
             let mut out = vec![T::of(0.0); b * nn];
-            c.gather(&block(r, b, 0), (r == root).then_some(&mut out[..]), root)
+            ran(&c, "gather", a, || {
+                c.gather(&block(r, b, 0), (r == root).then_some(&mut out[..]), root)
+            })
+            .unwrap();
+            let nb = ran(&c, "gather", a, || c.igather(block(r, b, 0), root))
+                .unwrap()
+                .wait()
                 .unwrap();
-            let nb = c.igather(block(r, b, 0), root).unwrap().wait().unwrap();
             if r == root {
                 assert!(out == all && nb == all, "gather/{a} root {root}");
             } else {
@@ -402,14 +483,17 @@ fn movements<T: V>(cx: &mut Case<'_>) {
             let src: Vec<T> = (0..nn).flat_map(|k| block(root, b, k)).collect();
             let want = block(root, b, r as usize);
             let mut out = vec![T::of(0.0); b];
-            c.scatter((r == root).then_some(&src[..]), &mut out, root)
-                .unwrap();
+            ran(&c, "scatter", a, || {
+                c.scatter((r == root).then_some(&src[..]), &mut out, root)
+            })
+            .unwrap();
             assert!(out == want, "scatter/{a} root {root}");
-            let nb = c
-                .iscatter((r == root).then(|| src.clone()), b, root)
-                .unwrap()
-                .wait()
-                .unwrap();
+            let nb = ran(&c, "scatter", a, || {
+                c.iscatter((r == root).then(|| src.clone()), b, root)
+            })
+            .unwrap()
+            .wait()
+            .unwrap();
             assert!(nb == want, "iscatter/{a} root {root}");
             *cx.done += 2;
         }
@@ -485,8 +569,10 @@ fn non_commutative(w: &Communicator, done: &mut u64) {
         for a in algos("allreduce") {
             let c = w.with_algo("allreduce", a).unwrap();
             let mut out = send.clone();
+            let before = last_seq(&c);
             match c.allreduce_in_place(&mut out, &op) {
                 Ok(()) => {
+                    expect_ran(&c, before, "allreduce", a);
                     assert!(out == want, "non-commutative allreduce/{a}: rank order");
                     *done += 1;
                 }
@@ -500,8 +586,12 @@ fn non_commutative(w: &Communicator, done: &mut u64) {
             let c = w.with_algo("reduce", a).unwrap();
             for root in [0, n - 1] {
                 let mut out = vec![[0u64; 4]; count];
+                let before = last_seq(&c);
                 match c.reduce(&send, (r == root).then_some(&mut out[..]), &op, root) {
-                    Ok(()) => assert!(r != root || out == want, "reduce/{a} root {root}"),
+                    Ok(()) => {
+                        expect_ran(&c, before, "reduce", a);
+                        assert!(r != root || out == want, "reduce/{a} root {root}")
+                    }
                     Err(e) => assert!(e.to_string().contains("rank order"), "reduce/{a}: {e}"),
                 }
             }
@@ -643,6 +733,95 @@ fn bad_input(w: &Communicator) {
     }
 }
 
+/// What places this process on a node, as the test's launch sets it: the hostname and
+/// `RCOMM_HOSTID`.
+fn node_key() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    let id = std::env::var("RCOMM_HOSTID").unwrap_or_default();
+    format!("{}/{id}", host.trim())
+}
+
+/// Every rank's [`node_key`], gathered on `w`.
+fn node_keys(w: &Communicator) -> Vec<String> {
+    const LEN: usize = 256;
+    let key = node_key();
+    assert!(key.len() <= LEN, "node key {key:?} too long");
+    let mut mine = [0u8; LEN];
+    mine[..key.len()].copy_from_slice(key.as_bytes());
+    let mut all = vec![0u8; LEN * w.size() as usize];
+    w.allgather(&mine, &mut all).unwrap();
+    all.chunks(LEN)
+        .map(|k| {
+            String::from_utf8_lossy(k)
+                .trim_end_matches('\0')
+                .to_string()
+        })
+        .collect()
+}
+
+/// The placement on `RT_NODES` nodes: `same_node` follows the hostname and `RCOMM_HOSTID` (false
+/// across the split, true within), the world spans that many nodes, and the tuner chooses the
+/// hierarchical allreduce for 4 MiB, which runs collectives on its node and cross-node parts
+/// (as does a forced one). Returns this rank's node key.
+fn placement(w: &rcomm::World, nodes: u32) -> String {
+    let keys = node_keys(w);
+    let me = &keys[w.rank() as usize];
+    for (r, k) in keys.iter().enumerate() {
+        let same = w.same_node(r as u32).unwrap();
+        assert_eq!(
+            same,
+            k == me,
+            "same_node({r}) is {same} from {me:?}, but rank {r} runs on {k:?}"
+        );
+    }
+    let mut distinct = keys.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len() as u32, nodes, "node keys {keys:?}");
+    assert_eq!(w.nodes(), nodes, "nodes() with keys {keys:?}");
+    assert!(nodes == 1 || !w.on_one_node(), "on_one_node with {keys:?}");
+    if nodes > 1 {
+        let mut big = vec![1f32; 1 << 20];
+        composed(w, "allreduce", || w.allreduce_in_place(&mut big, Op::Sum));
+        assert!(big.iter().all(|&x| x == w.size() as f32), "hier allreduce");
+        let c = w.with_algo("allreduce", "hier").unwrap();
+        let mut small = vec![2i64; 7];
+        composed(&c, "allreduce", || {
+            c.allreduce_in_place(&mut small, Op::Sum)
+        });
+        assert!(small.iter().all(|&x| x == 2 * i64::from(w.size())));
+    }
+    me.clone()
+}
+
+/// Runs `f`, one blocking collective `op` on `c`, and asserts from this process's flight
+/// recorder that it ran `hier`: recorded as `hier` on `c`, then collectives on other
+/// communicators (its node and cross-node parts) before it ended.
+fn composed(c: &Communicator, op: &str, f: impl FnOnce() -> rcomm::Result<()>) {
+    use rcomm_transport::flight::recorder;
+    let after = recorder().snapshot().last().map_or(0, |r| r.id);
+    f().unwrap_or_else(|e| panic!("{op}/hier: {e}"));
+    let rec = c.last_collective().expect("a record");
+    assert!(
+        rec.op == op && rec.algo == "hier",
+        "{op} of {} B across nodes: the tuner chose {rec:?}",
+        rec.bytes
+    );
+    let new: Vec<_> = recorder()
+        .snapshot()
+        .into_iter()
+        .filter(|r| r.id > after && r.seq > 0)
+        .collect();
+    let top = new
+        .iter()
+        .position(|r| r.op == op && r.algo == "hier" && r.seq == rec.seq)
+        .unwrap_or_else(|| panic!("{op}/hier not among the new records {new:?}"));
+    assert!(
+        new[top + 1..].iter().any(|r| r.ctx != new[top].ctx),
+        "{op}/hier ran no collective on its node or cross-node parts: {new:?}"
+    );
+}
+
 fn main() {
     let w = rcomm::init().unwrap();
     let one_node = (0..w.size()).all(|r| w.same_node(r).unwrap());
@@ -661,6 +840,11 @@ fn main() {
     }
     let mut done = 0u64;
     let t0 = std::time::Instant::now();
+    // RT_NODES=k: the launch placed the ranks on k nodes.
+    let nodes: Option<u32> = std::env::var("RT_NODES")
+        .ok()
+        .map(|v| v.parse().expect("RT_NODES: a number"));
+    let key = nodes.map(|k| placement(&w, k));
     if mode != "det" {
         dtype::<i32>(&w, &counts, &mut done);
         dtype::<f32>(&w, &counts, &mut done);
@@ -671,9 +855,34 @@ fn main() {
         bad_input(&w);
     }
     rounding(&w, &mut done);
+    if let (Some(k), Some(key)) = (nodes, key) {
+        // Between the nodes TCP, within them shared memory.
+        let t = w.transport_counters();
+        assert!(
+            t.tcp.bytes_sent > 0 && t.tcp.bytes_recv > 0,
+            "rank {} ({key}): TCP carried nothing: {:?}",
+            w.rank(),
+            t.tcp
+        );
+        let partner = (0..w.size()).any(|p| p != w.rank() && w.same_node(p).unwrap());
+        assert!(
+            !partner || t.shm.msgs_sent > 0,
+            "rank {} ({key}) has a peer on its node but sent nothing over shared memory: {:?}",
+            w.rank(),
+            t.shm
+        );
+        println!(
+            "ok nodes {k} rank {} on {key}: hier chosen and forced, tcp {} B sent {} B received, shm {} messages",
+            w.rank(),
+            t.tcp.bytes_sent,
+            t.tcp.bytes_recv,
+            t.shm.msgs_sent
+        );
+    }
     if w.rank() == 0 {
         println!(
-            "ok table {done} checks on {} ranks in {:.1} s",
+            "ok table {done} checks, {} recorded algorithms, on {} ranks in {:.1} s",
+            RECORDED.load(std::sync::atomic::Ordering::Relaxed),
             w.size(),
             t0.elapsed().as_secs_f64()
         );
