@@ -113,6 +113,15 @@ pub(crate) fn set_root(ctx: u32, root: u32) {
     }
 }
 
+/// Records that the current collective on context `ctx` runs `algo` after all: the chosen
+/// algorithm's fallback (a non-blocking or irregular call of one only a blocking regular call
+/// can run), so the record — and the hang report — say what really ran.
+pub(crate) fn ran(ctx: u32, algo: &str) {
+    if let Some(h) = current().filter(|h| h.ctx() == ctx) {
+        flight::recorder().set_algo(h, algo);
+    }
+}
+
 /// Ends the current collective if it is on context `ctx` (it ran, with this result).
 pub(crate) fn end_coll<T>(ctx: u32, res: &Result<T>) {
     if current().is_some_and(|h| h.ctx() == ctx)

@@ -29,6 +29,7 @@ mod world;
 pub use coll::{CollRequest, Dtype, Element, Op, ReduceOp, UserOp};
 pub use comm::{Communicator, Message, Request, Scope, ScopedRequest, Tag, wait_all, wait_any};
 pub use error::CommError;
+pub use fr::CollRecord;
 pub use group::{Comparison, Group, SplitType};
 pub use mesh::{Mesh, MeshBuilder};
 pub use p2p::engine::Status;

@@ -226,6 +226,7 @@ impl Communicator {
                 }
             }
             algo = "direct";
+            crate::fr::ran(self.ctx, algo);
         }
         if algo == "hier" {
             if blocking {
@@ -234,6 +235,7 @@ impl Communicator {
             }
             // A composition of blocking collectives cannot be resumed step by step.
             algo = "ring";
+            crate::fr::ran(self.ctx, algo);
         }
         let (rank, n) = (self.rank, self.size);
         Ok(Plan::Sched(self.shared.coll.schedule(
@@ -259,6 +261,7 @@ impl Communicator {
                 }
             }
             algo = "tree";
+            crate::fr::ran(self.ctx, algo);
         }
         if algo == "hier" {
             if blocking {
@@ -269,6 +272,7 @@ impl Communicator {
                 }
             }
             algo = "tree";
+            crate::fr::ran(self.ctx, algo);
         }
         let (rank, n) = (self.rank, self.size);
         Ok(Plan::Sched(self.shared.coll.schedule(
@@ -334,6 +338,13 @@ impl Communicator {
         let equal = counts.iter().all(|&c| c == counts[0]);
         let chosen = self.choose("allgather", counts[0] * elem, elem, None)?;
         let algo = if chosen == "hier" { "ring" } else { chosen };
+        // The schedule's algorithm until a blocking call runs `hier` itself (and says so).
+        let ran = if equal && algo == "bruck" {
+            algo
+        } else {
+            "ring"
+        };
+        crate::fr::ran(self.ctx, ran);
         if equal {
             let (rank, b) = (self.rank, counts[0] * elem);
             let sched =
@@ -374,7 +385,9 @@ impl Communicator {
         let total: usize = counts.iter().sum();
         let algo = self.choose("reduce_scatter", total * elem, elem, Some(r))?;
         let blocks = schedule::packed_blocks(counts, elem);
-        // `hier` is run by the blocking call itself when it can; the schedule is its fallback.
+        // `hier` is run by the blocking call itself when it can (and says so); the schedule,
+        // the ring for anything but `direct`, is its fallback.
+        crate::fr::ran(self.ctx, if algo == "direct" { algo } else { "ring" });
         Ok((
             Arc::new(match algo {
                 "direct" => schedule::direct_reduce_scatter_v(self.rank, &blocks),
@@ -409,6 +422,7 @@ impl Communicator {
                     schedule::bruck_alltoall(rank, n, b)
                 }));
         }
+        crate::fr::ran(self.ctx, "pairwise");
         Ok(Arc::new(schedule::pairwise_alltoall_v(
             self.rank,
             &schedule::packed_blocks(send_counts, elem),
@@ -664,6 +678,7 @@ impl Communicator {
             self.check_composite(true)?;
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
+                crate::fr::ran(self.ctx, algo);
                 let t0 = self.straggler_start();
                 let res = h.allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
                 self.straggler_end(t0);
@@ -757,6 +772,7 @@ impl Communicator {
             self.check_composite(true)?;
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
+                crate::fr::ran(self.ctx, algo);
                 let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
                 let t0 = self.straggler_start();
                 let res = h.reduce_scatter(bytemuck::cast_slice(send), out, &r.sum_form());
@@ -881,6 +897,7 @@ impl Communicator {
             ));
         }
         let blocks = schedule::packed_blocks(counts, elem);
+        crate::fr::ran(self.ctx, "linear");
         Ok(Arc::new(if gather {
             schedule::linear_gather_v(self.rank, root, &blocks)
         } else {
