@@ -618,6 +618,23 @@ impl Communicator {
             .find(|&w| self.in_failure_scope(w))
     }
 
+    /// A collective made of point-to-point messages (the init-time tuning) that lost the peer
+    /// it waited on names the first member lost instead, when that is another rank: the peer
+    /// most likely gave up on that one and exited, as the others report.
+    pub(crate) fn first_loss(&self, err: CommError, op: &'static str) -> CommError {
+        let CommError::PeerLost { rank, .. } = &err else {
+            return err;
+        };
+        let first = {
+            let mut e = self.shared.lock();
+            self.shared.apply_notices(&mut e);
+            self.failed_member(&e)
+                .filter(|w| w != rank)
+                .and_then(|w| e.lost_error(w, op))
+        };
+        self.with_other_losses(first.unwrap_or(err))
+    }
+
     /// A collective that lost a peer often lost it because another member failed first (the
     /// peer gave up on that one and exited): the error names every member known to be lost,
     /// after taking in the launcher's latest notices, so each survivor points at the cause.

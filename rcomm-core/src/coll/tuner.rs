@@ -856,6 +856,10 @@ pub(crate) fn measure(
     mode: TuneMode,
     probe_single_copy: bool,
 ) -> Result<Tuning> {
+    measure_on(world, mode, probe_single_copy).map_err(|e| world.first_loss(e, "tune"))
+}
+
+fn measure_on(world: &Communicator, mode: TuneMode, probe_single_copy: bool) -> Result<Tuning> {
     let (n, me) = (world.size, world.rank);
     if n == 1 {
         return Ok(Tuning::defaults());
