@@ -42,7 +42,7 @@ fi
 # is a failure, except for hardware this machine lacks (GPU, InfiniBand, a CPU ISA).
 skips=$(mktemp "${TMPDIR:-/tmp}/rcomm-test-skips.XXXXXX")
 trap 'rm -f "$skips"' EXIT
-export RCOMM_TEST_SKIP_LOG="$skips"
+export RCOMMTEST_SKIP_LOG="$skips"
 status=0
 cargo test --workspace --locked --no-fail-fast --features rcomm-transport/hwloc "$@" || status=$?
 RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \

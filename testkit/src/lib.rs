@@ -4,15 +4,16 @@
 //! calls [`skip`] or [`skip_hardware`] and returns. Either one says so where a person running
 //! the suite sees it — on the terminal, past libtest's output capture, which swallows
 //! `eprintln!` of a passing test — and appends a line to the file named by
-//! `RCOMM_TEST_SKIP_LOG`, which `scripts/test.sh` prints as a summary at the end. Under CI
+//! `RCOMMTEST_SKIP_LOG`, which `scripts/test.sh` prints as a summary at the end. Under CI
 //! ([`under_ci`]) every prerequisite must have been installed, so [`skip`] fails the test;
 //! only missing hardware that no CI machine here has (GPU, InfiniBand, a CPU feature) may
 //! skip there ([`skip_hardware`]).
 
 use std::io::Write;
 
-/// The variable `scripts/test.sh` points at a file collecting every skip of a run.
-pub const SKIP_LOG_VAR: &str = "RCOMM_TEST_SKIP_LOG";
+/// The variable `scripts/test.sh` points at a file collecting every skip of a run (not
+/// `RCOMM_…`: ranks warn about every unknown variable of theirs).
+pub const SKIP_LOG_VAR: &str = "RCOMMTEST_SKIP_LOG";
 
 /// Whether the suite runs under CI: `CI` set to anything but empty, `0` or `false` (GitHub,
 /// GitLab and `.ci/run` set `CI=true`).

@@ -63,17 +63,27 @@ fn six_ranks_on_three_hosts_use_tcp_between_hosts_and_pass_the_collectives_table
             "-H",
             "host0:2,host1:2,host2:2",
             "-x",
-            "RT_TABLE=nobig",
+            "RT_TABLE=small",
+            "-x",
+            "RT_NODES=3",
             &table,
         ],
         &[],
-        180,
+        300,
     );
     assert_eq!(out.code(), 0, "{out}");
     assert!(
         out.rank_lines(0).iter().any(|l| l.starts_with("ok table")),
         "{out}"
     );
+    // Three nodes as the table saw them (RT_NODES): placement, hier, TCP bytes.
+    for r in 0..6u32 {
+        let prefix = format!("ok nodes 3 rank {r} on host{}", r / 2);
+        assert!(
+            out.rank_lines(r).iter().any(|l| l.starts_with(&prefix)),
+            "rank {r}: no line {prefix:?}\n{out}"
+        );
+    }
 }
 
 #[test]

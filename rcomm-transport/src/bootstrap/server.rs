@@ -774,8 +774,20 @@ mod tests {
         for h in t {
             assert_eq!(h.join().unwrap(), b"v");
         }
-        // A duplicate connection for a rank already connected is refused.
+        // A duplicate connection for a rank already connected is refused. The job's clients
+        // are gone, but the store may not have seen their ends yet (under load it saw rank
+        // 0's end only after the first new connection was refused, and took the second):
+        // wait for both, and for the first new one to be registered.
+        let until = |what: &str, f: &dyn Fn(&[u32]) -> bool| {
+            let t0 = Instant::now();
+            while !f(&srv.connected()) {
+                assert!(t0.elapsed() < Duration::from_secs(10), "{what}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        until("the job's connections did not close", &|c| c.is_empty());
         let _dup0 = KvsClient::connect(env(&srv, 0, 2), &secret).unwrap();
+        until("rank 0's new connection was not registered", &|c| c == [0]);
         let mut dup = KvsClient::connect(env(&srv, 0, 2), &secret).unwrap();
         assert!(dup.put("x", b"y").is_err());
     }
