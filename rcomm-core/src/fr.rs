@@ -513,7 +513,7 @@ pub struct CollRecord {
     /// `alltoall`, `gather`, `scatter`, `scan` (exscan too), `barrier`, or the communicator
     /// makers `split`, `dup`, `create`.
     pub op: &'static str,
-    /// The algorithm chosen, as `RCOMM_ALGO` and [`Communicator::with_algo`] name them
+    /// The algorithm that ran, as `RCOMM_ALGO` and [`Communicator::with_algo`] name them
     /// (`ring`, `hier`, …); `dissemination` for a barrier, "" for the communicator makers.
     pub algo: &'static str,
     /// Its number on the communicator (1 for the first), as hang reports and timeout errors
@@ -545,11 +545,12 @@ impl Communicator {
     /// once the recorder has overwritten it (it keeps the last `RCOMM_FR_SIZE` operations of
     /// the process), or with the recorder off (`RCOMM_FR_SIZE=0`).
     ///
-    /// The algorithm is the one chosen where the collective began: forced ([`with_algo`],
-    /// `RCOMM_ALGO`) or the tuner's. A non-blocking collective's record begins when it is
-    /// started, so the algorithm is known before `wait`; there a choice that only a blocking
-    /// call can run is run by its fallback (`shm` by `direct`, `hier` by `ring` or `tree`), and
-    /// the record still names the choice. Local and diagnostic (tests and logs use it to show
+    /// The algorithm is the one that runs: the one chosen — forced ([`with_algo`],
+    /// `RCOMM_ALGO`) or the tuner's — or, where the call cannot run the choice, its fallback
+    /// (a non-blocking or in-place call runs `shm` as `direct` and `hier` as `ring` or `tree`;
+    /// `hier` on nodes with different rank counts, `bruck` and `tree` with unequal counts fall
+    /// back too). A non-blocking collective's record begins when it is started, so the
+    /// algorithm is known before `wait`. Local and diagnostic (tests and logs use it to show
     /// which algorithm ran); it copies the recorder, so it does not belong in a hot loop. A
     /// communicator on a reused context id may see its predecessor's last collective until it
     /// runs its own first one.
