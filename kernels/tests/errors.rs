@@ -1,6 +1,5 @@
 //! Bad input is an error, never a panic, and leaves the destination untouched.
 
-
 use rcomm_kernels::{
     Dtype, Isa, KernelError, Op, finalize_avg, finalize_avg_typed, reduce_into, reduce_into_typed,
     reduce_into_with, reduce3, reduce3_typed, reduce3_with,
