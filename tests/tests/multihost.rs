@@ -66,6 +66,8 @@ fn six_ranks_on_three_hosts_use_tcp_between_hosts_and_pass_the_collectives_table
             "RT_TABLE=small",
             "-x",
             "RT_NODES=3",
+            "-x",
+            "RT_TUNER_FREE=1",
             &table,
         ],
         &[],
