@@ -2,6 +2,7 @@
 //! deadline, and checking that a job left nothing behind (processes, shared-memory files).
 
 pub mod cluster;
+pub mod placement;
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -48,6 +49,31 @@ impl JobOutput {
             .lines()
             .filter_map(|l| l.strip_prefix(p.as_str()))
             .collect()
+    }
+
+    /// Asserts every one of the `n` ranks of an `RT_NODES=<nodes>` launch with
+    /// `RCOMM_HOSTID=<hostid><rank / 2>` printed its placement line (`ok nodes <nodes> rank <r>
+    /// on <host>/<hostid><r / 2>: … tcp <sent> B sent <received> B received …`): on its node,
+    /// with TCP bytes both ways.
+    pub fn assert_node_lines(&self, n: u32, nodes: u32, hostid: &str) {
+        for r in 0..n {
+            let prefix = format!("ok nodes {nodes} rank {r} on ");
+            let line = self
+                .rank_lines(r)
+                .into_iter()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("rank {r}: no placement line\n{self}"));
+            let node = format!("/{hostid}{}:", r / 2);
+            assert!(line.contains(&node), "rank {r} not on {node}: {line}");
+            let tcp: Vec<u64> = line
+                .split(" B ")
+                .filter_map(|p| p.rsplit(' ').next()?.parse().ok())
+                .collect();
+            assert!(
+                tcp.len() >= 2 && tcp[0] > 0 && tcp[1] > 0,
+                "rank {r}: TCP bytes {tcp:?} in {line}"
+            );
+        }
     }
 }
 

@@ -69,7 +69,8 @@ fn checked_mode_names_the_odd_rank_across_two_nodes() {
     // Ranks 0-1 and 2-3 on two nodes: TCP between them, hierarchical collectives for the
     // large allreduce (whose odd rank runs a flat algorithm for its small count). Each rank
     // checks that (`RT_NODES`) and prints `ok nodes 2 rank <r> on <host>/n<r / 2>: … tcp <sent>
-    // B sent <received> B received`.
+    // B sent <received> B received`. The tuner uses its built-in constants (RCOMM_TUNE=default):
+    // its choice is then the cost model's, which a measurement on a busy machine may not be.
     let job = Job::new(
         4,
         &[
@@ -81,25 +82,10 @@ fn checked_mode_names_the_odd_rank_across_two_nodes() {
             ),
         ],
     )
-    .env("RT_NODES", "2");
+    .env("RT_NODES", "2")
+    .env("RCOMM_TUNE", "default");
     let out = run("two nodes", job, 2);
-    for r in 0..4 {
-        let prefix = format!("ok nodes 2 rank {r} on ");
-        let line = out
-            .rank_lines(r)
-            .into_iter()
-            .find(|l| l.starts_with(&prefix))
-            .unwrap_or_else(|| panic!("rank {r}: no placement line\n{out}"));
-        assert!(line.contains(&format!("/n{}:", r / 2)), "rank {r}: {line}");
-        let tcp: Vec<u64> = line
-            .split(" B ")
-            .filter_map(|p| p.rsplit(' ').next()?.parse().ok())
-            .collect();
-        assert!(
-            tcp.len() == 2 && tcp.iter().all(|&b| b > 0),
-            "rank {r}: TCP bytes {tcp:?} in {line}"
-        );
-    }
+    out.assert_node_lines(4, 2, "n");
 }
 
 #[test]

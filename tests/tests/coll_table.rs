@@ -21,29 +21,6 @@ fn recorded(out: &JobOutput, what: &str) -> u64 {
         .unwrap_or_else(|| panic!("{what}: summary without a count of recorded algorithms: {line}"))
 }
 
-/// Asserts every rank of an `RT_NODES=2` run with `RCOMM_HOSTID=node<rank / 2>` printed its
-/// placement line: on its node, with TCP bytes sent and received.
-fn two_nodes_line(out: &JobOutput, n: u32, hostid: &str) {
-    for r in 0..n {
-        let prefix = format!("ok nodes 2 rank {r} on ");
-        let line = out
-            .rank_lines(r)
-            .into_iter()
-            .find(|l| l.starts_with(&prefix))
-            .unwrap_or_else(|| panic!("rank {r}: no placement line\n{out}"));
-        let node = format!("/{hostid}{}:", r / 2);
-        assert!(line.contains(&node), "rank {r} not on {node}: {line}");
-        let tcp: Vec<u64> = line
-            .split(" B ")
-            .filter_map(|p| p.rsplit(' ').next()?.parse().ok())
-            .collect();
-        assert!(
-            tcp.len() >= 2 && tcp[0] > 0 && tcp[1] > 0,
-            "rank {r}: TCP bytes {tcp:?} in {line}"
-        );
-    }
-}
-
 #[test]
 fn the_collectives_table_holds_at_1_to_8_ranks_on_shm_and_tcp() {
     for (t, mode) in [("auto", "full"), ("tcp", "nobig")] {
@@ -103,7 +80,9 @@ fn deterministic_allreduce_is_bitwise_equal_across_runs_transports_and_progress_
 
 /// Ranks on two nodes (`RCOMM_HOSTID` splits one machine): TCP between the nodes, shared memory
 /// within, and the hierarchical algorithms (forced, and chosen) across them — each rank checks
-/// the placement and prints it (`RT_NODES`).
+/// the placement and prints it (`RT_NODES`). The tuner uses its built-in constants
+/// (`RCOMM_TUNE=default`), so its choice is the cost model's and not a measurement's: over
+/// loopback on a busy machine the measured link made the ring win at 4 MiB and failed CI.
 #[test]
 fn the_collectives_table_holds_across_two_nodes() {
     for n in [3u32, 4] {
@@ -120,6 +99,7 @@ fn the_collectives_table_holds_across_two_nodes() {
         )
         .env("RT_TABLE", "small")
         .env("RT_NODES", "2")
+        .env("RCOMM_TUNE", "default")
         .deadline(Duration::from_secs(300))
         .run();
         assert_eq!(out.code(), 0, "{n} ranks on 2 nodes\n{out}");
@@ -127,6 +107,6 @@ fn the_collectives_table_holds_across_two_nodes() {
             recorded(&out, &format!("{n} ranks on 2 nodes")) > 0,
             "{out}"
         );
-        two_nodes_line(&out, n, "node");
+        out.assert_node_lines(n, 2, "node");
     }
 }

@@ -323,6 +323,10 @@ impl Communicator {
         input: &[u8],
         reduce: Option<&Reducer>,
     ) -> Result<()> {
+        debug_assert!(
+            !s.op.is_empty(),
+            "an unnamed schedule: its errors would say \"collective\""
+        );
         let t0 = self.straggler_start();
         let res = self.run_schedule_untimed(s, data, input, reduce);
         self.straggler_end(t0);
@@ -618,44 +622,53 @@ impl Communicator {
             .find(|&w| self.in_failure_scope(w))
     }
 
-    /// A collective made of point-to-point messages (the init-time tuning) that lost the peer
-    /// it waited on names the first member lost instead, when that is another rank: the peer
-    /// most likely gave up on that one and exited, as the others report.
-    pub(crate) fn first_loss(&self, err: CommError, op: &'static str) -> CommError {
-        let CommError::PeerLost { rank, .. } = &err else {
+    /// A collective that lost a peer often lost it because another member failed first (the
+    /// peer gave up on that one and exited): after taking in the launcher's latest notices,
+    /// the error names the first member the launcher reported failed in this communicator as
+    /// the cause, and lists every other member known to be lost, so each survivor points at
+    /// the same rank whichever of its peers it happened to wait on.
+    /// The init-time tuning (a collective of point-to-point messages) names its losses so too.
+    pub(crate) fn with_other_losses(&self, err: CommError) -> CommError {
+        let CommError::PeerLost { rank, op, .. } = &err else {
             return err;
         };
-        let first = {
-            let mut e = self.shared.lock();
-            self.shared.apply_notices(&mut e);
-            self.failed_member(&e)
-                .filter(|w| w != rank)
-                .and_then(|w| e.lost_error(w, op))
+        let (rank, op) = (*rank, *op);
+        let mut e = self.shared.lock();
+        self.shared.apply_notices(&mut e);
+        let (first, also_peer) = match self
+            .failed_member(&e)
+            .filter(|&w| w != rank)
+            .and_then(|w| e.lost_error(w, op))
+        {
+            Some(cause) => (cause, Some(err)),
+            None => (err, None),
         };
-        self.with_other_losses(first.unwrap_or(err))
-    }
-
-    /// A collective that lost a peer often lost it because another member failed first (the
-    /// peer gave up on that one and exited): the error names every member known to be lost,
-    /// after taking in the launcher's latest notices, so each survivor points at the cause.
-    fn with_other_losses(&self, err: CommError) -> CommError {
         let CommError::PeerLost {
-            rank,
+            rank: first_rank,
             host,
             op,
             why,
-        } = err
+        } = first
         else {
-            return err;
+            unreachable!("both are PeerLost")
         };
-        let mut e = self.shared.lock();
-        self.shared.apply_notices(&mut e);
         let mut others: Vec<(u32, String)> = e
             .failed()
             .iter()
-            .filter(|(w, _)| **w != rank && self.in_failure_scope(**w))
+            .filter(|(w, _)| **w != first_rank && self.in_failure_scope(**w))
             .map(|(w, why)| (*w, format!("rank {w} on {} ({why})", e.host_of(*w))))
             .collect();
+        // The peer this rank waited on, also when no transport recorded it lost.
+        if let Some(CommError::PeerLost {
+            rank: p,
+            host: h,
+            why: pw,
+            ..
+        }) = also_peer
+            && !others.iter().any(|(w, _)| *w == p)
+        {
+            others.push((p, format!("rank {p} on {h} ({pw})")));
+        }
         others.sort_unstable();
         let why = if others.is_empty() {
             why
@@ -664,7 +677,7 @@ impl Communicator {
             format!("{why}; also lost in this communicator: {}", list.join(", "))
         };
         CommError::PeerLost {
-            rank,
+            rank: first_rank,
             host,
             op,
             why,
@@ -896,6 +909,10 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
         reduce: Option<Reducer>,
         post: Post,
     ) -> Result<Self> {
+        debug_assert!(
+            !sched.op.is_empty(),
+            "an unnamed schedule: its errors would say \"collective\""
+        );
         let tag = comm.next_coll_tag();
         let (stamp, _) = comm.check_start(tag, &sched)?;
         let fr = crate::fr::adopt(comm.ctx);

@@ -361,7 +361,7 @@ impl Communicator {
         }
         let blocks = schedule::packed_blocks(counts, elem);
         Ok((
-            Arc::new(schedule::ring_allgather_v(self.rank, &blocks)),
+            uncached("allgather", schedule::ring_allgather_v(self.rank, &blocks)),
             chosen,
         ))
     }
@@ -389,10 +389,13 @@ impl Communicator {
         // the ring for anything but `direct`, is its fallback.
         crate::fr::ran(self.ctx, if algo == "direct" { algo } else { "ring" });
         Ok((
-            Arc::new(match algo {
-                "direct" => schedule::direct_reduce_scatter_v(self.rank, &blocks),
-                _ => schedule::ring_reduce_scatter_v(self.rank, &blocks),
-            }),
+            uncached(
+                "reduce_scatter",
+                match algo {
+                    "direct" => schedule::direct_reduce_scatter_v(self.rank, &blocks),
+                    _ => schedule::ring_reduce_scatter_v(self.rank, &blocks),
+                },
+            ),
             algo,
         ))
     }
@@ -423,11 +426,14 @@ impl Communicator {
                 }));
         }
         crate::fr::ran(self.ctx, "pairwise");
-        Ok(Arc::new(schedule::pairwise_alltoall_v(
-            self.rank,
-            &schedule::packed_blocks(send_counts, elem),
-            &schedule::packed_blocks(recv_counts, elem),
-        )))
+        Ok(uncached(
+            "alltoall",
+            schedule::pairwise_alltoall_v(
+                self.rank,
+                &schedule::packed_blocks(send_counts, elem),
+                &schedule::packed_blocks(recv_counts, elem),
+            ),
+        ))
     }
 
     fn scan_plan(
@@ -898,11 +904,14 @@ impl Communicator {
         }
         let blocks = schedule::packed_blocks(counts, elem);
         crate::fr::ran(self.ctx, "linear");
-        Ok(Arc::new(if gather {
-            schedule::linear_gather_v(self.rank, root, &blocks)
-        } else {
-            schedule::linear_scatter_v(self.rank, root, &blocks)
-        }))
+        Ok(uncached(
+            op,
+            if gather {
+                schedule::linear_gather_v(self.rank, root, &blocks)
+            } else {
+                schedule::linear_scatter_v(self.rank, root, &blocks)
+            },
+        ))
     }
 
     /// Like [`gather`](Self::gather) with `counts[i]` elements from rank i (the root needs
@@ -1229,6 +1238,13 @@ impl Communicator {
 /// the vector from `Input` and to leave the block in a `Data` of just `len` bytes: sends read
 /// `Input`, the block starts as a copy of its `Input` bytes, and steps on the block move to
 /// offset 0.
+/// A schedule built for one call (per-rank counts, not cached), named as the cache names its
+/// schedules: its errors say which operation failed.
+fn uncached(op: &'static str, mut s: Schedule) -> Arc<Schedule> {
+    s.op = op;
+    Arc::new(s)
+}
+
 fn out_of_place_block(s: &Schedule, off: usize, len: usize) -> Schedule {
     use schedule::{Buf, Chunk, Phase, Step};
     let input = |c: Chunk| Chunk {

@@ -856,7 +856,7 @@ pub(crate) fn measure(
     mode: TuneMode,
     probe_single_copy: bool,
 ) -> Result<Tuning> {
-    measure_on(world, mode, probe_single_copy).map_err(|e| world.first_loss(e, "tune"))
+    measure_on(world, mode, probe_single_copy).map_err(|e| world.with_other_losses(e))
 }
 
 fn measure_on(world: &Communicator, mode: TuneMode, probe_single_copy: bool) -> Result<Tuning> {
@@ -1106,6 +1106,20 @@ mod tests {
             }),
             "hier"
         );
+        // The splits of tests/tests/coll_table.rs (3 and 4 ranks on 2 nodes, 4 MiB) and
+        // checked.rs (4 ranks, 300000 f32), with the built-in constants: those launches assert
+        // these choices end to end.
+        for (n, bytes) in [(3, 4 << 20), (4, 4 << 20), (4, 1_200_000)] {
+            assert_eq!(
+                pick(&Query {
+                    ranks: n,
+                    bytes,
+                    ..two
+                }),
+                "hier",
+                "{n} ranks on 2 nodes, {bytes} B"
+            );
+        }
         for kind in [Allreduce, Bcast] {
             for bytes in [8, 64 << 20] {
                 assert_ne!(pick(&q(kind, 8, bytes)), "hier");

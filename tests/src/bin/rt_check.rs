@@ -12,96 +12,30 @@
 //! collectives on its node and cross-node parts), TCP carried bytes — and prints `ok nodes <k> …`.
 use rcomm::{CommError, Communicator, Op};
 use rcomm_tests::CHECK_CASES as CASES;
+use rcomm_tests::placement;
 use std::time::Instant;
-
-/// Every rank's node as the launch set it (hostname and `RCOMM_HOSTID`), gathered on `w`.
-fn node_keys(w: &Communicator) -> Vec<String> {
-    const LEN: usize = 256;
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
-    let key = format!(
-        "{}/{}",
-        host.trim(),
-        std::env::var("RCOMM_HOSTID").unwrap_or_default()
-    );
-    assert!(key.len() <= LEN, "node key {key:?} too long");
-    let mut mine = [0u8; LEN];
-    mine[..key.len()].copy_from_slice(key.as_bytes());
-    let mut all = vec![0u8; LEN * w.size() as usize];
-    w.allgather(&mine, &mut all)
-        .expect("allgather of node keys");
-    all.chunks(LEN)
-        .map(|k| {
-            String::from_utf8_lossy(k)
-                .trim_end_matches('\0')
-                .to_string()
-        })
-        .collect()
-}
-
-/// Runs `f`, a blocking allreduce on `c`, and asserts from this process's flight recorder that
-/// it ran `hier`: recorded so on `c`, then collectives on its node and cross-node parts.
-fn hier_ran(c: &Communicator, what: &str, f: impl FnOnce() -> rcomm::Result<()>) {
-    use rcomm_transport::flight::recorder;
-    let after = recorder().snapshot().last().map_or(0, |r| r.id);
-    f().unwrap_or_else(|e| panic!("{what}: {e}"));
-    let rec = c.last_collective().expect("a record");
-    assert!(
-        rec.op == "allreduce" && rec.algo == "hier",
-        "{what}: ran {rec:?}"
-    );
-    let new: Vec<_> = recorder()
-        .snapshot()
-        .into_iter()
-        .filter(|r| r.id > after && r.seq > 0)
-        .collect();
-    let top = new
-        .iter()
-        .position(|r| r.algo == "hier" && r.seq == rec.seq)
-        .unwrap_or_else(|| panic!("{what}: not among the new records {new:?}"));
-    assert!(
-        new[top + 1..].iter().any(|r| r.ctx != new[top].ctx),
-        "{what}: no collective on the node or cross-node parts: {new:?}"
-    );
-}
 
 /// The checks of `RT_NODES=nodes` (see the top of the file), on a fresh communicator `c`.
 fn placement(world: &rcomm::World, c: &Communicator, nodes: u32) {
-    let keys = node_keys(world);
-    let me = &keys[world.rank() as usize];
-    for (r, k) in keys.iter().enumerate() {
-        let same = world.same_node(r as u32).expect("same_node");
-        assert_eq!(
-            same,
-            k == me,
-            "same_node({r}) is {same} from {me:?}, but rank {r} runs on {k:?}"
-        );
-    }
-    let mut distinct = keys.clone();
-    distinct.sort();
-    distinct.dedup();
-    assert_eq!(distinct.len() as u32, nodes, "node keys {keys:?}");
-    assert_eq!(c.nodes(), nodes, "nodes() with keys {keys:?}");
+    let me = placement::check_nodes(world, c, nodes);
     if nodes > 1 {
         // The shape of `allreduce-count-big`, matched.
         let mut v = vec![1f32; 300_000];
-        hier_ran(c, "the tuner's allreduce of 300000 f32", || {
-            c.allreduce_in_place(&mut v, Op::Sum)
-        });
+        placement::ran_hier(
+            c,
+            "allreduce",
+            "the tuner's allreduce of 300000 f32",
+            || c.allreduce_in_place(&mut v, Op::Sum),
+        );
         assert!(v.iter().all(|&x| x == c.size() as f32));
         let f = c.with_algo("allreduce", "hier").expect("with_algo");
         let mut v = vec![1u32; 16];
-        hier_ran(&f, "the forced hier allreduce", || {
+        placement::ran_hier(&f, "allreduce", "the forced hier allreduce", || {
             f.allreduce_in_place(&mut v, Op::Sum)
         });
         assert!(v.iter().all(|&x| x == c.size()));
     }
-    let t = world.transport_counters();
-    assert!(
-        t.tcp.bytes_sent > 0 && t.tcp.bytes_recv > 0,
-        "rank {} ({me}): TCP carried nothing: {:?}",
-        world.rank(),
-        t.tcp
-    );
+    let t = placement::tcp_carried(world, &me);
     println!(
         "ok nodes {nodes} rank {} on {me}: hier chosen and forced, tcp {} B sent {} B received",
         world.rank(),

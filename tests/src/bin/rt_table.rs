@@ -26,6 +26,7 @@
 
 use half::bf16;
 use rcomm::{Communicator, Element, Op, Tag, UserOp};
+use rcomm_tests::placement;
 use std::fmt::Debug;
 
 trait V: Element + Copy + Debug + PartialEq + Send + Sync + 'static {
@@ -765,102 +766,39 @@ fn bad_input(w: &Communicator) {
     }
 }
 
-/// What places this process on a node, as the test's launch sets it: the hostname and
-/// `RCOMM_HOSTID`.
-fn node_key() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
-    let id = std::env::var("RCOMM_HOSTID").unwrap_or_default();
-    format!("{}/{id}", host.trim())
-}
-
-/// Every rank's [`node_key`], gathered on `w`.
-fn node_keys(w: &Communicator) -> Vec<String> {
-    const LEN: usize = 256;
-    let key = node_key();
-    assert!(key.len() <= LEN, "node key {key:?} too long");
-    let mut mine = [0u8; LEN];
-    mine[..key.len()].copy_from_slice(key.as_bytes());
-    let mut all = vec![0u8; LEN * w.size() as usize];
-    w.allgather(&mine, &mut all).unwrap();
-    all.chunks(LEN)
-        .map(|k| {
-            String::from_utf8_lossy(k)
-                .trim_end_matches('\0')
-                .to_string()
-        })
-        .collect()
-}
-
 /// The placement on `RT_NODES` nodes: `same_node` follows the hostname and `RCOMM_HOSTID` (false
 /// across the split, true within), the world spans that many nodes, and the tuner chooses the
 /// hierarchical allreduce for 4 MiB (unless `RT_TUNER_FREE=1`), which runs collectives on its
 /// node and cross-node parts (as does a forced one). Returns this rank's node key.
 fn placement(w: &rcomm::World, nodes: u32) -> String {
-    let keys = node_keys(w);
-    let me = &keys[w.rank() as usize];
-    for (r, k) in keys.iter().enumerate() {
-        let same = w.same_node(r as u32).unwrap();
-        assert_eq!(
-            same,
-            k == me,
-            "same_node({r}) is {same} from {me:?}, but rank {r} runs on {k:?}"
-        );
-    }
-    let mut distinct = keys.clone();
-    distinct.sort();
-    distinct.dedup();
-    assert_eq!(distinct.len() as u32, nodes, "node keys {keys:?}");
-    assert_eq!(w.nodes(), nodes, "nodes() with keys {keys:?}");
-    assert!(nodes == 1 || !w.on_one_node(), "on_one_node with {keys:?}");
+    let me = placement::check_nodes(w, w, nodes);
+    assert!(
+        nodes == 1 || !w.on_one_node(),
+        "on_one_node across {nodes} nodes"
+    );
     if nodes > 1 {
         let mut big = vec![1f32; 1 << 20];
-        // RT_TUNER_FREE=1: real links (fake hosts' veth pairs), whose measured rates may make
-        // the ring win; on a split of one machine (RCOMM_HOSTID) the node link is loopback TCP
-        // against shared memory, and the tuner must choose `hier`.
+        // RT_TUNER_FREE=1: measured links (fake hosts' veth pairs), whose rates may make the
+        // ring win; otherwise the launch sets RCOMM_TUNE=default, and the cost model with its
+        // built-in constants must choose `hier` (a measurement on a busy machine may not).
         if std::env::var("RT_TUNER_FREE").is_ok_and(|v| v == "1") {
             let before = last_seq(w);
             w.allreduce_in_place(&mut big, Op::Sum).unwrap();
             expect_ran(w, before, "allreduce", "auto");
         } else {
-            composed(w, "allreduce", || w.allreduce_in_place(&mut big, Op::Sum));
+            placement::ran_hier(w, "allreduce", "the tuner's allreduce of 4 MiB", || {
+                w.allreduce_in_place(&mut big, Op::Sum)
+            });
         }
         assert!(big.iter().all(|&x| x == w.size() as f32), "hier allreduce");
         let c = w.with_algo("allreduce", "hier").unwrap();
         let mut small = vec![2i64; 7];
-        composed(&c, "allreduce", || {
+        placement::ran_hier(&c, "allreduce", "the forced hier allreduce", || {
             c.allreduce_in_place(&mut small, Op::Sum)
         });
         assert!(small.iter().all(|&x| x == 2 * i64::from(w.size())));
     }
-    me.clone()
-}
-
-/// Runs `f`, one blocking collective `op` on `c`, and asserts from this process's flight
-/// recorder that it ran `hier`: recorded as `hier` on `c`, then collectives on other
-/// communicators (its node and cross-node parts) before it ended.
-fn composed(c: &Communicator, op: &str, f: impl FnOnce() -> rcomm::Result<()>) {
-    use rcomm_transport::flight::recorder;
-    let after = recorder().snapshot().last().map_or(0, |r| r.id);
-    f().unwrap_or_else(|e| panic!("{op}/hier: {e}"));
-    let rec = c.last_collective().expect("a record");
-    assert!(
-        rec.op == op && rec.algo == "hier",
-        "{op} of {} B across nodes: the tuner chose {rec:?}",
-        rec.bytes
-    );
-    let new: Vec<_> = recorder()
-        .snapshot()
-        .into_iter()
-        .filter(|r| r.id > after && r.seq > 0)
-        .collect();
-    let top = new
-        .iter()
-        .position(|r| r.op == op && r.algo == "hier" && r.seq == rec.seq)
-        .unwrap_or_else(|| panic!("{op}/hier not among the new records {new:?}"));
-    assert!(
-        new[top + 1..].iter().any(|r| r.ctx != new[top].ctx),
-        "{op}/hier ran no collective on its node or cross-node parts: {new:?}"
-    );
+    me
 }
 
 fn main() {
@@ -910,13 +848,7 @@ fn main() {
     rounding(&w, &mut done);
     if let (Some(k), Some(key)) = (nodes, key) {
         // Between the nodes TCP, within them shared memory.
-        let t = w.transport_counters();
-        assert!(
-            t.tcp.bytes_sent > 0 && t.tcp.bytes_recv > 0,
-            "rank {} ({key}): TCP carried nothing: {:?}",
-            w.rank(),
-            t.tcp
-        );
+        let t = placement::tcp_carried(&w, &key);
         let partner = (0..w.size()).any(|p| p != w.rank() && w.same_node(p).unwrap());
         assert!(
             !partner || t.shm.msgs_sent > 0,
