@@ -7,6 +7,8 @@
 //! writing (`--inject-stale`). Skipped ([`rcomm_testkit::skip`], a failure under CI) where no
 //! MPI compiler is installed (`mpicc.openmpi`, `mpicc.mpich` or `mpicc`).
 
+mod common;
+use common::{figure_ok, json_row};
 use rcomm::Op;
 use rcomm_benches::coll::{self, BenchElem, CheckCtx, CollOp};
 use rcomm_benches::osu;
@@ -283,20 +285,6 @@ fn collective_modes_pass_their_check_under_mpi() {
         );
         assert!(err.contains("Out of bounds values : 0 OK"), "{op}: {err}");
     }
-}
-
-/// Whether a printed figure (`key`: `latency_us` or `bandwidth_MBps`) is right: finite and
-/// positive; except that below 1 KiB a bandwidth printed with two decimals may read 0.00 MB/s on
-/// a loaded machine (a window of 64 messages taking over 13 ms).
-fn figure_ok(key: &str, size: usize, v: f64) -> bool {
-    v.is_finite() && (v > 0.0 || (key == "bandwidth_MBps" && size < 1024 && v == 0.0))
-}
-
-/// `{"size":N,"KEY":X}` → (N, X).
-fn json_row(line: &str, key: &str) -> Option<(usize, f64)> {
-    let rest = line.strip_prefix("{\"size\":")?.strip_suffix('}')?;
-    let (size, value) = rest.split_once(&format!(",\"{key}\":"))?;
-    Some((size.parse().ok()?, value.parse().ok()?))
 }
 
 #[test]

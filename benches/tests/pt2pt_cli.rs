@@ -5,6 +5,8 @@
 //! a spare buffer after some iteration) fails it, naming the size, the rank, the buffer and
 //! the iteration whose data the buffer holds.
 
+mod common;
+use common::{figure_ok, json_row};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -36,20 +38,6 @@ fn pt2pt(run: &PathBuf, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Whether a printed figure (`key`: `latency_us` or `bandwidth_MBps`) is right: finite and
-/// positive; except that below 1 KiB a bandwidth printed with two decimals may read 0.00 MB/s on
-/// a loaded machine (a window of 64 messages taking over 13 ms).
-fn figure_ok(key: &str, size: usize, v: f64) -> bool {
-    v.is_finite() && (v > 0.0 || (key == "bandwidth_MBps" && size < 1024 && v == 0.0))
-}
-
-/// `{"size":N,"KEY":X}` → (N, X).
-fn json_row(line: &str, key: &str) -> Option<(usize, f64)> {
-    let rest = line.strip_prefix("{\"size\":")?.strip_suffix('}')?;
-    let (size, value) = rest.split_once(&format!(",\"{key}\":"))?;
-    Some((size.parse().ok()?, value.parse().ok()?))
 }
 
 const CHECK_PASSED: &str =
