@@ -10,13 +10,9 @@ use rcomm_transport::bootstrap::{
 };
 use rcomm_transport::config::{self, Config};
 use rcomm_transport::identity::{self, PeerInfo};
-use rcomm_transport::local::LocalListener;
-use rcomm_transport::net::{self, Net, Route};
 use rcomm_transport::rlog;
-use rcomm_transport::shmnet::{LocalPeer, ShmConfig, ShmNet};
-use rcomm_transport::tcp::{TcpAcceptor, TcpConfig};
+use rcomm_transport::setup::{Listening, SetupError};
 use rcomm_transport::wire::AddrRecord;
-use rcomm_transport::wire::EndpointAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -63,10 +59,21 @@ pub fn init() -> Result<World> {
     init_with(cfg)
 }
 
-/// A transport-setup error about a peer, named as every other loss is: the peer's world rank
+/// A transport-setup error, about a peer named as every other loss is: the peer's world rank
 /// and host (a transport knows only what it was given).
-fn setup_error(e: rcomm_transport::error::TransportError, infos: &[PeerInfo]) -> CommError {
+fn setup_error(e: SetupError, rank: u32, infos: &[PeerInfo]) -> CommError {
     use rcomm_transport::error::TransportError as E;
+    let e = match e {
+        SetupError::Listen(why) => return bootstrap::BootstrapError::Env(why).into(),
+        SetupError::NoRoute { to, why } => {
+            return CommError::NoRoute {
+                from: rank,
+                to,
+                why,
+            };
+        }
+        SetupError::Transport(e) => e,
+    };
     let peer = e.peer().and_then(|p| Some((p, infos.get(p as usize)?)));
     match (&e, peer) {
         (E::Protocol { why, .. }, Some((rank, _))) => CommError::Protocol {
@@ -105,32 +112,9 @@ fn init_with(cfg: &Config) -> Result<World> {
     };
     let (rank, size) = (boot.rank(), boot.size());
     // Listeners first, so the one record each rank publishes says how to reach it.
-    let mut endpoints = Vec::new();
-    let listener = if size > 1 {
-        let l = LocalListener::bind(boot.job_id(), boot.local_rank(), secret.clone())
-            .map_err(|e| bootstrap::BootstrapError::Env(format!("local channel: {e}")))?;
-        endpoints.push(EndpointAddr::Local(l.name().to_string()));
-        Some(l)
-    } else {
-        None
-    };
-    let tcp_cfg = TcpConfig {
-        streams: cfg.tcp_streams,
-        user_timeout_ms: cfg.tcp_timeout_ms,
-        ..TcpConfig::default()
-    };
-    let acceptor = if size > 1 {
-        // The interface rule (RCOMM_SOCKET_IFNAME), not the address that reached the launcher:
-        // that is loopback under a single-host launcher, which ranks in other network
-        // namespaces or on other hosts cannot reach.
-        let (ifname, ip) = tcp_address(cfg, boot.local_rank())?;
-        let a = TcpAcceptor::bind(ip, rank, size, &secret, &tcp_cfg)?;
-        rlog!(Info, "NET", "TCP listener on {} ({ifname})", a.addr());
-        endpoints.push(EndpointAddr::Tcp(a.addr().to_string()));
-        Some(a)
-    } else {
-        None
-    };
+    let listening = Listening::bind(cfg, boot.job_id(), rank, size, boot.local_rank(), &secret)
+        .map_err(|e| setup_error(e, rank, &[]))?;
+    let endpoints = listening.endpoints();
     let mut info = PeerInfo::local(cfg.protocol_settings());
     if let Some(id) = &cfg.host_id {
         // Node identity is (hostname, boot id, netns): the override joins the boot id, so
@@ -162,62 +146,9 @@ fn init_with(cfg: &Config) -> Result<World> {
         .iter()
         .filter(|p| p.same_node(&infos[rank as usize]))
         .count();
-    let mine = &infos[rank as usize];
-    let mut routes = Vec::with_capacity(size as usize);
-    for (r, p) in infos.iter().enumerate() {
-        let route = net::select(mine, p, cfg.transport).map_err(|why| CommError::NoRoute {
-            from: rank,
-            to: r as u32,
-            why,
-        })?;
-        rlog!(Info, "INIT", "rank {rank} -> rank {r}: {}", route.name());
-        routes.push(route);
-    }
-    let local_peers: Vec<LocalPeer> = peers
-        .iter()
-        .enumerate()
-        .filter(|(r, _)| routes[*r] == Route::Shm)
-        .map(|(r, p)| LocalPeer {
-            rank: r as u32,
-            pid: p.info.pid,
-            name: p
-                .endpoints
-                .iter()
-                .find_map(|e| {
-                    if let EndpointAddr::Local(n) = e {
-                        Some(n.clone())
-                    } else {
-                        None
-                    }
-                })
-                .unwrap_or_default(),
-        })
-        .collect();
-    let shm_cfg = ShmConfig {
-        cma: cfg.shm_cma,
-        ..ShmConfig::default()
-    };
-    let shm = match (&listener, local_peers.is_empty()) {
-        (Some(l), false) => Some(
-            ShmNet::connect(rank, l, &local_peers, &secret, shm_cfg)
-                .map_err(|e| setup_error(e, &infos))?,
-        ),
-        _ => None,
-    };
-    drop(listener); // every node peer is connected; the name can go
-    let tcp_addrs = peers
-        .iter()
-        .map(|p| {
-            p.endpoints.iter().find_map(|e| {
-                if let EndpointAddr::Tcp(a) = e {
-                    Some(a.clone())
-                } else {
-                    None
-                }
-            })
-        })
-        .collect();
-    let net = Net::new(rank, routes, shm, acceptor, tcp_addrs, tcp_cfg, secret);
+    let net = listening
+        .connect(cfg, &peers)
+        .map_err(|e| setup_error(e, rank, &infos))?;
     let hosts = infos.iter().map(|p| p.hostname.clone()).collect();
     let proto = ProtoConfig {
         cma_max: if cfg.shm_cma { cfg.shm_cma_max } else { 0 },
@@ -497,28 +428,6 @@ impl Drop for World {
 #[cfg(test)]
 pub(crate) fn init_for_test(cfg: &Config) -> World {
     init_with(cfg).expect("a world of one")
-}
-
-/// The TCP listener's interface: `RCOMM_SOCKET_IFNAME`'s when set; else the network interface
-/// the topology puts nearest this rank's GPU or NUMA node (rail-aligned, see
-/// `rcomm_transport::topo::choose`) when it is up with an IPv4 address here; else the default
-/// rule. The topology only ever narrows the default, so a machine it cannot read, or a fake
-/// host (network namespace) that lacks the chosen interface, behaves as before.
-fn tcp_address(
-    cfg: &rcomm_transport::config::Config,
-    local_rank: u32,
-) -> std::result::Result<(String, std::net::IpAddr), bootstrap::BootstrapError> {
-    use rcomm_transport::ifaddr;
-    if cfg.socket_ifname.is_none()
-        && let Some((_, choice)) = rcomm_transport::topo::choose::for_this_process(cfg, local_rank)
-        && let Some(net) = choice.net
-        && let Some(spec) = ifaddr::IfSpec::parse(&format!("={}", net.name))
-        && let Ok(ifs) = ifaddr::interfaces()
-        && let Ok(found) = ifaddr::choose(Some(&spec), &ifs)
-    {
-        return Ok(found);
-    }
-    ifaddr::local_address(cfg.socket_ifname.as_ref()).map_err(bootstrap::BootstrapError::Env)
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub mod ifaddr;
 pub mod local;
 pub mod net;
 pub mod os;
+pub mod setup;
 pub mod shm;
 pub mod shmnet;
 pub mod sim;

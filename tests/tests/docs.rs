@@ -1,4 +1,5 @@
-//! The README is the front door: it must list every variable rcomm reads.
+//! The README is the front door: it must list every variable rcomm reads. And the layering
+//! holds: the protocol core names no transport.
 
 #[test]
 fn readme_lists_every_rcomm_variable() {
@@ -11,4 +12,51 @@ fn readme_lists_every_rcomm_variable() {
             v.name
         );
     }
+}
+
+/// `rcomm-core` receives its transports built (`rcomm_transport::setup`) and names none of
+/// them, so a new transport touches only `rcomm-transport`.
+#[test]
+fn rcomm_core_names_no_transport() {
+    const TRANSPORT_TYPES: &[&str] = &[
+        "ShmNet",
+        "TcpAcceptor",
+        "ShmConfig",
+        "LocalListener",
+        "process_vm_readv",
+    ];
+    fn rs_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                rs_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../rcomm-core/src"));
+    let mut files = Vec::new();
+    rs_files(src, &mut files);
+    assert!(
+        files.len() > 10,
+        "rcomm-core/src: only {} files",
+        files.len()
+    );
+    let mut found = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            for t in TRANSPORT_TYPES {
+                if line.contains(t) {
+                    found.push(format!("{}:{}: {t}", f.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "rcomm-core names transports:\n{}",
+        found.join("\n")
+    );
 }

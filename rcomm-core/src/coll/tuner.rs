@@ -135,7 +135,7 @@ pub(crate) struct Tuning {
     pub memcpy: f64,
     /// Where γ and μ came from.
     pub local_origin: Origin,
-    /// Rank 0's probe found single copy (`process_vm_readv`) slower than pipelined copy on its
+    /// Rank 0's probe found single copy (cross-memory attach) slower than pipelined copy on its
     /// node: every rank turns it off (see [`measure`]).
     pub single_copy_off: bool,
 }
@@ -848,7 +848,7 @@ fn measure_local() -> (f64, f64) {
 /// single copy on and neither `RCOMM_SHM_CMA` nor `RCOMM_SHM_CMA_MAX` set) and rank 0 can read
 /// its node peer's memory, 1 MiB round trips by single copy and by pipelined copy; if pipelined
 /// copy takes under 3/4 of the time, every rank turns single copy off. Whether
-/// `process_vm_readv` beats two overlapped copies depends on the kernel and hypervisor (page
+/// a cross-memory-attach read beats two overlapped copies depends on the kernel and hypervisor (page
 /// pinning), not only on the size: on one 2-vCPU VM it lost by 2× at 1–4 MiB in one hour and
 /// won in another.
 pub(crate) fn measure(
