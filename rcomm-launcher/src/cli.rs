@@ -105,7 +105,8 @@ pub struct Cli {
     #[arg(long, value_name = "M", value_parser = parse_ranks)]
     pub min_ranks: Option<u32>,
 
-    /// Pass the ranks' output through unchanged instead of prefixing each line with `[rank] `.
+    /// Pass the ranks' output through without the `[rank] ` prefix (still line by line: a line is
+    /// written once it is complete, so lines of ranks and the launcher never interleave mid-line).
     #[arg(long)]
     pub no_prefix: bool,
 

@@ -38,11 +38,14 @@ pub fn emit(dest: Dest, bytes: &[u8]) {
     }
 }
 
-/// Splits a byte stream into `[rank] `-prefixed whole lines.
+/// Splits a byte stream into `[rank] `-prefixed whole lines (or, raw, whole lines as they are).
 #[derive(Debug)]
 pub struct LinePrefixer {
     prefix: Vec<u8>,
     pending: Vec<u8>,
+    /// No prefix, and no newline added: the bytes pass unchanged, only held back until their
+    /// line is complete.
+    raw: bool,
 }
 
 impl LinePrefixer {
@@ -51,6 +54,18 @@ impl LinePrefixer {
         Self {
             prefix: format!("[{rank}] ").into_bytes(),
             pending: Vec::new(),
+            raw: false,
+        }
+    }
+
+    /// Whole lines, unprefixed: a rank's write that ends mid-line (a formatted message written
+    /// in pieces) is held until its newline, so the launcher's own messages and other ranks'
+    /// lines cannot land inside it.
+    pub fn raw() -> Self {
+        Self {
+            prefix: Vec::new(),
+            pending: Vec::new(),
+            raw: true,
         }
     }
 
@@ -67,7 +82,9 @@ impl LinePrefixer {
         if self.pending.len() - start >= MAX_LINE {
             out.extend_from_slice(&self.prefix);
             out.extend_from_slice(&self.pending[start..]);
-            out.push(b'\n');
+            if !self.raw {
+                out.push(b'\n');
+            }
             start = self.pending.len();
         }
         self.pending.drain(..start);
@@ -81,7 +98,9 @@ impl LinePrefixer {
         }
         let mut out = self.prefix.clone();
         out.append(&mut self.pending);
-        out.push(b'\n');
+        if !self.raw {
+            out.push(b'\n');
+        }
         out
     }
 }
@@ -98,7 +117,11 @@ pub fn forward(
     std::thread::Builder::new()
         .name(format!("rcomm-out-{rank}"))
         .spawn(move || {
-            let mut lines = LinePrefixer::new(rank);
+            let mut lines = if raw {
+                LinePrefixer::raw()
+            } else {
+                LinePrefixer::new(rank)
+            };
             let mut buf = vec![0u8; 64 * 1024];
             loop {
                 let n = match src.read(&mut buf) {
@@ -107,13 +130,9 @@ pub fn forward(
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(_) => break,
                 };
-                if raw {
-                    sink(&buf[..n]);
-                } else {
-                    let out = lines.push(&buf[..n]);
-                    if !out.is_empty() {
-                        sink(&out);
-                    }
+                let out = lines.push(&buf[..n]);
+                if !out.is_empty() {
+                    sink(&out);
                 }
             }
             let tail = lines.finish();
@@ -159,6 +178,15 @@ mod tests {
         assert_eq!(p.push(b"lo\nwor"), b"[3] hello\n");
         assert_eq!(p.push(b"ld\n\nx"), b"[3] world\n[3] \n");
         assert_eq!(p.finish(), b"[3] x\n");
+        assert_eq!(p.finish(), b"");
+    }
+
+    #[test]
+    fn raw_lines_pass_unchanged_but_whole() {
+        let mut p = LinePrefixer::raw();
+        assert_eq!(p.push(b"check failed: "), b"");
+        assert_eq!(p.push(b"bibw\nnext"), b"check failed: bibw\n");
+        assert_eq!(p.finish(), b"next");
         assert_eq!(p.finish(), b"");
     }
 

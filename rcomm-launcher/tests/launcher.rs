@@ -468,6 +468,27 @@ fn no_prefix_passes_bytes_through_unchanged() {
     assert_eq!(o.stderr, "c");
 }
 
+/// Unprefixed output still goes out in whole lines: two ranks each writing a line in two
+/// pieces, 300 ms apart, give two whole lines, not `a-a-b` and `b`.
+#[test]
+fn no_prefix_output_of_two_ranks_does_not_interleave_mid_line() {
+    let o = run(&[
+        "-n",
+        "2",
+        "--no-prefix",
+        "sh",
+        "-c",
+        r#"printf "$RCOMM_RANK-"; sleep 0.3; echo b; printf "$RCOMM_RANK-" >&2; sleep 0.3; echo e >&2"#,
+    ]);
+    assert_eq!(o.code(), 0, "{}", o.stderr);
+    let mut out: Vec<&str> = o.stdout.lines().collect();
+    out.sort_unstable();
+    assert_eq!(out, ["0-b", "1-b"], "stdout {:?}", o.stdout);
+    let mut err: Vec<&str> = o.stderr.lines().collect();
+    err.sort_unstable();
+    assert_eq!(err, ["0-e", "1-e"], "stderr {:?}", o.stderr);
+}
+
 #[test]
 fn stdin_reaches_rank_zero_only() {
     let cmd = launcher(&[
