@@ -54,13 +54,28 @@ pub fn select(a: &PeerInfo, b: &PeerInfo, choice: TransportChoice) -> Result<Rou
     }
 }
 
-/// Byte counters of every transport, so tests can prove which one carried the traffic.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// Byte counters of every transport, keyed by the transport's name ([`Route::name`]), so tests
+/// and tools can prove which one carried the traffic; a transport added later adds its row.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct NetCounters {
-    /// Shared memory.
-    pub shm: Counters,
-    /// TCP.
-    pub tcp: Counters,
+    rows: Vec<(&'static str, Counters)>,
+}
+
+impl NetCounters {
+    /// The counters of transport `name` (`"shm"`, `"tcp"`, …): zero for one this process does
+    /// not have.
+    pub fn get(&self, name: &str) -> Counters {
+        self.rows
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, c)| *c)
+            .unwrap_or_default()
+    }
+
+    /// Every transport's name and counters.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, Counters)> + '_ {
+        self.rows.iter().copied()
+    }
 }
 
 /// Every transport of one process.
@@ -207,10 +222,12 @@ impl Net {
 
     /// Byte counters.
     pub fn counters(&self) -> NetCounters {
-        NetCounters {
-            shm: self.shm.as_ref().map(|s| s.counters()).unwrap_or_default(),
-            tcp: self.tcp_counters,
+        let mut rows = Vec::with_capacity(2);
+        if let Some(s) = &self.shm {
+            rows.push((Route::Shm.name(), s.counters()));
         }
+        rows.push((Route::Tcp.name(), self.tcp_counters));
+        NetCounters { rows }
     }
 
     fn tcp_sender(&mut self, peer: u32) -> Result<&mut TcpSender, TransportError> {

@@ -80,10 +80,10 @@ pub fn ran_hier(c: &Communicator, op: &str, what: &str, f: impl FnOnce() -> rcom
 pub fn tcp_carried(w: &Communicator, key: &str) -> rcomm::NetCounters {
     let t = w.transport_counters();
     assert!(
-        t.tcp.bytes_sent > 0 && t.tcp.bytes_recv > 0,
+        t.get("tcp").bytes_sent > 0 && t.get("tcp").bytes_recv > 0,
         "rank {} ({key}): TCP carried nothing: {:?}",
         w.rank(),
-        t.tcp
+        t.get("tcp")
     );
     t
 }

@@ -943,11 +943,11 @@ fn bandwidth(
 fn report_counters(p: &Pair<'_>, json: bool) -> Res<()> {
     let c = p.comm.transport_counters();
     let mine = [
-        c.shm.bytes_sent,
-        c.shm.bytes_recv,
-        c.shm.bytes_cma,
-        c.tcp.bytes_sent,
-        c.tcp.bytes_recv,
+        c.get("shm").bytes_sent,
+        c.get("shm").bytes_recv,
+        c.get("shm").bytes_cma,
+        c.get("tcp").bytes_sent,
+        c.get("tcp").bytes_recv,
     ];
     if p.rank == 1 {
         p.comm.send(&mine, p.peer, TAG_CHECK)?;

@@ -39,8 +39,8 @@ fn placement(world: &rcomm::World, c: &Communicator, nodes: u32) {
     println!(
         "ok nodes {nodes} rank {} on {me}: hier chosen and forced, tcp {} B sent {} B received",
         world.rank(),
-        t.tcp.bytes_sent,
-        t.tcp.bytes_recv
+        t.get("tcp").bytes_sent,
+        t.get("tcp").bytes_recv
     );
 }
 

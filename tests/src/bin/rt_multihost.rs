@@ -59,12 +59,14 @@ fn transports(w: &rcomm::World, layout: &[u32]) {
         "allreduce result"
     );
     let after = w.transport_counters();
-    let tcp =
-        after.tcp.bytes_sent + after.tcp.bytes_recv - before.tcp.bytes_sent - before.tcp.bytes_recv;
-    let shm = after.shm.bytes_sent + after.shm.bytes_recv + after.shm.bytes_cma
-        - before.shm.bytes_sent
-        - before.shm.bytes_recv
-        - before.shm.bytes_cma;
+    let tcp = after.get("tcp").bytes_sent + after.get("tcp").bytes_recv
+        - before.get("tcp").bytes_sent
+        - before.get("tcp").bytes_recv;
+    let shm =
+        after.get("shm").bytes_sent + after.get("shm").bytes_recv + after.get("shm").bytes_cma
+            - before.get("shm").bytes_sent
+            - before.get("shm").bytes_recv
+            - before.get("shm").bytes_cma;
     // A rank whose ring neighbour is on another host moved at least that message over TCP;
     // one that received from a neighbour on its own host got at least as much through shared
     // memory (counted on the receiving side: large messages move by single copy, read by the

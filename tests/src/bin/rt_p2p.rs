@@ -441,9 +441,9 @@ fn main() {
             println!(
                 "counters rank {} shm_sent {} shm_cma {} tcp_sent {} routes {}",
                 t.r,
-                c.shm.bytes_sent,
-                c.shm.bytes_cma,
-                c.tcp.bytes_sent,
+                c.get("shm").bytes_sent,
+                c.get("shm").bytes_cma,
+                c.get("tcp").bytes_sent,
                 routes.join(",")
             );
         }

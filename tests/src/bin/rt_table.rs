@@ -851,10 +851,10 @@ fn main() {
         let t = placement::tcp_carried(&w, &key);
         let partner = (0..w.size()).any(|p| p != w.rank() && w.same_node(p).unwrap());
         assert!(
-            !partner || t.shm.msgs_sent > 0,
+            !partner || t.get("shm").msgs_sent > 0,
             "rank {} ({key}) has a peer on its node but sent nothing over shared memory: {:?}",
             w.rank(),
-            t.shm
+            t.get("shm")
         );
         println!(
             "ok nodes {k} rank {} on {key}: hier {}, tcp {} B sent {} B received, shm {} messages",
@@ -864,9 +864,9 @@ fn main() {
             } else {
                 "chosen and forced"
             },
-            t.tcp.bytes_sent,
-            t.tcp.bytes_recv,
-            t.shm.msgs_sent
+            t.get("tcp").bytes_sent,
+            t.get("tcp").bytes_recv,
+            t.get("shm").msgs_sent
         );
     }
     if w.rank() == 0 {

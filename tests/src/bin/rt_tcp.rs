@@ -88,7 +88,8 @@ fn main() {
             let c = world.transport_counters();
             println!(
                 "ok order {k} tcp_sent {} shm_sent {}",
-                c.tcp.bytes_sent, c.shm.bytes_sent
+                c.get("tcp").bytes_sent,
+                c.get("shm").bytes_sent
             );
         }
         Some("cut") => {
