@@ -151,7 +151,7 @@ fn init_with(cfg: &Config) -> Result<World> {
         .map_err(|e| setup_error(e, rank, &infos))?;
     let hosts = infos.iter().map(|p| p.hostname.clone()).collect();
     let proto = ProtoConfig {
-        cma_max: if cfg.shm_cma { cfg.shm_cma_max } else { 0 },
+        get_max: if cfg.shm_cma { cfg.shm_cma_max } else { 0 },
     };
     let mut engine = Engine::new(rank, size, net, hosts, proto);
     engine.set_notices(notices.clone());

@@ -39,6 +39,18 @@ pub enum TransportError {
         /// Why.
         why: String,
     },
+    /// The operation cannot be done with this peer (the kernel refused single copy, the memory
+    /// is not reachable this way): nothing was moved, and the protocol layer chooses another
+    /// way. Not a failure of the peer.
+    #[error("{op} with rank {peer} is not possible here: {why}")]
+    Unsupported {
+        /// The peer's rank.
+        peer: u32,
+        /// The operation.
+        op: &'static str,
+        /// Why.
+        why: String,
+    },
     /// A local resource failed (socket, mapping, descriptor).
     #[error("{what}: {source}")]
     Io {
@@ -57,24 +69,11 @@ impl TransportError {
             Self::PeerClosed { peer }
             | Self::Link { peer, .. }
             | Self::Protocol { peer, .. }
-            | Self::Connect { peer, .. } => Some(*peer),
+            | Self::Connect { peer, .. }
+            | Self::Unsupported { peer, .. } => Some(*peer),
             Self::Io { .. } => None,
         }
     }
 }
 
-/// What a transport can do, for the protocol layer's choices and the cost model
-/// (`time ≈ latency + bytes / bandwidth`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Caps {
-    /// One-way latency of a small message, seconds.
-    pub latency_s: f64,
-    /// Streaming bandwidth, bytes per second.
-    pub bandwidth_bps: f64,
-    /// Largest message sent eagerly (header and payload in one go); larger ones use rendezvous.
-    pub eager_limit: usize,
-    /// Largest payload one `try_send` accepts (eager messages and data chunks).
-    pub max_frame: usize,
-    /// Whether the receiver can read the sender's memory directly (single copy).
-    pub single_copy: bool,
-}
+pub use crate::caps::Caps;

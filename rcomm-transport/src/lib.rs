@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod bootstrap;
+pub mod caps;
 pub mod config;
 pub mod error;
 pub mod fastmap;
@@ -13,12 +14,14 @@ pub mod fuzzing;
 pub mod identity;
 pub mod ifaddr;
 pub mod local;
+pub mod mem;
 pub mod net;
 pub mod os;
 pub mod setup;
 pub mod shm;
 pub mod shmnet;
 pub mod sim;
+pub mod sim_ep;
 pub mod tcp;
 pub mod topo;
 pub mod window;

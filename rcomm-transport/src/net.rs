@@ -1,20 +1,25 @@
-//! The transport table: which transport reaches each peer, and one interface over all of them.
+//! The transport table: which transport reaches each peer, the lanes it offers, and one
+//! interface over all of them.
 //!
 //! The choice is made in one place, [`select`], a symmetric function of both peers' identities
-//! and the shared settings, so two ranks always agree on how they talk. The protocol layer in
-//! `rcomm-core` sees only [`Net`]: send a message, send a chunk, read by single copy, progress.
+//! and the shared settings, so two ranks always agree on how they talk; [`Net`] then fixes each
+//! peer's lanes from the chosen transport's capabilities: an ordered message lane, and a bulk
+//! lane per memory kind whose operations (STREAM, GET, PUT) the protocol layer in `rcomm-core`
+//! chooses its rendezvous by. The transports are the arms of [`Endpoint`] (static dispatch, no
+//! `dyn`); a peer's lanes name endpoints by index, so a call finds its transport by two array
+//! reads.
 
-use crate::auth::Secret;
-use crate::config::TransportChoice;
-use crate::error::{Caps, TransportError};
-use crate::fastmap::FastMap;
+use crate::caps::{Caps, Kinds, Ops};
+use crate::error::TransportError;
 use crate::identity::PeerInfo;
+use crate::mem::{MemKind, MemRef, RKey};
 use crate::os::PollSet;
 use crate::shmnet::{Counters, Incoming, ShmNet};
-use crate::tcp::{
-    CHUNK_PREFIX, TcpAcceptor, TcpConfig, TcpReceiver, TcpSender, TcpSink, decode_chunk_prefix,
-};
-use crate::wire::{Header, ProtoKind};
+use crate::sim_ep::{SimEndpoint, SimFabric};
+use crate::tcp::TcpNet;
+use crate::wire::Header;
+
+use crate::config::TransportChoice;
 
 /// How one peer is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +30,8 @@ pub enum Route {
     Shm,
     /// TCP.
     Tcp,
+    /// The in-process simulated network (tests).
+    Sim,
 }
 
 impl Route {
@@ -34,6 +41,7 @@ impl Route {
             Route::SelfLoop => "self",
             Route::Shm => "shm",
             Route::Tcp => "tcp",
+            Route::Sim => "sim",
         }
     }
 }
@@ -78,30 +86,135 @@ impl NetCounters {
     }
 }
 
-/// Every transport of one process.
+/// One transport of a process. Every arm implements the same operations; [`Net`] dispatches
+/// by `match`, so the compiler sees every call.
+#[derive(Debug)]
+pub enum Endpoint {
+    /// Shared memory with the peers on this node.
+    Shm(ShmNet),
+    /// TCP.
+    Tcp(TcpNet),
+    /// The simulated network of a test.
+    Sim(SimEndpoint),
+}
+
+impl Endpoint {
+    /// The transport's name (its counters' key).
+    pub fn name(&self) -> &'static str {
+        self.route().name()
+    }
+
+    fn route(&self) -> Route {
+        match self {
+            Endpoint::Shm(_) => Route::Shm,
+            Endpoint::Tcp(_) => Route::Tcp,
+            Endpoint::Sim(_) => Route::Sim,
+        }
+    }
+
+    /// What it offers.
+    pub fn caps(&self) -> Caps {
+        match self {
+            Endpoint::Shm(s) => s.caps(),
+            Endpoint::Tcp(t) => t.caps(),
+            Endpoint::Sim(s) => s.caps(),
+        }
+    }
+
+    fn counters(&self) -> Counters {
+        match self {
+            Endpoint::Shm(s) => s.counters(),
+            Endpoint::Tcp(t) => t.counters(),
+            Endpoint::Sim(s) => s.counters(),
+        }
+    }
+
+    fn try_send(
+        &mut self,
+        peer: u32,
+        hdr: &Header,
+        payload: &[u8],
+    ) -> Result<bool, TransportError> {
+        match self {
+            Endpoint::Shm(s) => s.try_send(peer, hdr, payload),
+            Endpoint::Tcp(t) => t.try_send(peer, hdr, payload),
+            Endpoint::Sim(s) => s.try_send(peer, hdr, payload),
+        }
+    }
+
+    fn send_chunk(
+        &mut self,
+        peer: u32,
+        token: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<usize, TransportError> {
+        match self {
+            Endpoint::Shm(s) => s.send_chunk(peer, token, offset, data),
+            Endpoint::Tcp(t) => t.send_chunk(peer, token, offset, data),
+            Endpoint::Sim(s) => s.send_chunk(peer, token, offset, data),
+        }
+    }
+
+    fn progress(&mut self, budget: usize, out: &mut dyn Deliver) -> Result<usize, TransportError> {
+        match self {
+            Endpoint::Shm(s) => s.progress(budget, &mut |peer, inc| out.incoming(peer, inc)),
+            Endpoint::Tcp(t) => t.progress(out),
+            Endpoint::Sim(s) => s.progress(budget, out),
+        }
+    }
+
+    fn wait_fds(&self, set: &mut PollSet) {
+        match self {
+            Endpoint::Shm(s) => s.wait_fds(set),
+            Endpoint::Tcp(t) => t.wait_fds(set),
+            Endpoint::Sim(_) => {}
+        }
+    }
+}
+
+/// No endpoint (a lane this peer does not have).
+const NO_EP: u8 = u8::MAX;
+
+/// The lanes to one peer, fixed when the table is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lanes {
+    /// The transport chosen by [`select`].
+    pub route: Route,
+    /// Endpoint of the ordered message lane.
+    msg: u8,
+    /// Endpoint of the bulk lane for host memory.
+    host: u8,
+    /// Largest eager payload on the message lane.
+    pub eager_limit: usize,
+}
+
+/// How an asynchronous operation went when it was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tx {
+    /// Done already: the buffer is free again (a synchronous mover, such as single copy).
+    Done,
+    /// Under way: [`Deliver::completed`] reports it with its token.
+    Pending,
+}
+
+/// Every transport of one process, and each peer's lanes.
 pub struct Net {
     me: u32,
-    routes: Vec<Route>,
-    shm: Option<ShmNet>,
-    secret: Secret,
-    tcp_cfg: TcpConfig,
-    tcp_addrs: Vec<Option<String>>,
-    tcp_acceptor: Option<TcpAcceptor>,
-    tcp_tx: FastMap<u32, TcpSender>,
-    tcp_rx: FastMap<u32, TcpReceiver>,
-    tcp_counters: Counters,
+    lanes: Vec<Lanes>,
+    eps: Vec<Endpoint>,
 }
 
 impl std::fmt::Debug for Net {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Net")
             .field("me", &self.me)
-            .field("routes", &self.routes)
+            .field("lanes", &self.lanes)
             .finish()
     }
 }
 
-/// Where [`Net::progress`] hands what arrives: the protocol layer.
+/// Where [`Net::progress`] hands what arrives and what completed: the protocol layer.
 pub trait Deliver {
     /// A message, or a chunk of rendezvous data to copy where it belongs.
     fn incoming(&mut self, peer: u32, inc: Incoming<'_>);
@@ -115,169 +228,167 @@ pub trait Deliver {
 
     /// `len` bytes were written in place at what [`place`](Self::place) returned.
     fn placed(&mut self, peer: u32, token: u64, offset: u64, len: usize);
+
+    /// The asynchronous operation `tok` with `peer` ([`Net::get`], [`Net::put`]) completed:
+    /// its buffer is free again.
+    fn completed(&mut self, peer: u32, tok: u64, res: Result<(), TransportError>);
 }
 
-/// One TCP peer's arrivals, passed on to the protocol layer.
-struct TcpIn<'a> {
-    peer: u32,
-    out: &'a mut dyn Deliver,
-    counters: &'a mut Counters,
-    bad: Option<TransportError>,
-}
-
-impl TcpSink for TcpIn<'_> {
-    fn frame(&mut self, hdr: &Header, payload: &[u8]) {
-        if hdr.kind != ProtoKind::Data {
-            self.counters.msgs_recv += 1;
-            self.counters.bytes_recv += payload.len() as u64;
-            self.out.incoming(self.peer, Incoming::Msg(hdr, payload));
-            return;
-        }
-        let Some((token, offset)) = decode_chunk_prefix(payload) else {
-            self.bad.get_or_insert(TransportError::Protocol {
-                peer: self.peer,
-                why: "short data frame".into(),
-            });
-            return;
-        };
-        let data = &payload[CHUNK_PREFIX..];
-        self.counters.bytes_recv += data.len() as u64;
-        self.out.incoming(
-            self.peer,
-            Incoming::Chunk {
-                token,
-                offset,
-                data,
-            },
-        );
-    }
-
-    fn place(&mut self, token: u64, offset: u64, len: usize) -> Option<&mut [u8]> {
-        self.out.place(self.peer, token, offset, len)
-    }
-
-    fn placed(&mut self, token: u64, offset: u64, len: usize) {
-        self.counters.bytes_recv += len as u64;
-        self.out.placed(self.peer, token, offset, len);
+fn no_lane(peer: u32, what: &'static str) -> TransportError {
+    TransportError::Unsupported {
+        peer,
+        op: what,
+        why: "no transport lane offers it to this peer".into(),
     }
 }
 
 impl Net {
-    /// Assembles the table. `tcp_addrs[r]` is rank r's published TCP listener, if any.
-    pub fn new(
-        me: u32,
-        routes: Vec<Route>,
-        shm: Option<ShmNet>,
-        tcp_acceptor: Option<TcpAcceptor>,
-        tcp_addrs: Vec<Option<String>>,
-        tcp_cfg: TcpConfig,
-        secret: Secret,
-    ) -> Self {
-        Self {
-            me,
-            routes,
-            shm,
-            secret,
-            tcp_cfg,
-            tcp_addrs,
-            tcp_acceptor,
-            tcp_tx: FastMap::default(),
-            tcp_rx: FastMap::default(),
-            tcp_counters: Counters::default(),
+    /// Assembles the table from the route of every peer ([`select`]) and the endpoints that
+    /// were set up for them: the message lane and the host-memory bulk lane of a peer are its
+    /// route's endpoint (a transport added later may give a peer a bulk lane of another
+    /// endpoint — RDMA beside TCP messages, CUDA IPC beside shared memory — here).
+    pub fn build(me: u32, routes: Vec<Route>, shm: Option<ShmNet>, tcp: TcpNet) -> Self {
+        let mut eps = Vec::with_capacity(2);
+        if let Some(s) = shm {
+            eps.push(Endpoint::Shm(s));
         }
+        eps.push(Endpoint::Tcp(tcp));
+        Self::assemble(me, routes, eps)
+    }
+
+    /// The table of rank `me` on a simulated network: every other rank over `sim`.
+    pub fn sim(me: u32, fabric: &SimFabric) -> Self {
+        let n = fabric.config().net.ranks as u32;
+        let routes = (0..n)
+            .map(|r| if r == me { Route::SelfLoop } else { Route::Sim })
+            .collect();
+        Self::assemble(me, routes, vec![Endpoint::Sim(fabric.endpoint(me))])
+    }
+
+    fn assemble(me: u32, routes: Vec<Route>, eps: Vec<Endpoint>) -> Self {
+        let lanes = routes
+            .iter()
+            .enumerate()
+            .map(|(peer, &route)| {
+                let ep = eps
+                    .iter()
+                    .position(|e| e.route() == route)
+                    .map_or(NO_EP, |i| i as u8);
+                let caps = (ep != NO_EP).then(|| eps[ep as usize].caps());
+                let l = Lanes {
+                    route,
+                    msg: ep,
+                    host: if caps.is_some_and(|c| c.kinds.host) {
+                        ep
+                    } else {
+                        NO_EP
+                    },
+                    eager_limit: match route {
+                        Route::SelfLoop => usize::MAX,
+                        _ => caps.map_or(0, |c| c.eager_limit),
+                    },
+                };
+                if let Some(c) = caps {
+                    crate::rlog!(
+                        Info,
+                        "NET",
+                        "rank {me} -> rank {peer}: messages over {}, host memory by {:?}",
+                        route.name(),
+                        c.ops.without(Ops::AM)
+                    );
+                }
+                l
+            })
+            .collect();
+        Self { me, lanes, eps }
     }
 
     /// The route to `peer`.
     pub fn route(&self, peer: u32) -> Route {
-        self.routes[peer as usize]
+        self.lanes[peer as usize].route
     }
 
-    /// What the transport to `peer` offers.
+    /// The lanes to `peer`.
+    pub fn lanes(&self, peer: u32) -> Lanes {
+        self.lanes[peer as usize]
+    }
+
+    /// Largest eager payload to `peer` (fixed when the table was built).
+    #[inline]
+    pub fn eager_limit(&self, peer: u32) -> usize {
+        self.lanes[peer as usize].eager_limit
+    }
+
+    /// What the message lane to `peer` offers (self: a nominal memory copy).
     pub fn caps(&self, peer: u32) -> Caps {
-        match self.route(peer) {
-            Route::SelfLoop => Caps {
+        match self.lanes[peer as usize].msg {
+            NO_EP => Caps {
                 latency_s: 1e-7,
                 bandwidth_bps: 2e10,
                 eager_limit: usize::MAX,
                 max_frame: usize::MAX,
-                single_copy: false,
+                ops: Ops::AM,
+                kinds: Kinds::HOST,
+                needs_reg: false,
+                rkey_len: 0,
             },
-            Route::Shm => {
-                // Borrowed, not cloned: this runs on every send.
-                let (eager_limit, cma) = self
-                    .shm
-                    .as_ref()
-                    .map_or((0, false), |s| (s.config().eager_limit, s.config().cma));
-                Caps {
-                    latency_s: 3e-7,
-                    bandwidth_bps: 1.2e10,
-                    eager_limit,
-                    max_frame: eager_limit,
-                    single_copy: cma,
-                }
-            }
-            Route::Tcp => self.tcp_cfg.caps(),
+            i => self.eps[i as usize].caps(),
+        }
+    }
+
+    /// The bulk operations that reach `peer`'s memory of kind `kind` now (a peer whose kernel
+    /// refused single copy has no GET any more).
+    pub fn bulk_ops(&self, peer: u32, kind: MemKind) -> Ops {
+        let i = match kind {
+            MemKind::Host => self.lanes[peer as usize].host,
+            MemKind::Cuda { .. } => NO_EP,
+        };
+        if i == NO_EP {
+            return Ops::NONE;
+        }
+        match &self.eps[i as usize] {
+            Endpoint::Shm(s) if !s.get_ok(peer) => s.caps().ops.without(Ops::AM).without(Ops::GET),
+            e => e.caps().ops.without(Ops::AM),
         }
     }
 
     /// Byte counters.
     pub fn counters(&self) -> NetCounters {
-        let mut rows = Vec::with_capacity(2);
-        if let Some(s) = &self.shm {
-            rows.push((Route::Shm.name(), s.counters()));
+        NetCounters {
+            rows: self.eps.iter().map(|e| (e.name(), e.counters())).collect(),
         }
-        rows.push((Route::Tcp.name(), self.tcp_counters));
-        NetCounters { rows }
     }
 
-    fn tcp_sender(&mut self, peer: u32) -> Result<&mut TcpSender, TransportError> {
-        if !self.tcp_tx.contains_key(&peer) {
-            let addr = self
-                .tcp_addrs
-                .get(peer as usize)
-                .cloned()
-                .flatten()
-                .ok_or_else(|| TransportError::Connect {
-                    peer,
-                    addr: "-".into(),
-                    why: "the peer published no TCP address".into(),
-                })?;
-            let s = TcpSender::connect(&addr, self.me, peer, &self.secret, &self.tcp_cfg)?;
-            crate::rlog!(Info, "NET", "connected to rank {peer} over TCP at {addr}");
-            self.tcp_tx.insert(peer, s);
-        }
-        Ok(self.tcp_tx.get_mut(&peer).expect("inserted"))
-    }
-
-    /// Sends one message if the transport takes it now; `Ok(false)` means try again later.
-    pub fn try_send(
-        &mut self,
-        peer: u32,
-        hdr: &Header,
-        payload: &[u8],
-    ) -> Result<bool, TransportError> {
-        match self.route(peer) {
-            Route::Shm => self
-                .shm
-                .as_mut()
-                .expect("shm route implies shm")
-                .try_send(peer, hdr, payload),
-            Route::Tcp => {
-                let ok = self.tcp_sender(peer)?.try_send(hdr, payload)?;
-                if ok {
-                    self.tcp_counters.msgs_sent += 1;
-                    self.tcp_counters.bytes_sent += payload.len() as u64;
-                }
-                Ok(ok)
-            }
-            Route::SelfLoop => Err(TransportError::Protocol {
+    fn msg_ep(&mut self, peer: u32) -> Result<&mut Endpoint, TransportError> {
+        match self.lanes.get(peer as usize).map(|l| l.msg) {
+            Some(i) if i != NO_EP => Ok(&mut self.eps[i as usize]),
+            _ => Err(TransportError::Protocol {
                 peer,
                 why: "self messages never reach the transport".into(),
             }),
         }
     }
 
-    /// Sends a chunk of a rendezvous payload; returns the bytes taken (0 = later).
+    fn bulk_ep(&mut self, peer: u32, what: &'static str) -> Result<&mut Endpoint, TransportError> {
+        match self.lanes.get(peer as usize).map(|l| l.host) {
+            Some(i) if i != NO_EP => Ok(&mut self.eps[i as usize]),
+            _ => Err(no_lane(peer, what)),
+        }
+    }
+
+    /// Sends one message if the transport takes it now; `Ok(false)` means try again later.
+    #[inline]
+    pub fn try_send(
+        &mut self,
+        peer: u32,
+        hdr: &Header,
+        payload: &[u8],
+    ) -> Result<bool, TransportError> {
+        self.msg_ep(peer)?.try_send(peer, hdr, payload)
+    }
+
+    /// Sends a chunk of a rendezvous payload over the bulk lane (STREAM); returns the bytes
+    /// taken (0 = later).
     pub fn send_chunk(
         &mut self,
         peer: u32,
@@ -285,102 +396,78 @@ impl Net {
         offset: u64,
         data: &[u8],
     ) -> Result<usize, TransportError> {
-        match self.route(peer) {
-            Route::Shm => self
-                .shm
-                .as_mut()
-                .expect("shm route implies shm")
-                .send_chunk(peer, token, offset, data),
-            Route::Tcp => {
-                let chunk = self.tcp_cfg.chunk;
-                let n = self
-                    .tcp_sender(peer)?
-                    .send_chunk(token, offset, data, chunk)?;
-                self.tcp_counters.bytes_sent += n as u64;
-                Ok(n)
-            }
-            Route::SelfLoop => Err(TransportError::Protocol {
-                peer,
-                why: "self messages never reach the transport".into(),
-            }),
+        self.bulk_ep(peer, "stream")?
+            .send_chunk(peer, token, offset, data)
+    }
+
+    /// The remote key through which `peer` reaches `m` by GET or PUT, registering `m` with the
+    /// bulk lane's transport where it needs that (a transport caches its registrations).
+    pub fn register(&mut self, peer: u32, m: &MemRef) -> Result<RKey, TransportError> {
+        match self.bulk_ep(peer, "register")? {
+            Endpoint::Shm(s) => Ok(s.rkey(m)),
+            Endpoint::Sim(s) => Ok(s.register(m)),
+            Endpoint::Tcp(_) => Err(no_lane(peer, "register")),
         }
     }
 
-    /// Reads `dst.len()` bytes at `addr` in `peer`'s memory, if single copy reaches it.
-    pub fn cma_read(&mut self, peer: u32, addr: u64, dst: &mut [u8]) -> Result<(), TransportError> {
-        match (self.route(peer), self.shm.as_mut()) {
-            (Route::Shm, Some(s)) => s.cma_read(peer, addr, dst),
-            _ => Err(TransportError::Protocol {
-                peer,
-                why: "single copy needs shared memory".into(),
-            }),
+    /// Reads `dst.len` bytes of `peer`'s memory named by `key` into `dst`. [`Tx::Done`]: done
+    /// already; [`Tx::Pending`]: `dst` is the transport's until [`Deliver::completed`] reports
+    /// `tok`. [`TransportError::Unsupported`]: nothing moved, use another protocol.
+    pub fn get(
+        &mut self,
+        peer: u32,
+        dst: MemRef,
+        key: &RKey,
+        tok: u64,
+    ) -> Result<Tx, TransportError> {
+        match self.bulk_ep(peer, "get")? {
+            Endpoint::Shm(s) => s.get(peer, dst, key).map(|()| Tx::Done),
+            Endpoint::Sim(s) => s.get(peer, dst, key, tok).map(|()| Tx::Pending),
+            Endpoint::Tcp(_) => Err(no_lane(peer, "get")),
         }
     }
 
-    /// Moves data: writes queued TCP bytes, accepts TCP connections, delivers arrivals (at most
-    /// about `budget`). Returns how many arrivals were delivered.
+    /// Writes `src` into `peer`'s memory named by `key` (after the peer's CTS). As
+    /// [`get`](Self::get), `src` is the transport's until the operation completes.
+    pub fn put(
+        &mut self,
+        peer: u32,
+        src: MemRef,
+        key: &RKey,
+        tok: u64,
+    ) -> Result<Tx, TransportError> {
+        match self.bulk_ep(peer, "put")? {
+            Endpoint::Sim(s) => s.put(peer, src, key, tok).map(|()| Tx::Pending),
+            Endpoint::Shm(_) | Endpoint::Tcp(_) => Err(no_lane(peer, "put")),
+        }
+    }
+
+    /// Makes sure the asynchronous operation `tok` with `peer` no longer touches its local
+    /// buffer when this returns; its completion is then never reported. (A synchronous mover
+    /// has nothing to do; a DMA or RDMA engine waits for or flushes the operation.)
+    pub fn quiesce(&mut self, peer: u32, tok: u64) {
+        if let Ok(Endpoint::Sim(s)) = self.bulk_ep(peer, "quiesce") {
+            s.quiesce(tok);
+        }
+    }
+
+    /// Moves data: writes queued bytes, accepts connections, delivers arrivals and
+    /// completions (at most about `budget`). Returns how many were delivered. One endpoint's
+    /// error is returned after the others had their turn.
     pub fn progress(
         &mut self,
         budget: usize,
         out: &mut dyn Deliver,
     ) -> Result<usize, TransportError> {
         let mut n = 0;
-        if let Some(s) = self.shm.as_mut() {
-            n += s.progress(budget, &mut |peer, inc| out.incoming(peer, inc))?;
-        }
-        if let Some(acc) = &self.tcp_acceptor {
-            while let Some(inc) = acc.try_accept() {
-                let rx = self
-                    .tcp_rx
-                    .entry(inc.peer)
-                    .or_insert_with(|| TcpReceiver::new(inc.peer, &self.tcp_cfg));
-                rx.add_stream(inc.index, inc.stream)?;
-            }
-        }
-        // One peer's failure must not stop traffic with the others: its connections are dropped
-        // here and the error is reported once.
-        let mut failed: Option<TransportError> = None;
-        self.tcp_tx.retain(|&peer, tx| {
-            let idle = tx.queued() == 0;
-            match tx.flush() {
-                Ok(_) => true,
-                // An idle connection whose peer has gone lost nothing: the peer may simply have
-                // finished. Whether it failed is for its incoming side (end-of-file after its
-                // last message) or the launcher to say; we just drop the connection.
-                Err(e) if idle => {
-                    crate::rlog!(
-                        Trace,
-                        "NET",
-                        "idle TCP connection to rank {peer} closed: {e}"
-                    );
-                    false
-                }
-                Err(e) => {
-                    failed.get_or_insert(e);
-                    false
+        let mut failed = None;
+        for e in self.eps.iter_mut() {
+            match e.progress(budget, out) {
+                Ok(k) => n += k,
+                Err(err) => {
+                    failed.get_or_insert(err);
                 }
             }
-        });
-        let mut dead_rx = None;
-        for (&peer, rx) in self.tcp_rx.iter_mut() {
-            let mut sink = TcpIn {
-                peer,
-                out: &mut *out,
-                counters: &mut self.tcp_counters,
-                bad: None,
-            };
-            let r = rx.progress_into(&mut sink);
-            match (r, sink.bad) {
-                (Ok(k), None) => n += k,
-                (Err(e), _) | (Ok(_), Some(e)) => {
-                    dead_rx = Some(peer);
-                    failed.get_or_insert(e);
-                    break;
-                }
-            }
-        }
-        if let Some(p) = dead_rx {
-            self.tcp_rx.remove(&p);
         }
         match failed {
             Some(e) => Err(e),
@@ -388,16 +475,23 @@ impl Net {
         }
     }
 
+    fn shm(&self) -> Option<&ShmNet> {
+        self.eps.iter().find_map(|e| match e {
+            Endpoint::Shm(s) => Some(s),
+            _ => None,
+        })
+    }
+
     /// Marks this process as about to sleep (see [`ShmNet::begin_sleep`]).
     pub fn begin_sleep(&self) {
-        if let Some(s) = &self.shm {
+        if let Some(s) = self.shm() {
             s.begin_sleep();
         }
     }
 
     /// Clears the sleep mark and drains doorbells.
     pub fn end_sleep(&self) {
-        if let Some(s) = &self.shm {
+        if let Some(s) = self.shm() {
             s.end_sleep();
             s.drain_bell();
         }
@@ -407,21 +501,8 @@ impl Net {
     /// sockets with output waiting for room); poll them without holding whatever lock guards
     /// this `Net`.
     pub fn wait_fds(&self, set: &mut PollSet) {
-        if let Some(s) = &self.shm {
-            s.wait_fds(set);
-        }
-        if let Some(a) = &self.tcp_acceptor {
-            set.read(a.raw_fd());
-        }
-        for rx in self.tcp_rx.values() {
-            for fd in rx.raw_fds() {
-                set.read(fd);
-            }
-        }
-        for tx in self.tcp_tx.values().filter(|t| t.wants_write()) {
-            for fd in tx.raw_fds() {
-                set.write(fd);
-            }
+        for e in &self.eps {
+            e.wait_fds(set);
         }
     }
 
@@ -431,14 +512,20 @@ impl Net {
         self.route(peer) == Route::Tcp
     }
 
-    /// Whether TCP output is still queued (progress must continue to flush it).
+    /// Whether output is still queued in a transport (progress must continue to flush it).
     pub fn has_queued_output(&self) -> bool {
-        self.tcp_tx.values().any(|t| t.wants_write())
+        self.eps.iter().any(|e| match e {
+            Endpoint::Tcp(t) => t.has_queued_output(),
+            _ => false,
+        })
     }
 
     /// The first shared-memory peer seen dead (its local-channel connection hung up).
     pub fn dead_peer(&mut self) -> Option<u32> {
-        self.shm.as_mut().and_then(|s| s.dead_peer())
+        self.eps.iter_mut().find_map(|e| match e {
+            Endpoint::Shm(s) => s.dead_peer(),
+            _ => None,
+        })
     }
 }
 

@@ -11,7 +11,7 @@ use crate::local::LocalListener;
 use crate::net::{self, Net, Route};
 use crate::rlog;
 use crate::shmnet::{LocalPeer, ShmConfig, ShmNet};
-use crate::tcp::{TcpAcceptor, TcpConfig};
+use crate::tcp::{TcpAcceptor, TcpConfig, TcpNet};
 use crate::wire::{AddrRecord, EndpointAddr};
 
 /// Why the transports could not be set up.
@@ -167,15 +167,8 @@ impl Listening {
                 })
             })
             .collect();
-        Ok(Net::new(
-            rank,
-            routes,
-            shm,
-            self.tcp,
-            tcp_addrs,
-            self.tcp_cfg,
-            self.secret,
-        ))
+        let tcp = TcpNet::new(rank, self.tcp, tcp_addrs, self.tcp_cfg, self.secret);
+        Ok(Net::build(rank, routes, shm, tcp))
     }
 }
 

@@ -129,6 +129,8 @@ struct Peer {
     closed: bool,
     /// Already reported lost.
     reported: bool,
+    /// The kernel refused single copy from it.
+    get_refused: bool,
 }
 
 /// Something that arrived from a peer.
@@ -364,6 +366,7 @@ impl ShmNet {
                     bulk_rx: None,
                     closed: false,
                     reported: false,
+                    get_refused: false,
                 },
             );
         }
@@ -561,31 +564,81 @@ impl ShmNet {
         Ok(n)
     }
 
-    /// Reads `dst.len()` bytes at `addr` in `peer`'s memory (single copy).
-    pub fn cma_read(&mut self, peer: u32, addr: u64, dst: &mut [u8]) -> Result<(), TransportError> {
-        let pid = self
+    /// What this transport offers: ordered messages and pipelined copy always, single copy
+    /// (GET on the sender's address) when configured. Host memory, no registration.
+    pub fn caps(&self) -> crate::caps::Caps {
+        use crate::caps::{Kinds, Ops};
+        let ops = Ops::AM.with(Ops::STREAM);
+        crate::caps::Caps {
+            latency_s: 3e-7,
+            bandwidth_bps: 1.2e10,
+            eager_limit: self.cfg.eager_limit,
+            max_frame: self.cfg.eager_limit,
+            ops: if self.cfg.cma {
+                ops.with(Ops::GET)
+            } else {
+                ops
+            },
+            kinds: Kinds::HOST,
+            needs_reg: false,
+            rkey_len: 8,
+        }
+    }
+
+    /// Whether single copy from `peer` is still possible (configured, and the kernel has not
+    /// refused it for this peer).
+    pub fn get_ok(&self, peer: u32) -> bool {
+        self.cfg.cma && self.peers.get(&peer).is_some_and(|p| !p.get_refused)
+    }
+
+    /// The remote key of host memory `m` for single copy: its address (the peer knows our pid).
+    pub fn rkey(&self, m: &crate::mem::MemRef) -> crate::mem::RKey {
+        crate::mem::RKey::new(&m.addr.to_le_bytes()).expect("8 bytes fit")
+    }
+
+    /// Reads `dst.len` bytes of `peer`'s memory named by `key` into `dst` (single copy,
+    /// synchronous: done when this returns). A kernel that refuses single copy (ptrace policy,
+    /// no CMA) gives [`TransportError::Unsupported`], and the peer is not tried again.
+    pub fn get(
+        &mut self,
+        peer: u32,
+        dst: crate::mem::MemRef,
+        key: &crate::mem::RKey,
+    ) -> Result<(), TransportError> {
+        let addr = key.u64_at(0).ok_or_else(|| TransportError::Protocol {
+            peer,
+            why: "single-copy key shorter than an address".into(),
+        })?;
+        let p = self
             .peers
-            .get(&peer)
-            .map(|p| p.pid)
+            .get_mut(&peer)
             .ok_or_else(|| TransportError::Protocol {
                 peer,
                 why: "not a node peer".into(),
             })?;
+        if dst.kind != crate::mem::MemKind::Host {
+            return Err(TransportError::Unsupported {
+                peer,
+                op: "single copy",
+                why: "device memory".into(),
+            });
+        }
+        let pid = p.pid;
         let mut done = 0usize;
-        while done < dst.len() {
+        while done < dst.len {
             // Linux moves at most ~2 GiB per call; stay well below.
-            let n = (dst.len() - done).min(1 << 30);
+            let n = (dst.len - done).min(1 << 30);
             let local = libc::iovec {
-                iov_base: dst[done..].as_mut_ptr().cast(),
+                iov_base: (dst.addr as usize + done) as *mut libc::c_void,
                 iov_len: n,
             };
             let remote = libc::iovec {
                 iov_base: (addr as usize + done) as *mut libc::c_void,
                 iov_len: n,
             };
-            // SAFETY: `local` describes writable memory we own (`dst`); `remote` is only read by
-            // the kernel in the peer's address space, which checks it; no Rust memory is
-            // touched besides `dst`.
+            // SAFETY: `local` describes memory the caller owns and lets us write until this
+            // returns (the MemRef contract); `remote` is only read by the kernel in the peer's
+            // address space, which checks it; no Rust memory is touched besides `dst`.
             let r = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
             if r < 0 {
                 let e = io::Error::last_os_error();
@@ -594,6 +647,15 @@ impl ShmNet {
                 }
                 return Err(match e.raw_os_error() {
                     Some(libc::ESRCH) => TransportError::PeerClosed { peer },
+                    // The ptrace policy or a kernel without CMA: use pipelined copy instead.
+                    Some(libc::EPERM) | Some(libc::EFAULT) | Some(libc::ENOSYS) => {
+                        p.get_refused = true;
+                        TransportError::Unsupported {
+                            peer,
+                            op: "single copy",
+                            why: e.to_string(),
+                        }
+                    }
                     _ => TransportError::Link { peer, source: e },
                 });
             }
@@ -605,7 +667,7 @@ impl ShmNet {
             }
             done += r as usize;
         }
-        self.counters.bytes_cma += dst.len() as u64;
+        self.counters.bytes_cma += dst.len as u64;
         Ok(())
     }
 

@@ -85,6 +85,7 @@
 
 mod acceptor;
 mod frame;
+mod peers;
 mod receiver;
 mod sender;
 mod sys;
@@ -94,6 +95,7 @@ mod tests;
 pub use acceptor::{Incoming, TcpAcceptor};
 pub(crate) use frame::fuzz_frames;
 pub use frame::{CHUNK_PREFIX, decode_chunk_prefix};
+pub use peers::TcpNet;
 pub use receiver::{READ_BUDGET, TcpReceiver, TcpSink};
 pub use sender::TcpSender;
 
@@ -198,7 +200,10 @@ impl TcpConfig {
             bandwidth_bps: 4e9,
             eager_limit: self.eager_limit.min(MAX_FRAME_LIMIT),
             max_frame: self.max_frame(),
-            single_copy: false,
+            ops: crate::caps::Ops::AM.with(crate::caps::Ops::STREAM),
+            kinds: crate::caps::Kinds::HOST,
+            needs_reg: false,
+            rkey_len: 0,
         }
     }
 }
@@ -281,6 +286,11 @@ fn replay(e: &TransportError) -> TransportError {
         TransportError::Connect { peer, addr, why } => TransportError::Connect {
             peer: *peer,
             addr: addr.clone(),
+            why: why.clone(),
+        },
+        TransportError::Unsupported { peer, op, why } => TransportError::Unsupported {
+            peer: *peer,
+            op,
             why: why.clone(),
         },
         TransportError::Io { what, source } => TransportError::Io {

@@ -5,19 +5,32 @@
 //! Protocols, chosen per message by the transport's capabilities:
 //! - **Eager** (payload ≤ the transport's eager limit): header and payload in one message; a
 //!   receive already posted gets one copy, straight from the transport's buffer.
-//! - **Rendezvous** (larger): the sender announces the message (RTS: token, address). On match
-//!   the receiver either reads the sender's memory by single copy and answers FIN, or sends a
-//!   CTS with its own token, after which the sender streams chunks that the receiver copies into
-//!   place. A receiver that is not ready holds only the small RTS, never the payload.
+//! - **Rendezvous** (larger): the sender announces the message (RTS: its token and, when the
+//!   peer's bulk lane offers GET, the remote key of its buffer). On match the receiver picks the
+//!   protocol from the lane's operations and the size:
+//!   - **GET**: it pulls the sender's buffer (single copy today; RDMA read, CUDA IPC later)
+//!     and answers FIN when the transport completes the read;
+//!   - **PUT**: it registers its buffer and sends a CTS with its key; the sender writes into it
+//!     and, once its transport completes the write, sends FIN to the receiver;
+//!   - **STREAM**: it sends a CTS with its token, after which the sender streams chunks that
+//!     the receiver copies into place.
+//!
+//!   A transport that refuses GET for a peer (the kernel's ptrace policy) makes the receiver
+//!   use the next protocol. A receiver that is not ready holds only the small RTS, never the
+//!   payload. Asynchronous movers complete through tokens ([`Deliver::completed`]); a buffer
+//!   is the transport's until then.
 //! - **Self** messages skip the transports.
 
 use super::matcher::{Envelope, Matcher, Posting, RecvId, Route as MRoute, Source, TagSel};
 use super::region::Region;
 use crate::CommError;
 use crate::coll::check::{Call, Checks, Stamp, Verdict};
+use rcomm_transport::caps::Ops;
+use rcomm_transport::error::TransportError;
 use rcomm_transport::fastmap::FastMap;
+use rcomm_transport::mem::{MemKind, MemRef, RKey};
 use rcomm_transport::net::Deliver;
-use rcomm_transport::net::{Net, NetCounters, Route};
+use rcomm_transport::net::{Net, NetCounters, Route, Tx};
 use rcomm_transport::shmnet::Incoming;
 use rcomm_transport::wire::{Header, ProtoKind};
 use std::collections::VecDeque;
@@ -48,7 +61,11 @@ pub(crate) type ReqId = usize;
 #[derive(Debug)]
 pub(crate) enum Stored {
     Eager(Vec<u8>),
-    Rts { sender_token: u64, addr: u64 },
+    Rts {
+        sender_token: u64,
+        /// The sender's buffer, when its lane offers GET.
+        key: Option<RKey>,
+    },
 }
 
 #[derive(Debug)]
@@ -74,10 +91,12 @@ struct Req {
     orphan: Option<Box<dyn std::any::Any + Send>>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum OutPayload {
     Small([u8; 32], u8),
     User(Region),
+    /// A rendezvous record carrying a remote key (rare: one per large message).
+    Keyed(Box<[u8]>),
 }
 
 #[derive(Debug)]
@@ -95,6 +114,9 @@ struct RndvSend {
     region: Region,
     recv_token: Option<u64>,
     offset: usize,
+    /// A PUT into the receiver's buffer is under way (the transport holds `region`), to the
+    /// key of the receiver's CTS.
+    putting: Option<RKey>,
 }
 
 #[derive(Debug)]
@@ -103,16 +125,33 @@ struct RndvRecv {
     peer: u32,
     env: Envelope,
     received: u64,
+    /// The sender writes into the buffer (PUT) rather than streaming chunks.
+    put: bool,
 }
 
-#[derive(Debug)]
+/// A GET to start (or under way, in `gets`).
+#[derive(Debug, Clone, Copy)]
 struct Pull {
     req: ReqId,
     peer: u32,
     env: Envelope,
     sender_token: u64,
-    addr: u64,
+    key: RKey,
 }
+
+/// What the sender's CTS handling must start with the transport.
+#[derive(Debug, Clone, Copy)]
+struct PutStart {
+    send_token: u64,
+    key: RKey,
+}
+
+/// CTS flag word: the receiver asks for a PUT into the key that follows.
+const CTS_PUT: u64 = 1;
+/// FIN flag: the sender's PUT is complete; the token is the receiver's.
+const FIN_PUT: u8 = 1;
+/// FIN flag: the sender's PUT failed (the receiver's buffer holds nothing usable).
+const FIN_PUT_FAILED: u8 = 2;
 
 #[derive(Debug, Default)]
 struct Ctx {
@@ -120,11 +159,11 @@ struct Ctx {
     send_seq: FastMap<u32, u32>,
 }
 
-/// Sizes from which single copy is used on shared memory (it wins from 64 KiB; pipelined copy
-/// takes over above `cma_max`, measured in docs/performance.md).
+/// Protocol thresholds. GET (single copy on shared memory) is used up to `get_max` (it wins
+/// from 64 KiB; pipelined copy takes over above it, measured in docs/performance.md).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ProtoConfig {
-    pub cma_max: usize,
+    pub get_max: usize,
 }
 
 /// Protocol state, separate from the transports so transport callbacks can update it.
@@ -143,14 +182,20 @@ struct State {
     rndv_send: FastMap<u64, RndvSend>,
     rndv_recv: FastMap<u64, RndvRecv>,
     streaming: Vec<u64>,
+    /// GETs to start, and GETs under way by their receive token.
     pulls: Vec<Pull>,
+    gets: FastMap<u64, Pull>,
+    /// PUTs to start (a CTS asked for one), and receives waiting to send a PUT-CTS.
+    put_starts: Vec<PutStart>,
+    put_cts: Vec<(ReqId, u32, Envelope, u64)>,
     released: Vec<(RecvId, Envelope, Stored)>,
     next_token: u64,
     failed: FastMap<u32, String>,
     /// Failed peers the launcher declared hung (no heartbeat): their errors are `PeerHung`.
     hung: Vec<u32>,
-    /// Peers whose memory this rank may read by single copy (cleared if the kernel refuses).
-    cma: Vec<bool>,
+    /// Bulk operations each peer's host-memory lane offers (GET goes when a transport refuses
+    /// it for that peer).
+    bulk: Vec<Ops>,
     hosts: Vec<String>,
     error: Option<(u32, String)>,
     /// Buffers of consumed unexpected messages, reused so a steady stream of unexpected small
@@ -199,6 +244,28 @@ fn small(vals: &[u64]) -> OutPayload {
     OutPayload::Small(b, (vals.len() * 8) as u8)
 }
 
+/// A rendezvous record: `vals`, then the key's bytes.
+fn keyed(vals: &[u64], key: Option<&RKey>) -> OutPayload {
+    let Some(k) = key else {
+        return small(vals);
+    };
+    let mut b = Vec::with_capacity(vals.len() * 8 + k.as_bytes().len());
+    for v in vals {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.extend_from_slice(k.as_bytes());
+    OutPayload::Keyed(b.into_boxed_slice())
+}
+
+/// The key after `words` leading words of a record, if any bytes follow them.
+fn key_after(b: &[u8], words: usize) -> Option<Option<RKey>> {
+    match b.get(words * 8..) {
+        None => None,
+        Some([]) => Some(None),
+        Some(k) => RKey::new(k).map(Some),
+    }
+}
+
 fn u64_at(b: &[u8], i: usize) -> Option<u64> {
     b.get(i * 8..i * 8 + 8)
         .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
@@ -221,13 +288,14 @@ impl Engine {
                 rndv_recv: FastMap::default(),
                 streaming: Vec::new(),
                 pulls: Vec::new(),
+                gets: FastMap::default(),
+                put_starts: Vec::new(),
+                put_cts: Vec::new(),
                 released: Vec::new(),
                 next_token: 1,
                 failed: FastMap::default(),
                 hung: Vec::new(),
-                cma: (0..size)
-                    .map(|p| net.caps(p).single_copy && cfg.cma_max > 0)
-                    .collect(),
+                bulk: (0..size).map(|p| net.bulk_ops(p, MemKind::Host)).collect(),
                 hosts,
                 error: None,
                 pool: Vec::new(),
@@ -329,9 +397,10 @@ impl Engine {
             coll_seq: stamp.epoch,
             signature: stamp.sig,
         };
+        let eager_limit = self.net.eager_limit(dest);
         if blocking
             && dest != me
-            && region.len() <= self.net.caps(dest).eager_limit
+            && region.len() <= eager_limit
             && self.st.out.get(&dest).is_none_or(|q| q.is_empty())
         {
             // Fast path of a blocking eager send: straight into the transport, no request.
@@ -362,7 +431,7 @@ impl Engine {
             );
             return Ok(Some(req));
         }
-        if region.len() <= self.net.caps(dest).eager_limit {
+        if region.len() <= eager_limit {
             self.st.out_len += 1;
             self.st.out.entry(dest).or_default().push_back(Out {
                 hdr: hdr(ProtoKind::Eager),
@@ -371,6 +440,21 @@ impl Engine {
             });
         } else {
             let token = self.st.token();
+            // The key lets the receiver pull; without GET it asks for PUT or STREAM instead.
+            let key = if self.st.bulk[dest as usize].contains(Ops::GET) {
+                match self
+                    .net
+                    .register(dest, &MemRef::host(region.addr(), region.len()))
+                {
+                    Ok(k) => Some(k),
+                    Err(e) => {
+                        rcomm_transport::rlog!(Info, "P2P", "no GET key for rank {dest}: {e}");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
             self.st.rndv_send.insert(
                 token,
                 RndvSend {
@@ -379,12 +463,13 @@ impl Engine {
                     region,
                     recv_token: None,
                     offset: 0,
+                    putting: None,
                 },
             );
             self.st.out_len += 1;
             self.st.out.entry(dest).or_default().push_back(Out {
                 hdr: hdr(ProtoKind::RndvRts),
-                payload: small(&[token, region.addr()]),
+                payload: keyed(&[token], key.as_ref()),
                 req: None,
             });
         }
@@ -583,9 +668,40 @@ impl Engine {
             let _ = self.take(req);
             return;
         }
+        // A peer writing into the buffer by PUT cannot be stopped from here: wait until its
+        // FIN (or its loss) says it is done with it.
+        while self.st.rndv_recv.values().any(|r| r.req == req && r.put) {
+            if self.progress() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        if self.is_done(req) {
+            let _ = self.take(req);
+            return;
+        }
         let old = self.st.req_region(req);
         let mut spare = vec![0u8; old.len()].into_boxed_slice();
         let new = Region::from_mut(&mut spare);
+        // Asynchronous movers let go of the old buffer first; their operations start again on
+        // the new one.
+        let gets: Vec<u64> = (self.st.gets.iter())
+            .filter(|(_, p)| p.req == req)
+            .map(|(&t, _)| t)
+            .collect();
+        for t in gets {
+            let p = self.st.gets.remove(&t).expect("listed");
+            self.net.quiesce(p.peer, t);
+            self.st.pulls.push(p);
+        }
+        let puts: Vec<(u64, u32, RKey)> = (self.st.rndv_send.iter())
+            .filter(|(_, s)| s.req == req)
+            .filter_map(|(&t, s)| Some((t, s.peer, s.putting?)))
+            .collect();
+        for (t, peer, key) in puts {
+            self.net.quiesce(peer, t);
+            self.st.rndv_send.get_mut(&t).expect("listed").putting = None;
+            self.st.put_starts.push(PutStart { send_token: t, key });
+        }
         let st = &mut self.st;
         st.req_mut(req).region = new;
         for s in st.rndv_send.values_mut().filter(|s| s.req == req) {
@@ -690,12 +806,35 @@ impl Engine {
             }
             self.st.posted.remove(&(ctx, rid));
         }
+        self.quiesce_where(|p, s| p.map_or(s.is_some_and(|s| s.req == req), |p| p.req == req));
         self.st.rndv_send.retain(|_, s| s.req != req);
         self.st.rndv_recv.retain(|_, s| s.req != req);
         self.st
             .streaming
             .retain(|t| self.st.rndv_send.contains_key(t));
         self.st.pulls.retain(|p| p.req != req);
+        self.st.put_cts.retain(|p| p.0 != req);
+    }
+
+    /// Takes back from the transports the asynchronous operations (GETs under way, PUTs under
+    /// way) that `which` selects — before their requests fail and hand the buffers back.
+    fn quiesce_where(&mut self, which: impl Fn(Option<&Pull>, Option<&RndvSend>) -> bool) {
+        let gets: Vec<(u64, u32)> = (self.st.gets.iter())
+            .filter(|(_, p)| which(Some(p), None))
+            .map(|(&t, p)| (t, p.peer))
+            .collect();
+        for (t, peer) in gets {
+            self.net.quiesce(peer, t);
+            self.st.gets.remove(&t);
+        }
+        let puts: Vec<(u64, u32)> = (self.st.rndv_send.iter())
+            .filter(|(_, s)| s.putting.is_some() && which(None, Some(s)))
+            .map(|(&t, s)| (t, s.peer))
+            .collect();
+        for (t, peer) in puts {
+            self.net.quiesce(peer, t);
+            self.st.rndv_send.get_mut(&t).expect("listed").putting = None;
+        }
     }
 
     /// Protocol steps that need the transports: single-copy pulls, queued messages, streaming.
@@ -704,43 +843,66 @@ impl Engine {
         while let Some(p) = self.st.pulls.pop() {
             work += 1;
             let region = self.st.req_region(p.req);
-            match self.net.cma_read(
-                p.peer,
-                p.addr,
-                &mut region.bytes_mut()[..p.env.len as usize],
-            ) {
-                Ok(()) => {
-                    self.st
-                        .send_ctl(p.peer, ProtoKind::RndvFin, &[p.sender_token]);
-                    self.st.complete(
-                        p.req,
-                        Ok(Status {
-                            source: p.env.source,
-                            tag: p.env.tag,
-                            bytes: p.env.len as usize,
-                        }),
-                    );
+            let tok = self.st.token();
+            let dst = MemRef::host(region.addr(), p.env.len as usize);
+            match self.net.get(p.peer, dst, &p.key, tok) {
+                Ok(Tx::Done) => self.st.got(p),
+                Ok(Tx::Pending) => {
+                    self.st.gets.insert(tok, p);
                 }
-                Err(rcomm_transport::error::TransportError::Link { source, .. })
-                    if matches!(
-                        source.raw_os_error(),
-                        Some(libc::EPERM) | Some(libc::EFAULT) | Some(libc::ENOSYS)
-                    ) =>
-                {
-                    // Single copy refused (ptrace policy): use the copy path with this peer.
+                Err(TransportError::Unsupported { why, .. }) => {
                     rcomm_transport::rlog!(
                         Info,
                         "P2P",
-                        "single copy from rank {} refused ({source}); using pipelined copy",
+                        "GET from rank {} refused ({why}); using the next protocol",
                         p.peer
                     );
-                    self.st.cma[p.peer as usize] = false;
+                    let b = &mut self.st.bulk[p.peer as usize];
+                    *b = b.without(Ops::GET);
                     self.st.start_cts(p.req, p.peer, p.env, p.sender_token);
                 }
                 Err(e) => {
                     let peer = e.peer();
                     self.transport_failed(peer, e.to_string());
                 }
+            }
+        }
+        // Receives answering with a PUT: their buffer's key goes in the CTS.
+        while let Some((req, peer, env, sender_token)) = self.st.put_cts.pop() {
+            work += 1;
+            let region = self.st.req_region(req);
+            match self
+                .net
+                .register(peer, &MemRef::host(region.addr(), env.len as usize))
+            {
+                Ok(key) => self.st.start_put_cts(req, peer, env, sender_token, key),
+                Err(e) => {
+                    rcomm_transport::rlog!(Info, "P2P", "no PUT key for rank {peer}: {e}");
+                    let b = &mut self.st.bulk[peer as usize];
+                    *b = b.without(Ops::PUT);
+                    self.st.start_cts(req, peer, env, sender_token);
+                }
+            }
+        }
+        while let Some(ps) = self.st.put_starts.pop() {
+            work += 1;
+            let Some(s) = self.st.rndv_send.get(&ps.send_token) else {
+                continue;
+            };
+            let (peer, region) = (s.peer, s.region);
+            let src = MemRef::host(region.addr(), region.len());
+            let started = self
+                .net
+                .register(peer, &src)
+                .and_then(|_| self.net.put(peer, src, &ps.key, ps.send_token));
+            match started {
+                Ok(Tx::Done) => self.st.put_done(ps.send_token),
+                Ok(Tx::Pending) => {
+                    if let Some(s) = self.st.rndv_send.get_mut(&ps.send_token) {
+                        s.putting = Some(ps.key);
+                    }
+                }
+                Err(e) => self.transport_failed(Some(peer), e.to_string()),
             }
         }
         if self.st.out_len > 0 {
@@ -816,6 +978,7 @@ impl Engine {
             let bytes = match &o.payload {
                 OutPayload::Small(b, n) => &b[..*n as usize],
                 OutPayload::User(r) => r.bytes(),
+                OutPayload::Keyed(b) => b,
             };
             match self.net.try_send(peer, &o.hdr, bytes) {
                 Ok(true) => {
@@ -844,24 +1007,35 @@ impl Engine {
 
     /// Whether anything is queued that needs progress even with nothing arriving.
     pub(crate) fn busy(&self) -> bool {
-        !self.st.streaming.is_empty() || self.st.out_len > 0 || self.net.has_queued_output()
+        !self.st.streaming.is_empty()
+            || self.st.out_len > 0
+            || !self.st.pulls.is_empty()
+            || !self.st.put_starts.is_empty()
+            || !self.st.put_cts.is_empty()
+            || self.net.has_queued_output()
     }
 
     /// Largest message this rank receives by single copy (0: never).
     pub(crate) fn single_copy_max(&self) -> usize {
-        self.st.cfg.cma_max
+        self.st.cfg.get_max
     }
 
     /// Sets [`single_copy_max`](Self::single_copy_max): the receiver chooses the protocol of
     /// each large message when it matches it, so this takes effect for every message matched
     /// from now on (init's probe turns single copy off where pipelined copy is faster).
     pub(crate) fn set_single_copy_max(&mut self, max: usize) {
-        self.st.cfg.cma_max = max;
+        self.st.cfg.get_max = max;
     }
 
-    /// Whether this rank can read `peer`'s memory by single copy.
+    /// Whether this rank can read `peer`'s memory by single copy (a GET on shared memory).
     pub(crate) fn single_copy_with(&self, peer: u32) -> bool {
-        self.st.cma.get(peer as usize).copied().unwrap_or(false) && self.st.cfg.cma_max > 0
+        self.net.route(peer) == Route::Shm
+            && self
+                .st
+                .bulk
+                .get(peer as usize)
+                .is_some_and(|b| b.contains(Ops::GET))
+            && self.st.cfg.get_max > 0
     }
 
     /// Whether queued work needs this thread to keep spinning: output that waits on a peer no
@@ -925,9 +1099,14 @@ impl Engine {
             let e = self.st.lost(peer, op, why.clone());
             self.st.complete(req, Err(e));
         }
+        self.quiesce_where(|p, s| p.map_or(s.is_some_and(|s| s.peer == peer), |p| p.peer == peer));
         self.st.rndv_send.retain(|_, s| s.peer != peer);
         self.st.rndv_recv.retain(|_, s| s.peer != peer);
         self.st.pulls.retain(|p| p.peer != peer);
+        self.st.put_cts.retain(|p| p.1 != peer);
+        self.st
+            .put_starts
+            .retain(|p| self.st.rndv_send.contains_key(&p.send_token));
         // Messages that arrived complete before the peer went stay receivable.
     }
 
@@ -1286,17 +1465,11 @@ impl State {
     }
 
     fn send_ctl(&mut self, peer: u32, kind: ProtoKind, vals: &[u64]) {
-        let hdr = Header {
-            context: 0,
-            source: self.me,
-            seq: 0,
-            tag: 0,
-            len: 0,
-            kind,
-            flags: 0,
-            coll_seq: 0,
-            signature: 0,
-        };
+        self.send_ctl_flagged(peer, kind, 0, vals);
+    }
+
+    fn send_ctl_flagged(&mut self, peer: u32, kind: ProtoKind, flags: u8, vals: &[u64]) {
+        let hdr = ctl_header(self.me, kind, flags);
         self.out_len += 1;
         self.out.entry(peer).or_default().push_back(Out {
             hdr,
@@ -1334,7 +1507,7 @@ impl State {
                     }
                     _ => Some(Stored::Rts {
                         sender_token: u64_at(payload, 0)?,
-                        addr: u64_at(payload, 1)?,
+                        key: key_after(payload, 1)?,
                     }),
                 };
                 let env = Envelope {
@@ -1388,9 +1561,45 @@ impl State {
             ProtoKind::RndvCts => {
                 if let (Some(st), Some(rt)) = (u64_at(payload, 0), u64_at(payload, 1))
                     && let Some(s) = self.rndv_send.get_mut(&st)
+                    && s.peer == peer
+                    && s.recv_token.is_none()
                 {
                     s.recv_token = Some(rt);
-                    self.streaming.push(st);
+                    match (u64_at(payload, 2), key_after(payload, 3)) {
+                        (None, _) => self.streaming.push(st),
+                        (Some(CTS_PUT), Some(Some(key))) => self.put_starts.push(PutStart {
+                            send_token: st,
+                            key,
+                        }),
+                        _ => rcomm_transport::rlog!(
+                            Warn,
+                            "P2P",
+                            "malformed CTS from rank {peer}; dropped"
+                        ),
+                    }
+                }
+            }
+            ProtoKind::RndvFin if hdr.flags == FIN_PUT || hdr.flags == FIN_PUT_FAILED => {
+                if let Some(rt) = u64_at(payload, 0)
+                    && self
+                        .rndv_recv
+                        .get(&rt)
+                        .is_some_and(|r| r.put && r.peer == peer)
+                {
+                    let r = self.rndv_recv.remove(&rt).expect("present");
+                    let res = if hdr.flags == FIN_PUT {
+                        Ok(Status {
+                            source: r.env.source,
+                            tag: r.env.tag,
+                            bytes: r.env.len as usize,
+                        })
+                    } else {
+                        Err(CommError::Protocol {
+                            rank: peer,
+                            why: "its write into our buffer failed".into(),
+                        })
+                    };
+                    self.complete(r.req, res);
                 }
             }
             ProtoKind::RndvFin => {
@@ -1459,7 +1668,7 @@ impl State {
                     self.pool.push(data);
                 }
             }
-            Stored::Rts { sender_token, addr } => {
+            Stored::Rts { sender_token, key } => {
                 let cap = self.req_region(req).len();
                 if env.len as usize > cap {
                     // Truncation consumes the message (MPI_ERR_TRUNCATE): release the sender.
@@ -1473,13 +1682,16 @@ impl State {
                     );
                 } else if env.source == self.me {
                     unreachable!("self messages are eager");
-                } else if self.cma_ok(env.source, env.len as usize) {
+                } else if let Some(key) = key
+                    && self.bulk[env.source as usize].contains(Ops::GET)
+                    && env.len as usize <= self.cfg.get_max
+                {
                     self.pulls.push(Pull {
                         req,
                         peer: env.source,
                         env,
                         sender_token,
-                        addr,
+                        key,
                     });
                 } else {
                     self.start_cts(req, env.source, env, sender_token);
@@ -1488,11 +1700,43 @@ impl State {
         }
     }
 
-    fn cma_ok(&self, peer: u32, len: usize) -> bool {
-        self.cma[peer as usize] && len <= self.cfg.cma_max
+    /// A GET completed: release the sender, complete the receive.
+    fn got(&mut self, p: Pull) {
+        self.send_ctl(p.peer, ProtoKind::RndvFin, &[p.sender_token]);
+        self.complete(
+            p.req,
+            Ok(Status {
+                source: p.env.source,
+                tag: p.env.tag,
+                bytes: p.env.len as usize,
+            }),
+        );
     }
 
+    /// The PUT of send `token` completed: tell the receiver, complete the send.
+    fn put_done(&mut self, token: u64) {
+        let Some(s) = self.rndv_send.remove(&token) else {
+            return;
+        };
+        let rt = s.recv_token.expect("a PUT follows a CTS");
+        self.send_ctl_flagged(s.peer, ProtoKind::RndvFin, FIN_PUT, &[rt]);
+        self.complete(
+            s.req,
+            Ok(Status {
+                source: self.me,
+                tag: 0,
+                bytes: s.region.len(),
+            }),
+        );
+    }
+
+    /// Answers an RTS that is not pulled: a CTS asking for a PUT where the lane offers it
+    /// (its key comes from the transport, so it is made in `after_protocol`), else for STREAM.
     fn start_cts(&mut self, req: ReqId, peer: u32, env: Envelope, sender_token: u64) {
+        if self.bulk[peer as usize].contains(Ops::PUT) {
+            self.put_cts.push((req, peer, env, sender_token));
+            return;
+        }
         let token = self.token();
         self.rndv_recv.insert(
             token,
@@ -1501,9 +1745,37 @@ impl State {
                 peer,
                 env,
                 received: 0,
+                put: false,
             },
         );
         self.send_ctl(peer, ProtoKind::RndvCts, &[sender_token, token]);
+    }
+
+    fn start_put_cts(
+        &mut self,
+        req: ReqId,
+        peer: u32,
+        env: Envelope,
+        sender_token: u64,
+        key: RKey,
+    ) {
+        let token = self.token();
+        self.rndv_recv.insert(
+            token,
+            RndvRecv {
+                req,
+                peer,
+                env,
+                received: 0,
+                put: true,
+            },
+        );
+        self.out_len += 1;
+        self.out.entry(peer).or_default().push_back(Out {
+            hdr: ctl_header(self.me, ProtoKind::RndvCts, 0),
+            payload: keyed(&[sender_token, token, CTS_PUT], Some(&key)),
+            req: None,
+        });
     }
 
     fn chunk(&mut self, peer: u32, token: u64, offset: u64, data: &[u8]) {
@@ -1566,7 +1838,60 @@ impl State {
     }
 }
 
+fn ctl_header(me: u32, kind: ProtoKind, flags: u8) -> Header {
+    Header {
+        context: 0,
+        source: me,
+        seq: 0,
+        tag: 0,
+        len: 0,
+        kind,
+        flags,
+        coll_seq: 0,
+        signature: 0,
+    }
+}
+
 impl Deliver for State {
+    fn completed(&mut self, peer: u32, tok: u64, res: Result<(), TransportError>) {
+        if let Some(p) = self.gets.remove(&tok) {
+            match res {
+                Ok(()) => self.got(p),
+                Err(e) => {
+                    // Nothing usable arrived: release the sender, fail the receive.
+                    self.send_ctl(p.peer, ProtoKind::RndvFin, &[p.sender_token]);
+                    self.complete(
+                        p.req,
+                        Err(CommError::Protocol {
+                            rank: peer,
+                            why: format!("reading its buffer failed: {e}"),
+                        }),
+                    );
+                }
+            }
+        } else if self
+            .rndv_send
+            .get(&tok)
+            .is_some_and(|s| s.putting.is_some() && s.peer == peer)
+        {
+            match res {
+                Ok(()) => self.put_done(tok),
+                Err(e) => {
+                    let s = self.rndv_send.remove(&tok).expect("present");
+                    let rt = s.recv_token.expect("a PUT follows a CTS");
+                    self.send_ctl_flagged(s.peer, ProtoKind::RndvFin, FIN_PUT_FAILED, &[rt]);
+                    self.complete(
+                        s.req,
+                        Err(CommError::Protocol {
+                            rank: peer,
+                            why: format!("writing into its buffer failed: {e}"),
+                        }),
+                    );
+                }
+            }
+        }
+    }
+
     fn incoming(&mut self, peer: u32, inc: Incoming<'_>) {
         match inc {
             Incoming::Msg(hdr, payload) => self.deliver(peer, hdr, payload),

@@ -2,3 +2,5 @@
 pub(crate) mod engine;
 pub mod matcher;
 pub(crate) mod region;
+#[cfg(test)]
+mod simtests;
