@@ -1,5 +1,6 @@
 //! `init()` and the world: bootstrap, identity exchange and the settings check.
 
+use crate::coll::check::CheckedEngine;
 use crate::comm::{Communicator, Shared, WaitPolicy};
 use crate::p2p::engine::{Engine, ProtoConfig};
 use crate::{CommError, Result};

@@ -318,14 +318,7 @@ pub(crate) fn take() -> Call {
     NOTED.take().unwrap_or(Call::new(Kind::Unknown))
 }
 
-/// What a checked call's messages carry in their headers (all zero when unchecked).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Stamp {
-    /// The communicator's generation (`coll_seq` slot).
-    pub epoch: u32,
-    /// The call's signature (`signature` slot).
-    pub sig: u64,
-}
+pub(crate) use crate::p2p::hook::Stamp;
 
 /// Whether tag `a` names a later call than tag `b` (sequence numbers wrap).
 fn later(a: i32, b: i32) -> bool {
@@ -462,13 +455,7 @@ impl Verdict {
 }
 
 /// A control message the checks want sent.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct OutMsg {
-    pub peer: u32,
-    pub hdr: Header,
-    pub payload: [u8; 24],
-    pub len: u8,
-}
+pub(crate) type OutMsg = crate::p2p::hook::HookMsg;
 
 /// Something that arrived for a call this rank has not started (or a communicator it has not
 /// used yet).
@@ -538,6 +525,98 @@ pub(crate) struct Checks {
     /// both communicators live (their contexts may be reused).
     parents: FastMap<u32, (u32, u32, u32)>,
     pub(crate) outbox: Vec<OutMsg>,
+}
+
+impl crate::p2p::hook::Hook for Checks {
+    fn on_data(&mut self, from: u32, hdr: &Header) {
+        Checks::on_data(self, from, hdr)
+    }
+
+    fn on_control(&mut self, from: u32, hdr: &Header, payload: &[u8]) -> bool {
+        Checks::on_control(self, from, hdr, payload)
+    }
+
+    fn drain(&mut self, out: &mut dyn FnMut(OutMsg)) {
+        for m in self.outbox.drain(..) {
+            out(m);
+        }
+    }
+}
+
+/// Checked mode's entry points on the engine (the hook it installs is a [`Checks`]).
+pub(crate) trait CheckedEngine {
+    /// Turns checked mode on (at init, before any collective).
+    fn check_enable(&mut self);
+    /// Records that this rank starts `call` as call `tag` on internal context `ctx` and sends
+    /// its token to `token_to`; true if the communicator already failed a check (see
+    /// [`Checks::register`]).
+    #[allow(clippy::too_many_arguments)]
+    fn check_register(
+        &mut self,
+        ctx: u32,
+        epoch: u32,
+        tag: i32,
+        call: Call,
+        me: u32,
+        members: &dyn Fn() -> Vec<u32>,
+        token_to: Option<u32>,
+    ) -> bool;
+    /// Whether call `tag` on `ctx` fails a check.
+    fn check_failed(&self, ctx: u32, epoch: u32, tag: i32) -> bool;
+    /// The verdict on a failed call once it is decided, with the world ranks of the
+    /// communicator it names ranks of.
+    fn check_verdict(&mut self, ctx: u32, epoch: u32, tag: i32) -> Option<(Verdict, Vec<u32>)>;
+    /// The call at which the communicator on `ctx` failed a check, if it did.
+    fn check_poisoned(&self, ctx: u32, epoch: u32) -> Option<i32>;
+    /// Collectives on `child` run a call of `parent`'s (hierarchical algorithms); both are
+    /// (internal context, generation).
+    fn check_link(&mut self, child: (u32, u32), parent: (u32, u32));
+}
+
+impl CheckedEngine for Engine {
+    fn check_enable(&mut self) {
+        let me = self.me();
+        self.set_hook(Box::new(Checks::new(me)));
+    }
+
+    fn check_register(
+        &mut self,
+        ctx: u32,
+        epoch: u32,
+        tag: i32,
+        call: Call,
+        me: u32,
+        members: &dyn Fn() -> Vec<u32>,
+        token_to: Option<u32>,
+    ) -> bool {
+        let Some(c) = self.hook_mut::<Checks>() else {
+            return false;
+        };
+        let failed = c.register(ctx, epoch, tag, call, me, members, token_to);
+        self.flush_hook(token_to);
+        failed
+    }
+
+    fn check_failed(&self, ctx: u32, epoch: u32, tag: i32) -> bool {
+        self.hook::<Checks>()
+            .is_some_and(|c| c.failed(ctx, epoch, tag))
+    }
+
+    fn check_verdict(&mut self, ctx: u32, epoch: u32, tag: i32) -> Option<(Verdict, Vec<u32>)> {
+        let c = self.hook_mut::<Checks>()?;
+        let v = c.verdict(ctx, epoch, tag)?;
+        Some((v, c.members(ctx, epoch, tag)))
+    }
+
+    fn check_poisoned(&self, ctx: u32, epoch: u32) -> Option<i32> {
+        self.hook::<Checks>()?.poisoned(ctx, epoch)
+    }
+
+    fn check_link(&mut self, child: (u32, u32), parent: (u32, u32)) {
+        if let Some(c) = self.hook_mut::<Checks>() {
+            c.link(child.0, child.1, parent.0, parent.1);
+        }
+    }
 }
 
 impl Checks {

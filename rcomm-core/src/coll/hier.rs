@@ -9,6 +9,7 @@
 //! forces `hier` does not recurse into them.
 
 use super::{ReduceOp, Reducer};
+use crate::coll::check::CheckedEngine;
 use crate::comm::Communicator;
 use crate::{CommError, Result};
 use std::sync::atomic::AtomicU32;

@@ -1,5 +1,6 @@
 //! Point-to-point messaging: the sans-IO matching engine and the protocol engine on top.
 pub(crate) mod engine;
+pub(crate) mod hook;
 pub mod matcher;
 pub(crate) mod region;
 #[cfg(test)]

@@ -1,0 +1,263 @@
+//! Failures: peers lost (a transport's loss, the launcher's notice, a hung rank), what fails
+//! with them, and the asynchronous operations taken back from the transports first.
+
+use super::*;
+
+impl Engine {
+    /// Unlinks a request from matching and from the rendezvous tables, before it fails.
+    pub(super) fn drop_req_state(&mut self, req: ReqId) {
+        if let Some((ctx, rid)) = self.st.req_mut(req).posted.take() {
+            if let Some(c) = self.st.ctx.get_mut(&ctx) {
+                c.m.cancel(rid);
+            }
+            self.st.posted.remove(&(ctx, rid));
+        }
+        self.quiesce_where(|p, s| p.map_or(s.is_some_and(|s| s.req == req), |p| p.req == req));
+        self.st.rndv_send.retain(|_, s| s.req != req);
+        self.st.rndv_recv.retain(|_, s| s.req != req);
+        self.st
+            .streaming
+            .retain(|t| self.st.rndv_send.contains_key(t));
+        self.st.pulls.retain(|p| p.req != req);
+        self.st.put_cts.retain(|p| p.0 != req);
+    }
+
+    /// Takes back from the transports the asynchronous operations (GETs under way, PUTs under
+    /// way) that `which` selects — before their requests fail and hand the buffers back.
+    pub(super) fn quiesce_where(
+        &mut self,
+        which: impl Fn(Option<&Pull>, Option<&RndvSend>) -> bool,
+    ) {
+        let gets: Vec<(u64, u32)> = (self.st.gets.iter())
+            .filter(|(_, p)| which(Some(p), None))
+            .map(|(&t, p)| (t, p.peer))
+            .collect();
+        for (t, peer) in gets {
+            self.net.quiesce(peer, t);
+            self.st.gets.remove(&t);
+        }
+        let puts: Vec<(u64, u32)> = (self.st.rndv_send.iter())
+            .filter(|(_, s)| s.putting.is_some() && which(None, Some(s)))
+            .map(|(&t, s)| (t, s.peer))
+            .collect();
+        for (t, peer) in puts {
+            self.net.quiesce(peer, t);
+            self.st.rndv_send.get_mut(&t).expect("listed").putting = None;
+        }
+    }
+
+    pub(super) fn transport_failed(&mut self, peer: Option<u32>, why: String) {
+        match peer {
+            Some(p) => self.transport_lost(p, why),
+            None => {
+                rcomm_transport::rlog!(Warn, "P2P", "transport error: {why}");
+                self.st.error = Some((self.st.me, why));
+            }
+        }
+    }
+
+    /// Marks `peer` as lost: every operation waiting on it (and every wildcard receive) fails.
+    pub(crate) fn peer_failed(&mut self, peer: u32, why: String) {
+        if peer >= self.st.size || self.st.failed.contains_key(&peer) {
+            return;
+        }
+        rcomm_transport::rlog!(Info, "P2P", "rank {peer} lost: {why}");
+        self.st.failed.insert(peer, why.clone());
+        if let Some(q) = self.st.out.remove(&peer) {
+            self.st.out_len -= q.len();
+        }
+        let lost: Vec<ReqId> = self
+            .st
+            .reqs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                r.as_ref()
+                    .filter(|r| {
+                        matches!(r.state, ReqState::Active) && (r.peer == Some(peer) || r.wildcard)
+                    })
+                    .map(|_| i)
+            })
+            .collect();
+        for req in lost {
+            if let Some((ctx, rid)) = self.st.req_mut(req).posted.take() {
+                if let Some(c) = self.st.ctx.get_mut(&ctx) {
+                    c.m.cancel(rid);
+                }
+                self.st.posted.remove(&(ctx, rid));
+            }
+            let op = self.st.req_mut(req).op;
+            let e = self.st.lost(peer, op, why.clone());
+            self.st.complete(req, Err(e));
+        }
+        self.quiesce_where(|p, s| p.map_or(s.is_some_and(|s| s.peer == peer), |p| p.peer == peer));
+        self.st.rndv_send.retain(|_, s| s.peer != peer);
+        self.st.rndv_recv.retain(|_, s| s.peer != peer);
+        self.st.pulls.retain(|p| p.peer != peer);
+        self.st.put_cts.retain(|p| p.1 != peer);
+        self.st
+            .put_starts
+            .retain(|p| self.st.rndv_send.contains_key(&p.send_token));
+        // Messages that arrived complete before the peer went stay receivable.
+    }
+
+    /// The first peer seen dead by a transport, without waiting.
+    pub(crate) fn poll_dead(&mut self) {
+        if let Some(p) = self.net.dead_peer() {
+            self.transport_lost(
+                p,
+                "its connection closed (the process exited or died)".into(),
+            );
+        }
+    }
+
+    /// A transport saw `peer`'s connection close. When the launcher killed it (a rank declared
+    /// hung), or saw it die, its notice says why and is on its way — it is sent before the
+    /// kill — so when something waits on that peer, give it a moment to arrive: the error then
+    /// names the cause, not the closed socket. A peer that finished normally sends no notice.
+    pub(super) fn transport_lost(&mut self, peer: u32, why: String) {
+        if peer >= self.st.size || self.st.failed.contains_key(&peer) {
+            return;
+        }
+        // Notices not yet taken in may already explain it (the peer gave up on a lost rank
+        // and left), and fail what waits on it with the real cause.
+        self.take_notices();
+        if self.st.failed.contains_key(&peer) {
+            return;
+        }
+        let waited_on =
+            self.st.reqs.iter().flatten().any(|r| {
+                matches!(r.state, ReqState::Active) && (r.peer == Some(peer) || r.wildcard)
+            });
+        if waited_on && let Some(nb) = self.notices.clone() {
+            // The peer itself, or another rank whose failure made the peer give up and leave:
+            // either notice explains what waits on the peer better than a closed socket.
+            let known = self.reported.clone();
+            nb.wait_for(NOTICE_GRACE, |n| {
+                n.failed
+                    .iter()
+                    .any(|(r, _)| *r == peer || !known.contains(r))
+            });
+            self.take_notices();
+            if self.st.failed.contains_key(&peer) {
+                return;
+            }
+        }
+        self.peer_failed(peer, why);
+    }
+
+    /// Takes in every failure the launcher has reported so far.
+    pub(crate) fn take_notices(&mut self) {
+        let Some(nb) = self.notices.clone() else {
+            return;
+        };
+        let n = nb.snapshot();
+        for &rank in &n.hung {
+            self.mark_hung(rank);
+        }
+        for (rank, how) in n.failed {
+            self.launcher_reports_failed(rank, format!("the launcher reports it {how}"));
+        }
+    }
+
+    /// The launcher's notices, so a transport's loss can wait for the launcher's reason.
+    pub(crate) fn set_notices(
+        &mut self,
+        n: Option<Arc<rcomm_transport::bootstrap::kvs::NoticeBoard>>,
+    ) {
+        self.notices = n;
+    }
+
+    pub(crate) fn failed(&self) -> &FastMap<u32, String> {
+        &self.st.failed
+    }
+
+    /// A rank the launcher reports failed (died, or exited without finalizing) — unlike a
+    /// closed connection, which a rank that finalized and left also gives. Every operation on
+    /// a communicator it belongs to fails too, also one between two live ranks: either may
+    /// wait for something the lost rank would have caused, and nobody would end that wait.
+    pub(crate) fn launcher_reports_failed(&mut self, peer: u32, why: String) {
+        if peer >= self.st.size || self.reported.contains(&peer) {
+            return;
+        }
+        self.reported.push(peer);
+        self.peer_failed(peer, why.clone());
+        // The launcher knows why (a closed connection seen first only says that it closed).
+        self.st.failed.insert(peer, why.clone());
+        let broken: Vec<ReqId> = self
+            .st
+            .reqs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                r.as_ref()
+                    .filter(|r| matches!(r.state, ReqState::Active) && self.comm_has(r.ctx, peer))
+                    .map(|_| i)
+            })
+            .collect();
+        for req in broken {
+            self.drop_req_state(req);
+            let op = self.st.req_mut(req).op;
+            let e = self.st.lost(peer, op, why.clone());
+            self.st.complete(req, Err(e));
+        }
+    }
+
+    /// Marks `peer` as declared hung by the launcher: errors about it are `PeerHung`.
+    pub(crate) fn mark_hung(&mut self, peer: u32) {
+        if !self.st.hung.contains(&peer) {
+            self.st.hung.push(peer);
+        }
+    }
+
+    /// Ranks the launcher reported failed, in the order it did.
+    pub(crate) fn reported_failed(&self) -> &[u32] {
+        &self.reported
+    }
+
+    /// Host of world rank `rank` (empty if unknown).
+    pub(crate) fn host_of(&self, rank: u32) -> &str {
+        self.st.hosts.get(rank as usize).map_or("", String::as_str)
+    }
+
+    /// The `PeerLost` error for world rank `rank` if it is known to have failed.
+    pub(crate) fn lost_error(&self, rank: u32, op: &'static str) -> Option<CommError> {
+        self.st
+            .failed
+            .get(&rank)
+            .map(|why| self.st.lost(rank, op, why.clone()))
+    }
+}
+
+impl State {
+    pub(super) fn check_peer(&self, r: u32, op: &'static str) -> Result<(), CommError> {
+        if r >= self.size {
+            return Err(CommError::InvalidRank {
+                rank: r,
+                size: self.size,
+            });
+        }
+        match self.failed.get(&r) {
+            Some(why) => Err(self.lost(r, op, why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn lost(&self, rank: u32, op: &'static str, why: String) -> CommError {
+        let host = self.hosts.get(rank as usize).cloned().unwrap_or_default();
+        if self.hung.contains(&rank) {
+            return CommError::PeerHung {
+                rank,
+                host,
+                op,
+                why,
+            };
+        }
+        CommError::PeerLost {
+            rank,
+            host,
+            op,
+            why,
+        }
+    }
+}

@@ -1,0 +1,793 @@
+//! The point-to-point protocol engine of one process: requests, eager and rendezvous
+//! protocols, matching per communicator, failure handling. It runs under the caller's lock;
+//! progress happens inside calls.
+//!
+//! Protocols, chosen per message by the transport's capabilities:
+//! - **Eager** (payload ≤ the transport's eager limit): header and payload in one message; a
+//!   receive already posted gets one copy, straight from the transport's buffer.
+//! - **Rendezvous** (larger): the sender announces the message (RTS: its token and, when the
+//!   peer's bulk lane offers GET, the remote key of its buffer). On match the receiver picks the
+//!   protocol from the lane's operations and the size:
+//!   - **GET**: it pulls the sender's buffer (single copy today; RDMA read, CUDA IPC later)
+//!     and answers FIN when the transport completes the read;
+//!   - **PUT**: it registers its buffer and sends a CTS with its key; the sender writes into it
+//!     and, once its transport completes the write, sends FIN to the receiver;
+//!   - **STREAM**: it sends a CTS with its token, after which the sender streams chunks that
+//!     the receiver copies into place.
+//!
+//!   A transport that refuses GET for a peer (the kernel's ptrace policy) makes the receiver
+//!   use the next protocol. A receiver that is not ready holds only the small RTS, never the
+//!   payload. Asynchronous movers complete through tokens ([`Deliver::completed`]); a buffer
+//!   is the transport's until then.
+//! - **Self** messages skip the transports.
+//!
+//! This module holds the requests and the calls that make them; `proto` the protocols,
+//! `failure` lost peers, `registry` the communicators, revocation and checked mode's hook.
+
+use super::hook::{Hook, Stamp};
+use super::matcher::{Envelope, Matcher, Posting, RecvId, Route as MRoute, Source, TagSel};
+use super::region::Region;
+use crate::CommError;
+use rcomm_transport::caps::Ops;
+use rcomm_transport::error::TransportError;
+use rcomm_transport::fastmap::FastMap;
+use rcomm_transport::mem::{MemKind, MemRef, RKey};
+use rcomm_transport::net::Deliver;
+use rcomm_transport::net::{Net, NetCounters, Route, Tx};
+use rcomm_transport::shmnet::Incoming;
+use rcomm_transport::wire::{Header, ProtoKind};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+mod failure;
+mod proto;
+mod registry;
+
+use proto::keyed;
+
+/// What a completed receive reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// The sender's rank.
+    pub source: u32,
+    /// The message's tag.
+    pub tag: i32,
+    /// Bytes received.
+    pub bytes: usize,
+}
+
+impl Status {
+    /// Number of whole `T` elements received.
+    pub fn count<T>(&self) -> usize {
+        self.bytes / size_of::<T>().max(1)
+    }
+}
+
+/// Index of a request in the engine.
+pub(crate) type ReqId = usize;
+
+/// A message taken out of matching by `mprobe`, waiting for its receive.
+#[derive(Debug)]
+pub(crate) enum Stored {
+    Eager(Vec<u8>),
+    Rts {
+        sender_token: u64,
+        /// The sender's buffer, when its lane offers GET.
+        key: Option<RKey>,
+    },
+}
+
+#[derive(Debug)]
+enum ReqState {
+    Active,
+    /// Boxed error: a request's state stays small, so completing one moves a few words.
+    Done(Result<Status, Box<CommError>>),
+}
+
+#[derive(Debug)]
+struct Req {
+    op: &'static str,
+    /// Destination of a send; source of a receive once known (or when specific).
+    peer: Option<u32>,
+    /// Posted receives on a wildcard source fail when any peer is lost.
+    wildcard: bool,
+    region: Region,
+    state: ReqState,
+    /// Context of the communicator it belongs to (`u32::MAX`: none).
+    ctx: u32,
+    posted: Option<(u32, RecvId)>,
+    /// A buffer the user dropped before completion; freed when the request completes.
+    orphan: Option<Box<dyn std::any::Any + Send>>,
+}
+
+#[derive(Debug, Clone)]
+enum OutPayload {
+    Small([u8; 32], u8),
+    User(Region),
+    /// A rendezvous record carrying a remote key (rare: one per large message).
+    Keyed(Box<[u8]>),
+}
+
+#[derive(Debug)]
+struct Out {
+    hdr: Header,
+    payload: OutPayload,
+    /// Send request completed when the message is handed to the transport.
+    req: Option<ReqId>,
+}
+
+#[derive(Debug)]
+struct RndvSend {
+    req: ReqId,
+    peer: u32,
+    region: Region,
+    recv_token: Option<u64>,
+    offset: usize,
+    /// A PUT into the receiver's buffer is under way (the transport holds `region`), to the
+    /// key of the receiver's CTS.
+    putting: Option<RKey>,
+}
+
+#[derive(Debug)]
+struct RndvRecv {
+    req: ReqId,
+    peer: u32,
+    env: Envelope,
+    received: u64,
+    /// The sender writes into the buffer (PUT) rather than streaming chunks.
+    put: bool,
+}
+
+/// A GET to start (or under way, in `gets`).
+#[derive(Debug, Clone, Copy)]
+struct Pull {
+    req: ReqId,
+    peer: u32,
+    env: Envelope,
+    sender_token: u64,
+    key: RKey,
+}
+
+/// What the sender's CTS handling must start with the transport.
+#[derive(Debug, Clone, Copy)]
+struct PutStart {
+    send_token: u64,
+    key: RKey,
+}
+
+/// CTS flag word: the receiver asks for a PUT into the key that follows.
+const CTS_PUT: u64 = 1;
+/// FIN flag: the sender's PUT is complete; the token is the receiver's.
+const FIN_PUT: u8 = 1;
+/// FIN flag: the sender's PUT failed (the receiver's buffer holds nothing usable).
+const FIN_PUT_FAILED: u8 = 2;
+
+#[derive(Debug, Default)]
+struct Ctx {
+    m: Matcher<Stored>,
+    send_seq: FastMap<u32, u32>,
+}
+
+/// Protocol thresholds. GET (single copy on shared memory) is used up to `get_max` (it wins
+/// from 64 KiB; pipelined copy takes over above it, measured in docs/performance.md).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ProtoConfig {
+    pub get_max: usize,
+}
+
+/// Protocol state, separate from the transports so transport callbacks can update it.
+#[derive(Debug)]
+struct State {
+    me: u32,
+    size: u32,
+    cfg: ProtoConfig,
+    ctx: FastMap<u32, Ctx>,
+    reqs: Vec<Option<Req>>,
+    free: Vec<ReqId>,
+    posted: FastMap<(u32, RecvId), ReqId>,
+    out: FastMap<u32, VecDeque<Out>>,
+    /// Entries in all of `out`, so an idle progress pass skips the queues in O(1).
+    out_len: usize,
+    rndv_send: FastMap<u64, RndvSend>,
+    rndv_recv: FastMap<u64, RndvRecv>,
+    streaming: Vec<u64>,
+    /// GETs to start, and GETs under way by their receive token.
+    pulls: Vec<Pull>,
+    gets: FastMap<u64, Pull>,
+    /// PUTs to start (a CTS asked for one), and receives waiting to send a PUT-CTS.
+    put_starts: Vec<PutStart>,
+    put_cts: Vec<(ReqId, u32, Envelope, u64)>,
+    released: Vec<(RecvId, Envelope, Stored)>,
+    next_token: u64,
+    failed: FastMap<u32, String>,
+    /// Failed peers the launcher declared hung (no heartbeat): their errors are `PeerHung`.
+    hung: Vec<u32>,
+    /// Bulk operations each peer's host-memory lane offers (GET goes when a transport refuses
+    /// it for that peer).
+    bulk: Vec<Ops>,
+    hosts: Vec<String>,
+    error: Option<(u32, String)>,
+    /// Buffers of consumed unexpected messages, reused so a steady stream of unexpected small
+    /// messages does not allocate.
+    pool: Vec<Vec<u8>>,
+    /// Revocations that arrived (context, from), taken by the engine after delivery.
+    revokes_in: Vec<(u32, u32)>,
+    /// Checked collectives (`RCOMM_CHECK=1`): the hook `coll::check` installs.
+    hook: Option<Box<dyn Hook>>,
+}
+
+/// Most buffers kept in the pool, and the largest capacity kept.
+const POOL_MAX: usize = 64;
+const POOL_BUF_MAX: usize = 64 << 10;
+
+/// The engine: protocol state plus the transports.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    st: State,
+    net: Net,
+    /// Ranks the launcher reported failed.
+    reported: Vec<u32>,
+    /// Members of each live communicator by user context (even): `None` for every rank.
+    comms: FastMap<u32, Option<Arc<[u32]>>>,
+    notices: Option<Arc<rcomm_transport::bootstrap::kvs::NoticeBoard>>,
+    /// Revoked communicators (user context) and the rank that revoked each.
+    revoked: FastMap<u32, u32>,
+}
+
+/// First word of a `Control` message that revokes a communicator; the second holds its
+/// context (high half) and the rank that revoked it (low half).
+const CTL_REVOKE: u64 = 1;
+
+/// How long a transport's loss of a peer waits for the launcher's notice about it (or about
+/// the rank whose failure made the peer leave). Only an error path waits this long, and only
+/// when the peer left without a notice: the launcher polls its ranks every 20 ms, but on an
+/// oversubscribed node its notice was seen to take over 250 ms, and the error then named the
+/// peer that gave up instead of the rank that failed.
+pub(crate) const NOTICE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn small(vals: &[u64]) -> OutPayload {
+    let mut b = [0u8; 32];
+    for (i, v) in vals.iter().enumerate() {
+        b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    OutPayload::Small(b, (vals.len() * 8) as u8)
+}
+
+fn u64_at(b: &[u8], i: usize) -> Option<u64> {
+    b.get(i * 8..i * 8 + 8)
+        .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+}
+
+impl Engine {
+    pub(crate) fn new(me: u32, size: u32, net: Net, hosts: Vec<String>, cfg: ProtoConfig) -> Self {
+        Self {
+            st: State {
+                me,
+                size,
+                cfg,
+                ctx: FastMap::default(),
+                reqs: Vec::new(),
+                free: Vec::new(),
+                posted: FastMap::default(),
+                out: FastMap::default(),
+                out_len: 0,
+                rndv_send: FastMap::default(),
+                rndv_recv: FastMap::default(),
+                streaming: Vec::new(),
+                pulls: Vec::new(),
+                gets: FastMap::default(),
+                put_starts: Vec::new(),
+                put_cts: Vec::new(),
+                released: Vec::new(),
+                next_token: 1,
+                failed: FastMap::default(),
+                hung: Vec::new(),
+                bulk: (0..size).map(|p| net.bulk_ops(p, MemKind::Host)).collect(),
+                hosts,
+                error: None,
+                pool: Vec::new(),
+                revokes_in: Vec::new(),
+                hook: None,
+            },
+            net,
+            reported: Vec::new(),
+            // The world (context 0) holds every rank.
+            comms: std::iter::once((0, None)).collect(),
+            notices: None,
+            revoked: FastMap::default(),
+        }
+    }
+
+    /// This process's world rank.
+    pub(crate) fn me(&self) -> u32 {
+        self.st.me
+    }
+
+    pub(crate) fn counters(&self) -> NetCounters {
+        self.net.counters()
+    }
+
+    pub(crate) fn route(&self, peer: u32) -> Route {
+        self.net.route(peer)
+    }
+
+    pub(crate) fn net(&self) -> &Net {
+        &self.net
+    }
+
+    /// Starts a send of `region` to `dest`; the request completes when the buffer may be reused.
+    pub(crate) fn isend(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        region: Region,
+        op: &'static str,
+    ) -> Result<ReqId, CommError> {
+        self.send(ctx, dest, tag, region, op, false)
+            .map(|r| r.expect("non-blocking sends always make a request"))
+    }
+
+    /// Starts a send; a blocking caller (`blocking`) gets `None` when the message went out at
+    /// once and there is nothing to wait for.
+    pub(crate) fn send(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        region: Region,
+        op: &'static str,
+        blocking: bool,
+    ) -> Result<Option<ReqId>, CommError> {
+        self.send_stamped(ctx, dest, tag, region, op, blocking, Stamp::default())
+    }
+
+    /// [`isend`](Self::isend) of a collective's message, its header stamped for checked mode.
+    pub(crate) fn isend_stamped(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        region: Region,
+        op: &'static str,
+        stamp: Stamp,
+    ) -> Result<ReqId, CommError> {
+        self.send_stamped(ctx, dest, tag, region, op, false, stamp)
+            .map(|r| r.expect("non-blocking sends always make a request"))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_stamped(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        region: Region,
+        op: &'static str,
+        blocking: bool,
+        stamp: Stamp,
+    ) -> Result<Option<ReqId>, CommError> {
+        if tag < 0 {
+            return Err(CommError::InvalidTag { tag });
+        }
+        // The communicator's loss first: it is why nothing on it can go on.
+        self.check_comm(ctx, op)?;
+        self.st.check_peer(dest, op)?;
+        let c = self.st.ctx.entry(ctx).or_default();
+        let seq_ref = c.send_seq.entry(dest).or_insert(0);
+        let seq = *seq_ref;
+        *seq_ref = seq.wrapping_add(1);
+        let me = self.st.me;
+        let hdr = |kind| Header {
+            context: ctx,
+            source: me,
+            seq,
+            tag,
+            len: region.len() as u64,
+            kind,
+            flags: 0,
+            coll_seq: stamp.epoch,
+            signature: stamp.sig,
+        };
+        let eager_limit = self.net.eager_limit(dest);
+        if blocking
+            && dest != me
+            && region.len() <= eager_limit
+            && self.st.out.get(&dest).is_none_or(|q| q.is_empty())
+        {
+            // Fast path of a blocking eager send: straight into the transport, no request.
+            match self
+                .net
+                .try_send(dest, &hdr(ProtoKind::Eager), region.bytes())
+            {
+                Ok(true) => return Ok(None),
+                Ok(false) => {}
+                Err(e) => {
+                    self.transport_failed(Some(dest), e.to_string());
+                    return Err(self.st.lost(dest, op, e.to_string()));
+                }
+            }
+        }
+        let req = self.st.new_req(op, Some(dest), false, region);
+        self.st.req_mut(req).ctx = ctx;
+        if dest == me {
+            // Self: deliver directly, always eagerly (the copy is the transfer).
+            self.st.deliver(me, &hdr(ProtoKind::Eager), region.bytes());
+            self.st.complete(
+                req,
+                Ok(Status {
+                    source: me,
+                    tag,
+                    bytes: region.len(),
+                }),
+            );
+            return Ok(Some(req));
+        }
+        if region.len() <= eager_limit {
+            self.st.out_len += 1;
+            self.st.out.entry(dest).or_default().push_back(Out {
+                hdr: hdr(ProtoKind::Eager),
+                payload: OutPayload::User(region),
+                req: Some(req),
+            });
+        } else {
+            let token = self.st.token();
+            // The key lets the receiver pull; without GET it asks for PUT or STREAM instead.
+            let key = if self.st.bulk[dest as usize].contains(Ops::GET) {
+                match self
+                    .net
+                    .register(dest, &MemRef::host(region.addr(), region.len()))
+                {
+                    Ok(k) => Some(k),
+                    Err(e) => {
+                        rcomm_transport::rlog!(Info, "P2P", "no GET key for rank {dest}: {e}");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            self.st.rndv_send.insert(
+                token,
+                RndvSend {
+                    req,
+                    peer: dest,
+                    region,
+                    recv_token: None,
+                    offset: 0,
+                    putting: None,
+                },
+            );
+            self.st.out_len += 1;
+            self.st.out.entry(dest).or_default().push_back(Out {
+                hdr: hdr(ProtoKind::RndvRts),
+                payload: keyed(&[token], key.as_ref()),
+                req: None,
+            });
+        }
+        self.flush_peer(dest);
+        Ok(Some(req))
+    }
+
+    /// Posts a receive into `region`.
+    pub(crate) fn irecv(
+        &mut self,
+        ctx: u32,
+        src: Source,
+        tag: TagSel,
+        region: Region,
+        op: &'static str,
+    ) -> Result<ReqId, CommError> {
+        if let TagSel::Tag(t) = tag
+            && t < 0
+        {
+            return Err(CommError::InvalidTag { tag: t });
+        }
+        self.check_comm(ctx, op)?;
+        let peer = match src {
+            Source::Rank(r) if r >= self.st.size => {
+                return Err(CommError::InvalidRank {
+                    rank: r,
+                    size: self.st.size,
+                });
+            }
+            Source::Rank(r) => Some(r),
+            Source::Any => None,
+        };
+        // A lost peer's messages that arrived before it went are still received; only a
+        // receive nothing already here can satisfy fails.
+        let lost = match peer {
+            Some(r) => self.st.failed.get(&r).map(|why| (r, why.clone())),
+            None => self
+                .st
+                .failed
+                .iter()
+                .next()
+                .map(|(&r, why)| (r, why.clone())),
+        };
+        if let Some((r, why)) = lost {
+            return match self.st.ctx.entry(ctx).or_default().m.take(src, tag) {
+                Some((env, stored))
+                    if !matches!(stored, Stored::Rts { .. })
+                        || !self.st.failed.contains_key(&env.source) =>
+                {
+                    let req = self.st.new_req(op, Some(env.source), false, region);
+                    self.st.start_recv(req, env, stored);
+                    self.after_protocol();
+                    Ok(req)
+                }
+                _ => Err(self.st.lost(r, op, why)),
+            };
+        }
+        let req = self.st.new_req(op, peer, peer.is_none(), region);
+        self.st.req_mut(req).ctx = ctx;
+        match self.st.ctx.entry(ctx).or_default().m.post(src, tag) {
+            Posting::Matched(env, stored) => self.st.start_recv(req, env, stored),
+            Posting::Posted(rid) => {
+                self.st.posted.insert((ctx, rid), req);
+                self.st.req_mut(req).posted = Some((ctx, rid));
+            }
+        }
+        self.after_protocol();
+        Ok(req)
+    }
+
+    /// Receives a message taken by `mprobe` into `region`.
+    pub(crate) fn recv_stored(&mut self, env: Envelope, stored: Stored, region: Region) -> ReqId {
+        let req = self.st.new_req("mrecv", Some(env.source), false, region);
+        self.st.start_recv(req, env, stored);
+        self.after_protocol();
+        req
+    }
+
+    /// Drops a message taken by `mprobe` without receiving it: the sender is released.
+    pub(crate) fn discard_stored(&mut self, env: Envelope, stored: Stored) {
+        if let Stored::Rts { sender_token, .. } = stored {
+            self.st
+                .send_ctl(env.source, ProtoKind::RndvFin, &[sender_token]);
+            self.after_protocol();
+        }
+    }
+
+    /// The earliest matching message, without receiving it.
+    pub(crate) fn probe(
+        &mut self,
+        ctx: u32,
+        src: Source,
+        tag: TagSel,
+    ) -> Result<Option<Status>, CommError> {
+        let found = self
+            .st
+            .ctx
+            .entry(ctx)
+            .or_default()
+            .m
+            .probe(src, tag)
+            .map(|e| Status {
+                source: e.source,
+                tag: e.tag,
+                bytes: e.len as usize,
+            });
+        if found.is_none() {
+            self.check_probe(src)?;
+        }
+        Ok(found)
+    }
+
+    /// Takes the earliest matching message out of matching.
+    pub(crate) fn mprobe(
+        &mut self,
+        ctx: u32,
+        src: Source,
+        tag: TagSel,
+    ) -> Result<Option<(Envelope, Stored)>, CommError> {
+        let found = self.st.ctx.entry(ctx).or_default().m.take(src, tag);
+        if found.is_none() {
+            self.check_probe(src)?;
+        }
+        Ok(found)
+    }
+
+    fn check_probe(&self, src: Source) -> Result<(), CommError> {
+        match src {
+            Source::Rank(r) => self.st.check_peer(r, "probe"),
+            Source::Any => match self.st.failed.iter().next() {
+                Some((&r, why)) => Err(self.st.lost(r, "probe", why.clone())),
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// Whether the request has completed.
+    pub(crate) fn is_done(&self, req: ReqId) -> bool {
+        matches!(
+            self.st.reqs[req].as_ref().map(|r| &r.state),
+            Some(ReqState::Done(_))
+        )
+    }
+
+    /// A receive still waiting for a message (posted, nothing matched): its operation, its
+    /// source unless a wildcard, its context and buffer size — what the flight recorder and
+    /// the point-to-point watchdog name. `None` for anything else.
+    pub(crate) fn waiting_recv(
+        &self,
+        req: ReqId,
+    ) -> Option<(&'static str, Option<u32>, u32, usize)> {
+        let r = self.st.reqs.get(req)?.as_ref()?;
+        let (ctx, _) = r.posted?;
+        Some((r.op, r.peer, ctx, r.region.len()))
+    }
+
+    /// Whether a completed request succeeded (before [`take`](Self::take)).
+    pub(crate) fn succeeded(&self, req: ReqId) -> bool {
+        matches!(
+            self.st.reqs[req].as_ref().map(|r| &r.state),
+            Some(ReqState::Done(Ok(_)))
+        )
+    }
+
+    /// Takes a completed request's result and frees it.
+    pub(crate) fn take(&mut self, req: ReqId) -> Result<Status, CommError> {
+        let r = self.st.reqs[req].take().expect("live request");
+        self.st.free.push(req);
+        match r.state {
+            ReqState::Done(res) => res.map_err(|e| *e),
+            ReqState::Active => unreachable!("take() on an active request"),
+        }
+    }
+
+    /// Cancels a receive not yet matched; true if it was (the request is then freed).
+    pub(crate) fn cancel(&mut self, req: ReqId) -> bool {
+        let Some((ctx, rid)) = self.st.reqs[req].as_ref().and_then(|r| r.posted) else {
+            return false;
+        };
+        if self.st.ctx.get_mut(&ctx).is_some_and(|c| c.m.cancel(rid)) {
+            self.st.posted.remove(&(ctx, rid));
+            self.st.reqs[req] = None;
+            self.st.free.push(req);
+            return true;
+        }
+        false
+    }
+
+    /// Lets an active request go on without the caller's buffer: it continues over a private
+    /// buffer of the same size (kept alive until it completes), so the caller may reuse or free
+    /// its own at once. For a collective that failed: what still arrives or leaves is garbage,
+    /// and harmless — a peer that reads our old buffer by single copy reads our address space,
+    /// not our data, and fails or gets bytes nobody uses.
+    pub(crate) fn abandon(&mut self, req: ReqId) {
+        if self.is_done(req) {
+            let _ = self.take(req);
+            return;
+        }
+        // A peer writing into the buffer by PUT cannot be stopped from here: wait until its
+        // FIN (or its loss) says it is done with it.
+        while self.st.rndv_recv.values().any(|r| r.req == req && r.put) {
+            if self.progress() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        if self.is_done(req) {
+            let _ = self.take(req);
+            return;
+        }
+        let old = self.st.req_region(req);
+        let mut spare = vec![0u8; old.len()].into_boxed_slice();
+        let new = Region::from_mut(&mut spare);
+        // Asynchronous movers let go of the old buffer first; their operations start again on
+        // the new one.
+        let gets: Vec<u64> = (self.st.gets.iter())
+            .filter(|(_, p)| p.req == req)
+            .map(|(&t, _)| t)
+            .collect();
+        for t in gets {
+            let p = self.st.gets.remove(&t).expect("listed");
+            self.net.quiesce(p.peer, t);
+            self.st.pulls.push(p);
+        }
+        let puts: Vec<(u64, u32, RKey)> = (self.st.rndv_send.iter())
+            .filter(|(_, s)| s.req == req)
+            .filter_map(|(&t, s)| Some((t, s.peer, s.putting?)))
+            .collect();
+        for (t, peer, key) in puts {
+            self.net.quiesce(peer, t);
+            self.st.rndv_send.get_mut(&t).expect("listed").putting = None;
+            self.st.put_starts.push(PutStart { send_token: t, key });
+        }
+        let st = &mut self.st;
+        st.req_mut(req).region = new;
+        for s in st.rndv_send.values_mut().filter(|s| s.req == req) {
+            s.region = new;
+        }
+        for q in st.out.values_mut() {
+            for o in q.iter_mut().filter(|o| o.req == Some(req)) {
+                if let OutPayload::User(_) = o.payload {
+                    o.payload = OutPayload::User(new);
+                }
+            }
+        }
+        st.req_mut(req).orphan = Some(Box::new(spare));
+    }
+
+    /// Lets an active request finish in the background, keeping `buf` alive until then.
+    pub(crate) fn orphan(&mut self, req: ReqId, buf: Box<dyn std::any::Any + Send>) {
+        if self.is_done(req) {
+            let _ = self.take(req);
+        } else {
+            self.st.req_mut(req).orphan = Some(buf);
+        }
+    }
+
+    /// Moves data once: transports, protocol steps, queued sends. Returns how much happened.
+    pub(crate) fn progress(&mut self) -> usize {
+        let n = match self.net.progress(64, &mut self.st) {
+            Ok(n) => n,
+            Err(e) => {
+                let peer = e.peer();
+                self.transport_failed(peer, e.to_string());
+                1
+            }
+        };
+        if !self.st.revokes_in.is_empty() {
+            for (ctx, by) in std::mem::take(&mut self.st.revokes_in) {
+                self.revoke(ctx, by);
+            }
+        }
+        n + self.after_protocol()
+    }
+}
+
+impl State {
+    fn token(&mut self) -> u64 {
+        self.next_token += 1;
+        self.next_token
+    }
+
+    fn new_req(
+        &mut self,
+        op: &'static str,
+        peer: Option<u32>,
+        wildcard: bool,
+        region: Region,
+    ) -> ReqId {
+        let r = Req {
+            op,
+            peer,
+            wildcard,
+            region,
+            state: ReqState::Active,
+            ctx: u32::MAX,
+            posted: None,
+            orphan: None,
+        };
+        match self.free.pop() {
+            Some(i) => {
+                self.reqs[i] = Some(r);
+                i
+            }
+            None => {
+                self.reqs.push(Some(r));
+                self.reqs.len() - 1
+            }
+        }
+    }
+
+    fn req_mut(&mut self, req: ReqId) -> &mut Req {
+        self.reqs[req].as_mut().expect("live request")
+    }
+
+    fn req_region(&self, req: ReqId) -> Region {
+        self.reqs[req].as_ref().expect("live request").region
+    }
+
+    fn complete(&mut self, req: ReqId, res: Result<Status, CommError>) {
+        let r = self.req_mut(req);
+        r.state = ReqState::Done(res.map_err(Box::new));
+        r.posted = None;
+        if r.orphan.is_some() {
+            // Nobody waits for it: free the request and the buffer it kept alive.
+            self.reqs[req] = None;
+            self.free.push(req);
+        }
+    }
+}

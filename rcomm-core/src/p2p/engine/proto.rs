@@ -1,0 +1,701 @@
+//! The protocols: what arrives (eager data, RTS, CTS, FIN, chunks, completions) and the steps
+//! that need the transports (GETs and PUTs to start, queued messages, streaming).
+
+use super::*;
+
+/// A rendezvous record: `vals`, then the key's bytes.
+pub(super) fn keyed(vals: &[u64], key: Option<&RKey>) -> OutPayload {
+    let Some(k) = key else {
+        return small(vals);
+    };
+    let mut b = Vec::with_capacity(vals.len() * 8 + k.as_bytes().len());
+    for v in vals {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.extend_from_slice(k.as_bytes());
+    OutPayload::Keyed(b.into_boxed_slice())
+}
+
+/// The key after `words` leading words of a record, if any bytes follow them.
+pub(super) fn key_after(b: &[u8], words: usize) -> Option<Option<RKey>> {
+    match b.get(words * 8..) {
+        None => None,
+        Some([]) => Some(None),
+        Some(k) => RKey::new(k).map(Some),
+    }
+}
+
+impl Engine {
+    /// Protocol steps that need the transports: single-copy pulls, queued messages, streaming.
+    pub(super) fn after_protocol(&mut self) -> usize {
+        let mut work = 0;
+        while let Some(p) = self.st.pulls.pop() {
+            work += 1;
+            let region = self.st.req_region(p.req);
+            let tok = self.st.token();
+            let dst = MemRef::host(region.addr(), p.env.len as usize);
+            match self.net.get(p.peer, dst, &p.key, tok) {
+                Ok(Tx::Done) => self.st.got(p),
+                Ok(Tx::Pending) => {
+                    self.st.gets.insert(tok, p);
+                }
+                Err(TransportError::Unsupported { why, .. }) => {
+                    rcomm_transport::rlog!(
+                        Info,
+                        "P2P",
+                        "GET from rank {} refused ({why}); using the next protocol",
+                        p.peer
+                    );
+                    let b = &mut self.st.bulk[p.peer as usize];
+                    *b = b.without(Ops::GET);
+                    self.st.start_cts(p.req, p.peer, p.env, p.sender_token);
+                }
+                Err(e) => {
+                    let peer = e.peer();
+                    self.transport_failed(peer, e.to_string());
+                }
+            }
+        }
+        // Receives answering with a PUT: their buffer's key goes in the CTS.
+        while let Some((req, peer, env, sender_token)) = self.st.put_cts.pop() {
+            work += 1;
+            let region = self.st.req_region(req);
+            match self
+                .net
+                .register(peer, &MemRef::host(region.addr(), env.len as usize))
+            {
+                Ok(key) => self.st.start_put_cts(req, peer, env, sender_token, key),
+                Err(e) => {
+                    rcomm_transport::rlog!(Info, "P2P", "no PUT key for rank {peer}: {e}");
+                    let b = &mut self.st.bulk[peer as usize];
+                    *b = b.without(Ops::PUT);
+                    self.st.start_cts(req, peer, env, sender_token);
+                }
+            }
+        }
+        while let Some(ps) = self.st.put_starts.pop() {
+            work += 1;
+            let Some(s) = self.st.rndv_send.get(&ps.send_token) else {
+                continue;
+            };
+            let (peer, region) = (s.peer, s.region);
+            let src = MemRef::host(region.addr(), region.len());
+            let started = self
+                .net
+                .register(peer, &src)
+                .and_then(|_| self.net.put(peer, src, &ps.key, ps.send_token));
+            match started {
+                Ok(Tx::Done) => self.st.put_done(ps.send_token),
+                Ok(Tx::Pending) => {
+                    if let Some(s) = self.st.rndv_send.get_mut(&ps.send_token) {
+                        s.putting = Some(ps.key);
+                    }
+                }
+                Err(e) => self.transport_failed(Some(peer), e.to_string()),
+            }
+        }
+        if self.st.out_len > 0 {
+            let peers: Vec<u32> = self
+                .st
+                .out
+                .iter()
+                .filter(|(_, q)| !q.is_empty())
+                .map(|(&p, _)| p)
+                .collect();
+            for p in peers {
+                work += self.flush_peer(p);
+            }
+        }
+        let mut i = 0;
+        while i < self.st.streaming.len() {
+            let token = self.st.streaming[i];
+            let Some(s) = self.st.rndv_send.get_mut(&token) else {
+                self.st.streaming.swap_remove(i);
+                continue;
+            };
+            let recv_token = s.recv_token.expect("streaming after CTS");
+            let mut failed = None;
+            while s.offset < s.region.len() {
+                match self.net.send_chunk(
+                    s.peer,
+                    recv_token,
+                    s.offset as u64,
+                    &s.region.bytes()[s.offset..],
+                ) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        s.offset += n;
+                        work += 1;
+                    }
+                    Err(e) => {
+                        failed = Some((s.peer, e.to_string()));
+                        break;
+                    }
+                }
+            }
+            if let Some((peer, why)) = failed {
+                self.transport_failed(Some(peer), why);
+                continue;
+            }
+            if s.offset == s.region.len() {
+                let (req, peer, len) = (s.req, s.peer, s.region.len());
+                self.st.rndv_send.remove(&token);
+                self.st.streaming.swap_remove(i);
+                let _ = peer;
+                self.st.complete(
+                    req,
+                    Ok(Status {
+                        source: self.st.me,
+                        tag: 0,
+                        bytes: len,
+                    }),
+                );
+            } else {
+                i += 1;
+            }
+        }
+        work
+    }
+
+    pub(super) fn flush_peer(&mut self, peer: u32) -> usize {
+        let mut sent = 0;
+        loop {
+            let Some(q) = self.st.out.get_mut(&peer) else {
+                return sent;
+            };
+            let Some(o) = q.front() else { return sent };
+            let bytes = match &o.payload {
+                OutPayload::Small(b, n) => &b[..*n as usize],
+                OutPayload::User(r) => r.bytes(),
+                OutPayload::Keyed(b) => b,
+            };
+            match self.net.try_send(peer, &o.hdr, bytes) {
+                Ok(true) => {
+                    let o = q.pop_front().expect("front exists");
+                    self.st.out_len -= 1;
+                    sent += 1;
+                    if let Some(req) = o.req {
+                        self.st.complete(
+                            req,
+                            Ok(Status {
+                                source: self.st.me,
+                                tag: o.hdr.tag,
+                                bytes: o.hdr.len as usize,
+                            }),
+                        );
+                    }
+                }
+                Ok(false) => return sent,
+                Err(e) => {
+                    self.transport_failed(Some(peer), e.to_string());
+                    return sent;
+                }
+            }
+        }
+    }
+
+    /// Whether anything is queued that needs progress even with nothing arriving.
+    pub(crate) fn busy(&self) -> bool {
+        !self.st.streaming.is_empty()
+            || self.st.out_len > 0
+            || !self.st.pulls.is_empty()
+            || !self.st.put_starts.is_empty()
+            || !self.st.put_cts.is_empty()
+            || self.net.has_queued_output()
+    }
+
+    /// Largest message this rank receives by single copy (0: never).
+    pub(crate) fn single_copy_max(&self) -> usize {
+        self.st.cfg.get_max
+    }
+
+    /// Sets [`single_copy_max`](Self::single_copy_max): the receiver chooses the protocol of
+    /// each large message when it matches it, so this takes effect for every message matched
+    /// from now on (init's probe turns single copy off where pipelined copy is faster).
+    pub(crate) fn set_single_copy_max(&mut self, max: usize) {
+        self.st.cfg.get_max = max;
+    }
+
+    /// Whether this rank can read `peer`'s memory by single copy (a GET on shared memory).
+    pub(crate) fn single_copy_with(&self, peer: u32) -> bool {
+        self.net.route(peer) == Route::Shm
+            && self
+                .st
+                .bulk
+                .get(peer as usize)
+                .is_some_and(|b| b.contains(Ops::GET))
+            && self.st.cfg.get_max > 0
+    }
+
+    /// Whether queued work needs this thread to keep spinning: output that waits on a peer no
+    /// descriptor reports (shared memory). Output that waits only for room in TCP sockets does
+    /// not — a sleeping rank polls those sockets for room ([`Net::wait_fds`]).
+    pub(crate) fn needs_cpu(&self) -> bool {
+        let net = &self.net;
+        self.st
+            .streaming
+            .iter()
+            .filter_map(|t| self.st.rndv_send.get(t))
+            .any(|s| !net.output_pollable(s.peer))
+            || self
+                .st
+                .out
+                .iter()
+                .any(|(&p, q)| !q.is_empty() && !net.output_pollable(p))
+    }
+}
+
+impl State {
+    pub(super) fn send_ctl(&mut self, peer: u32, kind: ProtoKind, vals: &[u64]) {
+        self.send_ctl_flagged(peer, kind, 0, vals);
+    }
+
+    pub(super) fn send_ctl_flagged(&mut self, peer: u32, kind: ProtoKind, flags: u8, vals: &[u64]) {
+        let hdr = ctl_header(self.me, kind, flags);
+        self.out_len += 1;
+        self.out.entry(peer).or_default().push_back(Out {
+            hdr,
+            payload: small(vals),
+            req: None,
+        });
+    }
+
+    /// A message arrived from `peer`.
+    pub(super) fn deliver(&mut self, peer: u32, hdr: &Header, payload: &[u8]) {
+        match hdr.kind {
+            ProtoKind::Eager | ProtoKind::RndvRts => {
+                if hdr.source != peer {
+                    rcomm_transport::rlog!(
+                        Warn,
+                        "P2P",
+                        "rank {peer} sent a header claiming source {}; dropped",
+                        hdr.source
+                    );
+                    return;
+                }
+                if hdr.signature != 0
+                    && let Some(c) = self.hook.as_deref_mut()
+                {
+                    c.on_data(peer, hdr);
+                    self.flush_checks();
+                }
+                let pool = &mut self.pool;
+                let mut stored = || match hdr.kind {
+                    ProtoKind::Eager => {
+                        let mut v = pool.pop().unwrap_or_default();
+                        v.clear();
+                        v.extend_from_slice(payload);
+                        Some(Stored::Eager(v))
+                    }
+                    _ => Some(Stored::Rts {
+                        sender_token: u64_at(payload, 0)?,
+                        key: key_after(payload, 1)?,
+                    }),
+                };
+                let env = Envelope {
+                    source: peer,
+                    tag: hdr.tag,
+                    len: hdr.len,
+                };
+                let c = self.ctx.entry(hdr.context).or_default();
+                match c.m.arrive(&env, hdr.seq) {
+                    MRoute::Deliver(rid) => {
+                        let req = self
+                            .posted
+                            .remove(&(hdr.context, rid))
+                            .expect("posted receive has a request");
+                        match hdr.kind {
+                            ProtoKind::Eager => self.finish_eager(req, env, payload),
+                            _ => match stored() {
+                                Some(s) => self.start_recv(req, env, s),
+                                None => self.complete(
+                                    req,
+                                    Err(CommError::Protocol {
+                                        rank: peer,
+                                        why: "malformed RTS".into(),
+                                    }),
+                                ),
+                            },
+                        }
+                    }
+                    MRoute::Keep => match stored() {
+                        Some(s) => c.m.keep(env, hdr.seq, s),
+                        None => rcomm_transport::rlog!(
+                            Warn,
+                            "P2P",
+                            "malformed RTS from rank {peer}; dropped"
+                        ),
+                    },
+                }
+                let mut released = std::mem::take(&mut self.released);
+                if let Some(c) = self.ctx.get_mut(&hdr.context) {
+                    c.m.release(peer, &mut |rid, env, s| released.push((rid, env, s)));
+                }
+                for (rid, env, s) in released.drain(..) {
+                    let req = self
+                        .posted
+                        .remove(&(hdr.context, rid))
+                        .expect("posted receive has a request");
+                    self.start_recv(req, env, s);
+                }
+                self.released = released;
+            }
+            ProtoKind::RndvCts => {
+                if let (Some(st), Some(rt)) = (u64_at(payload, 0), u64_at(payload, 1))
+                    && let Some(s) = self.rndv_send.get_mut(&st)
+                    && s.peer == peer
+                    && s.recv_token.is_none()
+                {
+                    s.recv_token = Some(rt);
+                    match (u64_at(payload, 2), key_after(payload, 3)) {
+                        (None, _) => self.streaming.push(st),
+                        (Some(CTS_PUT), Some(Some(key))) => self.put_starts.push(PutStart {
+                            send_token: st,
+                            key,
+                        }),
+                        _ => rcomm_transport::rlog!(
+                            Warn,
+                            "P2P",
+                            "malformed CTS from rank {peer}; dropped"
+                        ),
+                    }
+                }
+            }
+            ProtoKind::RndvFin if hdr.flags == FIN_PUT || hdr.flags == FIN_PUT_FAILED => {
+                if let Some(rt) = u64_at(payload, 0)
+                    && self
+                        .rndv_recv
+                        .get(&rt)
+                        .is_some_and(|r| r.put && r.peer == peer)
+                {
+                    let r = self.rndv_recv.remove(&rt).expect("present");
+                    let res = if hdr.flags == FIN_PUT {
+                        Ok(Status {
+                            source: r.env.source,
+                            tag: r.env.tag,
+                            bytes: r.env.len as usize,
+                        })
+                    } else {
+                        Err(CommError::Protocol {
+                            rank: peer,
+                            why: "its write into our buffer failed".into(),
+                        })
+                    };
+                    self.complete(r.req, res);
+                }
+            }
+            ProtoKind::RndvFin => {
+                if let Some(s) = u64_at(payload, 0).and_then(|t| self.rndv_send.remove(&t)) {
+                    let len = s.region.len();
+                    self.complete(
+                        s.req,
+                        Ok(Status {
+                            source: self.me,
+                            tag: 0,
+                            bytes: len,
+                        }),
+                    );
+                }
+            }
+            // Checked mode's control messages have flags of their own (revocations have none):
+            // tested first.
+            ProtoKind::Control
+                if self
+                    .hook
+                    .as_deref_mut()
+                    .is_some_and(|c| c.on_control(peer, hdr, payload)) =>
+            {
+                self.flush_checks();
+            }
+            ProtoKind::Control
+                if u64_at(payload, 0) == Some(CTL_REVOKE)
+                    && let Some(w) = u64_at(payload, 1)
+                    && ((w & 0xffff_ffff) as u32) < self.size =>
+            {
+                self.revokes_in
+                    .push(((w >> 32) as u32, (w & 0xffff_ffff) as u32));
+            }
+            ProtoKind::Data | ProtoKind::Credit | ProtoKind::Control => {
+                rcomm_transport::rlog!(Trace, "P2P", "ignored {:?} from rank {peer}", hdr.kind);
+            }
+        }
+    }
+
+    pub(super) fn finish_eager(&mut self, req: ReqId, env: Envelope, payload: &[u8]) {
+        let region = self.req_region(req);
+        let res = if (env.len as usize) > region.len() {
+            Err(CommError::Truncated {
+                buffer: region.len(),
+                message: env.len as usize,
+            })
+        } else {
+            region.write(0, payload);
+            Ok(Status {
+                source: env.source,
+                tag: env.tag,
+                bytes: payload.len(),
+            })
+        };
+        self.req_mut(req).peer = Some(env.source);
+        self.complete(req, res);
+    }
+
+    /// A receive matched a message (arriving, or stored earlier).
+    pub(super) fn start_recv(&mut self, req: ReqId, env: Envelope, stored: Stored) {
+        self.req_mut(req).peer = Some(env.source);
+        match stored {
+            Stored::Eager(data) => {
+                self.finish_eager(req, env, &data);
+                if self.pool.len() < POOL_MAX && data.capacity() <= POOL_BUF_MAX {
+                    self.pool.push(data);
+                }
+            }
+            Stored::Rts { sender_token, key } => {
+                let cap = self.req_region(req).len();
+                if env.len as usize > cap {
+                    // Truncation consumes the message (MPI_ERR_TRUNCATE): release the sender.
+                    self.send_ctl(env.source, ProtoKind::RndvFin, &[sender_token]);
+                    self.complete(
+                        req,
+                        Err(CommError::Truncated {
+                            buffer: cap,
+                            message: env.len as usize,
+                        }),
+                    );
+                } else if env.source == self.me {
+                    unreachable!("self messages are eager");
+                } else if let Some(key) = key
+                    && self.bulk[env.source as usize].contains(Ops::GET)
+                    && env.len as usize <= self.cfg.get_max
+                {
+                    self.pulls.push(Pull {
+                        req,
+                        peer: env.source,
+                        env,
+                        sender_token,
+                        key,
+                    });
+                } else {
+                    self.start_cts(req, env.source, env, sender_token);
+                }
+            }
+        }
+    }
+
+    /// A GET completed: release the sender, complete the receive.
+    pub(super) fn got(&mut self, p: Pull) {
+        self.send_ctl(p.peer, ProtoKind::RndvFin, &[p.sender_token]);
+        self.complete(
+            p.req,
+            Ok(Status {
+                source: p.env.source,
+                tag: p.env.tag,
+                bytes: p.env.len as usize,
+            }),
+        );
+    }
+
+    /// The PUT of send `token` completed: tell the receiver, complete the send.
+    pub(super) fn put_done(&mut self, token: u64) {
+        let Some(s) = self.rndv_send.remove(&token) else {
+            return;
+        };
+        let rt = s.recv_token.expect("a PUT follows a CTS");
+        self.send_ctl_flagged(s.peer, ProtoKind::RndvFin, FIN_PUT, &[rt]);
+        self.complete(
+            s.req,
+            Ok(Status {
+                source: self.me,
+                tag: 0,
+                bytes: s.region.len(),
+            }),
+        );
+    }
+
+    /// Answers an RTS that is not pulled: a CTS asking for a PUT where the lane offers it
+    /// (its key comes from the transport, so it is made in `after_protocol`), else for STREAM.
+    pub(super) fn start_cts(&mut self, req: ReqId, peer: u32, env: Envelope, sender_token: u64) {
+        if self.bulk[peer as usize].contains(Ops::PUT) {
+            self.put_cts.push((req, peer, env, sender_token));
+            return;
+        }
+        let token = self.token();
+        self.rndv_recv.insert(
+            token,
+            RndvRecv {
+                req,
+                peer,
+                env,
+                received: 0,
+                put: false,
+            },
+        );
+        self.send_ctl(peer, ProtoKind::RndvCts, &[sender_token, token]);
+    }
+
+    pub(super) fn start_put_cts(
+        &mut self,
+        req: ReqId,
+        peer: u32,
+        env: Envelope,
+        sender_token: u64,
+        key: RKey,
+    ) {
+        let token = self.token();
+        self.rndv_recv.insert(
+            token,
+            RndvRecv {
+                req,
+                peer,
+                env,
+                received: 0,
+                put: true,
+            },
+        );
+        self.out_len += 1;
+        self.out.entry(peer).or_default().push_back(Out {
+            hdr: ctl_header(self.me, ProtoKind::RndvCts, 0),
+            payload: keyed(&[sender_token, token, CTS_PUT], Some(&key)),
+            req: None,
+        });
+    }
+
+    pub(super) fn chunk(&mut self, peer: u32, token: u64, offset: u64, data: &[u8]) {
+        if let Some(dst) = self.chunk_dest(peer, token, offset, data.len()) {
+            dst.copy_from_slice(data);
+            self.chunk_written(token, data.len());
+        }
+    }
+
+    /// The bytes of receive `token`'s buffer that `len` bytes at `offset` from `peer` go to;
+    /// `None` (after failing the receive if the chunk does not belong there) to drop them.
+    pub(super) fn chunk_dest(
+        &mut self,
+        peer: u32,
+        token: u64,
+        offset: u64,
+        len: usize,
+    ) -> Option<&mut [u8]> {
+        let Some(r) = self.rndv_recv.get(&token) else {
+            rcomm_transport::rlog!(
+                Trace,
+                "P2P",
+                "chunk for unknown token {token} from rank {peer}"
+            );
+            return None;
+        };
+        let region = self.reqs[r.req].as_ref().expect("live request").region;
+        let fits = offset
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= r.env.len && end <= region.len() as u64);
+        if r.peer != peer || !fits {
+            let req = r.req;
+            self.rndv_recv.remove(&token);
+            self.complete(
+                req,
+                Err(CommError::Protocol {
+                    rank: peer,
+                    why: "data chunk outside the message".into(),
+                }),
+            );
+            return None;
+        }
+        let o = offset as usize;
+        let req = r.req;
+        let region = &self.reqs[req].as_ref().expect("live request").region;
+        Some(&mut region.bytes_mut()[o..o + len])
+    }
+
+    /// `len` more bytes of receive `token` are in; completes it when all are.
+    pub(super) fn chunk_written(&mut self, token: u64, len: usize) {
+        let Some(r) = self.rndv_recv.get_mut(&token) else {
+            return;
+        };
+        r.received += len as u64;
+        if r.received == r.env.len {
+            let r = self.rndv_recv.remove(&token).expect("present");
+            self.complete(
+                r.req,
+                Ok(Status {
+                    source: r.env.source,
+                    tag: r.env.tag,
+                    bytes: r.env.len as usize,
+                }),
+            );
+        }
+    }
+}
+
+pub(super) fn ctl_header(me: u32, kind: ProtoKind, flags: u8) -> Header {
+    Header {
+        context: 0,
+        source: me,
+        seq: 0,
+        tag: 0,
+        len: 0,
+        kind,
+        flags,
+        coll_seq: 0,
+        signature: 0,
+    }
+}
+
+impl Deliver for State {
+    fn completed(&mut self, peer: u32, tok: u64, res: Result<(), TransportError>) {
+        if let Some(p) = self.gets.remove(&tok) {
+            match res {
+                Ok(()) => self.got(p),
+                Err(e) => {
+                    // Nothing usable arrived: release the sender, fail the receive.
+                    self.send_ctl(p.peer, ProtoKind::RndvFin, &[p.sender_token]);
+                    self.complete(
+                        p.req,
+                        Err(CommError::Protocol {
+                            rank: peer,
+                            why: format!("reading its buffer failed: {e}"),
+                        }),
+                    );
+                }
+            }
+        } else if self
+            .rndv_send
+            .get(&tok)
+            .is_some_and(|s| s.putting.is_some() && s.peer == peer)
+        {
+            match res {
+                Ok(()) => self.put_done(tok),
+                Err(e) => {
+                    let s = self.rndv_send.remove(&tok).expect("present");
+                    let rt = s.recv_token.expect("a PUT follows a CTS");
+                    self.send_ctl_flagged(s.peer, ProtoKind::RndvFin, FIN_PUT_FAILED, &[rt]);
+                    self.complete(
+                        s.req,
+                        Err(CommError::Protocol {
+                            rank: peer,
+                            why: format!("writing into its buffer failed: {e}"),
+                        }),
+                    );
+                }
+            }
+        }
+    }
+
+    fn incoming(&mut self, peer: u32, inc: Incoming<'_>) {
+        match inc {
+            Incoming::Msg(hdr, payload) => self.deliver(peer, hdr, payload),
+            Incoming::Chunk {
+                token,
+                offset,
+                data,
+            } => self.chunk(peer, token, offset, data),
+        }
+    }
+
+    fn place(&mut self, peer: u32, token: u64, offset: u64, len: usize) -> Option<&mut [u8]> {
+        self.chunk_dest(peer, token, offset, len)
+    }
+
+    fn placed(&mut self, _peer: u32, token: u64, _offset: u64, len: usize) {
+        self.chunk_written(token, len);
+    }
+}
