@@ -46,20 +46,42 @@ impl Route {
     }
 }
 
-/// Picks the transport between `a` and `b`. Symmetric: `select(a, b) == select(b, a)`.
+/// Whether a transport reaches between two ranks, from their identities.
+type Reaches = fn(&PeerInfo, &PeerInfo) -> bool;
+
+/// The transport table, in order of preference: each transport and whether it reaches a peer,
+/// judged from both identities alone (NCCL's `canConnect`), so the judgement is symmetric and
+/// the same on both ranks. A transport added later adds its row here.
+const TABLE: &[(Route, Reaches)] = &[
+    (Route::Shm, crate::shmnet::can_connect),
+    (Route::Tcp, crate::tcp::can_connect),
+];
+
+/// Picks the transport between `a` and `b`: the first of the table that reaches the peer and
+/// that `choice` allows. Symmetric: `select(a, b) == select(b, a)`.
 pub fn select(a: &PeerInfo, b: &PeerInfo, choice: TransportChoice) -> Result<Route, String> {
     if a.same_node(b) && a.pid == b.pid {
         return Ok(Route::SelfLoop);
     }
-    match choice {
-        TransportChoice::Tcp => Ok(Route::Tcp),
-        _ if a.same_node(b) && a.uid == b.uid => Ok(Route::Shm),
-        TransportChoice::Shm => Err(format!(
-            "RCOMM_TRANSPORT=shm, but pid {} on {} and pid {} on {} cannot share memory (other node or user); use auto or tcp",
-            a.pid, a.hostname, b.pid, b.hostname
-        )),
-        TransportChoice::Auto => Ok(Route::Tcp),
-    }
+    let allowed = |r: Route| match choice {
+        TransportChoice::Auto => true,
+        TransportChoice::Tcp => r == Route::Tcp,
+        TransportChoice::Shm => r == Route::Shm,
+    };
+    TABLE
+        .iter()
+        .find(|(r, reaches)| allowed(*r) && reaches(a, b))
+        .map(|(r, _)| *r)
+        .ok_or_else(|| match choice {
+            TransportChoice::Shm => format!(
+                "RCOMM_TRANSPORT=shm, but pid {} on {} and pid {} on {} cannot share memory (other node or user); use auto or tcp",
+                a.pid, a.hostname, b.pid, b.hostname
+            ),
+            _ => format!(
+                "no transport reaches pid {} on {} from pid {} on {}",
+                b.pid, b.hostname, a.pid, a.hostname
+            ),
+        })
 }
 
 /// Byte counters of every transport, keyed by the transport's name ([`Route::name`]), so tests
@@ -518,6 +540,51 @@ impl Net {
             Endpoint::Tcp(t) => t.has_queued_output(),
             _ => false,
         })
+    }
+
+    /// Creates a node-local shared window of `len` bytes of memory of `kind` (a capability of
+    /// the shared-memory transport: host memory as a memfd; device windows come with the CUDA
+    /// transport). Its descriptor is opaque: peers on this node map it with
+    /// [`window_map`](Self::window_map).
+    pub fn window_create(
+        &self,
+        name: &str,
+        len: usize,
+        kind: MemKind,
+    ) -> Result<crate::window::Window, TransportError> {
+        match kind {
+            MemKind::Host => {
+                crate::window::Window::create(name, len).map_err(|e| TransportError::Io {
+                    what: "creating a shared window",
+                    source: std::io::Error::other(e.to_string()),
+                })
+            }
+            MemKind::Cuda { .. } => Err(TransportError::Unsupported {
+                peer: self.me,
+                op: "device window",
+                why: "no CUDA transport in this build".into(),
+            }),
+        }
+    }
+
+    /// Maps the window a node peer described by `blob` (see
+    /// [`window_create`](Self::window_create)).
+    pub fn window_map(
+        &self,
+        blob: &[u8],
+        kind: MemKind,
+    ) -> Result<crate::local::Segment, TransportError> {
+        match kind {
+            MemKind::Host => crate::window::map_window(blob).map_err(|e| TransportError::Io {
+                what: "mapping a peer's shared window",
+                source: std::io::Error::other(e.to_string()),
+            }),
+            MemKind::Cuda { .. } => Err(TransportError::Unsupported {
+                peer: self.me,
+                op: "device window",
+                why: "no CUDA transport in this build".into(),
+            }),
+        }
     }
 
     /// The first shared-memory peer seen dead (its local-channel connection hung up).

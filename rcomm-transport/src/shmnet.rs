@@ -187,6 +187,12 @@ impl std::fmt::Debug for ShmNet {
     }
 }
 
+/// Whether shared memory reaches between `a` and `b`: one node (hostname, boot id and network
+/// namespace) and one user (the local channel checks the peer's uid).
+pub fn can_connect(a: &crate::identity::PeerInfo, b: &crate::identity::PeerInfo) -> bool {
+    a.same_node(b) && a.uid == b.uid
+}
+
 /// A peer on this node, as known from the bootstrap.
 #[derive(Debug, Clone)]
 pub struct LocalPeer {

@@ -13,6 +13,53 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 
+/// Bytes of a window's descriptor: what a peer on this node needs to map it (process id,
+/// descriptor number, length). Opaque to the layers above.
+pub const WINDOW_BLOB: usize = 16;
+
+/// A node-local shared window of this process: its mapping, and the descriptor its peers map
+/// it by ([`map_window`]).
+pub struct Window {
+    /// The mapping.
+    pub seg: Segment,
+    /// What peers need to map it.
+    pub blob: [u8; WINDOW_BLOB],
+}
+
+impl std::fmt::Debug for Window {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("len", &self.seg.len())
+            .finish()
+    }
+}
+
+impl Window {
+    /// A window of `len` bytes (at least one), named `name` for diagnostics.
+    pub fn create(name: &str, len: usize) -> Result<Self, LocalError> {
+        use std::os::fd::AsRawFd;
+        let seg = Segment::create(name, len.max(1))?;
+        let mut blob = [0u8; WINDOW_BLOB];
+        blob[0..4].copy_from_slice(&std::process::id().to_le_bytes());
+        blob[4..8].copy_from_slice(&seg.fd().as_raw_fd().to_le_bytes());
+        blob[8..16].copy_from_slice(&(seg.len() as u64).to_le_bytes());
+        Ok(Self { seg, blob })
+    }
+}
+
+/// Maps a peer's window from its descriptor ([`Window::blob`]).
+pub fn map_window(blob: &[u8]) -> Result<Segment, LocalError> {
+    let b: &[u8; WINDOW_BLOB] = blob
+        .try_into()
+        .map_err(|_| LocalError::Invalid(format!("a window descriptor of {} bytes", blob.len())))?;
+    let pid = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
+    let fd = i32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
+    let len = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+    let len = usize::try_from(len)
+        .map_err(|_| LocalError::Invalid(format!("a window of {len} bytes")))?;
+    map_peer_segment(pid, fd, len)
+}
+
 /// Duplicates descriptor `fd` of process `pid` into this process.
 pub fn dup_peer_fd(pid: u32, fd: i32) -> io::Result<OwnedFd> {
     match pidfd_getfd(pid, fd) {
@@ -73,6 +120,19 @@ pub fn map_peer_segment(pid: u32, fd: i32, len: usize) -> Result<Segment, LocalE
 mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_window_maps_from_its_descriptor_and_a_bad_descriptor_is_refused() {
+        let w = Window::create("rcomm-window-blob-test", 4096).unwrap();
+        let peer = map_window(&w.blob).unwrap();
+        // SAFETY: both mappings are 4096 bytes of one memfd, alive here.
+        unsafe { *w.seg.as_ptr() = 7 };
+        assert_eq!(unsafe { *peer.as_ptr() }, 7);
+        assert!(map_window(&w.blob[..8]).is_err(), "short descriptor");
+        let mut wrong = w.blob;
+        wrong[8..16].copy_from_slice(&8192u64.to_le_bytes());
+        assert!(map_window(&wrong).is_err(), "another length");
+    }
 
     #[test]
     fn a_segment_mapped_by_pid_and_fd_shares_its_bytes() {

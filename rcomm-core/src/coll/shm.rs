@@ -44,8 +44,9 @@ use crate::comm::Communicator;
 use crate::{CommError, Result};
 use rcomm_kernels::{Element, Op};
 use rcomm_transport::local::Segment;
+use rcomm_transport::mem::MemKind;
 use rcomm_transport::rlog;
-use std::os::fd::AsRawFd;
+use rcomm_transport::window::WINDOW_BLOB;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -596,19 +597,17 @@ pub(crate) fn exchange_segments(
     tag: u64,
 ) -> Result<Option<Vec<(Segment, u64, u64)>>> {
     let (n, me) = (comm.size as usize, comm.rank as usize);
-    let own = Segment::create(name, len.max(1));
+    let own = comm
+        .shared
+        .lock()
+        .net()
+        .window_create(name, len, MemKind::Host);
     if let Err(e) = &own {
-        rlog!(Warn, "COLL", "shared-memory segment of {len} bytes: {e}");
+        rlog!(Warn, "COLL", "shared-memory window of {len} bytes: {e}");
     }
-    const REC: usize = 4 + 4 + 8 + 8 + 8 + 1;
+    const REC: usize = WINDOW_BLOB + 8 + 8 + 1;
     let mut rec = Vec::with_capacity(REC);
-    rec.extend_from_slice(&std::process::id().to_le_bytes());
-    rec.extend_from_slice(
-        &own.as_ref()
-            .map_or(-1, |s| s.fd().as_raw_fd())
-            .to_le_bytes(),
-    );
-    rec.extend_from_slice(&(len.max(1) as u64).to_le_bytes());
+    rec.extend_from_slice(own.as_ref().map_or(&[0u8; WINDOW_BLOB], |w| &w.blob));
     rec.extend_from_slice(&tag.to_le_bytes());
     rec.extend_from_slice(&(len as u64).to_le_bytes());
     rec.push(own.is_ok() as u8);
@@ -617,29 +616,27 @@ pub(crate) fn exchange_segments(
     let mut segs = Vec::with_capacity(n);
     let mut ok = own.is_some();
     for (j, r) in all.chunks(REC).enumerate() {
-        let u32_at = |i: usize| u32::from_le_bytes(r[i..i + 4].try_into().expect("4 bytes"));
         let u64_at = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().expect("8 bytes"));
-        let (pid, fd, seg_len, t, bytes) = (
-            u32_at(0),
-            u32_at(4) as i32,
-            u64_at(8),
-            u64_at(16),
-            u64_at(24),
+        let (blob, t, bytes) = (
+            &r[..WINDOW_BLOB],
+            u64_at(WINDOW_BLOB),
+            u64_at(WINDOW_BLOB + 8),
         );
-        if r[32] == 0 {
+        if r[REC - 1] == 0 {
             ok = false;
             continue;
         }
         if j == me {
-            if let Some(s) = own.take() {
-                segs.push((s, t, bytes));
+            if let Some(w) = own.take() {
+                segs.push((w.seg, t, bytes));
             }
             continue;
         }
-        match rcomm_transport::window::map_peer_segment(pid, fd, seg_len as usize) {
+        let mapped = comm.shared.lock().net().window_map(blob, MemKind::Host);
+        match mapped {
             Ok(s) => segs.push((s, t, bytes)),
             Err(e) => {
-                rlog!(Info, "COLL", "cannot map rank {j}'s shared segment: {e}");
+                rlog!(Info, "COLL", "cannot map rank {j}'s shared window: {e}");
                 ok = false;
             }
         }
