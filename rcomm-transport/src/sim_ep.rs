@@ -23,7 +23,7 @@
 
 use crate::caps::{Caps, Kinds, Ops};
 use crate::error::TransportError;
-use crate::mem::{MemRef, RKey};
+use crate::mem::{MemRef, RKey, RegCache};
 use crate::net::Deliver;
 use crate::shmnet::{Counters, Incoming};
 use crate::sim::{SimConfig, SimError, SimEvent, SimNet};
@@ -48,6 +48,9 @@ pub struct SimFabricConfig {
     pub window: usize,
     /// Whether GET/PUT need registered memory (as verbs do).
     pub needs_reg: bool,
+    /// GET is offered but refused when tried ([`TransportError::Unsupported`], as the kernel
+    /// refuses single copy under a strict ptrace policy): the protocol layer must fall back.
+    pub refuse_get: bool,
 }
 
 impl Default for SimFabricConfig {
@@ -59,6 +62,7 @@ impl Default for SimFabricConfig {
             chunk: 1024,
             window: 8,
             needs_reg: false,
+            refuse_get: false,
         }
     }
 }
@@ -103,6 +107,9 @@ enum Arrival {
         peer: u32,
     },
 }
+
+/// Registrations a sim endpoint keeps (the oldest is deregistered past it).
+const REG_CACHE: usize = 4096;
 
 const K_MSG: u8 = 0;
 const K_CHUNK: u8 = 1;
@@ -368,6 +375,7 @@ impl SimFabric {
             me,
             fabric: self.clone(),
             counters: Counters::default(),
+            regs: RegCache::new(REG_CACHE),
         }
     }
 
@@ -383,6 +391,8 @@ pub struct SimEndpoint {
     me: u32,
     fabric: SimFabric,
     counters: Counters,
+    /// Registrations made (needs_reg), found again for reused buffers.
+    regs: RegCache<()>,
 }
 
 impl SimEndpoint {
@@ -482,10 +492,16 @@ impl SimEndpoint {
 
     /// The remote key of `m`: address and length; registers it first if the fabric needs it.
     pub fn register(&mut self, m: &MemRef) -> RKey {
-        let mut f = self.fabric.lock();
-        if f.cfg.needs_reg && !f.registered(self.me, m.addr, m.len) {
-            f.regs[self.me as usize].push((m.addr, m.len));
+        let fabric = self.fabric.clone();
+        let mut f = fabric.lock();
+        if f.cfg.needs_reg && self.regs.find(m).is_none() {
+            let me = self.me as usize;
+            f.regs[me].push((m.addr, m.len));
             f.stats.registrations += 1;
+            if self.regs.insert(m, ()).is_some() {
+                // Deregistered: the oldest registration goes with the cache's oldest entry.
+                f.regs[me].remove(0);
+            }
         }
         let mut k = [0u8; 16];
         k[..8].copy_from_slice(&m.addr.to_le_bytes());
@@ -515,6 +531,14 @@ impl SimEndpoint {
         let src = Self::key(peer, key, dst.len)?;
         let fabric = self.fabric.clone();
         let mut f = fabric.lock();
+        if f.cfg.refuse_get {
+            f.stats.refused += 1;
+            return Err(TransportError::Unsupported {
+                peer,
+                op: "get",
+                why: "refused by the sim's refuse_get".into(),
+            });
+        }
         let mut b = vec![K_GET_REQ];
         for w in [tok, src, dst.len as u64, dst.addr] {
             b.extend_from_slice(&w.to_le_bytes());

@@ -219,6 +219,30 @@ fn registration_is_required_and_made_where_the_transport_needs_it() {
 }
 
 #[test]
+fn a_refused_get_falls_back_once_per_peer_and_delivers_by_the_next_protocol() {
+    for (bulk, next) in [
+        (Ops::GET.with(Ops::STREAM), "stream"),
+        (Ops::GET.with(Ops::PUT), "put"),
+    ] {
+        let n = 4;
+        let mut c = cfg(n, bulk, 0, 21);
+        c.refuse_get = true;
+        let st = all_to_all(c);
+        let large = (n * (n - 1) * 5) as u64;
+        assert_eq!(st.gets, 0, "{next}: {st:?}");
+        assert_eq!(
+            st.refused,
+            (n * (n - 1)) as u64,
+            "{next}: one refusal per (receiver, sender) pair, then no more tries: {st:?}"
+        );
+        match next {
+            "stream" => assert!(st.chunks >= large && st.puts == 0, "{st:?}"),
+            _ => assert!(st.puts == large && st.chunks == 0, "{st:?}"),
+        }
+    }
+}
+
+#[test]
 fn completions_out_of_order_and_reordered_arrivals_keep_mpi_order() {
     // Jitter far above the latency reorders messages, chunks and completions of one pair.
     for seed in 0..24 {
