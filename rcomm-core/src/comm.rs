@@ -52,7 +52,7 @@ thread_local! {
 pub(crate) struct Shared {
     engine: Mutex<Engine>,
     /// Context ids in use in this process.
-    pub(crate) ctx_ids: Arc<crate::group::CtxIds>,
+    pub(crate) ctx_ids: Arc<crate::ctxid::CtxIds>,
     /// For each world rank, the lowest world rank on its node (a node's colour).
     pub(crate) node_of: Vec<u32>,
     /// `RCOMM_ALGO`, checked equal on every rank at init.
@@ -85,6 +85,12 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
+    /// A watchdog fired with `err`: asks for the job's hang report (see
+    /// [`crate::fr::report_hang`]).
+    pub(crate) fn report_hang(&self, err: &CommError) {
+        crate::fr::report_hang(self.notices.as_deref(), err);
+    }
+
     pub(crate) fn new(
         engine: Engine,
         notices: Option<Arc<NoticeBoard>>,
@@ -96,7 +102,7 @@ impl Shared {
         SLEEP_FDS.with_borrow_mut(|f| f.reserve(64));
         Self {
             engine: Mutex::new(engine),
-            ctx_ids: Arc::new(crate::group::CtxIds::new()),
+            ctx_ids: Arc::new(crate::ctxid::CtxIds::new()),
             node_of,
             algo,
             tuning: std::sync::OnceLock::new(),
@@ -246,7 +252,7 @@ impl Shared {
                     e.take(req)
                 })
             },
-            |e, now| w.tick_wait(self, e, req, &slot, now),
+            |e, now| w.tick_wait(self.notices.as_deref(), e, req, &slot, now),
         )
     }
 }
@@ -267,7 +273,7 @@ pub struct Communicator {
     /// Members by communicator rank (world ranks); `None` for the world itself.
     pub(crate) group: Option<Arc<Members>>,
     /// Frees the context id when the last clone goes (absent for the world).
-    pub(crate) _ctx_guard: Option<Arc<crate::group::CtxGuard>>,
+    pub(crate) _ctx_guard: Option<Arc<crate::ctxid::CtxGuard>>,
     /// Collectives started on this communicator (shared by its clones): every rank starts
     /// collectives in the same order, so the count names a collective alike everywhere and
     /// gives each one its own tag — concurrent non-blocking collectives never mix messages.
@@ -555,7 +561,7 @@ impl Communicator {
         let what = self.probe_what("probe", src);
         let st = self.shared.block_on_ticked(
             |e| e.probe(self.ctx, src, tag).transpose(),
-            |_, now| w.tick_probe(&self.shared, &what, now),
+            |_, now| w.tick_probe(self.shared.notices.as_deref(), &what, now),
         );
         w.probe_done(st.is_ok());
         Ok(self.local(st?))
@@ -577,7 +583,7 @@ impl Communicator {
         let what = self.probe_what("mprobe", src);
         let res = self.shared.block_on_ticked(
             |e| e.mprobe(self.ctx, src, tag).transpose(),
-            |_, now| w.tick_probe(&self.shared, &what, now),
+            |_, now| w.tick_probe(self.shared.notices.as_deref(), &what, now),
         );
         w.probe_done(res.is_ok());
         let (env, stored) = res?;
@@ -860,5 +866,63 @@ impl Drop for Message {
         if let Some(s) = self.stored.take() {
             self.shared.lock().discard_stored(self.env, s);
         }
+    }
+}
+
+/// The flight recorder's view of a communicator (`crate::fr` keeps the records).
+impl Communicator {
+    /// Names the communicator (as `MPI_Comm_set_name`): the name appears in the hang report
+    /// and in timeout errors. Local: each rank names its own handle (all clones share it);
+    /// the world is `world`, a [`Mesh`](crate::Mesh)'s communicators are named by their
+    /// dimension. At most 256 bytes are kept.
+    pub fn set_name(&self, name: &str) {
+        rcomm_transport::flight::recorder().set_name(self.ctx, name);
+    }
+
+    /// The communicator's name ("" if it has none).
+    pub fn name(&self) -> String {
+        rcomm_transport::flight::recorder().name(self.ctx)
+    }
+
+    /// The last collective this process recorded on this communicator (its clones, such as
+    /// [`with_algo`](Self::with_algo)'s, share it), read from the flight recorder: which
+    /// collective, the algorithm chosen for it, and its number. `None` before the first one,
+    /// once the recorder has overwritten it (it keeps the last `RCOMM_FR_SIZE` operations of
+    /// the process), or with the recorder off (`RCOMM_FR_SIZE=0`).
+    ///
+    /// The algorithm is the one that runs: the one chosen — forced ([`with_algo`],
+    /// `RCOMM_ALGO`) or the tuner's — or, where the call cannot run the choice, its fallback
+    /// (a non-blocking or in-place call runs `shm` as `direct` and `hier` as `ring` or `tree`;
+    /// `hier` on nodes with different rank counts, `bruck` and `tree` with unequal counts fall
+    /// back too). A non-blocking collective's record begins when it is started, so the
+    /// algorithm is known before `wait`. Local and diagnostic (tests and logs use it to show
+    /// which algorithm ran); it copies the recorder, so it does not belong in a hot loop. A
+    /// communicator on a reused context id may see its predecessor's last collective until it
+    /// runs its own first one.
+    ///
+    /// [`with_algo`]: Self::with_algo
+    pub fn last_collective(&self) -> Option<crate::fr::CollRecord> {
+        rcomm_transport::flight::recorder()
+            .snapshot()
+            .into_iter()
+            .rev()
+            // Point-to-point records have no collective number.
+            .find(|r| r.ctx == self.ctx && r.seq > 0)
+            .map(|r| crate::fr::CollRecord {
+                op: r.op,
+                algo: r.algo,
+                seq: r.seq,
+                bytes: r.bytes,
+                ended: r.state.ended(),
+            })
+    }
+
+    /// Tells the flight recorder a communicator was made on this context id.
+    pub(crate) fn fr_created(&self, name: &str) {
+        let first = (0..self.size)
+            .filter_map(|r| self.world_rank(r).ok())
+            .min()
+            .unwrap_or(0);
+        rcomm_transport::flight::recorder().comm_created(self.ctx, first, self.size, name);
     }
 }

@@ -20,9 +20,8 @@
 //! inside a collective (this thread's stack is not empty), `RCOMM_P2P_TIMEOUT` otherwise. The
 //! clock is read only where the waits already read it (after spinning, every 20 ms).
 
-use crate::coll::Reducer;
-use crate::comm::{Communicator, Shared};
 use crate::{CommError, Result};
+use rcomm_transport::bootstrap::kvs::NoticeBoard;
 use rcomm_transport::flight::{self, Begin, Handle, NO_PEER, State};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,20 +64,15 @@ fn state_of(err: Option<&CommError>) -> State {
     }
 }
 
-/// Begins the record of a collective on `comm` and makes it this thread's current one.
-pub(crate) fn begin_coll(
-    comm: &Communicator,
-    op: &'static str,
-    algo: &str,
-    bytes: usize,
-    reducer: Option<&Reducer>,
-) {
+/// Begins the record of a collective on context `ctx` and makes it this thread's current one;
+/// `codes` are the element type's and the reduction's flight-recorder codes (0: none).
+pub(crate) fn begin_coll(ctx: u32, op: &'static str, algo: &str, bytes: usize, codes: (u8, u8)) {
     if !active() {
         return;
     }
-    let (dtype, redop) = reducer.map_or((0, 0), Reducer::codes);
+    let (dtype, redop) = codes;
     let h = flight::recorder().begin(&Begin {
-        ctx: comm.ctx,
+        ctx,
         op,
         dtype,
         redop,
@@ -200,22 +194,22 @@ impl Drop for Scope {
     }
 }
 
-/// Runs `f` as a recorded collective `op` on `comm` (for collectives that choose no
+/// Runs `f` as a recorded collective `op` on context `ctx` (for collectives that choose no
 /// algorithm); inside another recorded collective on the same communicator (a hierarchical
 /// collective's set-up split), `f` just runs.
 pub(crate) fn record<R>(
-    comm: &Communicator,
+    ctx: u32,
     op: &'static str,
     algo: &'static str,
     f: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
-    if current().is_some_and(|h| h.ctx() == comm.ctx) {
+    if current().is_some_and(|h| h.ctx() == ctx) {
         return f();
     }
     let _scope = Scope::enter();
-    begin_coll(comm, op, algo, 0, None);
+    begin_coll(ctx, op, algo, 0, (0, 0));
     let r = f();
-    end_coll(comm.ctx, &r);
+    end_coll(ctx, &r);
     r
 }
 
@@ -355,7 +349,7 @@ impl Watch {
     /// and asks for a hang report (under the engine's lock: a failure path, one write).
     pub(crate) fn tick_probe<R>(
         &mut self,
-        shared: &Shared,
+        notices: Option<&NoticeBoard>,
         what: &P2p,
         now: Instant,
     ) -> Option<Result<R>> {
@@ -366,7 +360,7 @@ impl Watch {
         let h = std::mem::replace(&mut self.p2p, Handle::NONE);
         flight::recorder().end(h, State::TimedOut);
         let err = self.error(waited, Some(what));
-        shared.report_hang(&err);
+        report_hang(notices, &err);
         Some(Err(err))
     }
 
@@ -384,7 +378,7 @@ impl Watch {
     /// engine's lock: a failure path, and the report is one write). Sends never time out.
     pub(crate) fn tick_wait(
         &mut self,
-        shared: &Shared,
+        notices: Option<&NoticeBoard>,
         e: &mut crate::p2p::engine::Engine,
         req: crate::p2p::engine::ReqId,
         slot: &P2pSlot,
@@ -407,7 +401,7 @@ impl Watch {
         }
         slot.end(State::TimedOut);
         let err = self.error(waited, what.as_ref());
-        shared.report_hang(&err);
+        report_hang(notices, &err);
         Some(Err(err))
     }
 
@@ -458,62 +452,60 @@ fn why_of(err: &CommError) -> String {
 /// Most one hang report per this long from one process (several waits time out together).
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 
-impl Shared {
-    /// A watchdog fired with `err`: asks the launcher for the job's hang report (sending this
-    /// rank's flight recorder with the request), or — with no launcher to ask — logs this
-    /// rank's recent operations.
-    pub(crate) fn report_hang(&self, err: &CommError) {
-        self.report_why(&why_of(err));
-    }
-
-    /// [`report_hang`](Self::report_hang) with the reason in words.
-    pub(crate) fn report_why(&self, why: &str) {
-        static LAST: AtomicU64 = AtomicU64::new(0);
-        let now = flight::now_us();
-        let last = LAST.load(Ordering::Relaxed);
-        if last != 0 && now.saturating_sub(last) < REPORT_EVERY.as_micros() as u64 {
-            return;
-        }
-        LAST.store(now.max(1), Ordering::Relaxed);
-        if self.notices.as_ref().is_some_and(|n| n.send_dump(0, why)) {
-            return;
-        }
-        let recent: Vec<String> = flight::recorder()
-            .snapshot()
-            .iter()
-            .rev()
-            .take(8)
-            .map(|r| {
-                let seq = if r.seq > 0 {
-                    format!(" #{}", r.seq)
-                } else {
-                    String::new()
-                };
-                format!(
-                    "{}{seq} on comm {} ({})",
-                    r.op,
-                    comm_label(r.ctx),
-                    r.state.name()
-                )
-            })
-            .collect();
-        rcomm_transport::rlog!(
-            Warn,
-            "COLL",
-            "{why}; no launcher to print a hang report; this rank's last operations, newest first: {}",
-            recent.join("; ")
-        );
-    }
+/// A watchdog fired with `err`: asks the launcher (through its `notices` connection) for the
+/// job's hang report, sending this rank's flight recorder with the request, or — with no
+/// launcher to ask — logs this rank's recent operations.
+pub(crate) fn report_hang(notices: Option<&NoticeBoard>, err: &CommError) {
+    report_why(notices, &why_of(err));
 }
 
-/// A collective as the flight recorder keeps it ([`Communicator::last_collective`]).
+/// [`report_hang`] with the reason in words.
+pub(crate) fn report_why(notices: Option<&NoticeBoard>, why: &str) {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = flight::now_us();
+    let last = LAST.load(Ordering::Relaxed);
+    if last != 0 && now.saturating_sub(last) < REPORT_EVERY.as_micros() as u64 {
+        return;
+    }
+    LAST.store(now.max(1), Ordering::Relaxed);
+    if notices.is_some_and(|n| n.send_dump(0, why)) {
+        return;
+    }
+    let recent: Vec<String> = flight::recorder()
+        .snapshot()
+        .iter()
+        .rev()
+        .take(8)
+        .map(|r| {
+            let seq = if r.seq > 0 {
+                format!(" #{}", r.seq)
+            } else {
+                String::new()
+            };
+            format!(
+                "{}{seq} on comm {} ({})",
+                r.op,
+                comm_label(r.ctx),
+                r.state.name()
+            )
+        })
+        .collect();
+    rcomm_transport::rlog!(
+        Warn,
+        "COLL",
+        "{why}; no launcher to print a hang report; this rank's last operations, newest first: {}",
+        recent.join("; ")
+    );
+}
+
+/// A collective as the flight recorder keeps it ([`crate::Communicator::last_collective`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CollRecord {
     /// The collective: `allreduce`, `bcast`, `reduce`, `allgather`, `reduce_scatter`,
     /// `alltoall`, `gather`, `scatter`, `scan` (exscan too), `barrier`, or the communicator
     /// makers `split`, `dup`, `create`.
     pub op: &'static str,
-    /// The algorithm that ran, as `RCOMM_ALGO` and [`Communicator::with_algo`] name them
+    /// The algorithm that ran, as `RCOMM_ALGO` and [`crate::Communicator::with_algo`] name them
     /// (`ring`, `hier`, …); `dissemination` for a barrier, "" for the communicator makers.
     pub algo: &'static str,
     /// Its number on the communicator (1 for the first), as hang reports and timeout errors
@@ -525,66 +517,10 @@ pub struct CollRecord {
     pub ended: bool,
 }
 
-impl Communicator {
-    /// Names the communicator (as `MPI_Comm_set_name`): the name appears in the hang report
-    /// and in timeout errors. Local: each rank names its own handle (all clones share it);
-    /// the world is `world`, a [`Mesh`](crate::Mesh)'s communicators are named by their
-    /// dimension. At most 256 bytes are kept.
-    pub fn set_name(&self, name: &str) {
-        flight::recorder().set_name(self.ctx, name);
-    }
-
-    /// The communicator's name ("" if it has none).
-    pub fn name(&self) -> String {
-        flight::recorder().name(self.ctx)
-    }
-
-    /// The last collective this process recorded on this communicator (its clones, such as
-    /// [`with_algo`](Self::with_algo)'s, share it), read from the flight recorder: which
-    /// collective, the algorithm chosen for it, and its number. `None` before the first one,
-    /// once the recorder has overwritten it (it keeps the last `RCOMM_FR_SIZE` operations of
-    /// the process), or with the recorder off (`RCOMM_FR_SIZE=0`).
-    ///
-    /// The algorithm is the one that runs: the one chosen — forced ([`with_algo`],
-    /// `RCOMM_ALGO`) or the tuner's — or, where the call cannot run the choice, its fallback
-    /// (a non-blocking or in-place call runs `shm` as `direct` and `hier` as `ring` or `tree`;
-    /// `hier` on nodes with different rank counts, `bruck` and `tree` with unequal counts fall
-    /// back too). A non-blocking collective's record begins when it is started, so the
-    /// algorithm is known before `wait`. Local and diagnostic (tests and logs use it to show
-    /// which algorithm ran); it copies the recorder, so it does not belong in a hot loop. A
-    /// communicator on a reused context id may see its predecessor's last collective until it
-    /// runs its own first one.
-    ///
-    /// [`with_algo`]: Self::with_algo
-    pub fn last_collective(&self) -> Option<CollRecord> {
-        flight::recorder()
-            .snapshot()
-            .into_iter()
-            .rev()
-            // Point-to-point records have no collective number.
-            .find(|r| r.ctx == self.ctx && r.seq > 0)
-            .map(|r| CollRecord {
-                op: r.op,
-                algo: r.algo,
-                seq: r.seq,
-                bytes: r.bytes,
-                ended: r.state.ended(),
-            })
-    }
-
-    /// Tells the flight recorder a communicator was made on this context id.
-    pub(crate) fn fr_created(&self, name: &str) {
-        let first = (0..self.size)
-            .filter_map(|r| self.world_rank(r).ok())
-            .min()
-            .unwrap_or(0);
-        flight::recorder().comm_created(self.ctx, first, self.size, name);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coll::Reducer;
 
     #[test]
     fn scopes_end_what_their_call_began_and_nothing_else() {
@@ -630,7 +566,13 @@ mod tests {
             let t0 = cpu();
             for _ in 0..n {
                 let _s = Scope::enter();
-                begin_coll(&w, "allreduce", "ring", 8, Some(std::hint::black_box(&r)));
+                begin_coll(
+                    w.ctx,
+                    "allreduce",
+                    "ring",
+                    8,
+                    std::hint::black_box(&r).codes(),
+                );
                 end_coll(w.ctx, &Ok::<(), CommError>(()));
             }
             let ns = (cpu() - t0) as f64 / f64::from(n);

@@ -9,72 +9,14 @@
 //! communicator's internal traffic on `2·id + 1`, so a user's tags can never meet rcomm's.
 
 use crate::comm::{Communicator, Members, Tag};
+use crate::ctxid::{CtxGuard, MAX_IDS, WORDS};
 use crate::p2p::matcher::Source;
 use crate::{CommError, Result};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
-/// Context ids per process (a bitmask of this many bits is exchanged when one is allocated).
-pub(crate) const MAX_IDS: usize = 2048;
-const WORDS: usize = MAX_IDS / 64;
+use std::sync::Arc;
 
 const TAG_ALLGATHER: Tag = Tag(1);
 const TAG_BARRIER: Tag = Tag(2);
-
-/// Which context ids this process uses.
-#[derive(Debug)]
-pub(crate) struct CtxIds {
-    used: Mutex<[u64; WORDS]>,
-}
-
-impl CtxIds {
-    /// With the world's id (0) taken.
-    pub(crate) fn new() -> Self {
-        let mut used = [0u64; WORDS];
-        used[0] = 1;
-        Self {
-            used: Mutex::new(used),
-        }
-    }
-
-    fn free_mask(&self) -> [u64; WORDS] {
-        let used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        let mut m = [0u64; WORDS];
-        for (f, u) in m.iter_mut().zip(used.iter()) {
-            *f = !u;
-        }
-        m
-    }
-
-    fn take(&self, id: usize) -> bool {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        let (w, b) = (id / 64, id % 64);
-        let was = used[w] >> b & 1 == 1;
-        used[w] |= 1 << b;
-        !was
-    }
-
-    fn release(&self, id: usize) {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        used[id / 64] &= !(1 << (id % 64));
-    }
-}
-
-/// Returns a communicator's context id to the pool when its last clone is dropped.
-#[derive(Debug)]
-pub(crate) struct CtxGuard {
-    ids: Arc<CtxIds>,
-    id: usize,
-    /// An id every member agrees on and no earlier communicator on this context had (checked
-    /// collectives tell a reused context's communicators apart by it).
-    pub(crate) epoch: u32,
-}
-
-impl Drop for CtxGuard {
-    fn drop(&mut self) {
-        self.ids.release(self.id);
-    }
-}
 
 /// Unique per call in this process (and, with the pid, per process): mixed into a new
 /// communicator's generation.
@@ -131,7 +73,9 @@ impl Communicator {
     /// ⌈log₂ n⌉ rounds of one message each way).
     pub fn barrier(&self) -> Result<()> {
         let t0 = self.straggler_start();
-        let res = crate::fr::record(self, "barrier", "dissemination", || self.barrier_untimed());
+        let res = crate::fr::record(self.ctx, "barrier", "dissemination", || {
+            self.barrier_untimed()
+        });
         self.straggler_end(t0);
         res
     }
@@ -351,7 +295,7 @@ impl Communicator {
 
     /// A communicator with the same ranks and a separate message space (collective).
     pub fn dup(&self) -> Result<Communicator> {
-        let guard = crate::fr::record(self, "dup", "", || self.alloc_id())?;
+        let guard = crate::fr::record(self.ctx, "dup", "", || self.alloc_id())?;
         Ok(self.child(guard, self.members(), self.rank))
     }
 
@@ -359,7 +303,7 @@ impl Communicator {
     /// this communicator); `None` opts out (MPI_UNDEFINED) and returns `None`. Collective.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
         let me = [color.unwrap_or(u32::MAX).to_le_bytes(), key.to_le_bytes()].concat();
-        let (guard, all) = crate::fr::record(self, "split", "", || {
+        let (guard, all) = crate::fr::record(self.ctx, "split", "", || {
             Ok((self.alloc_id()?, self.allgather_bytes(&me)?))
         })?;
         let Some(c) = color else { return Ok(None) };
@@ -440,7 +384,7 @@ impl Communicator {
             .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
                 (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
             });
-        let (guard, all) = crate::fr::record(self, "create", "", || {
+        let (guard, all) = crate::fr::record(self.ctx, "create", "", || {
             self.alloc_id_with(&hash.to_le_bytes())
         })?;
         for (r, theirs) in all.chunks(8).enumerate() {

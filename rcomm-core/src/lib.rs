@@ -16,6 +16,7 @@
 
 pub mod coll;
 mod comm;
+mod ctxid;
 mod error;
 mod fr;
 mod group;

@@ -91,6 +91,44 @@ fn setup_error(e: SetupError, rank: u32, infos: &[PeerInfo]) -> CommError {
     }
 }
 
+/// A peer lost while the transports are set up often left because another rank failed first
+/// (it could not reach that rank and gave up): the error names the first rank the launcher
+/// reports failed, waiting a moment for its notice, and mentions the peer that left.
+fn name_first_failure(
+    err: CommError,
+    notices: Option<&NoticeBoard>,
+    infos: &[PeerInfo],
+) -> CommError {
+    let (
+        CommError::PeerLost {
+            rank: peer, why, ..
+        },
+        Some(nb),
+    ) = (&err, notices)
+    else {
+        return err;
+    };
+    let n = nb.wait_for(crate::p2p::engine::NOTICE_GRACE, |n| !n.failed.is_empty());
+    match n.failed.first() {
+        Some((first, how)) if first != peer => {
+            let host = n
+                .hosts
+                .iter()
+                .find(|(r, _)| r == first)
+                .map(|(_, h)| h.clone())
+                .or_else(|| infos.get(*first as usize).map(|i| i.hostname.clone()))
+                .unwrap_or_default();
+            CommError::PeerLost {
+                rank: *first,
+                host,
+                op: "init",
+                why: format!("the launcher reports it {how} (rank {peer} left too: {why})"),
+            }
+        }
+        _ => err,
+    }
+}
+
 fn init_with(cfg: &Config) -> Result<World> {
     if let Some(isa) = &cfg.kernel_isa {
         let isa: rcomm_kernels::Isa = isa.parse().map_err(|e: rcomm_kernels::KernelError| {
@@ -147,9 +185,9 @@ fn init_with(cfg: &Config) -> Result<World> {
         .iter()
         .filter(|p| p.same_node(&infos[rank as usize]))
         .count();
-    let net = listening
-        .connect(cfg, &peers)
-        .map_err(|e| setup_error(e, rank, &infos))?;
+    let net = listening.connect(cfg, &peers).map_err(|e| {
+        name_first_failure(setup_error(e, rank, &infos), notices.as_deref(), &infos)
+    })?;
     let hosts = infos.iter().map(|p| p.hostname.clone()).collect();
     let proto = ProtoConfig {
         get_max: if cfg.shm_cma { cfg.shm_cma_max } else { 0 },

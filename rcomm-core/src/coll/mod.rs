@@ -9,6 +9,7 @@
 pub(crate) mod check;
 mod exec;
 mod hier;
+mod lateness;
 pub(crate) mod progress;
 mod reduce;
 pub mod schedule;
@@ -100,7 +101,7 @@ impl Communicator {
         r: Option<&Reducer>,
     ) -> Result<&'static str> {
         let algo = self.choose_algo(op, bytes, elem, r)?;
-        crate::fr::begin_coll(self, op, algo, bytes, r);
+        crate::fr::begin_coll(self.ctx, op, algo, bytes, r.map_or((0, 0), Reducer::codes));
         Ok(algo)
     }
 
@@ -1220,7 +1221,7 @@ impl Communicator {
     /// Starts a barrier; `wait` returns once every rank has started it.
     pub fn ibarrier(&self) -> Result<CollRequest<u8>> {
         let _fr = crate::fr::Scope::enter();
-        crate::fr::begin_coll(self, "barrier", "dissemination", 0, None);
+        crate::fr::begin_coll(self.ctx, "barrier", "dissemination", 0, (0, 0));
         self.check_note(Call::new(Kind::Barrier));
         let (rank, n) = (self.rank, self.size);
         let sched = self

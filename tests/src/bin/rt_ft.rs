@@ -1,6 +1,7 @@
 //! Rank program: recovering from failures (4 ranks, `--on-failure continue`).
 //!
-//! - `rt_ft shrink`: rank 1 dies (SIGKILL) after a barrier; the others fail in an allreduce
+//! - `rt_ft shrink`: rank 1 dies (SIGKILL) after a barrier (once every other rank told it it
+//!   is past it); the others fail in an allreduce
 //!   naming it, shrink the world, check the new communicator's size and ranks, and run a
 //!   correct allreduce and a barrier on it. Each survivor prints `shrunk R->NEW of SIZE sum S`.
 //! - `rt_ft revoke`: ranks 1..3 wait in a receive from rank 0 on a duplicate of the world;
@@ -14,10 +15,18 @@ fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("shrink") => {
             w.barrier().unwrap();
+            // Rank 1 dies only once every other rank is past the barrier: a collective may
+            // fail on some ranks and succeed on others when a member dies in it (as in
+            // ULFM), and a rank still in the barrier's last round would fail there.
             if r == 1 {
+                for _ in 1..w.size() {
+                    let mut ack = [0u8; 1];
+                    w.recv(&mut ack, rcomm::Source::Any, Tag(9)).unwrap();
+                }
                 // SAFETY: signalling our own process.
                 unsafe { libc::raise(libc::SIGKILL) };
             }
+            w.send(&[1u8], 1, Tag(9)).unwrap();
             let mut v = vec![1u64; 4096];
             let err = w
                 .allreduce_in_place(&mut v, Op::Sum)
