@@ -59,12 +59,12 @@ pub(crate) struct Shared {
     pub(crate) algo: Vec<(String, String)>,
     /// The collective cost model's constants: rank 0's, broadcast at init, so every rank's
     /// tuner chooses alike. Set once by `init` after the transports are up.
-    pub(crate) tuning: std::sync::OnceLock<crate::coll::tuner::Tuning>,
+    pub(crate) tuning: std::sync::OnceLock<crate::coll_state::Tuning>,
     pub(crate) notices: Option<Arc<NoticeBoard>>,
     seen_notices: AtomicU64,
     pub(crate) policy: WaitPolicy,
     /// Collective scratch, schedule cache and the progress thread.
-    pub(crate) coll: crate::coll::CollShared,
+    pub(crate) coll: crate::coll_state::CollShared,
     /// `RCOMM_DETERMINISTIC`: allreduce in the canonical order whatever the size.
     pub(crate) deterministic: bool,
     /// The bootstrap (the launcher's store), for abort and for agreeing on failures.
@@ -109,7 +109,7 @@ impl Shared {
             notices,
             seen_notices: AtomicU64::new(0),
             policy,
-            coll: crate::coll::CollShared::new(false),
+            coll: crate::coll_state::CollShared::new(false),
             deterministic: false,
             boot: std::sync::OnceLock::new(),
             shrinks: Mutex::new(std::collections::HashMap::new()),

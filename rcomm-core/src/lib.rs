@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod coll;
+mod coll_state;
 mod comm;
 mod ctxid;
 mod error;

@@ -11,13 +11,12 @@
 
 use crate::caps::{Caps, Kinds, Ops};
 use crate::error::TransportError;
-use crate::identity::PeerInfo;
 use crate::mem::{MemKind, MemRef, RKey};
 use crate::os::PollSet;
 use crate::shmnet::{Counters, Incoming, ShmNet};
 use crate::sim_ep::{SimEndpoint, SimFabric};
 use crate::tcp::TcpNet;
-use crate::wire::Header;
+use crate::wire::{AddrRecord, Header};
 
 use crate::config::TransportChoice;
 
@@ -46,20 +45,23 @@ impl Route {
     }
 }
 
-/// Whether a transport reaches between two ranks, from their identities.
-type Reaches = fn(&PeerInfo, &PeerInfo) -> bool;
+/// Whether a transport reaches between two ranks, from both address records: identities and
+/// the connection blobs each transport published (`EndpointAddr`: a kind byte and bytes; a
+/// transport added later publishes `EndpointAddr::Other` with its own kind).
+type Reaches = fn(&AddrRecord, &AddrRecord) -> bool;
 
 /// The transport table, in order of preference: each transport and whether it reaches a peer,
-/// judged from both identities alone (NCCL's `canConnect`), so the judgement is symmetric and
+/// judged from both records alone (NCCL's `canConnect`), so the judgement is symmetric and
 /// the same on both ranks. A transport added later adds its row here.
 const TABLE: &[(Route, Reaches)] = &[
     (Route::Shm, crate::shmnet::can_connect),
     (Route::Tcp, crate::tcp::can_connect),
 ];
 
-/// Picks the transport between `a` and `b`: the first of the table that reaches the peer and
-/// that `choice` allows. Symmetric: `select(a, b) == select(b, a)`.
-pub fn select(a: &PeerInfo, b: &PeerInfo, choice: TransportChoice) -> Result<Route, String> {
+/// Picks the transport between the ranks of records `ra` and `rb`: the first of the table
+/// that reaches the peer and that `choice` allows. Symmetric: `select(a, b) == select(b, a)`.
+pub fn select(ra: &AddrRecord, rb: &AddrRecord, choice: TransportChoice) -> Result<Route, String> {
+    let (a, b) = (&ra.info, &rb.info);
     if a.same_node(b) && a.pid == b.pid {
         return Ok(Route::SelfLoop);
     }
@@ -70,7 +72,7 @@ pub fn select(a: &PeerInfo, b: &PeerInfo, choice: TransportChoice) -> Result<Rou
     };
     TABLE
         .iter()
-        .find(|(r, reaches)| allowed(*r) && reaches(a, b))
+        .find(|(r, reaches)| allowed(*r) && reaches(ra, rb))
         .map(|(r, _)| *r)
         .ok_or_else(|| match choice {
             TransportChoice::Shm => format!(
@@ -599,16 +601,23 @@ impl Net {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::PeerInfo;
 
-    fn info(host: &str, netns: u64, pid: u32) -> PeerInfo {
-        PeerInfo {
-            hostname: host.into(),
-            boot_id: "b".into(),
-            netns,
-            uid: 0,
-            pid,
-            version: "v".into(),
-            settings: vec![],
+    fn info(host: &str, netns: u64, pid: u32) -> AddrRecord {
+        AddrRecord {
+            info: PeerInfo {
+                hostname: host.into(),
+                boot_id: "b".into(),
+                netns,
+                uid: 0,
+                pid,
+                version: "v".into(),
+                settings: vec![],
+            },
+            endpoints: vec![
+                crate::wire::EndpointAddr::Local(format!("rcomm.j.{pid}")),
+                crate::wire::EndpointAddr::Tcp(format!("127.0.0.1:{pid}")),
+            ],
         }
     }
 
@@ -649,6 +658,25 @@ mod tests {
             select(&ps[0], &ps[3], TransportChoice::Shm)
                 .unwrap_err()
                 .contains("RCOMM_TRANSPORT=shm")
+        );
+        // What a peer did not publish, it cannot be reached by: a peer on another node
+        // without a TCP listener is reached by nothing, and says so on both sides.
+        let mut silent = ps[3].clone();
+        silent
+            .endpoints
+            .retain(|e| !matches!(e, crate::wire::EndpointAddr::Tcp(_)));
+        for (x, y) in [(&ps[0], &silent), (&silent, &ps[0])] {
+            let e = select(x, y, TransportChoice::Auto).unwrap_err();
+            assert!(e.contains("no transport reaches"), "{e}");
+        }
+        let mut no_local = ps[1].clone();
+        no_local
+            .endpoints
+            .retain(|e| !matches!(e, crate::wire::EndpointAddr::Local(_)));
+        assert_eq!(
+            select(&ps[0], &no_local, TransportChoice::Auto),
+            Ok(Route::Tcp),
+            "a node peer without a local channel is reached over TCP"
         );
     }
 }

@@ -118,10 +118,10 @@ impl Listening {
     pub fn connect(self, cfg: &Config, records: &[AddrRecord]) -> Result<Net, SetupError> {
         let rank = self.rank;
         assert_eq!(records.len(), self.size as usize, "one record per rank");
-        let mine = &records[rank as usize].info;
+        let mine = &records[rank as usize];
         let mut routes = Vec::with_capacity(records.len());
         for (r, p) in records.iter().enumerate() {
-            let route = net::select(mine, &p.info, cfg.transport)
+            let route = net::select(mine, p, cfg.transport)
                 .map_err(|why| SetupError::NoRoute { to: r as u32, why })?;
             rlog!(Info, "INIT", "rank {rank} -> rank {r}: {}", route.name());
             routes.push(route);

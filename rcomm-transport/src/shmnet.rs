@@ -187,10 +187,16 @@ impl std::fmt::Debug for ShmNet {
     }
 }
 
-/// Whether shared memory reaches between `a` and `b`: one node (hostname, boot id and network
-/// namespace) and one user (the local channel checks the peer's uid).
-pub fn can_connect(a: &crate::identity::PeerInfo, b: &crate::identity::PeerInfo) -> bool {
-    a.same_node(b) && a.uid == b.uid
+/// Whether shared memory reaches between the ranks of records `a` and `b`: one node (hostname,
+/// boot id and network namespace), one user (the local channel checks the peer's uid), and
+/// both published a local channel.
+pub fn can_connect(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> bool {
+    let local = |r: &crate::wire::AddrRecord| {
+        r.endpoints
+            .iter()
+            .any(|e| matches!(e, crate::wire::EndpointAddr::Local(_)))
+    };
+    a.info.same_node(&b.info) && a.info.uid == b.info.uid && local(a) && local(b)
 }
 
 /// A peer on this node, as known from the bootstrap.

@@ -257,7 +257,8 @@ pub struct SimNet {
     /// Keyed by (time, insertion sequence): iteration order is the deterministic event order.
     queue: BTreeMap<(u64, u64), Pending>,
     /// Virtual time at which each link finishes its current transmission.
-    link_free: HashMap<(usize, usize), u64>,
+    /// Keyed by (from, to, stream): each stream of a pair is serialised on its own.
+    link_free: HashMap<(usize, usize, usize), u64>,
     failed: Vec<bool>,
     stats: SimStats,
 }
@@ -330,6 +331,19 @@ impl SimNet {
     /// `max(now, link free) + len/β + α (+ jitter)`; the link stays busy for `len/β`, so later
     /// messages on the same link queue behind it. Loss is decided here, deterministically.
     pub fn send(&mut self, from: usize, to: usize, payload: Vec<u8>) -> Result<MsgId, SimError> {
+        self.send_on(from, to, 0, payload)
+    }
+
+    /// [`send`](Self::send) on stream `stream` of the pair: streams (several connections, or
+    /// rails) are serialised independently, so a small message on one overtakes a large one
+    /// sent earlier on another.
+    pub fn send_on(
+        &mut self,
+        from: usize,
+        to: usize,
+        stream: usize,
+        payload: Vec<u8>,
+    ) -> Result<MsgId, SimError> {
         self.check_rank(from)?;
         self.check_rank(to)?;
         for rank in [from, to] {
@@ -340,7 +354,7 @@ impl SimNet {
         let id = MsgId(self.next_id);
         self.next_id += 1;
         let tx = self.transmit_ns(payload.len());
-        let free = self.link_free.entry((from, to)).or_insert(0);
+        let free = self.link_free.entry((from, to, stream)).or_insert(0);
         let finish = (*free).max(self.now).saturating_add(tx);
         *free = finish;
         let jitter = match self.cfg.jitter_ns {

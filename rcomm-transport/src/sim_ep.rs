@@ -48,6 +48,10 @@ pub struct SimFabricConfig {
     pub window: usize,
     /// Whether GET/PUT need registered memory (as verbs do).
     pub needs_reg: bool,
+    /// Streams per pair (at least 1): messages, chunks and one-sided traffic of a pair go
+    /// round-robin over them, each serialised on its own, so later traffic overtakes earlier
+    /// traffic on another stream (as over several TCP connections or rails).
+    pub streams: usize,
     /// GET is offered but refused when tried ([`TransportError::Unsupported`], as the kernel
     /// refuses single copy under a strict ptrace policy): the protocol layer must fall back.
     pub refuse_get: bool,
@@ -62,6 +66,7 @@ impl Default for SimFabricConfig {
             chunk: 1024,
             window: 8,
             needs_reg: false,
+            streams: 1,
             refuse_get: false,
         }
     }
@@ -84,6 +89,8 @@ pub struct FabricStats {
     pub refused: u64,
     /// Completions dropped because the initiator quiesced the operation first.
     pub cancelled: u64,
+    /// Deliveries that overtook something sent earlier on the same pair (jitter, streams).
+    pub overtaken: u64,
 }
 
 enum Arrival {
@@ -131,6 +138,10 @@ struct Fabric {
     stats: FabricStats,
     /// Every delivery, in order: (virtual time, from, to, kind), for replay checks.
     trace: Vec<(u64, u32, u32, u8)>,
+    /// Sends so far per pair (`from * ranks + to`), which pick the stream.
+    sent: Vec<u64>,
+    /// Highest message id delivered per pair, plus one (0: none yet).
+    newest: Vec<u64>,
 }
 
 fn u64_at(b: &[u8], i: usize) -> u64 {
@@ -166,9 +177,12 @@ impl Fabric {
     }
 
     fn send(&mut self, from: u32, to: u32, bytes: Vec<u8>) {
+        let k = from as usize * self.cfg.net.ranks + to as usize;
+        let stream = (self.sent[k] % self.cfg.streams.max(1) as u64) as usize;
+        self.sent[k] += 1;
         // A send to a failed rank vanishes, as on a broken link; its loss is reported by the
         // failure notice.
-        let _ = self.net.send(from as usize, to as usize, bytes);
+        let _ = self.net.send_on(from as usize, to as usize, stream, bytes);
     }
 
     /// Handles one network event; one-sided operations are carried out here.
@@ -179,8 +193,15 @@ impl Fabric {
                 from,
                 to,
                 payload,
-                ..
-            } => (at, from as u32, to as u32, payload),
+                id,
+            } => {
+                let k = from * self.cfg.net.ranks + to;
+                if id.0 + 1 < self.newest[k] {
+                    self.stats.overtaken += 1;
+                }
+                self.newest[k] = self.newest[k].max(id.0 + 1);
+                (at, from as u32, to as u32, payload)
+            }
             SimEvent::PeerFailed {
                 observer, failed, ..
             } => {
@@ -320,6 +341,8 @@ impl SimFabric {
             cancelled: HashSet::new(),
             stats: FabricStats::default(),
             trace: Vec::new(),
+            sent: vec![0; n * n],
+            newest: vec![0; n * n],
             cfg,
         }))))
     }

@@ -208,11 +208,16 @@ impl TcpConfig {
     }
 }
 
-/// Whether TCP reaches between `a` and `b`: always, as far as identities tell (each rank
-/// listens where the interface rule puts it; an address nobody can reach fails at connect,
-/// naming it).
-pub fn can_connect(_a: &crate::identity::PeerInfo, _b: &crate::identity::PeerInfo) -> bool {
-    true
+/// Whether TCP reaches between the ranks of records `a` and `b`: both published a listener
+/// (connections are one-directional, each side opens its own). Whether the address can be
+/// reached from here only a connection tells; one that fails names the address.
+pub fn can_connect(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> bool {
+    let tcp = |r: &crate::wire::AddrRecord| {
+        r.endpoints
+            .iter()
+            .any(|e| matches!(e, crate::wire::EndpointAddr::Tcp(_)))
+    };
+    tcp(a) && tcp(b)
 }
 
 /// The sender's hello, sent once per stream right after authentication.

@@ -5,6 +5,7 @@
 use super::check::Stamp;
 use super::reduce::{Order, Reducer};
 use super::schedule::{Buf, Chunk, Phase, Schedule, Step};
+pub(crate) use crate::coll_state::{Advance, ChoiceKey, CollShared, SchedKey};
 use crate::comm::{Communicator, Tag};
 use crate::p2p::matcher::Source;
 use crate::p2p::region::Region;
@@ -14,60 +15,6 @@ use std::sync::{Arc, Mutex};
 /// Collective tags start here on the internal context (below: barrier, allgather of ids, ...).
 pub(crate) const TAG_COLL_BASE: i32 = 16;
 
-/// Process-wide collective state: reusable scratch and cached schedules.
-#[derive(Default)]
-pub(crate) struct CollShared {
-    /// Scratch buffers kept at their largest length, so a large collective does not zero
-    /// megabytes of fresh memory each call.
-    scratch: Mutex<Vec<Vec<u8>>>,
-    /// Schedules by what they are a pure function of.
-    cache: Mutex<rcomm_transport::fastmap::FastMap<SchedKey, Arc<Schedule>>>,
-    pub(crate) progress: Option<Arc<super::progress::Progress>>,
-    /// Non-blocking collectives started and not known to be finished, on every communicator:
-    /// a rank blocked waiting for one advances the others too, so collectives started or
-    /// waited in different orders on different ranks complete (MPI's progress rule).
-    inflight: Mutex<Vec<std::sync::Weak<Mutex<dyn Advance>>>>,
-    /// `inflight` may hold an unfinished collective: lets blocking waits skip the list (and
-    /// its lock) when there is none.
-    any_inflight: std::sync::atomic::AtomicBool,
-    /// The tuner's choices by what they are a pure function of.
-    choices: Mutex<rcomm_transport::fastmap::FastMap<ChoiceKey, &'static str>>,
-    /// Choices already logged: (op, ranks, bytes, algorithm).
-    logged: Mutex<std::collections::HashSet<(&'static str, u32, usize, &'static str)>>,
-}
-
-impl std::fmt::Debug for CollShared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CollShared").finish_non_exhaustive()
-    }
-}
-
-/// What a cached schedule was built from (v-variants are not cached: their block tables
-/// would make the key as big as the schedule).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct SchedKey {
-    pub op: &'static str,
-    pub algo: &'static str,
-    pub rank: u32,
-    pub n: u32,
-    pub root: u32,
-    pub count: usize,
-    pub elem: usize,
-}
-
-/// What an algorithm choice depends on besides the process-wide tuning and settings.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct ChoiceKey {
-    pub op: &'static str,
-    pub n: u32,
-    pub bytes: usize,
-    pub elem: usize,
-    pub commutative: bool,
-    pub one_node: bool,
-    pub nodes: u32,
-    pub forced: Option<&'static str>,
-}
-
 /// Above this many cached schedules the cache starts over (a job cycles through few shapes).
 const CACHE_MAX: usize = 256;
 /// Scratch buffers kept for reuse.
@@ -76,7 +23,7 @@ const SCRATCH_KEEP: usize = 4;
 impl CollShared {
     pub(crate) fn new(async_progress: bool) -> Self {
         Self {
-            progress: async_progress.then(|| Arc::new(super::progress::Progress::default())),
+            progress: async_progress.then(|| Arc::new(crate::coll_state::Progress::default())),
             ..Default::default()
         }
     }
@@ -716,16 +663,6 @@ pub(crate) struct NbState<T: bytemuck::Pod + Send> {
     reported: bool,
     /// Its flight-recorder record, ended when it finishes.
     fr: rcomm_transport::flight::Handle,
-}
-
-/// What the progress thread sees of a request.
-pub(crate) trait Advance: Send {
-    /// Moves through as many phases as are ready; `Ok(true)` once complete.
-    fn advance(&mut self, block: bool) -> Result<bool>;
-    /// Complete (or failed).
-    fn finished(&self) -> bool;
-    /// The point-to-point requests the current phase waits for.
-    fn pending_reqs(&self, out: &mut Vec<crate::p2p::engine::ReqId>);
 }
 
 impl<T: bytemuck::Pod + Send> NbState<T> {

@@ -8,29 +8,11 @@
 //! yields, and then sleeps on the transports' descriptors with the same sleep protocol as a
 //! blocked caller, so peers' doorbells wake it.
 
-use super::exec::Advance;
+use crate::coll_state::{Item, Progress};
 use crate::comm::Shared;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::thread::JoinHandle;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
-
-type Item = Arc<Mutex<dyn Advance>>;
-
-/// Requests in flight and the thread that advances them.
-#[derive(Default)]
-pub(crate) struct Progress {
-    list: Mutex<Vec<Item>>,
-    cv: Condvar,
-    stop: AtomicBool,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-impl std::fmt::Debug for Progress {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Progress").finish_non_exhaustive()
-    }
-}
 
 /// Rounds without progress before yielding turns into sleeping on descriptors.
 const YIELD_ROUNDS: u32 = 200;

@@ -24,6 +24,7 @@
 //! rank computes the same choice without talking, and never runs a different schedule from
 //! its peers.
 
+pub(crate) use crate::coll_state::{Link, Origin, Tuning};
 use crate::comm::{Communicator, Tag};
 use crate::p2p::matcher::{Source, TagSel};
 use crate::p2p::region::Region;
@@ -93,15 +94,6 @@ const DEFAULT_MEMCPY: f64 = 10_000.0;
 const ALPHA_RANGE_US: (f64, f64) = (0.05, 100_000.0);
 const THROUGHPUT_RANGE: (f64, f64) = (1.0, 10_000_000.0);
 
-/// Where a constant of the [`Tuning`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Origin {
-    /// Measured by rank 0 at init.
-    Measured,
-    /// A built-in default.
-    Default,
-}
-
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -109,35 +101,6 @@ impl fmt::Display for Origin {
             Origin::Default => "default",
         })
     }
-}
-
-/// Latency and bandwidth of one kind of link.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Link {
-    /// Per-message latency α, µs.
-    pub alpha_us: f64,
-    /// Bandwidth β, bytes per µs.
-    pub beta: f64,
-    /// Where α and β came from (they are measured together).
-    pub origin: Origin,
-}
-
-/// The cost model's constants: rank 0's, so that every rank chooses alike.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Tuning {
-    /// Peers on the same node.
-    pub intra: Link,
-    /// Peers on other nodes.
-    pub inter: Link,
-    /// Local reduction throughput γ, bytes of the vector reduced per µs.
-    pub gamma: f64,
-    /// Local memcpy throughput μ, bytes per µs.
-    pub memcpy: f64,
-    /// Where γ and μ came from.
-    pub local_origin: Origin,
-    /// Rank 0's probe found single copy (cross-memory attach) slower than pipelined copy on its
-    /// node: every rank turns it off (see [`measure`]).
-    pub single_copy_off: bool,
 }
 
 impl Tuning {
