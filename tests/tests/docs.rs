@@ -120,7 +120,10 @@ fn rcomm_core_has_no_import_cycle_its_layers_do_not_reach_up() {
         found.join("\n")
     );
     // The schedules stay a leaf.
-    for e in std::fs::read_dir(src.join("coll/schedule")).unwrap().flatten() {
+    for e in std::fs::read_dir(src.join("coll/schedule"))
+        .unwrap()
+        .flatten()
+    {
         let text = std::fs::read_to_string(e.path()).unwrap();
         let code = text.split("#[cfg(test)]").next().unwrap_or("");
         assert!(

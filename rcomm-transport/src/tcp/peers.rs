@@ -175,6 +175,10 @@ impl TcpNet {
         // One peer's failure must not stop traffic with the others: its connections are dropped
         // here and the error is reported once.
         let mut failed: Option<TransportError> = None;
+        if self.tx.is_empty() && self.rx.is_empty() {
+            // No TCP peer yet (all of them on this node): nothing to flush or read.
+            return Ok(0);
+        }
         self.tx.retain(|&peer, tx| {
             let idle = tx.queued() == 0;
             match tx.flush() {
