@@ -114,24 +114,23 @@ fn all_to_all(c: SimFabricConfig) -> rcomm_transport::sim_ep::FabricStats {
         .collect();
     let idx = |f: usize, t: usize, i: usize| (f * n + t) * SIZES.len() + i;
     let mut reqs = Vec::new();
-    // Early receives: even indices.
-    for t in 0..n {
-        for f in (0..n).filter(|&f| f != t) {
-            for i in (0..SIZES.len()).step_by(2) {
-                let reg = Region::from_mut(&mut recvs[idx(f, t, i)]);
-                let q = cl.engines[t]
-                    .irecv(
-                        0,
-                        Source::Rank(f as u32),
-                        TagSel::Tag(i as i32),
-                        reg,
-                        "recv",
-                    )
-                    .unwrap();
-                reqs.push((t, q, Some((f, i))));
+    // Receives of every other size, from `first` on, at every rank from every other.
+    let post = |cl: &mut Cluster, recvs: &mut [Vec<u8>], reqs: &mut Vec<_>, first: usize| {
+        for t in 0..n {
+            for f in (0..n).filter(|&f| f != t) {
+                for i in (first..SIZES.len()).step_by(2) {
+                    let reg = Region::from_mut(&mut recvs[idx(f, t, i)]);
+                    let src = Source::Rank(f as u32);
+                    let q = cl.engines[t]
+                        .irecv(0, src, TagSel::Tag(i as i32), reg, "recv")
+                        .unwrap();
+                    reqs.push((t, q, Some((f, i))));
+                }
             }
         }
-    }
+    };
+    // Early receives: even indices.
+    post(&mut cl, &mut recvs, &mut reqs, 0);
     for f in 0..n {
         for t in (0..n).filter(|&t| t != f) {
             for i in 0..SIZES.len() {
@@ -145,23 +144,7 @@ fn all_to_all(c: SimFabricConfig) -> rcomm_transport::sim_ep::FabricStats {
     }
     // Let everything that can arrive, arrive; then post the late receives (unexpected).
     cl.run(|c| c.idle() && !c.fabric.advance()).unwrap();
-    for t in 0..n {
-        for f in (0..n).filter(|&f| f != t) {
-            for i in (1..SIZES.len()).step_by(2) {
-                let reg = Region::from_mut(&mut recvs[idx(f, t, i)]);
-                let q = cl.engines[t]
-                    .irecv(
-                        0,
-                        Source::Rank(f as u32),
-                        TagSel::Tag(i as i32),
-                        reg,
-                        "recv",
-                    )
-                    .unwrap();
-                reqs.push((t, q, Some((f, i))));
-            }
-        }
-    }
+    post(&mut cl, &mut recvs, &mut reqs, 1);
     let ids: Vec<(usize, ReqId)> = reqs.iter().map(|&(r, q, _)| (r, q)).collect();
     let res = cl.wait_all(&ids);
     for ((t, _, what), r) in reqs.iter().zip(res) {

@@ -66,19 +66,7 @@ impl Engine {
         if let Some(q) = self.st.out.remove(&peer) {
             self.st.out_len -= q.len();
         }
-        let lost: Vec<ReqId> = self
-            .st
-            .reqs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                r.as_ref()
-                    .filter(|r| {
-                        matches!(r.state, ReqState::Active) && (r.peer == Some(peer) || r.wildcard)
-                    })
-                    .map(|_| i)
-            })
-            .collect();
+        let lost = self.st.active_reqs(|r| r.peer == Some(peer) || r.wildcard);
         for req in lost {
             if let Some((ctx, rid)) = self.st.req_mut(req).posted.take() {
                 if let Some(c) = self.st.ctx.get_mut(&ctx) {
@@ -184,17 +172,7 @@ impl Engine {
         self.peer_failed(peer, why.clone());
         // The launcher knows why (a closed connection seen first only says that it closed).
         self.st.failed.insert(peer, why.clone());
-        let broken: Vec<ReqId> = self
-            .st
-            .reqs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                r.as_ref()
-                    .filter(|r| matches!(r.state, ReqState::Active) && self.comm_has(r.ctx, peer))
-                    .map(|_| i)
-            })
-            .collect();
+        let broken = self.st.active_reqs(|r| self.comm_has(r.ctx, peer));
         for req in broken {
             self.drop_req_state(req);
             let op = self.st.req_mut(req).op;

@@ -772,6 +772,17 @@ impl State {
         }
     }
 
+    /// The active requests that `pred` selects.
+    fn active_reqs(&self, pred: impl Fn(&Req) -> bool) -> Vec<ReqId> {
+        (self.reqs.iter().enumerate())
+            .filter_map(|(i, r)| {
+                r.as_ref()
+                    .filter(|r| matches!(r.state, ReqState::Active) && pred(r))
+                    .map(|_| i)
+            })
+            .collect()
+    }
+
     fn req_mut(&mut self, req: ReqId) -> &mut Req {
         self.reqs[req].as_mut().expect("live request")
     }

@@ -519,6 +519,18 @@ impl State {
             self.put_cts.push((req, peer, env, sender_token));
             return;
         }
+        let token = self.rndv_recv_start(req, peer, env, false);
+        self.send_ctl(peer, ProtoKind::RndvCts, &[sender_token, token]);
+    }
+
+    /// Registers the receive `req` as waiting for `peer`'s data (by PUT or chunks); its token.
+    pub(super) fn rndv_recv_start(
+        &mut self,
+        req: ReqId,
+        peer: u32,
+        env: Envelope,
+        put: bool,
+    ) -> u64 {
         let token = self.token();
         self.rndv_recv.insert(
             token,
@@ -527,10 +539,10 @@ impl State {
                 peer,
                 env,
                 received: 0,
-                put: false,
+                put,
             },
         );
-        self.send_ctl(peer, ProtoKind::RndvCts, &[sender_token, token]);
+        token
     }
 
     pub(super) fn start_put_cts(
@@ -541,17 +553,7 @@ impl State {
         sender_token: u64,
         key: RKey,
     ) {
-        let token = self.token();
-        self.rndv_recv.insert(
-            token,
-            RndvRecv {
-                req,
-                peer,
-                env,
-                received: 0,
-                put: true,
-            },
-        );
+        let token = self.rndv_recv_start(req, peer, env, true);
         self.out_len += 1;
         self.out.entry(peer).or_default().push_back(Out {
             hdr: ctl_header(self.me, ProtoKind::RndvCts, 0),

@@ -14,17 +14,7 @@ impl Engine {
         }
         rcomm_transport::rlog!(Info, "P2P", "communicator {key} revoked by rank {by}");
         self.revoked.insert(key, by);
-        let doomed: Vec<ReqId> = self
-            .st
-            .reqs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                r.as_ref()
-                    .filter(|r| matches!(r.state, ReqState::Active) && r.ctx & !1 == key)
-                    .map(|_| i)
-            })
-            .collect();
+        let doomed = self.st.active_reqs(|r| r.ctx & !1 == key);
         for req in doomed {
             self.drop_req_state(req);
             let op = self.st.req_mut(req).op;
