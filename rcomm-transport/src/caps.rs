@@ -78,14 +78,6 @@ impl Kinds {
         host: true,
         cuda: false,
     };
-
-    /// Whether memory of `k` is in the set.
-    pub fn has(&self, k: crate::mem::MemKind) -> bool {
-        match k {
-            crate::mem::MemKind::Host => self.host,
-            crate::mem::MemKind::Cuda { .. } => self.cuda,
-        }
-    }
 }
 
 /// What a transport can do, for the protocol layer's choices and the cost model

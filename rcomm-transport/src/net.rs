@@ -202,7 +202,7 @@ const NO_EP: u8 = u8::MAX;
 
 /// The lanes to one peer, fixed when the table is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lanes {
+struct Lanes {
     /// The transport chosen by [`select`].
     pub route: Route,
     /// Endpoint of the ordered message lane.
@@ -330,11 +330,6 @@ impl Net {
     /// The route to `peer`.
     pub fn route(&self, peer: u32) -> Route {
         self.lanes[peer as usize].route
-    }
-
-    /// The lanes to `peer`.
-    pub fn lanes(&self, peer: u32) -> Lanes {
-        self.lanes[peer as usize]
     }
 
     /// Largest eager payload to `peer` (fixed when the table was built).

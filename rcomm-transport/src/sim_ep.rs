@@ -185,6 +185,27 @@ impl Fabric {
         let _ = self.net.send_on(from as usize, to as usize, stream, bytes);
     }
 
+    /// Reports operation `tok` of initiator `to` with target `from` complete (`ok`: the
+    /// target reached its memory); false, and nothing reported, when the initiator quiesced it
+    /// first or the target refused.
+    fn complete(&mut self, to: u32, from: u32, tok: u64, ok: bool) -> bool {
+        if self.cancelled.remove(&(to, tok)) {
+            self.stats.cancelled += 1;
+            return false;
+        }
+        let res = if ok {
+            Ok(())
+        } else {
+            Err("remote memory not registered".to_string())
+        };
+        self.inbox[to as usize].push_back(Arrival::Done {
+            peer: from,
+            tok,
+            res,
+        });
+        ok
+    }
+
     /// Handles one network event; one-sided operations are carried out here.
     fn on_event(&mut self, ev: SimEvent) {
         let (at, from, to, payload) = match ev {
@@ -255,24 +276,12 @@ impl Fabric {
             }
             K_GET_DATA => {
                 let (tok, dst, ok) = (u64_at(b, 0), u64_at(b, 8), b[16] == 1);
-                if self.cancelled.remove(&(to, tok)) {
-                    self.stats.cancelled += 1;
-                    return;
-                }
-                let res = if ok {
+                if self.complete(to, from, tok, ok) {
                     // SAFETY: the initiator's engine holds `dst` for this GET until it
-                    // completes, and it was not quiesced (checked above).
+                    // completes, and it was not quiesced (checked by `complete`).
                     unsafe { write_at(dst, &b[17..]) };
                     self.stats.gets += 1;
-                    Ok(())
-                } else {
-                    Err("remote memory not registered".to_string())
-                };
-                self.inbox[to as usize].push_back(Arrival::Done {
-                    peer: from,
-                    tok,
-                    res,
-                });
+                }
             }
             K_PUT_DATA => {
                 let (tok, dst) = (u64_at(b, 0), u64_at(b, 8));
@@ -290,24 +299,8 @@ impl Fabric {
                 out.push(ok as u8);
                 self.send(to, from, out);
             }
-            K_ACK => {
-                let tok = u64_at(b, 0);
-                if self.cancelled.remove(&(to, tok)) {
-                    self.stats.cancelled += 1;
-                    return;
-                }
-                let res = if b[8] == 1 {
-                    self.stats.puts += 1;
-                    Ok(())
-                } else {
-                    Err("remote memory not registered".to_string())
-                };
-                self.inbox[to as usize].push_back(Arrival::Done {
-                    peer: from,
-                    tok,
-                    res,
-                });
-            }
+            // `complete` reports the PUT (or its refusal) either way; the arm counts successes.
+            K_ACK if self.complete(to, from, u64_at(b, 0), b[8] == 1) => self.stats.puts += 1,
             _ => {}
         }
     }
@@ -676,10 +669,5 @@ impl SimEndpoint {
             }
         }
         Ok(n)
-    }
-
-    /// Whether something waits in this rank's inbox.
-    pub fn has_arrivals(&self) -> bool {
-        !self.fabric.lock().inbox[self.me as usize].is_empty()
     }
 }

@@ -12,7 +12,7 @@ impl Engine {
             }
             self.st.posted.remove(&(ctx, rid));
         }
-        self.quiesce_where(|p, s| p.map_or(s.is_some_and(|s| s.req == req), |p| p.req == req));
+        self.take_back(|p| p.req == req, |s| s.req == req);
         self.st.rndv_send.retain(|_, s| s.req != req);
         self.st.rndv_recv.retain(|_, s| s.req != req);
         self.st
@@ -22,28 +22,38 @@ impl Engine {
         self.st.put_cts.retain(|p| p.0 != req);
     }
 
-    /// Takes back from the transports the asynchronous operations (GETs under way, PUTs under
-    /// way) that `which` selects — before their requests fail and hand the buffers back.
-    pub(super) fn quiesce_where(
+    /// Takes back from the transports the asynchronous operations that `get` and `put`
+    /// select (GETs and PUTs under way), so their buffers are no longer touched; returns them
+    /// (the GETs, and the PUTs' send tokens with the receivers' keys) for the caller to drop
+    /// or start again.
+    pub(super) fn take_back(
         &mut self,
-        which: impl Fn(Option<&Pull>, Option<&RndvSend>) -> bool,
-    ) {
-        let gets: Vec<(u64, u32)> = (self.st.gets.iter())
-            .filter(|(_, p)| which(Some(p), None))
-            .map(|(&t, p)| (t, p.peer))
+        get: impl Fn(&Pull) -> bool,
+        put: impl Fn(&RndvSend) -> bool,
+    ) -> (Vec<Pull>, Vec<PutStart>) {
+        let get_toks: Vec<u64> = (self.st.gets.iter())
+            .filter(|(_, p)| get(p))
+            .map(|(&t, _)| t)
             .collect();
-        for (t, peer) in gets {
-            self.net.quiesce(peer, t);
-            self.st.gets.remove(&t);
+        let mut gets = Vec::with_capacity(get_toks.len());
+        for t in get_toks {
+            let p = self.st.gets.remove(&t).expect("listed");
+            self.net.quiesce(p.peer, t);
+            gets.push(p);
         }
-        let puts: Vec<(u64, u32)> = (self.st.rndv_send.iter())
-            .filter(|(_, s)| s.putting.is_some() && which(None, Some(s)))
-            .map(|(&t, s)| (t, s.peer))
+        let put_toks: Vec<u64> = (self.st.rndv_send.iter())
+            .filter(|(_, s)| s.putting.is_some() && put(s))
+            .map(|(&t, _)| t)
             .collect();
-        for (t, peer) in puts {
+        let mut puts = Vec::with_capacity(put_toks.len());
+        for t in put_toks {
+            let s = self.st.rndv_send.get_mut(&t).expect("listed");
+            let key = s.putting.take().expect("putting");
+            let peer = s.peer;
             self.net.quiesce(peer, t);
-            self.st.rndv_send.get_mut(&t).expect("listed").putting = None;
+            puts.push(PutStart { send_token: t, key });
         }
+        (gets, puts)
     }
 
     pub(super) fn transport_failed(&mut self, peer: Option<u32>, why: String) {
@@ -78,7 +88,7 @@ impl Engine {
             let e = self.st.lost(peer, op, why.clone());
             self.st.complete(req, Err(e));
         }
-        self.quiesce_where(|p, s| p.map_or(s.is_some_and(|s| s.peer == peer), |p| p.peer == peer));
+        self.take_back(|p| p.peer == peer, |s| s.peer == peer);
         self.st.rndv_send.retain(|_, s| s.peer != peer);
         self.st.rndv_recv.retain(|_, s| s.peer != peer);
         self.st.pulls.retain(|p| p.peer != peer);

@@ -676,24 +676,9 @@ impl Engine {
         let new = Region::from_mut(&mut spare);
         // Asynchronous movers let go of the old buffer first; their operations start again on
         // the new one.
-        let gets: Vec<u64> = (self.st.gets.iter())
-            .filter(|(_, p)| p.req == req)
-            .map(|(&t, _)| t)
-            .collect();
-        for t in gets {
-            let p = self.st.gets.remove(&t).expect("listed");
-            self.net.quiesce(p.peer, t);
-            self.st.pulls.push(p);
-        }
-        let puts: Vec<(u64, u32, RKey)> = (self.st.rndv_send.iter())
-            .filter(|(_, s)| s.req == req)
-            .filter_map(|(&t, s)| Some((t, s.peer, s.putting?)))
-            .collect();
-        for (t, peer, key) in puts {
-            self.net.quiesce(peer, t);
-            self.st.rndv_send.get_mut(&t).expect("listed").putting = None;
-            self.st.put_starts.push(PutStart { send_token: t, key });
-        }
+        let (gets, puts) = self.take_back(|p| p.req == req, |s| s.req == req);
+        self.st.pulls.extend(gets);
+        self.st.put_starts.extend(puts);
         let st = &mut self.st;
         st.req_mut(req).region = new;
         for s in st.rndv_send.values_mut().filter(|s| s.req == req) {
