@@ -42,6 +42,33 @@ impl From<u32> for Source {
 pub(crate) struct WaitPolicy {
     pub spin: u32,
     pub yield_until: u32,
+    /// Ranks outnumber the CPUs: shared-memory collectives sleep on their counters.
+    pub sleep: bool,
+}
+
+impl WaitPolicy {
+    /// The policy of a rank among `sharing` ranks on this kernel with `cpus` CPUs between them.
+    /// Oversubscribed, a wait that sees nothing move spins for a few microseconds (64 polls),
+    /// yields a few times, then sleeps on the transports' descriptors (p2p) or on the counter
+    /// it waits for (shared-memory collectives): a yielding waiter still takes a time slice
+    /// from the rank it waits for whenever the scheduler picks it again. With a CPU each, a
+    /// wait spins longer (a reply within tens of microseconds is likely), then yields, and
+    /// sleeps only after that.
+    pub(crate) fn for_sharing(sharing: usize, cpus: usize) -> Self {
+        if sharing > cpus.max(1) {
+            WaitPolicy {
+                spin: 64,
+                yield_until: 64 + 32,
+                sleep: true,
+            }
+        } else {
+            WaitPolicy {
+                spin: 20_000,
+                yield_until: 40_000,
+                sleep: false,
+            }
+        }
+    }
 }
 
 thread_local! {

@@ -129,6 +129,18 @@ fn name_first_failure(
     }
 }
 
+/// How many ranks share this machine's CPUs with rank `me`: every rank on this kernel (the same
+/// boot id), whatever node identity says — ranks in other network or UTS namespaces, in
+/// containers, or split by RCOMM_HOSTID still take time slices from ours, and spinning while
+/// the rank we wait for needs our core costs it a whole time slice per wait.
+fn sharing_cpus(infos: &[PeerInfo], me: usize) -> usize {
+    let me = &infos[me];
+    infos
+        .iter()
+        .filter(|p| p.same_node(me) || p.boot_id == me.boot_id)
+        .count()
+}
+
 fn init_with(cfg: &Config) -> Result<World> {
     if let Some(isa) = &cfg.kernel_isa {
         let isa: rcomm_kernels::Isa = isa.parse().map_err(|e: rcomm_kernels::KernelError| {
@@ -197,29 +209,8 @@ fn init_with(cfg: &Config) -> Result<World> {
     if cfg.check {
         engine.check_enable();
     }
-    // Ranks sharing this machine's cores: those on this node, or all the launcher started here
-    // when node identity is split further (RCOMM_HOSTID, namespaces) — spinning while the rank
-    // we wait for needs our core costs a whole time slice per wait.
-    let sharing = on_node.max(
-        infos
-            .iter()
-            .filter(|p| p.hostname == infos[rank as usize].hostname)
-            .count(),
-    );
-    // The node's CPUs, not this rank's affinity: a rank the launcher bound to one core is not
-    // oversubscribed for that.
-    let oversubscribed = sharing > rcomm_transport::os::job_cpus();
-    let policy = if oversubscribed {
-        WaitPolicy {
-            spin: 64,
-            yield_until: 4096,
-        }
-    } else {
-        WaitPolicy {
-            spin: 20_000,
-            yield_until: 40_000,
-        }
-    };
+    let sharing = sharing_cpus(&infos, rank as usize);
+    let policy = WaitPolicy::for_sharing(sharing, rcomm_transport::os::job_cpus());
     let node_of = infos
         .iter()
         .map(|p| infos.iter().position(|q| q.same_node(p)).unwrap_or(0) as u32)
@@ -471,6 +462,36 @@ pub(crate) fn init_for_test(cfg: &Config) -> World {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ranks_on_one_kernel_share_its_cpus_across_namespaces() {
+        use super::{PeerInfo, WaitPolicy, sharing_cpus};
+        let a = PeerInfo::local(vec![]);
+        // Another network namespace with its own hostname (a fake host), same kernel.
+        let fake = PeerInfo {
+            netns: a.netns + 1,
+            hostname: "fake-host-2".into(),
+            ..a.clone()
+        };
+        let other_kernel = PeerInfo {
+            boot_id: "another-boot".into(),
+            hostname: "elsewhere".into(),
+            ..a.clone()
+        };
+        let infos = [a.clone(), fake.clone(), fake, other_kernel.clone(), a];
+        assert_eq!(sharing_cpus(&infos, 0), 4);
+        assert_eq!(sharing_cpus(&infos, 1), 4);
+        assert_eq!(sharing_cpus(&infos, 3), 1);
+        // 4 ranks on 2 CPUs sleep soon; on 4 CPUs they spin.
+        let over = WaitPolicy::for_sharing(4, 2);
+        assert!(over.sleep && over.yield_until <= 128 && over.spin <= 64);
+        let fits = WaitPolicy::for_sharing(4, 4);
+        assert!(!fits.sleep && fits.spin > over.spin);
+        assert!(
+            WaitPolicy::for_sharing(2, 0).sleep,
+            "no CPU count read: one CPU"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -325,9 +325,84 @@ pub fn signal_name(sig: i32) -> String {
     name.to_string()
 }
 
+/// The 32 bits of `word` a futex on it compares: the low half of the counter, which changes
+/// with every increment (a wait on a counter goes wrong only after 2³² rounds in one sleep).
+fn futex_half(word: &std::sync::atomic::AtomicU64) -> *const u32 {
+    let p = word.as_ptr().cast::<u32>();
+    if cfg!(target_endian = "little") {
+        p.cast_const()
+    } else {
+        // SAFETY: the second half of the same 8-byte word.
+        unsafe { p.add(1).cast_const() }
+    }
+}
+
+/// Sleeps until [`futex_wake`] on `word`, at most `timeout`, unless the low 32 bits of `word`
+/// no longer equal those of `seen`. The word may lie in memory other processes map (a
+/// shared-memory window): the futex is not process-private. Returns at once on any error
+/// (interrupted, value changed): callers re-check their condition and loop.
+pub fn futex_wait(word: &std::sync::atomic::AtomicU64, seen: u64, timeout: std::time::Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT reads the aligned 4-byte word at a live address and the timespec
+    // through valid pointers; it writes nothing of ours.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            futex_half(word),
+            libc::FUTEX_WAIT,
+            seen as u32,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// Wakes every thread, of any process, sleeping in [`futex_wait`] on `word`.
+pub fn futex_wake(word: &std::sync::atomic::AtomicU64) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            futex_half(word),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn futex_wait_returns_on_wake_and_on_a_changed_value() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::time::{Duration, Instant};
+        let word = AtomicU64::new(5);
+        // A changed value: no sleep at all (a 30 s timeout would show).
+        let t = Instant::now();
+        futex_wait(&word, 4, Duration::from_secs(30));
+        assert!(t.elapsed() < Duration::from_secs(10));
+        // Woken by another thread's store and wake, long before the timeout; the high half
+        // changing alone does not count (the futex compares the low half).
+        word.store(5 | 1 << 32, Ordering::SeqCst);
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                word.store(6, Ordering::SeqCst);
+                futex_wake(&word);
+            });
+            while word.load(Ordering::SeqCst) != 6 {
+                futex_wait(&word, 5, Duration::from_secs(30));
+            }
+        });
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        // A timeout without a wake returns too.
+        futex_wait(&word, 6, Duration::from_millis(20));
+    }
 
     fn cgroup_tree(files: &[(&str, &str)]) -> std::path::PathBuf {
         use std::sync::atomic::{AtomicUsize, Ordering};

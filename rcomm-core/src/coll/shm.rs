@@ -30,7 +30,13 @@
 //! reads happen before the overwrite. Counters only grow, so `≥` tests stay right when a fast
 //! peer is already one round ahead (it can never be two: it would need our `done`).
 //!
-//! **Failures.** Waiting spins briefly, then yields (ranks may outnumber cores), and about
+//! **Waiting.** A wait spins briefly, then yields; when ranks outnumber the CPUs it then
+//! sleeps on the counter it waits for (a futex on the shared word, at most 1 ms at a time), and
+//! every store of a counter is followed by a SeqCst fence and, when the owner's `sleepers`
+//! count is non-zero, a wake-up: either the sleeper's last look sees the new value or the
+//! storer sees the sleeper.
+//!
+//! **Failures.** About
 //! every millisecond asks the engine whether a member died; a dead peer ends the wait with
 //! `PeerLost`, and the windows are marked broken (later calls fail at once instead of hanging
 //! on a round that can never complete). A rank that gives up also sets `abort` in its header,
@@ -63,6 +69,11 @@ const HEADER: usize = 4096;
 pub(crate) const WINDOW: usize = HEADER + 4 * SLOT;
 /// Busy-wait iterations before a waiter starts yielding its core.
 const SPIN: u32 = 2000;
+/// Yields without the counter moving before a waiter of [`Proto::with_sleep`] sleeps.
+const YIELDS_BEFORE_SLEEP: u32 = 8;
+/// Longest sleep on a counter: a peer that does not wake sleepers, and the failure checks,
+/// are never waited on for longer.
+const SLEEP_MAX: Duration = Duration::from_millis(1);
 /// How often a waiter asks whether a peer died.
 const CHECK_EVERY: Duration = Duration::from_millis(1);
 
@@ -98,6 +109,9 @@ struct Header {
     /// Non-zero once this rank gave up on the windows (1 + the world rank it lost, or
     /// `u64::MAX`): ranks waiting on a live but stuck peer learn of a failure it saw.
     abort: Line,
+    /// Peers asleep on one of this rank's counters (ranks outnumber cores): a new value is
+    /// followed by a wake-up when it is non-zero.
+    sleepers: Line,
     desc: [Desc; 2],
 }
 const _: () = assert!(size_of::<Header>() <= HEADER);
@@ -161,6 +175,12 @@ pub(crate) struct Proto<'a> {
     /// part may exit normally meanwhile.
     check: &'a mut dyn FnMut(usize, Duration) -> Result<()>,
     spin: u32,
+    /// Ranks outnumber the CPUs: a wait that keeps yielding goes to sleep on the counter.
+    sleep: bool,
+    /// Longest sleep on a counter ([`SLEEP_MAX`]; tests make it long, so that a lost wake-up
+    /// shows), and how many sleeps this rank began.
+    sleep_max: Duration,
+    slept: u32,
     /// Checked mode: the call's number and what it is.
     checked: Option<(u32, super::check::Call)>,
 }
@@ -177,6 +197,9 @@ impl<'a> Proto<'a> {
             bases,
             check,
             spin: SPIN,
+            sleep: false,
+            sleep_max: SLEEP_MAX,
+            slept: 0,
             checked: None,
         }
     }
@@ -192,6 +215,43 @@ impl<'a> Proto<'a> {
     pub(crate) fn with_spin(mut self, spin: u32) -> Self {
         self.spin = spin;
         self
+    }
+
+    /// Waits that keep yielding sleep on the counter they wait for, and every new counter
+    /// value wakes sleepers (a fence and a load per store): for ranks that share CPUs, where
+    /// a yielding waiter still takes a time slice from the rank it waits for. Every rank of
+    /// the windows should agree; one that does not sleeps costs a peer that does at most
+    /// [`SLEEP_MAX`] per wait.
+    pub(crate) fn with_sleep(mut self, sleep: bool) -> Self {
+        self.sleep = sleep;
+        self
+    }
+
+    /// Stores our counter `f = k` (Release: what we wrote before is visible with it) and wakes
+    /// peers asleep on our counters. The SeqCst fence pairs with the sleeper's SeqCst
+    /// increment of `sleepers` before its last look at the counter: either it sees `k`, or we
+    /// see it asleep (Dekker), so no wake-up is lost.
+    fn publish(&self, f: Flag, k: u64) {
+        let word = self.flag(self.me, f);
+        word.store(k, Ordering::Release);
+        if self.sleep {
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if self.hdr(self.me).sleepers.0.load(Ordering::Relaxed) != 0 {
+                rcomm_transport::os::futex_wake(word);
+            }
+        }
+    }
+
+    /// Sleeps on rank j's counter `f` until it reaches `target` or [`SLEEP_MAX`] passes.
+    fn sleep_on(&mut self, j: usize, f: Flag, target: u64) {
+        self.slept = self.slept.wrapping_add(1);
+        let (h, word) = (self.hdr(j), self.flag(j, f));
+        h.sleepers.0.fetch_add(1, Ordering::SeqCst);
+        let seen = word.load(Ordering::SeqCst);
+        if seen < target {
+            rcomm_transport::os::futex_wait(word, seen, self.sleep_max);
+        }
+        h.sleepers.0.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn n(&self) -> usize {
@@ -230,6 +290,7 @@ impl<'a> Proto<'a> {
     /// Waits until every rank's `f` counter reaches `target`.
     fn wait_all(&mut self, f: Flag, target: u64) -> PResult<()> {
         let mut spins = 0u32;
+        let mut yields = 0u32;
         let mut next_check: Option<Instant> = None;
         for j in 0..self.n() {
             // When this wait for rank j started (its first check): the watchdog's clock.
@@ -240,7 +301,12 @@ impl<'a> Proto<'a> {
                     std::hint::spin_loop();
                     continue;
                 }
-                std::thread::yield_now();
+                if self.sleep && yields >= YIELDS_BEFORE_SLEEP {
+                    self.sleep_on(j, f, target);
+                } else {
+                    yields += 1;
+                    std::thread::yield_now();
+                }
                 let now = Instant::now();
                 if next_check.is_none_or(|t| now >= t) {
                     // A member that gave up never moves again; whatever we wait for, this
@@ -294,7 +360,7 @@ impl<'a> Proto<'a> {
             }
         }
         // Release: the slot and descriptor writes above become visible with `arrived`.
-        self.hdr(me).arrived.0.store(k, Ordering::Release);
+        self.publish(Flag::Arrived, k);
         self.wait_all(Flag::Arrived, k)?;
         if !first {
             return Ok(());
@@ -302,7 +368,7 @@ impl<'a> Proto<'a> {
         if let Some((seq, call)) = self.checked
             && let Some(v) = self.check_descriptors(b, seq, call)
         {
-            self.hdr(me).done.0.store(k, Ordering::Release);
+            self.publish(Flag::Done, k);
             return Err(ProtoError::Check(Box::new(v)));
         }
         let mut bad = None;
@@ -346,7 +412,7 @@ impl<'a> Proto<'a> {
             Some(e) => {
                 // Everyone found a difference in this same round; finishing it keeps the
                 // windows in step for the next call.
-                self.hdr(me).done.0.store(k, Ordering::Release);
+                self.publish(Flag::Done, k);
                 Err(ProtoError::Agreed(e))
             }
             None => Ok(()),
@@ -465,7 +531,7 @@ impl<'a> Proto<'a> {
                 let res =
                     unsafe { std::slice::from_raw_parts_mut(self.result(me, b).add(a), z - a) };
                 fold(res, a, z).map_err(ProtoError::Fatal)?;
-                self.hdr(me).reduced.0.store(k, Ordering::Release);
+                self.publish(Flag::Reduced, k);
                 self.wait_all(Flag::Reduced, k)?;
                 for j in 0..n {
                     let (a, z) = part(j);
@@ -482,7 +548,7 @@ impl<'a> Proto<'a> {
                     };
                 }
             }
-            self.hdr(me).done.0.store(k, Ordering::Release);
+            self.publish(Flag::Done, k);
             if !valid {
                 return Err(ProtoError::Agreed(CommError::Size { bytes: total, elem }));
             }
@@ -519,7 +585,7 @@ impl<'a> Proto<'a> {
                 let src = unsafe { std::slice::from_raw_parts(self.slot(root, b), len) };
                 data[lo..hi].copy_from_slice(src);
             }
-            self.hdr(me).done.0.store(k, Ordering::Release);
+            self.publish(Flag::Done, k);
         }
         Ok(())
     }
@@ -794,6 +860,7 @@ impl NodeShm {
         };
         let mut p = Proto::new(self.me, &self.bases, &mut check)
             .with_spin(comm.shared.policy.spin.min(SPIN))
+            .with_sleep(comm.shared.policy.sleep)
             .with_check(checked.map(|(t, c)| (super::check::seq_of(t.0), c)));
         let State { round, broken } = &mut *st;
         let e = match f(&mut p, round) {
@@ -1127,6 +1194,57 @@ mod tests {
                     assert!(o[it] == want, "n {n} count {count} rank {r}");
                 }
             }
+        }
+    }
+
+    /// Ranks that share CPUs sleep on the counters and are woken by the store that moves them:
+    /// with sleeps of up to 10 s, one lost wake-up takes the test past its 8 s bound (the
+    /// failure check then ends every wait). Each call, one rank (in turn) is late, so the
+    /// others yield and go to sleep; small calls sleep on `arrived` and `done`, split ones
+    /// (64 KiB) on `reduced` too.
+    #[test]
+    fn sleeping_waiters_are_woken_by_the_store_they_wait_for() {
+        let n = 4;
+        let nd = node(n);
+        let t0 = Instant::now();
+        let out: Vec<(usize, u32, bool)> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|r| {
+                    let bases = &nd.bases;
+                    s.spawn(move || {
+                        let b = ptrs(bases);
+                        let mut give_up = |_, _| match t0.elapsed() > Duration::from_secs(8) {
+                            true => Err(CommError::InvalidArg("a wake-up was lost".into())),
+                            false => Ok(()),
+                        };
+                        let mut p = Proto::new(r, &b, &mut give_up)
+                            .with_spin(0)
+                            .with_sleep(true);
+                        p.sleep_max = Duration::from_secs(10);
+                        let (mut round, mut bad) = (0, 0);
+                        for it in 0..60 {
+                            let count = [2usize, 16 << 10][it % 2];
+                            if it % n == r {
+                                std::thread::sleep(Duration::from_millis(2));
+                            }
+                            let mut d: Vec<u32> = (0..count).map(|i| input(r, i, it)).collect();
+                            if allreduce(&mut p, &mut round, &mut d).is_err() {
+                                return (bad, p.slept, false);
+                            }
+                            bad += usize::from(d != reference(n, count, it));
+                        }
+                        (bad, p.slept, true)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let took = t0.elapsed();
+        for (r, &(bad, slept, finished)) in out.iter().enumerate() {
+            assert!(finished, "rank {r}: a wake-up was lost ({took:?})");
+            assert_eq!(bad, 0, "rank {r}: wrong results");
+            // Each rank waited for a late peer in 45 of the 60 calls.
+            assert!(slept >= 30, "rank {r} slept only {slept} times");
         }
     }
 
