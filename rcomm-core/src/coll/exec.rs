@@ -162,6 +162,11 @@ impl CollShared {
 /// What `finish_phase`'s wait reports for a failed check (not a world rank).
 const CHECK_FAILED: u32 = u32::MAX;
 
+thread_local! {
+    /// See `run_schedule_untimed`.
+    static PHASE_REQS: std::cell::Cell<Vec<Pending>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// A request of a phase in flight.
 #[derive(Debug)]
 pub(crate) struct Pending {
@@ -296,9 +301,12 @@ impl Communicator {
         let coll = &self.shared.coll;
         let mut tmp = coll.take_scratch(s.tmp_len);
         let mut res = Ok(());
+        // The phases' request list, kept per thread so that a steady stream of collectives
+        // does not allocate one per phase (a nested collective finds it taken and makes its own).
+        let mut list = PHASE_REQS.take();
         for ph in &s.phases {
-            res = self
-                .post_phase(s.op_name(), ph, tag, stamp, data, input, &mut tmp)
+            match self
+                .post_phase(s.op_name(), ph, tag, stamp, data, input, &mut tmp, list)
                 .and_then(|reqs| {
                     self.finish_phase(
                         s.op_name(),
@@ -311,12 +319,16 @@ impl Communicator {
                         true,
                         chk,
                     )
-                })
-                .map(drop);
-            if res.is_err() {
-                break;
+                }) {
+                Ok(done) => list = done,
+                Err(e) => {
+                    res = Err(e);
+                    list = Vec::new();
+                    break;
+                }
             }
         }
+        PHASE_REQS.set(list);
         coll.put_scratch(tmp);
         let res = res.map_err(|e| self.in_sequence(e, tag));
         crate::fr::end_coll(self.ctx, &res);
@@ -372,7 +384,9 @@ impl Communicator {
         data: &mut [u8],
         input: &[u8],
         tmp: &mut [u8],
+        mut reqs: Vec<Pending>,
     ) -> Result<Vec<Pending>> {
+        debug_assert!(reqs.is_empty());
         let ctx = self.ctx + 1;
         let region = |c: &Chunk, data: &mut [u8], tmp: &mut [u8]| -> Result<Region> {
             let (base, len) = match c.buf {
@@ -391,7 +405,7 @@ impl Communicator {
             // touched again or released (`finish_phase`, and `CollRequest`'s drop).
             Ok(unsafe { Region::from_raw(base.add(c.off), c.len) })
         };
-        let mut reqs = Vec::with_capacity(ph.xfers.len());
+        reqs.reserve(ph.xfers.len());
         let mut err = None;
         {
             let mut e = self.shared.lock();
@@ -451,7 +465,7 @@ impl Communicator {
         &self,
         op: &'static str,
         ph: &Phase,
-        reqs: Vec<Pending>,
+        mut reqs: Vec<Pending>,
         data: &mut [u8],
         input: &[u8],
         tmp: &mut [u8],
@@ -531,9 +545,12 @@ impl Communicator {
             drop(e);
             return Err(self.with_other_losses(err));
         }
+        // Every request is done: their results, under one lock (and the list, emptied, goes
+        // back to the caller for the next phase).
         let mut err = None;
-        for p in reqs {
-            match self.shared.wait(p.req) {
+        let mut e = self.shared.lock();
+        for p in reqs.drain(..) {
+            match e.take(p.req) {
                 Ok(st) => {
                     if let Some(len) = p.want
                         && st.bytes != len
@@ -550,13 +567,14 @@ impl Communicator {
                 Err(x) => err = err.or(Some(x)),
             }
         }
+        drop(e);
         if let Some(x) = err {
             return Err(self.with_other_losses(x));
         }
         for st in &ph.local {
             local_step(st, data, input, tmp, reduce)?;
         }
-        Ok(Vec::new())
+        Ok(reqs)
     }
 
     /// A world rank the launcher reported failed whose failure fails this communicator's
@@ -681,6 +699,7 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
                     data,
                     input,
                     &mut self.tmp,
+                    Vec::new(),
                 )?;
             }
             let reqs = std::mem::take(&mut self.pending);

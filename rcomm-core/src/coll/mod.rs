@@ -39,6 +39,41 @@ enum Plan {
     Hier(Arc<hier::Hier>),
 }
 
+/// The block sizes of a gathering collective: one for every rank (the plain call, which needs
+/// no list), or each rank's own (the v-variant).
+#[derive(Clone, Copy)]
+enum Counts<'a> {
+    Equal(usize),
+    Each(&'a [usize]),
+}
+
+impl Counts<'_> {
+    fn of(self, rank: usize) -> usize {
+        match self {
+            Counts::Equal(c) => c,
+            Counts::Each(cs) => cs[rank],
+        }
+    }
+
+    fn before(self, rank: usize) -> usize {
+        match self {
+            Counts::Equal(c) => c * rank,
+            Counts::Each(cs) => cs[..rank].iter().sum(),
+        }
+    }
+
+    fn total(self, n: usize) -> usize {
+        self.before(n)
+    }
+
+    fn equal(self) -> bool {
+        match self {
+            Counts::Equal(_) => true,
+            Counts::Each(cs) => cs.iter().all(|&c| c == cs[0]),
+        }
+    }
+}
+
 fn elems<T>(n: usize) -> usize {
     n * size_of::<T>()
 }
@@ -330,37 +365,49 @@ impl Communicator {
     /// equal-block call runs (`allgatherv`), the schedule is the ring, its fallback.
     fn allgather_plan(
         &self,
-        counts: &[usize],
+        counts: Counts<'_>,
         elem: usize,
     ) -> Result<(Arc<Schedule>, &'static str)> {
         let n = self.size as usize;
-        self.check_note(Call::new(Kind::Allgather).elem(elem).counts(counts));
-        check_len("allgather counts", counts.len(), n)?;
-        let equal = counts.iter().all(|&c| c == counts[0]);
-        let chosen = self.choose("allgather", counts[0] * elem, elem, None)?;
+        let equal = match counts {
+            Counts::Equal(c) => {
+                self.check_note(Call::new(Kind::Allgather).elem(elem).count(c));
+                Some(c)
+            }
+            Counts::Each(cs) => {
+                self.check_note(Call::new(Kind::Allgather).elem(elem).counts(cs));
+                check_len("allgather counts", cs.len(), n)?;
+                cs.iter().all(|&c| c == cs[0]).then(|| cs[0])
+            }
+        };
+        let first = match counts {
+            Counts::Equal(c) => c,
+            Counts::Each(cs) => cs[0],
+        };
+        let chosen = self.choose("allgather", first * elem, elem, None)?;
         let algo = if chosen == "hier" { "ring" } else { chosen };
         // The schedule's algorithm until a blocking call runs `hier` itself (and says so).
-        let ran = if equal && algo == "bruck" {
+        let ran = if equal.is_some() && algo == "bruck" {
             algo
         } else {
             "ring"
         };
         crate::fr::ran(self.ctx, ran);
-        if equal {
-            let (rank, b) = (self.rank, counts[0] * elem);
-            let sched =
-                self.shared
-                    .coll
-                    .schedule(
-                        self.key("allgather", algo, 0, counts[0], elem),
-                        || match algo {
-                            "bruck" => schedule::bruck_allgather(rank, n as u32, b),
-                            _ => schedule::ring_allgather(rank, n as u32, b),
-                        },
-                    );
+        if let Some(count) = equal {
+            let (rank, b) = (self.rank, count * elem);
+            let sched = self.shared.coll.schedule(
+                self.key("allgather", algo, 0, count, elem),
+                || match algo {
+                    "bruck" => schedule::bruck_allgather(rank, n as u32, b),
+                    _ => schedule::ring_allgather(rank, n as u32, b),
+                },
+            );
             return Ok((sched, chosen));
         }
-        let blocks = schedule::packed_blocks(counts, elem);
+        let Counts::Each(cs) = counts else {
+            unreachable!("equal counts returned above")
+        };
+        let blocks = schedule::packed_blocks(cs, elem);
         Ok((
             uncached("allgather", schedule::ring_allgather_v(self.rank, &blocks)),
             chosen,
@@ -655,7 +702,7 @@ impl Communicator {
     /// Every rank's `send` block, concatenated in rank order, into every rank's `recv`
     /// (`size × send.len()` elements). Collective.
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.allgatherv(send, recv, &vec![send.len(); self.size as usize])
+        self.allgather_counts(send, recv, Counts::Equal(send.len()))
     }
 
     /// In-place allgather: `buf` holds `size` blocks and this rank's block is already in place.
@@ -668,20 +715,29 @@ impl Communicator {
                 buf.len()
             )));
         }
-        let (sched, _) = self.allgather_plan(&vec![buf.len() / n; n], size_of::<T>())?;
+        let (sched, _) = self.allgather_plan(Counts::Equal(buf.len() / n), size_of::<T>())?;
         self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], None)
     }
 
     /// Like [`allgather`](Self::allgather) with `counts[i]` elements from rank i, packed in rank
     /// order in `recv` (every rank passes the same `counts`). Collective.
     pub fn allgatherv<T: Pod>(&self, send: &[T], recv: &mut [T], counts: &[usize]) -> Result<()> {
+        check_len("allgatherv counts", counts.len(), self.size as usize)?;
+        self.allgather_counts(send, recv, Counts::Each(counts))
+    }
+
+    fn allgather_counts<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: Counts<'_>,
+    ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
         let (n, r) = (self.size as usize, self.rank as usize);
-        check_len("allgatherv counts", counts.len(), n)?;
-        check_len("allgatherv send", send.len(), counts[r])?;
-        check_len("allgatherv recv", recv.len(), counts.iter().sum())?;
+        check_len("allgatherv send", send.len(), counts.of(r))?;
+        check_len("allgatherv recv", recv.len(), counts.total(n))?;
         let (sched, algo) = self.allgather_plan(counts, size_of::<T>())?;
-        if algo == "hier" && counts.iter().all(|&c| c == counts[0]) {
+        if algo == "hier" && counts.equal() {
             self.check_composite(true)?;
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
@@ -693,7 +749,7 @@ impl Communicator {
                 return res;
             }
         }
-        let off: usize = counts[..r].iter().sum();
+        let off = counts.before(r);
         recv[off..off + send.len()].copy_from_slice(send);
         self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
     }
@@ -717,7 +773,7 @@ impl Communicator {
         let off: usize = counts[..r].iter().sum();
         let mut data = vec![T::zeroed(); counts.iter().sum()];
         data[off..off + send.len()].copy_from_slice(&send);
-        let (sched, _) = self.allgather_plan(counts, size_of::<T>())?;
+        let (sched, _) = self.allgather_plan(Counts::Each(counts), size_of::<T>())?;
         CollRequest::start(self, sched, data, Vec::new(), None, Post::Whole)
     }
 

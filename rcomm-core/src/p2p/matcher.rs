@@ -308,10 +308,10 @@ impl<P> Matcher<P> {
     fn take_unexpected(&mut self, src: Source, tag: TagSel) -> Option<Stored<P>> {
         let (s, i) = self.find_unexpected(src, tag)?;
         let q = self.unexpected.get_mut(&s)?;
+        // An emptied queue stays, with its capacity: a peer whose messages keep arriving before
+        // their receives (a collective's root running ahead) must not cost an allocation each
+        // time. At most one queue per peer.
         let m = q.remove(i)?;
-        if q.is_empty() {
-            self.unexpected.remove(&s);
-        }
         self.unexpected_count -= 1;
         Some(m)
     }
