@@ -90,8 +90,8 @@ fn colls(w: &rcomm::Communicator) {
         let mut all = [0u32; 4];
         w.allgather(&[me * 1000 + i], &mut all[..n as usize])
             .unwrap();
-        for r in 0..n as usize {
-            assert_eq!(all[r], r as u32 * 1000 + i, "allgather from rank {r}");
+        for (r, &got) in all[..n as usize].iter().enumerate() {
+            assert_eq!(got, r as u32 * 1000 + i, "allgather from rank {r}");
         }
     };
     for i in 0..200 {
