@@ -224,7 +224,7 @@ pub const ALGOS: &[(&str, &[&str])] = &[
         ],
     ),
     ("reduce", &["auto", "tree", "direct"]),
-    ("allgather", &["auto", "ring", "bruck", "hier"]),
+    ("allgather", &["auto", "ring", "bruck", "shm", "hier"]),
     ("reduce_scatter", &["auto", "ring", "direct", "hier"]),
     ("alltoall", &["auto", "pairwise", "bruck"]),
     ("gather", &["auto", "linear", "tree"]),

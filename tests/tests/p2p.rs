@@ -125,9 +125,23 @@ fn the_init_probe_turns_single_copy_off_on_every_rank_or_on_none() {
         .find(|l| l.contains("by single copy,") && l.contains("by pipelined copy"))
         .unwrap_or_else(|| panic!("rank 0 logged no single-copy probe\n{out}"));
     let off = line.ends_with("single copy off");
+    // The probe itself reads by single copy between ranks 0 and 1 (a few 1 MiB round trips,
+    // counted like any other traffic); the table reads far more (a 64 MiB message among
+    // others) when single copy stays on. A fresh-clone run on a loaded machine turned it off
+    // and found the probe's 5 MiB on ranks 0 and 1.
+    const PROBE_MAX: u64 = 8 << 20;
     for r in 0..3 {
         let c = counters(&out, r);
-        assert_eq!(c.shm_cma == 0, off, "rank {r} against {line:?}\n{out}");
+        let probe_only = if r < 2 {
+            c.shm_cma <= PROBE_MAX
+        } else {
+            c.shm_cma == 0
+        };
+        assert_eq!(
+            probe_only, off,
+            "rank {r} read {} B by single copy, against {line:?}\n{out}",
+            c.shm_cma
+        );
     }
 }
 

@@ -65,13 +65,6 @@ impl Counts<'_> {
     fn total(self, n: usize) -> usize {
         self.before(n)
     }
-
-    fn equal(self) -> bool {
-        match self {
-            Counts::Equal(_) => true,
-            Counts::Each(cs) => cs.iter().all(|&c| c == cs[0]),
-        }
-    }
 }
 
 fn elems<T>(n: usize) -> usize {
@@ -363,11 +356,9 @@ impl Communicator {
     /// Allgather into a buffer laid out as `counts` (own block already in place).
     /// The allgather schedule and the algorithm chosen; for `hier`, which only the blocking
     /// equal-block call runs (`allgatherv`), the schedule is the ring, its fallback.
-    fn allgather_plan(
-        &self,
-        counts: Counts<'_>,
-        elem: usize,
-    ) -> Result<(Arc<Schedule>, &'static str)> {
+    /// The plan of an allgather: shared memory or the composition (`hier`) only for a
+    /// blocking call with equal blocks, else a schedule (and the record says which ran).
+    fn allgather_plan(&self, counts: Counts<'_>, elem: usize, blocking: bool) -> Result<Plan> {
         let n = self.size as usize;
         let equal = match counts {
             Counts::Equal(c) => {
@@ -385,33 +376,45 @@ impl Communicator {
             Counts::Each(cs) => cs[0],
         };
         let chosen = self.choose("allgather", first * elem, elem, None)?;
-        let algo = if chosen == "hier" { "ring" } else { chosen };
-        // The schedule's algorithm until a blocking call runs `hier` itself (and says so).
-        let ran = if equal.is_some() && algo == "bruck" {
-            algo
-        } else {
-            "ring"
-        };
-        crate::fr::ran(self.ctx, ran);
+        if blocking && equal.is_some() {
+            if chosen == "shm" {
+                let chk = self.check_shm_call()?;
+                if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
+                    return Ok(Plan::Shm(node, chk));
+                }
+            }
+            if chosen == "hier" {
+                self.check_composite(true)?;
+                let h = hier::Hier::get_or_setup(self)?;
+                if h.regular() {
+                    return Ok(Plan::Hier(h));
+                }
+            }
+        }
+        let algo = if chosen == "bruck" { "bruck" } else { "ring" };
+        // Bruck needs equal blocks; everything else (shm, hier when they cannot run) is the ring.
+        let ran = if equal.is_some() { algo } else { "ring" };
+        if ran != chosen {
+            crate::fr::ran(self.ctx, ran);
+        }
         if let Some(count) = equal {
             let (rank, b) = (self.rank, count * elem);
-            let sched = self.shared.coll.schedule(
+            return Ok(Plan::Sched(self.shared.coll.schedule(
                 self.key("allgather", algo, 0, count, elem),
                 || match algo {
                     "bruck" => schedule::bruck_allgather(rank, n as u32, b),
                     _ => schedule::ring_allgather(rank, n as u32, b),
                 },
-            );
-            return Ok((sched, chosen));
+            )));
         }
         let Counts::Each(cs) = counts else {
             unreachable!("equal counts returned above")
         };
         let blocks = schedule::packed_blocks(cs, elem);
-        Ok((
-            uncached("allgather", schedule::ring_allgather_v(self.rank, &blocks)),
-            chosen,
-        ))
+        Ok(Plan::Sched(uncached(
+            "allgather",
+            schedule::ring_allgather_v(self.rank, &blocks),
+        )))
     }
 
     /// Reduce-scatter over a working buffer laid out as `counts`; block `rank` ends reduced.
@@ -715,7 +718,11 @@ impl Communicator {
                 buf.len()
             )));
         }
-        let (sched, _) = self.allgather_plan(Counts::Equal(buf.len() / n), size_of::<T>())?;
+        let Plan::Sched(sched) =
+            self.allgather_plan(Counts::Equal(buf.len() / n), size_of::<T>(), false)?
+        else {
+            unreachable!("non-blocking plans are schedules")
+        };
         self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], None)
     }
 
@@ -736,22 +743,26 @@ impl Communicator {
         let (n, r) = (self.size as usize, self.rank as usize);
         check_len("allgatherv send", send.len(), counts.of(r))?;
         check_len("allgatherv recv", recv.len(), counts.total(n))?;
-        let (sched, algo) = self.allgather_plan(counts, size_of::<T>())?;
-        if algo == "hier" && counts.equal() {
-            self.check_composite(true)?;
-            let h = hier::Hier::get_or_setup(self)?;
-            if h.regular() {
-                crate::fr::ran(self.ctx, algo);
+        match self.allgather_plan(counts, size_of::<T>(), true)? {
+            Plan::Shm(node, chk) => node.allgather(
+                self,
+                bytemuck::cast_slice(send),
+                bytemuck::cast_slice_mut(recv),
+                chk,
+            ),
+            Plan::Hier(h) => {
                 let t0 = self.straggler_start();
                 let res = h.allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
                 self.straggler_end(t0);
                 crate::fr::end_coll(self.ctx, &res);
-                return res;
+                res
+            }
+            Plan::Sched(sched) => {
+                let off = counts.before(r);
+                recv[off..off + send.len()].copy_from_slice(send);
+                self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
             }
         }
-        let off = counts.before(r);
-        recv[off..off + send.len()].copy_from_slice(send);
-        self.run_schedule(&sched, bytemuck::cast_slice_mut(recv), &[], None)
     }
 
     /// Starts an allgather; `wait` hands back the `size × send.len()` elements.
@@ -773,7 +784,11 @@ impl Communicator {
         let off: usize = counts[..r].iter().sum();
         let mut data = vec![T::zeroed(); counts.iter().sum()];
         data[off..off + send.len()].copy_from_slice(&send);
-        let (sched, _) = self.allgather_plan(Counts::Each(counts), size_of::<T>())?;
+        let Plan::Sched(sched) =
+            self.allgather_plan(Counts::Each(counts), size_of::<T>(), false)?
+        else {
+            unreachable!("non-blocking plans are schedules")
+        };
         CollRequest::start(self, sched, data, Vec::new(), None, Post::Whole)
     }
 

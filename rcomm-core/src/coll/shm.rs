@@ -82,6 +82,7 @@ const TIMED_OUT: u64 = u64::MAX - 1;
 
 const KIND_ALLREDUCE: u64 = 1 << 56;
 const KIND_BCAST: u64 = 2 << 56;
+const KIND_ALLGATHER: u64 = 3 << 56;
 
 #[repr(C, align(64))]
 struct Line(AtomicU64);
@@ -589,6 +590,52 @@ impl<'a> Proto<'a> {
         }
         Ok(())
     }
+
+    /// Allgather: every rank's `send` block (of `send.len()` bytes, equal everywhere) lands at
+    /// block `j` of `recv` (`n × send.len()` bytes). Round by round each rank puts its next
+    /// piece of at most [`SLOT`] bytes in its slot, and copies every peer's piece out.
+    pub(crate) fn allgather(
+        &mut self,
+        round: &mut u64,
+        send: &[u8],
+        recv: &mut [u8],
+    ) -> PResult<()> {
+        let (me, n, blk) = (self.me, self.n(), send.len());
+        // The callers pass n × blk bytes; a wrong length (published as u64::MAX) fails every
+        // rank alike in `enter`.
+        let total = if recv.len() == n * blk {
+            blk as u64
+        } else {
+            u64::MAX
+        };
+        let rounds = blk.div_ceil(SLOT).max(1);
+        for c in 0..rounds {
+            *round += 1;
+            let (k, b) = (*round, (*round & 1) as usize);
+            let (lo, hi) = (c * SLOT, ((c + 1) * SLOT).min(blk));
+            let len = hi - lo;
+            self.enter(k, c == 0, total, KIND_ALLGATHER, None, |slot| {
+                // SAFETY: `send[lo..hi]` is ours; the slot has SLOT ≥ len bytes and nobody
+                // reads it now (every peer's done ≥ k−2).
+                unsafe { std::ptr::copy_nonoverlapping(send.as_ptr().add(lo), slot, len) };
+            })?;
+            for j in 0..n {
+                let dst = &mut recv[j * blk + lo..j * blk + hi];
+                if j == me {
+                    dst.copy_from_slice(&send[lo..hi]);
+                } else {
+                    // SAFETY: rank j's slot b holds `len` bytes written before its
+                    // `arrived = k` (seen with Acquire in `enter`), left alone until every
+                    // `done ≥ k`, which we publish after these copies.
+                    dst.copy_from_slice(unsafe {
+                        std::slice::from_raw_parts(self.slot(j, b), len)
+                    });
+                }
+            }
+            self.publish(Flag::Done, k);
+        }
+        Ok(())
+    }
 }
 
 /// Mapped windows of every rank of one communicator.
@@ -1001,6 +1048,19 @@ impl NodeShm {
             p.bcast(round, data, root as usize)
         })
     }
+
+    /// Allgather of equal blocks: `send` from every rank into `recv`, in rank order.
+    pub(crate) fn allgather(
+        &self,
+        comm: &Communicator,
+        send: &[u8],
+        recv: &mut [u8],
+        checked: Checked,
+    ) -> Result<()> {
+        self.run(comm, "allgather (shared memory)", checked, |p, round| {
+            p.allgather(round, send, recv)
+        })
+    }
 }
 
 /// The reduction step of `op` on `T`, as `combine(acc, left)`. rcomm's ops are commutative
@@ -1245,6 +1305,41 @@ mod tests {
             assert_eq!(bad, 0, "rank {r}: wrong results");
             // Each rank waited for a late peer in 45 of the 60 calls.
             assert!(slept >= 30, "rank {r} slept only {slept} times");
+        }
+    }
+
+    #[test]
+    fn allgather_puts_every_block_in_rank_order_for_small_and_chunked_blocks() {
+        for n in [1usize, 2, 3, 5] {
+            let sizes = [0usize, 1, 8, 4099, SLOT, SLOT + 7];
+            let out = ranks(n, |r, p, round| {
+                let mut res = Vec::new();
+                for (it, &blk) in sizes.iter().enumerate() {
+                    let send: Vec<u8> = (0..blk).map(|i| (i * 31 + r * 7 + it) as u8).collect();
+                    let mut recv = vec![0xeeu8; n * blk];
+                    p.allgather(round, &send, &mut recv).unwrap();
+                    res.push(recv);
+                }
+                // Blocks that differ between ranks: every rank fails alike, windows in step.
+                let send = vec![1u8; 4 + r.min(1)];
+                let mut recv = vec![0u8; n * send.len()];
+                let e = p.allgather(round, &send, &mut recv);
+                let mismatch = matches!(e, Err(ProtoError::Agreed(CommError::Mismatch { .. })));
+                // And the next call works.
+                let mut again = vec![0u8; n];
+                p.allgather(round, &[r as u8], &mut again).unwrap();
+                (res, mismatch, again)
+            });
+            for (r, (res, mismatch, again)) in out.iter().enumerate() {
+                for (it, &blk) in sizes.iter().enumerate() {
+                    let want: Vec<u8> = (0..n)
+                        .flat_map(|j| (0..blk).map(move |i| (i * 31 + j * 7 + it) as u8))
+                        .collect();
+                    assert!(res[it] == want, "n {n} block {blk} rank {r}");
+                }
+                assert_eq!(*mismatch, n > 1, "n {n} rank {r}: unequal blocks");
+                assert_eq!(*again, (0..n as u8).collect::<Vec<_>>(), "n {n} rank {r}");
+            }
         }
     }
 

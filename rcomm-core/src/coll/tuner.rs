@@ -427,6 +427,8 @@ fn cost(t: &Tuning, q: &Query, algo: &str) -> Option<f64> {
             (n - 1.0) * (a + b / bw)
         }
         (Allgather, "bruck") => l * a + (n - 1.0) * b / bw + n * b / mu,
+        // Every rank copies its block into its slot and every block out.
+        (Allgather, "shm") => 2.0 * sync + (n + 1.0) * b / mu,
         // Out of place, the ring works on a copy of the input and copies its block out; the
         // direct algorithm reads the input where it lies and copies only its own block.
         (ReduceScatter, "ring") => (n - 1.0) * a + frac * b / bw + frac * b / g + (b + b / n) / mu,

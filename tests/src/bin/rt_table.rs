@@ -252,6 +252,7 @@ fn expect_ran(c: &Communicator, before: u64, op: &str, algo: &str) {
 fn fallback<'a>(op: &str, algo: &'a str) -> &'a str {
     match (op, algo) {
         ("allreduce", "shm") => "direct",
+        ("allgather", "shm") => "ring",
         ("allreduce" | "allgather" | "reduce_scatter", "hier") => "ring",
         ("bcast", "shm" | "hier") => "tree",
         _ => algo,
