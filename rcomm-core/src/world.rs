@@ -129,16 +129,13 @@ fn name_first_failure(
     }
 }
 
-/// How many ranks share this machine's CPUs with rank `me`: every rank on this kernel (the same
-/// boot id), whatever node identity says — ranks in other network or UTS namespaces, in
+/// How many ranks share this machine's CPUs with rank `me`: every rank on this kernel
+/// ([`PeerInfo::same_kernel`]), whatever node identity says — ranks in other namespaces, in
 /// containers, or split by RCOMM_HOSTID still take time slices from ours, and spinning while
 /// the rank we wait for needs our core costs it a whole time slice per wait.
 fn sharing_cpus(infos: &[PeerInfo], me: usize) -> usize {
     let me = &infos[me];
-    infos
-        .iter()
-        .filter(|p| p.same_node(me) || p.boot_id == me.boot_id)
-        .count()
+    infos.iter().filter(|p| p.same_kernel(me)).count()
 }
 
 fn init_with(cfg: &Config) -> Result<World> {
@@ -477,9 +474,24 @@ mod tests {
             hostname: "elsewhere".into(),
             ..a.clone()
         };
-        let infos = [a.clone(), fake.clone(), fake, other_kernel.clone(), a];
-        assert_eq!(sharing_cpus(&infos, 0), 4);
-        assert_eq!(sharing_cpus(&infos, 1), 4);
+        // A node split off by RCOMM_HOSTID (init appends it to the boot id): another node to
+        // every identity check, the same CPUs.
+        let split = PeerInfo {
+            boot_id: format!("{}/h2", a.boot_id),
+            ..a.clone()
+        };
+        assert!(!split.same_node(&a));
+        let infos = [
+            a.clone(),
+            fake.clone(),
+            fake,
+            other_kernel.clone(),
+            a,
+            split,
+        ];
+        assert_eq!(sharing_cpus(&infos, 0), 5);
+        assert_eq!(sharing_cpus(&infos, 1), 5);
+        assert_eq!(sharing_cpus(&infos, 5), 5);
         assert_eq!(sharing_cpus(&infos, 3), 1);
         // 4 ranks on 2 CPUs sleep soon; on 4 CPUs they spin.
         let over = WaitPolicy::for_sharing(4, 2);

@@ -92,6 +92,14 @@ impl PeerInfo {
             && self.netns == other.netns
     }
 
+    /// Whether `other` runs on the same kernel (so on the same CPUs), whatever splits node
+    /// identity further: another network or UTS namespace, a container, or `RCOMM_HOSTID`
+    /// (which init appends to the boot id after a `/`).
+    pub fn same_kernel(&self, other: &PeerInfo) -> bool {
+        let kernel = |b: &str| b.split('/').next().unwrap_or_default().to_string();
+        kernel(&self.boot_id) == kernel(&other.boot_id)
+    }
+
     /// A 64-bit FNV-1a hash of the settings: cheap to compare, and to log.
     pub fn settings_hash(&self) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
