@@ -353,11 +353,10 @@ impl Communicator {
             }))
     }
 
-    /// Allgather into a buffer laid out as `counts` (own block already in place).
-    /// The allgather schedule and the algorithm chosen; for `hier`, which only the blocking
-    /// equal-block call runs (`allgatherv`), the schedule is the ring, its fallback.
-    /// The plan of an allgather: shared memory or the composition (`hier`) only for a
-    /// blocking call with equal blocks, else a schedule (and the record says which ran).
+    /// The plan of an allgather into a buffer laid out as `counts`: shared memory or the
+    /// composition (`hier`) only for a blocking call with equal blocks, else a schedule (the
+    /// ring unless Bruck was chosen for equal blocks; the record says which ran) that expects
+    /// the own block already in place.
     fn allgather_plan(&self, counts: Counts<'_>, elem: usize, blocking: bool) -> Result<Plan> {
         let n = self.size as usize;
         let equal = match counts {
@@ -371,11 +370,7 @@ impl Communicator {
                 cs.iter().all(|&c| c == cs[0]).then(|| cs[0])
             }
         };
-        let first = match counts {
-            Counts::Equal(c) => c,
-            Counts::Each(cs) => cs[0],
-        };
-        let chosen = self.choose("allgather", first * elem, elem, None)?;
+        let chosen = self.choose("allgather", counts.of(0) * elem, elem, None)?;
         if blocking && equal.is_some() {
             if chosen == "shm" {
                 let chk = self.check_shm_call()?;

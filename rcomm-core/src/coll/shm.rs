@@ -485,9 +485,7 @@ impl<'a> Proto<'a> {
         let kind = KIND_ALLREDUCE | (sig & 0xffff_ffff) << 16 | (elem as u64 & 0xffff);
         let rounds = total.div_ceil(chunk).max(1);
         for c in 0..rounds {
-            *round += 1;
-            let (k, b) = (*round, (*round & 1) as usize);
-            let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(total));
+            let (k, b, lo, hi) = next_round(round, c, chunk, total);
             let len = hi - lo;
             self.enter(k, c == 0, pub_total, kind, zc, |slot| {
                 if zc.is_none() {
@@ -563,9 +561,7 @@ impl<'a> Proto<'a> {
         let rounds = total.div_ceil(SLOT).max(1);
         let data_ptr = data.as_mut_ptr();
         for c in 0..rounds {
-            *round += 1;
-            let (k, b) = (*round, (*round & 1) as usize);
-            let (lo, hi) = (c * SLOT, ((c + 1) * SLOT).min(total));
+            let (k, b, lo, hi) = next_round(round, c, SLOT, total);
             let len = hi - lo;
             self.enter(
                 k,
@@ -610,9 +606,7 @@ impl<'a> Proto<'a> {
         };
         let rounds = blk.div_ceil(SLOT).max(1);
         for c in 0..rounds {
-            *round += 1;
-            let (k, b) = (*round, (*round & 1) as usize);
-            let (lo, hi) = (c * SLOT, ((c + 1) * SLOT).min(blk));
+            let (k, b, lo, hi) = next_round(round, c, SLOT, blk);
             let len = hi - lo;
             self.enter(k, c == 0, total, KIND_ALLGATHER, None, |slot| {
                 // SAFETY: `send[lo..hi]` is ours; the slot has SLOT ≥ len bytes and nobody
@@ -636,6 +630,14 @@ impl<'a> Proto<'a> {
         }
         Ok(())
     }
+}
+
+/// Starts round `c` of a call cut into `chunk`-byte pieces of `total`: the round's number `k`
+/// (the communicator's count, advanced), its buffer `b = k & 1` and its byte range `lo..hi`.
+fn next_round(round: &mut u64, c: usize, chunk: usize, total: usize) -> (u64, usize, usize, usize) {
+    *round += 1;
+    let (lo, hi) = (c * chunk, ((c + 1) * chunk).min(total));
+    (*round, (*round & 1) as usize, lo, hi)
 }
 
 /// Mapped windows of every rank of one communicator.
