@@ -1106,6 +1106,22 @@ mod tests {
     }
 
     #[test]
+    fn small_allgathers_on_one_node_use_the_windows() {
+        for (n, bytes) in [(2, 8), (8, 8), (8, 4096)] {
+            let mut query = q(CollKind::Allgather, n, bytes);
+            assert_ne!(
+                pick(&query),
+                "shm",
+                "{n} ranks, {bytes} B, no shared memory"
+            );
+            query.shm = true;
+            assert_eq!(pick(&query), "shm", "{n} ranks, {bytes} B on one node");
+            query.inter_node = true;
+            assert_ne!(pick(&query), "shm", "{n} ranks, {bytes} B across nodes");
+        }
+    }
+
+    #[test]
     fn forcing_is_respected_and_auto_means_choose() {
         let t = Tuning::defaults();
         let query = q(CollKind::Allreduce, 8, 8);
