@@ -1,6 +1,6 @@
 //! Communicators and the point-to-point API.
 
-use crate::p2p::engine::{Engine, ReqId, Status, Stored};
+use crate::p2p::engine::{Direct, Engine, ReqId, Status, Stored};
 use crate::p2p::matcher::{Envelope, Source, TagSel};
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
@@ -266,6 +266,43 @@ impl Shared {
         }
     }
 
+    /// The direct path of a blocking receive from world rank `src` (see
+    /// `p2p::engine::direct`): looks at that peer's ring for half the spin budget, holding the
+    /// engine lock a few looks at a time; `None` hands the receive to the general path.
+    pub(crate) fn recv_direct(
+        &self,
+        ctx: u32,
+        src: u32,
+        tag: TagSel,
+        buf: &mut [u8],
+    ) -> Option<Status> {
+        if self.coll.any_inflight.load(Ordering::Acquire) {
+            return None;
+        }
+        let budget = self.policy.spin / 2;
+        let mut e = self.lock();
+        let mut spins: u32 = 0;
+        loop {
+            match e.recv_direct(ctx, src, tag, buf) {
+                Direct::Done(st) => return Some(st),
+                Direct::General => return None,
+                Direct::Empty => {}
+            }
+            spins += 1;
+            if spins >= budget {
+                return None;
+            }
+            if spins.is_multiple_of(16) {
+                // A gap in which other threads can take the lock. No progress pass: it would
+                // move the awaited message into the unexpected queue (a copy) just as it lands;
+                // the others' messages wait the few microseconds until the general path.
+                drop(e);
+                e = self.lock();
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// Waits for a request. A receive that gets no message for the watchdog's limit
     /// (`RCOMM_TIMEOUT` inside a collective, else `RCOMM_P2P_TIMEOUT`) is cancelled and fails
     /// with `Timeout`; sends are not timed out (a peer may still read their buffer).
@@ -443,13 +480,16 @@ impl Communicator {
     /// A message larger than `buf` is consumed and reported as [`CommError::Truncated`].
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: impl Into<Source>, tag: Tag) -> Result<Status> {
         let src = self.source(src.into())?;
-        let req = self.shared.lock().irecv(
-            self.ctx,
-            src,
-            tag.sel(),
-            Region::from_mut(bytes_of_mut(buf)),
-            "recv",
-        )?;
+        let bytes = bytes_of_mut(buf);
+        if let (Source::Rank(r), TagSel::Tag(0..) | TagSel::Any) = (src, tag.sel())
+            && let Some(st) = self.shared.recv_direct(self.ctx, r, tag.sel(), bytes)
+        {
+            return check_elems::<T>(&self.local(st));
+        }
+        let req =
+            self.shared
+                .lock()
+                .irecv(self.ctx, src, tag.sel(), Region::from_mut(bytes), "recv")?;
         check_elems::<T>(&self.local(self.shared.wait(req)?))
     }
 

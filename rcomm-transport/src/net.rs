@@ -406,6 +406,20 @@ impl Net {
         self.msg_ep(peer)?.try_send(peer, hdr, payload)
     }
 
+    /// Offers the oldest message from `peer` to `take` when its message lane is shared memory
+    /// (see [`ShmNet::pop_from`]); `None` on other lanes and when nothing is there.
+    #[inline]
+    pub fn pop_from(
+        &mut self,
+        peer: u32,
+        take: &mut dyn FnMut(&Header, &[u8]) -> bool,
+    ) -> Option<bool> {
+        match self.msg_ep(peer).ok()? {
+            Endpoint::Shm(s) => s.pop_from(peer, take),
+            _ => None,
+        }
+    }
+
     /// Sends a chunk of a rendezvous payload over the bulk lane (STREAM); returns the bytes
     /// taken (0 = later).
     pub fn send_chunk(

@@ -162,6 +162,9 @@ pub struct Counters {
     pub bytes_recv: u64,
     /// Bytes read from peers by single copy.
     pub bytes_cma: u64,
+    /// Of `msgs_recv`, those a blocking receive took straight from the ring
+    /// ([`ShmNet::pop_from`]): shows that the direct path runs.
+    pub msgs_direct: u64,
 }
 
 /// The shared-memory transport of one process.
@@ -884,6 +887,46 @@ impl ShmNet {
         // per peer on every pass would cost the hot path a system call.
         control?;
         Ok(done)
+    }
+
+    /// Offers the oldest entry of `peer`'s ring to `take`, which consumes it by returning true:
+    /// a blocking receive's direct path, which copies a matching message straight into the
+    /// user's buffer without a request or a pass over the other peers. `None`: nothing to offer
+    /// (no ring attached yet, the ring empty, or a bulk data entry, which only
+    /// [`progress`](Self::progress) handles); `Some(false)`: `take` refused the head entry,
+    /// which stays for `progress`.
+    #[inline]
+    pub fn pop_from(
+        &mut self,
+        peer: u32,
+        take: &mut dyn FnMut(&Header, &[u8]) -> bool,
+    ) -> Option<bool> {
+        if self.peers.get(&peer)?.rx.is_none() {
+            // The peer's ring is announced on the local channel: attach it if it has come.
+            self.drain_control().ok()?;
+        }
+        let rx = self.peers.get_mut(&peer)?.rx.as_mut()?;
+        let counters = &mut self.counters;
+        let mut offered = false;
+        let mut took = false;
+        rx.try_pop_if(|bytes| {
+            let Some(Ok(hdr)) = bytes.get(..Header::LEN).map(Header::decode) else {
+                return false;
+            };
+            if hdr.kind == ProtoKind::Data {
+                return false;
+            }
+            offered = true;
+            let payload = &bytes[Header::LEN..];
+            took = take(&hdr, payload);
+            if took {
+                counters.msgs_recv += 1;
+                counters.msgs_direct += 1;
+                counters.bytes_recv += payload.len() as u64;
+            }
+            took
+        });
+        offered.then_some(took)
     }
 
     /// Marks this rank as about to sleep. Call [`progress`](Self::progress) once more afterwards

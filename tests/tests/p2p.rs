@@ -4,11 +4,12 @@
 use rcomm_tests::{Job, JobOutput, dev_shm, test_program};
 use std::time::Duration;
 
-const CASES: [&str; 8] = [
+const CASES: [&str; 9] = [
     "sizes",
     "64MiB",
     "wildcards",
     "ordering",
+    "direct",
     "truncation",
     "probes",
     "nonblocking",
@@ -18,6 +19,7 @@ const CASES: [&str; 8] = [
 struct Counters {
     shm_sent: u64,
     shm_cma: u64,
+    shm_direct: u64,
     tcp_sent: u64,
     routes: String,
 }
@@ -38,6 +40,7 @@ fn counters(out: &JobOutput, rank: u32) -> Counters {
     Counters {
         shm_sent: num("shm_sent"),
         shm_cma: num("shm_cma"),
+        shm_direct: num("shm_direct"),
         tcp_sent: num("tcp_sent"),
         routes: f.last().unwrap().to_string(),
     }
@@ -80,6 +83,13 @@ fn p2p_table_over_the_default_transport_uses_shared_memory_at_1_to_8_ranks() {
             if n > 1 {
                 assert!(c.shm_sent > 0, "{out}");
                 assert!(c.shm_cma > 0, "single copy is on when asked for\n{out}");
+                if r < 2 {
+                    // The ping-pong of the `direct` case.
+                    assert!(
+                        c.shm_direct > 0,
+                        "blocking receives take the direct path\n{out}"
+                    );
+                }
             }
             assert!(
                 c.routes.split(',').all(|t| t == "shm" || t == "self"),

@@ -231,6 +231,28 @@ impl<P> Matcher<P> {
         self.take_unexpected(src, tag).map(|m| (m.env, m.payload))
     }
 
+    /// The sequence number the next message from `src` must carry to go straight to a
+    /// receive of (`src`, `tag`) outside this matcher — the direct path of a blocking receive.
+    /// `None` when something here has a say first: a stored message from `src` that the
+    /// receive would take, held-back arrivals from `src`, or any posted receive that could
+    /// match `src` (it was posted earlier, so it takes precedence).
+    pub fn direct_seq(&self, src: u32, tag: TagSel) -> Option<u32> {
+        if !self.wildcard.is_empty()
+            || self.by_source.get(&src).is_some_and(|q| !q.is_empty())
+            || self.early.contains_key(&src)
+            || self.find_unexpected(Source::Rank(src), tag).is_some()
+        {
+            return None;
+        }
+        Some(self.expected.get(&src).copied().unwrap_or(0))
+    }
+
+    /// Records that the message `seq` from `src` (the one [`direct_seq`](Self::direct_seq)
+    /// named) was received outside the matcher.
+    pub fn direct_taken(&mut self, src: u32, seq: u32) {
+        self.expected.insert(src, seq.wrapping_add(1));
+    }
+
     /// Number of stored (unexpected or held-back) messages.
     pub fn stored(&self) -> usize {
         self.unexpected_count + self.early.values().map(BTreeMap::len).sum::<usize>()

@@ -186,6 +186,71 @@ impl T<'_> {
         }
     }
 
+    /// The direct path of blocking receives (straight from the peer's ring) keeps MPI's
+    /// order: rank 1's messages sit in rank 0's ring, untouched by any progress, when rank 0's
+    /// receive looks, and something earlier has a say each time — a wildcard receive posted
+    /// before, a message already stored, a head message of another tag. Then a ping-pong,
+    /// where the direct path runs (the counters show it).
+    fn direct(&self) {
+        if self.n < 2 || self.r > 1 {
+            return;
+        }
+        // Long enough for rank 1's sends to land in the ring before rank 0 looks.
+        let settle = || std::thread::sleep(Duration::from_millis(30));
+        let msg = |i: usize, len: usize| pattern(1, 0, 14, i, len);
+        let mut b = vec![0u8; 64];
+        if self.r == 1 {
+            self.w.send(&msg(0, 10), 0, Tag(3)).unwrap();
+            self.w.send(&msg(1, 11), 0, Tag(3)).unwrap();
+            self.w.send(&msg(2, 12), 0, Tag(4)).unwrap();
+            self.w.recv(&mut b[..1], 0, Tag(50)).unwrap();
+            self.w.send(&msg(3, 13), 0, Tag(4)).unwrap();
+            self.w.send(&msg(4, 14), 0, Tag(6)).unwrap();
+            self.w.send(&msg(5, 15), 0, Tag(7)).unwrap();
+        } else {
+            settle();
+            // A wildcard receive posted first takes the first message; the blocking receive
+            // gets the second.
+            let early = self.w.irecv(vec![0u8; 64], Source::Any, Tag(3)).unwrap();
+            let st = self.w.recv(&mut b, 1, Tag(3)).unwrap();
+            assert_eq!(
+                st.bytes, 11,
+                "a receive posted earlier takes the first message"
+            );
+            check(&b[..11], &msg(1, 11), "second after a posted wildcard");
+            let (eb, est) = early.wait().unwrap();
+            assert_eq!(est.bytes, 10);
+            check(&eb[..10], &msg(0, 10), "first to the posted wildcard");
+            // A stored message comes before the next one in the ring.
+            while self.w.iprobe(1, Tag(4)).unwrap().is_none() {}
+            self.w.send(&[0u8], 1, Tag(50)).unwrap();
+            settle();
+            let st = self.w.recv(&mut b, 1, Tag(4)).unwrap();
+            assert_eq!(st.bytes, 12, "the stored message first");
+            check(&b[..12], &msg(2, 12), "stored before ring");
+            let st = self.w.recv(&mut b, 1, Tag(4)).unwrap();
+            check(&b[..st.bytes], &msg(3, 13), "ring after stored");
+            // The ring's head has another tag: it waits, the later match is received.
+            let st = self.w.recv(&mut b, 1, Tag(7)).unwrap();
+            assert_eq!((st.tag, st.bytes), (7, 15), "a specific tag skips ahead");
+            check(&b[..15], &msg(5, 15), "skipped ahead");
+            let st = self.w.recv(&mut b, 1, Tag(6)).unwrap();
+            check(&b[..st.bytes], &msg(4, 14), "the skipped message");
+        }
+        let peer = 1 - self.r;
+        for i in 0..300 {
+            let want = pattern(peer, self.r, 15, i, 8);
+            if self.r == 0 {
+                self.w.send(&pattern(0, 1, 15, i, 8), 1, Tag(8)).unwrap();
+                self.w.recv(&mut b[..8], 1, Tag(8)).unwrap();
+            } else {
+                self.w.recv(&mut b[..8], 0, Tag(8)).unwrap();
+                self.w.send(&pattern(1, 0, 15, i, 8), 0, Tag(8)).unwrap();
+            }
+            check(&b[..8], &want, "ping-pong");
+        }
+    }
+
     /// A too-small buffer: Truncated, the message consumed, the next one intact.
     fn truncation(&self) {
         if self.n < 2 {
@@ -424,6 +489,8 @@ fn main() {
             t.ok("wildcards");
             t.ordering();
             t.ok("ordering");
+            t.direct();
+            t.ok("direct");
             t.truncation();
             t.ok("truncation");
             t.probes();
@@ -439,10 +506,11 @@ fn main() {
             let c = world.transport_counters();
             let routes: Vec<&str> = (0..t.n).map(|p| world.transport_to(p).unwrap()).collect();
             println!(
-                "counters rank {} shm_sent {} shm_cma {} tcp_sent {} routes {}",
+                "counters rank {} shm_sent {} shm_cma {} shm_direct {} tcp_sent {} routes {}",
                 t.r,
                 c.get("shm").bytes_sent,
                 c.get("shm").bytes_cma,
+                c.get("shm").msgs_direct,
                 c.get("tcp").bytes_sent,
                 routes.join(",")
             );

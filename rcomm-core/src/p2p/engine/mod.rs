@@ -39,9 +39,12 @@ use rcomm_transport::wire::{Header, ProtoKind};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+mod direct;
 mod failure;
 mod proto;
 mod registry;
+
+pub(crate) use direct::Direct;
 
 use proto::keyed;
 
@@ -184,6 +187,8 @@ struct State {
     ctx: FastMap<u32, Ctx>,
     reqs: Vec<Option<Req>>,
     free: Vec<ReqId>,
+    /// Requests not yet completed (the direct receive path runs only when there are none).
+    active: usize,
     posted: FastMap<(u32, RecvId), ReqId>,
     out: FastMap<u32, VecDeque<Out>>,
     /// Entries in all of `out`, so an idle progress pass skips the queues in O(1).
@@ -268,6 +273,7 @@ impl Engine {
                 ctx: FastMap::default(),
                 reqs: Vec::new(),
                 free: Vec::new(),
+                active: 0,
                 posted: FastMap::default(),
                 out: FastMap::default(),
                 out_len: 0,
@@ -645,6 +651,7 @@ impl Engine {
             self.st.posted.remove(&(ctx, rid));
             self.st.reqs[req] = None;
             self.st.free.push(req);
+            self.st.active -= 1;
             return true;
         }
         false
@@ -745,6 +752,7 @@ impl State {
             posted: None,
             orphan: None,
         };
+        self.active += 1;
         match self.free.pop() {
             Some(i) => {
                 self.reqs[i] = Some(r);
@@ -777,6 +785,10 @@ impl State {
     }
 
     fn complete(&mut self, req: ReqId, res: Result<Status, CommError>) {
+        let r = self.req_mut(req);
+        if matches!(r.state, ReqState::Active) {
+            self.active -= 1;
+        }
         let r = self.req_mut(req);
         r.state = ReqState::Done(res.map_err(Box::new));
         r.posted = None;

@@ -1,0 +1,86 @@
+//! The direct path of a blocking receive: when nothing else in the engine is under way and
+//! nothing already here could take the message first, a receive from a node peer waits on that
+//! peer's ring and copies the message straight into the caller's buffer — no request, no pass
+//! over the other transports, no matching queues. Whenever any of that does not hold it steps
+//! aside and the general path (post, progress, wait) runs: MPI's order is the matcher's, and
+//! the direct path only takes what the matcher would have handed to this receive.
+
+use super::{Engine, Status};
+use crate::p2p::matcher::TagSel;
+use rcomm_transport::net::Route;
+use rcomm_transport::wire::ProtoKind;
+
+/// What one look at the peer's ring found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direct {
+    /// The message was received into the buffer.
+    Done(Status),
+    /// Nothing from the peer yet; looking again is right.
+    Empty,
+    /// The general path must take this receive (something else is pending, the head message
+    /// is not for it, or it needs a protocol: rendezvous, truncation, checked mode).
+    General,
+}
+
+impl Engine {
+    /// One look for a message from `src` (world rank) on context `ctx` matching `tag`.
+    pub(crate) fn recv_direct(
+        &mut self,
+        ctx: u32,
+        src: u32,
+        tag: TagSel,
+        buf: &mut [u8],
+    ) -> Direct {
+        let st = &mut self.st;
+        // Anything in flight may need this wait's progress (a queued send, a rendezvous, a
+        // receive posted earlier), and failures and checked mode have their own rules.
+        if st.active != 0
+            || st.out_len != 0
+            || st.hook.is_some()
+            || !st.failed.is_empty()
+            || !self.reported.is_empty()
+            || !self.revoked.is_empty()
+            || src >= st.size
+            || self.net.route(src) != Route::Shm
+        {
+            return Direct::General;
+        }
+        let Some(c) = st.ctx.get_mut(&ctx) else {
+            return Direct::General;
+        };
+        let Some(seq) = c.m.direct_seq(src, tag) else {
+            return Direct::General;
+        };
+        let mut got = None;
+        let took = self.net.pop_from(src, &mut |h, payload| {
+            let ok = h.kind == ProtoKind::Eager
+                && h.context == ctx
+                && h.source == src
+                && h.seq == seq
+                && h.signature == 0
+                && h.len == payload.len() as u64
+                && payload.len() <= buf.len()
+                && match tag {
+                    TagSel::Any => true,
+                    TagSel::Tag(t) => t == h.tag,
+                };
+            if ok {
+                buf[..payload.len()].copy_from_slice(payload);
+                got = Some(Status {
+                    source: src,
+                    tag: h.tag,
+                    bytes: payload.len(),
+                });
+            }
+            ok
+        });
+        match (took, got) {
+            (Some(true), Some(status)) => {
+                c.m.direct_taken(src, seq);
+                Direct::Done(status)
+            }
+            (None, _) => Direct::Empty,
+            _ => Direct::General,
+        }
+    }
+}
