@@ -226,7 +226,7 @@ pub const ALGOS: &[(&str, &[&str])] = &[
     ("reduce", &["auto", "tree", "direct"]),
     ("allgather", &["auto", "ring", "bruck", "shm", "hier"]),
     ("reduce_scatter", &["auto", "ring", "direct", "hier"]),
-    ("alltoall", &["auto", "pairwise", "bruck"]),
+    ("alltoall", &["auto", "pairwise", "bruck", "shm"]),
     ("gather", &["auto", "linear", "tree"]),
     ("scatter", &["auto", "linear", "tree"]),
     ("scan", &["auto", "chain"]),

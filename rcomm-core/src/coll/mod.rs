@@ -446,12 +446,15 @@ impl Communicator {
         ))
     }
 
+    /// The plan of an all-to-all: shared memory only for a blocking `alltoall` (`windows`),
+    /// else a schedule (and the record says which ran).
     fn alltoall_plan(
         &self,
         send_counts: &[usize],
         recv_counts: &[usize],
         elem: usize,
-    ) -> Result<Arc<Schedule>> {
+        windows: bool,
+    ) -> Result<Plan> {
         let n = self.size as usize;
         // Per-pair counts differ between ranks by design: only the element size must agree.
         self.check_note(Call::new(Kind::Alltoall).elem(elem));
@@ -462,24 +465,28 @@ impl Communicator {
             .iter()
             .chain(recv_counts)
             .all(|&c| c == send_counts[0]);
+        if algo == "shm" && windows {
+            let chk = self.check_shm_call()?;
+            if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
+                return Ok(Plan::Shm(node, chk));
+            }
+        }
         if algo == "bruck" && equal {
             let (rank, n, b) = (self.rank, self.size, send_counts[0] * elem);
-            return Ok(self
-                .shared
-                .coll
-                .schedule(self.key("alltoall", algo, 0, send_counts[0], elem), || {
-                    schedule::bruck_alltoall(rank, n, b)
-                }));
+            return Ok(Plan::Sched(self.shared.coll.schedule(
+                self.key("alltoall", algo, 0, send_counts[0], elem),
+                || schedule::bruck_alltoall(rank, n, b),
+            )));
         }
         crate::fr::ran(self.ctx, "pairwise");
-        Ok(uncached(
+        Ok(Plan::Sched(uncached(
             "alltoall",
             schedule::pairwise_alltoall_v(
                 self.rank,
                 &schedule::packed_blocks(send_counts, elem),
                 &schedule::packed_blocks(recv_counts, elem),
             ),
-        ))
+        )))
     }
 
     fn scan_plan(
@@ -1129,7 +1136,7 @@ impl Communicator {
             )));
         }
         let counts = vec![send.len() / n; n];
-        self.alltoallv(send, &counts, recv, &counts)
+        self.alltoall_counts(send, &counts, recv, &counts, true)
     }
 
     /// In-place all-to-all over `buf` (`size` equal blocks).
@@ -1147,12 +1154,39 @@ impl Communicator {
         recv: &mut [T],
         recv_counts: &[usize],
     ) -> Result<()> {
+        self.alltoall_counts(send, send_counts, recv, recv_counts, false)
+    }
+
+    /// `alltoallv`; `equal_call`: every rank called `alltoall` (equal blocks everywhere by
+    /// contract, which the windows check). Only such calls may take the windows: in an
+    /// alltoallv one rank's counts may all be equal while another's are not, and ranks would
+    /// then run different algorithms.
+    fn alltoall_counts<T: Pod>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+        equal_call: bool,
+    ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
-        let sched = self.alltoall_plan(send_counts, recv_counts, size_of::<T>())?;
+        let plan = self.alltoall_plan(send_counts, recv_counts, size_of::<T>(), equal_call)?;
         let r = self.rank as usize;
         check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
         check_len("alltoallv recv", recv.len(), recv_counts.iter().sum())?;
         check_len("alltoallv own block", recv_counts[r], send_counts[r])?;
+        let sched = match plan {
+            Plan::Shm(node, chk) => {
+                return node.alltoall(
+                    self,
+                    bytemuck::cast_slice(send),
+                    bytemuck::cast_slice_mut(recv),
+                    chk,
+                );
+            }
+            Plan::Sched(s) => s,
+            Plan::Hier(_) => unreachable!("alltoall has no composition"),
+        };
         let (so, ro): (usize, usize) =
             (send_counts[..r].iter().sum(), recv_counts[..r].iter().sum());
         recv[ro..ro + recv_counts[r]].copy_from_slice(&send[so..so + send_counts[r]]);
@@ -1186,7 +1220,11 @@ impl Communicator {
         recv_counts: &[usize],
     ) -> Result<CollRequest<T>> {
         let _fr = crate::fr::Scope::enter();
-        let sched = self.alltoall_plan(send_counts, recv_counts, size_of::<T>())?;
+        let Plan::Sched(sched) =
+            self.alltoall_plan(send_counts, recv_counts, size_of::<T>(), false)?
+        else {
+            unreachable!("non-blocking plans are schedules")
+        };
         let r = self.rank as usize;
         check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
         check_len("alltoallv own block", recv_counts[r], send_counts[r])?;

@@ -83,6 +83,7 @@ const TIMED_OUT: u64 = u64::MAX - 1;
 const KIND_ALLREDUCE: u64 = 1 << 56;
 const KIND_BCAST: u64 = 2 << 56;
 const KIND_ALLGATHER: u64 = 3 << 56;
+const KIND_ALLTOALL: u64 = 4 << 56;
 
 #[repr(C, align(64))]
 struct Line(AtomicU64);
@@ -632,6 +633,62 @@ impl<'a> Proto<'a> {
     }
 }
 
+impl Proto<'_> {
+    /// All-to-all of equal blocks: block j of every rank's `send` (`n` blocks) lands as block
+    /// `rank of sender` of rank j's `recv`. Each round carries a piece of at most SLOT / n
+    /// bytes of every block: a rank puts its n pieces side by side in its slot and copies
+    /// piece `me` out of every peer's slot.
+    pub(crate) fn alltoall(
+        &mut self,
+        round: &mut u64,
+        send: &[u8],
+        recv: &mut [u8],
+    ) -> PResult<()> {
+        let (me, n) = (self.me, self.n());
+        let blk = send.len() / n;
+        // A wrong length (published as u64::MAX) fails every rank alike in `enter`.
+        let total = if send.len() == n * blk && recv.len() == send.len() {
+            blk as u64
+        } else {
+            u64::MAX
+        };
+        let chunk = (SLOT / n).max(1);
+        let rounds = blk.div_ceil(chunk).max(1);
+        for c in 0..rounds {
+            let (k, b, lo, hi) = next_round(round, c, chunk, blk);
+            let len = hi - lo;
+            self.enter(k, c == 0, total, KIND_ALLTOALL, None, |slot| {
+                for j in 0..n {
+                    // SAFETY: `send[j·blk + lo..j·blk + hi]` is ours; the slot holds
+                    // n × len ≤ SLOT bytes and nobody reads it now (every done ≥ k−2).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            send.as_ptr().add(j * blk + lo),
+                            slot.add(j * len),
+                            len,
+                        )
+                    };
+                }
+            })?;
+            for j in 0..n {
+                let dst = &mut recv[j * blk + lo..j * blk + hi];
+                if j == me {
+                    dst.copy_from_slice(&send[me * blk + lo..me * blk + hi]);
+                } else {
+                    // SAFETY: rank j wrote its n pieces of `len` bytes (the same chunking
+                    // everywhere: the lengths agreed in `enter`) before its `arrived = k`,
+                    // and leaves them until every `done ≥ k`, published after this copy.
+                    dst.copy_from_slice(unsafe {
+                        std::slice::from_raw_parts(self.slot(j, b).add(me * len), len)
+                    });
+                }
+            }
+            self.publish(Flag::Done, k);
+        }
+        Ok(())
+    }
+}
+
 /// Starts round `c` of a call cut into `chunk`-byte pieces of `total`: the round's number `k`
 /// (the communicator's count, advanced), its buffer `b = k & 1` and its byte range `lo..hi`.
 fn next_round(round: &mut u64, c: usize, chunk: usize, total: usize) -> (u64, usize, usize, usize) {
@@ -1063,6 +1120,19 @@ impl NodeShm {
             p.allgather(round, send, recv)
         })
     }
+
+    /// All-to-all of equal blocks (`send` and `recv` both n blocks).
+    pub(crate) fn alltoall(
+        &self,
+        comm: &Communicator,
+        send: &[u8],
+        recv: &mut [u8],
+        checked: Checked,
+    ) -> Result<()> {
+        self.run(comm, "alltoall (shared memory)", checked, |p, round| {
+            p.alltoall(round, send, recv)
+        })
+    }
 }
 
 /// The reduction step of `op` on `T`, as `combine(acc, left)`. rcomm's ops are commutative
@@ -1307,6 +1377,45 @@ mod tests {
             assert_eq!(bad, 0, "rank {r}: wrong results");
             // Each rank waited for a late peer in 45 of the 60 calls.
             assert!(slept >= 30, "rank {r} slept only {slept} times");
+        }
+    }
+
+    #[test]
+    fn alltoall_sends_block_j_to_rank_j_for_small_and_chunked_blocks() {
+        for n in [1usize, 2, 3, 5] {
+            let sizes = [0usize, 1, 8, 4099, SLOT / n, SLOT / n + 7];
+            let byte = |from: usize, to: usize, i: usize, it: usize| {
+                (i * 31 + from * 7 + to * 13 + it) as u8
+            };
+            let out = ranks(n, |r, p, round| {
+                let mut res = Vec::new();
+                for (it, &blk) in sizes.iter().enumerate() {
+                    let send: Vec<u8> = (0..n)
+                        .flat_map(|to| (0..blk).map(move |i| byte(r, to, i, it)))
+                        .collect();
+                    let mut recv = vec![0xeeu8; n * blk];
+                    p.alltoall(round, &send, &mut recv).unwrap();
+                    res.push(recv);
+                }
+                // Blocks that differ between ranks: every rank fails alike, windows in step.
+                let send = vec![1u8; n * (4 + r.min(1))];
+                let mut recv = vec![0u8; send.len()];
+                let e = p.alltoall(round, &send, &mut recv);
+                let mismatch = matches!(e, Err(ProtoError::Agreed(CommError::Mismatch { .. })));
+                let mut again = vec![0u8; n];
+                p.alltoall(round, &vec![r as u8; n], &mut again).unwrap();
+                (res, mismatch, again)
+            });
+            for (r, (res, mismatch, again)) in out.iter().enumerate() {
+                for (it, &blk) in sizes.iter().enumerate() {
+                    let want: Vec<u8> = (0..n)
+                        .flat_map(|from| (0..blk).map(move |i| byte(from, r, i, it)))
+                        .collect();
+                    assert!(res[it] == want, "n {n} block {blk} rank {r}");
+                }
+                assert_eq!(*mismatch, n > 1, "n {n} rank {r}: unequal blocks");
+                assert_eq!(*again, (0..n as u8).collect::<Vec<_>>(), "n {n} rank {r}");
+            }
         }
     }
 

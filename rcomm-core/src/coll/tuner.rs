@@ -374,6 +374,7 @@ fn ceil_log2(n: u32) -> u32 {
 /// | reduce_scatter | ring, direct | `(n−1)·α + (n−1)/n·B/β + (n−1)/n·B/γ` |
 /// | alltoall | pairwise | `(n−1)·(α + B/β)` |
 /// | alltoall | bruck | `L·α + L·(n/2)·B/β + 2n·B/μ` (rotations before and after) |
+/// | alltoall | shm | `2·sync + 2n·B/μ` (n blocks into the slot, n out) |
 /// | gather, scatter | linear | `(n−1)·(α + B/β)` |
 /// | gather, scatter | tree | `L·α + (n−1)·B/β + (n−1)·B/μ` (staging in relative-rank order) |
 /// | scan | chain | `(n−1)·(α + B/β + B/γ)` |
@@ -429,6 +430,8 @@ fn cost(t: &Tuning, q: &Query, algo: &str) -> Option<f64> {
         (Allgather, "bruck") => l * a + (n - 1.0) * b / bw + n * b / mu,
         // Every rank copies its block into its slot and every block out.
         (Allgather, "shm") => 2.0 * sync + (n + 1.0) * b / mu,
+        // Every rank copies its n blocks into its slot and n blocks out.
+        (Alltoall, "shm") => 2.0 * sync + 2.0 * n * b / mu,
         // Out of place, the ring works on a copy of the input and copies its block out; the
         // direct algorithm reads the input where it lies and copies only its own block.
         (ReduceScatter, "ring") => (n - 1.0) * a + frac * b / bw + frac * b / g + (b + b / n) / mu,
@@ -1106,18 +1109,33 @@ mod tests {
     }
 
     #[test]
-    fn small_allgathers_on_one_node_use_the_windows() {
-        for (n, bytes) in [(2, 8), (8, 8), (8, 4096)] {
-            let mut query = q(CollKind::Allgather, n, bytes);
+    fn small_allgathers_and_alltoalls_on_one_node_use_the_windows() {
+        for (kind, n, bytes) in [2, 8]
+            .into_iter()
+            .flat_map(|n| [(CollKind::Allgather, n, 8), (CollKind::Alltoall, n, 8)])
+            .chain([
+                (CollKind::Allgather, 8, 4096),
+                (CollKind::Alltoall, 8, 4096),
+            ])
+        {
+            let mut query = q(kind, n, bytes);
             assert_ne!(
                 pick(&query),
                 "shm",
-                "{n} ranks, {bytes} B, no shared memory"
+                "{kind:?} {n} ranks, {bytes} B, no shared memory"
             );
             query.shm = true;
-            assert_eq!(pick(&query), "shm", "{n} ranks, {bytes} B on one node");
+            assert_eq!(
+                pick(&query),
+                "shm",
+                "{kind:?} {n} ranks, {bytes} B on one node"
+            );
             query.inter_node = true;
-            assert_ne!(pick(&query), "shm", "{n} ranks, {bytes} B across nodes");
+            assert_ne!(
+                pick(&query),
+                "shm",
+                "{kind:?} {n} ranks, {bytes} B across nodes"
+            );
         }
     }
 
