@@ -225,7 +225,7 @@ pub const ALGOS: &[(&str, &[&str])] = &[
     ),
     ("reduce", &["auto", "tree", "direct"]),
     ("allgather", &["auto", "ring", "bruck", "shm", "hier"]),
-    ("reduce_scatter", &["auto", "ring", "direct", "hier"]),
+    ("reduce_scatter", &["auto", "ring", "direct", "shm", "hier"]),
     ("alltoall", &["auto", "pairwise", "bruck", "shm"]),
     ("gather", &["auto", "linear", "tree"]),
     ("scatter", &["auto", "linear", "tree"]),

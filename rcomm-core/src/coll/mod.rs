@@ -431,13 +431,18 @@ impl Communicator {
         let total: usize = counts.iter().sum();
         let algo = self.choose("reduce_scatter", total * elem, elem, Some(r))?;
         let blocks = schedule::packed_blocks(counts, elem);
-        // `hier` is run by the blocking call itself when it can (and says so); the schedule,
-        // the ring for anything but `direct`, is its fallback.
-        crate::fr::ran(self.ctx, if algo == "direct" { algo } else { "ring" });
+        // `hier` and `shm` are run by the blocking call itself when it can (and says so); the
+        // schedule is their fallback: `direct` for `shm` (both combine in rank order), else
+        // the ring.
+        let fallback = match algo {
+            "direct" | "shm" => "direct",
+            _ => "ring",
+        };
+        crate::fr::ran(self.ctx, fallback);
         Ok((
             uncached(
                 "reduce_scatter",
-                match algo {
+                match fallback {
                     "direct" => schedule::direct_reduce_scatter_v(self.rank, &blocks),
                     _ => schedule::ring_reduce_scatter_v(self.rank, &blocks),
                 },
@@ -848,7 +853,27 @@ impl Communicator {
         check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
         check_len("reduce_scatter_v recv", recv.len(), counts[me])?;
         let (sched, algo) = self.reduce_scatter_plan(counts, size_of::<T>(), &r)?;
-        if algo == "hier" && counts.iter().all(|&c| c == counts[0]) {
+        // The counts are the same on every rank (MPI's contract), so all take the same branch.
+        let equal = counts.iter().all(|&c| c == counts[0]);
+        if algo == "shm" && equal {
+            let chk = self.check_shm_call()?;
+            if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
+                crate::fr::ran(self.ctx, algo);
+                let combine = |acc: &mut [u8], left: &[u8]| r.apply(acc, left, Order::SrcFirst);
+                let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
+                node.reduce_scatter(
+                    self,
+                    bytemuck::cast_slice(send),
+                    out,
+                    size_of::<T>(),
+                    r.signature(),
+                    &combine,
+                    chk,
+                )?;
+                return r.finalize(out, n);
+            }
+        }
+        if algo == "hier" && equal {
             self.check_composite(true)?;
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {

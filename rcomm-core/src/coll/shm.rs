@@ -84,6 +84,7 @@ const KIND_ALLREDUCE: u64 = 1 << 56;
 const KIND_BCAST: u64 = 2 << 56;
 const KIND_ALLGATHER: u64 = 3 << 56;
 const KIND_ALLTOALL: u64 = 4 << 56;
+const KIND_REDUCE_SCATTER: u64 = 5 << 56;
 
 #[repr(C, align(64))]
 struct Line(AtomicU64);
@@ -689,6 +690,75 @@ impl Proto<'_> {
     }
 }
 
+impl Proto<'_> {
+    /// Reduce-scatter of equal blocks: `send` holds n blocks of `recv.len()` bytes (elements
+    /// of `elem` bytes); block `me` of the reduction lands in `recv`, folded in the canonical
+    /// order of [`allreduce`](Self::allreduce) (`combine` as there). Slots are laid out as in
+    /// [`alltoall`](Self::alltoall): each rank's pieces side by side, rank r folds piece r.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn reduce_scatter(
+        &mut self,
+        round: &mut u64,
+        send: &[u8],
+        recv: &mut [u8],
+        elem: usize,
+        sig: u64,
+        combine: &Combine<'_>,
+    ) -> PResult<()> {
+        let (me, n) = (self.me, self.n());
+        let blk = recv.len();
+        // Pieces are cut at multiples of 16 elements: a reducer's unit may be wider than the
+        // caller's element (bytes reduced as i32), and 16 covers every built-in type.
+        let unit = elem * 16;
+        let valid =
+            elem > 0 && unit <= SLOT / n && blk.is_multiple_of(elem) && send.len() == n * blk;
+        let chunk = if valid {
+            SLOT / n / unit * unit
+        } else {
+            (SLOT / n).max(1)
+        };
+        // Invalid arguments (published as u64::MAX) fail every rank alike in `enter`.
+        let total = if valid { blk as u64 } else { u64::MAX };
+        let kind = KIND_REDUCE_SCATTER | (sig & 0xffff_ffff) << 16 | (elem as u64 & 0xffff);
+        let rounds = blk.div_ceil(chunk).max(1);
+        for c in 0..rounds {
+            let (k, b, lo, hi) = next_round(round, c, chunk, blk);
+            let len = hi - lo;
+            self.enter(k, c == 0, total, kind, None, |slot| {
+                if !valid {
+                    return;
+                }
+                for j in 0..n {
+                    // SAFETY: `send[j·blk + lo..j·blk + hi]` is ours; the slot holds
+                    // n × len ≤ SLOT bytes and nobody reads it now (every done ≥ k−2).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            send.as_ptr().add(j * blk + lo),
+                            slot.add(j * len),
+                            len,
+                        )
+                    };
+                }
+            })?;
+            // SAFETY: rank j wrote its n pieces of `len` bytes (lengths agreed in `enter`)
+            // before its `arrived = k`, and leaves them until every `done ≥ k`, published
+            // after the fold.
+            let piece = |j: usize| unsafe {
+                std::slice::from_raw_parts(self.slot(j, b).add(me * len).cast_const(), len)
+            };
+            let out = &mut recv[lo..hi];
+            out.copy_from_slice(piece(n - 1));
+            let mut res = Ok(());
+            for j in (0..n - 1).rev() {
+                res = res.and_then(|()| combine(out, piece(j)));
+            }
+            self.publish(Flag::Done, k);
+            res.map_err(ProtoError::Fatal)?;
+        }
+        Ok(())
+    }
+}
+
 /// Starts round `c` of a call cut into `chunk`-byte pieces of `total`: the round's number `k`
 /// (the communicator's count, advanced), its buffer `b = k & 1` and its byte range `lo..hi`.
 fn next_round(round: &mut u64, c: usize, chunk: usize, total: usize) -> (u64, usize, usize, usize) {
@@ -1121,6 +1191,26 @@ impl NodeShm {
         })
     }
 
+    /// Reduce-scatter of equal blocks (`send` n blocks of `recv.len()` bytes).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn reduce_scatter(
+        &self,
+        comm: &Communicator,
+        send: &[u8],
+        recv: &mut [u8],
+        elem: usize,
+        sig: u64,
+        combine: &Combine<'_>,
+        checked: Checked,
+    ) -> Result<()> {
+        self.run(
+            comm,
+            "reduce_scatter (shared memory)",
+            checked,
+            |p, round| p.reduce_scatter(round, send, recv, elem, sig, combine),
+        )
+    }
+
     /// All-to-all of equal blocks (`send` and `recv` both n blocks).
     pub(crate) fn alltoall(
         &self,
@@ -1377,6 +1467,58 @@ mod tests {
             assert_eq!(bad, 0, "rank {r}: wrong results");
             // Each rank waited for a late peer in 45 of the 60 calls.
             assert!(slept >= 30, "rank {r} slept only {slept} times");
+        }
+    }
+
+    #[test]
+    fn reduce_scatter_folds_block_r_on_rank_r_for_small_and_chunked_blocks() {
+        for n in [1usize, 2, 3, 5] {
+            // u32 elements, wrapping sums: every element's sum is known exactly.
+            let sizes = [0usize, 1, 2, 1023, SLOT / n / 4, SLOT / n / 4 + 3];
+            let val = |from: usize, i: usize, it: usize| (i * 2654435761 + from * 97 + it) as u32;
+            let add = |acc: &mut [u8], left: &[u8]| {
+                for (a, l) in acc.chunks_exact_mut(4).zip(left.chunks_exact(4)) {
+                    let s = u32::from_le_bytes(a.try_into().unwrap())
+                        .wrapping_add(u32::from_le_bytes(l.try_into().unwrap()));
+                    a.copy_from_slice(&s.to_le_bytes());
+                }
+                Ok(())
+            };
+            let out = ranks(n, |r, p, round| {
+                let mut res = Vec::new();
+                for (it, &blk) in sizes.iter().enumerate() {
+                    let send: Vec<u8> = (0..n * blk)
+                        .flat_map(|i| val(r, i, it).to_le_bytes())
+                        .collect();
+                    let mut recv = vec![0xeeu8; blk * 4];
+                    p.reduce_scatter(round, &send, &mut recv, 4, 1, &add)
+                        .unwrap();
+                    res.push(recv);
+                }
+                // Blocks that differ between ranks: every rank fails alike, windows in step.
+                let blk = 4 + 4 * r.min(1);
+                let mut recv = vec![0u8; blk];
+                let e = p.reduce_scatter(round, &vec![1u8; n * blk], &mut recv, 4, 1, &add);
+                let mismatch = matches!(e, Err(ProtoError::Agreed(CommError::Mismatch { .. })));
+                let mut again = vec![0u8; 4];
+                p.reduce_scatter(round, &vec![1u8; n * 4], &mut again, 4, 1, &add)
+                    .unwrap();
+                (res, mismatch, again)
+            });
+            for (r, (res, mismatch, again)) in out.iter().enumerate() {
+                for (it, &blk) in sizes.iter().enumerate() {
+                    let want: Vec<u8> = (r * blk..(r + 1) * blk)
+                        .flat_map(|i| {
+                            (0..n)
+                                .fold(0u32, |s, from| s.wrapping_add(val(from, i, it)))
+                                .to_le_bytes()
+                        })
+                        .collect();
+                    assert!(res[it] == want, "n {n} block {blk} rank {r}");
+                }
+                assert_eq!(*mismatch, n > 1, "n {n} rank {r}: unequal blocks");
+                assert_eq!(*again, [n as u8; 4], "n {n} rank {r}");
+            }
         }
     }
 

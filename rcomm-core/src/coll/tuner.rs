@@ -278,7 +278,8 @@ impl CollKind {
     fn rank_ordered(self) -> Option<&'static [&'static str]> {
         match self {
             CollKind::Allreduce => Some(&["rd", "direct", "shm"]),
-            CollKind::Reduce | CollKind::ReduceScatter => Some(&["direct"]),
+            CollKind::Reduce => Some(&["direct"]),
+            CollKind::ReduceScatter => Some(&["direct", "shm"]),
             CollKind::Scan => Some(&["chain"]),
             _ => None,
         }
@@ -289,7 +290,8 @@ impl CollKind {
     fn canonical(self) -> Option<&'static [&'static str]> {
         match self {
             CollKind::Allreduce => Some(&["direct", "shm"]),
-            CollKind::Reduce | CollKind::ReduceScatter => Some(&["direct"]),
+            CollKind::Reduce => Some(&["direct"]),
+            CollKind::ReduceScatter => Some(&["direct", "shm"]),
             // The chain is rank order by construction.
             CollKind::Scan => Some(&["chain"]),
             _ => None,
@@ -375,6 +377,7 @@ fn ceil_log2(n: u32) -> u32 {
 /// | alltoall | pairwise | `(n−1)·(α + B/β)` |
 /// | alltoall | bruck | `L·α + L·(n/2)·B/β + 2n·B/μ` (rotations before and after) |
 /// | alltoall | shm | `2·sync + 2n·B/μ` (n blocks into the slot, n out) |
+/// | reduce_scatter | shm | `2·sync + B/μ + (n−1)/n·B/γ` (input into the slot, fold one block) |
 /// | gather, scatter | linear | `(n−1)·(α + B/β)` |
 /// | gather, scatter | tree | `L·α + (n−1)·B/β + (n−1)·B/μ` (staging in relative-rank order) |
 /// | scan | chain | `(n−1)·(α + B/β + B/γ)` |
@@ -436,6 +439,8 @@ fn cost(t: &Tuning, q: &Query, algo: &str) -> Option<f64> {
         // direct algorithm reads the input where it lies and copies only its own block.
         (ReduceScatter, "ring") => (n - 1.0) * a + frac * b / bw + frac * b / g + (b + b / n) / mu,
         (ReduceScatter, "direct") => (n - 1.0) * a + frac * b / bw + frac * b / g + b / n / mu,
+        // Every rank copies its input into its slot and folds its block of every slot.
+        (ReduceScatter, "shm") => 2.0 * sync + b / mu + frac * b / g,
         (Alltoall, "bruck") => l * a + l * (n / 2.0) * b / bw + 2.0 * n * b / mu,
         (Gather | Scatter, "tree") => l * a + (n - 1.0) * b / bw + (n - 1.0) * b / mu,
         (Scan, "chain") => (n - 1.0) * (a + b / bw + b / g),
@@ -1109,10 +1114,16 @@ mod tests {
     }
 
     #[test]
-    fn small_allgathers_and_alltoalls_on_one_node_use_the_windows() {
+    fn small_allgathers_alltoalls_and_reduce_scatters_on_one_node_use_the_windows() {
         for (kind, n, bytes) in [2, 8]
             .into_iter()
-            .flat_map(|n| [(CollKind::Allgather, n, 8), (CollKind::Alltoall, n, 8)])
+            .flat_map(|n| {
+                [
+                    (CollKind::Allgather, n, 8),
+                    (CollKind::Alltoall, n, 8),
+                    (CollKind::ReduceScatter, n, 8 * n as usize),
+                ]
+            })
             .chain([
                 (CollKind::Allgather, 8, 4096),
                 (CollKind::Alltoall, 8, 4096),

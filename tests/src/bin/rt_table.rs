@@ -254,6 +254,7 @@ fn fallback<'a>(op: &str, algo: &'a str) -> &'a str {
         ("allreduce", "shm") => "direct",
         ("allgather", "shm") => "ring",
         ("alltoall", "shm") => "pairwise",
+        ("reduce_scatter", "shm") => "direct",
         ("allreduce" | "allgather" | "reduce_scatter", "hier") => "ring",
         ("bcast", "shm" | "hier") => "tree",
         _ => algo,
