@@ -412,13 +412,13 @@ impl Communicator {
         )))
     }
 
-    /// Reduce-scatter over a working buffer laid out as `counts`; block `rank` ends reduced.
-    fn reduce_scatter_plan(
+    /// The algorithm of a reduce-scatter over `counts` (the call's checks first).
+    fn reduce_scatter_algo(
         &self,
         counts: &[usize],
         elem: usize,
         r: &Reducer,
-    ) -> Result<(Arc<Schedule>, &'static str)> {
+    ) -> Result<&'static str> {
         self.check_note(
             Call::new(Kind::ReduceScatter)
                 .elem(elem)
@@ -429,26 +429,27 @@ impl Communicator {
         let n = self.size as usize;
         check_len("reduce_scatter counts", counts.len(), n)?;
         let total: usize = counts.iter().sum();
-        let algo = self.choose("reduce_scatter", total * elem, elem, Some(r))?;
-        let blocks = schedule::packed_blocks(counts, elem);
-        // `hier` and `shm` are run by the blocking call itself when it can (and says so); the
-        // schedule is their fallback: `direct` for `shm` (both combine in rank order), else
-        // the ring.
+        self.choose("reduce_scatter", total * elem, elem, Some(r))
+    }
+
+    /// The schedule of a reduce-scatter over a working buffer laid out as `counts` (block
+    /// `rank` ends reduced), built only when one runs. `hier` and `shm` are run by the blocking
+    /// call itself when it can (and says so); the schedule is their fallback: `direct` for
+    /// `shm` (both combine in rank order), else the ring.
+    fn reduce_scatter_sched(&self, counts: &[usize], elem: usize, algo: &str) -> Arc<Schedule> {
         let fallback = match algo {
             "direct" | "shm" => "direct",
             _ => "ring",
         };
         crate::fr::ran(self.ctx, fallback);
-        Ok((
-            uncached(
-                "reduce_scatter",
-                match fallback {
-                    "direct" => schedule::direct_reduce_scatter_v(self.rank, &blocks),
-                    _ => schedule::ring_reduce_scatter_v(self.rank, &blocks),
-                },
-            ),
-            algo,
-        ))
+        let blocks = schedule::packed_blocks(counts, elem);
+        uncached(
+            "reduce_scatter",
+            match fallback {
+                "direct" => schedule::direct_reduce_scatter_v(self.rank, &blocks),
+                _ => schedule::ring_reduce_scatter_v(self.rank, &blocks),
+            },
+        )
     }
 
     /// The plan of an all-to-all: shared memory only for a blocking `alltoall` (`windows`),
@@ -831,7 +832,9 @@ impl Communicator {
         }
         let r = op.into().0;
         let b = buf.len() / n;
-        let (sched, _) = self.reduce_scatter_plan(&vec![b; n], size_of::<T>(), &r)?;
+        let counts = vec![b; n];
+        let algo = self.reduce_scatter_algo(&counts, size_of::<T>(), &r)?;
+        let sched = self.reduce_scatter_sched(&counts, size_of::<T>(), algo);
         self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], Some(&r))?;
         let me = self.rank as usize;
         r.finalize(bytemuck::cast_slice_mut(&mut buf[me * b..(me + 1) * b]), n)
@@ -852,7 +855,7 @@ impl Communicator {
         check_len("reduce_scatter_v counts", counts.len(), n)?;
         check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
         check_len("reduce_scatter_v recv", recv.len(), counts[me])?;
-        let (sched, algo) = self.reduce_scatter_plan(counts, size_of::<T>(), &r)?;
+        let algo = self.reduce_scatter_algo(counts, size_of::<T>(), &r)?;
         // The counts are the same on every rank (MPI's contract), so all take the same branch.
         let equal = counts.iter().all(|&c| c == counts[0]);
         if algo == "shm" && equal {
@@ -887,8 +890,10 @@ impl Communicator {
                 return r.finalize(out, n);
             }
         }
-        if algo == "direct" {
-            // Straight from the input into the output block: no working copy.
+        let sched = self.reduce_scatter_sched(counts, size_of::<T>(), algo);
+        if algo == "direct" || algo == "shm" {
+            // Straight from the input into the output block: no working copy (the direct
+            // schedule, which is also the windows' fallback).
             let off = elems::<T>(counts[..me].iter().sum());
             let oop = out_of_place_block(&sched, off, elems::<T>(counts[me]));
             let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
@@ -939,7 +944,8 @@ impl Communicator {
         let (n, me) = (self.size as usize, self.rank as usize);
         check_len("reduce_scatter_v counts", counts.len(), n)?;
         check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
-        let (sched, _) = self.reduce_scatter_plan(counts, size_of::<T>(), &r)?;
+        let algo = self.reduce_scatter_algo(counts, size_of::<T>(), &r)?;
+        let sched = self.reduce_scatter_sched(counts, size_of::<T>(), algo);
         let off = counts[..me].iter().sum();
         CollRequest::start(
             self,
