@@ -659,17 +659,9 @@ impl Proto<'_> {
             let (k, b, lo, hi) = next_round(round, c, chunk, blk);
             let len = hi - lo;
             self.enter(k, c == 0, total, KIND_ALLTOALL, None, |slot| {
-                for j in 0..n {
-                    // SAFETY: `send[j·blk + lo..j·blk + hi]` is ours; the slot holds
-                    // n × len ≤ SLOT bytes and nobody reads it now (every done ≥ k−2).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            send.as_ptr().add(j * blk + lo),
-                            slot.add(j * len),
-                            len,
-                        )
-                    };
-                }
+                // SAFETY: the slot holds n × len ≤ SLOT bytes and nobody reads it now (every
+                // done ≥ k−2); `send` holds n blocks of `blk ≥ lo + len` bytes.
+                unsafe { put_pieces(slot, send, n, blk, lo, len) }
             })?;
             for j in 0..n {
                 let dst = &mut recv[j * blk + lo..j * blk + hi];
@@ -725,19 +717,9 @@ impl Proto<'_> {
             let (k, b, lo, hi) = next_round(round, c, chunk, blk);
             let len = hi - lo;
             self.enter(k, c == 0, total, kind, None, |slot| {
-                if !valid {
-                    return;
-                }
-                for j in 0..n {
-                    // SAFETY: `send[j·blk + lo..j·blk + hi]` is ours; the slot holds
-                    // n × len ≤ SLOT bytes and nobody reads it now (every done ≥ k−2).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            send.as_ptr().add(j * blk + lo),
-                            slot.add(j * len),
-                            len,
-                        )
-                    };
+                if valid {
+                    // SAFETY: as in `alltoall` (`valid`: send holds n blocks of `blk` bytes).
+                    unsafe { put_pieces(slot, send, n, blk, lo, len) }
                 }
             })?;
             // SAFETY: rank j wrote its n pieces of `len` bytes (lengths agreed in `enter`)
@@ -756,6 +738,21 @@ impl Proto<'_> {
             res.map_err(ProtoError::Fatal)?;
         }
         Ok(())
+    }
+}
+
+/// Copies bytes `lo..lo + len` of each of the `n` blocks of `blk` bytes in `send` side by
+/// side into `slot` (the layout of alltoall and reduce_scatter rounds).
+///
+/// # Safety
+/// `slot` is valid for writes of `n × len` bytes that nobody else accesses now, and
+/// `lo + len ≤ blk`, `n × blk ≤ send.len()`.
+unsafe fn put_pieces(slot: *mut u8, send: &[u8], n: usize, blk: usize, lo: usize, len: usize) {
+    for j in 0..n {
+        // SAFETY: the caller's contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(send.as_ptr().add(j * blk + lo), slot.add(j * len), len)
+        };
     }
 }
 
