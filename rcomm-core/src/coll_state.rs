@@ -128,3 +128,113 @@ pub(crate) struct Tuning {
     /// node: every rank turns it off (see `coll::tuner::measure`).
     pub single_copy_off: bool,
 }
+
+/// What the handles of one communicator share beyond its collective count: the node's
+/// shared-memory windows, once set up, found without a process-wide lock or a search.
+#[derive(Default)]
+pub(crate) struct CommColl {
+    /// `None` inside: set up and unusable (agreed by every rank). The collective layer's
+    /// window type, erased: this layer names nothing above it.
+    pub(crate) node: std::sync::OnceLock<Option<Arc<dyn std::any::Any + Send + Sync>>>,
+}
+
+impl std::fmt::Debug for CommColl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommColl").finish_non_exhaustive()
+    }
+}
+
+/// The last algorithm chosen for each collective kind on one handle (a handle's forced
+/// algorithms are part of what a choice depends on, so `with_algo` gets a memo of its own):
+/// one word per kind, read without a lock. A training loop repeats the same few collectives,
+/// and the choice is a pure function of the size, element and commutativity there.
+#[derive(Debug, Default)]
+pub(crate) struct ChoiceMemo([std::sync::atomic::AtomicU64; MEMO_KINDS]);
+
+/// Collective kinds the tuner knows (checked against its list there).
+pub(crate) const MEMO_KINDS: usize = 9;
+
+/// Word layout: bytes (bits 0–39), element size (40–47), commutative (48), the algorithm's
+/// index in its kind's list (49–55), valid (63). A word is complete in itself, so Relaxed
+/// loads and stores suffice.
+const MEMO_VALID: u64 = 1 << 63;
+const MEMO_KEY: u64 = (1 << 49) - 1;
+
+impl ChoiceMemo {
+    fn key(bytes: usize, elem: usize, commutative: bool) -> Option<u64> {
+        (bytes < 1 << 40 && elem < 1 << 8)
+            .then(|| bytes as u64 | (elem as u64) << 40 | u64::from(commutative) << 48)
+    }
+
+    /// The index of the algorithm remembered for `kind` (its `CollKind` number) with this
+    /// key, if any.
+    pub(crate) fn get(
+        &self,
+        kind: usize,
+        bytes: usize,
+        elem: usize,
+        commutative: bool,
+    ) -> Option<usize> {
+        let key = Self::key(bytes, elem, commutative)?;
+        let w = self.0.get(kind)?.load(std::sync::atomic::Ordering::Relaxed);
+        (w & MEMO_VALID != 0 && w & MEMO_KEY == key).then_some((w >> 49 & 0x7f) as usize)
+    }
+
+    pub(crate) fn put(
+        &self,
+        kind: usize,
+        bytes: usize,
+        elem: usize,
+        commutative: bool,
+        algo: usize,
+    ) {
+        if let (Some(key), Some(slot), true) = (
+            Self::key(bytes, elem, commutative),
+            self.0.get(kind),
+            algo < 0x80,
+        ) {
+            slot.store(
+                MEMO_VALID | (algo as u64) << 49 | key,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChoiceMemo;
+
+    #[test]
+    fn a_memo_answers_only_for_the_key_it_holds() {
+        let m = ChoiceMemo::default();
+        assert_eq!(m.get(0, 8, 4, true), None, "empty");
+        m.put(0, 8, 4, true, 5);
+        assert_eq!(m.get(0, 8, 4, true), Some(5));
+        // Another size, element, commutativity or kind is not this choice.
+        assert_eq!(m.get(0, 16, 4, true), None);
+        assert_eq!(m.get(0, 8, 8, true), None);
+        assert_eq!(m.get(0, 8, 4, false), None);
+        assert_eq!(m.get(1, 8, 4, true), None);
+        // Index 0 and the largest sizes that fit are told apart from an empty word.
+        m.put(2, 0, 1, false, 0);
+        assert_eq!(m.get(2, 0, 1, false), Some(0));
+        let big = (1usize << 40) - 1;
+        m.put(3, big, 255, true, 0x7f);
+        assert_eq!(m.get(3, big, 255, true), Some(0x7f));
+        // Keys that do not fit are never remembered, and never alias a smaller one.
+        m.put(4, 1 << 40, 4, true, 1);
+        assert_eq!(m.get(4, 1 << 40, 4, true), None);
+        assert_eq!(m.get(4, 0, 4, true), None);
+        m.put(5, 8, 256, true, 1);
+        assert_eq!(m.get(5, 8, 0, true), None);
+        // The last choice replaces the one before; an out-of-range kind is ignored.
+        m.put(0, 64, 4, true, 2);
+        assert_eq!(
+            (m.get(0, 8, 4, true), m.get(0, 64, 4, true)),
+            (None, Some(2))
+        );
+        m.put(99, 8, 4, true, 1);
+        assert_eq!(m.get(99, 8, 4, true), None);
+    }
+}

@@ -342,6 +342,10 @@ pub struct Communicator {
     /// collectives in the same order, so the count names a collective alike everywhere and
     /// gives each one its own tag — concurrent non-blocking collectives never mix messages.
     pub(crate) coll_seq: Arc<std::sync::atomic::AtomicU32>,
+    /// The windows and whatever else the clones share per communicator.
+    pub(crate) coll: Arc<crate::coll_state::CommColl>,
+    /// The last choice per collective kind (this handle's: `with_algo` starts a new one).
+    pub(crate) memo: Arc<crate::coll_state::ChoiceMemo>,
     pub(crate) shared: Arc<Shared>,
     /// Algorithms forced on this handle ([`Communicator::with_algo`]), before `RCOMM_ALGO`.
     pub(crate) algo_force: Option<Arc<Vec<(String, String)>>>,

@@ -170,6 +170,8 @@ impl Communicator {
             group: Some(Arc::new(Members::new(world))),
             _ctx_guard: Some(guard),
             coll_seq: Default::default(),
+            coll: Default::default(),
+            memo: Default::default(),
             algo_force: None,
             failure_scope: None,
             shared: self.shared.clone(),

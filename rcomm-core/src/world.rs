@@ -231,6 +231,8 @@ fn init_with(cfg: &Config) -> Result<World> {
         group: None,
         _ctx_guard: None,
         coll_seq: Default::default(),
+        coll: Default::default(),
+        memo: Default::default(),
         algo_force: None,
         failure_scope: None,
         shared,

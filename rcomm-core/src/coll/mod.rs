@@ -102,6 +102,7 @@ impl Communicator {
             .collect();
         list.extend(parsed);
         c.algo_force = Some(Arc::new(list));
+        c.memo = Default::default();
         Ok(c)
     }
 
@@ -123,23 +124,36 @@ impl Communicator {
     /// Every collective chooses once: its flight-recorder record begins here.
     fn choose(
         &self,
-        op: &'static str,
+        kind: tuner::CollKind,
         bytes: usize,
         elem: usize,
         r: Option<&Reducer>,
     ) -> Result<&'static str> {
-        let algo = self.choose_algo(op, bytes, elem, r)?;
+        let op = kind.name();
+        let commutative = r.is_none_or(|r| r.commutative());
+        let algos = tuner::algos_of(kind);
+        let algo = match self.memo.get(kind as usize, bytes, elem, commutative) {
+            Some(i) => algos[i],
+            None => {
+                let algo = self.choose_algo(kind, bytes, elem, r)?;
+                if let Some(i) = algos.iter().position(|a| *a == algo) {
+                    self.memo.put(kind as usize, bytes, elem, commutative, i);
+                }
+                algo
+            }
+        };
         crate::fr::begin_coll(self.ctx, op, algo, bytes, r.map_or((0, 0), Reducer::codes));
         Ok(algo)
     }
 
     fn choose_algo(
         &self,
-        op: &'static str,
+        kind: tuner::CollKind,
         bytes: usize,
         elem: usize,
         r: Option<&Reducer>,
     ) -> Result<&'static str> {
+        let op = kind.name();
         let forced = self.forced(op);
         let commutative = r.is_none_or(|r| r.commutative());
         // The choice is a pure function of the key (the tuning and RCOMM_DETERMINISTIC are
@@ -157,10 +171,6 @@ impl Communicator {
         if let Some(a) = self.shared.coll.cached_choice(&key) {
             return Ok(a);
         }
-        let kind = tuner::CollKind::ALL
-            .into_iter()
-            .find(|k| k.name() == op)
-            .expect("every collective kind is known to the tuner");
         let one_node = self.one_node;
         let q = tuner::Query {
             kind,
@@ -244,7 +254,7 @@ impl Communicator {
                 .reducer(r),
         );
         r.check()?;
-        let mut algo = self.choose("allreduce", count * elem, elem, Some(r))?;
+        let mut algo = self.choose(tuner::CollKind::Allreduce, count * elem, elem, Some(r))?;
         if algo == "shm" {
             if blocking {
                 // Checked mode registers the call before the windows' setup (collective on
@@ -280,7 +290,7 @@ impl Communicator {
 
     fn bcast_plan(&self, bytes: usize, root: u32, blocking: bool) -> Result<Plan> {
         self.check_root(root)?;
-        let mut algo = self.choose("bcast", bytes, 1, None)?;
+        let mut algo = self.choose(tuner::CollKind::Bcast, bytes, 1, None)?;
         crate::fr::set_root(self.ctx, root);
         if algo == "shm" {
             if blocking {
@@ -334,7 +344,7 @@ impl Communicator {
         );
         self.check_root(root)?;
         r.check()?;
-        let algo = self.choose("reduce", count * elem, elem, Some(r))?;
+        let algo = self.choose(tuner::CollKind::Reduce, count * elem, elem, Some(r))?;
         crate::fr::set_root(self.ctx, root);
         let (rank, n) = (self.rank, self.size);
         // The plain tree combines in rotated order from the root: fine for commutative ops.
@@ -370,7 +380,7 @@ impl Communicator {
                 cs.iter().all(|&c| c == cs[0]).then(|| cs[0])
             }
         };
-        let chosen = self.choose("allgather", counts.of(0) * elem, elem, None)?;
+        let chosen = self.choose(tuner::CollKind::Allgather, counts.of(0) * elem, elem, None)?;
         if blocking && equal.is_some() {
             if chosen == "shm" {
                 let chk = self.check_shm_call()?;
@@ -429,7 +439,7 @@ impl Communicator {
         let n = self.size as usize;
         check_len("reduce_scatter counts", counts.len(), n)?;
         let total: usize = counts.iter().sum();
-        self.choose("reduce_scatter", total * elem, elem, Some(r))
+        self.choose(tuner::CollKind::ReduceScatter, total * elem, elem, Some(r))
     }
 
     /// The schedule of a reduce-scatter over a working buffer laid out as `counts` (block
@@ -466,7 +476,7 @@ impl Communicator {
         self.check_note(Call::new(Kind::Alltoall).elem(elem));
         check_len("alltoall send counts", send_counts.len(), n)?;
         check_len("alltoall recv counts", recv_counts.len(), n)?;
-        let algo = self.choose("alltoall", send_counts[0] * elem, elem, None)?;
+        let algo = self.choose(tuner::CollKind::Alltoall, send_counts[0] * elem, elem, None)?;
         let equal = send_counts
             .iter()
             .chain(recv_counts)
@@ -508,7 +518,7 @@ impl Communicator {
             return Err(CommError::InvalidArg("scan with Avg is not defined".into()));
         }
         r.check()?;
-        let algo = self.choose("scan", count * elem, elem, Some(r))?;
+        let algo = self.choose(tuner::CollKind::Scan, count * elem, elem, Some(r))?;
         let (rank, n) = (self.rank, self.size);
         let name = if exclusive { "exscan-chain" } else { algo };
         Ok(self
@@ -991,7 +1001,12 @@ impl Communicator {
         self.check_note(Call::new(kind).elem(elem).root(root));
         self.check_root(root)?;
         check_len(op, counts.len(), self.size as usize)?;
-        let algo = self.choose(op, counts[0] * elem, elem, None)?;
+        let tk = if op == "gather" {
+            tuner::CollKind::Gather
+        } else {
+            tuner::CollKind::Scatter
+        };
+        let algo = self.choose(tk, counts[0] * elem, elem, None)?;
         crate::fr::set_root(self.ctx, root);
         let gather = op == "gather";
         if algo == "tree" && counts.iter().all(|&c| c == counts[0]) {

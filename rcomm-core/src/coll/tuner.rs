@@ -221,6 +221,16 @@ impl fmt::Display for Tuning {
     }
 }
 
+/// `kind.algos()` of every kind, by `kind as usize`, computed once (the names are searched
+/// for in [`ALGOS`]).
+pub(crate) fn algos_of(kind: CollKind) -> &'static [&'static str] {
+    static TABLE: std::sync::OnceLock<[&'static [&'static str]; CollKind::ALL.len()]> =
+        std::sync::OnceLock::new();
+    TABLE.get_or_init(|| CollKind::ALL.map(CollKind::algos))[kind as usize]
+}
+
+const _: () = assert!(CollKind::ALL.len() == crate::coll_state::MEMO_KINDS);
+
 /// A collective operation, as the tuner knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum CollKind {
