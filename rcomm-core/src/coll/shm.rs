@@ -433,10 +433,15 @@ impl<'a> Proto<'a> {
         let need = k.saturating_sub(if self.fast { FAST_LINES as u64 - 1 } else { 1 });
         if self.seen < need {
             // Only a pipelined bcast (fast lines) leaves rounds unseen. Every look at a peer's
-            // line is a cache miss: look at the last round first, which, when every peer is
-            // there, spares the looks of the next rounds.
+            // line is a cache miss (and takes the line from its owner, whose next store then
+            // misses too): look at the last round first, then halfway back, so that a peer a
+            // round or two behind costs a look every few rounds, not two looks every round.
+            let half = k.saturating_sub(FAST_LINES as u64 / 2);
             if (0..self.n()).all(|j| self.reached(j, Flag::Round(true), k - 1)) {
                 self.seen = k - 1;
+            } else if half > need && (0..self.n()).all(|j| self.reached(j, Flag::Round(true), half))
+            {
+                self.seen = half;
             } else {
                 self.wait_all(Flag::Round(true), need)?;
                 self.seen = need;
