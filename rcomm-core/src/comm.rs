@@ -565,19 +565,33 @@ impl Communicator {
 
     /// Starts sending `buf`, which the request owns until [`Request::wait`] hands it back.
     pub fn isend<T: Pod + Send>(&self, buf: Vec<T>, dest: u32, tag: Tag) -> Result<Request<T>> {
-        let dest = self.world_rank(dest)?;
+        let wdest = self.world_rank(dest)?;
         let region = Region::from_ref(bytes_of(&buf));
+        // An eager message that fits the transport now is complete on return: no request.
         let req = self
             .shared
             .lock()
-            .isend(self.ctx, dest, tag.0, region, "isend")?;
+            .send(self.ctx, wdest, tag.0, region, "isend", true)?;
+        let sent = req
+            .is_none()
+            .then(|| self.sent_status(tag, size_of_val(buf.as_slice())));
         Ok(Request {
             shared: self.shared.clone(),
             group: self.group.clone(),
-            req: Some(req),
+            req,
             buf: Some(buf),
             recv: false,
+            sent,
         })
+    }
+
+    /// The status of a send of `bytes` that completed when it started.
+    fn sent_status(&self, tag: Tag, bytes: usize) -> Status {
+        Status {
+            source: self.rank,
+            tag: tag.0,
+            bytes,
+        }
     }
 
     /// Starts receiving into `buf`, which the request owns until [`Request::wait`] hands it back.
@@ -600,6 +614,7 @@ impl Communicator {
             req: Some(req),
             buf: Some(buf),
             recv: true,
+            sent: None,
         })
     }
 
@@ -613,7 +628,7 @@ impl Communicator {
         };
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&scope)));
         let live = std::mem::take(&mut *scope.live.lock().unwrap_or_else(|p| p.into_inner()));
-        for (req, ()) in live {
+        for req in live {
             let done_or_cancelled = self.shared.lock().cancel(req);
             if !done_or_cancelled {
                 let _ = self.shared.wait(req);
@@ -725,11 +740,16 @@ pub struct Request<T: Pod + Send> {
     req: Option<ReqId>,
     buf: Option<Vec<T>>,
     recv: bool,
+    /// A send that completed when it started (no request behind it): its status.
+    sent: Option<Status>,
 }
 
 impl<T: Pod + Send> Request<T> {
     /// Waits for completion; returns the buffer and the status.
     pub fn wait(mut self) -> Result<(Vec<T>, Status)> {
+        if let Some(st) = self.sent.take() {
+            return Ok((self.buf.take().expect("buffer held"), st));
+        }
         let req = self.req.take().expect("request pending");
         let st = self.shared.wait(req);
         let buf = self.buf.take().expect("buffer held");
@@ -746,6 +766,9 @@ impl<T: Pod + Send> Request<T> {
 
     /// Whether the operation has completed (progressing once).
     pub fn test(&mut self) -> bool {
+        if self.sent.is_some() {
+            return true;
+        }
         let mut e = self.shared.lock();
         e.progress();
         self.req.is_some_and(|r| e.is_done(r))
@@ -781,9 +804,14 @@ pub fn wait_any<T: Pod + Send>(reqs: &mut Vec<Request<T>>) -> Result<(usize, Vec
             why: "wait_any on no requests".into(),
         });
     }
-    let shared = reqs[0].shared.clone();
-    let ids: Vec<ReqId> = reqs.iter().map(|r| r.req.expect("pending")).collect();
-    let i = shared.block_on(|e| ids.iter().position(|&id| e.is_done(id)));
+    let i = match reqs.iter().position(|r| r.sent.is_some()) {
+        Some(i) => i,
+        None => {
+            let shared = reqs[0].shared.clone();
+            let ids: Vec<ReqId> = reqs.iter().map(|r| r.req.expect("pending")).collect();
+            shared.block_on(|e| ids.iter().position(|&id| e.is_done(id)))
+        }
+    };
     let r = reqs.remove(i);
     let (buf, st) = r.wait()?;
     Ok((i, buf, st))
@@ -793,8 +821,10 @@ pub fn wait_any<T: Pod + Send>(reqs: &mut Vec<Request<T>>) -> Result<(usize, Vec
 #[derive(Debug)]
 pub struct Scope<'s, 'env> {
     comm: &'s Communicator,
-    /// Requests started in the scope and not yet waited for (by request id).
-    live: Mutex<rcomm_transport::fastmap::FastMap<ReqId, ()>>,
+    /// Requests started in the scope and not yet waited for, in start order. A queue, not a
+    /// map: requests are mostly waited for in the order they started, so the one waited for
+    /// is found first and leaves from the front (a map was hashed into and grown per scope).
+    live: Mutex<std::collections::VecDeque<ReqId>>,
     _env: PhantomData<&'env mut &'env ()>,
 }
 
@@ -805,6 +835,9 @@ pub struct ScopedRequest<'s, 'env> {
     scope: &'s Scope<'s, 'env>,
     req: ReqId,
     elem: usize,
+    /// A send that completed when it started (eager, straight into the transport): its
+    /// status, and no request behind it.
+    sent: Option<Status>,
 }
 
 impl<'s, 'env> Scope<'s, 'env> {
@@ -812,11 +845,12 @@ impl<'s, 'env> Scope<'s, 'env> {
         self.live
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(req, ());
+            .push_back(req);
         ScopedRequest {
             scope: self,
             req,
             elem,
+            sent: None,
         }
     }
 
@@ -827,15 +861,24 @@ impl<'s, 'env> Scope<'s, 'env> {
         dest: u32,
         tag: Tag,
     ) -> Result<ScopedRequest<'s, 'env>> {
-        let dest = self.comm.world_rank(dest)?;
-        let req = self.comm.shared.lock().isend(
+        let wdest = self.comm.world_rank(dest)?;
+        // An eager message that fits the transport now is complete on return: no request.
+        match self.comm.shared.lock().send(
             self.comm.ctx,
-            dest,
+            wdest,
             tag.0,
             Region::from_ref(bytes_of(buf)),
             "isend",
-        )?;
-        Ok(self.track(req, size_of::<T>()))
+            true,
+        )? {
+            Some(req) => Ok(self.track(req, size_of::<T>())),
+            None => Ok(ScopedRequest {
+                scope: self,
+                req: ReqId::MAX,
+                elem: size_of::<T>(),
+                sent: Some(self.comm.sent_status(tag, size_of_val(buf))),
+            }),
+        }
     }
 
     /// Starts receiving into a borrowed buffer.
@@ -859,11 +902,15 @@ impl<'s, 'env> Scope<'s, 'env> {
 impl ScopedRequest<'_, '_> {
     /// Waits for completion.
     pub fn wait(self) -> Result<Status> {
-        self.scope
-            .live
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.req);
+        if let Some(st) = self.sent {
+            return Ok(st);
+        }
+        {
+            let mut live = self.scope.live.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(i) = live.iter().position(|&r| r == self.req) {
+                live.remove(i);
+            }
+        }
         let st = self
             .scope
             .comm
@@ -879,6 +926,9 @@ impl ScopedRequest<'_, '_> {
 
     /// Whether it has completed (progressing once).
     pub fn test(&self) -> bool {
+        if self.sent.is_some() {
+            return true;
+        }
         let mut e = self.scope.comm.shared.lock();
         e.progress();
         e.is_done(self.req)

@@ -61,9 +61,16 @@ impl Envelope {
     }
 }
 
-/// A posted receive, as the engine knows it.
+/// A posted receive, as the engine knows it: its place in post order (`seq`, which orders
+/// receives) and the number its poster gave it (`owner`: the engine's request, so a delivery
+/// names the request with no table between).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RecvId(pub u64);
+pub struct RecvId {
+    /// Post order (compared first, and unique).
+    pub seq: u64,
+    /// The number given to [`Matcher::post`].
+    pub owner: u64,
+}
 
 /// Where an arriving message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,18 +96,38 @@ struct Posted {
     tag: TagSel,
 }
 
+/// What the matcher keeps per source, found by its rank.
+#[derive(Debug)]
+struct Peer<P> {
+    /// Next expected sequence number.
+    expected: u32,
+    /// Unexpected messages, in arrival (= sequence) order. An emptied queue keeps its
+    /// capacity: a peer whose messages keep arriving before their receives (a collective's
+    /// root running ahead) must not cost an allocation each time.
+    unexpected: VecDeque<Stored<P>>,
+    /// Posted receives for this source, in post order.
+    posted: VecDeque<Posted>,
+}
+
+impl<P> Default for Peer<P> {
+    fn default() -> Self {
+        Self {
+            expected: 0,
+            unexpected: VecDeque::new(),
+            posted: VecDeque::new(),
+        }
+    }
+}
+
 /// The matching state of one communicator.
 #[derive(Debug)]
 pub struct Matcher<P> {
-    /// Next expected sequence number per source.
-    expected: FastMap<u32, u32>,
-    /// Early arrivals per source, by sequence number.
+    /// Per source, by rank (sources are ranks the engine checked: the table grows to the
+    /// highest one seen, at most the world's size).
+    peers: Vec<Peer<P>>,
+    /// Early arrivals per source, by sequence number (rare: several lanes to one peer).
     early: FastMap<u32, BTreeMap<u32, (Envelope, P)>>,
-    /// Unexpected messages per source, in arrival (= sequence) order.
-    unexpected: FastMap<u32, VecDeque<Stored<P>>>,
     unexpected_count: usize,
-    /// Posted receives for one source, in post order.
-    by_source: FastMap<u32, VecDeque<Posted>>,
     /// Posted wildcard-source receives, in post order.
     wildcard: VecDeque<Posted>,
     next_recv: u64,
@@ -110,11 +137,9 @@ pub struct Matcher<P> {
 impl<P> Default for Matcher<P> {
     fn default() -> Self {
         Self {
-            expected: FastMap::default(),
+            peers: Vec::new(),
             early: FastMap::default(),
-            unexpected: FastMap::default(),
             unexpected_count: 0,
-            by_source: FastMap::default(),
             wildcard: VecDeque::new(),
             next_recv: 0,
             next_arrival: 0,
@@ -137,16 +162,32 @@ impl<P> Matcher<P> {
         Self::default()
     }
 
-    /// Posts a receive: takes the earliest stored matching message, or waits.
-    pub fn post(&mut self, src: Source, tag: TagSel) -> Posting<P> {
+    fn peer(&self, src: u32) -> Option<&Peer<P>> {
+        self.peers.get(src as usize)
+    }
+
+    fn peer_mut(&mut self, src: u32) -> &mut Peer<P> {
+        let i = src as usize;
+        if i >= self.peers.len() {
+            self.peers.resize_with(i + 1, Peer::default);
+        }
+        &mut self.peers[i]
+    }
+
+    /// Posts a receive: takes the earliest stored matching message, or waits under a
+    /// [`RecvId`] carrying `owner`.
+    pub fn post(&mut self, src: Source, tag: TagSel, owner: u64) -> Posting<P> {
         if let Some(m) = self.take_unexpected(src, tag) {
             return Posting::Matched(m.env, m.payload);
         }
-        let id = RecvId(self.next_recv);
+        let id = RecvId {
+            seq: self.next_recv,
+            owner,
+        };
         self.next_recv += 1;
         let p = Posted { id, src, tag };
         match src {
-            Source::Rank(r) => self.by_source.entry(r).or_default().push_back(p),
+            Source::Rank(r) => self.peer_mut(r).posted.push_back(p),
             Source::Any => self.wildcard.push_back(p),
         }
         Posting::Posted(id)
@@ -158,7 +199,7 @@ impl<P> Matcher<P> {
             self.wildcard.remove(i);
             return true;
         }
-        for q in self.by_source.values_mut() {
+        for q in self.peers.iter_mut().map(|p| &mut p.posted) {
             if let Some(i) = q.iter().position(|p| p.id == id) {
                 q.remove(i);
                 return true;
@@ -170,13 +211,12 @@ impl<P> Matcher<P> {
     /// Routes an arriving message with sequence number `seq`. On [`Route::Keep`] the caller must
     /// pass the payload to [`keep`](Self::keep) before the next arrival from that source.
     pub fn arrive(&mut self, env: &Envelope, seq: u32) -> Route {
-        let exp = self.expected.entry(env.source).or_insert(0);
-        if seq != *exp {
+        if seq != self.peer_mut(env.source).expected {
             return Route::Keep;
         }
         match self.take_posted(env) {
             Some(id) => {
-                *self.expected.get_mut(&env.source).expect("entry exists") = seq.wrapping_add(1);
+                self.peer_mut(env.source).expected = seq.wrapping_add(1);
                 Route::Deliver(id)
             }
             None => Route::Keep,
@@ -186,10 +226,10 @@ impl<P> Matcher<P> {
     /// Stores a message [`arrive`](Self::arrive) routed to `Keep`: in sequence it joins the
     /// unexpected queue; early it is held back until the messages before it have arrived.
     pub fn keep(&mut self, env: Envelope, seq: u32, payload: P) {
-        let exp = *self.expected.entry(env.source).or_insert(0);
-        if seq == exp {
+        let peer = self.peer_mut(env.source);
+        if seq == peer.expected {
+            peer.expected = seq.wrapping_add(1);
             self.push_unexpected(env, payload);
-            self.expected.insert(env.source, seq.wrapping_add(1));
         } else {
             self.early
                 .entry(env.source)
@@ -201,8 +241,8 @@ impl<P> Matcher<P> {
     /// Processes held-back messages of `source` that are now in sequence; each is delivered to a
     /// posted receive through `deliver` or stored as unexpected. Call after every arrival.
     pub fn release(&mut self, source: u32, deliver: &mut dyn FnMut(RecvId, Envelope, P)) {
-        loop {
-            let exp = *self.expected.entry(source).or_insert(0);
+        while !self.early.is_empty() {
+            let exp = self.peer_mut(source).expected;
             let Some(q) = self.early.get_mut(&source) else {
                 return;
             };
@@ -212,7 +252,7 @@ impl<P> Matcher<P> {
             if q.is_empty() {
                 self.early.remove(&source);
             }
-            self.expected.insert(source, exp.wrapping_add(1));
+            self.peer_mut(source).expected = exp.wrapping_add(1);
             match self.take_posted(&env) {
                 Some(id) => deliver(id, env, payload),
                 None => self.push_unexpected(env, payload),
@@ -223,7 +263,7 @@ impl<P> Matcher<P> {
     /// The earliest stored message a receive for (`src`, `tag`) would get, without taking it.
     pub fn probe(&self, src: Source, tag: TagSel) -> Option<&Envelope> {
         self.find_unexpected(src, tag)
-            .map(|(s, i)| &self.unexpected[&s][i].env)
+            .map(|(s, i)| &self.peers[s as usize].unexpected[i].env)
     }
 
     /// Takes the earliest stored matching message (for `mprobe`): no later receive can get it.
@@ -237,20 +277,21 @@ impl<P> Matcher<P> {
     /// receive would take, held-back arrivals from `src`, or any posted receive that could
     /// match `src` (it was posted earlier, so it takes precedence).
     pub fn direct_seq(&self, src: u32, tag: TagSel) -> Option<u32> {
+        let peer = self.peer(src);
         if !self.wildcard.is_empty()
-            || self.by_source.get(&src).is_some_and(|q| !q.is_empty())
-            || self.early.contains_key(&src)
+            || peer.is_some_and(|p| !p.posted.is_empty())
+            || (!self.early.is_empty() && self.early.contains_key(&src))
             || self.find_unexpected(Source::Rank(src), tag).is_some()
         {
             return None;
         }
-        Some(self.expected.get(&src).copied().unwrap_or(0))
+        Some(peer.map_or(0, |p| p.expected))
     }
 
     /// Records that the message `seq` from `src` (the one [`direct_seq`](Self::direct_seq)
     /// named) was received outside the matcher.
     pub fn direct_taken(&mut self, src: u32, seq: u32) {
-        self.expected.insert(src, seq.wrapping_add(1));
+        self.peer_mut(src).expected = seq.wrapping_add(1);
     }
 
     /// Number of stored (unexpected or held-back) messages.
@@ -260,29 +301,27 @@ impl<P> Matcher<P> {
 
     /// Number of posted receives waiting.
     pub fn posted(&self) -> usize {
-        self.wildcard.len() + self.by_source.values().map(VecDeque::len).sum::<usize>()
+        self.wildcard.len() + self.peers.iter().map(|p| p.posted.len()).sum::<usize>()
     }
 
     fn push_unexpected(&mut self, env: Envelope, payload: P) {
         let arrival = self.next_arrival;
         self.next_arrival += 1;
-        self.unexpected
-            .entry(env.source)
-            .or_default()
-            .push_back(Stored {
-                env,
-                arrival,
-                payload,
-            });
+        self.peer_mut(env.source).unexpected.push_back(Stored {
+            env,
+            arrival,
+            payload,
+        });
         self.unexpected_count += 1;
     }
 
     /// Earliest-posted receive matching `env`, removed from its queue.
     fn take_posted(&mut self, env: &Envelope) -> Option<RecvId> {
-        let specific = self.by_source.get(&env.source).and_then(|q| {
-            q.iter()
+        let specific = self.peer(env.source).and_then(|p| {
+            p.posted
+                .iter()
                 .position(|p| env.matches(p.src, p.tag))
-                .map(|i| (i, q[i].id))
+                .map(|i| (i, p.posted[i].id))
         });
         let wild = self
             .wildcard
@@ -291,7 +330,7 @@ impl<P> Matcher<P> {
             .map(|i| (i, self.wildcard[i].id));
         match (specific, wild) {
             (Some((i, a)), Some((_, b))) if a < b => {
-                self.by_source.get_mut(&env.source)?.remove(i);
+                self.peer_mut(env.source).posted.remove(i);
                 Some(a)
             }
             (_, Some((j, b))) => {
@@ -299,7 +338,7 @@ impl<P> Matcher<P> {
                 Some(b)
             }
             (Some((i, a)), None) => {
-                self.by_source.get_mut(&env.source)?.remove(i);
+                self.peer_mut(env.source).posted.remove(i);
                 Some(a)
             }
             (None, None) => None,
@@ -317,11 +356,12 @@ impl<P> Matcher<P> {
                 .map(|i| (s, i, q[i].arrival))
         };
         let best = match src {
-            Source::Rank(r) => self.unexpected.get(&r).and_then(|q| first_in(r, q)),
+            Source::Rank(r) => self.peer(r).and_then(|p| first_in(r, &p.unexpected)),
             Source::Any => self
-                .unexpected
+                .peers
                 .iter()
-                .filter_map(|(&s, q)| first_in(s, q))
+                .enumerate()
+                .filter_map(|(s, p)| first_in(s as u32, &p.unexpected))
                 .min_by_key(|&(_, _, a)| a),
         };
         best.map(|(s, i, _)| (s, i))
@@ -329,11 +369,7 @@ impl<P> Matcher<P> {
 
     fn take_unexpected(&mut self, src: Source, tag: TagSel) -> Option<Stored<P>> {
         let (s, i) = self.find_unexpected(src, tag)?;
-        let q = self.unexpected.get_mut(&s)?;
-        // An emptied queue stays, with its capacity: a peer whose messages keep arriving before
-        // their receives (a collective's root running ahead) must not cost an allocation each
-        // time. At most one queue per peer.
-        let m = q.remove(i)?;
+        let m = self.peer_mut(s).unexpected.remove(i)?;
         self.unexpected_count -= 1;
         Some(m)
     }
@@ -370,13 +406,13 @@ mod tests {
         let mut m = Matcher::new();
         arrive(&mut m, env(1, 5), 0, 100);
         arrive(&mut m, env(1, 6), 1, 101);
-        match m.post(Source::Rank(1), TagSel::Any) {
+        match m.post(Source::Rank(1), TagSel::Any, 0) {
             Posting::Matched(e, p) => assert_eq!((e.tag, p), (5, 100)),
             p => panic!("{p:?}"),
         }
         // A specific tag receive can skip ahead to a later message with its tag.
         arrive(&mut m, env(1, 7), 2, 102);
-        match m.post(Source::Rank(1), TagSel::Tag(7)) {
+        match m.post(Source::Rank(1), TagSel::Tag(7), 0) {
             Posting::Matched(e, p) => assert_eq!((e.tag, p), (7, 102)),
             p => panic!("{p:?}"),
         }
@@ -385,7 +421,7 @@ mod tests {
     #[test]
     fn early_arrivals_are_held_until_their_predecessors_arrive() {
         let mut m = Matcher::new();
-        let Posting::Posted(a) = m.post(Source::Rank(0), TagSel::Any) else {
+        let Posting::Posted(a) = m.post(Source::Rank(0), TagSel::Any, 0) else {
             panic!()
         };
         assert!(
@@ -397,7 +433,7 @@ mod tests {
         assert_eq!(got, vec![(a, 10)]);
         assert_eq!(m.stored(), 1, "seq 1 released into the unexpected queue");
         assert!(matches!(
-            m.post(Source::Rank(0), TagSel::Any),
+            m.post(Source::Rank(0), TagSel::Any, 0),
             Posting::Matched(_, 11)
         ));
     }
@@ -405,10 +441,10 @@ mod tests {
     #[test]
     fn posted_receives_match_in_post_order_across_specific_and_wildcard() {
         let mut m = Matcher::<u64>::new();
-        let Posting::Posted(w) = m.post(Source::Any, TagSel::Tag(3)) else {
+        let Posting::Posted(w) = m.post(Source::Any, TagSel::Tag(3), 0) else {
             panic!()
         };
-        let Posting::Posted(s) = m.post(Source::Rank(2), TagSel::Tag(3)) else {
+        let Posting::Posted(s) = m.post(Source::Rank(2), TagSel::Tag(3), 0) else {
             panic!()
         };
         assert_eq!(arrive(&mut m, env(2, 3), 0, 1), vec![(w, 1)]);
@@ -419,7 +455,7 @@ mod tests {
     #[test]
     fn cancel_withdraws_a_posted_receive() {
         let mut m = Matcher::<u64>::new();
-        let Posting::Posted(a) = m.post(Source::Rank(0), TagSel::Any) else {
+        let Posting::Posted(a) = m.post(Source::Rank(0), TagSel::Any, 0) else {
             panic!()
         };
         assert!(m.cancel(a));
@@ -430,15 +466,15 @@ mod tests {
     #[test]
     fn sequence_numbers_wrap() {
         let mut m = Matcher::<u64>::new();
-        m.expected.insert(0, u32::MAX);
+        m.peer_mut(0).expected = u32::MAX;
         arrive(&mut m, env(0, 0), 0, 2); // early (after the wrap)
         arrive(&mut m, env(0, 0), u32::MAX, 1);
         assert!(matches!(
-            m.post(Source::Rank(0), TagSel::Any),
+            m.post(Source::Rank(0), TagSel::Any, 0),
             Posting::Matched(_, 1)
         ));
         assert!(matches!(
-            m.post(Source::Rank(0), TagSel::Any),
+            m.post(Source::Rank(0), TagSel::Any, 0),
             Posting::Matched(_, 2)
         ));
     }
@@ -570,6 +606,8 @@ mod tests {
                         model.on_deliver(src, sq, tag, id);
                         for (rid, msg) in arrive(&mut m, env(src, tag), sq, id) {
                             let p = posts.iter().find(|(r, _)| *r == rid).expect("known recv").1;
+                            // The delivery names the poster's number with no table between.
+                            prop_assert_eq!(rid.owner, p);
                             engine_matched.push((p, msg));
                         }
                     }
@@ -578,7 +616,7 @@ mod tests {
                         let (s, t) = sel(src, tag);
                         let no = post_no;
                         post_no += 1;
-                        match (m.post(s, t), model.find(s, t)) {
+                        match (m.post(s, t, no), model.find(s, t)) {
                             (Posting::Matched(_, id), Some(i)) => {
                                 let v = model.visible.remove(i);
                                 prop_assert_eq!(id, v.3);

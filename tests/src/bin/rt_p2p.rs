@@ -365,8 +365,16 @@ impl T<'_> {
                 got += 1;
             }
             assert_eq!(got, lens.len());
-            for (b, _) in rcomm::wait_all(sends).unwrap() {
+            for (b, st) in rcomm::wait_all(sends).unwrap() {
                 assert!(lens.contains(&b.len()), "send buffers come back");
+                // Eager sends complete when they start (no request), the others later: the
+                // status says the same either way.
+                let i = lens.iter().position(|&l| l == b.len()).unwrap();
+                assert_eq!(
+                    (st.source, st.tag, st.bytes),
+                    (self.r, 100 + i as i32, b.len()),
+                    "send status"
+                );
             }
         }
         // Scoped requests borrow; the scope waits for what is not waited for explicitly.
@@ -380,7 +388,15 @@ impl T<'_> {
                 rs.push(s.irecv(b, left, Tag(200 + i as i32)).unwrap());
             }
             for (i, b) in out.iter().enumerate() {
-                let _unwaited = s.isend(b, right, Tag(200 + i as i32)).unwrap();
+                let r = s.isend(b, right, Tag(200 + i as i32)).unwrap();
+                if i == 0 {
+                    let st = r.wait().unwrap();
+                    assert_eq!(
+                        (st.source, st.tag, st.bytes),
+                        (self.r, 200, 1),
+                        "scoped send"
+                    );
+                }
             }
             rs.pop().unwrap().wait().unwrap();
         });

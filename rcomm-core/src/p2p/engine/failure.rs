@@ -10,7 +10,6 @@ impl Engine {
             if let Some(c) = self.st.ctx.get_mut(&ctx) {
                 c.m.cancel(rid);
             }
-            self.st.posted.remove(&(ctx, rid));
         }
         self.take_back(|p| p.req == req, |s| s.req == req);
         self.st.rndv_send.retain(|_, s| s.req != req);
@@ -82,7 +81,6 @@ impl Engine {
                 if let Some(c) = self.st.ctx.get_mut(&ctx) {
                     c.m.cancel(rid);
                 }
-                self.st.posted.remove(&(ctx, rid));
             }
             let op = self.st.req_mut(req).op;
             let e = self.st.lost(peer, op, why.clone());

@@ -123,6 +123,8 @@ struct Out {
 struct RndvSend {
     req: ReqId,
     peer: u32,
+    /// The message's tag, for the send's status.
+    tag: i32,
     region: Region,
     recv_token: Option<u64>,
     offset: usize,
@@ -189,7 +191,6 @@ struct State {
     free: Vec<ReqId>,
     /// Requests not yet completed (the direct receive path runs only when there are none).
     active: usize,
-    posted: FastMap<(u32, RecvId), ReqId>,
     out: FastMap<u32, VecDeque<Out>>,
     /// Entries in all of `out`, so an idle progress pass skips the queues in O(1).
     out_len: usize,
@@ -274,7 +275,6 @@ impl Engine {
                 reqs: Vec::new(),
                 free: Vec::new(),
                 active: 0,
-                posted: FastMap::default(),
                 out: FastMap::default(),
                 out_len: 0,
                 rndv_send: FastMap::default(),
@@ -458,6 +458,7 @@ impl Engine {
                 RndvSend {
                     req,
                     peer: dest,
+                    tag,
                     region,
                     recv_token: None,
                     offset: 0,
@@ -527,12 +528,16 @@ impl Engine {
         }
         let req = self.st.new_req(op, peer, peer.is_none(), region);
         self.st.req_mut(req).ctx = ctx;
-        match self.st.ctx.entry(ctx).or_default().m.post(src, tag) {
+        match self
+            .st
+            .ctx
+            .entry(ctx)
+            .or_default()
+            .m
+            .post(src, tag, req as u64)
+        {
             Posting::Matched(env, stored) => self.st.start_recv(req, env, stored),
-            Posting::Posted(rid) => {
-                self.st.posted.insert((ctx, rid), req);
-                self.st.req_mut(req).posted = Some((ctx, rid));
-            }
+            Posting::Posted(rid) => self.st.req_mut(req).posted = Some((ctx, rid)),
         }
         self.after_protocol();
         Ok(req)
@@ -648,7 +653,6 @@ impl Engine {
             return false;
         };
         if self.st.ctx.get_mut(&ctx).is_some_and(|c| c.m.cancel(rid)) {
-            self.st.posted.remove(&(ctx, rid));
             self.st.reqs[req] = None;
             self.st.free.push(req);
             self.st.active -= 1;

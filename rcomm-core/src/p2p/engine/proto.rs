@@ -138,15 +138,14 @@ impl Engine {
                 continue;
             }
             if s.offset == s.region.len() {
-                let (req, peer, len) = (s.req, s.peer, s.region.len());
+                let (req, tag, len) = (s.req, s.tag, s.region.len());
                 self.st.rndv_send.remove(&token);
                 self.st.streaming.swap_remove(i);
-                let _ = peer;
                 self.st.complete(
                     req,
                     Ok(Status {
                         source: self.st.me,
-                        tag: 0,
+                        tag,
                         bytes: len,
                     }),
                 );
@@ -300,10 +299,8 @@ impl State {
                 let c = self.ctx.entry(hdr.context).or_default();
                 match c.m.arrive(&env, hdr.seq) {
                     MRoute::Deliver(rid) => {
-                        let req = self
-                            .posted
-                            .remove(&(hdr.context, rid))
-                            .expect("posted receive has a request");
+                        // The receive was posted with its request as owner.
+                        let req = rid.owner as ReqId;
                         match hdr.kind {
                             ProtoKind::Eager => self.finish_eager(req, env, payload),
                             _ => match stored() {
@@ -332,10 +329,7 @@ impl State {
                     c.m.release(peer, &mut |rid, env, s| released.push((rid, env, s)));
                 }
                 for (rid, env, s) in released.drain(..) {
-                    let req = self
-                        .posted
-                        .remove(&(hdr.context, rid))
-                        .expect("posted receive has a request");
+                    let req = rid.owner as ReqId;
                     self.start_recv(req, env, s);
                 }
                 self.released = released;
@@ -391,7 +385,7 @@ impl State {
                         s.req,
                         Ok(Status {
                             source: self.me,
-                            tag: 0,
+                            tag: s.tag,
                             bytes: len,
                         }),
                     );
@@ -506,7 +500,7 @@ impl State {
             s.req,
             Ok(Status {
                 source: self.me,
-                tag: 0,
+                tag: s.tag,
                 bytes: s.region.len(),
             }),
         );
