@@ -209,8 +209,12 @@ impl Shared {
                 if let Some(r) = done(&mut e) {
                     return r;
                 }
+                // The first look at failures and the watchdog comes one period after the spin
+                // phase, not at its end: it polls the peers' connections (a system call), and
+                // ranks sharing cores pass the spin phase in nearly every wait.
                 if spins >= self.policy.spin
-                    && last_check.is_none_or(|t| t.elapsed() > Duration::from_millis(20))
+                    && last_check.get_or_insert_with(Instant::now).elapsed()
+                        > Duration::from_millis(20)
                 {
                     let now = Instant::now();
                     last_check = Some(now);

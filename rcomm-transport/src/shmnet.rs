@@ -165,6 +165,9 @@ pub struct Counters {
     /// Of `msgs_recv`, those a blocking receive took straight from the ring
     /// ([`ShmNet::pop_from`]): shows that the direct path runs.
     pub msgs_direct: u64,
+    /// Looks at the peers' connections for one that closed ([`ShmNet::dead_peer`], a system
+    /// call per peer): waits take one per period of waiting, never one per wait.
+    pub liveness_polls: u64,
 }
 
 /// The shared-memory transport of one process.
@@ -960,6 +963,7 @@ impl ShmNet {
     /// A peer whose connection has hung up (it exited or died) and whose ring holds nothing
     /// more, reported once.
     pub fn dead_peer(&mut self) -> Option<u32> {
+        self.counters.liveness_polls += 1;
         let newly: Vec<u32> = self
             .peers
             .values()

@@ -219,6 +219,34 @@ fn eight_byte_collectives_allocate_nothing_per_call() {
     }
 }
 
+/// Ranks sharing cores pass the spin phase of nearly every wait; a look at peer liveness (a
+/// poll of every peer's connection) at the end of each spin phase cost about a fifth of the CPU
+/// of 8 ranks on 2 cores (3000 looks in 3000 calls). Waits now look once per period of waiting
+/// (1 ms in shared-memory collectives, 20 ms in point-to-point), so the looks are bounded by the
+/// time spent, whatever the number of waits. 4 ranks: oversubscribed on CI's 2 cores.
+#[test]
+fn waits_look_at_peer_liveness_once_per_period_not_once_per_wait() {
+    let out = Job::new(4, &[&test_program("rt_alloc"), "coll"]).run();
+    assert_eq!(out.code(), 0, "{out}");
+    for r in 0..4 {
+        let l = out.rank_lines(r);
+        let f: Vec<u64> = l
+            .iter()
+            .find_map(|l| l.strip_prefix("liveness_polls "))
+            .map(|s| {
+                s.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_else(|| panic!("rank {r}: {l:?}\n{out}"));
+        let (polls, ms) = (f[0], f[1]);
+        assert!(
+            polls <= ms + 10,
+            "rank {r}: {polls} liveness polls in {ms} ms of 3000 collectives\n{out}"
+        );
+    }
+}
+
 #[test]
 fn survivors_get_peer_lost_within_2s_when_a_rank_is_killed() {
     for t in ["auto", "tcp"] {

@@ -367,7 +367,7 @@ impl<'a> Proto<'a> {
         let mut yields = 0u32;
         let mut next_check: Option<Instant> = None;
         for j in ranks {
-            // When this wait for rank j started (its first check): the watchdog's clock.
+            // When this wait for rank j left the spin phase: the watchdog's clock.
             let mut since: Option<Instant> = None;
             while !self.reached(j, f, target) {
                 if spins < self.spin {
@@ -382,7 +382,11 @@ impl<'a> Proto<'a> {
                     std::thread::yield_now();
                 }
                 let now = Instant::now();
-                if next_check.is_none_or(|t| now >= t) {
+                let since_j = *since.get_or_insert(now);
+                // The first look comes CHECK_EVERY after the spin phase, not at its end: asking
+                // the engine about the peers polls their connections (a system call), and
+                // ranks sharing cores pass the spin phase in nearly every wait.
+                if now >= *next_check.get_or_insert(now + CHECK_EVERY) {
                     // A member that gave up never moves again; whatever we wait for, this
                     // collective cannot complete everywhere.
                     if let Some((m, code)) = (0..self.n())
@@ -391,7 +395,7 @@ impl<'a> Proto<'a> {
                     {
                         return Err(ProtoError::Aborted { j: m, code });
                     }
-                    let waited = now.saturating_duration_since(*since.get_or_insert(now));
+                    let waited = now.saturating_duration_since(since_j);
                     if let Err(e) = (self.check)(j, waited) {
                         // A peer may publish its last counter and exit normally between our
                         // load and the check: only a counter still short after learning of

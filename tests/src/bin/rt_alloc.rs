@@ -2,7 +2,8 @@
 //! allocations made by this process while ranks 0 and 1 exchange 1000 pairs of 8-byte messages
 //! (after a warm-up that creates rings and queues), or, with argument `coll`, make 1000 calls
 //! each of an 8-byte allreduce, bcast and allgather (every result checked). Prints
-//! `allocations N`.
+//! `allocations N`, and for `coll` also `liveness_polls N ms M` (the shared-memory transport's
+//! looks at peer liveness during those calls, and how long they took).
 use rcomm::Tag;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,10 +50,11 @@ fn main() {
         Ordering::Relaxed,
     );
     let w = rcomm::init().expect("init");
-    assert_eq!(w.size(), 2, "run with 2 ranks");
     if std::env::args().nth(1).as_deref() == Some("coll") {
+        assert!(w.size() <= 4, "coll: run with at most 4 ranks");
         return colls(&w);
     }
+    assert_eq!(w.size(), 2, "run with 2 ranks");
     let peer = 1 - w.rank();
     let mut out = [0u8; 8];
     let mut inb = [0u8; 8];
@@ -107,10 +109,17 @@ fn colls(w: &rcomm::Communicator) {
     for i in 0..200 {
         call(i);
     }
+    let polls = || w.transport_counters().get("shm").liveness_polls;
+    let (p0, t0) = (polls(), std::time::Instant::now());
     ON.store(true, Ordering::SeqCst);
     for i in 200..1200 {
         call(i);
     }
     ON.store(false, Ordering::SeqCst);
     println!("allocations {}", COUNT.load(Ordering::SeqCst));
+    println!(
+        "liveness_polls {} ms {}",
+        polls() - p0,
+        t0.elapsed().as_millis()
+    );
 }
