@@ -23,7 +23,6 @@
 
 use crate::auth::Secret;
 use crate::error::TransportError;
-use crate::fastmap::FastMap;
 use crate::local::{
     Accepted, Doorbell, LocalConn, LocalError, LocalListener, Segment, local_rank_of,
 };
@@ -176,7 +175,8 @@ pub struct ShmNet {
     cfg: ShmConfig,
     mailbox: Segment,
     bell: Doorbell,
-    peers: FastMap<u32, Peer>,
+    /// By rank: looked up on every message.
+    peers: crate::dense::DenseMap<Peer>,
     /// Peers with an attached incoming ring, polled in this order.
     rx_list: Vec<u32>,
     /// Where polling resumes, so a busy peer cannot starve the others.
@@ -342,7 +342,7 @@ impl ShmNet {
             cfg,
             mailbox,
             bell,
-            peers: FastMap::default(),
+            peers: Default::default(),
             rx_list: Vec::new(),
             rx_next: 0,
             counters: Counters::default(),
@@ -699,7 +699,7 @@ impl ShmNet {
         // Every peer is drained even if one fails, so one broken peer cannot hide another's
         // ring (the flag is cleared once for all of them).
         let mut first = Ok(());
-        let ranks: Vec<u32> = self.peers.keys().copied().collect();
+        let ranks: Vec<u32> = self.peers.keys().collect();
         for r in ranks {
             if let Err(e) = self.drain_peer_control(r)
                 && first.is_ok()
@@ -988,7 +988,7 @@ impl ShmNet {
 
     /// Peers reached through this transport.
     pub fn peer_ranks(&self) -> impl Iterator<Item = u32> + '_ {
-        self.peers.keys().copied()
+        self.peers.keys()
     }
 
     /// Whether every message sent to `peer` has been taken off its ring.

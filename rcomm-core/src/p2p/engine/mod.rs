@@ -170,7 +170,8 @@ const FIN_PUT_FAILED: u8 = 2;
 #[derive(Debug, Default)]
 struct Ctx {
     m: Matcher<Stored>,
-    send_seq: FastMap<u32, u32>,
+    /// Next sequence number per destination (a checked rank), by rank.
+    send_seq: rcomm_transport::dense::DenseMap<u32>,
 }
 
 /// Protocol thresholds. GET (single copy on shared memory) is used up to `get_max` (it wins
@@ -380,9 +381,17 @@ impl Engine {
         self.check_comm(ctx, op)?;
         self.st.check_peer(dest, op)?;
         let c = self.st.ctx.entry(ctx).or_default();
-        let seq_ref = c.send_seq.entry(dest).or_insert(0);
-        let seq = *seq_ref;
-        *seq_ref = seq.wrapping_add(1);
+        let seq = match c.send_seq.get_mut(&dest) {
+            Some(s) => {
+                let seq = *s;
+                *s = seq.wrapping_add(1);
+                seq
+            }
+            None => {
+                c.send_seq.insert(dest, 1);
+                0
+            }
+        };
         let me = self.st.me;
         let hdr = |kind| Header {
             context: ctx,
