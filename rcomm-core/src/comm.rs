@@ -576,7 +576,7 @@ impl Communicator {
             .shared
             .lock()
             .send(self.ctx, wdest, tag.0, region, "isend", true)?;
-        let sent = req
+        let done = req
             .is_none()
             .then(|| self.sent_status(tag, size_of_val(buf.as_slice())));
         Ok(Request {
@@ -585,7 +585,7 @@ impl Communicator {
             req,
             buf: Some(buf),
             recv: false,
-            sent,
+            done,
         })
     }
 
@@ -607,18 +607,25 @@ impl Communicator {
         tag: Tag,
     ) -> Result<Request<T>> {
         let src = self.source(src.into())?;
-        let region = Region::from_mut(bytes_of_mut(&mut buf));
-        let req = self
-            .shared
-            .lock()
-            .irecv(self.ctx, src, tag.sel(), region, "irecv")?;
+        let mut e = self.shared.lock();
+        let (req, done) = match recv_now(&mut e, self.ctx, src, tag, bytes_of_mut(&mut buf)) {
+            Some(st) => (None, Some(self.local(st))),
+            None => {
+                let region = Region::from_mut(bytes_of_mut(&mut buf));
+                (
+                    Some(e.irecv(self.ctx, src, tag.sel(), region, "irecv")?),
+                    None,
+                )
+            }
+        };
+        drop(e);
         Ok(Request {
             shared: self.shared.clone(),
             group: self.group.clone(),
-            req: Some(req),
+            req,
             buf: Some(buf),
             recv: true,
-            sent: None,
+            done,
         })
     }
 
@@ -744,14 +751,20 @@ pub struct Request<T: Pod + Send> {
     req: Option<ReqId>,
     buf: Option<Vec<T>>,
     recv: bool,
-    /// A send that completed when it started (no request behind it): its status.
-    sent: Option<Status>,
+    /// An operation that completed when it started (an eager send that went straight in, a
+    /// receive whose message was already there): its status, and no request behind it.
+    done: Option<Status>,
 }
 
 impl<T: Pod + Send> Request<T> {
     /// Waits for completion; returns the buffer and the status.
     pub fn wait(mut self) -> Result<(Vec<T>, Status)> {
-        if let Some(st) = self.sent.take() {
+        if let Some(st) = self.done.take() {
+            let st = if self.recv {
+                check_elems::<T>(&st)?
+            } else {
+                st
+            };
             return Ok((self.buf.take().expect("buffer held"), st));
         }
         let req = self.req.take().expect("request pending");
@@ -770,7 +783,7 @@ impl<T: Pod + Send> Request<T> {
 
     /// Whether the operation has completed (progressing once).
     pub fn test(&mut self) -> bool {
-        if self.sent.is_some() {
+        if self.done.is_some() {
             return true;
         }
         let mut e = self.shared.lock();
@@ -808,7 +821,7 @@ pub fn wait_any<T: Pod + Send>(reqs: &mut Vec<Request<T>>) -> Result<(usize, Vec
             why: "wait_any on no requests".into(),
         });
     }
-    let i = match reqs.iter().position(|r| r.sent.is_some()) {
+    let i = match reqs.iter().position(|r| r.done.is_some()) {
         Some(i) => i,
         None => {
             let shared = reqs[0].shared.clone();
@@ -839,9 +852,9 @@ pub struct ScopedRequest<'s, 'env> {
     scope: &'s Scope<'s, 'env>,
     req: ReqId,
     elem: usize,
-    /// A send that completed when it started (eager, straight into the transport): its
-    /// status, and no request behind it.
-    sent: Option<Status>,
+    /// An operation that completed when it started (an eager send that went straight in, a
+    /// receive whose message was already there): its status, and no request behind it.
+    done: Option<Status>,
 }
 
 impl<'s, 'env> Scope<'s, 'env> {
@@ -854,7 +867,7 @@ impl<'s, 'env> Scope<'s, 'env> {
             scope: self,
             req,
             elem,
-            sent: None,
+            done: None,
         }
     }
 
@@ -880,7 +893,7 @@ impl<'s, 'env> Scope<'s, 'env> {
                 scope: self,
                 req: ReqId::MAX,
                 elem: size_of::<T>(),
-                sent: Some(self.comm.sent_status(tag, size_of_val(buf))),
+                done: Some(self.comm.sent_status(tag, size_of_val(buf))),
             }),
         }
     }
@@ -893,21 +906,58 @@ impl<'s, 'env> Scope<'s, 'env> {
         tag: Tag,
     ) -> Result<ScopedRequest<'s, 'env>> {
         let src = self.comm.source(src.into())?;
-        let region = Region::from_mut(bytes_of_mut(buf));
-        let req = self
-            .comm
-            .shared
-            .lock()
-            .irecv(self.comm.ctx, src, tag.sel(), region, "irecv")?;
+        let bytes = bytes_of_mut(buf);
+        let mut e = self.comm.shared.lock();
+        if let Some(st) = recv_now(&mut e, self.comm.ctx, src, tag, bytes) {
+            drop(e);
+            return Ok(ScopedRequest {
+                scope: self,
+                req: ReqId::MAX,
+                elem: size_of::<T>(),
+                done: Some(self.comm.local(st)),
+            });
+        }
+        let req = e.irecv(
+            self.comm.ctx,
+            src,
+            tag.sel(),
+            Region::from_mut(bytes),
+            "irecv",
+        )?;
+        drop(e);
         Ok(self.track(req, size_of::<T>()))
     }
+}
+
+/// A receive being posted takes a message already at the head of a node peer's ring at once
+/// when the matcher says it is this receive's (see `p2p::engine::direct`).
+fn recv_now(e: &mut Engine, ctx: u32, src: Source, tag: Tag, buf: &mut [u8]) -> Option<Status> {
+    match (src, tag.sel()) {
+        (Source::Rank(r), t @ (TagSel::Tag(0..) | TagSel::Any)) => match e.recv_now(ctx, r, t, buf)
+        {
+            Direct::Done(st) => Some(st),
+            Direct::Empty | Direct::General => None,
+        },
+        _ => None,
+    }
+}
+
+/// `st`, or the error of a message that is not a whole number of `elem`-byte elements.
+fn check_size(st: Status, elem: usize) -> Result<Status> {
+    if elem > 0 && !st.bytes.is_multiple_of(elem) {
+        return Err(CommError::Size {
+            bytes: st.bytes,
+            elem,
+        });
+    }
+    Ok(st)
 }
 
 impl ScopedRequest<'_, '_> {
     /// Waits for completion.
     pub fn wait(self) -> Result<Status> {
-        if let Some(st) = self.sent {
-            return Ok(st);
+        if let Some(st) = self.done {
+            return check_size(st, self.elem);
         }
         {
             let mut live = self.scope.live.lock().unwrap_or_else(|p| p.into_inner());
@@ -919,18 +969,12 @@ impl ScopedRequest<'_, '_> {
             .scope
             .comm
             .local(self.scope.comm.shared.wait(self.req)?);
-        if self.elem > 0 && !st.bytes.is_multiple_of(self.elem) {
-            return Err(CommError::Size {
-                bytes: st.bytes,
-                elem: self.elem,
-            });
-        }
-        Ok(st)
+        check_size(st, self.elem)
     }
 
     /// Whether it has completed (progressing once).
     pub fn test(&self) -> bool {
-        if self.sent.is_some() {
+        if self.done.is_some() {
             return true;
         }
         let mut e = self.scope.comm.shared.lock();

@@ -101,7 +101,11 @@ mod tests {
         assert!(m.is_empty() && m.get(&3).is_none() && m.remove(&9).is_none());
         assert_eq!(m.insert(5, "five"), None);
         assert_eq!(m.insert(1, "one"), None);
-        assert_eq!(m.insert(5, "FIVE"), Some("five"), "a second insert replaces");
+        assert_eq!(
+            m.insert(5, "FIVE"),
+            Some("five"),
+            "a second insert replaces"
+        );
         assert_eq!(m.len(), 2);
         assert_eq!(m.keys().collect::<Vec<_>>(), [1, 5]);
         assert_eq!(m.values().copied().collect::<Vec<_>>(), ["one", "FIVE"]);

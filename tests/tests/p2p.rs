@@ -4,12 +4,13 @@
 use rcomm_tests::{Job, JobOutput, dev_shm, test_program};
 use std::time::Duration;
 
-const CASES: [&str; 9] = [
+const CASES: [&str; 10] = [
     "sizes",
     "64MiB",
     "wildcards",
     "ordering",
     "direct",
+    "irecv-direct",
     "truncation",
     "probes",
     "nonblocking",

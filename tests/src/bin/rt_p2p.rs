@@ -251,6 +251,74 @@ impl T<'_> {
         }
     }
 
+    /// A non-blocking receive posted when its message already sits at the head of the peer's
+    /// ring takes it at once (no request; the direct counter moves), and steps aside whenever
+    /// something has a say first: a head message of another tag, a receive posted before
+    /// (specific or wildcard). A message that is not a whole number of elements fails alike.
+    fn irecv_direct(&self) {
+        if self.n < 2 || self.r > 1 {
+            return;
+        }
+        let settle = || std::thread::sleep(Duration::from_millis(30));
+        let msg = |i: usize, len: usize| pattern(1, 0, 16, i, len);
+        if self.r == 1 {
+            self.w.send(&msg(0, 10), 0, Tag(21)).unwrap();
+            self.w.send(&msg(1, 11), 0, Tag(22)).unwrap();
+            self.w.send(&msg(2, 5), 0, Tag(23)).unwrap();
+            self.w.send(&msg(3, 13), 0, Tag(24)).unwrap();
+            let mut b = [0u8; 1];
+            self.w.recv(&mut b, 0, Tag(51)).unwrap();
+            self.w.send(&msg(4, 9), 0, Tag(25)).unwrap();
+            self.w.send(&msg(5, 8), 0, Tag(25)).unwrap();
+            return;
+        }
+        settle();
+        let shm = self.w.transport_to(1).unwrap() == "shm";
+        let direct = || self.w.transport_counters().get("shm").msgs_direct;
+        let before = direct();
+        let mut first = self.w.irecv(vec![0u8; 16], 1, Tag(21)).unwrap();
+        if shm {
+            assert_eq!(direct(), before + 1, "taken from the ring when posted");
+            assert!(first.test(), "complete when posted");
+        }
+        let (b, st) = first.wait().unwrap();
+        assert_eq!((st.source, st.tag, st.bytes), (1, 21, 10));
+        check(&b[..10], &msg(0, 10), "taken when posted");
+        // The head (tag 22) is not for a tag-23 receive; the tag-22 receive posted next has a
+        // receive from rank 1 before it: both go the general way, each gets its own message.
+        let (mut b22, mut b23) = (vec![0u8; 16], vec![0u8; 16]);
+        self.w.scope(|s| {
+            let r23 = s.irecv(&mut b23, 1, Tag(23)).unwrap();
+            let r22 = s.irecv(&mut b22, 1, Tag(22)).unwrap();
+            assert_eq!(r22.wait().unwrap().bytes, 11);
+            assert_eq!(r23.wait().unwrap().bytes, 5);
+        });
+        check(&b22[..11], &msg(1, 11), "tag 22");
+        check(&b23[..5], &msg(2, 5), "tag 23");
+        // 13 bytes into u32 elements.
+        let r = self.w.irecv(vec![0u32; 4], 1, Tag(24)).unwrap();
+        assert!(matches!(
+            r.wait(),
+            Err(CommError::Size { bytes: 13, elem: 4 })
+        ));
+        // A wildcard receive posted before the messages arrive takes the first of them.
+        let any = self.w.irecv(vec![0u8; 16], Source::Any, Tag(25)).unwrap();
+        self.w.send(&[0u8], 1, Tag(51)).unwrap();
+        settle();
+        let mut b25 = [0u8; 16];
+        self.w.scope(|s| {
+            let st = s.irecv(&mut b25, 1, Tag(25)).unwrap().wait().unwrap();
+            assert_eq!(
+                st.bytes, 8,
+                "the second message: the wildcard was posted first"
+            );
+        });
+        check(&b25[..8], &msg(5, 8), "after the wildcard");
+        let (b, st) = any.wait().unwrap();
+        assert_eq!((st.source, st.bytes), (1, 9));
+        check(&b[..9], &msg(4, 9), "to the wildcard");
+    }
+
     /// A too-small buffer: Truncated, the message consumed, the next one intact.
     fn truncation(&self) {
         if self.n < 2 {
@@ -507,6 +575,8 @@ fn main() {
             t.ok("ordering");
             t.direct();
             t.ok("direct");
+            t.irecv_direct();
+            t.ok("irecv-direct");
             t.truncation();
             t.ok("truncation");
             t.probes();

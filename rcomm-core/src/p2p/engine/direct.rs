@@ -1,7 +1,8 @@
-//! The direct path of a blocking receive: when nothing else in the engine is under way and
-//! nothing already here could take the message first, a receive from a node peer waits on that
-//! peer's ring and copies the message straight into the caller's buffer — no request, no pass
-//! over the other transports, no matching queues. Whenever any of that does not hold it steps
+//! The direct path of a receive: when nothing already here could take the message first, a
+//! receive from a node peer copies the message at the head of that peer's ring straight into
+//! the caller's buffer — no request, no pass over the other transports, no matching queues. A
+//! blocking receive with nothing else under way waits on the ring that way; a non-blocking one
+//! looks once when it is posted. Whenever any of that does not hold it steps
 //! aside and the general path (post, progress, wait) runs: MPI's order is the matcher's, and
 //! the direct path only takes what the matcher would have handed to this receive.
 
@@ -23,7 +24,8 @@ pub(crate) enum Direct {
 }
 
 impl Engine {
-    /// One look for a message from `src` (world rank) on context `ctx` matching `tag`.
+    /// One look for a message from `src` (world rank) on context `ctx` matching `tag`, for a
+    /// blocking receive about to wait on that ring.
     pub(crate) fn recv_direct(
         &mut self,
         ctx: u32,
@@ -31,12 +33,22 @@ impl Engine {
         tag: TagSel,
         buf: &mut [u8],
     ) -> Direct {
-        let st = &mut self.st;
         // Anything in flight may need this wait's progress (a queued send, a rendezvous, a
-        // receive posted earlier), and failures and checked mode have their own rules.
-        if st.active != 0
-            || st.out_len != 0
-            || st.hook.is_some()
+        // receive posted earlier).
+        if self.st.active != 0 || self.st.out_len != 0 {
+            return Direct::General;
+        }
+        self.recv_now(ctx, src, tag, buf)
+    }
+
+    /// One look for a message from `src` matching `tag` that is already on the ring, for a
+    /// receive being posted: it does not wait, so nothing else in flight needs its progress;
+    /// the matcher still decides whether the message is this receive's (no receive posted
+    /// before it could take it).
+    pub(crate) fn recv_now(&mut self, ctx: u32, src: u32, tag: TagSel, buf: &mut [u8]) -> Direct {
+        let st = &mut self.st;
+        // Failures and checked mode have their own rules.
+        if st.hook.is_some()
             || !st.failed.is_empty()
             || !self.reported.is_empty()
             || !self.revoked.is_empty()
