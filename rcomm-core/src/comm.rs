@@ -871,6 +871,17 @@ impl<'s, 'env> Scope<'s, 'env> {
         }
     }
 
+    /// A request that completed when it started, with status `st` (of `elem`-byte elements).
+    /// No request id stands behind it.
+    fn completed(&'s self, st: Status, elem: usize) -> ScopedRequest<'s, 'env> {
+        ScopedRequest {
+            scope: self,
+            req: ReqId::MAX,
+            elem,
+            done: Some(st),
+        }
+    }
+
     /// Starts sending a borrowed buffer.
     pub fn isend<T: Pod>(
         &'s self,
@@ -889,12 +900,9 @@ impl<'s, 'env> Scope<'s, 'env> {
             true,
         )? {
             Some(req) => Ok(self.track(req, size_of::<T>())),
-            None => Ok(ScopedRequest {
-                scope: self,
-                req: ReqId::MAX,
-                elem: size_of::<T>(),
-                done: Some(self.comm.sent_status(tag, size_of_val(buf))),
-            }),
+            None => {
+                Ok(self.completed(self.comm.sent_status(tag, size_of_val(buf)), size_of::<T>()))
+            }
         }
     }
 
@@ -910,12 +918,7 @@ impl<'s, 'env> Scope<'s, 'env> {
         let mut e = self.comm.shared.lock();
         if let Some(st) = recv_now(&mut e, self.comm.ctx, src, tag, bytes) {
             drop(e);
-            return Ok(ScopedRequest {
-                scope: self,
-                req: ReqId::MAX,
-                elem: size_of::<T>(),
-                done: Some(self.comm.local(st)),
-            });
+            return Ok(self.completed(self.comm.local(st), size_of::<T>()));
         }
         let req = e.irecv(
             self.comm.ctx,

@@ -48,6 +48,21 @@ impl<V> DenseMap<V> {
         old
     }
 
+    /// The value at `k`, put there as `V::default()` first if there is none.
+    pub fn get_or_default(&mut self, k: u32) -> &mut V
+    where
+        V: Default,
+    {
+        let i = k as usize;
+        if i >= self.slots.len() {
+            self.slots.resize_with(i + 1, || None);
+        }
+        if self.slots[i].is_none() {
+            self.len += 1;
+        }
+        self.slots[i].get_or_insert_with(V::default)
+    }
+
     /// Takes the value at `k` out.
     pub fn remove(&mut self, k: &u32) -> Option<V> {
         let old = self.slots.get_mut(*k as usize)?.take();
@@ -119,5 +134,9 @@ mod tests {
             *v = "x";
         }
         assert_eq!(m.get(&1), Some(&"x"));
+        let mut d = DenseMap::<u32>::default();
+        *d.get_or_default(3) += 2;
+        *d.get_or_default(3) += 2;
+        assert_eq!((d.get(&3), d.len(), d.get(&0)), (Some(&4), 1, None));
     }
 }

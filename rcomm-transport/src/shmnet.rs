@@ -161,8 +161,9 @@ pub struct Counters {
     pub bytes_recv: u64,
     /// Bytes read from peers by single copy.
     pub bytes_cma: u64,
-    /// Of `msgs_recv`, those a blocking receive took straight from the ring
-    /// ([`ShmNet::pop_from`]): shows that the direct path runs.
+    /// Of `msgs_recv`, those a receive took straight from the ring ([`ShmNet::pop_from`]: a
+    /// blocking one waiting there, a non-blocking one posted after its message): shows that
+    /// the direct path runs.
     pub msgs_direct: u64,
     /// Looks at the peers' connections for one that closed ([`ShmNet::dead_peer`], a system
     /// call per peer): waits take one per period of waiting, never one per wait.

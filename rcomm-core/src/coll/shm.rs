@@ -441,10 +441,10 @@ impl<'a> Proto<'a> {
             // misses too): look at the last round first, then halfway back, so that a peer a
             // round or two behind costs a look every few rounds, not two looks every round.
             let half = k.saturating_sub(FAST_LINES as u64 / 2);
-            if (0..self.n()).all(|j| self.reached(j, Flag::Round(true), k - 1)) {
+            let all_at = |p: &Self, r: u64| (0..p.n()).all(|j| p.reached(j, Flag::Round(true), r));
+            if all_at(self, k - 1) {
                 self.seen = k - 1;
-            } else if half > need && (0..self.n()).all(|j| self.reached(j, Flag::Round(true), half))
-            {
+            } else if half > need && all_at(self, half) {
                 self.seen = half;
             } else {
                 self.wait_all(Flag::Round(true), need)?;

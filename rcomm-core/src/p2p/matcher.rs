@@ -17,6 +17,7 @@
 //! wait. An eager message matching a posted receive is therefore copied once, straight from the
 //! transport's slot into the user's buffer.
 
+use rcomm_transport::dense::DenseMap;
 use rcomm_transport::fastmap::FastMap;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -124,7 +125,7 @@ impl<P> Default for Peer<P> {
 pub struct Matcher<P> {
     /// Per source, by rank (sources are ranks the engine checked: the table grows to the
     /// highest one seen, at most the world's size).
-    peers: Vec<Peer<P>>,
+    peers: DenseMap<Peer<P>>,
     /// Early arrivals per source, by sequence number (rare: several lanes to one peer).
     early: FastMap<u32, BTreeMap<u32, (Envelope, P)>>,
     unexpected_count: usize,
@@ -137,7 +138,7 @@ pub struct Matcher<P> {
 impl<P> Default for Matcher<P> {
     fn default() -> Self {
         Self {
-            peers: Vec::new(),
+            peers: DenseMap::default(),
             early: FastMap::default(),
             unexpected_count: 0,
             wildcard: VecDeque::new(),
@@ -163,15 +164,11 @@ impl<P> Matcher<P> {
     }
 
     fn peer(&self, src: u32) -> Option<&Peer<P>> {
-        self.peers.get(src as usize)
+        self.peers.get(&src)
     }
 
     fn peer_mut(&mut self, src: u32) -> &mut Peer<P> {
-        let i = src as usize;
-        if i >= self.peers.len() {
-            self.peers.resize_with(i + 1, Peer::default);
-        }
-        &mut self.peers[i]
+        self.peers.get_or_default(src)
     }
 
     /// Posts a receive: takes the earliest stored matching message, or waits under a
@@ -199,7 +196,7 @@ impl<P> Matcher<P> {
             self.wildcard.remove(i);
             return true;
         }
-        for q in self.peers.iter_mut().map(|p| &mut p.posted) {
+        for q in self.peers.values_mut().map(|p| &mut p.posted) {
             if let Some(i) = q.iter().position(|p| p.id == id) {
                 q.remove(i);
                 return true;
@@ -263,7 +260,7 @@ impl<P> Matcher<P> {
     /// The earliest stored message a receive for (`src`, `tag`) would get, without taking it.
     pub fn probe(&self, src: Source, tag: TagSel) -> Option<&Envelope> {
         self.find_unexpected(src, tag)
-            .map(|(s, i)| &self.peers[s as usize].unexpected[i].env)
+            .map(|(s, i)| &self.peers.get(&s).expect("found there").unexpected[i].env)
     }
 
     /// Takes the earliest stored matching message (for `mprobe`): no later receive can get it.
@@ -301,7 +298,7 @@ impl<P> Matcher<P> {
 
     /// Number of posted receives waiting.
     pub fn posted(&self) -> usize {
-        self.wildcard.len() + self.peers.iter().map(|p| p.posted.len()).sum::<usize>()
+        self.wildcard.len() + self.peers.values().map(|p| p.posted.len()).sum::<usize>()
     }
 
     fn push_unexpected(&mut self, env: Envelope, payload: P) {
@@ -360,8 +357,7 @@ impl<P> Matcher<P> {
             Source::Any => self
                 .peers
                 .iter()
-                .enumerate()
-                .filter_map(|(s, p)| first_in(s as u32, &p.unexpected))
+                .filter_map(|(s, p)| first_in(s, &p.unexpected))
                 .min_by_key(|&(_, _, a)| a),
         };
         best.map(|(s, i, _)| (s, i))

@@ -381,17 +381,9 @@ impl Engine {
         self.check_comm(ctx, op)?;
         self.st.check_peer(dest, op)?;
         let c = self.st.ctx.entry(ctx).or_default();
-        let seq = match c.send_seq.get_mut(&dest) {
-            Some(s) => {
-                let seq = *s;
-                *s = seq.wrapping_add(1);
-                seq
-            }
-            None => {
-                c.send_seq.insert(dest, 1);
-                0
-            }
-        };
+        let next = c.send_seq.get_or_default(dest);
+        let seq = *next;
+        *next = seq.wrapping_add(1);
         let me = self.st.me;
         let hdr = |kind| Header {
             context: ctx,
