@@ -71,6 +71,22 @@ impl WaitPolicy {
     }
 }
 
+impl WaitPolicy {
+    /// Spin-budget units one pass over the transports uses when it makes `syscalls` system
+    /// calls (TCP reads): with shared cores the budget is "a few microseconds of polling", and
+    /// a read that finds nothing costs about as much as 16 looks at a ring. Counted as one
+    /// look, 3 ranks on 2 cores over TCP spent ~100 µs per wait polling sockets while the rank
+    /// they waited for needed the core (an 8-byte allreduce across 3 fake hosts: 190–270 µs,
+    /// 55–80 µs at this cost). With a core each, the budget stays a count of passes.
+    pub(crate) fn pass_cost(&self, syscalls: usize) -> u32 {
+        if self.sleep {
+            1 + 16 * u32::try_from(syscalls).unwrap_or(u32::MAX).min(1 << 20)
+        } else {
+            1
+        }
+    }
+}
+
 thread_local! {
     static SLEEP_FDS: std::cell::RefCell<rcomm_transport::os::PollSet> = std::cell::RefCell::new(rcomm_transport::os::PollSet::default());
 }
@@ -191,6 +207,8 @@ impl Shared {
         mut tick: impl FnMut(&mut Engine, Instant) -> Option<R>,
     ) -> R {
         let mut spins: u32 = 0;
+        // What one pass over the transports counts against the spin budget, fixed at the first.
+        let mut step: Option<u32> = None;
         // The clock is read only once spinning is over: a sub-microsecond wait must not pay
         // for clock_gettime.
         let mut last_check: Option<Instant> = None;
@@ -209,6 +227,7 @@ impl Shared {
                 if let Some(r) = done(&mut e) {
                     return r;
                 }
+                step.get_or_insert_with(|| self.policy.pass_cost(e.net().progress_syscalls()));
                 // The first look at failures and the watchdog comes one period after the spin
                 // phase, not at its end: it polls the peers' connections (a system call), and
                 // ranks sharing cores pass the spin phase in nearly every wait.
@@ -246,7 +265,7 @@ impl Shared {
                     continue;
                 }
             }
-            spins = spins.saturating_add(1);
+            spins = spins.saturating_add(step.unwrap_or(1));
             if spins < self.policy.spin {
                 std::hint::spin_loop();
             } else {

@@ -504,6 +504,12 @@ mod tests {
             WaitPolicy::for_sharing(2, 0).sleep,
             "no CPU count read: one CPU"
         );
+        // Shared cores: a pass reading two sockets takes a third of the spin budget or more;
+        // a pass of memory reads, or any pass with a core each, takes one unit.
+        assert_eq!(over.pass_cost(0), 1);
+        assert!(over.pass_cost(2) >= over.spin / 3);
+        assert_eq!(fits.pass_cost(2), 1);
+        assert!(over.pass_cost(usize::MAX) > over.yield_until);
     }
 
     use super::*;

@@ -545,6 +545,18 @@ impl Net {
         self.route(peer) == Route::Tcp
     }
 
+    /// System calls a progress pass makes when nothing arrives (TCP reads and accepts; the
+    /// shared-memory rings are memory reads): what a poll of this `Net` costs in time.
+    pub fn progress_syscalls(&self) -> usize {
+        self.eps
+            .iter()
+            .map(|e| match e {
+                Endpoint::Tcp(t) => t.progress_syscalls(),
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// Whether output is still queued in a transport (progress must continue to flush it).
     pub fn has_queued_output(&self) -> bool {
         self.eps.iter().any(|e| match e {

@@ -168,6 +168,10 @@ pub struct Counters {
     /// Looks at the peers' connections for one that closed ([`ShmNet::dead_peer`], a system
     /// call per peer): waits take one per period of waiting, never one per wait.
     pub liveness_polls: u64,
+    /// Progress passes that read the connections and found nothing (TCP: a system call per
+    /// connection each): with shared cores a wait makes a few before it sleeps, not a spin
+    /// budget's worth.
+    pub empty_polls: u64,
 }
 
 /// The shared-memory transport of one process.

@@ -249,6 +249,31 @@ fn waits_look_at_peer_liveness_once_per_period_not_once_per_wait() {
 }
 
 #[test]
+fn oversubscribed_tcp_waits_sleep_after_a_few_empty_passes() {
+    // More ranks than the job's CPUs, whatever the machine: the wait policy of shared cores.
+    let n = rcomm_transport::os::job_cpus() as u32 + 1;
+    let out = Job::new(n, &[&test_program("rt_p2p"), "tcp-wait"])
+        .env("RCOMM_TRANSPORT", "tcp")
+        .deadline(Duration::from_secs(60))
+        .run();
+    assert_eq!(out.code(), 0, "{out}");
+    let polls: u64 = out
+        .rank_lines(0)
+        .iter()
+        .find_map(|l| l.strip_prefix("empty_polls "))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no empty_polls line\n{out}"));
+    // A pass reads every socket (a system call each): counted as one look at a ring, the
+    // 64-look spin and 32 yields made ~96 of them per wait while the awaited rank needed the
+    // core. Now a few passes, the sleep, and a pass or two around each wake-up (at most one
+    // wake-up per 50 ms of sleep with nothing to read).
+    assert!(
+        polls <= 16,
+        "{polls} empty TCP passes in a 30 ms wait\n{out}"
+    );
+}
+
+#[test]
 fn survivors_get_peer_lost_within_2s_when_a_rank_is_killed() {
     for t in ["auto", "tcp"] {
         let out = Job::new(

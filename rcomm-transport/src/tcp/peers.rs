@@ -221,6 +221,9 @@ impl TcpNet {
         if let Some(p) = dead_rx {
             self.rx.remove(&p);
         }
+        if n == 0 && !self.rx.is_empty() {
+            self.counters.empty_polls += 1;
+        }
         match failed {
             Some(e) => Err(e),
             None => Ok(n),
@@ -243,6 +246,12 @@ impl TcpNet {
                 set.write(fd);
             }
         }
+    }
+
+    /// System calls a progress pass makes when nothing arrives and nothing waits to go out: a
+    /// read per incoming connection (accepting is a thread's, looked at with an atomic load).
+    pub fn progress_syscalls(&self) -> usize {
+        self.rx.values().map(|r| r.raw_fds().count()).sum()
     }
 
     /// Whether output is still queued (progress must continue to flush it).
