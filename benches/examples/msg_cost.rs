@@ -5,11 +5,13 @@
 //! waits inside a measured function: the sender's ring has room for the whole window and the
 //! receiver's messages are already there, so what callgrind counts in these functions is the
 //! work per message, not spinning. Each pattern is one `#[inline(never)]` function that the
-//! script tells callgrind to count (`--toggle-collect`):
+//! script tells callgrind to count (`--toggle-collect`; no other function's name may contain a
+//! counted one's, since entering any match toggles counting):
 //!
 //! - `send_window` / `recv_window`: blocking `send` / `recv`;
-//! - `isend_window` / `irecv_window`: a scope's `isend` / `irecv`, then `wait` on each, as the
-//!   window bandwidth test does.
+//! - `isend_window` / `irecv_window`: a scope's `isend` / `irecv`, then `wait` on each;
+//! - `post_window` + `wait_window`: the window bandwidth test's receive, posted before the
+//!   messages come (they land while the receiver sleeps, and the first wait takes them all).
 //!
 //! Only the API that has not changed since before P10 is used, so the same file builds at older
 //! commits (the script copies it into a worktree of the revision it measures).
@@ -26,6 +28,13 @@ const SYNC: Tag = Tag(8);
 
 #[inline(never)]
 fn send_window(c: &Communicator, bufs: &[[u8; 8]]) {
+    for b in bufs {
+        c.send(b, 1, DATA).expect("send");
+    }
+}
+
+#[inline(never)]
+fn posted_send_window(c: &Communicator, bufs: &[[u8; 8]]) {
     for b in bufs {
         c.send(b, 1, DATA).expect("send");
     }
@@ -62,6 +71,36 @@ fn irecv_window(c: &Communicator, bufs: &mut [[u8; 8]]) {
             r.wait().expect("wait");
         }
     });
+}
+
+/// The window bandwidth test's receive: the receives are posted before their messages come.
+/// Posting is counted (`post_window`), then, uncounted, a round trip lets the sender start
+/// and a sleep lets the window land, then the waits are counted (`wait_window`: the first
+/// wait's progress pass takes every message into its posted receive).
+fn posted_receive(c: &Communicator, bufs: &mut [[u8; 8]], settle: Duration) {
+    c.scope(|sc| {
+        let reqs = post_window(sc, bufs);
+        sync(c);
+        std::thread::sleep(settle);
+        wait_window(reqs);
+    });
+}
+
+#[inline(never)]
+fn post_window<'s, 'env>(
+    sc: &'s rcomm::Scope<'s, 'env>,
+    bufs: &'env mut [[u8; 8]],
+) -> Vec<rcomm::ScopedRequest<'s, 'env>> {
+    bufs.iter_mut()
+        .map(|b| sc.irecv(b, 0, DATA).expect("irecv"))
+        .collect()
+}
+
+#[inline(never)]
+fn wait_window(reqs: Vec<rcomm::ScopedRequest<'_, '_>>) {
+    for r in reqs {
+        r.wait().expect("wait");
+    }
 }
 
 /// A round trip (rank 0 starts it), outside the measured functions.
@@ -114,6 +153,22 @@ fn main() {
                 for (i, b) in bufs.iter().enumerate() {
                     assert_eq!(u64::from_le_bytes(*b), (round * w + i) as u64, "{name}");
                 }
+            }
+        }
+    }
+    // Posted first: rank 0 sends (blocking) after the round trip inside `posted_receive`.
+    for round in 0..ROUNDS {
+        sync(&world);
+        if world.rank() == 0 {
+            for (i, b) in bufs.iter_mut().enumerate() {
+                *b = ((round * w + i) as u64).to_le_bytes();
+            }
+            sync(&world);
+            posted_send_window(&world, &bufs);
+        } else {
+            posted_receive(&world, &mut bufs, settle);
+            for (i, b) in bufs.iter().enumerate() {
+                assert_eq!(u64::from_le_bytes(*b), (round * w + i) as u64, "posted");
             }
         }
     }

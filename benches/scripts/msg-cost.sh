@@ -7,8 +7,10 @@
 # Runs benches/examples/msg_cost.rs (rcomm) and benches/mpi/msg_cost.c (Open MPI, MPICH) under
 # `valgrind --tool=callgrind`, counting only the functions that send or receive a window of N
 # (default 64) messages; the senders' rings have room for the window and the receivers' messages
-# are already there, so no count includes waiting. Prints instructions per message for blocking
-# send / recv and non-blocking isend / irecv + wait. Each --rev REV builds the example at that
+# are there when the counted receive work runs, so no count includes waiting. Prints
+# instructions per message for blocking send / recv and non-blocking isend / irecv + wait on
+# messages that arrived first, and for the window bandwidth test's receive posted before its
+# message (the posting, and the waits whose progress takes the messages in). Each --rev REV builds the example at that
 # revision in a temporary worktree (target dir target/msg-cost/REV) and measures it too.
 # Instruction counts do not move with machine load, so one run each is enough. Needs valgrind,
 # mpicc.openmpi and mpicc.mpich (the test setup installs them).
@@ -26,26 +28,30 @@ while [ $# -gt 0 ]; do
 done
 command -v valgrind >/dev/null || { echo "msg-cost.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 out=$(mktemp -d /tmp/msg-cost.XXXXXX)
-trap 'rm -rf "$out"' EXIT
+[ -z "${MSG_COST_KEEP:-}" ] || echo "callgrind files: $out" >&2
+trap '[ -n "${MSG_COST_KEEP:-}" ] || rm -rf "$out"' EXIT
 export MSG_COST_WINDOW=$window
 vg=(valgrind --tool=callgrind --collect-atstart=no
-    --toggle-collect='*send_window*' --toggle-collect='*recv_window*')
+    --toggle-collect='*send_window*' --toggle-collect='*recv_window*'
+    --toggle-collect='*post_window*' --toggle-collect='*wait_window*')
 
-# Prints "send recv isend irecv" instructions per message from the two ranks' callgrind files.
+# Prints "send recv isend irecv posted-send post wait" instructions per message from the two
+# ranks' callgrind files.
 per_msg() {
     local msgs=$((20 * window))
     for f in "$@"; do callgrind_annotate --inclusive=yes "$f" 2>/dev/null; done |
         awk -v m="$msgs" '
             / PROGRAM TOTALS/ { next }
-            /(msg_cost(::|\.c:)|^ *[0-9,]+ .*:)(i?)(send|recv)_window[ \[]/ {
+            /(msg_cost::|msg_cost\.c:)[a-z_]+_window[ \[]/ {
                 v = $1; gsub(",", "", v)
-                for (k in n) {}
-                if ($0 ~ /isend_window/) n["isend"] = v
-                else if ($0 ~ /irecv_window/) n["irecv"] = v
-                else if ($0 ~ /send_window/) n["send"] = v
-                else if ($0 ~ /recv_window/) n["recv"] = v
+                f = $0; sub(/.*(msg_cost::|msg_cost\.c:)/, "", f); sub(/[ \[].*/, "", f)
+                n[f] = v
             }
-            END { printf "%6.0f %6.0f %6.0f %6.0f\n", n["send"] / m, n["recv"] / m, n["isend"] / m, n["irecv"] / m }'
+            END {
+                split("send_window recv_window isend_window irecv_window posted_send_window post_window wait_window", k, " ")
+                for (i = 1; i <= 7; i++) printf "%7.0f", n[k[i]] / m
+                printf "\n"
+            }'
 }
 
 rcomm_at() { # $1: label, $2: directory holding target/release/{rcomm-run,examples/msg_cost}
@@ -55,7 +61,8 @@ rcomm_at() { # $1: label, $2: directory holding target/release/{rcomm-run,exampl
 }
 
 cargo build -q --release -p rcomm-launcher -p rcomm-benches --example msg_cost --bins
-printf '%-24s %6s %6s %6s %6s   (instructions per %d-message window message)\n' "" send recv isend irecv "$window"
+printf '%-24s %7s %7s %7s %7s %7s %7s %7s\n' "" send recv isend irecv send post wait
+printf '%-24s %-31s %s\n' "" "(message already there)" "(receive posted first)"
 rcomm_at "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo +)" "$root/target/release"
 for rev in "${revs[@]}"; do
     wt=$out/wt-$rev
@@ -69,7 +76,7 @@ for rev in "${revs[@]}"; do
 done
 mkdir -p target/osu-like
 for mpi in openmpi mpich; do
-    mpicc.$mpi -O2 -g -Wall -Wextra -std=c11 -o target/osu-like/msg_cost.$mpi benches/mpi/msg_cost.c
+    mpicc.$mpi -O2 -g -fno-ipa-icf -Wall -Wextra -std=c11 -o target/osu-like/msg_cost.$mpi benches/mpi/msg_cost.c
     case $mpi in
         openmpi) launch=(mpirun.openmpi --allow-run-as-root --oversubscribe -n 2 --mca btl self,vader) ;;
         mpich) launch=(mpirun.mpich -n 2) ;;

@@ -983,8 +983,14 @@ impl ScopedRequest<'_, '_> {
         }
         {
             let mut live = self.scope.live.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(i) = live.iter().position(|&r| r == self.req) {
-                live.remove(i);
+            match live.iter().position(|&r| r == self.req) {
+                Some(0) => {
+                    live.pop_front();
+                }
+                Some(i) => {
+                    live.remove(i);
+                }
+                None => {}
             }
         }
         let st = self

@@ -312,32 +312,29 @@ impl<P> Matcher<P> {
         self.unexpected_count += 1;
     }
 
-    /// Earliest-posted receive matching `env`, removed from its queue.
+    /// Earliest-posted receive matching `env`, removed from its queue. The common case — the
+    /// source's oldest receive, no wildcard posted — is one table look and a pop at the front.
     fn take_posted(&mut self, env: &Envelope) -> Option<RecvId> {
-        let specific = self.peer(env.source).and_then(|p| {
-            p.posted
+        let wild = if self.wildcard.is_empty() {
+            None
+        } else {
+            self.wildcard
                 .iter()
                 .position(|p| env.matches(p.src, p.tag))
-                .map(|i| (i, p.posted[i].id))
+                .map(|j| (j, self.wildcard[j].id))
+        };
+        let posted = self.peers.get_mut(&env.source).map(|p| &mut p.posted);
+        let specific = posted.and_then(|q| {
+            let i = q.iter().position(|p| env.matches(p.src, p.tag))?;
+            Some((q, i))
         });
-        let wild = self
-            .wildcard
-            .iter()
-            .position(|p| env.matches(p.src, p.tag))
-            .map(|i| (i, self.wildcard[i].id));
+        let take_front = |q: &mut VecDeque<Posted>, i: usize| {
+            if i == 0 { q.pop_front() } else { q.remove(i) }.map(|p| p.id)
+        };
         match (specific, wild) {
-            (Some((i, a)), Some((_, b))) if a < b => {
-                self.peer_mut(env.source).posted.remove(i);
-                Some(a)
-            }
-            (_, Some((j, b))) => {
-                self.wildcard.remove(j);
-                Some(b)
-            }
-            (Some((i, a)), None) => {
-                self.peer_mut(env.source).posted.remove(i);
-                Some(a)
-            }
+            (Some((q, i)), Some((_, b))) if q[i].id < b => take_front(q, i),
+            (_, Some((j, _))) => take_front(&mut self.wildcard, j),
+            (Some((q, i)), None) => take_front(q, i),
             (None, None) => None,
         }
     }

@@ -537,10 +537,13 @@ impl Engine {
             .m
             .post(src, tag, req as u64)
         {
-            Posting::Matched(env, stored) => self.st.start_recv(req, env, stored),
+            Posting::Matched(env, stored) => {
+                self.st.start_recv(req, env, stored);
+                self.after_protocol();
+            }
+            // A receive that only waits starts no protocol step: nothing for after_protocol.
             Posting::Posted(rid) => self.st.req_mut(req).posted = Some((ctx, rid)),
         }
-        self.after_protocol();
         Ok(req)
     }
 
