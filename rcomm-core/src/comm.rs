@@ -212,63 +212,75 @@ impl Shared {
         // The clock is read only once spinning is over: a sub-microsecond wait must not pay
         // for clock_gettime.
         let mut last_check: Option<Instant> = None;
+        // While spinning the engine lock stays held between passes (one lock per wait, not
+        // per pass), released every 16 passes so other threads get in, and before yielding,
+        // sleeping or advancing non-blocking collectives (which lock it themselves).
+        let mut held: Option<MutexGuard<'_, Engine>> = None;
+        let mut passes: u32 = 0;
         loop {
             // MPI's progress rule: a blocking call also advances the non-blocking collectives
             // this process started (another rank may wait for one of them first).
-            self.coll.advance_inflight();
+            if self.coll.any_inflight.load(Ordering::Acquire) {
+                held = None;
+                self.coll.advance_inflight();
+            }
+            let mut e = held.take().unwrap_or_else(|| self.lock());
+            // Check before progressing: a send that completed at once must not pull the
+            // peer's reply in as an unexpected message before its receive is posted.
+            if let Some(r) = done(&mut e) {
+                return r;
+            }
+            e.progress();
+            if let Some(r) = done(&mut e) {
+                return r;
+            }
+            step.get_or_insert_with(|| self.policy.pass_cost(e.net().progress_syscalls()));
+            // The first look at failures and the watchdog comes one period after the spin
+            // phase, not at its end: it polls the peers' connections (a system call), and
+            // ranks sharing cores pass the spin phase in nearly every wait.
+            if spins >= self.policy.spin
+                && last_check.get_or_insert_with(Instant::now).elapsed() > Duration::from_millis(20)
             {
-                let mut e = self.lock();
-                // Check before progressing: a send that completed at once must not pull the
-                // peer's reply in as an unexpected message before its receive is posted.
+                let now = Instant::now();
+                last_check = Some(now);
+                self.apply_notices(&mut e);
+                e.poll_dead();
                 if let Some(r) = done(&mut e) {
                     return r;
                 }
-                e.progress();
-                if let Some(r) = done(&mut e) {
+                if let Some(r) = tick(&mut e, now) {
                     return r;
-                }
-                step.get_or_insert_with(|| self.policy.pass_cost(e.net().progress_syscalls()));
-                // The first look at failures and the watchdog comes one period after the spin
-                // phase, not at its end: it polls the peers' connections (a system call), and
-                // ranks sharing cores pass the spin phase in nearly every wait.
-                if spins >= self.policy.spin
-                    && last_check.get_or_insert_with(Instant::now).elapsed()
-                        > Duration::from_millis(20)
-                {
-                    let now = Instant::now();
-                    last_check = Some(now);
-                    self.apply_notices(&mut e);
-                    e.poll_dead();
-                    if let Some(r) = done(&mut e) {
-                        return r;
-                    }
-                    if let Some(r) = tick(&mut e, now) {
-                        return r;
-                    }
-                }
-                if spins >= self.policy.yield_until && !e.needs_cpu() {
-                    // Sleep protocol: announce, look once more, then block on the descriptors.
-                    e.net().begin_sleep();
-                    e.progress();
-                    if let Some(r) = done(&mut e) {
-                        e.net().end_sleep();
-                        return r;
-                    }
-                    // A per-thread set: the sleep path of a steady exchange must not allocate.
-                    SLEEP_FDS.with_borrow_mut(|fds| {
-                        fds.clear();
-                        e.net().wait_fds(fds);
-                        drop(e);
-                        let _ = fds.wait(Duration::from_millis(50));
-                    });
-                    self.lock().net().end_sleep();
-                    continue;
                 }
             }
+            if spins >= self.policy.yield_until && !e.needs_cpu() {
+                // Sleep protocol: announce, look once more, then block on the descriptors.
+                e.net().begin_sleep();
+                e.progress();
+                if let Some(r) = done(&mut e) {
+                    e.net().end_sleep();
+                    return r;
+                }
+                // A per-thread set: the sleep path of a steady exchange must not allocate.
+                SLEEP_FDS.with_borrow_mut(|fds| {
+                    fds.clear();
+                    e.net().wait_fds(fds);
+                    drop(e);
+                    let _ = fds.wait(Duration::from_millis(50));
+                });
+                self.lock().net().end_sleep();
+                continue;
+            }
             spins = spins.saturating_add(step.unwrap_or(1));
+            passes = passes.wrapping_add(1);
             if spins < self.policy.spin {
+                if !passes.is_multiple_of(16) {
+                    held = Some(e);
+                } else {
+                    drop(e);
+                }
                 std::hint::spin_loop();
             } else {
+                drop(e);
                 std::thread::yield_now();
             }
         }
