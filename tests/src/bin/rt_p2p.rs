@@ -635,19 +635,26 @@ fn main() {
         Some("tcp-wait") => {
             // Run with more ranks than CPUs over TCP: rank 0's receive waits 30 ms for rank 1,
             // and the empty passes over its sockets before it sleeps are what it reports.
+            // Nobody else sends to rank 0 meanwhile (each message would wake it): the others
+            // wait for rank 0's word that it is done.
             t.w.barrier().unwrap();
             let mut b = [0u8; 8];
-            if t.r == 1 {
-                std::thread::sleep(Duration::from_millis(30));
-                t.w.send(&pattern(1, 0, 21, 0, 8), 0, Tag(5)).unwrap();
-            } else if t.r == 0 {
+            if t.r == 0 {
                 let before = world.transport_counters().get("tcp").empty_polls;
                 world.recv(&mut b, 1, Tag(5)).unwrap();
                 check(&b, &pattern(1, 0, 21, 0, 8), "tcp-wait");
                 let after = world.transport_counters().get("tcp").empty_polls;
                 println!("empty_polls {}", after - before);
+                for p in 1..t.n {
+                    world.send(&[1u8], p, Tag(6)).unwrap();
+                }
+            } else {
+                if t.r == 1 {
+                    std::thread::sleep(Duration::from_millis(30));
+                    world.send(&pattern(1, 0, 21, 0, 8), 0, Tag(5)).unwrap();
+                }
+                world.recv(&mut [0u8; 1], 0, Tag(6)).unwrap();
             }
-            t.w.barrier().unwrap();
         }
         Some("gone") => {
             // Rank 1 sends three messages and leaves normally; rank 0 waits until it is gone,
