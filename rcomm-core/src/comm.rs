@@ -69,9 +69,7 @@ impl WaitPolicy {
             }
         }
     }
-}
 
-impl WaitPolicy {
     /// Spin-budget units one pass over the transports uses when it makes `syscalls` system
     /// calls (TCP reads): with shared cores the budget is "a few microseconds of polling", and
     /// a read that finds nothing costs about as much as 16 looks at a ring. Counted as one
@@ -207,8 +205,6 @@ impl Shared {
         mut tick: impl FnMut(&mut Engine, Instant) -> Option<R>,
     ) -> R {
         let mut spins: u32 = 0;
-        // What one pass over the transports counts against the spin budget, fixed at the first.
-        let mut step: Option<u32> = None;
         // The clock is read only once spinning is over: a sub-microsecond wait must not pay
         // for clock_gettime.
         let mut last_check: Option<Instant> = None;
@@ -234,7 +230,13 @@ impl Shared {
             if let Some(r) = done(&mut e) {
                 return r;
             }
-            step.get_or_insert_with(|| self.policy.pass_cost(e.net().progress_syscalls()));
+            // What this pass counts against the spin budget: read now, not once per wait, so
+            // a TCP connection accepted during the wait (a first message) counts at once.
+            let step = if self.policy.sleep {
+                self.policy.pass_cost(e.net().progress_syscalls())
+            } else {
+                1
+            };
             // The first look at failures and the watchdog comes one period after the spin
             // phase, not at its end: it polls the peers' connections (a system call), and
             // ranks sharing cores pass the spin phase in nearly every wait.
@@ -270,7 +272,7 @@ impl Shared {
                 self.lock().net().end_sleep();
                 continue;
             }
-            spins = spins.saturating_add(step.unwrap_or(1));
+            spins = spins.saturating_add(step);
             passes = passes.wrapping_add(1);
             if spins < self.policy.spin {
                 if !passes.is_multiple_of(16) {
@@ -995,13 +997,10 @@ impl ScopedRequest<'_, '_> {
         }
         {
             let mut live = self.scope.live.lock().unwrap_or_else(|p| p.into_inner());
+            // In-order waits find theirs at the front: a pop, not a general remove.
             match live.iter().position(|&r| r == self.req) {
-                Some(0) => {
-                    live.pop_front();
-                }
-                Some(i) => {
-                    live.remove(i);
-                }
+                Some(0) => drop(live.pop_front()),
+                Some(i) => drop(live.remove(i)),
                 None => {}
             }
         }

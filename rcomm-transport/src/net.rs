@@ -545,8 +545,8 @@ impl Net {
         self.route(peer) == Route::Tcp
     }
 
-    /// System calls a progress pass makes when nothing arrives (TCP reads and accepts; the
-    /// shared-memory rings are memory reads): what a poll of this `Net` costs in time.
+    /// System calls a progress pass makes when nothing arrives (a read per TCP connection;
+    /// the shared-memory rings are memory reads): what a poll of this `Net` costs in time.
     pub fn progress_syscalls(&self) -> usize {
         self.eps
             .iter()

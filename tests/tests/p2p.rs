@@ -220,6 +220,20 @@ fn eight_byte_collectives_allocate_nothing_per_call() {
     }
 }
 
+/// The numbers on rank `r`'s first line that starts with `prefix` (at least one).
+fn numbers_after(out: &JobOutput, r: u32, prefix: &str) -> Vec<u64> {
+    let l = out.rank_lines(r);
+    l.iter()
+        .find_map(|l| l.strip_prefix(prefix))
+        .map(|s| {
+            s.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect::<Vec<u64>>()
+        })
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| panic!("rank {r}: no `{prefix}N` line in {l:?}\n{out}"))
+}
+
 /// Ranks sharing cores pass the spin phase of nearly every wait; a look at peer liveness (a
 /// poll of every peer's connection) at the end of each spin phase cost about a fifth of the CPU
 /// of 8 ranks on 2 cores (3000 looks in 3000 calls). Waits now look once per period of waiting
@@ -230,16 +244,7 @@ fn waits_look_at_peer_liveness_once_per_period_not_once_per_wait() {
     let out = Job::new(4, &[&test_program("rt_alloc"), "coll"]).run();
     assert_eq!(out.code(), 0, "{out}");
     for r in 0..4 {
-        let l = out.rank_lines(r);
-        let f: Vec<u64> = l
-            .iter()
-            .find_map(|l| l.strip_prefix("liveness_polls "))
-            .map(|s| {
-                s.split_whitespace()
-                    .filter_map(|x| x.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_else(|| panic!("rank {r}: {l:?}\n{out}"));
+        let f = numbers_after(&out, r, "liveness_polls ");
         let (polls, ms) = (f[0], f[1]);
         assert!(
             polls <= ms + 10,
@@ -257,12 +262,7 @@ fn oversubscribed_tcp_waits_sleep_after_a_few_empty_passes() {
         .deadline(Duration::from_secs(60))
         .run();
     assert_eq!(out.code(), 0, "{out}");
-    let polls: u64 = out
-        .rank_lines(0)
-        .iter()
-        .find_map(|l| l.strip_prefix("empty_polls "))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no empty_polls line\n{out}"));
+    let polls = numbers_after(&out, 0, "empty_polls ")[0];
     // A pass reads every socket (a system call each): counted as one look at a ring, the
     // 64-look spin and 32 yields made ~96 of them per wait while the awaited rank needed the
     // core. Now a few passes, the sleep, and a pass or two around each wake-up (at most one
