@@ -77,6 +77,11 @@ impl<V> DenseMap<V> {
         self.len
     }
 
+    /// Slots the table has grown to (one past the highest key ever inserted).
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Whether no key holds a value.
     pub fn is_empty(&self) -> bool {
         self.len == 0

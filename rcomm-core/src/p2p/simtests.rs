@@ -572,6 +572,64 @@ fn a_receiver_lost_mid_transfer_fails_the_send() {
 }
 
 #[test]
+fn a_header_naming_a_context_no_communicator_can_have_is_dropped() {
+    use super::engine::MAX_CTX;
+    use rcomm_transport::wire::{Header, ProtoKind};
+    let mut cl = Cluster::new(cfg(2, Ops::GET, 0, 6));
+    let forged = |context: u32, tag: i32| Header {
+        context,
+        source: 0,
+        seq: 0,
+        tag,
+        len: 4,
+        kind: ProtoKind::Eager,
+        flags: 0,
+        coll_seq: 0,
+        signature: 0,
+    };
+    for context in [MAX_CTX, MAX_CTX + 1, u32::MAX] {
+        cl.engines[1].deliver_raw(0, &forged(context, 9), b"bad!");
+        assert!(
+            cl.engines[1].ctx_slots() <= MAX_CTX as usize,
+            "context {context} grew the table to {} slots",
+            cl.engines[1].ctx_slots()
+        );
+    }
+    // The highest context a communicator can have is kept for a receive posted later (a
+    // communicator the sender created first).
+    cl.engines[1].deliver_raw(0, &forged(MAX_CTX - 1, 9), b"good");
+    let mut late = [0u8; 4];
+    let r = cl.engines[1]
+        .irecv(
+            MAX_CTX - 1,
+            Source::Rank(0),
+            TagSel::Tag(9),
+            Region::from_mut(&mut late),
+            "recv",
+        )
+        .unwrap();
+    // And the dropped ones took nothing from a real exchange on another context.
+    let msg = pattern(0, 1, 0, 100);
+    let mut got = vec![0u8; 100];
+    let s = cl.engines[0]
+        .isend(0, 1, 9, Region::from_ref(&msg), "send")
+        .unwrap();
+    let q = cl.engines[1]
+        .irecv(
+            0,
+            Source::Rank(0),
+            TagSel::Tag(9),
+            Region::from_mut(&mut got),
+            "recv",
+        )
+        .unwrap();
+    let res = cl.wait_all(&[(1, r), (0, s), (1, q)]);
+    assert!(res.iter().all(|r| r.is_ok()), "{res:?}");
+    assert_eq!((&late, got), (b"good", msg));
+    assert!(cl.idle());
+}
+
+#[test]
 fn a_seed_replays_the_same_run() {
     let trace = |seed| {
         let mut cl = Cluster::new(cfg(4, Ops::GET.with(Ops::STREAM), 30_000, seed));

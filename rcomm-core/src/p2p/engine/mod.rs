@@ -187,12 +187,14 @@ struct State {
     me: u32,
     size: u32,
     cfg: ProtoConfig,
-    ctx: FastMap<u32, Ctx>,
+    /// Matching state per context, found by its number (contexts are below [`MAX_CTX`]).
+    ctx: rcomm_transport::dense::DenseMap<Ctx>,
     reqs: Vec<Option<Req>>,
     free: Vec<ReqId>,
     /// Requests not yet completed (the direct receive path runs only when there are none).
     active: usize,
-    out: FastMap<u32, VecDeque<Out>>,
+    /// Messages waiting for room in a transport, per destination rank.
+    out: rcomm_transport::dense::DenseMap<VecDeque<Out>>,
     /// Entries in all of `out`, so an idle progress pass skips the queues in O(1).
     out_len: usize,
     rndv_send: FastMap<u64, RndvSend>,
@@ -222,6 +224,9 @@ struct State {
     /// Checked collectives (`RCOMM_CHECK=1`): the hook `coll::check` installs.
     hook: Option<Box<dyn Hook>>,
 }
+
+/// Contexts a communicator can have: two per context id (point-to-point and collective).
+pub(crate) const MAX_CTX: u32 = 2 * crate::ctxid::MAX_IDS as u32;
 
 /// Most buffers kept in the pool, and the largest capacity kept.
 const POOL_MAX: usize = 64;
@@ -272,11 +277,11 @@ impl Engine {
                 me,
                 size,
                 cfg,
-                ctx: FastMap::default(),
+                ctx: Default::default(),
                 reqs: Vec::new(),
                 free: Vec::new(),
                 active: 0,
-                out: FastMap::default(),
+                out: Default::default(),
                 out_len: 0,
                 rndv_send: FastMap::default(),
                 rndv_recv: FastMap::default(),
@@ -380,7 +385,7 @@ impl Engine {
         // The communicator's loss first: it is why nothing on it can go on.
         self.check_comm(ctx, op)?;
         self.st.check_peer(dest, op)?;
-        let c = self.st.ctx.entry(ctx).or_default();
+        let c = self.st.ctx_mut(ctx);
         let next = c.send_seq.get_or_default(dest);
         let seq = *next;
         *next = seq.wrapping_add(1);
@@ -432,7 +437,7 @@ impl Engine {
         }
         if region.len() <= eager_limit {
             self.st.out_len += 1;
-            self.st.out.entry(dest).or_default().push_back(Out {
+            self.st.out.get_or_default(dest).push_back(Out {
                 hdr: hdr(ProtoKind::Eager),
                 payload: OutPayload::User(region),
                 req: Some(req),
@@ -467,7 +472,7 @@ impl Engine {
                 },
             );
             self.st.out_len += 1;
-            self.st.out.entry(dest).or_default().push_back(Out {
+            self.st.out.get_or_default(dest).push_back(Out {
                 hdr: hdr(ProtoKind::RndvRts),
                 payload: keyed(&[token], key.as_ref()),
                 req: None,
@@ -514,7 +519,7 @@ impl Engine {
                 .map(|(&r, why)| (r, why.clone())),
         };
         if let Some((r, why)) = lost {
-            return match self.st.ctx.entry(ctx).or_default().m.take(src, tag) {
+            return match self.st.ctx_mut(ctx).m.take(src, tag) {
                 Some((env, stored))
                     if !matches!(stored, Stored::Rts { .. })
                         || !self.st.failed.contains_key(&env.source) =>
@@ -529,14 +534,7 @@ impl Engine {
         }
         let req = self.st.new_req(op, peer, peer.is_none(), region);
         self.st.req_mut(req).ctx = ctx;
-        match self
-            .st
-            .ctx
-            .entry(ctx)
-            .or_default()
-            .m
-            .post(src, tag, req as u64)
-        {
+        match self.st.ctx_mut(ctx).m.post(src, tag, req as u64) {
             Posting::Matched(env, stored) => {
                 self.st.start_recv(req, env, stored);
                 self.after_protocol();
@@ -571,18 +569,11 @@ impl Engine {
         src: Source,
         tag: TagSel,
     ) -> Result<Option<Status>, CommError> {
-        let found = self
-            .st
-            .ctx
-            .entry(ctx)
-            .or_default()
-            .m
-            .probe(src, tag)
-            .map(|e| Status {
-                source: e.source,
-                tag: e.tag,
-                bytes: e.len as usize,
-            });
+        let found = self.st.ctx_mut(ctx).m.probe(src, tag).map(|e| Status {
+            source: e.source,
+            tag: e.tag,
+            bytes: e.len as usize,
+        });
         if found.is_none() {
             self.check_probe(src)?;
         }
@@ -596,7 +587,7 @@ impl Engine {
         src: Source,
         tag: TagSel,
     ) -> Result<Option<(Envelope, Stored)>, CommError> {
-        let found = self.st.ctx.entry(ctx).or_default().m.take(src, tag);
+        let found = self.st.ctx_mut(ctx).m.take(src, tag);
         if found.is_none() {
             self.check_probe(src)?;
         }
@@ -737,7 +728,26 @@ impl Engine {
     }
 }
 
+#[cfg(test)]
+impl Engine {
+    /// Hands the protocol a message as if `peer` had sent it (what a peer's header may claim).
+    pub(crate) fn deliver_raw(&mut self, peer: u32, hdr: &Header, payload: &[u8]) {
+        self.st.deliver(peer, hdr, payload);
+    }
+
+    /// Slots of the per-context matching table.
+    pub(crate) fn ctx_slots(&self) -> usize {
+        self.st.ctx.slots()
+    }
+}
+
 impl State {
+    /// The matching state of context `ctx` (a communicator's own: below [`MAX_CTX`]).
+    fn ctx_mut(&mut self, ctx: u32) -> &mut Ctx {
+        debug_assert!(ctx < MAX_CTX, "context {ctx} out of range");
+        self.ctx.get_or_default(ctx)
+    }
+
     fn token(&mut self) -> u64 {
         self.next_token += 1;
         self.next_token

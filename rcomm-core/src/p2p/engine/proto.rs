@@ -100,7 +100,7 @@ impl Engine {
                 .out
                 .iter()
                 .filter(|(_, q)| !q.is_empty())
-                .map(|(&p, _)| p)
+                .map(|(p, _)| p)
                 .collect();
             for p in peers {
                 work += self.flush_peer(p);
@@ -240,7 +240,7 @@ impl Engine {
                 .st
                 .out
                 .iter()
-                .any(|(&p, q)| !q.is_empty() && !net.output_pollable(p))
+                .any(|(p, q)| !q.is_empty() && !net.output_pollable(p))
     }
 }
 
@@ -252,7 +252,7 @@ impl State {
     pub(super) fn send_ctl_flagged(&mut self, peer: u32, kind: ProtoKind, flags: u8, vals: &[u64]) {
         let hdr = ctl_header(self.me, kind, flags);
         self.out_len += 1;
-        self.out.entry(peer).or_default().push_back(Out {
+        self.out.get_or_default(peer).push_back(Out {
             hdr,
             payload: small(vals),
             req: None,
@@ -269,6 +269,17 @@ impl State {
                         "P2P",
                         "rank {peer} sent a header claiming source {}; dropped",
                         hdr.source
+                    );
+                    return;
+                }
+                // The context is the peer's word: one no communicator can have is dropped
+                // rather than given matching state (a table of at most MAX_CTX entries).
+                if hdr.context >= MAX_CTX {
+                    rcomm_transport::rlog!(
+                        Warn,
+                        "P2P",
+                        "rank {peer} sent a message on context {}, which no communicator has; dropped",
+                        hdr.context
                     );
                     return;
                 }
@@ -296,7 +307,7 @@ impl State {
                     tag: hdr.tag,
                     len: hdr.len,
                 };
-                let c = self.ctx.entry(hdr.context).or_default();
+                let c = self.ctx.get_or_default(hdr.context);
                 match c.m.arrive(&env, hdr.seq) {
                     MRoute::Deliver(rid) => {
                         // The receive was posted with its request as owner.
@@ -549,7 +560,7 @@ impl State {
     ) {
         let token = self.rndv_recv_start(req, peer, env, true);
         self.out_len += 1;
-        self.out.entry(peer).or_default().push_back(Out {
+        self.out.get_or_default(peer).push_back(Out {
             hdr: ctl_header(self.me, ProtoKind::RndvCts, 0),
             payload: keyed(&[sender_token, token, CTS_PUT], Some(&key)),
             req: None,

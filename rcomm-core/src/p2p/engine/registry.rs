@@ -144,7 +144,7 @@ impl State {
             let mut b = [0u8; 32];
             b[..24].copy_from_slice(&m.payload);
             *out_len += 1;
-            out.entry(m.peer).or_default().push_back(Out {
+            out.get_or_default(m.peer).push_back(Out {
                 hdr: m.hdr,
                 payload: OutPayload::Small(b, m.len),
                 req: None,
