@@ -77,6 +77,11 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "unset (default): large shared-memory messages up to RCOMM_SHM_CMA_MAX move by single copy (process_vm_readv) unless init measures pipelined copy clearly faster on this node; 1: single copy, no probe; 0: always pipelined copy through shared buffers",
     },
     VarSpec {
+        name: "RCOMM_SHM_MEMBARRIER",
+        protocol: false,
+        help: "1 (default): a rank about to sleep makes a membarrier(2) barrier so that shared-memory senders need no fence per message (used where the kernel offers it); 0: a fence per message",
+    },
+    VarSpec {
         name: "RCOMM_SHM_CMA_MAX",
         protocol: false,
         help: "largest message (bytes, K/M/G suffixes) moved by single copy; larger ones use pipelined copy (default 4M)",
@@ -390,6 +395,8 @@ pub struct Config {
     pub transport: TransportChoice,
     /// Whether single copy may be used on shared memory.
     pub shm_cma: bool,
+    /// `RCOMM_SHM_MEMBARRIER`: sleeping ranks make the wake-up barrier (senders need no fence).
+    pub shm_membarrier: bool,
     /// Largest message moved by single copy.
     pub shm_cma_max: usize,
     /// `RCOMM_SHM_CMA` or `RCOMM_SHM_CMA_MAX` was set: the user chose, so init's probe of single
@@ -752,6 +759,7 @@ impl Config {
             ],
         )?;
         let shm_cma = flag(env, "RCOMM_SHM_CMA", true)?;
+        let shm_membarrier = flag(env, "RCOMM_SHM_MEMBARRIER", true)?;
         let deterministic = flag(env, "RCOMM_DETERMINISTIC", false)?;
         let async_progress = flag(env, "RCOMM_ASYNC_PROGRESS", false)?;
         let check = flag(env, "RCOMM_CHECK", false)?;
@@ -902,6 +910,7 @@ impl Config {
             debug_subsys,
             transport,
             shm_cma,
+            shm_membarrier,
             shm_cma_max,
             shm_cma_pinned,
             tcp_streams,

@@ -372,6 +372,39 @@ pub fn futex_wake(word: &std::sync::atomic::AtomicU64) {
     }
 }
 
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
+
+/// Registers this process for expedited global memory barriers (`membarrier(2)`), once per
+/// process; whether that worked (kernels before 4.16, or a seccomp filter, say no).
+pub fn membarrier_register() -> bool {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REGISTERED.get_or_init(|| {
+        // SAFETY: membarrier takes two integers and touches no memory of ours.
+        unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
+                0,
+                0,
+            ) == 0
+        }
+    })
+}
+
+/// A full memory barrier on every CPU now running a thread of a registered process (this one
+/// included): what lets those threads order a store before a load with no fence of their own.
+/// Call only after [`membarrier_register`] returned true.
+pub fn membarrier_global() -> io::Result<()> {
+    // SAFETY: as in membarrier_register.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

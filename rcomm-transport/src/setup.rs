@@ -145,6 +145,7 @@ impl Listening {
             .collect();
         let shm_cfg = ShmConfig {
             cma: cfg.shm_cma,
+            membarrier: cfg.shm_membarrier,
             ..ShmConfig::default()
         };
         let shm = match (&self.local, local_peers.is_empty()) {
