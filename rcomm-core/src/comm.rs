@@ -104,6 +104,8 @@ pub(crate) struct Shared {
     pub(crate) notices: Option<Arc<NoticeBoard>>,
     seen_notices: AtomicU64,
     pub(crate) policy: WaitPolicy,
+    /// The engine's completion flags: a test reads them without the lock.
+    done: Arc<crate::p2p::done::DoneFlags>,
     /// Collective scratch, schedule cache and the progress thread.
     pub(crate) coll: crate::coll_state::CollShared,
     /// `RCOMM_DETERMINISTIC`: allreduce in the canonical order whatever the size.
@@ -142,6 +144,7 @@ impl Shared {
         // The initialising thread is usually the one that waits: size its sleep list now.
         SLEEP_FDS.with_borrow_mut(|f| f.reserve(64));
         Self {
+            done: engine.done_flags(),
             engine: Mutex::new(engine),
             ctx_ids: Arc::new(crate::ctxid::CtxIds::new()),
             node_of,
@@ -169,6 +172,22 @@ impl Shared {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
         self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether request `req` (held by the caller) completed, progressing once if the engine is
+    /// free. A completion is read without the lock; while another thread holds it (a wait
+    /// spinning, the progress thread) that thread is progressing, so this does not queue.
+    pub(crate) fn test_req(&self, req: ReqId) -> bool {
+        if self.done.get(req) {
+            return true;
+        }
+        let mut e = match self.engine.try_lock() {
+            Ok(e) => e,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return self.done.get(req),
+        };
+        e.progress();
+        e.is_done(req)
     }
 
     /// Applies launcher notices (failed ranks) to the engine; one atomic load when none is new.
@@ -819,9 +838,7 @@ impl<T: Pod + Send> Request<T> {
         if self.done.is_some() {
             return true;
         }
-        let mut e = self.shared.lock();
-        e.progress();
-        self.req.is_some_and(|r| e.is_done(r))
+        self.req.is_some_and(|r| self.shared.test_req(r))
     }
 }
 
@@ -1016,9 +1033,7 @@ impl ScopedRequest<'_, '_> {
         if self.done.is_some() {
             return true;
         }
-        let mut e = self.scope.comm.shared.lock();
-        e.progress();
-        e.is_done(self.req)
+        self.scope.comm.shared.test_req(self.req)
     }
 }
 

@@ -1,4 +1,5 @@
 //! Point-to-point messaging: the sans-IO matching engine and the protocol engine on top.
+pub(crate) mod done;
 pub(crate) mod engine;
 pub(crate) mod hook;
 pub mod matcher;

@@ -630,6 +630,50 @@ fn a_header_naming_a_context_no_communicator_can_have_is_dropped() {
 }
 
 #[test]
+fn a_completed_request_tests_done_while_another_thread_holds_the_engine() {
+    use crate::comm::{Shared, WaitPolicy};
+    use std::time::Duration;
+    let mut cl = Cluster::new(cfg(2, Ops::GET, 0, 8));
+    let msg = pattern(0, 1, 0, 16);
+    let (mut got, mut other) = (vec![0u8; 16], vec![0u8; 16]);
+    let recv = |e: &mut Engine, tag: i32, buf: &mut [u8]| {
+        e.irecv(
+            0,
+            Source::Rank(0),
+            TagSel::Tag(tag),
+            Region::from_mut(buf),
+            "recv",
+        )
+        .unwrap()
+    };
+    let done = recv(&mut cl.engines[1], 1, &mut got);
+    let pending = recv(&mut cl.engines[1], 2, &mut other);
+    let s = cl.engines[0]
+        .isend(0, 1, 1, Region::from_ref(&msg), "send")
+        .unwrap();
+    cl.run(|c| c.engines[0].is_done(s) && c.engines[1].is_done(done))
+        .unwrap();
+    // Rank 1's engine in the shared state init builds; a thread's wait spinning holds its lock.
+    let e1 = cl.engines.remove(1);
+    let policy = WaitPolicy::for_sharing(1, 2);
+    let shared = std::sync::Arc::new(Shared::new(e1, None, policy, vec![0, 0], Vec::new()));
+    let held = shared.lock();
+    let sh = shared.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send((sh.test_req(done), sh.test_req(pending)));
+    });
+    let seen = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a test queued on the engine lock another thread holds");
+    assert_eq!(seen, (true, false), "(completed, pending)");
+    drop(held);
+    assert!(shared.test_req(done) && !shared.test_req(pending));
+    assert_eq!(shared.lock().take(done).unwrap().bytes, 16);
+    assert_eq!(got, msg);
+}
+
+#[test]
 fn a_seed_replays_the_same_run() {
     let trace = |seed| {
         let mut cl = Cluster::new(cfg(4, Ops::GET.with(Ops::STREAM), 30_000, seed));

@@ -191,6 +191,8 @@ struct State {
     ctx: rcomm_transport::dense::DenseMap<Ctx>,
     reqs: Vec<Option<Req>>,
     free: Vec<ReqId>,
+    /// Which requests completed, for readers without the lock (`Shared::test_req`).
+    done: Arc<super::done::DoneFlags>,
     /// Requests not yet completed (the direct receive path runs only when there are none).
     active: usize,
     /// Messages waiting for room in a transport, per destination rank.
@@ -280,6 +282,7 @@ impl Engine {
                 ctx: Default::default(),
                 reqs: Vec::new(),
                 free: Vec::new(),
+                done: Default::default(),
                 active: 0,
                 out: Default::default(),
                 out_len: 0,
@@ -604,6 +607,11 @@ impl Engine {
         }
     }
 
+    /// The completion flags, which a request's holder may read without the engine lock.
+    pub(crate) fn done_flags(&self) -> Arc<super::done::DoneFlags> {
+        self.st.done.clone()
+    }
+
     /// Whether the request has completed.
     pub(crate) fn is_done(&self, req: ReqId) -> bool {
         matches!(
@@ -771,7 +779,7 @@ impl State {
             orphan: None,
         };
         self.active += 1;
-        match self.free.pop() {
+        let id = match self.free.pop() {
             Some(i) => {
                 self.reqs[i] = Some(r);
                 i
@@ -780,7 +788,9 @@ impl State {
                 self.reqs.push(Some(r));
                 self.reqs.len() - 1
             }
-        }
+        };
+        self.done.set(id, false);
+        id
     }
 
     /// The active requests that `pred` selects.
@@ -810,7 +820,9 @@ impl State {
         let r = self.req_mut(req);
         r.state = ReqState::Done(res.map_err(Box::new));
         r.posted = None;
-        if r.orphan.is_some() {
+        let orphan = r.orphan.is_some();
+        self.done.set(req, true);
+        if orphan {
             // Nobody waits for it: free the request and the buffer it kept alive.
             self.reqs[req] = None;
             self.free.push(req);
