@@ -536,6 +536,63 @@ impl Communicator {
         }
     }
 
+    /// Synchronous send (`MPI_Ssend`): returns once the receiver has matched the message (and
+    /// `buf` may be reused), whatever its size — a program that works with `ssend` does not
+    /// depend on messages being buffered. To this rank itself it completes at once.
+    pub fn ssend<T: Pod>(&self, buf: &[T], dest: u32, tag: Tag) -> Result<()> {
+        let dest = self.world_rank(dest)?;
+        let req = self.shared.lock().ssend(
+            self.ctx,
+            dest,
+            tag.0,
+            Region::from_ref(bytes_of(buf)),
+            "ssend",
+        )?;
+        self.shared.wait(req).map(drop)
+    }
+
+    /// Starts a synchronous send (`MPI_Issend`) of `buf`, which the request owns; it completes
+    /// once the receiver has matched the message.
+    pub fn issend<T: Pod + Send>(&self, buf: Vec<T>, dest: u32, tag: Tag) -> Result<Request<T>> {
+        let wdest = self.world_rank(dest)?;
+        let region = Region::from_ref(bytes_of(&buf));
+        let req = self
+            .shared
+            .lock()
+            .ssend(self.ctx, wdest, tag.0, region, "issend")?;
+        Ok(Request {
+            shared: self.shared.clone(),
+            group: self.group.clone(),
+            req: Some(req),
+            buf: Some(buf),
+            recv: false,
+            done: None,
+        })
+    }
+
+    /// Sends `buf` to `dest` and receives into the same buffer from `src`
+    /// (`MPI_Sendrecv_replace`); the message received must fit `buf`.
+    pub fn sendrecv_replace<T: Pod>(
+        &self,
+        buf: &mut [T],
+        dest: u32,
+        stag: Tag,
+        src: impl Into<Source>,
+        rtag: Tag,
+    ) -> Result<Status> {
+        let out = bytes_of(buf).to_vec();
+        self.sendrecv_ctx(
+            self.ctx,
+            &out,
+            dest,
+            stag,
+            bytes_of_mut(buf),
+            src.into(),
+            rtag,
+        )
+        .and_then(|st| check_elems::<T>(&st))
+    }
+
     /// Receives into `buf` from `src` (a rank or [`Source::Any`]) with `tag` (or [`Tag::Any`]).
     /// A message larger than `buf` is consumed and reported as [`CommError::Truncated`].
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: impl Into<Source>, tag: Tag) -> Result<Status> {
@@ -882,6 +939,73 @@ pub fn wait_any<T: Pod + Send>(reqs: &mut Vec<Request<T>>) -> Result<(usize, Vec
     let r = reqs.remove(i);
     let (buf, st) = r.wait()?;
     Ok((i, buf, st))
+}
+
+/// If any request has completed (progressing once), removes it from `reqs` and returns its
+/// index, buffer and status (`MPI_Testany`); `None` when none has.
+pub fn test_any<T: Pod + Send>(
+    reqs: &mut Vec<Request<T>>,
+) -> Result<Option<(usize, Vec<T>, Status)>> {
+    let Some(i) = reqs.iter_mut().position(Request::test) else {
+        return Ok(None);
+    };
+    let (buf, st) = reqs.remove(i).wait()?;
+    Ok(Some((i, buf, st)))
+}
+
+/// Whether every request has completed (progressing once each; `MPI_Testall`). The requests
+/// stay; [`wait_all`] then takes their results without waiting.
+pub fn test_all<T: Pod + Send>(reqs: &mut [Request<T>]) -> bool {
+    // Tests every request (not stopping at the first pending one): each test progresses.
+    let mut all = true;
+    for r in reqs.iter_mut() {
+        all &= r.test();
+    }
+    all
+}
+
+/// Removes every completed request from `reqs` (progressing once each) and returns their
+/// indices in `reqs` as it was, buffers and statuses (`MPI_Testsome`); empty when none has
+/// completed. The first error met is returned after every completed request was taken.
+pub fn test_some<T: Pod + Send>(
+    reqs: &mut Vec<Request<T>>,
+) -> Result<Vec<(usize, Vec<T>, Status)>> {
+    let done: Vec<bool> = reqs.iter_mut().map(Request::test).collect();
+    let mut out = Vec::new();
+    let mut err = None;
+    let mut i = 0;
+    for (orig, d) in done.into_iter().enumerate() {
+        if !d {
+            i += 1;
+            continue;
+        }
+        match reqs.remove(i).wait() {
+            Ok((buf, st)) => out.push((orig, buf, st)),
+            Err(e) => {
+                err.get_or_insert(e);
+            }
+        }
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Waits until at least one request completes, then does [`test_some`] (`MPI_Waitsome`);
+/// errors when `reqs` is empty.
+pub fn wait_some<T: Pod + Send>(
+    reqs: &mut Vec<Request<T>>,
+) -> Result<Vec<(usize, Vec<T>, Status)>> {
+    if reqs.is_empty() {
+        return Err(CommError::InvalidArg("wait_some on no requests".into()));
+    }
+    if !reqs.iter().any(|r| r.done.is_some()) {
+        let shared = reqs[0].shared.clone();
+        let ids: Vec<ReqId> = reqs.iter().filter_map(|r| r.req).collect();
+        shared.block_on(|e| ids.iter().any(|&id| e.is_done(id)).then_some(()));
+    }
+    test_some(reqs)
 }
 
 /// Requests borrowing buffers for the duration of [`Communicator::scope`].

@@ -18,6 +18,7 @@ pub mod coll;
 mod coll_state;
 mod comm;
 mod ctxid;
+mod environment;
 mod error;
 mod fr;
 mod group;
@@ -29,7 +30,11 @@ pub mod straggler;
 mod world;
 
 pub use coll::{CollRequest, Dtype, Element, Op, ReduceOp, UserOp};
-pub use comm::{Communicator, Message, Request, Scope, ScopedRequest, Tag, wait_all, wait_any};
+pub use comm::{
+    Communicator, Message, Request, Scope, ScopedRequest, Tag, test_all, test_any, test_some,
+    wait_all, wait_any, wait_some,
+};
+pub use environment::{library_version, reduce_local, wtick, wtime};
 pub use error::CommError;
 pub use fr::CollRecord;
 pub use group::{Comparison, Group, SplitType};

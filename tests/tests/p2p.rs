@@ -4,7 +4,7 @@
 use rcomm_tests::{Job, JobOutput, dev_shm, test_program};
 use std::time::Duration;
 
-const CASES: [&str; 10] = [
+const CASES: [&str; 11] = [
     "sizes",
     "64MiB",
     "wildcards",
@@ -14,6 +14,7 @@ const CASES: [&str; 10] = [
     "truncation",
     "probes",
     "nonblocking",
+    "modes",
     "bad-input",
 ];
 

@@ -674,6 +674,40 @@ fn a_completed_request_tests_done_while_another_thread_holds_the_engine() {
 }
 
 #[test]
+fn a_synchronous_send_completes_only_once_its_receive_is_posted_in_every_protocol() {
+    for bulk in [Ops::STREAM, Ops::GET, Ops::PUT] {
+        for len in [0usize, 1, 64, 5000] {
+            let mut cl = Cluster::new(cfg(2, bulk, 0, 9));
+            let msg = pattern(0, 1, 1, len);
+            let s = cl.engines[0]
+                .ssend(0, 1, 3, Region::from_ref(&msg), "ssend")
+                .unwrap();
+            // Everything that can happen before the receive is posted happens.
+            cl.run(|c| c.idle()).unwrap();
+            assert!(
+                !cl.engines[0].is_done(s),
+                "{bulk:?} {len} B: done before its receive"
+            );
+            let mut got = vec![0u8; len];
+            let r = cl.engines[1]
+                .irecv(
+                    0,
+                    Source::Rank(0),
+                    TagSel::Tag(3),
+                    Region::from_mut(&mut got),
+                    "recv",
+                )
+                .unwrap();
+            let res = cl.wait_all(&[(0, s), (1, r)]);
+            assert!(res.iter().all(|r| r.is_ok()), "{bulk:?} {len} B: {res:?}");
+            assert_eq!(res[1].as_ref().unwrap().bytes, len);
+            assert_eq!(got, msg);
+            assert!(cl.idle());
+        }
+    }
+}
+
+#[test]
 fn a_seed_replays_the_same_run() {
     let trace = |seed| {
         let mut cl = Cluster::new(cfg(4, Ops::GET.with(Ops::STREAM), 30_000, seed));

@@ -427,6 +427,138 @@ impl T<'_> {
 
     /// Non-blocking rings: many outstanding sends and receives in both directions, owned and
     /// scoped, completed by wait_all, wait_any and scope end.
+    /// Send modes and request sets: a synchronous send completes only once its receive is
+    /// posted (tested while the receiver provably has not posted it), pairwise blocking
+    /// `ssend`, `sendrecv_replace` around the ring, and `test_any` / `test_some` / `wait_some`
+    /// / `test_all` over mixed sizes.
+    fn modes(&self) {
+        let right = (self.r + 1) % self.n;
+        let left = (self.r + self.n - 1) % self.n;
+        // To itself a synchronous send completes at once (documented).
+        let me = pattern(self.r, self.r, 20, 0, 33);
+        self.w.ssend(&me, self.r, Tag(330)).unwrap();
+        let mut back = vec![0u8; 33];
+        self.w.recv(&mut back, self.r, Tag(330)).unwrap();
+        check(&back, &me, "ssend to self");
+        if self.n > 1 {
+            for (i, len) in [0usize, 8, 100_000].into_iter().enumerate() {
+                let out = pattern(self.r, right, 21, i, len);
+                let mut req = self.w.issend(out.clone(), right, Tag(300)).unwrap();
+                // The right neighbour posts its receive only after our go below: until then
+                // the synchronous send cannot complete, whatever its size.
+                for _ in 0..20 {
+                    assert!(
+                        !req.test(),
+                        "issend of {len} B completed before its receive was posted"
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                self.w.send(&[1u8], right, Tag(301)).unwrap();
+                let mut go = [0u8; 1];
+                self.w.recv(&mut go, left, Tag(301)).unwrap();
+                let mut inb = vec![0u8; len];
+                let st = self.w.recv(&mut inb, left, Tag(300)).unwrap();
+                assert_eq!((st.source, st.bytes), (left, len));
+                check(&inb, &pattern(left, self.r, 21, i, len), "issend data");
+                let (b, st) = req.wait().unwrap();
+                assert_eq!(
+                    (b.len(), st.bytes, st.tag),
+                    (len, len, 300),
+                    "issend status"
+                );
+            }
+            // Blocking ssend in pairs (even ranks send first, so no pair deadlocks).
+            let partner = self.r ^ 1;
+            if partner < self.n {
+                let out = pattern(self.r, partner, 22, 0, 4000);
+                let mut inb = vec![0u8; 4000];
+                if self.r.is_multiple_of(2) {
+                    self.w.ssend(&out, partner, Tag(302)).unwrap();
+                    self.w.recv(&mut inb, partner, Tag(302)).unwrap();
+                } else {
+                    self.w.recv(&mut inb, partner, Tag(302)).unwrap();
+                    self.w.ssend(&out, partner, Tag(302)).unwrap();
+                }
+                check(&inb, &pattern(partner, self.r, 22, 0, 4000), "ssend data");
+            }
+        }
+        for (i, len) in [0usize, 5, 50_000].into_iter().enumerate() {
+            let mut buf = pattern(self.r, right, 23, i, len);
+            let st = self
+                .w
+                .sendrecv_replace(&mut buf, right, Tag(310), left, Tag(310))
+                .unwrap();
+            assert_eq!((st.source, st.tag, st.bytes), (left, 310, len));
+            check(&buf, &pattern(left, self.r, 23, i, len), "sendrecv_replace");
+        }
+        let mut none: Vec<rcomm::Request<u8>> = Vec::new();
+        assert!(rcomm::test_any(&mut none).unwrap().is_none());
+        assert!(
+            rcomm::wait_some(&mut none).is_err(),
+            "wait_some on nothing is an error"
+        );
+        let lens = [1usize, 30_000, 0, 200_000];
+        let mut recvs: Vec<_> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| {
+                self.w
+                    .irecv(vec![0u8; l], left, Tag(320 + i as i32))
+                    .unwrap()
+            })
+            .collect();
+        let mut sends: Vec<_> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| {
+                self.w
+                    .isend(pattern(self.r, right, 24, i, l), right, Tag(320 + i as i32))
+                    .unwrap()
+            })
+            .collect();
+        let mut got = vec![false; lens.len()];
+        // Indices are positions in the vector as it was before each call: keep the tags' map.
+        let mut tags: Vec<usize> = (0..lens.len()).collect();
+        let check_one = |k: usize, b: &[u8], st: &rcomm::Status, got: &mut Vec<bool>| {
+            assert_eq!(st.tag, 320 + k as i32, "index names the request");
+            check(b, &pattern(left, self.r, 24, k, lens[k]), "test_some data");
+            assert!(!std::mem::replace(&mut got[k], true), "taken twice");
+        };
+        let t0 = Instant::now();
+        while !recvs.is_empty() {
+            let batch = if tags.len().is_multiple_of(2) {
+                rcomm::wait_some(&mut recvs).unwrap()
+            } else {
+                match rcomm::test_any(&mut recvs).unwrap() {
+                    Some((i, b, st)) => vec![(i, b, st)],
+                    None => rcomm::test_some(&mut recvs).unwrap(),
+                }
+            };
+            let mut taken: Vec<usize> = batch.iter().map(|(i, _, _)| *i).collect();
+            for (i, b, st) in &batch {
+                check_one(tags[*i], b, st, &mut got);
+            }
+            taken.sort_unstable();
+            for i in taken.into_iter().rev() {
+                tags.remove(i);
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "request set never completed"
+            );
+        }
+        assert!(got.iter().all(|&g| g));
+        while !rcomm::test_all(&mut sends) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "sends never completed"
+            );
+        }
+        for (i, (b, _)) in rcomm::wait_all(sends).unwrap().into_iter().enumerate() {
+            assert_eq!(b.len(), lens[i]);
+        }
+    }
+
     fn nonblocking(&self) {
         let right = (self.r + 1) % self.n;
         let left = (self.r + self.n - 1) % self.n;
@@ -614,6 +746,8 @@ fn main() {
             t.ok("probes");
             t.nonblocking();
             t.ok("nonblocking");
+            t.modes();
+            t.ok("modes");
             t.bad_input();
             t.ok("bad-input");
             if args.get(2).is_some_and(|a| a == "big") {

@@ -354,7 +354,31 @@ impl Engine {
         op: &'static str,
         blocking: bool,
     ) -> Result<Option<ReqId>, CommError> {
-        self.send_stamped(ctx, dest, tag, region, op, blocking, Stamp::default())
+        self.send_stamped(
+            ctx,
+            dest,
+            tag,
+            region,
+            op,
+            blocking,
+            false,
+            Stamp::default(),
+        )
+    }
+
+    /// Starts a synchronous send (`MPI_Issend`): the request completes only once the receiver
+    /// matched the message, so every size goes by rendezvous (its RTS is matched like any
+    /// message; the data moves after). To this rank itself the message is delivered at once.
+    pub(crate) fn ssend(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        region: Region,
+        op: &'static str,
+    ) -> Result<ReqId, CommError> {
+        self.send_stamped(ctx, dest, tag, region, op, false, true, Stamp::default())
+            .map(|r| r.expect("synchronous sends always make a request"))
     }
 
     /// [`isend`](Self::isend) of a collective's message, its header stamped for checked mode.
@@ -367,7 +391,7 @@ impl Engine {
         op: &'static str,
         stamp: Stamp,
     ) -> Result<ReqId, CommError> {
-        self.send_stamped(ctx, dest, tag, region, op, false, stamp)
+        self.send_stamped(ctx, dest, tag, region, op, false, false, stamp)
             .map(|r| r.expect("non-blocking sends always make a request"))
     }
 
@@ -380,6 +404,7 @@ impl Engine {
         region: Region,
         op: &'static str,
         blocking: bool,
+        sync: bool,
         stamp: Stamp,
     ) -> Result<Option<ReqId>, CommError> {
         if tag < 0 {
@@ -404,12 +429,9 @@ impl Engine {
             coll_seq: stamp.epoch,
             signature: stamp.sig,
         };
-        let eager_limit = self.net.eager_limit(dest);
-        if blocking
-            && dest != me
-            && region.len() <= eager_limit
-            && self.st.out.get(&dest).is_none_or(|q| q.is_empty())
-        {
+        // A synchronous send is never eager: its completion must wait for the match.
+        let eager = !sync && region.len() <= self.net.eager_limit(dest);
+        if blocking && dest != me && eager && self.st.out.get(&dest).is_none_or(|q| q.is_empty()) {
             // Fast path of a blocking eager send: straight into the transport, no request.
             match self
                 .net
@@ -438,7 +460,7 @@ impl Engine {
             );
             return Ok(Some(req));
         }
-        if region.len() <= eager_limit {
+        if eager {
             self.st.out_len += 1;
             self.st.out.get_or_default(dest).push_back(Out {
                 hdr: hdr(ProtoKind::Eager),

@@ -469,6 +469,17 @@ impl State {
                     );
                 } else if env.source == self.me {
                     unreachable!("self messages are eager");
+                } else if env.len == 0 {
+                    // Nothing to move (a synchronous send of no bytes): matched is done.
+                    self.send_ctl(env.source, ProtoKind::RndvFin, &[sender_token]);
+                    self.complete(
+                        req,
+                        Ok(Status {
+                            source: env.source,
+                            tag: env.tag,
+                            bytes: 0,
+                        }),
+                    );
                 } else if let Some(key) = key
                     && self.bulk[env.source as usize].contains(Ops::GET)
                     && env.len as usize <= self.cfg.get_max
