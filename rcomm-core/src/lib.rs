@@ -27,6 +27,7 @@ pub mod p2p;
 pub mod plan;
 mod shared_buf;
 pub mod straggler;
+mod topo;
 mod world;
 
 pub use coll::{CollRequest, Dtype, Element, Op, ReduceOp, UserOp};
@@ -45,6 +46,7 @@ pub use rcomm_transport::identity::PeerInfo;
 pub use rcomm_transport::net::NetCounters;
 pub use shared_buf::SharedBuf;
 pub use straggler::{RankLateness, StragglerReport};
+pub use topo::{CartComm, dims_create};
 pub use world::{World, init};
 
 /// The collective algorithms rcomm has for `op` (`allreduce`, `bcast`, …), as `RCOMM_ALGO`

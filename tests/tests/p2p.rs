@@ -4,7 +4,7 @@
 use rcomm_tests::{Job, JobOutput, dev_shm, test_program};
 use std::time::Duration;
 
-const CASES: [&str; 11] = [
+const CASES: [&str; 12] = [
     "sizes",
     "64MiB",
     "wildcards",
@@ -15,6 +15,7 @@ const CASES: [&str; 11] = [
     "probes",
     "nonblocking",
     "modes",
+    "cart",
     "bad-input",
 ];
 

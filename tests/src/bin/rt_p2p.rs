@@ -559,6 +559,90 @@ impl T<'_> {
         }
     }
 
+    /// Cartesian topologies against coordinates computed here: dims, coords and ranks, shifts,
+    /// neighbour collectives (a periodic dimension of 2 makes one rank both neighbours), sub-
+    /// grids, ranks left off a smaller grid, and the errors.
+    fn cart(&self) {
+        let n = self.n;
+        let mut dims = [0u32, 0];
+        rcomm::dims_create(n, &mut dims).unwrap();
+        assert_eq!(dims[0] * dims[1], n);
+        for periods in [[true, false], [true, true]] {
+            let c = self
+                .w
+                .cart_create(&dims, &periods, false)
+                .unwrap()
+                .expect("on the grid");
+            assert_eq!(c.size(), n);
+            let me = c.coords(c.rank()).unwrap();
+            assert_eq!(me, vec![self.r / dims[1], self.r % dims[1]], "row-major");
+            for r in 0..n {
+                let xy = c.coords(r).unwrap();
+                assert_eq!(c.rank_of(&[i64::from(xy[0]), i64::from(xy[1])]).unwrap(), r);
+            }
+            // The reference: neighbours from coordinates, wrapping where periodic.
+            let at = |d: usize, delta: i64| -> Option<u32> {
+                let mut xy = [i64::from(me[0]), i64::from(me[1])];
+                xy[d] += delta;
+                let ext = i64::from(dims[d]);
+                if periods[d] {
+                    xy[d] = xy[d].rem_euclid(ext);
+                } else if !(0..ext).contains(&xy[d]) {
+                    return None;
+                }
+                Some((xy[0] * i64::from(dims[1]) + xy[1]) as u32)
+            };
+            let want: Vec<Option<u32>> = vec![at(0, -1), at(0, 1), at(1, -1), at(1, 1)];
+            assert_eq!(c.neighbors().unwrap(), want, "{periods:?}");
+            assert_eq!(c.shift(1, 1).unwrap(), (want[2], want[3]));
+            assert_eq!(c.shift(0, -1).unwrap(), (want[1], want[0]));
+            let sentinel = u32::MAX;
+            let mut got = vec![sentinel; 8];
+            c.neighbor_allgather(&[self.r, self.r * 10 + 1], &mut got)
+                .unwrap();
+            for (k, w) in want.iter().enumerate() {
+                let blk = &got[2 * k..2 * k + 2];
+                match w {
+                    Some(p) => assert_eq!(blk, [*p, p * 10 + 1], "allgather block {k}"),
+                    None => assert_eq!(blk, [sentinel; 2], "no neighbour: untouched"),
+                }
+            }
+            let send: Vec<u32> = (0..4).map(|k| self.r * 100 + k).collect();
+            let mut got = vec![sentinel; 4];
+            c.neighbor_alltoall(&send, &mut got).unwrap();
+            for (k, w) in want.iter().enumerate() {
+                // The neighbour at -1 sent us its +1 block, and the other way round.
+                let want_k = w.map_or(sentinel, |p| p * 100 + (k as u32 ^ 1));
+                assert_eq!(got[k], want_k, "alltoall block {k} {periods:?}");
+            }
+            let row = c.sub(&[false, true]).unwrap();
+            assert_eq!(
+                (row.size(), row.rank(), row.dims()),
+                (dims[1], me[1], &dims[1..])
+            );
+            let mut sum = [self.r];
+            row.allreduce_in_place(&mut sum, rcomm::Op::Sum).unwrap();
+            let base = me[0] * dims[1];
+            assert_eq!(
+                sum[0],
+                (base..base + dims[1]).sum::<u32>(),
+                "a row holds its ranks"
+            );
+        }
+        // A grid smaller than the communicator leaves the last ranks off.
+        let c = self
+            .w
+            .cart_create(&[n.div_ceil(2)], &[false], true)
+            .unwrap();
+        assert_eq!(c.is_some(), self.r < n.div_ceil(2));
+        if let Some(c) = c {
+            assert!(c.rank_of(&[-1]).is_err(), "off a non-periodic edge");
+            assert!(c.coords(n).is_err());
+        }
+        assert!(self.w.cart_create(&[n + 1], &[true], false).is_err());
+        assert!(self.w.cart_create(&[n], &[true, false], false).is_err());
+    }
+
     fn nonblocking(&self) {
         let right = (self.r + 1) % self.n;
         let left = (self.r + self.n - 1) % self.n;
@@ -748,6 +832,8 @@ fn main() {
             t.ok("nonblocking");
             t.modes();
             t.ok("modes");
+            t.cart();
+            t.ok("cart");
             t.bad_input();
             t.ok("bad-input");
             if args.get(2).is_some_and(|a| a == "big") {
