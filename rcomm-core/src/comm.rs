@@ -941,6 +941,116 @@ pub fn wait_any<T: Pod + Send>(reqs: &mut Vec<Request<T>>) -> Result<(usize, Vec
     Ok((i, buf, st))
 }
 
+/// A persistent send or receive (`MPI_Send_init` / `MPI_Recv_init`): its arguments are
+/// fixed once and it is started many times, each start followed by a wait (or tests until it
+/// completes). Between runs the buffer is the caller's ([`buffer`](Self::buffer),
+/// [`buffer_mut`](Self::buffer_mut)).
+#[derive(Debug)]
+pub struct Persistent<T: Pod + Send> {
+    comm: Communicator,
+    /// `Some(dest)` for a send; receives take `src`.
+    dest: Option<u32>,
+    src: Source,
+    tag: Tag,
+    buf: Option<Vec<T>>,
+    run: Option<Request<T>>,
+}
+
+impl Communicator {
+    /// A persistent send of `buf` to `dest` with `tag` (`MPI_Send_init`); nothing is sent
+    /// until [`Persistent::start`].
+    pub fn send_init<T: Pod + Send>(
+        &self,
+        buf: Vec<T>,
+        dest: u32,
+        tag: Tag,
+    ) -> Result<Persistent<T>> {
+        self.world_rank(dest)?;
+        Ok(Persistent {
+            comm: self.clone(),
+            dest: Some(dest),
+            src: Source::Any,
+            tag,
+            buf: Some(buf),
+            run: None,
+        })
+    }
+
+    /// A persistent receive into `buf` from `src` with `tag` (`MPI_Recv_init`); nothing is
+    /// posted until [`Persistent::start`].
+    pub fn recv_init<T: Pod + Send>(
+        &self,
+        buf: Vec<T>,
+        src: impl Into<Source>,
+        tag: Tag,
+    ) -> Result<Persistent<T>> {
+        let src = src.into();
+        self.source(src)?;
+        Ok(Persistent {
+            comm: self.clone(),
+            dest: None,
+            src,
+            tag,
+            buf: Some(buf),
+            run: None,
+        })
+    }
+}
+
+impl<T: Pod + Send> Persistent<T> {
+    /// Starts one run (`MPI_Start`); an error if the previous run was not waited for.
+    pub fn start(&mut self) -> Result<()> {
+        let Some(buf) = self.buf.take() else {
+            return Err(CommError::InvalidArg(
+                "start of a persistent request that is still active: wait for it first".into(),
+            ));
+        };
+        let req = match self.dest {
+            Some(d) => self.comm.isend(buf, d, self.tag),
+            None => self.comm.irecv(buf, self.src, self.tag),
+        };
+        self.run = Some(req?);
+        Ok(())
+    }
+
+    /// Waits for the current run; its status. An error if it was not started.
+    pub fn wait(&mut self) -> Result<Status> {
+        let Some(run) = self.run.take() else {
+            return Err(CommError::InvalidArg(
+                "wait on a persistent request that was not started".into(),
+            ));
+        };
+        match run.wait() {
+            Ok((buf, st)) => {
+                self.buf = Some(buf);
+                Ok(st)
+            }
+            // The buffer went with the failed run: the request cannot start again.
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether the current run has completed (progressing once); `true` when none is active.
+    pub fn test(&mut self) -> bool {
+        self.run.as_mut().is_none_or(Request::test)
+    }
+
+    /// Whether a run is under way (started, not yet waited for).
+    pub fn is_active(&self) -> bool {
+        self.run.is_some()
+    }
+
+    /// The buffer between runs; `None` while a run is active (or after a failed one).
+    pub fn buffer(&self) -> Option<&[T]> {
+        self.buf.as_deref()
+    }
+
+    /// The buffer between runs, to fill before the next start of a send.
+    pub fn buffer_mut(&mut self) -> Option<&mut [T]> {
+        self.buf.as_deref_mut()
+    }
+}
+
 /// If any request has completed (progressing once), removes it from `reqs` and returns its
 /// index, buffer and status (`MPI_Testany`); `None` when none has.
 pub fn test_any<T: Pod + Send>(

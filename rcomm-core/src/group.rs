@@ -363,10 +363,12 @@ impl Communicator {
     }
 
     /// A communicator of the ranks of `group`, in the group's order (MPI_Comm_create).
-    /// Collective over this communicator: every rank calls it with the same group; members
-    /// get `Some`, the others `None` (an empty group gives `None` everywhere). A group with a
-    /// world rank outside this communicator is an error, on every rank; so are ranks that pass
-    /// different groups.
+    /// Collective over this communicator. Every rank passes a group; its members get `Some`,
+    /// the others `None` (an empty group gives `None`). As in MPI 2.2 the groups may be
+    /// disjoint — each rank passing the group it belongs to (or the empty group) makes one
+    /// communicator per group in one call — as long as every member of a group passed that
+    /// same group: otherwise it is an error on each rank whose group's members disagree. A
+    /// group with a world rank outside this communicator is an error on the ranks passing it.
     ///
     /// ```
     /// let world = rcomm::init()?;
@@ -389,19 +391,6 @@ impl Communicator {
         let (guard, all) = crate::fr::record(self.ctx, "create", "", || {
             self.alloc_id_with(&hash.to_le_bytes())
         })?;
-        for (r, theirs) in all.chunks(8).enumerate() {
-            let theirs = u64::from_le_bytes(theirs.try_into().expect("8 bytes"));
-            if theirs != hash {
-                return Err(CommError::Mismatch {
-                    what: "the group passed to create (every rank must pass the same group; \
-                           the values are hashes of it)"
-                        .into(),
-                    rank: r as u32,
-                    theirs,
-                    ours: hash,
-                });
-            }
-        }
         if let Some(&w) = group
             .ranks
             .iter()
@@ -412,6 +401,22 @@ impl Communicator {
                  (it has {} ranks)",
                 self.size
             )));
+        }
+        // Disjoint groups (MPI 2.2): every member of the group this rank passed must have
+        // passed the same group; ranks outside it may pass another (or the empty group).
+        for &w in &group.ranks {
+            let r = self.local_rank_of(w).expect("checked above") as usize;
+            let theirs = u64::from_le_bytes(all[r * 8..r * 8 + 8].try_into().expect("8 bytes"));
+            if theirs != hash {
+                return Err(CommError::Mismatch {
+                    what: "the group passed to create (each member of a group must pass that \
+                           group; the values are hashes of it)"
+                        .into(),
+                    rank: r as u32,
+                    theirs,
+                    ours: hash,
+                });
+            }
         }
         let me = self.world_rank(self.rank)?;
         let Some(rank) = group.rank_of(me) else {

@@ -32,8 +32,8 @@ mod world;
 
 pub use coll::{CollRequest, Dtype, Element, Op, ReduceOp, UserOp};
 pub use comm::{
-    Communicator, Message, Request, Scope, ScopedRequest, Tag, test_all, test_any, test_some,
-    wait_all, wait_any, wait_some,
+    Communicator, Message, Persistent, Request, Scope, ScopedRequest, Tag, test_all, test_any,
+    test_some, wait_all, wait_any, wait_some,
 };
 pub use environment::{library_version, reduce_local, wtick, wtime};
 pub use error::CommError;

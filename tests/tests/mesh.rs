@@ -28,6 +28,8 @@ fn groups_make_communicators_and_two_communicators_progress_in_any_order() {
                 "create-evens",
                 "create-combined",
                 "create-on-sub-communicator",
+                "create-different-groups",
+                "create-disjoint",
                 "create-bad-input",
                 "two-communicators",
                 "two-communicators-forced"

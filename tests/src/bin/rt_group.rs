@@ -100,6 +100,30 @@ fn groups_and_create(w: &Communicator) {
             other => panic!("rank {r}: different groups gave {other:?}"),
         }
     }
+    ok(w, "create-different-groups");
+
+    // Disjoint groups in one call (MPI 2.2): evens and odds, each rank passing its own.
+    let parity: Vec<u32> = (0..n).filter(|x| x % 2 == r % 2).collect();
+    let c = w
+        .create(&Group::new(parity.clone()).unwrap())
+        .unwrap()
+        .expect("a member of the group it passed");
+    assert_eq!(members(&c), parity);
+    ring_check(&c);
+    let mut x = [r as u64];
+    c.allreduce_in_place(&mut x, Op::Sum).unwrap();
+    assert_eq!(x[0], parity.iter().map(|&p| p as u64).sum::<u64>());
+    // Ranks in no group pass the empty one.
+    let pair = Group::new(0..n.min(2)).unwrap();
+    let mine = if r < 2 { pair.clone() } else { Group::empty() };
+    let c = w.create(&mine).unwrap();
+    assert_eq!(c.is_some(), r < 2);
+    if let Some(c) = &c {
+        assert_eq!(members(c), pair.world_ranks());
+        ring_check(c);
+    }
+    ok(w, "create-disjoint");
+
     // The empty group: nobody gets a communicator.
     assert!(w.create(&Group::empty()).unwrap().is_none());
     // Bad ranks to incl/excl are errors, not panics.

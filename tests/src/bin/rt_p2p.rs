@@ -491,6 +491,30 @@ impl T<'_> {
             assert_eq!((st.source, st.tag, st.bytes), (left, 310, len));
             check(&buf, &pattern(left, self.r, 23, i, len), "sendrecv_replace");
         }
+        // Persistent requests: set up once, started every iteration with new contents.
+        let mut ps = self.w.send_init(vec![0u64; 300], right, Tag(340)).unwrap();
+        let mut pr = self.w.recv_init(vec![0u64; 300], left, Tag(340)).unwrap();
+        assert!(pr.wait().is_err(), "wait before start");
+        for it in 0..5u64 {
+            for (i, x) in ps.buffer_mut().unwrap().iter_mut().enumerate() {
+                *x = u64::from(self.r) << 32 | it << 16 | i as u64;
+            }
+            pr.start().unwrap();
+            assert!(pr.start().is_err(), "start while active");
+            ps.start().unwrap();
+            assert!(pr.is_active() && pr.buffer().is_none());
+            let st = pr.wait().unwrap();
+            ps.wait().unwrap();
+            assert_eq!((st.source, st.tag, st.bytes), (left, 340, 2400));
+            let got = pr.buffer().unwrap();
+            assert!(
+                got.iter()
+                    .enumerate()
+                    .all(|(i, &x)| x == u64::from(left) << 32 | it << 16 | i as u64),
+                "persistent run {it}"
+            );
+        }
+        assert!(ps.test() && !ps.is_active());
         let mut none: Vec<rcomm::Request<u8>> = Vec::new();
         assert!(rcomm::test_any(&mut none).unwrap().is_none());
         assert!(
