@@ -1001,9 +1001,12 @@ impl<T: Pod + Send> Persistent<T> {
     /// Starts one run (`MPI_Start`); an error if the previous run was not waited for.
     pub fn start(&mut self) -> Result<()> {
         let Some(buf) = self.buf.take() else {
-            return Err(CommError::InvalidArg(
-                "start of a persistent request that is still active: wait for it first".into(),
-            ));
+            return Err(CommError::InvalidArg(if self.run.is_some() {
+                "start of a persistent request that is still active: wait for it first".into()
+            } else {
+                "start of a persistent request whose last run failed (its buffer went with it)"
+                    .into()
+            }));
         };
         let req = match self.dest {
             Some(d) => self.comm.isend(buf, d, self.tag),
@@ -1020,14 +1023,10 @@ impl<T: Pod + Send> Persistent<T> {
                 "wait on a persistent request that was not started".into(),
             ));
         };
-        match run.wait() {
-            Ok((buf, st)) => {
-                self.buf = Some(buf);
-                Ok(st)
-            }
-            // The buffer went with the failed run: the request cannot start again.
-            Err(e) => Err(e),
-        }
+        // A failed run takes the buffer with it: the request cannot start again.
+        let (buf, st) = run.wait()?;
+        self.buf = Some(buf);
+        Ok(st)
     }
 
     /// Whether the current run has completed (progressing once); `true` when none is active.

@@ -15,9 +15,7 @@ fn epoch() -> Instant {
 /// (`MPI_Wtime`). Differences between two calls time a region; values of different ranks are
 /// not comparable (as `MPI_WTIME_IS_GLOBAL` false says in MPI).
 pub fn wtime() -> f64 {
-    // The first call fixes the epoch; it must not be the call whose value is used first.
-    let e = epoch();
-    e.elapsed().as_secs_f64()
+    epoch().elapsed().as_secs_f64()
 }
 
 /// The resolution of [`wtime`] in seconds (`MPI_Wtick`): the monotonic clock counts

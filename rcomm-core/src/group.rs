@@ -27,7 +27,8 @@ fn nonce() -> u64 {
 }
 
 impl Communicator {
-    fn internal(&self) -> u32 {
+    /// The context of this communicator's internal traffic (collectives, agreements).
+    pub(crate) fn internal(&self) -> u32 {
         self.ctx + 1
     }
 

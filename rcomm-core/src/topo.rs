@@ -293,7 +293,7 @@ impl CartComm {
             )));
         }
         let c = &self.comm;
-        let ctx = c.ctx + 1;
+        let ctx = c.internal();
         let mut reqs = Vec::with_capacity(2 * nb.len());
         let mut err = None;
         {
@@ -339,6 +339,11 @@ impl CartComm {
                         }
                     }
                 }
+            }
+            if err.is_some() {
+                // What did not start cannot be waited for: receives nobody matched yet are
+                // taken back, so the waits below do not wait for sends that never come.
+                reqs.retain(|&r| !e.cancel(r));
             }
         }
         // Every started request finishes before the buffers it borrows go back.
