@@ -18,6 +18,7 @@ pub mod coll;
 mod coll_state;
 mod comm;
 mod ctxid;
+pub mod datatype;
 mod environment;
 mod error;
 mod fr;

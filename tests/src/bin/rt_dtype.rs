@@ -1,0 +1,404 @@
+//! Rank program: derived datatypes between ranks. `rt_dtype table` runs every case on every
+//! rank and prints `ok <case>` (rank 0). Each rank talks to its ring neighbours; every value
+//! depends on (sender, case, index, iteration), so a crossed, stale or misplaced element fails.
+use rcomm::datatype::{Datatype, Order};
+use rcomm::{CommError, Communicator, Tag};
+
+fn val(src: u32, case: u32, i: usize, it: usize) -> f64 {
+    (src as f64) * 1e6 + (case as f64) * 1e4 + (it as f64) * 1e3 + i as f64
+}
+
+struct T<'a> {
+    w: &'a Communicator,
+    r: u32,
+    n: u32,
+}
+
+impl T<'_> {
+    fn right(&self) -> u32 {
+        (self.r + 1) % self.n
+    }
+    fn left(&self) -> u32 {
+        (self.r + self.n - 1) % self.n
+    }
+    fn ok(&self, case: &str) {
+        self.w.barrier().unwrap();
+        if self.r == 0 {
+            println!("ok {case}");
+        }
+    }
+
+    /// A column of a row-major matrix (vector type) arrives as a contiguous row, and a row is
+    /// received into a column: different type maps with one signature.
+    fn column(&self) {
+        let f = Datatype::of::<f64>();
+        let (rows, cols) = (37usize, 11usize);
+        for it in 0..3 {
+            let c = (it * 4 + self.r as usize) % cols;
+            let m: Vec<f64> = (0..rows * cols).map(|i| val(self.r, 1, i, it)).collect();
+            let colt = Datatype::vector(rows, 1, cols as isize, &f).unwrap();
+            let mut row = vec![0f64; rows];
+            self.w
+                .sendrecv_dt(
+                    &m[c..],
+                    1,
+                    &colt,
+                    self.right(),
+                    Tag(1),
+                    &mut row,
+                    rows,
+                    &f,
+                    self.left(),
+                    Tag(1),
+                )
+                .unwrap();
+            let lc = (it * 4 + self.left() as usize) % cols;
+            let want: Vec<f64> = (0..rows)
+                .map(|k| val(self.left(), 1, k * cols + lc, it))
+                .collect();
+            assert_eq!(row, want, "column {lc} of rank {}'s matrix", self.left());
+
+            // Back the other way: a row into column `c` of a fresh matrix.
+            let mut into = vec![-1f64; rows * cols];
+            let out: Vec<f64> = (0..rows).map(|k| val(self.r, 2, k, it)).collect();
+            let st = self
+                .w
+                .sendrecv_dt(
+                    &out,
+                    rows,
+                    &f,
+                    self.left(),
+                    Tag(2),
+                    &mut into[c..],
+                    1,
+                    &colt,
+                    self.right(),
+                    Tag(2),
+                )
+                .unwrap();
+            assert_eq!(st.bytes, rows * 8);
+            for (i, v) in into.iter().enumerate() {
+                let want = if i % cols == c {
+                    val(self.right(), 2, i / cols, it)
+                } else {
+                    -1.0
+                };
+                assert_eq!(*v, want, "element {i} after receiving a column");
+            }
+        }
+    }
+
+    /// An array of C structs { u8 a; f64 b; u16 c; } (24-byte extent) by a struct datatype,
+    /// received as packed triples of a different layout (u8, u16 then f64 reordered is not
+    /// the same signature, so the receiver uses the same field order, packed tight).
+    fn structs(&self) {
+        let st = Datatype::structured(
+            &[1, 1, 1],
+            &[0, 8, 16],
+            &[
+                Datatype::of::<u8>(),
+                Datatype::of::<f64>(),
+                Datatype::of::<u16>(),
+            ],
+        )
+        .unwrap()
+        .resized(0, 24)
+        .unwrap();
+        let tight = Datatype::structured(
+            &[1, 1, 1],
+            &[0, 1, 9],
+            &[
+                Datatype::of::<u8>(),
+                Datatype::of::<f64>(),
+                Datatype::of::<u16>(),
+            ],
+        )
+        .unwrap();
+        assert_eq!((st.size(), tight.size(), tight.extent()), (11, 11, 11));
+        let k = 17usize;
+        let mut mem = vec![0xABu8; 24 * k];
+        for i in 0..k {
+            mem[24 * i] = (self.r as usize + i) as u8;
+            mem[24 * i + 8..24 * i + 16].copy_from_slice(&val(self.r, 3, i, 0).to_ne_bytes());
+            mem[24 * i + 16..24 * i + 18]
+                .copy_from_slice(&((i * 3 + self.r as usize) as u16).to_ne_bytes());
+        }
+        let mut got = vec![0u8; 11 * k];
+        self.w
+            .sendrecv_dt(
+                &mem,
+                k,
+                &st,
+                self.right(),
+                Tag(3),
+                &mut got,
+                k,
+                &tight,
+                self.left(),
+                Tag(3),
+            )
+            .unwrap();
+        let l = self.left() as usize;
+        for i in 0..k {
+            let g = &got[11 * i..11 * i + 11];
+            assert_eq!(g[0], (l + i) as u8);
+            assert_eq!(
+                f64::from_ne_bytes(g[1..9].try_into().unwrap()),
+                val(self.left(), 3, i, 0)
+            );
+            assert_eq!(
+                u16::from_ne_bytes(g[9..11].try_into().unwrap()),
+                (i * 3 + l) as u16
+            );
+        }
+        // And back into the padded layout: padding bytes stay untouched.
+        let mut back = vec![0x55u8; 24 * k];
+        self.w
+            .sendrecv_dt(
+                &got,
+                k,
+                &tight,
+                self.left(),
+                Tag(4),
+                &mut back,
+                k,
+                &st,
+                self.right(),
+                Tag(4),
+            )
+            .unwrap();
+        for i in 0..k {
+            let (a, b) = (&back[24 * i..24 * i + 24], &mem[24 * i..24 * i + 24]);
+            assert_eq!(a[0], b[0]);
+            assert_eq!(a[8..18], b[8..18]);
+            assert!(
+                a[1..8].iter().chain(&a[18..]).all(|&x| x == 0x55),
+                "padding written"
+            );
+        }
+    }
+
+    /// A 2D halo exchange: each rank holds a (ny + 2) x (nx + 2) block with ghost cells and
+    /// trades its first and last interior columns (vector types) and rows (subarrays) with its
+    /// ring neighbours.
+    fn halo(&self) {
+        let (ny, nx) = (9usize, 6usize);
+        let w = nx + 2;
+        let f = Datatype::of::<f64>();
+        let col = Datatype::vector(ny, 1, w as isize, &f).unwrap();
+        let row = Datatype::subarray(&[ny + 2, w], &[1, nx], &[0, 1], Order::RowMajor, &f).unwrap();
+        for it in 0..4 {
+            let g: Vec<f64> = (0..(ny + 2) * w)
+                .map(|i| {
+                    let (y, x) = (i / w, i % w);
+                    if (1..=ny).contains(&y) && (1..=nx).contains(&x) {
+                        val(self.r, 5, i, it)
+                    } else {
+                        -1.0
+                    }
+                })
+                .collect();
+            let mut h = g.clone();
+            // East: send my last interior column right, receive my west ghost from the left.
+            let (a, b) = (w + nx, w);
+            // (a: row 1, last interior column; b: row 1, the west ghost column)
+            let src = g.clone();
+            self.w
+                .sendrecv_dt(
+                    &src[a..],
+                    1,
+                    &col,
+                    self.right(),
+                    Tag(5),
+                    &mut h[b..],
+                    1,
+                    &col,
+                    self.left(),
+                    Tag(5),
+                )
+                .unwrap();
+            // West: first interior column left, east ghost from the right.
+            self.w
+                .sendrecv_dt(
+                    &src[w + 1..],
+                    1,
+                    &col,
+                    self.left(),
+                    Tag(6),
+                    &mut h[w + nx + 1..],
+                    1,
+                    &col,
+                    self.right(),
+                    Tag(6),
+                )
+                .unwrap();
+            // North/south rows as subarrays (row 1 -> left's row ny + 1, row ny -> right's row 0).
+            let top =
+                Datatype::subarray(&[ny + 2, w], &[1, nx], &[1, 1], Order::RowMajor, &f).unwrap();
+            let bottom_ghost =
+                Datatype::subarray(&[ny + 2, w], &[1, nx], &[ny + 1, 1], Order::RowMajor, &f)
+                    .unwrap();
+            self.w
+                .sendrecv_dt(
+                    &src,
+                    1,
+                    &top,
+                    self.left(),
+                    Tag(7),
+                    &mut h,
+                    1,
+                    &bottom_ghost,
+                    self.right(),
+                    Tag(7),
+                )
+                .unwrap();
+            let bottom =
+                Datatype::subarray(&[ny + 2, w], &[1, nx], &[ny, 1], Order::RowMajor, &f).unwrap();
+            self.w
+                .sendrecv_dt(
+                    &src,
+                    1,
+                    &bottom,
+                    self.right(),
+                    Tag(8),
+                    &mut h,
+                    1,
+                    &row,
+                    self.left(),
+                    Tag(8),
+                )
+                .unwrap();
+            for (i, v) in h.iter().enumerate() {
+                let (y, x) = (i / w, i % w);
+                let interior = |y: usize, x: usize| (1..=ny).contains(&y) && (1..=nx).contains(&x);
+                let want = if interior(y, x) {
+                    g[i]
+                } else if x == 0 && interior(y, 1) {
+                    val(self.left(), 5, y * w + nx, it)
+                } else if x == nx + 1 && interior(y, nx) {
+                    val(self.right(), 5, y * w + 1, it)
+                } else if y == ny + 1 && interior(ny, x) {
+                    val(self.right(), 5, w + x, it)
+                } else if y == 0 && interior(1, x) {
+                    val(self.left(), 5, ny * w + x, it)
+                } else {
+                    -1.0
+                };
+                assert_eq!(*v, want, "halo cell ({y}, {x}) iteration {it}");
+            }
+        }
+    }
+
+    /// A message of fewer elements than the receive count fills the first ones; one of more is
+    /// consumed and reported as truncated, and the next message is intact.
+    fn short_and_truncated(&self) {
+        let f = Datatype::of::<f64>();
+        let col = Datatype::vector(4, 1, 3, &f).unwrap();
+        let m: Vec<f64> = (0..36).map(|i| val(self.r, 6, i, 0)).collect();
+        // Two columns sent (extent 10 elements), three posted.
+        let mut into = vec![-1f64; 36];
+        let st = self
+            .w
+            .sendrecv_dt(
+                &m,
+                2,
+                &col,
+                self.right(),
+                Tag(9),
+                &mut into,
+                3,
+                &col,
+                self.left(),
+                Tag(9),
+            )
+            .unwrap();
+        assert_eq!(col.count_in(st.bytes), Some(2));
+        for (i, v) in into.iter().enumerate() {
+            let hit = i < 20 && (i % 10) % 3 == 0 && i % 10 < 10;
+            let want = if hit { val(self.left(), 6, i, 0) } else { -1.0 };
+            assert_eq!(*v, want, "element {i} of a short receive");
+        }
+        // Three sent, two posted: truncated, then the next message arrives whole.
+        let res = self.w.sendrecv_dt(
+            &m,
+            3,
+            &col,
+            self.right(),
+            Tag(10),
+            &mut into,
+            2,
+            &col,
+            self.left(),
+            Tag(10),
+        );
+        match res {
+            Err(CommError::Truncated {
+                buffer: 64,
+                message: 96,
+            }) => {}
+            other => panic!("expected a truncation, got {other:?}"),
+        }
+        let mut next = [0f64; 2];
+        self.w
+            .sendrecv(
+                &[val(self.r, 7, 0, 0), 1.5],
+                self.right(),
+                Tag(11),
+                &mut next,
+                self.left(),
+                Tag(11),
+            )
+            .unwrap();
+        assert_eq!(next, [val(self.left(), 7, 0, 0), 1.5]);
+    }
+
+    /// A layout reaching outside the buffer is refused before anything is sent.
+    fn bad_input(&self) {
+        let f = Datatype::of::<f64>();
+        let col = Datatype::vector(4, 1, 3, &f).unwrap();
+        let small = [0f64; 9];
+        let e = self
+            .w
+            .send_dt(&small, 1, &col, self.right(), Tag(12))
+            .unwrap_err();
+        assert!(e.to_string().contains("outside the 72-byte buffer"), "{e}");
+        let mut small = [0f64; 9];
+        let e = self
+            .w
+            .recv_dt(&mut small, 1, &col, self.left(), Tag(12))
+            .unwrap_err();
+        assert!(matches!(e, CommError::InvalidArg(_)), "{e}");
+        // Nothing went out: the next message on the tag is the real one.
+        let mut b = [0f64; 1];
+        self.w
+            .sendrecv(
+                &[val(self.r, 8, 0, 0)],
+                self.right(),
+                Tag(12),
+                &mut b,
+                self.left(),
+                Tag(12),
+            )
+            .unwrap();
+        assert_eq!(b[0], val(self.left(), 8, 0, 0));
+    }
+}
+
+fn main() {
+    let world = rcomm::init().expect("init");
+    let t = T {
+        w: &world,
+        r: world.rank(),
+        n: world.size(),
+    };
+    t.column();
+    t.ok("column");
+    t.structs();
+    t.ok("structs");
+    t.halo();
+    t.ok("halo");
+    t.short_and_truncated();
+    t.ok("short-and-truncated");
+    t.bad_input();
+    t.ok("bad-input");
+}
