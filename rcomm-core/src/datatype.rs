@@ -812,6 +812,67 @@ impl Communicator {
         })
     }
 
+    /// A `sendrecv_dt` whose send and receive layouts lie in one buffer — the halo exchange of
+    /// a stencil code, sending a boundary column and receiving the ghost column beside it.
+    /// `send` and `recv` are (offset in elements of `T`, count, datatype). The send side is
+    /// read before anything is received, so the layouts may even overlap (MPI calls that
+    /// erroneous; here the received data wins).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv_dt_within<T: Pod>(
+        &self,
+        buf: &mut [T],
+        send: (usize, usize, &Datatype),
+        dest: u32,
+        stag: Tag,
+        recv: (usize, usize, &Datatype),
+        src: impl Into<Source>,
+        rtag: Tag,
+    ) -> Result<Status> {
+        let elem = size_of::<T>();
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let (soff, scount, sdt) = send;
+        let (roff, rcount, rdt) = recv;
+        let (soff, roff) = (soff.saturating_mul(elem), roff.saturating_mul(elem));
+        if soff > bytes.len() || roff > bytes.len() {
+            return Err(bad(format!(
+                "sendrecv_dt_within: offset beyond the {}-byte buffer",
+                bytes.len()
+            )));
+        }
+        sdt.check_span(scount, bytes.len() - soff, "sendrecv_dt_within (send)")?;
+        rdt.check_span(rcount, bytes.len() - roff, "sendrecv_dt_within (recv)")?;
+        let (slo, shi) = sdt.span(scount);
+        let (rlo, rhi) = rdt.span(rcount);
+        let (s0, s1) = (soff as i128 + slo, soff as i128 + shi);
+        let (r0, r1) = (roff as i128 + rlo, roff as i128 + rhi);
+        if sdt.is_contiguous() && rdt.is_contiguous() && (s1 <= r0 || r1 <= s0) {
+            // Two disjoint runs: send and receive straight from memory.
+            let (s0, s1, r0, r1) = (s0 as usize, s1 as usize, r0 as usize, r1 as usize);
+            let src = src.into();
+            return if s1 <= r0 {
+                let (a, b) = bytes.split_at_mut(r0);
+                self.sendrecv(&a[s0..s1], dest, stag, &mut b[..r1 - r0], src, rtag)
+            } else {
+                let (a, b) = bytes.split_at_mut(s0);
+                self.sendrecv(&b[..s1 - s0], dest, stag, &mut a[r0..r1], src, rtag)
+            };
+        }
+        with_scratch(|out| {
+            pack_into(sdt, &bytes[soff..], scount, out)?;
+            let dst = &mut bytes[roff..];
+            match direct_range(rdt, dst.len(), rcount)? {
+                Some(r) => self.sendrecv(out.as_slice(), dest, stag, &mut dst[r], src, rtag),
+                None => with_scratch(|inb| {
+                    inb.resize(rdt.packed_size(rcount), 0);
+                    let st =
+                        self.sendrecv(out.as_slice(), dest, stag, inb.as_mut_slice(), src, rtag)?;
+                    rdt.unpack(&inb[..st.bytes], dst, rcount)?;
+                    Ok(st)
+                }),
+            }
+        })
+    }
+
     /// Packs `count` elements of `dt` from `buf` into a new buffer (`MPI_Pack`).
     pub fn pack<T: Pod>(&self, buf: &[T], count: usize, dt: &Datatype) -> Result<Vec<u8>> {
         let mut out = Vec::new();

@@ -88,6 +88,49 @@ impl T<'_> {
         }
     }
 
+    /// `sendrecv_dt_within` on contiguous layouts: disjoint runs go straight from memory in
+    /// either order; overlapping ones send what was there before the receive.
+    fn within_contiguous(&self) {
+        let f = Datatype::of::<f64>();
+        for (soff, roff) in [(0usize, 40usize), (40, 0), (10, 20)] {
+            let mut buf: Vec<f64> = (0..80).map(|i| val(self.r, 4, i, soff)).collect();
+            let before = buf.clone();
+            self.w
+                .sendrecv_dt_within(
+                    &mut buf,
+                    (soff, 30, &f),
+                    self.right(),
+                    Tag(13),
+                    (roff, 30, &f),
+                    self.left(),
+                    Tag(13),
+                )
+                .unwrap();
+            for (i, v) in buf.iter().enumerate() {
+                let want = if (roff..roff + 30).contains(&i) {
+                    val(self.left(), 4, i - roff + soff, soff)
+                } else {
+                    before[i]
+                };
+                assert_eq!(*v, want, "element {i}, send at {soff}, receive at {roff}");
+            }
+        }
+        let mut buf = [0f64; 4];
+        let e = self
+            .w
+            .sendrecv_dt_within(
+                &mut buf,
+                (3, 2, &f),
+                self.right(),
+                Tag(14),
+                (0, 1, &f),
+                self.left(),
+                Tag(14),
+            )
+            .unwrap_err();
+        assert!(matches!(e, CommError::InvalidArg(_)), "{e}");
+    }
+
     /// An array of C structs { u8 a; f64 b; u16 c; } (24-byte extent) by a struct datatype,
     /// received as packed triples of a different layout (u8, u16 then f64 reordered is not
     /// the same signature, so the receiver uses the same field order, packed tight).
@@ -199,35 +242,29 @@ impl T<'_> {
                 })
                 .collect();
             let mut h = g.clone();
-            // East: send my last interior column right, receive my west ghost from the left.
+            // East: send my last interior column right, receive my west ghost from the left —
+            // both in the one array (sendrecv_dt_within).
             let (a, b) = (w + nx, w);
-            // (a: row 1, last interior column; b: row 1, the west ghost column)
             let src = g.clone();
             self.w
-                .sendrecv_dt(
-                    &src[a..],
-                    1,
-                    &col,
+                .sendrecv_dt_within(
+                    &mut h,
+                    (a, 1, &col),
                     self.right(),
                     Tag(5),
-                    &mut h[b..],
-                    1,
-                    &col,
+                    (b, 1, &col),
                     self.left(),
                     Tag(5),
                 )
                 .unwrap();
             // West: first interior column left, east ghost from the right.
             self.w
-                .sendrecv_dt(
-                    &src[w + 1..],
-                    1,
-                    &col,
+                .sendrecv_dt_within(
+                    &mut h,
+                    (w + 1, 1, &col),
                     self.left(),
                     Tag(6),
-                    &mut h[w + nx + 1..],
-                    1,
-                    &col,
+                    (w + nx + 1, 1, &col),
                     self.right(),
                     Tag(6),
                 )
@@ -395,6 +432,8 @@ fn main() {
     t.ok("column");
     t.structs();
     t.ok("structs");
+    t.within_contiguous();
+    t.ok("within-contiguous");
     t.halo();
     t.ok("halo");
     t.short_and_truncated();

@@ -1,0 +1,112 @@
+//! Halo exchange of strided columns (issue 19's datatype benchmark): `n` ranks in a periodic
+//! ring, each holding a `rows x (16 + 2)` row-major block of f64 with a ghost column on each
+//! side. One iteration trades the first and last interior columns with both neighbours by
+//! `sendrecv_dt` with a vector datatype (`vector` mode), or trades the same bytes from and into
+//! contiguous buffers (`contig` mode). The same program in C against an MPI is
+//! `benches/mpi/halo.c`; `benches/scripts/compare-halo.sh` runs both, interleaved.
+//!
+//! `halo [--reps R] [--rows LIST] [--modes LIST]` prints one JSON line per (mode, rows) from
+//! rank 0: the median over `R` repetitions of the time per iteration (the slowest rank's).
+//! Ghost columns are checked against the neighbours' values after every repetition.
+
+use rcomm::datatype::Datatype;
+use rcomm::{Communicator, Op, Tag};
+use std::time::Instant;
+
+const NX: usize = 16;
+const W: usize = NX + 2;
+
+fn val(r: u32, y: usize, x: usize, rep: usize) -> f64 {
+    r as f64 * 1e7 + rep as f64 * 1e6 + (y * W + x) as f64
+}
+
+fn arg<'a>(args: &'a [String], k: &str, d: &'a str) -> &'a str {
+    args.iter().position(|a| a == k).map_or(d, |i| &args[i + 1])
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let reps: usize = arg(&args, "--reps", "7").parse().expect("--reps");
+    let rows: Vec<usize> = arg(&args, "--rows", "64,1024,16384")
+        .split(',')
+        .map(|s| s.parse().expect("--rows"))
+        .collect();
+    let modes: Vec<String> = arg(&args, "--modes", "vector,contig")
+        .split(',')
+        .map(String::from)
+        .collect();
+    let w = rcomm::init().expect("init");
+    let (r, n) = (w.rank(), w.size());
+    let (left, right) = ((r + n - 1) % n, (r + 1) % n);
+    for &ny in &rows {
+        for mode in &modes {
+            let mut times = Vec::new();
+            // Enough iterations for ~20 ms at ~1 GB/s, at least 50.
+            let iters = (20_000_000 / (ny * 8 * 4)).clamp(50, 5000);
+            for rep in 0..reps + 1 {
+                let mut m: Vec<f64> = (0..ny * W).map(|i| val(r, i / W, i % W, rep)).collect();
+                w.barrier().unwrap();
+                let t0 = Instant::now();
+                match mode.as_str() {
+                    "vector" => vector(&w, &mut m, ny, iters, left, right),
+                    "contig" => contig(&w, &mut m, ny, iters, left, right),
+                    m => panic!("unknown mode {m}"),
+                }
+                let mut t = [t0.elapsed().as_secs_f64() / iters as f64];
+                w.allreduce_in_place(&mut t, Op::Max).unwrap();
+                // Ghosts hold the neighbours' boundary columns of this repetition.
+                for y in 0..ny {
+                    assert_eq!(m[y * W], val(left, y, NX, rep), "west ghost, row {y}");
+                    assert_eq!(
+                        m[y * W + NX + 1],
+                        val(right, y, 1, rep),
+                        "east ghost, row {y}"
+                    );
+                }
+                if rep > 0 {
+                    times.push(t[0]);
+                }
+            }
+            times.sort_by(f64::total_cmp);
+            if r == 0 {
+                println!(
+                    "{{\"bench\":\"halo\",\"impl\":\"rcomm\",\"ranks\":{n},\"mode\":\"{mode}\",\"rows\":{ny},\"bytes\":{},\"us\":{:.3},\"iters\":{iters},\"reps\":{reps}}}",
+                    ny * 8,
+                    times[times.len() / 2] * 1e6
+                );
+            }
+        }
+    }
+}
+
+fn vector(w: &Communicator, m: &mut [f64], ny: usize, iters: usize, left: u32, right: u32) {
+    let col = Datatype::vector(ny, 1, W as isize, &Datatype::of::<f64>()).unwrap();
+    for _ in 0..iters {
+        // East column to the right, west ghost from the left; then the mirror image.
+        w.sendrecv_dt_within(m, (NX, 1, &col), right, Tag(1), (0, 1, &col), left, Tag(1))
+            .unwrap();
+        w.sendrecv_dt_within(
+            m,
+            (1, 1, &col),
+            left,
+            Tag(2),
+            (NX + 1, 1, &col),
+            right,
+            Tag(2),
+        )
+        .unwrap();
+    }
+}
+
+fn contig(w: &Communicator, m: &mut [f64], ny: usize, iters: usize, left: u32, right: u32) {
+    let mut out = vec![0f64; ny];
+    let mut inb = vec![0f64; ny];
+    for _ in 0..iters {
+        w.sendrecv(&out, right, Tag(1), &mut inb, left, Tag(1))
+            .unwrap();
+        w.sendrecv(&inb, left, Tag(2), &mut out, right, Tag(2))
+            .unwrap();
+    }
+    // Not timed: the ghosts filled as the vector mode fills them, so one check serves both.
+    vector(w, m, ny, 1, left, right);
+}

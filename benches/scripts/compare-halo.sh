@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Strided-column halo exchange (vector datatype) against a contiguous exchange of the same
+# bytes, rcomm side by side with Open MPI (and MPICH with --mpich): benches/examples/halo.rs and
+# its C twin benches/mpi/halo.c, N interleaved pairs (the order alternates), medians and spreads.
+#
+#   benches/scripts/compare-halo.sh [--pairs N] [-n RANKS] [--rows LIST] [--mpich]
+#
+# Needs mpicc.openmpi (apt-get install openmpi-bin libopenmpi-dev) and python3. Raw JSON lines
+# go to target/bench-results/halo-<timestamp>/; the summary table is printed and saved there.
+set -euo pipefail
+pairs=7; n=4; rows=64,1024,16384; mpich=0
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --pairs) pairs=$2; shift 2 ;;
+        -n) n=$2; shift 2 ;;
+        --rows) rows=$2; shift 2 ;;
+        --mpich) mpich=1; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "compare-halo.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+cd "$(dirname "$0")/../.."
+root=$PWD
+cargo build --release -q -p rcomm-benches --example halo -p rcomm-launcher --bin rcomm-run
+mkdir -p target/halo
+mpicc.openmpi -O2 -Wall -o target/halo/halo.openmpi benches/mpi/halo.c
+peers=(openmpi)
+if ((mpich)); then mpicc.mpich -O2 -Wall -o target/halo/halo.mpich benches/mpi/halo.c; peers+=(mpich); fi
+out=$root/target/bench-results/halo-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$out"
+cmd() {
+    case "$1" in
+        rcomm) echo "target/release/rcomm-run -n $n --no-prefix target/release/examples/halo --rows $rows" ;;
+        openmpi) echo "mpirun.openmpi --allow-run-as-root --oversubscribe -np $n target/halo/halo.openmpi --rows $rows --impl openmpi" ;;
+        mpich) echo "mpiexec.mpich -n $n target/halo/halo.mpich --rows $rows --impl mpich" ;;
+    esac
+}
+{ echo "# $(date -u) $(nproc) CPUs, $n ranks, $pairs pairs"; for s in rcomm "${peers[@]}"; do echo "# $(cmd "$s")"; done; } > "$out/commands.txt"
+for ((p = 0; p < pairs; p++)); do
+    order=(rcomm "${peers[@]}")
+    ((p % 2)) && order=("${peers[@]}" rcomm)
+    for s in "${order[@]}"; do
+        $(cmd "$s") >> "$out/results.jsonl" 2>> "$out/stderr.txt"
+    done
+done
+python3 - "$out/results.jsonl" <<'PY' | tee "$out/summary.md"
+import json, sys, statistics as st
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+impls = sorted({r["impl"] for r in rows}, key=lambda s: s != "rcomm")
+def med(i, m, n):
+    v = sorted(r["us"] for r in rows if (r["impl"], r["mode"], r["rows"]) == (i, m, n))
+    return st.median(v), v[0], v[-1]
+print("| rows (bytes) | " + " | ".join(f"{i} vector µs | {i} contig µs | {i} vector/contig" for i in impls)
+      + " | rcomm/" + " | rcomm/".join(i for i in impls[1:]) + " (vector) |")
+print("|---" * (1 + 3 * len(impls) + len(impls) - 1) + "|")
+for n in sorted({r["rows"] for r in rows}):
+    cells = []
+    for i in impls:
+        v, c = med(i, "vector", n), med(i, "contig", n)
+        cells += [f"{v[0]:.1f} ({v[1]:.1f}–{v[2]:.1f})", f"{c[0]:.1f} ({c[1]:.1f}–{c[2]:.1f})", f"{v[0] / c[0]:.2f}"]
+    ratios = [f"{med('rcomm', 'vector', n)[0] / med(i, 'vector', n)[0]:.2f}" for i in impls[1:]]
+    print(f"| {n} ({n * 8} B) | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+PY
+echo "results: $out"
