@@ -26,7 +26,7 @@
 //! # Ok::<(), rcomm::CommError>(())
 //! ```
 
-use crate::comm::{Communicator, Tag};
+use crate::comm::{Communicator, Request, Tag};
 use crate::p2p::engine::Status;
 use crate::p2p::matcher::Source;
 use crate::{CommError, Result};
@@ -812,6 +812,45 @@ impl Communicator {
         })
     }
 
+    /// Starts sending `count` elements of `dt` from `buf` (`MPI_Isend` with a derived
+    /// datatype): the data is packed now, so `buf` may be reused at once; the request owns the
+    /// packed bytes.
+    pub fn isend_dt<T: Pod>(
+        &self,
+        buf: &[T],
+        count: usize,
+        dt: &Datatype,
+        dest: u32,
+        tag: Tag,
+    ) -> Result<Request<u8>> {
+        let mut packed = Vec::new();
+        pack_into(dt, bytemuck::cast_slice(buf), count, &mut packed)?;
+        self.isend(packed, dest, tag)
+    }
+
+    /// Starts receiving up to `count` elements of `dt` into `buf` (`MPI_Irecv` with a derived
+    /// datatype). The message lands in a packed buffer the request owns and is unpacked into
+    /// `buf` by [`DtRecv::wait`]; `buf` stays borrowed until then. Dropping the request
+    /// cancels an unmatched receive and leaves `buf` untouched.
+    pub fn irecv_dt<'a, T: Pod>(
+        &self,
+        buf: &'a mut [T],
+        count: usize,
+        dt: &Datatype,
+        src: impl Into<Source>,
+        tag: Tag,
+    ) -> Result<DtRecv<'a>> {
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        dt.check_span(count, dst.len(), "irecv_dt")?;
+        let req = self.irecv(vec![0u8; dt.packed_size(count)], src, tag)?;
+        Ok(DtRecv {
+            req,
+            dst,
+            dt: dt.clone(),
+            count,
+        })
+    }
+
     /// A `sendrecv_dt` whose send and receive layouts lie in one buffer — the halo exchange of
     /// a stencil code, sending a boundary column and receiving the ghost column beside it.
     /// `send` and `recv` are (offset in elements of `T`, count, datatype). The send side is
@@ -890,6 +929,28 @@ impl Communicator {
         dt: &Datatype,
     ) -> Result<usize> {
         dt.unpack(packed, bytemuck::cast_slice_mut(buf), count)
+    }
+}
+
+/// A receive of a derived datatype in flight ([`Communicator::irecv_dt`]).
+pub struct DtRecv<'a> {
+    req: Request<u8>,
+    dst: &'a mut [u8],
+    dt: Datatype,
+    count: usize,
+}
+
+impl DtRecv<'_> {
+    /// Waits for the message and unpacks it into the receive buffer.
+    pub fn wait(self) -> Result<Status> {
+        let (packed, st) = self.req.wait()?;
+        self.dt.unpack(&packed[..st.bytes], self.dst, self.count)?;
+        Ok(st)
+    }
+
+    /// Whether the message has arrived (then [`wait`](Self::wait) returns at once).
+    pub fn test(&mut self) -> bool {
+        self.req.test()
     }
 }
 

@@ -389,6 +389,45 @@ impl T<'_> {
         assert_eq!(next, [val(self.left(), 7, 0, 0), 1.5]);
     }
 
+    /// Non-blocking: a column sent by `isend_dt` (the buffer reused at once) into a column
+    /// received by `irecv_dt`; a dropped unmatched `irecv_dt` leaves its buffer untouched.
+    fn nonblocking(&self) {
+        let f = Datatype::of::<f64>();
+        let col = Datatype::vector(5, 1, 4, &f).unwrap();
+        let mut into = vec![-1f64; 20];
+        {
+            let mut unused = vec![-2f64; 20];
+            let r = self
+                .w
+                .irecv_dt(&mut unused, 1, &col, self.left(), Tag(15))
+                .unwrap();
+            drop(r);
+            assert!(unused.iter().all(|&v| v == -2.0));
+        }
+        let mut r = self
+            .w
+            .irecv_dt(&mut into[1..], 1, &col, self.left(), Tag(16))
+            .unwrap();
+        let mut m: Vec<f64> = (0..20).map(|i| val(self.r, 9, i, 0)).collect();
+        let s = self
+            .w
+            .isend_dt(&m[2..], 1, &col, self.right(), Tag(16))
+            .unwrap();
+        m.fill(0.0);
+        s.wait().unwrap();
+        let _ = r.test();
+        let st = r.wait().unwrap();
+        assert_eq!(st.bytes, 40);
+        for (i, v) in into.iter().enumerate() {
+            let want = if i % 4 == 1 {
+                val(self.left(), 9, i + 1, 0)
+            } else {
+                -1.0
+            };
+            assert_eq!(*v, want, "element {i} of a non-blocking column");
+        }
+    }
+
     /// A layout reaching outside the buffer is refused before anything is sent.
     fn bad_input(&self) {
         let f = Datatype::of::<f64>();
@@ -438,6 +477,8 @@ fn main() {
     t.ok("halo");
     t.short_and_truncated();
     t.ok("short-and-truncated");
+    t.nonblocking();
+    t.ok("nonblocking");
     t.bad_input();
     t.ok("bad-input");
 }
