@@ -394,9 +394,9 @@ impl T<'_> {
     fn nonblocking(&self) {
         let f = Datatype::of::<f64>();
         let col = Datatype::vector(5, 1, 4, &f).unwrap();
-        let mut into = vec![-1f64; 20];
+        let mut into = [-1f64; 20];
         {
-            let mut unused = vec![-2f64; 20];
+            let mut unused = [-2f64; 20];
             let r = self
                 .w
                 .irecv_dt(&mut unused, 1, &col, self.left(), Tag(15))
