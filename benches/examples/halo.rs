@@ -2,7 +2,9 @@
 //! ring, each holding a `rows x (16 + 2)` row-major block of f64 with a ghost column on each
 //! side. One iteration trades the first and last interior columns with both neighbours by
 //! `sendrecv_dt` with a vector datatype (`vector` mode), or trades the same bytes from and into
-//! contiguous buffers (`contig` mode). The same program in C against an MPI is
+//! contiguous buffers (`contig` mode), or packs the columns by hand into contiguous buffers,
+//! exchanges those and copies them back (`manual` mode: what a code without datatypes does).
+//! The same program in C against an MPI is
 //! `benches/mpi/halo.c`; `benches/scripts/compare-halo.sh` runs both, interleaved.
 //!
 //! `halo [--reps R] [--rows LIST] [--modes LIST]` prints one JSON line per (mode, rows) from
@@ -31,7 +33,7 @@ fn main() {
         .split(',')
         .map(|s| s.parse().expect("--rows"))
         .collect();
-    let modes: Vec<String> = arg(&args, "--modes", "vector,contig")
+    let modes: Vec<String> = arg(&args, "--modes", "vector,manual,contig")
         .split(',')
         .map(String::from)
         .collect();
@@ -50,6 +52,7 @@ fn main() {
                 match mode.as_str() {
                     "vector" => vector(&w, &mut m, ny, iters, left, right),
                     "contig" => contig(&w, &mut m, ny, iters, left, right),
+                    "manual" => manual(&w, &mut m, ny, iters, left, right),
                     m => panic!("unknown mode {m}"),
                 }
                 let mut t = [t0.elapsed().as_secs_f64() / iters as f64];
@@ -109,4 +112,27 @@ fn contig(w: &Communicator, m: &mut [f64], ny: usize, iters: usize, left: u32, r
     }
     // Not timed: the ghosts filled as the vector mode fills them, so one check serves both.
     vector(w, m, ny, 1, left, right);
+}
+
+fn manual(w: &Communicator, m: &mut [f64], ny: usize, iters: usize, left: u32, right: u32) {
+    let mut out = vec![0f64; ny];
+    let mut inb = vec![0f64; ny];
+    for _ in 0..iters {
+        for (y, o) in out.iter_mut().enumerate() {
+            *o = m[y * W + NX];
+        }
+        w.sendrecv(&out, right, Tag(1), &mut inb, left, Tag(1))
+            .unwrap();
+        for (y, i) in inb.iter().enumerate() {
+            m[y * W] = *i;
+        }
+        for (y, o) in out.iter_mut().enumerate() {
+            *o = m[y * W + 1];
+        }
+        w.sendrecv(&out, left, Tag(2), &mut inb, right, Tag(2))
+            .unwrap();
+        for (y, i) in inb.iter().enumerate() {
+            m[y * W + NX + 1] = *i;
+        }
+    }
 }

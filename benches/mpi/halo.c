@@ -2,7 +2,8 @@
  * (same layout, modes, iteration counts, timing and checks). `n` ranks in a periodic ring,
  * each with a rows x (16 + 2) row-major block of doubles; `vector` mode trades the boundary
  * columns by MPI_Sendrecv with an MPI_Type_vector, `contig` mode the same bytes from and into
- * contiguous buffers. One JSON line per (mode, rows) from rank 0: the median over the
+ * contiguous buffers, `manual` mode packs the columns by hand, exchanges them contiguous and
+ * copies them back. One JSON line per (mode, rows) from rank 0: the median over the
  * repetitions of the slowest rank's time per iteration.
  *
  *   mpicc -O2 -o halo benches/mpi/halo.c && mpirun -n 4 ./halo [--reps R] [--rows LIST] [--impl NAME]
@@ -52,7 +53,7 @@ int main(int argc, char **argv) {
         int iters = 20000000 / (ny * 8 * 4);
         if (iters < 50) iters = 50;
         if (iters > 5000) iters = 5000;
-        for (int mode = 0; mode < 2; mode++) {
+        for (int mode = 0; mode < 3; mode++) {
             double *times = calloc(reps, sizeof(double));
             double *m = malloc(sizeof(double) * ny * W);
             double *out = calloc(ny, sizeof(double)), *in = calloc(ny, sizeof(double));
@@ -62,6 +63,17 @@ int main(int argc, char **argv) {
                 double t0 = MPI_Wtime();
                 if (mode == 0) {
                     vector(m, col, iters, left, right);
+                } else if (mode == 2) {
+                    for (int i = 0; i < iters; i++) {
+                        for (int y = 0; y < ny; y++) out[y] = m[y * W + NX];
+                        MPI_Sendrecv(out, ny, MPI_DOUBLE, right, 1, in, ny, MPI_DOUBLE, left, 1,
+                                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                        for (int y = 0; y < ny; y++) m[y * W] = in[y];
+                        for (int y = 0; y < ny; y++) out[y] = m[y * W + 1];
+                        MPI_Sendrecv(out, ny, MPI_DOUBLE, left, 2, in, ny, MPI_DOUBLE, right, 2,
+                                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                        for (int y = 0; y < ny; y++) m[y * W + NX + 1] = in[y];
+                    }
                 } else {
                     for (int i = 0; i < iters; i++) {
                         MPI_Sendrecv(out, ny, MPI_DOUBLE, right, 1, in, ny, MPI_DOUBLE, left, 1,
@@ -85,7 +97,7 @@ int main(int argc, char **argv) {
             if (r == 0)
                 printf("{\"bench\":\"halo\",\"impl\":\"%s\",\"ranks\":%d,\"mode\":\"%s\",\"rows\":%d,"
                        "\"bytes\":%d,\"us\":%.3f,\"iters\":%d,\"reps\":%d}\n",
-                       impl, n, mode == 0 ? "vector" : "contig", ny, ny * 8, times[reps / 2] * 1e6,
+                       impl, n, mode == 0 ? "vector" : mode == 1 ? "contig" : "manual", ny, ny * 8, times[reps / 2] * 1e6,
                        iters, reps);
             fflush(stdout);
             free(times); free(m); free(out); free(in);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Strided-column halo exchange (vector datatype) against a contiguous exchange of the same
-# bytes, rcomm side by side with Open MPI (and MPICH with --mpich): benches/examples/halo.rs and
+# Strided-column halo exchange (vector datatype) against the same columns packed by hand
+# (manual) and a contiguous exchange of the same bytes (contig), rcomm side by side with Open MPI (and MPICH with --mpich): benches/examples/halo.rs and
 # its C twin benches/mpi/halo.c, N interleaved pairs (the order alternates), medians and spreads.
 #
 #   benches/scripts/compare-halo.sh [--pairs N] [-n RANKS] [--rows LIST] [--mpich]
@@ -50,14 +50,15 @@ impls = sorted({r["impl"] for r in rows}, key=lambda s: s != "rcomm")
 def med(i, m, n):
     v = sorted(r["us"] for r in rows if (r["impl"], r["mode"], r["rows"]) == (i, m, n))
     return st.median(v), v[0], v[-1]
-print("| rows (bytes) | " + " | ".join(f"{i} vector µs | {i} contig µs | {i} vector/contig" for i in impls)
+print("| rows (bytes) | " + " | ".join(f"{i} vector µs | {i} manual µs | {i} contig µs | {i} vector/manual | {i} vector/contig" for i in impls)
       + " | rcomm/" + " | rcomm/".join(i for i in impls[1:]) + " (vector) |")
-print("|---" * (1 + 3 * len(impls) + len(impls) - 1) + "|")
+print("|---" * (1 + 5 * len(impls) + len(impls) - 1) + "|")
 for n in sorted({r["rows"] for r in rows}):
     cells = []
     for i in impls:
-        v, c = med(i, "vector", n), med(i, "contig", n)
-        cells += [f"{v[0]:.1f} ({v[1]:.1f}–{v[2]:.1f})", f"{c[0]:.1f} ({c[1]:.1f}–{c[2]:.1f})", f"{v[0] / c[0]:.2f}"]
+        v, h, c = med(i, "vector", n), med(i, "manual", n), med(i, "contig", n)
+        f = lambda x: f"{x[0]:.1f} ({x[1]:.1f}–{x[2]:.1f})"
+        cells += [f(v), f(h), f(c), f"{v[0] / h[0]:.2f}", f"{v[0] / c[0]:.2f}"]
     ratios = [f"{med('rcomm', 'vector', n)[0] / med(i, 'vector', n)[0]:.2f}" for i in impls[1:]]
     print(f"| {n} ({n * 8} B) | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
 PY
