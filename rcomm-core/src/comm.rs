@@ -48,17 +48,20 @@ pub(crate) struct WaitPolicy {
 
 impl WaitPolicy {
     /// The policy of a rank among `sharing` ranks on this kernel with `cpus` CPUs between them.
-    /// Oversubscribed, a wait that sees nothing move spins for a few microseconds (64 polls),
-    /// yields a few times, then sleeps on the transports' descriptors (p2p) or on the counter
-    /// it waits for (shared-memory collectives): a yielding waiter still takes a time slice
-    /// from the rank it waits for whenever the scheduler picks it again. With a CPU each, a
+    /// Oversubscribed, a wait that sees nothing move polls only a few times (4 passes), yields
+    /// some more, then sleeps on the transports' descriptors (p2p) or on the counter it waits
+    /// for (shared-memory collectives): a yielding waiter still takes a time slice from the
+    /// rank it waits for whenever the scheduler picks it again. The spin is short because the
+    /// rank it waits for is often the one sharing its core: 64 passes (~5 µs) before the first
+    /// yield made an 8-byte ring exchange of 4 ranks on 2 cores 3× slower (17.8 against 6.0 µs
+    /// per iteration) and an 8-rank 8-byte allreduce 1.6× slower (23.8 against 15.1 µs). With a CPU each, a
     /// wait spins longer (a reply within tens of microseconds is likely), then yields, and
     /// sleeps only after that.
     pub(crate) fn for_sharing(sharing: usize, cpus: usize) -> Self {
         if sharing > cpus.max(1) {
             WaitPolicy {
-                spin: 64,
-                yield_until: 64 + 32,
+                spin: 4,
+                yield_until: 4 + 92,
                 sleep: true,
             }
         } else {
