@@ -1,0 +1,224 @@
+//! Starting and ending the job (rsmpi's `mpi::environment`).
+
+use std::cmp::Ordering;
+use std::os::raw::{c_double, c_int};
+use std::string::FromUtf8Error;
+use std::sync::atomic::{AtomicU8, Ordering as AO};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::ThreadId;
+
+use crate::topology::{CommHandle, SimpleCommunicator};
+
+/// Global state: 0 = never initialised, 1 = running, 2 = finalised.
+static STATE: AtomicU8 = AtomicU8::new(0);
+static WORLD: RwLock<Option<Arc<rcomm::World>>> = RwLock::new(None);
+static INIT: Mutex<Option<(ThreadId, Threading)>> = Mutex::new(None);
+
+/// The job's environment; dropping it finalises (rsmpi's `Universe`).
+pub struct Universe {
+    world: Arc<rcomm::World>,
+    buffer: usize,
+}
+
+impl std::fmt::Debug for Universe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Universe")
+            .field("size", &self.world.size())
+            .finish()
+    }
+}
+
+impl Universe {
+    /// The communicator of all ranks (`MPI_COMM_WORLD`).
+    pub fn world(&self) -> SimpleCommunicator {
+        SimpleCommunicator::from_handle(CommHandle::world(self.world.clone()))
+    }
+
+    /// The number of ranks the job may hold (`MPI_UNIVERSE_SIZE`): the world's size.
+    pub fn size(&self) -> Option<usize> {
+        Some(self.world.size() as usize)
+    }
+
+    /// The application number (`MPI_APPNUM`); rcomm starts one application.
+    pub fn appnum(&self) -> Option<isize> {
+        None
+    }
+
+    /// The size of the buffer attached for buffered sends.
+    pub fn buffer_size(&self) -> usize {
+        self.buffer
+    }
+
+    /// Attaches a buffer for buffered sends. rcomm's buffered sends own a copy of their data
+    /// instead, so only the size is kept.
+    pub fn set_buffer_size(&mut self, size: usize) {
+        self.buffer = size;
+    }
+
+    /// Detaches the buffered-send buffer.
+    pub fn detach_buffer(&mut self) {
+        self.buffer = 0;
+    }
+
+    /// Disconnects from a parent job; rcomm jobs have none.
+    pub fn disconnect_parent(&mut self) {}
+}
+
+impl Drop for Universe {
+    fn drop(&mut self) {
+        STATE.store(2, AO::SeqCst);
+        *WORLD.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// Thread support levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threading {
+    /// One thread.
+    Single,
+    /// Only the thread that initialised calls the library.
+    Funneled,
+    /// Any thread, one at a time.
+    Serialized,
+    /// Any thread, concurrently.
+    Multiple,
+}
+
+impl Threading {
+    fn level(self) -> u8 {
+        match self {
+            Threading::Single => 0,
+            Threading::Funneled => 1,
+            Threading::Serialized => 2,
+            Threading::Multiple => 3,
+        }
+    }
+}
+
+impl PartialOrd for Threading {
+    fn partial_cmp(&self, other: &Threading) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Threading {
+    fn cmp(&self, other: &Threading) -> Ordering {
+        self.level().cmp(&other.level())
+    }
+}
+
+/// Whether `initialize` has been called.
+pub fn is_initialized() -> bool {
+    STATE.load(AO::SeqCst) != 0
+}
+
+/// Whether the universe has been dropped.
+pub fn is_finalized() -> bool {
+    STATE.load(AO::SeqCst) == 2
+}
+
+/// Initialises rcomm (`MPI_Init`); `None` if it was initialised before.
+pub fn initialize() -> Option<Universe> {
+    initialize_with_threading(Threading::Single).map(|x| x.0)
+}
+
+/// Initialises rcomm asking for a thread level (`MPI_Init_thread`). rcomm is thread-safe, so
+/// the level asked for is granted; `None` if initialised before.
+pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Threading)> {
+    if STATE
+        .compare_exchange(0, 1, AO::SeqCst, AO::SeqCst)
+        .is_err()
+    {
+        return None;
+    }
+    let world = match rcomm::init() {
+        Ok(w) => Arc::new(w),
+        Err(e) => {
+            eprintln!("rcomm-mpi: initialize failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    *WORLD.write().unwrap_or_else(|p| p.into_inner()) = Some(world.clone());
+    *INIT.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some((std::thread::current().id(), threading));
+    Some((Universe { world, buffer: 0 }, threading))
+}
+
+/// The thread level granted at initialisation.
+pub fn threading_support() -> Threading {
+    INIT.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .map(|x| x.1)
+        .unwrap_or(Threading::Single)
+}
+
+/// The MPI standard version whose interface the facade offers: (3, 1).
+pub fn version() -> (c_int, c_int) {
+    (3, 1)
+}
+
+/// The library's version string (`rcomm <version>`).
+pub fn library_version() -> Result<String, FromUtf8Error> {
+    Ok(rcomm::library_version())
+}
+
+/// This node's name (`MPI_Get_processor_name`).
+pub fn processor_name() -> Result<String, FromUtf8Error> {
+    if let Some(w) = WORLD.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        return Ok(w.hostname().to_string());
+    }
+    let name = std::fs::read("/proc/sys/kernel/hostname").unwrap_or_default();
+    String::from_utf8(name).map(|s| s.trim().to_string())
+}
+
+/// Seconds since a moment in this process's past (`MPI_Wtime`).
+pub fn time() -> c_double {
+    rcomm::wtime()
+}
+
+/// The resolution of [`time`] in seconds (`MPI_Wtick`).
+pub fn time_resolution() -> c_double {
+    rcomm::wtick()
+}
+
+/// The world, while the universe lives.
+pub(crate) fn world() -> Option<Arc<rcomm::World>> {
+    WORLD.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// This rank's place in the world (0 before initialisation).
+pub(crate) fn world_rank() -> u32 {
+    world().map(|w| w.rank()).unwrap_or(0)
+}
+
+/// Ends the whole job with `msg` (panics when there is no job to end).
+pub(crate) fn abort_job(code: i32, msg: &str) -> ! {
+    match world() {
+        Some(w) => {
+            eprintln!("{msg}");
+            w.abort(code, msg)
+        }
+        None => panic!("{msg}"),
+    }
+}
+
+/// Panics unless a derived datatype may be built now (as rsmpi: after initialisation, before
+/// finalisation, and on the initialising thread unless the level is `Multiple`).
+pub(crate) fn check_may_build_datatype() {
+    match STATE.load(AO::SeqCst) {
+        0 => panic!("rcomm-mpi: a derived datatype was built before mpi::initialize"),
+        2 => panic!("rcomm-mpi: a derived datatype was built after the universe was dropped"),
+        _ => {}
+    }
+    let init = *INIT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((tid, level)) = init
+        && level < Threading::Multiple
+        && std::thread::current().id() != tid
+    {
+        panic!(
+            "rcomm-mpi: a derived datatype was first built on a thread other than the one that \
+             initialised, at thread level {level:?} (build it on the main thread first, or ask \
+             for Threading::Multiple)"
+        );
+    }
+}
