@@ -203,6 +203,10 @@ fn build(pkg: &Path, target: &Path) -> Vec<(String, PathBuf)> {
         .arg("--target-dir")
         .arg(target)
         .current_dir(pkg)
+        // The examples' own flags (they deny warnings themselves); the suite's RUSTFLAGS are
+        // for the workspace.
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .status()
         .expect("cargo build");
     assert!(
@@ -215,6 +219,8 @@ fn build(pkg: &Path, target: &Path) -> Vec<(String, PathBuf)> {
         .arg("--target-dir")
         .arg(target)
         .current_dir(pkg)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .output()
         .expect("cargo test --no-run");
     let err = String::from_utf8_lossy(&out.stderr);
