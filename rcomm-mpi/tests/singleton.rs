@@ -1,0 +1,109 @@
+//! The facade in a world of one (no launcher needed): datatypes, derive, packing, reductions
+//! with built-in and user operations, requests. Multi-rank behaviour is tested by running
+//! rsmpi's own examples (tests/tests/rsmpi_examples.rs).
+
+use mpi::collective::{SystemOperation, UserOperation};
+use mpi::datatype::{MutView, UserDatatype, View};
+use mpi::topology::Color;
+use mpi::traits::*;
+// The derive macro (with feature `derive` it is also in `mpi::traits`).
+#[cfg(not(feature = "derive"))]
+use rcomm_mpi_derive::Equivalence;
+
+#[derive(Equivalence, Default, Debug, PartialEq, Clone, Copy)]
+struct Particle {
+    alive: bool,
+    pos: [f64; 3],
+    id: (u16, i8),
+}
+
+#[test]
+fn world_of_one() {
+    assert!(!mpi::is_initialized());
+    let universe = mpi::initialize().expect("first initialize");
+    assert!(
+        mpi::initialize().is_none(),
+        "a second initialize is refused"
+    );
+    let world = universe.world();
+    assert_eq!((world.rank(), world.size()), (0, 1));
+
+    // A derived struct packs to its fields' bytes only (no padding) and back.
+    let p = Particle {
+        alive: true,
+        pos: [1.5, -2.0, 3.25],
+        id: (7, -3),
+    };
+    let packed = world.pack(&p);
+    assert_eq!(
+        packed.len(),
+        1 + 3 * 8 + 2 + 1,
+        "padding must not be packed"
+    );
+    let mut q = Particle::default();
+    unsafe { world.unpack_into(&packed, &mut q, 0) };
+    assert_eq!(p, q);
+
+    // A vector type: every other element of 6, sent to itself, lands in the same places.
+    let t = UserDatatype::vector(3, 1, 2, &i32::equivalent_datatype());
+    let a = [1, 2, 3, 4, 5, 6];
+    let mut b = [0; 6];
+    {
+        let v = unsafe { View::with_count_and_datatype(&a[..], 1, &t) };
+        let mut w = unsafe { MutView::with_count_and_datatype(&mut b[..], 1, &t) };
+        mpi::point_to_point::send_receive_into(
+            &v,
+            &world.this_process(),
+            &mut w,
+            &world.this_process(),
+        );
+    }
+    assert_eq!(b, [1, 0, 3, 0, 5, 0]);
+
+    // Reductions: built-in, logical on bool, user closure with downcast.
+    let mut s = 0.0f64;
+    world.all_reduce_into(&2.5f64, &mut s, SystemOperation::sum());
+    assert_eq!(s, 2.5);
+    let mut l = false;
+    world.all_reduce_into(&true, &mut l, SystemOperation::logical_and());
+    assert!(l);
+    let op = UserOperation::commutative(|x, y| {
+        let x: &[u64] = x.downcast().unwrap();
+        let y: &mut [u64] = y.downcast().unwrap();
+        for (a, b) in x.iter().zip(y) {
+            *b = (*b).max(*a) * 10;
+        }
+    });
+    let mut m = [0u64; 2];
+    world.all_reduce_into(&[4u64, 9][..], &mut m[..], &op);
+    assert_eq!(m, [4, 9], "one rank: the result is its own contribution");
+    let mut c = 0u16;
+    mpi::collective::reduce_local_into(&3u16, &mut c, SystemOperation::bitwise_or());
+    assert_eq!(c, 3);
+
+    // Requests: a receive posted before its send, completed in a scope.
+    let mut got = [0u8; 4];
+    mpi::request::scope(|scope| {
+        let r = world
+            .this_process()
+            .immediate_receive_into(scope, &mut got[..]);
+        world.this_process().send(&[9u8, 8, 7, 6][..]);
+        let st = r.wait();
+        assert_eq!(st.source_rank(), 0);
+    });
+    assert_eq!(got, [9, 8, 7, 6]);
+
+    // Communicators: split, duplicate, names, groups.
+    let half = world
+        .split_by_color(Color::with_value(0))
+        .expect("in the split");
+    assert_eq!(half.size(), 1);
+    assert!(world.split_by_color(Color::undefined()).is_none());
+    assert_eq!(world.get_name(), "MPI_COMM_WORLD");
+    let dup = world.duplicate();
+    dup.set_name("dup");
+    assert_eq!(dup.get_name(), "dup");
+    assert_eq!(world.group().rank(), Some(0));
+    drop(universe);
+    assert!(mpi::is_finalized());
+}
