@@ -570,6 +570,7 @@ impl Communicator {
             buf: Some(buf),
             recv: false,
             done: None,
+            cancelled: false,
         })
     }
 
@@ -698,6 +699,7 @@ impl Communicator {
             buf: Some(buf),
             recv: false,
             done,
+            cancelled: false,
         })
     }
 
@@ -738,6 +740,7 @@ impl Communicator {
             buf: Some(buf),
             recv: true,
             done,
+            cancelled: false,
         })
     }
 
@@ -866,6 +869,8 @@ pub struct Request<T: Pod + Send> {
     /// An operation that completed when it started (an eager send that went straight in, a
     /// receive whose message was already there): its status, and no request behind it.
     done: Option<Status>,
+    /// Cancelled by [`Request::cancel`] (then `done` holds an empty status).
+    cancelled: bool,
 }
 
 impl<T: Pod + Send> Request<T> {
@@ -899,6 +904,50 @@ impl<T: Pod + Send> Request<T> {
             return true;
         }
         self.req.is_some_and(|r| self.shared.test_req(r))
+    }
+
+    /// Tries to cancel the operation (`MPI_Cancel`); true if it was cancelled. A receive not
+    /// yet matched is taken back: no message will ever land in it, and [`wait`](Self::wait)
+    /// then returns the buffer untouched with an empty status (`bytes` 0, `source`
+    /// `u32::MAX`), and [`is_cancelled`](Self::is_cancelled) says so (`MPI_Test_cancelled`).
+    /// A receive already matched, and every send, reports false and completes as usual: MPI
+    /// lets a cancel fail, and rcomm never takes back a message once it has left (an eager
+    /// send is complete when it returns; a rendezvous send's announcement is already queued
+    /// at the receiver).
+    pub fn cancel(&mut self) -> bool {
+        if !self.recv || self.cancelled {
+            return self.cancelled;
+        }
+        let Some(req) = self.req else { return false };
+        if !self.shared.lock().cancel(req) {
+            return false;
+        }
+        self.req = None;
+        self.cancelled = true;
+        self.done = Some(Status {
+            source: u32::MAX,
+            tag: -1,
+            bytes: 0,
+        });
+        true
+    }
+
+    /// Whether [`cancel`](Self::cancel) cancelled this request (`MPI_Test_cancelled`).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled
+    }
+
+    /// A request that completed when it started, holding `buf` (buffered sends).
+    pub(crate) fn completed(comm: &Communicator, buf: Vec<T>, st: Status) -> Self {
+        Request {
+            shared: comm.shared.clone(),
+            group: comm.group.clone(),
+            req: None,
+            buf: Some(buf),
+            recv: false,
+            done: Some(st),
+            cancelled: false,
+        }
     }
 }
 
@@ -1051,6 +1100,18 @@ impl<T: Pod + Send> Persistent<T> {
     pub fn buffer_mut(&mut self) -> Option<&mut [T]> {
         self.buf.as_deref_mut()
     }
+}
+
+/// Starts every persistent request in turn (`MPI_Startall`). All are tried; the first error
+/// is returned (the requests that started stay active and must still be waited for).
+pub fn start_all<T: Pod + Send>(reqs: &mut [Persistent<T>]) -> Result<()> {
+    let mut err = None;
+    for r in reqs.iter_mut() {
+        if let Err(e) = r.start() {
+            err.get_or_insert(e);
+        }
+    }
+    err.map_or(Ok(()), Err)
 }
 
 /// If any request has completed (progressing once), removes it from `reqs` and returns its

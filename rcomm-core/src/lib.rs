@@ -14,6 +14,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod bsend;
 pub mod coll;
 mod coll_state;
 mod comm;
@@ -31,7 +32,9 @@ pub mod straggler;
 mod topo;
 mod world;
 
+pub use bsend::{BSEND_OVERHEAD, buffer_attach, buffer_detach};
 pub use coll::{CollRequest, Dtype, Element, Op, ReduceOp, UserOp};
+pub use comm::start_all;
 pub use comm::{
     Communicator, Message, Persistent, Request, Scope, ScopedRequest, Tag, test_all, test_any,
     test_some, wait_all, wait_any, wait_some,

@@ -4,7 +4,7 @@
 use rcomm_tests::{Job, JobOutput, dev_shm, test_program};
 use std::time::Duration;
 
-const CASES: [&str; 12] = [
+const CASES: [&str; 13] = [
     "sizes",
     "64MiB",
     "wildcards",
@@ -15,6 +15,7 @@ const CASES: [&str; 12] = [
     "probes",
     "nonblocking",
     "modes",
+    "send-modes",
     "cart",
     "bad-input",
 ];

@@ -583,6 +583,142 @@ impl T<'_> {
         }
     }
 
+    /// Ready and buffered sends, cancel, start_all. Buffered sends return at once: every rank
+    /// bsends a rendezvous-sized message to its right before anyone posts a receive (a send that
+    /// waited for its receive would hang the ring), and the attached budget runs out.
+    fn send_modes(&self) {
+        let right = (self.r + 1) % self.n;
+        let left = (self.r + self.n - 1) % self.n;
+        // Ready send: the receive is posted before the sender hears "posted".
+        for (i, len) in [0usize, 40, 90_000].into_iter().enumerate() {
+            let rq = self.w.irecv(vec![0u8; len], left, Tag(350)).unwrap();
+            self.w.send(&[1u8], left, Tag(351)).unwrap();
+            self.w.recv(&mut [0u8; 1], right, Tag(351)).unwrap();
+            let out = pattern(self.r, right, 30, i, len);
+            if i == 1 {
+                let (b, _) = self.w.irsend(out, right, Tag(350)).unwrap().wait().unwrap();
+                assert_eq!(b.len(), len);
+            } else {
+                self.w.rsend(&out, right, Tag(350)).unwrap();
+            }
+            let (b, st) = rq.wait().unwrap();
+            assert_eq!((st.source, st.bytes), (left, len));
+            check(&b, &pattern(left, self.r, 30, i, len), "rsend data");
+        }
+        // Buffered sends.
+        assert!(
+            matches!(
+                self.w.bsend(&[1u8], right, Tag(360)),
+                Err(CommError::InvalidArg(_))
+            ),
+            "bsend with nothing attached"
+        );
+        assert!(
+            rcomm::buffer_detach().is_err(),
+            "detach with nothing attached"
+        );
+        let big = 90_000; // rendezvous over shared memory and over TCP
+        let budget = big + 5 * (100 + rcomm::BSEND_OVERHEAD) + rcomm::BSEND_OVERHEAD;
+        rcomm::buffer_attach(budget).unwrap();
+        assert!(rcomm::buffer_attach(10).is_err(), "attached twice");
+        self.w
+            .bsend(&pattern(self.r, right, 31, 0, big), right, Tag(360))
+            .unwrap();
+        let mut small = Vec::new();
+        for k in 0..5 {
+            let r = self
+                .w
+                .ibsend(pattern(self.r, right, 31, 1 + k, 100), right, Tag(361))
+                .unwrap();
+            small.push(r);
+        }
+        if self.n > 1 {
+            // The big one is not matched yet (its receiver has not posted): its share is held.
+            let e = self
+                .w
+                .bsend(&pattern(self.r, right, 31, 9, big), right, Tag(362))
+                .unwrap_err();
+            assert!(matches!(e, CommError::Exhausted(_)), "{e}");
+        }
+        for (k, r) in small.into_iter().enumerate() {
+            let (b, st) = r.wait().unwrap();
+            assert_eq!((b.len(), st.bytes), (100, 100), "ibsend {k}");
+        }
+        self.w.send(&[1u8], right, Tag(363)).unwrap();
+        self.w.recv(&mut [0u8; 1], left, Tag(363)).unwrap();
+        let mut inb = vec![0u8; big];
+        self.w.recv(&mut inb, left, Tag(360)).unwrap();
+        check(&inb, &pattern(left, self.r, 31, 0, big), "bsend data");
+        for k in 0..5 {
+            let mut inb = vec![0u8; 100];
+            self.w.recv(&mut inb, left, Tag(361)).unwrap();
+            check(&inb, &pattern(left, self.r, 31, 1 + k, 100), "ibsend data");
+        }
+        assert_eq!(rcomm::buffer_detach().unwrap(), budget);
+        // Cancel: an unmatched receive is taken back and never gets the message sent later.
+        let mut rq = self.w.irecv(vec![7u8; 16], left, Tag(370)).unwrap();
+        assert!(
+            rq.cancel() && rq.is_cancelled(),
+            "unmatched receive cancelled"
+        );
+        let (b, st) = rq.wait().unwrap();
+        assert_eq!((b, st.bytes), (vec![7u8; 16], 0), "cancelled: untouched");
+        self.barrier();
+        let mut sq = self
+            .w
+            .isend(pattern(self.r, right, 32, 0, 16), right, Tag(370))
+            .unwrap();
+        assert!(
+            !sq.cancel() && !sq.is_cancelled(),
+            "a send is never taken back"
+        );
+        let mut inb = vec![0u8; 16];
+        self.w.recv(&mut inb, left, Tag(370)).unwrap();
+        check(&inb, &pattern(left, self.r, 32, 0, 16), "after cancel");
+        sq.wait().unwrap();
+        // A matched receive is not cancelled.
+        let mut rq = self.w.irecv(vec![0u8; 8], left, Tag(371)).unwrap();
+        self.w
+            .send(&pattern(self.r, right, 33, 0, 8), right, Tag(371))
+            .unwrap();
+        let t0 = Instant::now();
+        while !rq.test() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "receive never completed"
+            );
+            std::thread::yield_now();
+        }
+        assert!(!rq.cancel() && !rq.is_cancelled());
+        let (b, _) = rq.wait().unwrap();
+        check(
+            &b,
+            &pattern(left, self.r, 33, 0, 8),
+            "matched, not cancelled",
+        );
+        // start_all over persistent requests.
+        let mut rs = vec![
+            self.w.recv_init(vec![0u32; 10], left, Tag(380)).unwrap(),
+            self.w.recv_init(vec![0u32; 10], right, Tag(381)).unwrap(),
+        ];
+        let mut ss = vec![
+            self.w.send_init(vec![self.r; 10], right, Tag(380)).unwrap(),
+            self.w
+                .send_init(vec![self.r + 1000; 10], left, Tag(381))
+                .unwrap(),
+        ];
+        for _ in 0..3 {
+            rcomm::start_all(&mut rs).unwrap();
+            rcomm::start_all(&mut ss).unwrap();
+            assert!(rcomm::start_all(&mut rs).is_err(), "started while active");
+            for p in ss.iter_mut().chain(rs.iter_mut()) {
+                p.wait().unwrap();
+            }
+            assert_eq!(rs[0].buffer().unwrap(), &[left; 10]);
+            assert_eq!(rs[1].buffer().unwrap(), &[right + 1000; 10]);
+        }
+    }
+
     /// Cartesian topologies against coordinates computed here: dims, coords and ranks, shifts,
     /// neighbour collectives (a periodic dimension of 2 makes one rank both neighbours), sub-
     /// grids, ranks left off a smaller grid, and the errors.
@@ -856,6 +992,8 @@ fn main() {
             t.ok("nonblocking");
             t.modes();
             t.ok("modes");
+            t.send_modes();
+            t.ok("send-modes");
             t.cart();
             t.ok("cart");
             t.bad_input();
