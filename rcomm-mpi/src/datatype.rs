@@ -535,6 +535,11 @@ impl<'a> DynBuffer<'a> {
         }
     }
 
+    /// Whether the elements are of type `T`.
+    pub fn is<T: Equivalence>(&self) -> bool {
+        same_type(T::equivalent_datatype().dt(), self.datatype.dt)
+    }
+
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.len as usize
@@ -613,6 +618,20 @@ impl<'a> DynBufferMut<'a> {
             Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.cast(), self.len as usize) })
         } else {
             None
+        }
+    }
+
+    /// Whether the elements are of type `T`.
+    pub fn is<T: Equivalence>(&self) -> bool {
+        same_type(T::equivalent_datatype().dt(), self.datatype.dt)
+    }
+
+    /// A read-only buffer of the same elements.
+    pub fn downgrade(self) -> DynBuffer<'a> {
+        DynBuffer {
+            ptr: self.ptr,
+            len: self.len,
+            datatype: self.datatype,
         }
     }
 

@@ -49,15 +49,21 @@ impl Universe {
         self.buffer
     }
 
-    /// Attaches a buffer for buffered sends. rcomm's buffered sends own a copy of their data
-    /// instead, so only the size is kept.
+    /// Attaches a buffer of `size` bytes for buffered sends (`MPI_Buffer_attach`, replacing
+    /// one attached before). rcomm allocates per message; the size is the budget.
     pub fn set_buffer_size(&mut self, size: usize) {
+        self.detach_buffer();
+        crate::check(rcomm::buffer_attach(size));
         self.buffer = size;
     }
 
-    /// Detaches the buffered-send buffer.
+    /// Detaches the buffered-send buffer (`MPI_Buffer_detach`): waits until every buffered
+    /// send has been delivered.
     pub fn detach_buffer(&mut self) {
-        self.buffer = 0;
+        if self.buffer > 0 {
+            crate::check(rcomm::buffer_detach());
+            self.buffer = 0;
+        }
     }
 
     /// Disconnects from a parent job; rcomm jobs have none.

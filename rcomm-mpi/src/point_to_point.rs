@@ -433,19 +433,20 @@ pub trait Destination: AsHandle {
         self.send_with_tag(buf, 0)
     }
 
-    /// Sends without waiting for the receiver (`MPI_Bsend`): rcomm's request owns a copy of
-    /// the data and completes in the background.
+    /// Sends through the attached buffer (`MPI_Bsend`, rcomm's `bsend`): returns at once,
+    /// whether or not the receive is posted; an error (abort) when the buffer attached with
+    /// [`Universe::set_buffer_size`](crate::environment::Universe::set_buffer_size) is full or
+    /// none is attached.
     fn buffered_send_with_tag<Buf: ?Sized + Buffer>(&self, buf: &Buf, tag: Tag)
     where
         Self: Sized,
     {
         let s = src_of(buf);
-        let req = check(self.as_handle().comm().isend(
-            s.bytes().into_owned(),
+        check(self.as_handle().comm().bsend(
+            &s.bytes(),
             self.destination_rank() as u32,
             send_tag(tag),
-        ));
-        drop(req); // a started send finishes in the background with the buffer it owns
+        ))
     }
 
     /// Buffered send with tag 0.
@@ -486,7 +487,12 @@ pub trait Destination: AsHandle {
     where
         Self: Sized,
     {
-        self.send_with_tag(buf, tag)
+        let s = src_of(buf);
+        check(self.as_handle().comm().rsend(
+            &s.bytes(),
+            self.destination_rank() as u32,
+            send_tag(tag),
+        ))
     }
 
     /// Ready send with tag 0.
@@ -497,7 +503,7 @@ pub trait Destination: AsHandle {
     where
         Self: Sized,
     {
-        self.send_with_tag(buf, 0)
+        unsafe { self.ready_send_with_tag(buf, 0) }
     }
 
     /// Starts sending `buf` with `tag` (`MPI_Isend`).
@@ -533,7 +539,7 @@ pub trait Destination: AsHandle {
         self.immediate_send_with_tag(scope, buf, 0)
     }
 
-    /// Starts a buffered send (as [`immediate_send_with_tag`](Self::immediate_send_with_tag)).
+    /// Starts a buffered send (`MPI_Ibsend`, rcomm's `ibsend`: complete at once).
     fn immediate_buffered_send_with_tag<'a, Sc, Buf: ?Sized + 'a + Buffer>(
         &self,
         scope: Sc,
@@ -544,7 +550,13 @@ pub trait Destination: AsHandle {
         Self: Sized,
         Sc: Scope<'a>,
     {
-        self.immediate_send_with_tag(scope, buf, tag)
+        let s = src_of(buf);
+        let req = check(self.as_handle().comm().ibsend(
+            s.bytes().into_owned(),
+            self.destination_rank() as u32,
+            send_tag(tag),
+        ));
+        Request::new(Box::new(request::Send(Some(req), None)), buf, scope)
     }
 
     /// Starts a buffered send with tag 0.
@@ -557,7 +569,7 @@ pub trait Destination: AsHandle {
         Self: Sized,
         Sc: Scope<'a>,
     {
-        self.immediate_send_with_tag(scope, buf, 0)
+        self.immediate_buffered_send_with_tag(scope, buf, 0)
     }
 
     /// Starts a synchronous send (`MPI_Issend`): complete once the receiver matched it.
@@ -607,7 +619,13 @@ pub trait Destination: AsHandle {
         Self: Sized,
         Sc: Scope<'a>,
     {
-        self.immediate_send_with_tag(scope, buf, tag)
+        let s = src_of(buf);
+        let req = check(self.as_handle().comm().irsend(
+            s.bytes().into_owned(),
+            self.destination_rank() as u32,
+            send_tag(tag),
+        ));
+        Request::new(Box::new(request::Send(Some(req), None)), buf, scope)
     }
 
     /// Starts a ready send with tag 0.
@@ -623,7 +641,7 @@ pub trait Destination: AsHandle {
         Self: Sized,
         Sc: Scope<'a>,
     {
-        self.immediate_send_with_tag(scope, buf, 0)
+        unsafe { self.immediate_ready_send_with_tag(scope, buf, 0) }
     }
 }
 

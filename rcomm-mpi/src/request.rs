@@ -62,6 +62,12 @@ impl Op for Send {
         }
         self.1.expect("a finished send has a status")
     }
+    fn cancel(&mut self) {
+        // rcomm never takes back a send once started: it completes as usual (MPI allows it).
+        if let Some(r) = self.0.as_mut() {
+            r.cancel();
+        }
+    }
 }
 
 /// A receive into an owned buffer, unpacked into `dst` on completion.
@@ -95,13 +101,12 @@ impl Op for Recv {
         self.done.unwrap_or_else(empty_status)
     }
     fn cancel(&mut self) {
-        if let Some(mut r) = self.req.take() {
-            if r.test() {
-                self.finish(r);
-            } else {
-                drop(r); // an unmatched receive is cancelled when dropped
-                self.done = Some(empty_status());
-            }
+        if let Some(r) = self.req.as_mut()
+            && r.cancel()
+        {
+            // Taken back before any message matched: the buffer is left as it was.
+            self.req = None;
+            self.done = Some(empty_status());
         }
     }
 }
@@ -293,8 +298,9 @@ impl<'a, D: ?Sized, S: Scope<'a>> Request<'a, D, S> {
         self.test().map(|s| (s, d))
     }
 
-    /// Asks to cancel; a receive not yet matched is cancelled when next waited for. rcomm
-    /// cannot cancel sends: they complete.
+    /// Asks to cancel (`MPI_Cancel`), carried out when the request is next waited for or
+    /// added to a collection: a receive not yet matched is taken back (its buffer untouched);
+    /// a matched receive and every send complete as usual (rcomm takes back no message).
     pub fn cancel(&self) {
         self.cancelled.set(true);
     }

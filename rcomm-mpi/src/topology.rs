@@ -658,6 +658,32 @@ impl CartesianCommunicator {
         }
     }
 
+    /// Writes the grid's dimensions, periodicity and this process's coordinates into slices
+    /// of [`num_dimensions`](Self::num_dimensions) entries.
+    pub fn get_layout_into(&self, dims: &mut [Count], periods: &mut [bool], coords: &mut [Count]) {
+        let l = self.get_layout();
+        let n = l.dims.len();
+        if dims.len() != n || periods.len() != n || coords.len() != n {
+            fail(&format!("get_layout_into: slices must have {n} entries"));
+        }
+        dims.copy_from_slice(&l.dims);
+        periods.copy_from_slice(&l.periods);
+        coords.copy_from_slice(&l.coords);
+    }
+
+    /// Writes the coordinates of `rank` into `coords`.
+    pub fn rank_to_coordinates_into(&self, rank: Rank, coords: &mut [Count]) {
+        let c = self.rank_to_coordinates(rank);
+        if coords.len() != c.len() {
+            fail(&format!(
+                "rank_to_coordinates_into: {} entries for {} dimensions",
+                coords.len(),
+                c.len()
+            ));
+        }
+        coords.copy_from_slice(&c);
+    }
+
     /// The coordinates of `rank` (`MPI_Cart_coords`).
     pub fn rank_to_coordinates(&self, rank: Rank) -> Vec<Count> {
         check(self.cart().coords(to_u32(rank)))
