@@ -8,6 +8,8 @@
 //!
 //! Examples that cannot run are listed in [`CANNOT_RUN`] with the reason (also in
 //! docs/mpi-coverage.md); every other example must exit 0 at each rank count it supports.
+//! rcomm's own programs in `rcomm-mpi/tests/programs/` (written against rsmpi's API, checking
+//! what the examples leave out) are built and run the same way, as examples named `rcomm_*`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -174,6 +176,16 @@ incremental = false
         {
             continue;
         }
+        toml += &format!(
+            "\n[[example]]\nname = \"{name}\"\npath = \"{}\"\n",
+            f.display()
+        );
+        examples.push(name);
+    }
+    // rcomm's own checks of what the examples leave out, written against rsmpi's API.
+    let own = workspace().join("rcomm-mpi/tests/programs");
+    for f in rs_files(&own) {
+        let name = format!("rcomm_{}", stem(&f));
         toml += &format!(
             "\n[[example]]\nname = \"{name}\"\npath = \"{}\"\n",
             f.display()
