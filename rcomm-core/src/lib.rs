@@ -23,6 +23,7 @@ pub mod datatype;
 mod environment;
 mod error;
 mod fr;
+mod graph;
 mod group;
 pub mod mesh;
 pub mod p2p;
@@ -42,6 +43,7 @@ pub use comm::{
 pub use environment::{library_version, reduce_local, wtick, wtime};
 pub use error::CommError;
 pub use fr::CollRecord;
+pub use graph::GraphComm;
 pub use group::{Comparison, Group, SplitType};
 pub use mesh::{Mesh, MeshBuilder};
 pub use p2p::engine::Status;

@@ -7,10 +7,8 @@
 //! +1; off the edge of a non-periodic dimension there is none (`MPI_PROC_NULL`): nothing is
 //! sent there and its receive block is left as it was.
 
-use crate::p2p::matcher::{Source, TagSel};
-use crate::p2p::region::Region;
 use crate::{CommError, Communicator, Result, Tag};
-use bytemuck::{Pod, cast_slice, cast_slice_mut};
+use bytemuck::Pod;
 
 /// Internal tags of neighbour exchanges: data travelling to the +1 neighbour of a dimension,
 /// and to the −1 one (a rank can be both neighbours of another, in a periodic dimension of 2).
@@ -259,8 +257,24 @@ impl CartComm {
     /// `recv` (`send.len()` elements per neighbour, in [`neighbors`](Self::neighbors)' order)
     /// (`MPI_Neighbor_allgather`). Collective.
     pub fn neighbor_allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let blocks = vec![cast_slice::<T, u8>(send); 2 * self.dims.len()];
-        self.exchange(&blocks, cast_slice_mut::<T, u8>(recv), "neighbor_allgather")
+        let (k, b) = (2 * self.dims.len(), send.len());
+        if recv.len() != b * k {
+            return Err(CommError::InvalidArg(format!(
+                "neighbor_allgather: the receive buffer holds {} elements, {k} neighbours send \
+                 {b} each",
+                recv.len()
+            )));
+        }
+        let displs: Vec<usize> = (0..k).map(|i| i * b).collect();
+        self.exchange(
+            send,
+            &vec![b; k],
+            &vec![0; k],
+            recv,
+            &vec![b; k],
+            &displs,
+            "neighbor_allgather",
+        )
     }
 
     /// Sends block k of `send` to neighbour k and receives neighbour k's into block k of
@@ -268,95 +282,105 @@ impl CartComm {
     /// `MPI_Neighbor_alltoall`). Collective.
     pub fn neighbor_alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let k = 2 * self.dims.len();
-        if k == 0 || !send.len().is_multiple_of(k) {
+        if k == 0 || !send.len().is_multiple_of(k) || recv.len() != send.len() {
             return Err(CommError::InvalidArg(format!(
-                "neighbor_alltoall: {} elements do not split into {k} blocks",
-                send.len()
+                "neighbor_alltoall: {} elements to send and {} to receive do not split into \
+                 {k} equal blocks",
+                send.len(),
+                recv.len()
             )));
         }
-        let bytes = cast_slice::<T, u8>(send);
-        let b = bytes.len() / k;
-        let blocks: Vec<&[u8]> = (0..k).map(|i| &bytes[i * b..(i + 1) * b]).collect();
-        self.exchange(&blocks, cast_slice_mut::<T, u8>(recv), "neighbor_alltoall")
+        let b = send.len() / k;
+        let displs: Vec<usize> = (0..k).map(|i| i * b).collect();
+        self.exchange(
+            send,
+            &vec![b; k],
+            &displs,
+            recv,
+            &vec![b; k],
+            &displs,
+            "neighbor_alltoall",
+        )
     }
 
-    /// Block i of `out` to neighbour i, neighbour i's into block i of `inb` (blocks of
-    /// `out[0].len()` bytes).
-    fn exchange(&self, out: &[&[u8]], inb: &mut [u8], op: &'static str) -> Result<()> {
+    /// Sends `send_counts[k]` elements at `send_displs[k]` of `send` to neighbour k and
+    /// receives `recv_counts[k]` elements from neighbour k at `recv_displs[k]` of `recv`, in
+    /// [`neighbors`](Self::neighbors)' order (`MPI_Neighbor_alltoallv`; counts and
+    /// displacements in elements). No neighbour: nothing sent, its block untouched. What a
+    /// neighbour sends must be exactly what this rank expects from it. Collective.
+    pub fn neighbor_alltoallv<T: Pod>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        self.exchange(
+            send,
+            send_counts,
+            send_displs,
+            recv,
+            recv_counts,
+            recv_displs,
+            "neighbor_alltoallv",
+        )
+    }
+
+    /// Block i of `send` to neighbour i, neighbour i's into block i of `recv`.
+    #[allow(clippy::too_many_arguments)]
+    fn exchange<T: Pod>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+        op: &'static str,
+    ) -> Result<()> {
         let nb = self.neighbors()?;
-        let len = out.first().map_or(0, |b| b.len());
-        if inb.len() != len * nb.len() {
+        // Block 2d comes from the −1 neighbour, which sent it upwards; block 2d+1 from the +1
+        // neighbour, which sent it downwards.
+        let to: Vec<Option<(u32, i32)>> = nb
+            .iter()
+            .enumerate()
+            .map(|(i, w)| w.map(|w| (w, if i % 2 == 0 { TAG_DOWN.0 } else { TAG_UP.0 })))
+            .collect();
+        let from: Vec<Option<(u32, i32)>> = nb
+            .iter()
+            .enumerate()
+            .map(|(i, w)| w.map(|w| (w, if i % 2 == 0 { TAG_UP.0 } else { TAG_DOWN.0 })))
+            .collect();
+        crate::graph::alltoallv_blocks(
+            &self.comm,
+            &to,
+            &from,
+            send,
+            send_counts,
+            send_displs,
+            recv,
+            recv_counts,
+            recv_displs,
+            op,
+        )
+    }
+}
+
+impl Communicator {
+    /// The rank this process would have in [`cart_create`](Self::cart_create) of this grid
+    /// (`MPI_Cart_map`): its own rank if the grid holds it, `None` otherwise (rcomm does not
+    /// reorder).
+    pub fn cart_map(&self, dims: &[u32], periods: &[bool]) -> Result<Option<u32>> {
+        let cells = check_grid(dims, periods)?;
+        if cells > u64::from(self.size()) {
             return Err(CommError::InvalidArg(format!(
-                "{op}: the receive buffer holds {} bytes, {} neighbours send {len} each",
-                inb.len(),
-                nb.len()
+                "cart_map: a grid of {dims:?} needs {cells} ranks, the communicator has {}",
+                self.size()
             )));
         }
-        let c = &self.comm;
-        let ctx = c.internal();
-        let mut reqs = Vec::with_capacity(2 * nb.len());
-        let mut err = None;
-        {
-            let mut e = c.shared.lock();
-            // Block 2d comes from the −1 neighbour, which sent it upwards; block 2d+1 from
-            // the +1 neighbour, which sent it downwards.
-            let blocks: Vec<&mut [u8]> = if len == 0 {
-                nb.iter().map(|_| &mut [][..]).collect()
-            } else {
-                inb.chunks_mut(len).collect()
-            };
-            for (i, (blk, who)) in blocks.into_iter().zip(&nb).enumerate() {
-                let Some(w) = who else { continue };
-                let tag = if i % 2 == 0 { TAG_UP } else { TAG_DOWN };
-                match c.world_rank(*w).and_then(|src| {
-                    e.irecv(
-                        ctx,
-                        Source::Rank(src),
-                        TagSel::Tag(tag.0),
-                        Region::from_mut(blk),
-                        op,
-                    )
-                }) {
-                    Ok(r) => reqs.push(r),
-                    Err(x) => {
-                        err = Some(x);
-                        break;
-                    }
-                }
-            }
-            if err.is_none() {
-                for (i, (blk, who)) in out.iter().zip(&nb).enumerate() {
-                    let Some(w) = who else { continue };
-                    let tag = if i % 2 == 0 { TAG_DOWN } else { TAG_UP };
-                    match c
-                        .world_rank(*w)
-                        .and_then(|dst| e.isend(ctx, dst, tag.0, Region::from_ref(blk), op))
-                    {
-                        Ok(r) => reqs.push(r),
-                        Err(x) => {
-                            err = Some(x);
-                            break;
-                        }
-                    }
-                }
-            }
-            if err.is_some() {
-                // What did not start cannot be waited for: receives nobody matched yet are
-                // taken back, so the waits below do not wait for sends that never come.
-                reqs.retain(|&r| !e.cancel(r));
-            }
-        }
-        // Every started request finishes before the buffers it borrows go back.
-        let mut first: Option<CommError> = err;
-        for r in reqs {
-            if let Err(x) = c.shared.wait(r).map(drop) {
-                first.get_or_insert(x);
-            }
-        }
-        match first {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        Ok((u64::from(self.rank()) < cells).then_some(self.rank()))
     }
 }
 

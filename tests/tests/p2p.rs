@@ -4,7 +4,7 @@
 use rcomm_tests::{Job, JobOutput, dev_shm, test_program};
 use std::time::Duration;
 
-const CASES: [&str; 13] = [
+const CASES: [&str; 14] = [
     "sizes",
     "64MiB",
     "wildcards",
@@ -17,6 +17,7 @@ const CASES: [&str; 13] = [
     "modes",
     "send-modes",
     "cart",
+    "graph",
     "bad-input",
 ];
 

@@ -719,6 +719,268 @@ impl T<'_> {
         }
     }
 
+    /// Graph and distributed-graph topologies and neighbour collectives against brute force:
+    /// a pseudo-random multigraph (0-2 edges per ordered pair, self edges included, lists in
+    /// shuffled order) built adjacent and from edges named anywhere, a symmetric ring graph,
+    /// and neighbor_alltoallv on Cartesian grids of 1-3 dimensions with every period mix.
+    fn graph(&self) {
+        let n = self.n;
+        let me = self.r;
+        let enc = |p: u32, q: u32, o: usize, i: usize| -> u64 {
+            u64::from(p) << 48 | u64::from(q) << 32 | (o as u64) << 16 | i as u64
+        };
+        let mix = |a: u64| a.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(23) ^ a;
+        for seed in 0..3u64 {
+            let m =
+                |p: u32, q: u32| (mix(seed << 40 | u64::from(p) << 20 | u64::from(q)) % 3) as usize;
+            // Lists in an order shuffled per rank; the i-th p among our sources pairs with the
+            // i-th us among p's destinations.
+            let shuffled = |salt: u64| {
+                let mut v: Vec<u32> = (0..n).collect();
+                v.sort_by_key(|&x| mix(salt ^ u64::from(x) << 8 ^ seed));
+                v
+            };
+            let dests: Vec<u32> = shuffled(1 + u64::from(me))
+                .into_iter()
+                .flat_map(|q| std::iter::repeat_n(q, m(me, q)))
+                .collect();
+            let srcs: Vec<u32> = shuffled(1000 + u64::from(me))
+                .into_iter()
+                .flat_map(|p| std::iter::repeat_n(p, m(p, me)))
+                .collect();
+            let dw: Vec<i32> = dests.iter().map(|&q| (me * 100 + q) as i32).collect();
+            let sw: Vec<i32> = srcs.iter().map(|&p| (p * 100 + me) as i32).collect();
+            let g = self
+                .w
+                .dist_graph_create_adjacent(&srcs, Some(&sw), &dests, Some(&dw), true)
+                .unwrap();
+            assert_eq!(
+                g.dist_graph_neighbors(),
+                (&srcs[..], Some(&sw[..]), &dests[..], Some(&dw[..]))
+            );
+            assert_eq!(
+                g.dist_graph_neighbors_count(),
+                (srcs.len() as u32, dests.len() as u32, true)
+            );
+            assert!(!g.is_graph() && g.graph_neighbors(0).is_err());
+            // Occurrence of each entry among equal ranks before it.
+            let occ = |v: &[u32]| -> Vec<usize> {
+                (0..v.len())
+                    .map(|k| v[..k].iter().filter(|&&x| x == v[k]).count())
+                    .collect()
+            };
+            let (so, doc) = (occ(&srcs), occ(&dests));
+            self.check_graph_collectives(&g, &srcs, &so, &dests, &doc, &enc);
+            // The same graph, each edge named by rank (p + q) mod n.
+            let (mut es, mut ed) = (vec![], vec![]);
+            for p in 0..n {
+                for q in 0..n {
+                    if (p + q) % n == me {
+                        for _ in 0..m(p, q) {
+                            es.push(p);
+                            ed.push(q);
+                        }
+                    }
+                }
+            }
+            let g2 = self
+                .w
+                .dist_graph_create(&es, &vec![1; es.len()], &ed, None, false)
+                .unwrap();
+            // Expected: edges ordered by the naming rank, then by (p, q) as named.
+            let mut ins: Vec<(u32, u32, u32)> = vec![];
+            let mut outs: Vec<(u32, u32, u32)> = vec![];
+            for r in 0..n {
+                for p in 0..n {
+                    for q in 0..n {
+                        if (p + q) % n == r {
+                            for _ in 0..m(p, q) {
+                                if q == me {
+                                    ins.push((r, p, q));
+                                }
+                                if p == me {
+                                    outs.push((r, p, q));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let s2: Vec<u32> = ins.iter().map(|e| e.1).collect();
+            let d2: Vec<u32> = outs.iter().map(|e| e.2).collect();
+            assert_eq!(g2.dist_graph_neighbors(), (&s2[..], None, &d2[..], None));
+            self.check_graph_collectives(&g2, &s2, &occ(&s2), &d2, &occ(&d2), &enc);
+        }
+        // Edges that disagree fail on every rank (rank 0 sends to rank 1 % n, nobody listens).
+        let extra: Vec<u32> = if me == 0 { vec![1 % n] } else { vec![] };
+        let e = self
+            .w
+            .dist_graph_create_adjacent(&[], None, &extra, None, false)
+            .unwrap_err();
+        assert!(matches!(e, CommError::InvalidArg(_)), "{e}");
+        assert!(
+            self.w
+                .dist_graph_create_adjacent(&[n], None, &[], None, false)
+                .is_err()
+        );
+        // A symmetric graph: a ring (n = 1 and 2 make multi-edges to oneself and the other).
+        let index: Vec<u32> = (1..=n).map(|i| 2 * i).collect();
+        let edges: Vec<u32> = (0..n)
+            .flat_map(|p| [(p + 1) % n, (p + n - 1) % n])
+            .collect();
+        let g = self.w.graph_create(&index, &edges, false).unwrap().unwrap();
+        assert!(g.is_graph());
+        for r in 0..n {
+            assert_eq!(
+                g.graph_neighbors(r).unwrap(),
+                vec![(r + 1) % n, (r + n - 1) % n]
+            );
+        }
+        assert!(g.graph_neighbors(n).is_err());
+        assert_eq!(g.graph_get().unwrap(), (&index[..], &edges[..]));
+        let nb = g.graph_neighbors(me).unwrap();
+        let o = occ_of(&nb);
+        self.check_graph_collectives(&g, &nb, &o, &nb, &o, &enc);
+        // Fewer nodes than ranks: the rest get None. A one-way edge is refused.
+        let small = self.w.graph_create(&[0], &[], false).unwrap();
+        assert_eq!(small.is_some(), me == 0);
+        assert_eq!(self.w.graph_map(&[0], &[]).unwrap(), (me == 0).then_some(0));
+        if n >= 2 {
+            assert!(
+                self.w.graph_create(&[1, 1], &[1], false).is_err(),
+                "one-way edge"
+            );
+        }
+        assert!(
+            self.w.graph_create(&[2], &[0], false).is_err(),
+            "index past edges"
+        );
+        assert!(
+            self.w.graph_create(&[1], &[5], false).is_err(),
+            "edge to no node"
+        );
+        // neighbor_alltoallv on Cartesian grids: block k to neighbour k, counts k+1, gaps
+        // between receive blocks left untouched.
+        for nd in 1..=3usize {
+            let mut dims = vec![0u32; nd];
+            rcomm::dims_create(n, &mut dims).unwrap();
+            for pmask in 0..(1u32 << nd) {
+                let periods: Vec<bool> = (0..nd).map(|d| pmask >> d & 1 == 1).collect();
+                assert_eq!(self.w.cart_map(&dims, &periods).unwrap(), Some(me));
+                let c = self.w.cart_create(&dims, &periods, false).unwrap().unwrap();
+                let nbs = c.neighbors().unwrap();
+                let k = nbs.len();
+                let sc: Vec<usize> = (0..k).map(|j| j + 1).collect();
+                let sd: Vec<usize> = (0..k).map(|j| j * (j + 1) / 2).collect();
+                let send: Vec<u64> = (0..k)
+                    .flat_map(|j| (0..=j).map(move |i| enc(me, 0, j, i)))
+                    .collect();
+                // Neighbour j sent us its block j ^ 1.
+                let rc: Vec<usize> = (0..k).map(|j| (j ^ 1) + 1).collect();
+                let mut rd = vec![0usize; k];
+                let mut at = 1;
+                for j in 0..k {
+                    rd[j] = at;
+                    at += rc[j] + 1;
+                }
+                let sentinel = u64::MAX;
+                let mut recv = vec![sentinel; at];
+                c.neighbor_alltoallv(&send, &sc, &sd, &mut recv, &rc, &rd)
+                    .unwrap();
+                let mut want = vec![sentinel; at];
+                for j in 0..k {
+                    if let Some(w) = nbs[j] {
+                        for i in 0..rc[j] {
+                            want[rd[j] + i] = enc(w, 0, j ^ 1, i);
+                        }
+                    }
+                }
+                assert_eq!(
+                    recv, want,
+                    "cart alltoallv dims {dims:?} periods {periods:?}"
+                );
+                let bad = c.neighbor_alltoallv(&send, &sc[1..], &sd, &mut recv, &rc, &rd);
+                assert!(bad.is_err(), "counts of the wrong length");
+            }
+        }
+        assert!(self.w.cart_map(&[n + 1], &[false]).is_err());
+    }
+
+    /// allgather, alltoall and alltoallv on `g` against what each source sent: `srcs[k]` is
+    /// source k, `so[k]` its occurrence among equal sources (and the same for destinations).
+    fn check_graph_collectives(
+        &self,
+        g: &rcomm::GraphComm,
+        srcs: &[u32],
+        so: &[usize],
+        dests: &[u32],
+        doc: &[usize],
+        enc: &dyn Fn(u32, u32, usize, usize) -> u64,
+    ) {
+        let me = self.r;
+        let s = u64::MAX;
+        let mut got = vec![s; 2 * srcs.len()];
+        g.neighbor_allgather(&[enc(me, 9, 9, 0), enc(me, 9, 9, 1)], &mut got)
+            .unwrap();
+        let want: Vec<u64> = srcs
+            .iter()
+            .flat_map(|&p| [enc(p, 9, 9, 0), enc(p, 9, 9, 1)])
+            .collect();
+        assert_eq!(got, want, "graph allgather");
+        let send: Vec<u64> = dests
+            .iter()
+            .zip(doc)
+            .flat_map(|(&q, &o)| [enc(me, q, o, 0), enc(me, q, o, 1)])
+            .collect();
+        let mut got = vec![s; 2 * srcs.len()];
+        g.neighbor_alltoall(&send, &mut got).unwrap();
+        let want: Vec<u64> = srcs
+            .iter()
+            .zip(so)
+            .flat_map(|(&p, &o)| [enc(p, me, o, 0), enc(p, me, o, 1)])
+            .collect();
+        assert_eq!(got, want, "graph alltoall");
+        // alltoallv: the edge's count depends on its ends and occurrence; receive blocks in
+        // reverse order with a gap each.
+        let cnt = |p: u32, q: u32, o: usize| 1 + (p as usize + 2 * q as usize + o) % 3;
+        let sc: Vec<usize> = dests
+            .iter()
+            .zip(doc)
+            .map(|(&q, &o)| cnt(me, q, o))
+            .collect();
+        let sd: Vec<usize> = (0..sc.len()).map(|k| sc[..k].iter().sum()).collect();
+        let send: Vec<u64> = dests
+            .iter()
+            .zip(doc)
+            .flat_map(|(&q, &o)| (0..cnt(me, q, o)).map(move |i| enc(me, q, o, i)))
+            .collect();
+        let rc: Vec<usize> = srcs.iter().zip(so).map(|(&p, &o)| cnt(p, me, o)).collect();
+        let mut rd = vec![0usize; rc.len()];
+        let mut at = 0;
+        for k in (0..rc.len()).rev() {
+            at += 1;
+            rd[k] = at;
+            at += rc[k];
+        }
+        let mut got = vec![s; at + 1];
+        g.neighbor_alltoallv(&send, &sc, &sd, &mut got, &rc, &rd)
+            .unwrap();
+        let mut want = vec![s; at + 1];
+        for k in 0..rc.len() {
+            for i in 0..rc[k] {
+                want[rd[k] + i] = enc(srcs[k], me, so[k], i);
+            }
+        }
+        assert_eq!(got, want, "graph alltoallv");
+        if rc.len() > 1 {
+            // Block 0 moved onto block 1's place: refused before anything moves.
+            let mut overlap = rd.clone();
+            overlap[0] = rd[1];
+            let e = g.neighbor_alltoallv(&send, &sc, &sd, &mut got, &rc, &overlap);
+            assert!(e.is_err(), "overlapping receive blocks");
+        }
+    }
+
     /// Cartesian topologies against coordinates computed here: dims, coords and ranks, shifts,
     /// neighbour collectives (a periodic dimension of 2 makes one rank both neighbours), sub-
     /// grids, ranks left off a smaller grid, and the errors.
@@ -947,6 +1209,13 @@ impl T<'_> {
     }
 }
 
+/// Occurrence of each entry among the equal entries before it.
+fn occ_of(v: &[u32]) -> Vec<usize> {
+    (0..v.len())
+        .map(|k| v[..k].iter().filter(|&&x| x == v[k]).count())
+        .collect()
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let world = rcomm::init().expect("init");
@@ -996,6 +1265,8 @@ fn main() {
             t.ok("send-modes");
             t.cart();
             t.ok("cart");
+            t.graph();
+            t.ok("graph");
             t.bad_input();
             t.ok("bad-input");
             if args.get(2).is_some_and(|a| a == "big") {
