@@ -12,9 +12,8 @@ pub const MAX_JSON: usize = 64 << 20;
 impl Topology {
     /// This topology in rcomm's form (pretty JSON).
     pub fn to_json(&self) -> String {
-        // The model has no maps with non-string keys and no custom serialisers, the only
-        // things serde_json refuses.
-        serde_json::to_string_pretty(self).expect("the topology model always serialises")
+        // The model has no maps with non-string keys, the only thing the writer refuses.
+        super::jsonv::to_string_pretty(self).expect("the topology model always serialises")
     }
 
     /// Reads rcomm's form, refusing text over [`MAX_JSON`] and any topology that fails
@@ -30,7 +29,7 @@ impl Topology {
                 text.len()
             )));
         }
-        let t: Topology = serde_json::from_str(text)
+        let t: Topology = super::jsonv::from_str(text)
             .map_err(|e| bad(format!("not a topology in rcomm's form: {e}")))?;
         t.validate().map_err(bad)?;
         Ok(t)

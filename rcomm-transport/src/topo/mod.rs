@@ -11,6 +11,7 @@ pub mod fixture;
 #[cfg(feature = "hwloc")]
 pub mod hwloc;
 mod json;
+mod jsonv;
 pub mod model;
 pub mod path;
 pub mod sysfs;
