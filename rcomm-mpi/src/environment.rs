@@ -14,7 +14,8 @@ static STATE: AtomicU8 = AtomicU8::new(0);
 static WORLD: RwLock<Option<Arc<rcomm::World>>> = RwLock::new(None);
 static INIT: Mutex<Option<(ThreadId, Threading)>> = Mutex::new(None);
 
-/// The job's environment; dropping it finalises (rsmpi's `Universe`).
+/// The job's environment; dropping it finalises (rsmpi's `Universe`): a barrier of all ranks,
+/// as `MPI_Finalize`.
 pub struct Universe {
     world: Arc<rcomm::World>,
     buffer: usize,
@@ -72,6 +73,14 @@ impl Universe {
 
 impl Drop for Universe {
     fn drop(&mut self) {
+        // MPI_Finalize is collective: no rank leaves while others may still talk to it (a
+        // receive from any source would see an exited rank as lost). Not while unwinding:
+        // the launcher ends the job when this rank exits.
+        if !std::thread::panicking()
+            && let Err(e) = self.world.barrier()
+        {
+            eprintln!("rcomm-mpi: finalize: {e}");
+        }
         STATE.store(2, AO::SeqCst);
         *WORLD.write().unwrap_or_else(|p| p.into_inner()) = None;
     }
