@@ -40,6 +40,11 @@ impl Communicator {
     /// Gathers `mine` (the same length on every rank) from every rank, in rank order: a ring,
     /// n−1 steps, on the internal context.
     pub(crate) fn allgather_bytes(&self, mine: &[u8]) -> Result<Vec<u8>> {
+        self.allgather_bytes_tagged(mine, TAG_ALLGATHER)
+    }
+
+    /// [`allgather_bytes`](Self::allgather_bytes) with its own tag.
+    fn allgather_bytes_tagged(&self, mine: &[u8], tag: Tag) -> Result<Vec<u8>> {
         let (n, r, len) = (self.size as usize, self.rank as usize, mine.len());
         let mut all = vec![0u8; n * len];
         all[r * len..(r + 1) * len].copy_from_slice(mine);
@@ -53,10 +58,10 @@ impl Communicator {
                 self.internal(),
                 &out,
                 right,
-                TAG_ALLGATHER,
+                tag,
                 &mut all[recv_block * len..(recv_block + 1) * len],
                 Source::Rank(left),
-                TAG_ALLGATHER,
+                tag,
             )?;
             if st.bytes != len {
                 return Err(CommError::Mismatch {
@@ -113,6 +118,11 @@ impl Communicator {
     /// [`alloc_id`](Self::alloc_id), gathering `extra` (the same length on every rank) from
     /// every rank in the same exchange; returns the extras in rank order.
     fn alloc_id_with(&self, extra: &[u8]) -> Result<(Arc<CtxGuard>, Vec<u8>)> {
+        self.alloc_id_tagged(extra, TAG_ALLGATHER)
+    }
+
+    /// [`alloc_id_with`](Self::alloc_id_with), its exchange under `tag`.
+    fn alloc_id_tagged(&self, extra: &[u8], tag: Tag) -> Result<(Arc<CtxGuard>, Vec<u8>)> {
         let ids = self.shared.ctx_ids.clone();
         let mut mine: Vec<u8> = ids
             .free_mask()
@@ -121,7 +131,7 @@ impl Communicator {
             .collect();
         mine.extend_from_slice(&nonce().to_le_bytes());
         mine.extend_from_slice(extra);
-        let all = self.allgather_bytes(&mine)?;
+        let all = self.allgather_bytes_tagged(&mine, tag)?;
         let mut common = [u64::MAX; WORDS];
         let mut extras = Vec::with_capacity(extra.len() * self.size as usize);
         for rank in all.chunks(WORDS * 8 + 8 + extra.len()) {
@@ -427,6 +437,98 @@ impl Communicator {
     }
 }
 
+/// Internal tags of `create_group`'s exchange: this base plus the caller's tag modulo
+/// [`CREATE_GROUP_TAGS`] (between the collective tags, 16 + 2³⁰, and the graph exchanges').
+const TAG_CREATE_GROUP_BASE: i32 = 0x4000_0100;
+const CREATE_GROUP_TAGS: i32 = 0x0FFF_0000;
+
+/// FNV-1a of a group's members: ranks compare their groups in the id agreement's exchange.
+fn group_hash(group: &Group) -> u64 {
+    group
+        .ranks
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .chain((group.ranks.len() as u64).to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        })
+}
+
+impl Communicator {
+    /// A communicator of the ranks of `group`, in the group's order, made by the group's
+    /// members only (`MPI_Comm_create_group`): the other ranks of this communicator take no
+    /// part. `tag` tells apart calls that run at the same time on overlapping groups (from
+    /// different threads); calls whose tags are equal modulo 2²⁸ − 2¹⁶ count as the same tag.
+    /// A rank that is not in `group`, a negative tag, or a member of `group` outside this
+    /// communicator is an error on the rank that sees it; members that passed different
+    /// groups get a `Mismatch` error. Collective over the group.
+    pub fn create_group(&self, group: &Group, tag: Tag) -> Result<Communicator> {
+        if tag.0 < 0 {
+            return Err(CommError::InvalidTag { tag: tag.0 });
+        }
+        let me = self.world_rank(self.rank)?;
+        let Some(rank) = group.rank_of(me) else {
+            return Err(CommError::InvalidArg(format!(
+                "create_group: this rank (world rank {me}) is not in the group; only its \
+                 members call create_group"
+            )));
+        };
+        if let Some(&w) = group
+            .ranks
+            .iter()
+            .find(|&&w| self.local_rank_of(w).is_none())
+        {
+            return Err(CommError::InvalidArg(format!(
+                "create_group: world rank {w} of the group is not a member of the \
+                 communicator (it has {} ranks)",
+                self.size
+            )));
+        }
+        // The members agree on an id among themselves, over this communicator's internal
+        // context, as a communicator of just them would.
+        let members = Communicator {
+            rank,
+            size: group.size(),
+            group: Some(Arc::new(Members::new(group.ranks.clone()))),
+            coll_seq: Default::default(),
+            coll: Default::default(),
+            memo: Default::default(),
+            algo_force: None,
+            failure_scope: None,
+            ..self.clone()
+        };
+        let hash = group_hash(group);
+        let t = Tag(TAG_CREATE_GROUP_BASE + tag.0 % CREATE_GROUP_TAGS);
+        let (guard, all) = members.alloc_id_tagged(&hash.to_le_bytes(), t)?;
+        for (r, theirs) in all.chunks(8).enumerate() {
+            let theirs = u64::from_le_bytes(theirs.try_into().expect("8 bytes"));
+            if theirs != hash {
+                return Err(CommError::Mismatch {
+                    what: "the group passed to create_group (the values are hashes of it)".into(),
+                    rank: self.local_rank_of(group.ranks[r]).expect("checked above"),
+                    theirs,
+                    ours: hash,
+                });
+            }
+        }
+        Ok(self.child(guard, group.ranks.clone(), rank))
+    }
+
+    /// How this communicator compares with `other` (`MPI_Comm_compare`): [`Comparison::Ident`]
+    /// for handles of the same communicator (clones), [`Comparison::Congruent`] for the same
+    /// members in the same order with another context (a `dup`), [`Comparison::Similar`] for
+    /// the same members in another order, [`Comparison::Unequal`] otherwise.
+    pub fn compare(&self, other: &Communicator) -> Comparison {
+        if Arc::ptr_eq(&self.shared, &other.shared) && self.ctx == other.ctx {
+            return Comparison::Ident;
+        }
+        match self.group().compare(&other.group()) {
+            Comparison::Ident => Comparison::Congruent,
+            c => c,
+        }
+    }
+}
+
 /// How [`Communicator::split_type`] groups ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -500,8 +602,11 @@ pub struct Group {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Comparison {
-    /// The same members in the same order (MPI_IDENT).
+    /// The same members in the same order (MPI_IDENT); for communicators, the same one.
     Ident,
+    /// Communicators with the same members in the same order but different contexts
+    /// (MPI_CONGRUENT; [`Communicator::compare`] only).
+    Congruent,
     /// The same members in another order (MPI_SIMILAR).
     Similar,
     /// Different members (MPI_UNEQUAL).

@@ -31,6 +31,7 @@ fn groups_make_communicators_and_two_communicators_progress_in_any_order() {
                 "create-different-groups",
                 "create-disjoint",
                 "create-bad-input",
+                "create-group",
                 "two-communicators",
                 "two-communicators-forced"
             ],

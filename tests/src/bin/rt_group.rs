@@ -222,9 +222,72 @@ fn two_communicators(w: &Communicator, algo: Option<&str>) {
     }
 }
 
+/// create_group: only the group's members call it — evens and odds at the same time with
+/// different tags, the others busy elsewhere — and compare of communicators.
+fn create_group_and_compare(w: &Communicator) {
+    let (r, n) = (w.rank(), w.size());
+    let parity: Vec<u32> = (0..n).filter(|x| x % 2 == r % 2).collect();
+    let g = Group::new(parity.clone()).unwrap();
+    let c = w.create_group(&g, Tag(7 + (r % 2) as i32)).unwrap();
+    assert_eq!(members(&c), parity, "create_group members");
+    assert_eq!(
+        c.rank(),
+        parity.iter().position(|&x| x == r).unwrap() as u32
+    );
+    ring_check(&c);
+    let mut x = [u64::from(r)];
+    c.allreduce_in_place(&mut x, Op::Sum).unwrap();
+    assert_eq!(x[0], parity.iter().map(|&p| u64::from(p)).sum::<u64>());
+    // Only rank 0 makes a communicator of itself; nobody else takes part.
+    if r == 0 {
+        let solo = w.create_group(&Group::new([0]).unwrap(), Tag(1)).unwrap();
+        assert_eq!((solo.size(), solo.rank()), (1, 0));
+    }
+    // Not a member, a bad tag, a rank outside the communicator: errors, nothing sent.
+    let others = Group::new((0..n).filter(|&x| x != r)).unwrap();
+    assert!(matches!(
+        w.create_group(&others, Tag(3)),
+        Err(CommError::InvalidArg(_))
+    ));
+    assert!(w.create_group(&g, Tag(-2)).is_err());
+    assert!(
+        w.create_group(&Group::new([r, n]).unwrap(), Tag(3))
+            .is_err()
+    );
+    // Ranks 0 and 1 pass the pair in different orders: both get Mismatch.
+    if n >= 2 && r < 2 {
+        let order = if r == 0 { [0, 1] } else { [1, 0] };
+        match w.create_group(&Group::new(order).unwrap(), Tag(4)) {
+            Err(CommError::Mismatch { what, .. }) => assert!(what.contains("group"), "{what}"),
+            other => panic!("rank {r}: different orders gave {other:?}"),
+        }
+    }
+    w.barrier().unwrap();
+    // compare.
+    assert_eq!(w.compare(&w.clone()), Comparison::Ident);
+    let d = w.dup().unwrap();
+    assert_eq!(w.compare(&d), Comparison::Congruent);
+    assert_eq!(d.compare(&d), Comparison::Ident);
+    let rev = w.split(Some(0), -(r as i32)).unwrap().unwrap();
+    let want = if n > 1 {
+        Comparison::Similar
+    } else {
+        Comparison::Congruent
+    };
+    assert_eq!(w.compare(&rev), want, "reversed order");
+    let want = if n > 1 {
+        Comparison::Unequal
+    } else {
+        Comparison::Congruent
+    };
+    assert_eq!(w.compare(&c), want, "a half");
+}
+
 fn main() {
     let w = rcomm::init().unwrap();
     groups_and_create(&w);
+    create_group_and_compare(&w);
+    ok(&w, "create-group");
     two_communicators(&w, None);
     ok(&w, "two-communicators");
     for algo in ["ring", "rd"] {
