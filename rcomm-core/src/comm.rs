@@ -411,6 +411,8 @@ pub struct Communicator {
     /// World ranks whose failure fails this communicator's collectives, when more than its
     /// members: the parent's, for the sub-communicators a hierarchical collective runs on.
     pub(crate) failure_scope: Option<Arc<Vec<u32>>>,
+    /// Attributes (keyvals), shared by the handles of this communicator.
+    pub(crate) attrs: Arc<crate::attr::Attrs>,
 }
 
 /// The members of a communicator, as world ranks, with the reverse map.

@@ -185,6 +185,7 @@ impl Communicator {
             memo: Default::default(),
             algo_force: None,
             failure_scope: None,
+            attrs: Default::default(),
             shared: self.shared.clone(),
         };
         c.fr_created("");
@@ -306,10 +307,13 @@ impl Communicator {
         std::process::exit(code)
     }
 
-    /// A communicator with the same ranks and a separate message space (collective).
+    /// A communicator with the same ranks and a separate message space (collective). Its
+    /// attributes are copied as each key's [`AttrCopy`](crate::AttrCopy) says.
     pub fn dup(&self) -> Result<Communicator> {
         let guard = crate::fr::record(self.ctx, "dup", "", || self.alloc_id())?;
-        Ok(self.child(guard, self.members(), self.rank))
+        let mut c = self.child(guard, self.members(), self.rank);
+        c.attrs = Arc::new(self.attrs.copied());
+        Ok(c)
     }
 
     /// Splits into disjoint communicators, one per `color`, ranks ordered by (`key`, rank in
@@ -495,6 +499,7 @@ impl Communicator {
             memo: Default::default(),
             algo_force: None,
             failure_scope: None,
+            attrs: Default::default(),
             ..self.clone()
         };
         let hash = group_hash(group);

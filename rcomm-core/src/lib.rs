@@ -14,6 +14,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod attr;
 mod bsend;
 pub mod coll;
 mod coll_state;
@@ -33,6 +34,7 @@ pub mod straggler;
 mod topo;
 mod world;
 
+pub use attr::{AttrCopy, Keyval};
 pub use bsend::{BSEND_OVERHEAD, buffer_attach, buffer_detach};
 pub use coll::{CollRequest, Dtype, Element, Op, ReduceOp, UserOp};
 pub use comm::start_all;

@@ -235,6 +235,7 @@ fn init_with(cfg: &Config) -> Result<World> {
         memo: Default::default(),
         algo_force: None,
         failure_scope: None,
+        attrs: Default::default(),
         shared,
     };
     comm.fr_created("world");
