@@ -24,8 +24,11 @@ pub enum AttrCopy<T> {
     /// Copied by `Clone` (`MPI_COMM_DUP_FN`).
     Clone,
     /// Copied as the function says: `Some(value)` for the new communicator, `None` for none.
-    With(Arc<dyn Fn(&T) -> Option<T> + Send + Sync>),
+    With(AttrCopyFn<T>),
 }
+
+/// A copy callback of [`AttrCopy::With`].
+pub type AttrCopyFn<T> = Arc<dyn Fn(&T) -> Option<T> + Send + Sync>;
 
 impl<T> std::fmt::Debug for AttrCopy<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -34,7 +34,7 @@ pub mod straggler;
 mod topo;
 mod world;
 
-pub use attr::{AttrCopy, Keyval};
+pub use attr::{AttrCopy, AttrCopyFn, Keyval};
 pub use bsend::{BSEND_OVERHEAD, buffer_attach, buffer_detach};
 pub use coll::{CollRequest, Dtype, Element, Op, ReduceOp, UserOp};
 pub use comm::start_all;
