@@ -1,9 +1,11 @@
 //! What an MPI program asks of its environment besides communicators: the clock
-//! (`MPI_Wtime`, `MPI_Wtick`), the library's name and version, and local reductions
-//! (`MPI_Reduce_local`).
+//! (`MPI_Wtime`, `MPI_Wtick`), the library's name and version, the standard's version, the
+//! processor name, thread support levels (`MPI_Init_thread`, `MPI_Query_thread`) and local
+//! reductions (`MPI_Reduce_local`).
 
 use crate::{CommError, Element, Op, Result};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
 fn epoch() -> Instant {
@@ -27,6 +29,69 @@ pub fn wtick() -> f64 {
 /// The library's name and version (`MPI_Get_library_version`), e.g. `rcomm 0.1.0`.
 pub fn library_version() -> String {
     format!("rcomm {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The version of the MPI standard whose semantics rcomm follows (`MPI_Get_version`):
+/// (3, 1). rcomm implements a subset of it (docs/mpi-coverage.md says which), with errors
+/// returned instead of handlers.
+pub fn standard_version() -> (u32, u32) {
+    (3, 1)
+}
+
+/// The name of the processor this process runs on (`MPI_Get_processor_name`): the node's
+/// host name, as [`World::hostname`](crate::World::hostname) reports it (callable before
+/// init).
+pub fn processor_name() -> String {
+    rcomm_transport::identity::hostname()
+}
+
+/// Thread support levels (`MPI_THREAD_*`), ordered from least to most.
+///
+/// Every rcomm call is thread-safe at every level: communicators and requests may be used
+/// from any thread at any time, and calls from several threads at once progress each other.
+/// The level is what the program promises about its own use, and what [`init_thread`]
+/// provides is what was asked for:
+///
+/// - `Single`: only one thread exists (rcomm itself starts none unless asked).
+/// - `Funneled`: only the thread that called [`init_thread`] makes rcomm calls.
+/// - `Serialized`: any thread may call, never two at once.
+/// - `Multiple`: any thread may call at any time.
+///
+/// rcomm runs the same code at every level today (its waits already take a lock only
+/// briefly); a lower level leaves room for a lock-free fast path later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ThreadLevel {
+    /// `MPI_THREAD_SINGLE`.
+    Single,
+    /// `MPI_THREAD_FUNNELED`.
+    Funneled,
+    /// `MPI_THREAD_SERIALIZED`.
+    Serialized,
+    /// `MPI_THREAD_MULTIPLE`.
+    Multiple,
+}
+
+/// The level [`init_thread`] provided; `Multiple` (what rcomm supports) otherwise.
+static THREAD_LEVEL: AtomicU8 = AtomicU8::new(ThreadLevel::Multiple as u8);
+
+/// [`init`](crate::init) with a thread support level (`MPI_Init_thread`): returns the world
+/// and the level provided, which is `required` — rcomm supports every level (see
+/// [`ThreadLevel`]). [`query_thread`] reports it afterwards.
+pub fn init_thread(required: ThreadLevel) -> Result<(crate::World, ThreadLevel)> {
+    let world = crate::init()?;
+    THREAD_LEVEL.store(required as u8, Ordering::Relaxed);
+    Ok((world, required))
+}
+
+/// The thread support level in force (`MPI_Query_thread`): what [`init_thread`] provided,
+/// or `Multiple` when the world came from [`init`](crate::init).
+pub fn query_thread() -> ThreadLevel {
+    match THREAD_LEVEL.load(Ordering::Relaxed) {
+        0 => ThreadLevel::Single,
+        1 => ThreadLevel::Funneled,
+        2 => ThreadLevel::Serialized,
+        _ => ThreadLevel::Multiple,
+    }
 }
 
 /// `inout[i] = input[i] ⊕ inout[i]` with a built-in op, on this rank only
@@ -62,6 +127,24 @@ mod tests {
         assert!(b - a >= 0.019, "{a} -> {b}");
         assert!(wtick() > 0.0 && wtick() <= 1e-6);
         assert!(library_version().starts_with("rcomm "));
+    }
+
+    #[test]
+    fn thread_levels_are_provided_as_asked_and_the_environment_answers() {
+        assert!(ThreadLevel::Single < ThreadLevel::Funneled);
+        assert!(ThreadLevel::Serialized < ThreadLevel::Multiple);
+        for want in [
+            ThreadLevel::Funneled,
+            ThreadLevel::Single,
+            ThreadLevel::Multiple,
+            ThreadLevel::Serialized,
+        ] {
+            let (w, got) = init_thread(want).unwrap();
+            assert_eq!((got, query_thread()), (want, want));
+            assert_eq!(processor_name(), w.hostname());
+        }
+        assert!(!processor_name().is_empty());
+        assert_eq!(standard_version(), (3, 1));
     }
 
     #[test]

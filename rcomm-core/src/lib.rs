@@ -21,6 +21,7 @@ mod coll_state;
 mod comm;
 mod ctxid;
 pub mod datatype;
+mod elems;
 mod environment;
 mod error;
 mod fr;
@@ -42,6 +43,7 @@ pub use comm::{
     Communicator, Message, Persistent, Request, Scope, ScopedRequest, Tag, test_all, test_any,
     test_some, wait_all, wait_any, wait_some,
 };
+pub use environment::{ThreadLevel, init_thread, processor_name, query_thread, standard_version};
 pub use environment::{library_version, reduce_local, wtick, wtime};
 pub use error::CommError;
 pub use fr::CollRecord;
