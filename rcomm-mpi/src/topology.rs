@@ -278,23 +278,26 @@ pub trait Communicator: AsHandle {
         check(self.as_handle().comm().create(group.raw())).map(SimpleCommunicator::from_comm)
     }
 
-    /// A communicator of `group`'s ranks (`MPI_Comm_create_group`): `None` at once on ranks
-    /// outside the group. rcomm-core has no group-collective create yet, so the members build
-    /// it with the collective call: every rank of this communicator must call (each with its
-    /// own group), unlike MPI where only the group's members call.
+    /// A communicator of `group`'s ranks (`MPI_Comm_create_group`): only the group's members
+    /// take part; `None` at once on the others.
     fn split_by_subgroup(&self, group: &dyn Group) -> Option<SimpleCommunicator> {
-        group.rank()?;
-        self.split_by_subgroup_collective(group)
+        self.split_by_subgroup_with_tag(group, 0)
     }
 
-    /// As [`split_by_subgroup`](Self::split_by_subgroup); the tag is not needed.
+    /// As [`split_by_subgroup`](Self::split_by_subgroup); `tag` tells apart calls that run at
+    /// the same time on overlapping groups.
     fn split_by_subgroup_with_tag(
         &self,
         group: &dyn Group,
         tag: crate::Tag,
     ) -> Option<SimpleCommunicator> {
-        let _ = tag;
-        self.split_by_subgroup_collective(group)
+        group.rank()?;
+        let c = check(
+            self.as_handle()
+                .comm()
+                .create_group(group.raw(), rcomm::Tag(tag)),
+        );
+        Some(SimpleCommunicator::from_comm(c))
     }
 
     /// The communicator's group.

@@ -36,10 +36,6 @@ fn ranks(example: &str) -> &'static [u32] {
     match example {
         // The examples assert more than one rank.
         "all_gather_bool" | "immediate_multiple_requests" => &[2, 3, 4],
-        // Comm_create_group: rcomm-core has no group-collective create yet, so the facade
-        // builds it with the collective create, which needs every rank; split.rs calls it on
-        // the even ranks only, which works at one rank alone.
-        "split" => &[1],
         // Rank r sleeps r seconds before receiving.
         "wait_any" => &[1, 2, 3],
         _ => &[1, 2, 3, 4],
