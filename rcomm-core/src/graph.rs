@@ -708,3 +708,49 @@ impl GraphComm {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receive_blocks_land_at_their_displacements_and_overlaps_are_refused() {
+        let mut buf: Vec<u8> = (0..10).collect();
+        let b = blocks_mut(&mut buf, 2, &[1, 0, 2], &[3, 1, 0], "t").unwrap();
+        let got: Vec<Vec<u8>> = b.iter().map(|x| x.to_vec()).collect();
+        assert_eq!(got, [vec![6, 7], vec![], vec![0, 1, 2, 3]]);
+        // Block 0 (elements 1..3) and block 1 (elements 2..4) overlap.
+        assert!(blocks_mut(&mut buf, 1, &[2, 2], &[1, 2], "t").is_err());
+        // An empty block inside another is no overlap.
+        assert!(blocks_mut(&mut buf, 1, &[4, 0], &[0, 2], "t").is_ok());
+        assert!(check_v("t", "receive", 2, &[1, 1], &[0, 9], 10).is_ok());
+        assert!(
+            check_v("t", "receive", 2, &[1, 2], &[0, 9], 10).is_err(),
+            "past the end"
+        );
+        assert!(
+            check_v("t", "receive", 2, &[1], &[0, 1], 10).is_err(),
+            "too few counts"
+        );
+        assert!(
+            check_v("t", "send", 1, &[1], &[usize::MAX], 10).is_err(),
+            "overflow"
+        );
+    }
+
+    #[test]
+    fn graph_arguments_are_checked() {
+        assert_eq!(check_graph(&[2, 3, 4], &[1, 2, 0, 0], 3).unwrap(), 3);
+        assert!(check_graph(&[2, 1], &[1, 0], 2).is_err(), "index decreases");
+        assert!(check_graph(&[1], &[0, 0], 2).is_err(), "edges left over");
+        assert!(check_graph(&[1, 2], &[2, 0], 2).is_err(), "edge to no node");
+        assert!(
+            check_graph(&[0, 0, 0], &[], 2).is_err(),
+            "more nodes than ranks"
+        );
+        assert!(check_weights("t", "source", Some(&[1]), 2).is_err());
+        assert!(check_weights("t", "source", Some(&[1, -1]), 2).is_err());
+        assert!(check_weights("t", "source", None, 2).is_ok());
+        assert!(check_ranks("t", "source", &[0, 3], 3).is_err());
+    }
+}
