@@ -6,6 +6,8 @@
 //! takes its size plus [`BSEND_OVERHEAD`] until it has been delivered (a copy that went out
 //! eagerly is delivered at once; one sent by rendezvous holds its share until the receiver
 //! matched it). rcomm allocates the copies itself, so `buffer_attach` takes a size, not memory.
+//! As in MPI, detach before the program ends: [`buffer_detach`] is what waits for buffered
+//! sends still in flight (a process that exits without it may leave them undelivered).
 
 use crate::comm::{Communicator, Request, Tag};
 use crate::p2p::engine::Status;
