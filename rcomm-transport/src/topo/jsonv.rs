@@ -680,7 +680,12 @@ mod tests {
             assert!(from_str::<de::IgnoredAny>(bad).is_err(), "{bad:?} accepted");
         }
         let deep = "[".repeat(MAX_DEPTH + 2) + &"]".repeat(MAX_DEPTH + 2);
-        assert!(from_str::<de::IgnoredAny>(&deep).unwrap_err().0.contains("deeply"));
+        assert!(
+            from_str::<de::IgnoredAny>(&deep)
+                .unwrap_err()
+                .0
+                .contains("deeply")
+        );
     }
 
     #[test]
