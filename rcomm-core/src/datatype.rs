@@ -790,7 +790,6 @@ impl Communicator {
         let rbytes: &mut [u8] = bytemuck::cast_slice_mut(rbuf);
         let src = src.into();
         let sdirect = direct(sdt, sbytes, scount)?;
-        let rrange = direct_range(rdt, rbytes.len(), rcount)?;
         rdt.check_span(rcount, rbytes.len(), "sendrecv_dt")?;
         with_scratch(|out| {
             let sdata: &[u8] = match sdirect {
@@ -800,16 +799,33 @@ impl Communicator {
                     out.as_slice()
                 }
             };
-            match rrange {
-                Some(r) => self.sendrecv(sdata, dest, stag, &mut rbytes[r], src, rtag),
-                None => with_scratch(|inb| {
-                    inb.resize(rdt.packed_size(rcount), 0);
-                    let st = self.sendrecv(sdata, dest, stag, inb.as_mut_slice(), src, rtag)?;
-                    rdt.unpack(&inb[..st.bytes], rbytes, rcount)?;
-                    Ok(st)
-                }),
-            }
+            self.sendrecv_into_dt(sdata, dest, stag, rbytes, rcount, rdt, src, rtag)
         })
+    }
+
+    /// Sends the bytes `sdata` and receives up to `rcount` elements of `rdt` into `dst`:
+    /// straight into memory when the layout is one run, else through a packed buffer.
+    #[allow(clippy::too_many_arguments)]
+    fn sendrecv_into_dt(
+        &self,
+        sdata: &[u8],
+        dest: u32,
+        stag: Tag,
+        dst: &mut [u8],
+        rcount: usize,
+        rdt: &Datatype,
+        src: Source,
+        rtag: Tag,
+    ) -> Result<Status> {
+        match direct_range(rdt, dst.len(), rcount)? {
+            Some(r) => self.sendrecv(sdata, dest, stag, &mut dst[r], src, rtag),
+            None => with_scratch(|inb| {
+                inb.resize(rdt.packed_size(rcount), 0);
+                let st = self.sendrecv(sdata, dest, stag, inb.as_mut_slice(), src, rtag)?;
+                rdt.unpack(&inb[..st.bytes], dst, rcount)?;
+                Ok(st)
+            }),
+        }
     }
 
     /// Starts sending `count` elements of `dt` from `buf` (`MPI_Isend` with a derived
@@ -898,17 +914,8 @@ impl Communicator {
         }
         with_scratch(|out| {
             pack_into(sdt, &bytes[soff..], scount, out)?;
-            let dst = &mut bytes[roff..];
-            match direct_range(rdt, dst.len(), rcount)? {
-                Some(r) => self.sendrecv(out.as_slice(), dest, stag, &mut dst[r], src, rtag),
-                None => with_scratch(|inb| {
-                    inb.resize(rdt.packed_size(rcount), 0);
-                    let st =
-                        self.sendrecv(out.as_slice(), dest, stag, inb.as_mut_slice(), src, rtag)?;
-                    rdt.unpack(&inb[..st.bytes], dst, rcount)?;
-                    Ok(st)
-                }),
-            }
+            let src = src.into();
+            self.sendrecv_into_dt(out, dest, stag, &mut bytes[roff..], rcount, rdt, src, rtag)
         })
     }
 
