@@ -154,6 +154,9 @@ pub enum CommError {
     /// An argument is invalid.
     #[error("invalid argument: {0}")]
     InvalidArg(String),
+    /// Starting processes (`spawn`) failed: the spawning root's reason.
+    #[error("spawning processes: {0}")]
+    Spawn(String),
     /// A peer's address record could not be decoded.
     #[error("rank {rank}'s address record is unreadable: {err}")]
     BadRecord {

@@ -35,6 +35,10 @@ pub struct World {
     peers: Vec<AddrRecord>,
     boot: Arc<Mutex<Box<dyn Bootstrap>>>,
     notices: Option<Arc<NoticeBoard>>,
+    /// The world `init` made (not one joining spawned processes): its end ends those too.
+    primary: bool,
+    /// In a spawned process: the intercommunicator to the parents.
+    parent: Option<crate::spawn::InterComm>,
 }
 
 impl std::fmt::Debug for World {
@@ -153,7 +157,23 @@ fn init_with(cfg: &Config) -> Result<World> {
             "unknown variable {name} ignored (a typo? the README lists every RCOMM_ variable)"
         );
     }
-    let (mut boot, notices, secret) = choose_bootstrap(cfg)?;
+    let (boot, notices, secret) = choose_bootstrap(cfg)?;
+    let mut world = build(cfg, boot, notices, secret)?;
+    world.primary = true;
+    if let Some(p) = &cfg.parent {
+        world.parent = Some(crate::spawn::join_parents(cfg, p)?);
+    }
+    Ok(world)
+}
+
+/// A world over `boot`: listeners, address records, settings check, transports, engine. Also
+/// how spawned processes and their parents build the world that joins them.
+pub(crate) fn build(
+    cfg: &Config,
+    mut boot: Box<dyn Bootstrap>,
+    notices: Option<Arc<NoticeBoard>>,
+    secret: Option<Secret>,
+) -> Result<World> {
     let secret = match secret {
         Some(s) => s,
         None => exchange_secret(boot.as_mut())?,
@@ -268,6 +288,8 @@ fn init_with(cfg: &Config) -> Result<World> {
         peers,
         boot,
         notices,
+        primary: false,
+        parent: None,
     })
 }
 
@@ -401,6 +423,12 @@ impl World {
         self.restart_count
     }
 
+    /// In a process started by [`Communicator::spawn`]: the intercommunicator to the parents
+    /// (`MPI_Comm_get_parent`); `None` elsewhere.
+    pub fn parent(&self) -> Option<&crate::spawn::InterComm> {
+        self.parent.as_ref()
+    }
+
     /// Ends the whole job: the launcher stops every rank and exits with `code`.
     pub fn abort(&self, code: i32, msg: &str) -> ! {
         let mut b = self.boot.lock().unwrap_or_else(|p| p.into_inner());
@@ -438,6 +466,12 @@ impl std::ops::Deref for World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        if self.primary {
+            // MPI_Finalize is collective over connected processes: parents and children end
+            // together, before this world says it has finished.
+            self.parent = None;
+            crate::spawn::finalize();
+        }
         self.straggler_at_finalize();
         if let Some(p) = &self.comm.shared.coll.progress {
             p.stop();

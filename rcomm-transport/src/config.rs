@@ -197,6 +197,41 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "torchrun-style start: port of the store rank 0 serves on MASTER_ADDR (default MASTER_PORT + 1)",
     },
     VarSpec {
+        name: "RCOMM_PARENT_KVS_ADDR",
+        protocol: false,
+        help: "set by a spawning rank (MPI_Comm_spawn) for the processes it starts: the store of the world joining parents and children; with RCOMM_PARENT_RANK, RCOMM_PARENT_SIZE, RCOMM_PARENT_GROUP, RCOMM_PARENT_JOB_ID and RCOMM_PARENT_SECRET_FD",
+    },
+    VarSpec {
+        name: "RCOMM_PARENT_RANK",
+        protocol: false,
+        help: "set by a spawning rank: this process's rank in the world of parents and children",
+    },
+    VarSpec {
+        name: "RCOMM_PARENT_SIZE",
+        protocol: false,
+        help: "set by a spawning rank: the size of the world of parents and children",
+    },
+    VarSpec {
+        name: "RCOMM_PARENT_GROUP",
+        protocol: false,
+        help: "set by a spawning rank: how many parents (they hold the first ranks of the joint world)",
+    },
+    VarSpec {
+        name: "RCOMM_PARENT_JOB_ID",
+        protocol: false,
+        help: "set by a spawning rank: the job id of the world of parents and children",
+    },
+    VarSpec {
+        name: "RCOMM_PARENT_SECRET_FD",
+        protocol: false,
+        help: "set by a spawning rank: descriptor holding the secret of the world of parents and children",
+    },
+    VarSpec {
+        name: "RCOMM_APPNUM",
+        protocol: false,
+        help: "set by a spawning rank: which of the spawned commands this process runs (MPI_APPNUM), from 0",
+    },
+    VarSpec {
         name: "RCOMM_STORE_SECRET",
         protocol: false,
         help: "torchrun-style start: shared secret authenticating the store; without it one is derived from MASTER_ADDR, MASTER_PORT and WORLD_SIZE (not a secret)",
@@ -311,6 +346,17 @@ pub struct LaunchEnv {
     pub job_id: String,
     /// Descriptor holding the job secret.
     pub secret_fd: i32,
+}
+
+/// What a spawning rank hands the processes it starts (`RCOMM_PARENT_*`, `RCOMM_APPNUM`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentEnv {
+    /// How to join the world of parents and children (its rank, size, store and secret).
+    pub join: LaunchEnv,
+    /// How many parents: they hold ranks `0..parents` of that world, the children the rest.
+    pub parents: u32,
+    /// Which spawned command this process runs.
+    pub appnum: u32,
 }
 
 /// Which PMI wire version to speak (`RCOMM_PMI`).
@@ -437,6 +483,8 @@ pub struct Config {
     pub ssh: Option<String>,
     /// Present when started by `rcomm-run` (or a daemon of it).
     pub launch: Option<LaunchEnv>,
+    /// Started by a spawning rank: how to join the parents.
+    pub parent: Option<ParentEnv>,
     /// Present when `PMI_FD`, `PMI_RANK` and `PMI_SIZE` are set (hydra, Slurm).
     pub pmi: Option<PmiEnv>,
     /// Present when `RANK`, `WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT` are set.
@@ -620,6 +668,55 @@ fn flag(
 }
 
 /// `PMI_FD` + `PMI_RANK` + `PMI_SIZE` (all three, or the PMI start is not usable).
+/// The spawned process's way to its parents: all of `RCOMM_PARENT_*` or none, consistent with
+/// one another and with the process's own world (which `rcomm`'s variables describe).
+fn parse_parent(
+    env: &BTreeMap<String, String>,
+    launch: Option<&LaunchEnv>,
+) -> Result<Option<ParentEnv>, ConfigError> {
+    let Some(kvs_addr) = get(env, "RCOMM_PARENT_KVS_ADDR") else {
+        return Ok(None);
+    };
+    let missing = |name: &'static str| ConfigError {
+        name,
+        value: String::new(),
+        expected: "to be set by the spawning rank together with RCOMM_PARENT_KVS_ADDR".into(),
+    };
+    let need = |name: &'static str| -> Result<u32, ConfigError> {
+        parse_u32(env, name)?.ok_or_else(|| missing(name))
+    };
+    let (rank, size, parents) = (
+        need("RCOMM_PARENT_RANK")?,
+        need("RCOMM_PARENT_SIZE")?,
+        need("RCOMM_PARENT_GROUP")?,
+    );
+    let children = launch.map_or(1, |l| l.size);
+    if parents == 0 || parents.checked_add(children) != Some(size) || rank < parents || rank >= size
+    {
+        return Err(ConfigError {
+            name: "RCOMM_PARENT_RANK",
+            value: format!("{rank} (size {size}, {parents} parents)"),
+            expected: format!(
+                "a rank among the last {children} of the joint world, after at least one parent"
+            ),
+        });
+    }
+    Ok(Some(ParentEnv {
+        join: LaunchEnv {
+            rank,
+            size,
+            local_rank: rank,
+            local_size: size,
+            kvs_addr,
+            job_id: get(env, "RCOMM_PARENT_JOB_ID")
+                .ok_or_else(|| missing("RCOMM_PARENT_JOB_ID"))?,
+            secret_fd: need("RCOMM_PARENT_SECRET_FD")? as i32,
+        },
+        parents,
+        appnum: parse_u32(env, "RCOMM_APPNUM")?.unwrap_or(0),
+    }))
+}
+
 fn parse_pmi(env: &BTreeMap<String, String>) -> Result<Option<PmiEnv>, ConfigError> {
     let Some(fd) = parse_u32(env, "PMI_FD")? else {
         return Ok(None);
@@ -855,6 +952,7 @@ impl Config {
                 });
             }
         };
+        let parent = parse_parent(env, launch.as_ref())?;
         let pmi = parse_pmi(env)?;
         let torch = parse_torch(env)?;
         let bootstrap_timeout = std::time::Duration::from_secs(
@@ -929,6 +1027,7 @@ impl Config {
             host_id: get(env, "RCOMM_HOSTID").filter(|v| !v.trim().is_empty()),
             ssh: get(env, "RCOMM_SSH"),
             launch,
+            parent,
             pmi,
             torch,
             bootstrap_timeout,
