@@ -516,7 +516,7 @@ pub fn reduce_local_into<S: ?Sized + Buffer, R: ?Sized + BufferMut, O: Operation
 // ------------------------------------------------------------------ collectives
 
 fn comm_of<C: ?Sized + AsHandle>(c: &C) -> &rcomm::Communicator {
-    c.as_handle().comm()
+    c.as_handle().coll_comm()
 }
 
 fn part_counts(counts: &[Count], size: usize) -> Vec<usize> {
@@ -1388,30 +1388,54 @@ pub trait Root: AsHandle {
     }
 }
 
-/// Process spawning (`MPI_Comm_spawn`), which rcomm does not offer: both calls return an error.
+/// Process spawning (`MPI_Comm_spawn`): collective over the communicator of the root
+/// process; only the root's commands are read. The children run on the root's node.
 pub trait Spawn: Root {
-    /// Starts `maxprocs` copies of `command` (not supported: an error).
+    /// Starts `maxprocs` copies of `command`.
     fn spawn(
         &self,
         command: &std::process::Command,
         maxprocs: Rank,
     ) -> Result<crate::topology::InterCommunicator, crate::MpiError> {
-        let _ = (command, maxprocs);
-        Err(crate::MpiError {
-            message:
-                "rcomm cannot spawn processes (MPI_Comm_spawn); start every rank with rcomm-run"
-                    .into(),
-        })
+        self.spawn_multiple(std::slice::from_ref(command), &[maxprocs])
     }
 
-    /// Starts several commands (not supported: an error).
+    /// Starts `maxprocs[i]` copies of each `commands[i]` (`MPI_Comm_spawn_multiple`); each
+    /// child's `appnum` is its command's index.
     fn spawn_multiple(
         &self,
         commands: &[std::process::Command],
         maxprocs: &[Rank],
     ) -> Result<crate::topology::InterCommunicator, crate::MpiError> {
-        let _ = (commands, maxprocs);
-        self.spawn(&std::process::Command::new("true"), 0)
+        let root = self.root_rank() as u32;
+        let comm = self.as_handle().coll_comm();
+        let mine = comm.rank() == root;
+        if mine && (commands.len() != maxprocs.len() || maxprocs.iter().any(|&n| n < 0)) {
+            return Err(crate::MpiError {
+                message: format!(
+                    "spawn_multiple: {} commands with {} non-negative counts",
+                    commands.len(),
+                    maxprocs.len()
+                ),
+            });
+        }
+        let cmds: Vec<rcomm::SpawnCommand<'_>> = if mine {
+            commands
+                .iter()
+                .zip(maxprocs)
+                .map(|(command, &n)| rcomm::SpawnCommand {
+                    command,
+                    copies: n as u32,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        comm.spawn(root, &cmds)
+            .map(crate::topology::InterCommunicator::new)
+            .map_err(|e| crate::MpiError {
+                message: e.to_string(),
+            })
     }
 }
 

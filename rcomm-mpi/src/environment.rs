@@ -40,9 +40,10 @@ impl Universe {
         Some(self.world.size() as usize)
     }
 
-    /// The application number (`MPI_APPNUM`); rcomm starts one application.
+    /// The application number (`MPI_APPNUM`): in a spawned process, the index of its command
+    /// in the spawn; `None` in a process `rcomm-run` started.
     pub fn appnum(&self) -> Option<isize> {
-        None
+        self.world.appnum().map(|a| a as isize)
     }
 
     /// The size of the buffer attached for buffered sends.
@@ -67,7 +68,8 @@ impl Universe {
         }
     }
 
-    /// Disconnects from a parent job; rcomm jobs have none.
+    /// Disconnects from the parent job (`MPI_Comm_disconnect`): rcomm keeps the connection until
+    /// finalize, where parents and children end together.
     pub fn disconnect_parent(&mut self) {}
 }
 

@@ -20,6 +20,7 @@ enum Inner {
     World(Arc<rcomm::World>),
     Comm(Arc<rcomm::Communicator>),
     Cart(Arc<rcomm::CartComm>),
+    Inter(rcomm::InterComm),
 }
 
 /// What every communicator object holds: rcomm's communicator and the attributes cached on
@@ -52,6 +53,35 @@ impl CommHandle {
             Inner::World(w) => w,
             Inner::Comm(c) => c,
             Inner::Cart(c) => c.comm(),
+            Inner::Inter(c) => c.joint(),
+        }
+    }
+
+    /// rcomm's communicator for a collective: intercommunicators have none here.
+    pub(crate) fn coll_comm(&self) -> &rcomm::Communicator {
+        if let Inner::Inter(_) = self.inner {
+            fail(&"rcomm-mpi has no collectives on intercommunicators: merge it first");
+        }
+        self.comm()
+    }
+
+    /// (rank, size) of the local group.
+    fn local(&self) -> (Rank, Rank) {
+        match &self.inner {
+            Inner::Inter(c) => (c.rank() as Rank, c.size() as Rank),
+            _ => (self.comm().rank() as Rank, self.comm().size() as Rank),
+        }
+    }
+
+    /// How many ranks `process_at_rank` may name, and the offset from those to rcomm's ranks
+    /// (an intercommunicator names the remote group).
+    fn peers(&self) -> (Rank, Rank) {
+        match &self.inner {
+            Inner::Inter(c) => (
+                c.remote_size() as Rank,
+                c.remote_to_joint(0).map_or(0, |j| j as Rank),
+            ),
+            _ => (self.comm().size() as Rank, 0),
         }
     }
 
@@ -191,25 +221,27 @@ fn to_u32(r: Rank) -> u32 {
 pub trait Communicator: AsHandle {
     /// Number of ranks.
     fn size(&self) -> Rank {
-        self.as_handle().comm().size() as Rank
+        self.as_handle().local().1
     }
 
     /// This process's rank.
     fn rank(&self) -> Rank {
-        self.as_handle().comm().rank() as Rank
+        self.as_handle().local().0
     }
 
-    /// The process at rank `r`.
+    /// The process at rank `r` (of the remote group, on an intercommunicator).
     fn process_at_rank(&self, r: Rank) -> Process<'_> {
-        if r < 0 || r >= self.size() {
+        let (n, base) = self.as_handle().peers();
+        if r < 0 || r >= n {
             fail(&format!(
-                "process_at_rank({r}) outside a communicator of {}",
-                self.size()
+                "process_at_rank({r}) outside a communicator of {n}"
             ));
         }
+        // On an intercommunicator the process is kept by its rank in the joint world, which
+        // is what every point-to-point call underneath names.
         Process {
             comm: self.as_handle(),
-            rank: r,
+            rank: base + r,
         }
     }
 
@@ -423,9 +455,11 @@ pub trait Communicator: AsHandle {
         (p + n) as Count
     }
 
-    /// The parent job's intercommunicator; rcomm jobs have none (no process spawning).
+    /// In a spawned process, the intercommunicator to the parents (`MPI_Comm_get_parent`).
     fn parent(&self) -> Option<InterCommunicator> {
-        None
+        let w = crate::environment::world()?;
+        let ic = w.parent()?.clone();
+        Some(InterCommunicator(CommHandle::new(Inner::Inter(ic))))
     }
 }
 
@@ -475,9 +509,9 @@ impl std::fmt::Debug for Process<'_> {
 }
 
 impl Process<'_> {
-    /// The process's rank in its communicator.
+    /// The process's rank in its communicator (in the remote group, on an intercommunicator).
     pub fn rank(&self) -> Rank {
-        self.rank
+        self.rank - self.comm.peers().1
     }
 
     /// Whether this is the calling process.
@@ -737,20 +771,32 @@ pub enum MergeOrder {
     High,
 }
 
-/// A communicator between two groups (from process spawning). rcomm cannot spawn processes,
-/// so none is ever made; the type exists so that programs naming it build.
+/// A communicator between two groups: the parents and the children of a spawn. Ranks given
+/// to it (`process_at_rank`) name the remote group; `rank` and `size` are the local group's.
+/// Point-to-point works; collectives do not (merge first).
 pub struct InterCommunicator(CommHandle);
 
 impl InterCommunicator {
-    /// The size of the remote group.
-    pub fn remote_size(&self) -> Rank {
-        self.size()
+    pub(crate) fn new(c: rcomm::InterComm) -> Self {
+        InterCommunicator(CommHandle::new(Inner::Inter(c)))
     }
 
-    /// The intracommunicator of both groups (`MPI_Intercomm_merge`).
+    fn inter(&self) -> &rcomm::InterComm {
+        match &self.0.inner {
+            Inner::Inter(c) => c,
+            _ => unreachable!("an InterCommunicator holds an intercommunicator"),
+        }
+    }
+
+    /// The size of the remote group (`MPI_Comm_remote_size`).
+    pub fn remote_size(&self) -> Rank {
+        self.inter().remote_size() as Rank
+    }
+
+    /// The intracommunicator of both groups (`MPI_Intercomm_merge`): the group passing
+    /// `Low` first. Collective over both groups.
     pub fn merge(&self, order: MergeOrder) -> SimpleCommunicator {
-        let _ = order;
-        fail(&"rcomm has no intercommunicators")
+        SimpleCommunicator::from_comm(check(self.inter().merge(order == MergeOrder::High)))
     }
 }
 
