@@ -188,6 +188,8 @@ pub struct SpawnCommand<'a> {
 struct Spawned {
     children: Mutex<Vec<Child>>,
     stores: Mutex<[KvsServer; 2]>,
+    /// The joint store's events: which children have connected to it.
+    joined: Mutex<std::sync::mpsc::Receiver<rcomm_transport::bootstrap::server::KvsEvent>>,
     parents: u32,
     finalizing: std::sync::atomic::AtomicBool,
 }
@@ -200,34 +202,61 @@ static LIVE: Mutex<Live> = Mutex::new((Vec::new(), Vec::new()));
 const WATCH_EVERY: Duration = Duration::from_millis(20);
 
 impl Spawned {
-    /// Until finalize: a child that ends without finalizing its worlds (it crashed, or is not
-    /// an rcomm program) is reported failed in both stores, so a join or fence waiting for it
-    /// fails at once instead of at the bootstrap timeout. (A child that connected and then
-    /// vanished is caught by the stores themselves.)
+    /// Until finalize: a child that ends before it joined the parents (it crashed, or is not
+    /// an rcomm program), or that ends with a failure status, is reported failed in both
+    /// stores, so a join or fence waiting for it fails at once instead of at the bootstrap
+    /// timeout. (A child that joined and then vanished is caught by the stores themselves.)
     fn watch(self: Arc<Self>) {
+        use rcomm_transport::bootstrap::server::KvsEvent;
         use std::sync::atomic::Ordering;
-        let mut reported = vec![false; self.children.lock().map(|c| c.len()).unwrap_or(0)];
+        let n = self.children.lock().map(|c| c.len()).unwrap_or(0);
+        let (mut reported, mut joined) = (vec![false; n], vec![false; n]);
         while !self.finalizing.load(Ordering::Acquire) {
+            let mut exited = Vec::new();
+            for (i, c) in self
+                .children
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter_mut()
+                .enumerate()
             {
-                let mut ch = self.children.lock().unwrap_or_else(|p| p.into_inner());
-                for (i, c) in ch.iter_mut().enumerate() {
-                    if reported[i] {
-                        continue;
-                    }
-                    if let Ok(Some(st)) = c.try_wait() {
-                        reported[i] = true;
-                        if st.success() {
-                            continue;
-                        }
-                        let how = format!("exited ({st})");
-                        let st = self.stores.lock().unwrap_or_else(|p| p.into_inner());
-                        st[0].notify_rank_failed(i as u32, "localhost", &how);
-                        st[1].notify_rank_failed(self.parents + i as u32, "localhost", &how);
-                    }
+                if !reported[i]
+                    && let Ok(Some(st)) = c.try_wait()
+                {
+                    reported[i] = true;
+                    exited.push((i, st));
                 }
-                if reported.iter().all(|&r| r) {
-                    return;
+            }
+            // Read the connections after the exits: a child that joined did so before it
+            // exited, so its event is in by now.
+            for ev in self
+                .joined
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .try_iter()
+            {
+                if let KvsEvent::Connected { rank } = ev
+                    && let Some(j) = rank.checked_sub(self.parents)
+                    && let Some(j) = joined.get_mut(j as usize)
+                {
+                    *j = true;
                 }
+            }
+            for (i, st) in exited {
+                if st.success() && joined[i] {
+                    continue;
+                }
+                let how = if joined[i] {
+                    format!("exited ({st})")
+                } else {
+                    format!("exited ({st}) before joining its parents")
+                };
+                let stores = self.stores.lock().unwrap_or_else(|p| p.into_inner());
+                stores[0].notify_rank_failed(i as u32, "localhost", &how);
+                stores[1].notify_rank_failed(self.parents + i as u32, "localhost", &how);
+            }
+            if reported.iter().all(|&r| r) {
+                return;
             }
             std::thread::sleep(WATCH_EVERY);
         }
@@ -395,7 +424,10 @@ fn start_children(
         Ok::<_, String>(s)
     };
     let own = start(IpAddr::V4(Ipv4Addr::LOCALHOST), &own_secret, children)?;
-    let joint = start(joint_ip, &joint_secret, joint_size)?;
+    let mut joint = start(joint_ip, &joint_secret, joint_size)?;
+    let joined = joint
+        .take_events()
+        .ok_or("the joint store's events are taken")?;
     let memfd = |s: &Secret| {
         rcomm_transport::os::sealed_memfd("rcomm-spawn-secret", s.as_bytes(), false)
             .map_err(|e| format!("memfd for a child's secret: {e}"))
@@ -454,6 +486,7 @@ fn start_children(
     let spawned = Arc::new(Spawned {
         children: Mutex::new(started),
         stores: Mutex::new([own, joint]),
+        joined: Mutex::new(joined),
         parents,
         finalizing: Default::default(),
     });

@@ -47,8 +47,27 @@ fn a_program_that_cannot_start_is_an_error_on_every_parent() {
 fn children_that_crash_before_init_fail_the_spawn_at_once() {
     let out = run(2, "crash-before-init", "shm");
     let l = ok_line(&out, "ok crash-before-init in ");
-    assert!(l.contains("exit status: 3"), "the error names the child's exit: {l}");
-    assert!(out.elapsed < Duration::from_secs(30), "{:?}\n{out}", out.elapsed);
+    assert!(
+        l.contains("exit status: 3"),
+        "the error names the child's exit: {l}"
+    );
+    assert!(
+        out.elapsed < Duration::from_secs(30),
+        "{:?}\n{out}",
+        out.elapsed
+    );
+}
+
+#[test]
+fn children_that_quit_before_init_with_status_0_fail_the_spawn_at_once() {
+    let out = run(2, "quit-before-init", "shm");
+    let l = ok_line(&out, "ok quit-before-init in ");
+    assert!(l.contains("before joining its parents"), "{l}");
+    assert!(
+        out.elapsed < Duration::from_secs(30),
+        "{:?}\n{out}",
+        out.elapsed
+    );
 }
 
 #[test]
@@ -56,5 +75,9 @@ fn a_child_that_leaves_mid_job_is_a_lost_peer_for_the_parent() {
     let out = run(2, "dies-later", "shm");
     let l = ok_line(&out, "ok dies-later: ");
     assert!(l.contains("is lost"), "{l}");
-    assert!(out.elapsed < Duration::from_secs(40), "{:?}\n{out}", out.elapsed);
+    assert!(
+        out.elapsed < Duration::from_secs(40),
+        "{:?}\n{out}",
+        out.elapsed
+    );
 }

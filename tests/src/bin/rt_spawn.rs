@@ -6,7 +6,8 @@
 //! Cases: `spawn` (two commands, 2 + 1 copies: appnums, both worlds, data both ways, merge in
 //! both orders with a reduction against its sequential value), `bad-program` (a program that
 //! cannot start: every parent gets the error), `crash-before-init` (a child that exits before
-//! joining: the spawn fails at once, not at the bootstrap timeout), `dies-later` (a child
+//! joining: the spawn fails at once, not at the bootstrap timeout), `quit-before-init` (the
+//! same with status 0, as a program that is not an rcomm program), `dies-later` (a child
 //! that leaves mid-job: the parent waiting on it gets `PeerLost`).
 
 use rcomm::{CommError, Op, Source, SpawnCommand, Tag, World};
@@ -160,8 +161,10 @@ fn bad_program(w: &World) {
     ok(w, &format!("bad-program: {e}"));
 }
 
-fn crash_before_init(w: &World) {
-    let c = me(&["crash"]);
+/// Children that exit before init, with `how` (`crash`: status 3, `quit`: status 0 — a
+/// program that is not an rcomm program).
+fn exit_before_init(w: &World, how: &str) {
+    let c = me(&[how]);
     let t0 = Instant::now();
     let e = w
         .spawn(
@@ -176,7 +179,7 @@ fn crash_before_init(w: &World) {
     assert!(took < Duration::from_secs(20), "took {took:?}: {e}");
     ok(
         w,
-        &format!("crash-before-init in {:.1} s: {e}", took.as_secs_f64()),
+        &format!("{how}-before-init in {:.1} s: {e}", took.as_secs_f64()),
     );
 }
 
@@ -207,16 +210,21 @@ fn dies_later(w: &World) {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    if args.first() == Some(&"crash") {
-        std::process::exit(3);
+    match args.first() {
+        Some(&"crash") => std::process::exit(3),
+        Some(&"quit") => std::process::exit(0),
+        _ => {}
     }
     let w = rcomm::init().expect("init");
     match args.as_slice() {
         ["child", case, rest @ ..] => child(&w, case, rest.first().copied().unwrap_or("")),
         ["spawn"] => spawn_case(&w),
         ["bad-program"] => bad_program(&w),
-        ["crash-before-init"] => crash_before_init(&w),
+        ["crash-before-init"] => exit_before_init(&w, "crash"),
+        ["quit-before-init"] => exit_before_init(&w, "quit"),
         ["dies-later"] => dies_later(&w),
-        _ => panic!("usage: rt_spawn spawn|bad-program|crash-before-init|dies-later"),
+        _ => panic!(
+            "usage: rt_spawn spawn|bad-program|crash-before-init|quit-before-init|dies-later"
+        ),
     }
 }
