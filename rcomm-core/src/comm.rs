@@ -908,21 +908,47 @@ impl<T: Pod + Send> Request<T> {
         self.req.is_some_and(|r| self.shared.test_req(r))
     }
 
-    /// Tries to cancel the operation (`MPI_Cancel`); true if it was cancelled. A receive not
-    /// yet matched is taken back: no message will ever land in it, and [`wait`](Self::wait)
-    /// then returns the buffer untouched with an empty status (`bytes` 0, `source`
-    /// `u32::MAX`), and [`is_cancelled`](Self::is_cancelled) says so (`MPI_Test_cancelled`).
-    /// A receive already matched, and every send, reports false and completes as usual: MPI
-    /// lets a cancel fail, and rcomm never takes back a message once it has left (an eager
-    /// send is complete when it returns; a rendezvous send's announcement is already queued
-    /// at the receiver).
+    /// Tries to cancel the operation (`MPI_Cancel`); true if it was cancelled, and then
+    /// [`wait`](Self::wait) returns at once with the buffer and an empty status (`bytes` 0,
+    /// `source` `u32::MAX`), and [`is_cancelled`](Self::is_cancelled) says so
+    /// (`MPI_Test_cancelled`).
+    ///
+    /// A receive not yet matched is taken back: no message will ever land in it, its buffer
+    /// comes back untouched. A send is cancelled if no receive matched its message yet: the
+    /// receiver is asked to withdraw it (this call waits for the answer), and no receive, probe
+    /// or mprobe there will ever see it; later messages of this rank still match in order. A
+    /// receive or send already matched reports false and completes as usual, as MPI allows.
+    /// So does an eager send that went straight into the transport when it started (it has no
+    /// request to name it by). If the receiver is lost before it answers, this reports false
+    /// and the send completes as it would have; [`try_cancel`](Self::try_cancel) gives the
+    /// error.
     pub fn cancel(&mut self) -> bool {
-        if !self.recv || self.cancelled {
-            return self.cancelled;
+        self.try_cancel().unwrap_or(false)
+    }
+
+    /// [`cancel`](Self::cancel), failing with `PeerLost` when a send's receiver is lost before
+    /// it answers (or was already).
+    pub fn try_cancel(&mut self) -> Result<bool> {
+        use crate::p2p::engine::CancelSend;
+        if self.cancelled {
+            return Ok(true);
         }
-        let Some(req) = self.req else { return false };
-        if !self.shared.lock().cancel(req) {
-            return false;
+        let Some(req) = self.req else {
+            return Ok(false);
+        };
+        let cancelled = if self.recv {
+            self.shared.lock().cancel(req)
+        } else {
+            let asked = self.shared.lock().cancel_send(req)?;
+            match asked {
+                CancelSend::Done(c) => c,
+                CancelSend::Asked(token) => {
+                    self.shared.block_on(|e| e.cancel_send_answer(token))?
+                }
+            }
+        };
+        if !cancelled {
+            return Ok(false);
         }
         self.req = None;
         self.cancelled = true;
@@ -931,7 +957,7 @@ impl<T: Pod + Send> Request<T> {
             tag: -1,
             bytes: 0,
         });
-        true
+        Ok(true)
     }
 
     /// Whether [`cancel`](Self::cancel) cancelled this request (`MPI_Test_cancelled`).

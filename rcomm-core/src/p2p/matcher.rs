@@ -86,6 +86,8 @@ pub enum Route {
 #[derive(Debug)]
 struct Stored<P> {
     env: Envelope,
+    /// The sender's sequence number (what a sender's cancel names).
+    seq: u32,
     arrival: u64,
     payload: P,
 }
@@ -126,8 +128,9 @@ pub struct Matcher<P> {
     /// Per source, by rank (sources are ranks the engine checked: the table grows to the
     /// highest one seen, at most the world's size).
     peers: DenseMap<Peer<P>>,
-    /// Early arrivals per source, by sequence number (rare: several lanes to one peer).
-    early: FastMap<u32, BTreeMap<u32, (Envelope, P)>>,
+    /// Early arrivals per source, by sequence number (rare: several lanes to one peer);
+    /// `None` marks one its sender withdrew (a cancelled send), skipped when its turn comes.
+    early: FastMap<u32, BTreeMap<u32, Option<(Envelope, P)>>>,
     unexpected_count: usize,
     /// Posted wildcard-source receives, in post order.
     wildcard: VecDeque<Posted>,
@@ -146,6 +149,17 @@ impl<P> Default for Matcher<P> {
             next_arrival: 0,
         }
     }
+}
+
+/// What [`Matcher::withdraw`] did with a sender's message.
+#[derive(Debug)]
+pub enum Withdraw<P> {
+    /// Taken out before any receive matched it: no receive, probe or mprobe will see it.
+    Taken(Envelope, P),
+    /// Already matched (received, being received, or taken by mprobe): it stays.
+    Matched,
+    /// Not here yet (it is still on its way): ask again later.
+    NotArrived,
 }
 
 /// The result of posting a receive.
@@ -226,12 +240,12 @@ impl<P> Matcher<P> {
         let peer = self.peer_mut(env.source);
         if seq == peer.expected {
             peer.expected = seq.wrapping_add(1);
-            self.push_unexpected(env, payload);
+            self.push_unexpected(env, seq, payload);
         } else {
             self.early
                 .entry(env.source)
                 .or_default()
-                .insert(seq, (env, payload));
+                .insert(seq, Some((env, payload)));
         }
     }
 
@@ -243,16 +257,18 @@ impl<P> Matcher<P> {
             let Some(q) = self.early.get_mut(&source) else {
                 return;
             };
-            let Some((env, payload)) = q.remove(&exp) else {
+            let Some(held) = q.remove(&exp) else {
                 return;
             };
             if q.is_empty() {
                 self.early.remove(&source);
             }
             self.peer_mut(source).expected = exp.wrapping_add(1);
+            // A withdrawn message only holds its place in the sequence.
+            let Some((env, payload)) = held else { continue };
             match self.take_posted(&env) {
                 Some(id) => deliver(id, env, payload),
-                None => self.push_unexpected(env, payload),
+                None => self.push_unexpected(env, exp, payload),
             }
         }
     }
@@ -291,9 +307,40 @@ impl<P> Matcher<P> {
         self.peer_mut(src).expected = seq.wrapping_add(1);
     }
 
+    /// Withdraws message `seq` of `src` for its sender's cancel, if no receive matched it
+    /// yet: out of the unexpected queue, or, held back early, replaced by a mark that keeps
+    /// its place in the sequence so the messages after it are still released in order. Each
+    /// message is withdrawn at most once.
+    pub fn withdraw(&mut self, src: u32, seq: u32) -> Withdraw<P> {
+        if let Some(slot) = self.early.get_mut(&src).and_then(|q| q.get_mut(&seq))
+            && let Some((env, payload)) = slot.take()
+        {
+            return Withdraw::Taken(env, payload);
+        }
+        let expected = self.peer(src).map_or(0, |p| p.expected);
+        // At or after the next expected number (modulo wrapping): not sequenced yet.
+        if seq.wrapping_sub(expected) < 1 << 31 {
+            return Withdraw::NotArrived;
+        }
+        let Some(p) = self.peers.get_mut(&src) else {
+            return Withdraw::Matched;
+        };
+        match p.unexpected.iter().position(|m| m.seq == seq) {
+            Some(i) => {
+                let m = p.unexpected.remove(i).expect("found");
+                self.unexpected_count -= 1;
+                Withdraw::Taken(m.env, m.payload)
+            }
+            None => Withdraw::Matched,
+        }
+    }
+
     /// Number of stored (unexpected or held-back) messages.
     pub fn stored(&self) -> usize {
-        self.unexpected_count + self.early.values().map(BTreeMap::len).sum::<usize>()
+        self.unexpected_count
+            + (self.early.values())
+                .map(|q| q.values().filter(|m| m.is_some()).count())
+                .sum::<usize>()
     }
 
     /// Number of posted receives waiting.
@@ -301,11 +348,12 @@ impl<P> Matcher<P> {
         self.wildcard.len() + self.peers.values().map(|p| p.posted.len()).sum::<usize>()
     }
 
-    fn push_unexpected(&mut self, env: Envelope, payload: P) {
+    fn push_unexpected(&mut self, env: Envelope, seq: u32, payload: P) {
         let arrival = self.next_arrival;
         self.next_arrival += 1;
         self.peer_mut(env.source).unexpected.push_back(Stored {
             env,
+            seq,
             arrival,
             payload,
         });
@@ -454,6 +502,46 @@ mod tests {
         assert!(m.cancel(a));
         assert!(arrive(&mut m, env(0, 0), 0, 5).is_empty());
         assert_eq!(m.probe(Source::Any, TagSel::Any).map(|e| e.source), Some(0));
+    }
+
+    #[test]
+    fn withdraw_takes_unexpected_and_held_back_messages_and_keeps_the_sequence() {
+        let mut m = Matcher::<u64>::new();
+        assert!(matches!(m.withdraw(0, 0), Withdraw::NotArrived));
+        arrive(&mut m, env(0, 1), 0, 10);
+        arrive(&mut m, env(0, 1), 2, 12); // early: 1 is on its way
+        arrive(&mut m, env(0, 1), 3, 13); // early
+        assert!(matches!(m.withdraw(0, 1), Withdraw::NotArrived));
+        assert!(matches!(m.withdraw(0, 2), Withdraw::Taken(_, 12)));
+        assert!(matches!(m.withdraw(0, 0), Withdraw::Taken(_, 10)));
+        assert_eq!(m.stored(), 1, "only 3 is left (held back)");
+        // 1 arrives: 2 is skipped, 3 is released after it, in order.
+        let Posting::Posted(a) = m.post(Source::Any, TagSel::Any, 7) else {
+            panic!()
+        };
+        assert_eq!(arrive(&mut m, env(0, 1), 1, 11), vec![(a, 11)]);
+        assert!(matches!(
+            m.post(Source::Any, TagSel::Any, 8),
+            Posting::Matched(_, 13)
+        ));
+        assert!(matches!(m.withdraw(0, 1), Withdraw::Matched));
+        assert!(matches!(m.withdraw(0, 3), Withdraw::Matched));
+        assert!(matches!(m.withdraw(0, 4), Withdraw::NotArrived));
+        assert_eq!(m.stored(), 0);
+        // A message taken out of the middle of the unexpected queue, by its number.
+        for (seq, tag) in [(4, 1), (5, 2), (6, 1)] {
+            arrive(&mut m, env(0, tag), seq, 100 + seq as u64);
+        }
+        assert!(matches!(m.withdraw(0, 5), Withdraw::Taken(e, 105) if e.tag == 2));
+        assert!(matches!(
+            m.post(Source::Rank(0), TagSel::Any, 9),
+            Posting::Matched(_, 104)
+        ));
+        assert!(matches!(
+            m.post(Source::Rank(0), TagSel::Any, 9),
+            Posting::Matched(_, 106)
+        ));
+        assert!(m.probe(Source::Any, TagSel::Any).is_none());
     }
 
     #[test]

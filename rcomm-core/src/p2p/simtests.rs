@@ -745,3 +745,316 @@ fn a_seed_replays_the_same_run() {
     );
     assert_ne!(a, trace(43), "another seed, other jitter");
 }
+
+// ---- cancelling sends ------------------------------------------------------------------------
+
+/// Cancels send `req` of `rank` the way a blocking `cancel` does: asks, then runs the cluster
+/// until the answer is in.
+fn cancel_send(cl: &mut Cluster, rank: usize, req: ReqId) -> Result<bool, CommError> {
+    use super::engine::CancelSend;
+    match cl.engines[rank].cancel_send(req)? {
+        CancelSend::Done(c) => Ok(c),
+        CancelSend::Asked(token) => {
+            let mut answer = None;
+            cl.run(|c| {
+                answer = c.engines[rank].cancel_send_answer(token);
+                answer.is_some()
+            })
+            .unwrap_or_else(|e| panic!("cancel never answered: {e}"));
+            answer.expect("answered")
+        }
+    }
+}
+
+/// [`cancel_send`] that must not fail.
+fn cancelled(cl: &mut Cluster, rank: usize, req: ReqId) -> bool {
+    cancel_send(cl, rank, req).unwrap_or_else(|e| panic!("cancel failed: {e}"))
+}
+
+/// Receives one message on rank `to` with any source and any tag; its status and bytes.
+fn recv_any(cl: &mut Cluster, to: usize, cap: usize) -> (Status, Vec<u8>) {
+    let mut buf = vec![0u8; cap];
+    let r = cl.engines[to]
+        .irecv(
+            0,
+            Source::Any,
+            TagSel::Any,
+            Region::from_mut(&mut buf),
+            "recv",
+        )
+        .unwrap();
+    let st = cl.wait_all(&[(to, r)]).remove(0).unwrap();
+    buf.truncate(st.bytes);
+    (st, buf)
+}
+
+/// Whether rank `at` has no message left that a receive could take.
+fn nothing_left(cl: &mut Cluster, at: usize) -> bool {
+    cl.engines[at]
+        .probe(0, Source::Any, TagSel::Any)
+        .unwrap()
+        .is_none()
+}
+
+#[test]
+fn a_cancelled_eager_send_is_never_received_and_the_next_message_is() {
+    // Cancelled while its message is still on the way, and once it waits at the receiver.
+    for arrived_first in [false, true] {
+        let mut cl = Cluster::new(cfg(2, Ops::GET, 0, 21));
+        let msgs: Vec<Vec<u8>> = (0..3).map(|i| pattern(0, 1, i, 40)).collect();
+        let sends: Vec<ReqId> = (0..3)
+            .map(|i| {
+                cl.engines[0]
+                    .isend(0, 1, 7 + i as i32, Region::from_ref(&msgs[i]), "send")
+                    .unwrap()
+            })
+            .collect();
+        if arrived_first {
+            cl.run(|c| c.idle()).unwrap();
+            assert!(cl.engines[0].is_done(sends[0]), "eager: complete once sent");
+        }
+        // The first and the middle message are taken back.
+        assert!(cancelled(&mut cl, 0, sends[0]));
+        assert!(cancelled(&mut cl, 0, sends[1]));
+        let (st, got) = recv_any(&mut cl, 1, 64);
+        assert_eq!(
+            (st.source, st.tag, &got),
+            (0, 9, &msgs[2]),
+            "arrived first: {arrived_first}: the receive got a cancelled message"
+        );
+        assert!(cl.wait_all(&[(0, sends[2])])[0].is_ok());
+        // And later messages still match in order.
+        let more = pattern(0, 1, 3, 10);
+        let s = cl.engines[0]
+            .isend(0, 1, 1, Region::from_ref(&more), "send")
+            .unwrap();
+        assert_eq!(recv_any(&mut cl, 1, 64).1, more);
+        assert!(cl.wait_all(&[(0, s)])[0].is_ok());
+        assert!(nothing_left(&mut cl, 1), "arrived first: {arrived_first}");
+        assert!(cl.idle());
+    }
+}
+
+#[test]
+fn a_cancelled_rendezvous_send_returns_and_is_never_received_in_every_protocol() {
+    for bulk in [Ops::STREAM, Ops::GET, Ops::PUT] {
+        let mut cl = Cluster::new(cfg(2, bulk, 0, 22));
+        let big = pattern(0, 1, 0, 50_000);
+        let small = pattern(0, 1, 1, 30);
+        let s = cl.engines[0]
+            .isend(0, 1, 4, Region::from_ref(&big), "send")
+            .unwrap();
+        let s2 = cl.engines[0]
+            .isend(0, 1, 4, Region::from_ref(&small), "send")
+            .unwrap();
+        // Its RTS waits at the receiver; nobody will ever receive it.
+        cl.run(|c| c.idle()).unwrap();
+        assert!(
+            !cl.engines[0].is_done(s),
+            "{bulk:?}: a rendezvous send waits"
+        );
+        assert!(cancelled(&mut cl, 0, s), "{bulk:?}");
+        let (st, got) = recv_any(&mut cl, 1, 50_000);
+        assert_eq!((st.bytes, &got), (30, &small), "{bulk:?}");
+        assert!(cl.wait_all(&[(0, s2)])[0].is_ok());
+        assert!(nothing_left(&mut cl, 1), "{bulk:?}");
+        assert!(cl.idle(), "{bulk:?}: the cancelled send left work behind");
+        // A synchronous send is cancelled the same way.
+        let q = cl.engines[0]
+            .ssend(0, 1, 5, Region::from_ref(&small), "ssend")
+            .unwrap();
+        assert!(cancelled(&mut cl, 0, q), "{bulk:?}: ssend");
+        assert!(nothing_left(&mut cl, 1), "{bulk:?}: ssend");
+    }
+}
+
+#[test]
+fn a_matched_send_is_not_cancelled_and_its_data_arrives_intact() {
+    for bulk in [Ops::STREAM, Ops::GET, Ops::PUT] {
+        for len in [40usize, 50_000] {
+            let mut cl = Cluster::new(cfg(2, bulk, 0, 23));
+            let msg = pattern(0, 1, 2, len);
+            let mut got = vec![0u8; len];
+            let s = cl.engines[0]
+                .isend(0, 1, 3, Region::from_ref(&msg), "send")
+                .unwrap();
+            let r = cl.engines[1]
+                .irecv(
+                    0,
+                    Source::Rank(0),
+                    TagSel::Tag(3),
+                    Region::from_mut(&mut got),
+                    "recv",
+                )
+                .unwrap();
+            // Matched at the receiver (the RTS or the data is there), not necessarily done.
+            cl.run(|c| c.fabric.now() >= 3_000 || c.engines[1].is_done(r))
+                .unwrap();
+            assert!(
+                !cancelled(&mut cl, 0, s),
+                "{bulk:?} {len} B: a matched send"
+            );
+            let res = cl.wait_all(&[(0, s), (1, r)]);
+            assert_eq!(res[0].as_ref().map(|s| s.bytes).ok(), Some(len), "{bulk:?}");
+            assert_eq!(res[1].as_ref().map(|s| s.bytes).ok(), Some(len), "{bulk:?}");
+            assert_eq!(got, msg, "{bulk:?} {len} B");
+            assert!(cl.idle());
+        }
+    }
+}
+
+#[test]
+fn a_send_to_this_rank_is_cancelled_at_once() {
+    let mut cl = Cluster::new(cfg(2, Ops::GET, 0, 24));
+    let (a, b) = (pattern(0, 0, 0, 20), pattern(0, 0, 1, 20));
+    let sa = cl.engines[0]
+        .isend(0, 0, 1, Region::from_ref(&a), "send")
+        .unwrap();
+    let sb = cl.engines[0]
+        .isend(0, 0, 2, Region::from_ref(&b), "send")
+        .unwrap();
+    assert!(cancelled(&mut cl, 0, sa));
+    assert_eq!(recv_any(&mut cl, 0, 20).1, b);
+    assert!(!cancelled(&mut cl, 0, sb), "received");
+    assert!(cl.engines[0].take(sb).is_ok());
+}
+
+#[test]
+fn cancelling_a_send_to_a_lost_peer_fails_and_does_not_hang() {
+    // Lost before the cancel starts, as it asks, and before its question arrives (1 µs).
+    for delay in [None, Some(0), Some(500)] {
+        for len in [40usize, 50_000] {
+            let mut cl = Cluster::new(cfg(3, Ops::GET, 0, 25));
+            let msg = pattern(0, 1, 0, len);
+            let s = cl.engines[0]
+                .isend(0, 1, 3, Region::from_ref(&msg), "send")
+                .unwrap();
+            cl.run(|c| c.idle()).unwrap();
+            let t0 = cl.fabric.now();
+            let res = match delay {
+                None => {
+                    cl.fabric.fail_at(1, t0).unwrap();
+                    cl.run(|c| c.engines[0].failed().contains_key(&1)).unwrap();
+                    cancel_send(&mut cl, 0, s)
+                }
+                Some(d) => {
+                    use super::engine::CancelSend;
+                    let CancelSend::Asked(token) = cl.engines[0].cancel_send(s).unwrap() else {
+                        panic!("a live peer is asked");
+                    };
+                    // Rank 1 dies before it could answer (it never progresses again).
+                    cl.fabric.fail_at(1, t0 + d).unwrap();
+                    let mut answer = None;
+                    cl.run(|c| {
+                        answer = c.engines[0].cancel_send_answer(token);
+                        answer.is_some()
+                    })
+                    .unwrap_or_else(|e| panic!("{delay:?} {len} B: {e}"));
+                    answer.unwrap()
+                }
+            };
+            assert!(
+                matches!(
+                    res,
+                    Err(CommError::PeerLost {
+                        rank: 1,
+                        op: "cancel",
+                        ..
+                    })
+                ),
+                "{delay:?} {len} B: {res:?}"
+            );
+            assert!(
+                cl.fabric.now() <= t0 + 200_000,
+                "{delay:?} {len} B: noticed only at {} ns",
+                cl.fabric.now() - t0
+            );
+        }
+    }
+}
+
+#[test]
+fn cancels_under_reordering_take_back_exactly_what_they_report_and_keep_mpi_order() {
+    // Jitter (or several streams) reorders messages and the cancels' questions: a question may
+    // overtake its message (asked again), or find it held back early (withdrawn in place).
+    let mut withdrawn_total = 0;
+    let mut kept_total = 0;
+    for seed in 0..24u64 {
+        let bulk = [Ops::STREAM, Ops::GET, Ops::PUT][seed as usize % 3];
+        let mut c = cfg(2, bulk, if seed % 2 == 0 { 50_000 } else { 0 }, seed);
+        if seed % 2 == 1 {
+            c.streams = 4;
+            c.chunk = 8192;
+        }
+        let mut cl = Cluster::new(c);
+        let n = 30;
+        let sizes: Vec<usize> = (0..n).map(|i| [8, 70, 3000, 0, 64, 9000][i % 6]).collect();
+        let msgs: Vec<Vec<u8>> = (0..n).map(|i| pattern(0, 1, i, sizes[i])).collect();
+        let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; 9000]).collect();
+        // Receives posted first take the first messages: their cancels mostly come too late.
+        let early_recvs = 6;
+        let mut recvs = Vec::new();
+        let (first, rest) = bufs.split_at_mut(early_recvs);
+        for b in first.iter_mut() {
+            let q = cl.engines[1]
+                .irecv(0, Source::Any, TagSel::Any, Region::from_mut(b), "recv")
+                .unwrap();
+            recvs.push((1, q));
+        }
+        let mut sends = Vec::new();
+        let mut cancelled_at = vec![None; n];
+        let doomed = |i: usize| i % 3 == 1 || i % 7 == 5;
+        for i in 0..n {
+            let q = cl.engines[0]
+                .isend(0, 1, i as i32, Region::from_ref(&msgs[i]), "send")
+                .unwrap();
+            sends.push(q);
+            // Half the cancels right away (their question races the message), half later.
+            if doomed(i) && i % 2 == 0 {
+                cancelled_at[i] = Some(cancelled(&mut cl, 0, q));
+            }
+        }
+        for i in (0..n).filter(|&i| doomed(i) && i % 2 == 1) {
+            cancelled_at[i] = Some(cancelled(&mut cl, 0, sends[i]));
+        }
+        let kept: Vec<usize> = (0..n).filter(|&i| cancelled_at[i] != Some(true)).collect();
+        // A message that no receive posted so far could take (the early ones went to messages
+        // before it) was unmatched when cancelled: it must have been withdrawn.
+        for i in (0..n).filter(|&i| doomed(i)) {
+            let before = kept.iter().filter(|&&j| j < i).count();
+            assert!(
+                before < early_recvs || cancelled_at[i] == Some(true),
+                "seed {seed}: message {i}, unmatched, was not cancelled"
+            );
+        }
+        for b in rest.iter_mut().take(kept.len() - early_recvs) {
+            let q = cl.engines[1]
+                .irecv(0, Source::Any, TagSel::Any, Region::from_mut(b), "recv")
+                .unwrap();
+            recvs.push((1, q));
+        }
+        let live_sends: Vec<(usize, ReqId)> = kept.iter().map(|&i| (0, sends[i])).collect();
+        let res = cl.wait_all(&recvs);
+        assert!(cl.wait_all(&live_sends).iter().all(|r| r.is_ok()));
+        for (k, (&i, r)) in kept.iter().zip(&res).enumerate() {
+            let st = r.as_ref().unwrap();
+            assert_eq!(
+                (st.tag, st.bytes),
+                (i as i32, sizes[i]),
+                "seed {seed}: receive {k} got another message (cancelled: {cancelled_at:?})"
+            );
+            assert_eq!(bufs[k][..sizes[i]], msgs[i][..], "seed {seed}: receive {k}");
+        }
+        assert!(
+            nothing_left(&mut cl, 1),
+            "seed {seed}: a withdrawn message stayed"
+        );
+        assert!(cl.idle(), "seed {seed}");
+        withdrawn_total += cancelled_at.iter().filter(|c| **c == Some(true)).count();
+        kept_total += cancelled_at.iter().filter(|c| **c == Some(false)).count();
+    }
+    assert!(
+        withdrawn_total > 50 && kept_total > 5,
+        "{withdrawn_total} {kept_total}"
+    );
+}

@@ -25,7 +25,9 @@
 //! `failure` lost peers, `registry` the communicators, revocation and checked mode's hook.
 
 use super::hook::{Hook, Stamp};
-use super::matcher::{Envelope, Matcher, Posting, RecvId, Route as MRoute, Source, TagSel};
+use super::matcher::{
+    Envelope, Matcher, Posting, RecvId, Route as MRoute, Source, TagSel, Withdraw,
+};
 use super::region::Region;
 use crate::CommError;
 use rcomm_transport::caps::Ops;
@@ -99,8 +101,30 @@ struct Req {
     /// Context of the communicator it belongs to (`u32::MAX`: none).
     ctx: u32,
     posted: Option<(u32, RecvId)>,
+    /// A send's sequence number (what its cancel names); `None` for a receive.
+    seq: Option<u32>,
     /// A buffer the user dropped before completion; freed when the request completes.
     orphan: Option<Box<dyn std::any::Any + Send>>,
+}
+
+/// A send's cancel waiting for the receiver's answer, by its token.
+#[derive(Debug)]
+struct CancelOut {
+    req: ReqId,
+    peer: u32,
+    ctx: u32,
+    seq: u32,
+    /// The answer, once in: withdrawn or not.
+    answer: Option<bool>,
+}
+
+/// What [`Engine::cancel_send`] started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CancelSend {
+    /// Decided here: cancelled (the request is then freed) or not.
+    Done(bool),
+    /// The receiver was asked; [`Engine::cancel_send_answer`] with this token says.
+    Asked(u64),
 }
 
 #[derive(Debug, Clone)]
@@ -225,6 +249,8 @@ struct State {
     revokes_in: Vec<(u32, u32)>,
     /// Checked collectives (`RCOMM_CHECK=1`): the hook `coll::check` installs.
     hook: Option<Box<dyn Hook>>,
+    /// Cancels of sends asked of their receivers, by token.
+    cancels: FastMap<u64, CancelOut>,
 }
 
 /// Contexts a communicator can have: two per context id (point-to-point and collective).
@@ -251,6 +277,18 @@ pub(crate) struct Engine {
 /// First word of a `Control` message that revokes a communicator; the second holds its
 /// context (high half) and the rank that revoked it (low half).
 const CTL_REVOKE: u64 = 1;
+/// First word of a `Control` message asking the receiver to withdraw a message whose send is
+/// being cancelled: then its context (high half) and sequence number (low half), and the
+/// sender's token for the answer.
+const CTL_CANCEL: u64 = 2;
+/// First word of the answer to a `CTL_CANCEL`: then the token and one of `CANCEL_*`.
+const CTL_CANCEL_REPLY: u64 = 3;
+/// The message was withdrawn: no receive will ever see it.
+const CANCEL_WITHDRAWN: u64 = 0;
+/// A receive matched it already: the send completes as usual.
+const CANCEL_MATCHED: u64 = 1;
+/// It has not arrived yet (another lane is still carrying it): ask again.
+const CANCEL_NOT_ARRIVED: u64 = 2;
 
 /// How long a transport's loss of a peer waits for the launcher's notice about it (or about
 /// the rank whose failure made the peer leave). Only an error path waits this long, and only
@@ -303,6 +341,7 @@ impl Engine {
                 pool: Vec::new(),
                 revokes_in: Vec::new(),
                 hook: None,
+                cancels: FastMap::default(),
             },
             net,
             reported: Vec::new(),
@@ -446,7 +485,9 @@ impl Engine {
             }
         }
         let req = self.st.new_req(op, Some(dest), false, region);
-        self.st.req_mut(req).ctx = ctx;
+        let r = self.st.req_mut(req);
+        r.ctx = ctx;
+        r.seq = Some(seq);
         if dest == me {
             // Self: deliver directly, always eagerly (the copy is the transfer).
             self.st.deliver(me, &hdr(ProtoKind::Eager), region.bytes());
@@ -686,6 +727,83 @@ impl Engine {
         false
     }
 
+    /// Starts cancelling send `req` (`MPI_Cancel` of a send): its message is withdrawn at the
+    /// receiver if no receive matched it yet. A send to this rank itself is decided at once;
+    /// otherwise the receiver is asked and [`cancel_send_answer`](Self::cancel_send_answer)
+    /// gives its answer. A send that already failed, or a receive, is not cancelled.
+    pub(crate) fn cancel_send(&mut self, req: ReqId) -> Result<CancelSend, CommError> {
+        let Some(r) = self.st.reqs[req].as_ref() else {
+            return Ok(CancelSend::Done(false));
+        };
+        let (Some(seq), Some(peer)) = (r.seq, r.peer) else {
+            return Ok(CancelSend::Done(false));
+        };
+        let (ctx, failed) = (r.ctx, matches!(r.state, ReqState::Done(Err(_))));
+        if peer != self.st.me {
+            self.st.check_peer(peer, "cancel")?;
+        }
+        if failed {
+            return Ok(CancelSend::Done(false));
+        }
+        if peer == self.st.me {
+            let withdrawn = match self.st.ctx_mut(ctx).m.withdraw(peer, seq) {
+                Withdraw::Taken(_, stored) => {
+                    self.st.recycle(stored);
+                    true
+                }
+                Withdraw::Matched | Withdraw::NotArrived => false,
+            };
+            if withdrawn {
+                self.st.free_req(req);
+            }
+            return Ok(CancelSend::Done(withdrawn));
+        }
+        // A rendezvous send whose receiver answered the RTS was matched.
+        if self
+            .st
+            .rndv_send
+            .values()
+            .any(|s| s.req == req && s.recv_token.is_some())
+        {
+            return Ok(CancelSend::Done(false));
+        }
+        let token = self.st.token();
+        self.st.cancels.insert(
+            token,
+            CancelOut {
+                req,
+                peer,
+                ctx,
+                seq,
+                answer: None,
+            },
+        );
+        self.st.ask_cancel(token);
+        self.flush_peer(peer);
+        Ok(CancelSend::Asked(token))
+    }
+
+    /// The answer to cancel `token` once it is in: true if the send was cancelled (its request
+    /// is then freed), false if its message was matched and the send completes as usual; an
+    /// error if the receiver was lost before answering. `None` while waiting.
+    pub(crate) fn cancel_send_answer(&mut self, token: u64) -> Option<Result<bool, CommError>> {
+        let c = self.st.cancels.get(&token)?;
+        let res = match c.answer {
+            Some(true) => {
+                let req = c.req;
+                self.st.free_req(req);
+                Ok(true)
+            }
+            Some(false) => Ok(false),
+            None => {
+                let why = self.st.failed.get(&c.peer)?.clone();
+                Err(self.st.lost(c.peer, "cancel", why))
+            }
+        };
+        self.st.cancels.remove(&token);
+        Some(res)
+    }
+
     /// Lets an active request go on without the caller's buffer: it continues over a private
     /// buffer of the same size (kept alive until it completes), so the caller may reuse or free
     /// its own at once. For a collective that failed: what still arrives or leaves is garbage,
@@ -798,6 +916,7 @@ impl State {
             state: ReqState::Active,
             ctx: u32::MAX,
             posted: None,
+            seq: None,
             orphan: None,
         };
         self.active += 1;
@@ -824,6 +943,26 @@ impl State {
                     .map(|_| i)
             })
             .collect()
+    }
+
+    /// Frees a request nobody will wait for (a cancelled one), complete or not.
+    fn free_req(&mut self, req: ReqId) {
+        if let Some(r) = self.reqs[req].take() {
+            if matches!(r.state, ReqState::Active) {
+                self.active -= 1;
+            }
+            self.free.push(req);
+        }
+    }
+
+    /// Returns a stored message's buffer to the pool.
+    fn recycle(&mut self, stored: Stored) {
+        if let Stored::Eager(data) = stored
+            && self.pool.len() < POOL_MAX
+            && data.capacity() <= POOL_BUF_MAX
+        {
+            self.pool.push(data);
+        }
     }
 
     fn req_mut(&mut self, req: ReqId) -> &mut Req {

@@ -420,9 +420,65 @@ impl State {
                 self.revokes_in
                     .push(((w >> 32) as u32, (w & 0xffff_ffff) as u32));
             }
+            ProtoKind::Control
+                if u64_at(payload, 0) == Some(CTL_CANCEL)
+                    && let (Some(w), Some(token)) = (u64_at(payload, 1), u64_at(payload, 2)) =>
+            {
+                let answer = self.withdraw(peer, (w >> 32) as u32, w as u32);
+                self.send_ctl(peer, ProtoKind::Control, &[CTL_CANCEL_REPLY, token, answer]);
+            }
+            ProtoKind::Control
+                if u64_at(payload, 0) == Some(CTL_CANCEL_REPLY)
+                    && let (Some(token), Some(answer)) =
+                        (u64_at(payload, 1), u64_at(payload, 2)) =>
+            {
+                self.cancel_answered(peer, token, answer);
+            }
             ProtoKind::Data | ProtoKind::Credit | ProtoKind::Control => {
                 rcomm_transport::rlog!(Trace, "P2P", "ignored {:?} from rank {peer}", hdr.kind);
             }
+        }
+    }
+
+    /// Asks the receiver of cancel `token`'s send to withdraw its message.
+    pub(super) fn ask_cancel(&mut self, token: u64) {
+        let Some(c) = self.cancels.get(&token) else {
+            return;
+        };
+        let (peer, w) = (c.peer, u64::from(c.ctx) << 32 | u64::from(c.seq));
+        self.send_ctl(peer, ProtoKind::Control, &[CTL_CANCEL, w, token]);
+    }
+
+    /// `peer` cancels its send of message `seq` on context `ctx`: withdraws it if no receive
+    /// matched it yet; the answer (`CANCEL_*`) for the sender.
+    fn withdraw(&mut self, peer: u32, ctx: u32, seq: u32) -> u64 {
+        if ctx >= MAX_CTX {
+            return CANCEL_MATCHED;
+        }
+        match self.ctx_mut(ctx).m.withdraw(peer, seq) {
+            Withdraw::Taken(_, stored) => {
+                self.recycle(stored);
+                CANCEL_WITHDRAWN
+            }
+            Withdraw::Matched => CANCEL_MATCHED,
+            Withdraw::NotArrived => CANCEL_NOT_ARRIVED,
+        }
+    }
+
+    /// The receiver answered cancel `token`. A withdrawn rendezvous send lets go of its
+    /// buffer (nobody will ask for its data); a message not arrived yet is asked for again.
+    fn cancel_answered(&mut self, peer: u32, token: u64, answer: u64) {
+        let Some(c) = self.cancels.get_mut(&token).filter(|c| c.peer == peer) else {
+            return;
+        };
+        match answer {
+            CANCEL_WITHDRAWN => {
+                c.answer = Some(true);
+                let req = c.req;
+                self.rndv_send.retain(|_, s| s.req != req);
+            }
+            CANCEL_NOT_ARRIVED => self.ask_cancel(token),
+            _ => c.answer = Some(false),
         }
     }
 
