@@ -1,6 +1,7 @@
 //! Graph and distributed-graph process topologies (`MPI_Graph_create`,
 //! `MPI_Dist_graph_create_adjacent`, `MPI_Dist_graph_create`) and their neighbour collectives
-//! (`MPI_Neighbor_allgather`, `MPI_Neighbor_alltoall`, `MPI_Neighbor_alltoallv`).
+//! (`MPI_Neighbor_allgather(v)`, `MPI_Neighbor_alltoall(v)`, their `MPI_Ineighbor_*` forms;
+//! see [`neighbor`](crate::neighbor)).
 //!
 //! A [`GraphComm`] knows, on each rank, the ranks it receives from (its *sources*, in order)
 //! and the ranks it sends to (its *destinations*, in order). Block k of a neighbour
@@ -10,226 +11,15 @@
 //! its sources. `reorder` is accepted; ranks keep their order.
 
 use crate::comm::Communicator;
-use crate::p2p::matcher::{Source, TagSel};
-use crate::p2p::region::Region;
+use crate::neighbor::{self, Edges, Layout, NeighborRequest};
 use crate::{CommError, Op, Result};
-use bytemuck::{Pod, cast_slice, cast_slice_mut};
+use bytemuck::Pod;
 use std::sync::Arc;
 
 /// Internal tags of graph neighbour exchanges: this base plus the edge's occurrence index
 /// between its two ranks (above every collective tag, which run over 16 + 2³⁰).
 const TAG_GRAPH_BASE: i32 = 0x5000_0000;
 const MAX_OCCURRENCE: usize = (i32::MAX - TAG_GRAPH_BASE) as usize;
-
-/// One send of a neighbour exchange: (destination in the communicator, tag, bytes).
-pub(crate) type OutBlock<'a> = (u32, i32, &'a [u8]);
-/// One receive of a neighbour exchange: (source in the communicator, tag, where it lands).
-pub(crate) type InBlock<'a> = (u32, i32, &'a mut [u8]);
-
-/// Posts every receive, then every send, and waits for all of them; a receive must get
-/// exactly its block's length (`op` names the call in errors). Used by the Cartesian and the
-/// graph neighbour collectives.
-pub(crate) fn neighbor_exchange(
-    c: &Communicator,
-    out: &[OutBlock<'_>],
-    inb: Vec<InBlock<'_>>,
-    op: &'static str,
-) -> Result<()> {
-    let ctx = c.internal();
-    let mut recvs = Vec::with_capacity(inb.len());
-    let mut sends = Vec::with_capacity(out.len());
-    let mut err = None;
-    {
-        let mut e = c.shared.lock();
-        for (src, tag, blk) in inb {
-            let want = blk.len();
-            match c.world_rank(src).and_then(|w| {
-                e.irecv(
-                    ctx,
-                    Source::Rank(w),
-                    TagSel::Tag(tag),
-                    Region::from_mut(blk),
-                    op,
-                )
-            }) {
-                Ok(r) => recvs.push((r, src, want)),
-                Err(x) => {
-                    err = Some(x);
-                    break;
-                }
-            }
-        }
-        if err.is_none() {
-            for &(dst, tag, blk) in out {
-                match c
-                    .world_rank(dst)
-                    .and_then(|w| e.isend(ctx, w, tag, Region::from_ref(blk), op))
-                {
-                    Ok(r) => sends.push(r),
-                    Err(x) => {
-                        err = Some(x);
-                        break;
-                    }
-                }
-            }
-        }
-        if err.is_some() {
-            // What did not start cannot be waited for: receives nobody matched yet are taken
-            // back, so the waits below do not wait for sends that never come.
-            recvs.retain(|&(r, _, _)| !e.cancel(r));
-        }
-    }
-    // Every started request finishes before the buffers it borrows go back.
-    let mut first: Option<CommError> = err;
-    for (r, src, want) in recvs {
-        match c.shared.wait(r) {
-            Ok(st) if st.bytes != want => {
-                first.get_or_insert(CommError::InvalidArg(format!(
-                    "{op}: rank {src} sent {} bytes where {want} were expected",
-                    st.bytes
-                )));
-            }
-            Ok(_) => {}
-            Err(x) => {
-                first.get_or_insert(x);
-            }
-        }
-    }
-    for r in sends {
-        if let Err(x) = c.shared.wait(r) {
-            first.get_or_insert(x);
-        }
-    }
-    first.map_or(Ok(()), Err)
-}
-
-/// Splits `buf` into blocks of `counts[k]` elements at `displs[k]` (in elements); blocks may
-/// not overlap (checked).
-fn blocks_mut<'a>(
-    buf: &'a mut [u8],
-    elem: usize,
-    counts: &[usize],
-    displs: &[usize],
-    op: &str,
-) -> Result<Vec<&'a mut [u8]>> {
-    let mut order: Vec<usize> = (0..counts.len()).collect();
-    order.sort_by_key(|&k| displs[k]);
-    let mut end = 0;
-    let mut out: Vec<Option<&'a mut [u8]>> = (0..counts.len()).map(|_| None).collect();
-    let mut rest = buf;
-    let mut base = 0;
-    for k in order {
-        let (lo, n) = (displs[k] * elem, counts[k] * elem);
-        if n == 0 {
-            out[k] = Some(&mut []);
-            continue;
-        }
-        if lo < end {
-            return Err(CommError::InvalidArg(format!(
-                "{op}: receive block {k} (elements {}..{}) overlaps another",
-                displs[k],
-                displs[k] + counts[k]
-            )));
-        }
-        let r = std::mem::take(&mut rest);
-        let (_, tail) = r.split_at_mut(lo - base);
-        let (blk, tail) = tail.split_at_mut(n);
-        out[k] = Some(blk);
-        rest = tail;
-        base = lo + n;
-        end = lo + n;
-    }
-    Ok(out
-        .into_iter()
-        .map(|b| b.expect("every block placed"))
-        .collect())
-}
-
-/// Checks vector-variant arguments: `counts`/`displs` one per neighbour, every block inside
-/// the buffer of `len` elements.
-fn check_v(
-    op: &str,
-    side: &str,
-    nb: usize,
-    counts: &[usize],
-    displs: &[usize],
-    len: usize,
-) -> Result<()> {
-    if counts.len() != nb || displs.len() != nb {
-        return Err(CommError::InvalidArg(format!(
-            "{op}: {} {side} counts and {} displacements for {nb} neighbours",
-            counts.len(),
-            displs.len()
-        )));
-    }
-    for k in 0..nb {
-        if displs[k].checked_add(counts[k]).is_none_or(|end| end > len) {
-            return Err(CommError::InvalidArg(format!(
-                "{op}: {side} block {k} (elements {}..+{}) is outside the buffer of {len}",
-                displs[k], counts[k]
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The vector neighbour exchange shared by the graph and Cartesian topologies: `out_to[k]` and
-/// `in_from[k]` are (rank, tag) per block, `None` for no neighbour (nothing moves there).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn alltoallv_blocks<T: Pod>(
-    c: &Communicator,
-    out_to: &[Option<(u32, i32)>],
-    in_from: &[Option<(u32, i32)>],
-    send: &[T],
-    send_counts: &[usize],
-    send_displs: &[usize],
-    recv: &mut [T],
-    recv_counts: &[usize],
-    recv_displs: &[usize],
-    op: &'static str,
-) -> Result<()> {
-    check_v(
-        op,
-        "send",
-        out_to.len(),
-        send_counts,
-        send_displs,
-        send.len(),
-    )?;
-    check_v(
-        op,
-        "receive",
-        in_from.len(),
-        recv_counts,
-        recv_displs,
-        recv.len(),
-    )?;
-    let elem = size_of::<T>();
-    let sb = cast_slice::<T, u8>(send);
-    let out: Vec<OutBlock<'_>> = out_to
-        .iter()
-        .enumerate()
-        .filter_map(|(k, to)| {
-            to.map(|(r, t)| {
-                let lo = send_displs[k] * elem;
-                (r, t, &sb[lo..lo + send_counts[k] * elem])
-            })
-        })
-        .collect();
-    let blocks = blocks_mut(
-        cast_slice_mut::<T, u8>(recv),
-        elem,
-        recv_counts,
-        recv_displs,
-        op,
-    )?;
-    let inb: Vec<InBlock<'_>> = blocks
-        .into_iter()
-        .zip(in_from)
-        .filter_map(|(b, from)| from.map(|(r, t)| (r, t, b)))
-        .collect();
-    neighbor_exchange(c, &out, inb, op)
-}
 
 /// Which kind of graph topology a [`GraphComm`] has.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -607,56 +397,48 @@ impl GraphComm {
             .collect()
     }
 
+    /// This rank's edges for an exchange: block k to `destinations()[k]`, from
+    /// `sources()[k]`; the blocking tags count earlier edges between the same two ranks.
+    fn edges(&self) -> Edges {
+        Edges {
+            out: Self::tagged(&self.destinations),
+            inn: Self::tagged(&self.sources),
+            recv_order: (0..self.sources.len()).collect(),
+        }
+    }
+
     /// Sends `send` to every destination and receives each source's into its block of `recv`
     /// (`send.len()` elements per source, in [`sources`](Self::sources)' order)
     /// (`MPI_Neighbor_allgather`). Collective.
     pub fn neighbor_allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let (ns, nd, b) = (self.sources.len(), self.destinations.len(), send.len());
-        if recv.len() != b * ns {
-            return Err(CommError::InvalidArg(format!(
-                "neighbor_allgather: the receive buffer holds {} elements, {ns} sources send \
-                 {b} each",
-                recv.len()
-            )));
-        }
-        self.neighbor_v(
-            send,
-            &vec![b; nd],
-            &vec![0; nd],
-            recv,
-            &vec![b; ns],
-            &(0..ns).map(|k| k * b).collect::<Vec<_>>(),
-            "neighbor_allgather",
-        )
+        let (e, op) = (self.edges(), "neighbor_allgather");
+        let l = Layout::allgather(&e, send.len(), recv.len())?;
+        neighbor::exchange(&self.comm, &e, send, recv, &l, op)
+    }
+
+    /// Sends `send` to every destination and receives `recv_counts[k]` elements from source k
+    /// at `recv_displs[k]` of `recv` (`MPI_Neighbor_allgatherv`; in elements). Each source
+    /// must send exactly what this rank expects from it; receive blocks may not overlap.
+    /// Collective.
+    pub fn neighbor_allgatherv<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        let (e, op) = (self.edges(), "neighbor_allgatherv");
+        let l = Layout::allgatherv(&e, send.len(), recv_counts, recv_displs);
+        neighbor::exchange(&self.comm, &e, send, recv, &l, op)
     }
 
     /// Sends block k of `send` to destination k and receives source k's into block k of
     /// `recv`: equal blocks, `send.len() / destinations` elements (`MPI_Neighbor_alltoall`).
     /// Collective.
     pub fn neighbor_alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let (ns, nd) = (self.sources.len(), self.destinations.len());
-        let b = match (nd, ns) {
-            (0, 0) => 0,
-            (0, _) => recv.len() / ns,
-            _ => send.len() / nd,
-        };
-        if send.len() != b * nd || recv.len() != b * ns {
-            return Err(CommError::InvalidArg(format!(
-                "neighbor_alltoall: {} elements to send to {nd} destinations and {} to \
-                 receive from {ns} sources are not equal blocks",
-                send.len(),
-                recv.len()
-            )));
-        }
-        self.neighbor_v(
-            send,
-            &vec![b; nd],
-            &(0..nd).map(|k| k * b).collect::<Vec<_>>(),
-            recv,
-            &vec![b; ns],
-            &(0..ns).map(|k| k * b).collect::<Vec<_>>(),
-            "neighbor_alltoall",
-        )
+        let (e, op) = (self.edges(), "neighbor_alltoall");
+        let l = Layout::alltoall(&e, send.len(), recv.len())?;
+        neighbor::exchange(&self.comm, &e, send, recv, &l, op)
     }
 
     /// Sends `send_counts[k]` elements at `send_displs[k]` of `send` to destination k and
@@ -672,71 +454,74 @@ impl GraphComm {
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<()> {
-        self.neighbor_v(
-            send,
-            send_counts,
-            send_displs,
-            recv,
-            recv_counts,
-            recv_displs,
-            "neighbor_alltoallv",
-        )
+        let (e, op) = (self.edges(), "neighbor_alltoallv");
+        let l = Layout::alltoallv(send_counts, send_displs, recv_counts, recv_displs);
+        neighbor::exchange(&self.comm, &e, send, recv, &l, op)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn neighbor_v<T: Pod>(
+    /// Starts [`neighbor_allgather`](Self::neighbor_allgather) over owned buffers
+    /// (`MPI_Ineighbor_allgather`); `wait` hands back `recv`.
+    pub fn ineighbor_allgather<T: Pod + Send>(
         &self,
-        send: &[T],
-        send_counts: &[usize],
-        send_displs: &[usize],
-        recv: &mut [T],
+        send: Vec<T>,
+        recv: Vec<T>,
+    ) -> Result<NeighborRequest<T>> {
+        let e = self.edges();
+        let l = Layout::allgather(&e, send.len(), recv.len());
+        neighbor::start(&self.comm, &e, send, recv, l, "ineighbor_allgather")
+    }
+
+    /// Starts [`neighbor_allgatherv`](Self::neighbor_allgatherv) over owned buffers
+    /// (`MPI_Ineighbor_allgatherv`); `wait` hands back `recv`.
+    pub fn ineighbor_allgatherv<T: Pod + Send>(
+        &self,
+        send: Vec<T>,
+        recv: Vec<T>,
         recv_counts: &[usize],
         recv_displs: &[usize],
-        op: &'static str,
-    ) -> Result<()> {
-        alltoallv_blocks(
-            &self.comm,
-            &Self::tagged(&self.destinations),
-            &Self::tagged(&self.sources),
-            send,
+    ) -> Result<NeighborRequest<T>> {
+        let e = self.edges();
+        let l = Ok(Layout::allgatherv(&e, send.len(), recv_counts, recv_displs));
+        neighbor::start(&self.comm, &e, send, recv, l, "ineighbor_allgatherv")
+    }
+
+    /// Starts [`neighbor_alltoall`](Self::neighbor_alltoall) over owned buffers
+    /// (`MPI_Ineighbor_alltoall`); `wait` hands back `recv`.
+    pub fn ineighbor_alltoall<T: Pod + Send>(
+        &self,
+        send: Vec<T>,
+        recv: Vec<T>,
+    ) -> Result<NeighborRequest<T>> {
+        let e = self.edges();
+        let l = Layout::alltoall(&e, send.len(), recv.len());
+        neighbor::start(&self.comm, &e, send, recv, l, "ineighbor_alltoall")
+    }
+
+    /// Starts [`neighbor_alltoallv`](Self::neighbor_alltoallv) over owned buffers
+    /// (`MPI_Ineighbor_alltoallv`); `wait` hands back `recv`.
+    pub fn ineighbor_alltoallv<T: Pod + Send>(
+        &self,
+        send: Vec<T>,
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: Vec<T>,
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<NeighborRequest<T>> {
+        let e = self.edges();
+        let l = Ok(Layout::alltoallv(
             send_counts,
             send_displs,
-            recv,
             recv_counts,
             recv_displs,
-            op,
-        )
+        ));
+        neighbor::start(&self.comm, &e, send, recv, l, "ineighbor_alltoallv")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn receive_blocks_land_at_their_displacements_and_overlaps_are_refused() {
-        let mut buf: Vec<u8> = (0..10).collect();
-        let b = blocks_mut(&mut buf, 2, &[1, 0, 2], &[3, 1, 0], "t").unwrap();
-        let got: Vec<Vec<u8>> = b.iter().map(|x| x.to_vec()).collect();
-        assert_eq!(got, [vec![6, 7], vec![], vec![0, 1, 2, 3]]);
-        // Block 0 (elements 1..3) and block 1 (elements 2..4) overlap.
-        assert!(blocks_mut(&mut buf, 1, &[2, 2], &[1, 2], "t").is_err());
-        // An empty block inside another is no overlap.
-        assert!(blocks_mut(&mut buf, 1, &[4, 0], &[0, 2], "t").is_ok());
-        assert!(check_v("t", "receive", 2, &[1, 1], &[0, 9], 10).is_ok());
-        assert!(
-            check_v("t", "receive", 2, &[1, 2], &[0, 9], 10).is_err(),
-            "past the end"
-        );
-        assert!(
-            check_v("t", "receive", 2, &[1], &[0, 1], 10).is_err(),
-            "too few counts"
-        );
-        assert!(
-            check_v("t", "send", 1, &[1], &[usize::MAX], 10).is_err(),
-            "overflow"
-        );
-    }
 
     #[test]
     fn graph_arguments_are_checked() {

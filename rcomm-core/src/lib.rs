@@ -28,6 +28,7 @@ mod fr;
 mod graph;
 mod group;
 pub mod mesh;
+pub mod neighbor;
 pub mod p2p;
 pub mod plan;
 mod shared_buf;

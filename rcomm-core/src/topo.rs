@@ -1,5 +1,6 @@
 //! Cartesian process topologies (`MPI_Dims_create`, `MPI_Cart_*`) and their neighbour
-//! collectives — what stencil codes build their halo exchanges on.
+//! collectives (blocking and non-blocking; see [`neighbor`](crate::neighbor)) — what stencil
+//! codes build their halo exchanges on.
 //!
 //! A [`CartComm`] is a communicator whose ranks sit on a grid in row-major order (the last
 //! dimension varies fastest, as in MPI); `reorder` is accepted and ranks keep their order.
@@ -7,6 +8,7 @@
 //! +1; off the edge of a non-periodic dimension there is none (`MPI_PROC_NULL`): nothing is
 //! sent there and its receive block is left as it was.
 
+use crate::neighbor::{self, Edges, Layout, NeighborRequest};
 use crate::{CommError, Communicator, Result, Tag};
 use bytemuck::Pod;
 
@@ -253,54 +255,59 @@ impl CartComm {
         Ok(v)
     }
 
+    /// This rank's edges for an exchange, in [`neighbors`](Self::neighbors)' order. Block 2d
+    /// comes from the −1 neighbour, which sent it upwards; block 2d+1 from the +1 neighbour,
+    /// which sent it downwards (the blocking tags). A non-blocking exchange (one tag) posts
+    /// block 2d+1's receive before block 2d's: that is the order in which the neighbour at
+    /// −1, sending down before up, sends them when it is also the neighbour at +1.
+    fn edges(&self) -> Result<Edges> {
+        let nb = self.neighbors()?;
+        let dir = |i: usize, even: Tag, odd: Tag| if i.is_multiple_of(2) { even.0 } else { odd.0 };
+        let at = |even, odd| -> Vec<Option<(u32, i32)>> {
+            (nb.iter().enumerate())
+                .map(|(i, w)| w.map(|w| (w, dir(i, even, odd))))
+                .collect()
+        };
+        Ok(Edges {
+            out: at(TAG_DOWN, TAG_UP),
+            inn: at(TAG_UP, TAG_DOWN),
+            recv_order: (0..nb.len()).map(|i| i ^ 1).collect(),
+        })
+    }
+
     /// Sends `send` to every neighbour and receives each neighbour's into its block of
     /// `recv` (`send.len()` elements per neighbour, in [`neighbors`](Self::neighbors)' order)
     /// (`MPI_Neighbor_allgather`). Collective.
     pub fn neighbor_allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let (k, b) = (2 * self.dims.len(), send.len());
-        if recv.len() != b * k {
-            return Err(CommError::InvalidArg(format!(
-                "neighbor_allgather: the receive buffer holds {} elements, {k} neighbours send \
-                 {b} each",
-                recv.len()
-            )));
-        }
-        let displs: Vec<usize> = (0..k).map(|i| i * b).collect();
-        self.exchange(
-            send,
-            &vec![b; k],
-            &vec![0; k],
-            recv,
-            &vec![b; k],
-            &displs,
-            "neighbor_allgather",
-        )
+        let (e, op) = (self.edges()?, "neighbor_allgather");
+        let l = Layout::allgather(&e, send.len(), recv.len())?;
+        neighbor::exchange(&self.comm, &e, send, recv, &l, op)
+    }
+
+    /// Sends `send` to every neighbour and receives `recv_counts[k]` elements from neighbour k
+    /// at `recv_displs[k]` of `recv`, in [`neighbors`](Self::neighbors)' order
+    /// (`MPI_Neighbor_allgatherv`; in elements). No neighbour: nothing sent, its block
+    /// untouched. What a neighbour sends must be exactly what this rank expects from it;
+    /// receive blocks may not overlap. Collective.
+    pub fn neighbor_allgatherv<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        let (e, op) = (self.edges()?, "neighbor_allgatherv");
+        let l = Layout::allgatherv(&e, send.len(), recv_counts, recv_displs);
+        neighbor::exchange(&self.comm, &e, send, recv, &l, op)
     }
 
     /// Sends block k of `send` to neighbour k and receives neighbour k's into block k of
     /// `recv` (equal blocks, in [`neighbors`](Self::neighbors)' order;
     /// `MPI_Neighbor_alltoall`). Collective.
     pub fn neighbor_alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let k = 2 * self.dims.len();
-        if k == 0 || !send.len().is_multiple_of(k) || recv.len() != send.len() {
-            return Err(CommError::InvalidArg(format!(
-                "neighbor_alltoall: {} elements to send and {} to receive do not split into \
-                 {k} equal blocks",
-                send.len(),
-                recv.len()
-            )));
-        }
-        let b = send.len() / k;
-        let displs: Vec<usize> = (0..k).map(|i| i * b).collect();
-        self.exchange(
-            send,
-            &vec![b; k],
-            &displs,
-            recv,
-            &vec![b; k],
-            &displs,
-            "neighbor_alltoall",
-        )
+        let (e, op) = (self.edges()?, "neighbor_alltoall");
+        let l = Layout::alltoall(&e, send.len(), recv.len())?;
+        neighbor::exchange(&self.comm, &e, send, recv, &l, op)
     }
 
     /// Sends `send_counts[k]` elements at `send_displs[k]` of `send` to neighbour k and
@@ -317,54 +324,68 @@ impl CartComm {
         recv_counts: &[usize],
         recv_displs: &[usize],
     ) -> Result<()> {
-        self.exchange(
-            send,
-            send_counts,
-            send_displs,
-            recv,
-            recv_counts,
-            recv_displs,
-            "neighbor_alltoallv",
-        )
+        let (e, op) = (self.edges()?, "neighbor_alltoallv");
+        let l = Layout::alltoallv(send_counts, send_displs, recv_counts, recv_displs);
+        neighbor::exchange(&self.comm, &e, send, recv, &l, op)
     }
 
-    /// Block i of `send` to neighbour i, neighbour i's into block i of `recv`.
-    #[allow(clippy::too_many_arguments)]
-    fn exchange<T: Pod>(
+    /// Starts [`neighbor_allgather`](Self::neighbor_allgather) over owned buffers
+    /// (`MPI_Ineighbor_allgather`); `wait` hands back `recv`.
+    pub fn ineighbor_allgather<T: Pod + Send>(
         &self,
-        send: &[T],
-        send_counts: &[usize],
-        send_displs: &[usize],
-        recv: &mut [T],
+        send: Vec<T>,
+        recv: Vec<T>,
+    ) -> Result<NeighborRequest<T>> {
+        let e = self.edges()?;
+        let l = Layout::allgather(&e, send.len(), recv.len());
+        neighbor::start(&self.comm, &e, send, recv, l, "ineighbor_allgather")
+    }
+
+    /// Starts [`neighbor_allgatherv`](Self::neighbor_allgatherv) over owned buffers
+    /// (`MPI_Ineighbor_allgatherv`); `wait` hands back `recv`.
+    pub fn ineighbor_allgatherv<T: Pod + Send>(
+        &self,
+        send: Vec<T>,
+        recv: Vec<T>,
         recv_counts: &[usize],
         recv_displs: &[usize],
-        op: &'static str,
-    ) -> Result<()> {
-        let nb = self.neighbors()?;
-        // Block 2d comes from the −1 neighbour, which sent it upwards; block 2d+1 from the +1
-        // neighbour, which sent it downwards.
-        let to: Vec<Option<(u32, i32)>> = nb
-            .iter()
-            .enumerate()
-            .map(|(i, w)| w.map(|w| (w, if i % 2 == 0 { TAG_DOWN.0 } else { TAG_UP.0 })))
-            .collect();
-        let from: Vec<Option<(u32, i32)>> = nb
-            .iter()
-            .enumerate()
-            .map(|(i, w)| w.map(|w| (w, if i % 2 == 0 { TAG_UP.0 } else { TAG_DOWN.0 })))
-            .collect();
-        crate::graph::alltoallv_blocks(
-            &self.comm,
-            &to,
-            &from,
-            send,
+    ) -> Result<NeighborRequest<T>> {
+        let e = self.edges()?;
+        let l = Ok(Layout::allgatherv(&e, send.len(), recv_counts, recv_displs));
+        neighbor::start(&self.comm, &e, send, recv, l, "ineighbor_allgatherv")
+    }
+
+    /// Starts [`neighbor_alltoall`](Self::neighbor_alltoall) over owned buffers
+    /// (`MPI_Ineighbor_alltoall`); `wait` hands back `recv`.
+    pub fn ineighbor_alltoall<T: Pod + Send>(
+        &self,
+        send: Vec<T>,
+        recv: Vec<T>,
+    ) -> Result<NeighborRequest<T>> {
+        let e = self.edges()?;
+        let l = Layout::alltoall(&e, send.len(), recv.len());
+        neighbor::start(&self.comm, &e, send, recv, l, "ineighbor_alltoall")
+    }
+
+    /// Starts [`neighbor_alltoallv`](Self::neighbor_alltoallv) over owned buffers
+    /// (`MPI_Ineighbor_alltoallv`); `wait` hands back `recv`.
+    pub fn ineighbor_alltoallv<T: Pod + Send>(
+        &self,
+        send: Vec<T>,
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: Vec<T>,
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<NeighborRequest<T>> {
+        let e = self.edges()?;
+        let l = Ok(Layout::alltoallv(
             send_counts,
             send_displs,
-            recv,
             recv_counts,
             recv_displs,
-            op,
-        )
+        ));
+        neighbor::start(&self.comm, &e, send, recv, l, "ineighbor_alltoallv")
     }
 }
 
