@@ -2,11 +2,18 @@
 //!
 //! Data moves as bytes through rcomm's collectives (packed first when a datatype is not
 //! contiguous); reductions run on rcomm's typed reductions, over the primitive the datatype
-//! names (built-in operations) or over same-sized plain integers (user operations).
+//! names (built-in operations) or over same-sized plain integers (user operations on
+//! contiguous user datatypes of 1, 2, 4, 8 or 16 bytes). User operations on any other user
+//! datatype (a 12-byte struct, a struct with padding, a strided layout) run on rcomm's
+//! reductions over opaque elements ([`rcomm::coll::ElemOp`]): each element travels as its
+//! memory image (`extent` bytes, zero where the datatype has no data), so the operation sees
+//! its elements as they lie in memory and combines them in rank order, as MPI's user
+//! operations do.
 
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
 
+use rcomm::coll::ElemOp;
 use rcomm::{Op as CoreOp, ReduceOp, UserOp};
 
 use crate::datatype::{
@@ -218,19 +225,11 @@ enum Elem {
     F32,
     F64,
     U128,
+    /// Memory images of user datatype elements of this extent (user operations only).
+    Image(usize),
 }
 
 fn elem_of(dt: &Dt, op: &OpKind) -> Elem {
-    let by_size = |n: usize| match n {
-        1 => Elem::U8,
-        2 => Elem::U16,
-        4 => Elem::U32,
-        8 => Elem::U64,
-        16 => Elem::U128,
-        _ => fail(&format!(
-            "rcomm-mpi reduces user datatypes of 1, 2, 4, 8 or 16 bytes only, not {n}"
-        )),
-    };
     match (dt.prim, op) {
         (Some(p), _) => match p {
             Prim::I8 => Elem::I8,
@@ -245,12 +244,134 @@ fn elem_of(dt: &Dt, op: &OpKind) -> Elem {
             Prim::F64 => Elem::F64,
         },
         (None, OpKind::Sys(s)) => fail(&format!("built-in operation {s:?} on a user datatype")),
-        (None, _) => {
-            if !dt.core.is_contiguous() {
-                fail(&"rcomm-mpi reduces contiguous user datatypes only");
-            }
-            by_size(dt.size())
+        (None, _) => match (dt.core.is_contiguous(), dt.size()) {
+            (true, 1) => Elem::U8,
+            (true, 2) => Elem::U16,
+            (true, 4) => Elem::U32,
+            (true, 8) => Elem::U64,
+            (true, 16) => Elem::U128,
+            _ => Elem::Image(image_extent(dt)),
+        },
+    }
+}
+
+/// The extent of a user datatype whose elements are reduced as memory images: each element's
+/// data must lie within its own extent (true lower bound ≥ 0, true upper bound ≤ extent), so
+/// that `count` elements are `count` disjoint runs of `extent` bytes.
+fn image_extent(dt: &Dt) -> usize {
+    let ext = dt.core.extent();
+    let (tlb, span) = dt.core.true_extent();
+    if ext <= 0 || tlb < 0 || tlb + span > ext {
+        fail(&format!(
+            "rcomm-mpi reduces user datatypes whose data lies within one extent of the \
+             element's start only (extent {ext}, data at {tlb}..{})",
+            tlb + span
+        ));
+    }
+    ext as usize
+}
+
+/// `count` elements of `dt` as they lie in memory (`count × extent` bytes), from their packed
+/// bytes (fewer than `count` elements' fill the first ones); bytes no element covers are zero.
+fn image_of(dt: &Dt, ext: usize, packed: &[u8], count: usize) -> Vec<u8> {
+    let mut img = vec![0u8; count * ext];
+    check(dt.core.unpack(packed, &mut img, count));
+    img
+}
+
+/// The packed bytes of `count` elements of `dt` in a memory image.
+fn packed_of(dt: &Dt, img: &[u8], count: usize) -> Vec<u8> {
+    let mut out = vec![0u8; dt.packed(count)];
+    check(dt.core.pack(img, count, &mut out));
+    out
+}
+
+/// A user operation as the image reductions call it.
+#[derive(Clone)]
+enum UserFn {
+    Safe(Arc<SendFn>),
+    Unsafe(UnsafeUserFunction),
+}
+
+fn user_fn(op: &OpKind) -> UserFn {
+    match op {
+        OpKind::User(f, _) => {
+            // The closure lives as long as the call or request that uses it ('a); rcomm keeps
+            // the wrapper only while the operation runs.
+            let f: Arc<DynFn<'static>> =
+                unsafe { std::mem::transmute::<Arc<DynFn<'_>>, Arc<DynFn<'static>>>(f.clone()) };
+            UserFn::Safe(Arc::new(SendFn(f)))
         }
+        OpKind::Unsafe(f, _) => UserFn::Unsafe(*f),
+        OpKind::Sys(s) => fail(&format!("built-in operation {s:?} on a user datatype")),
+    }
+}
+
+/// `b = a ⊕ b` on memory images of whole elements of `dt` (`extent` bytes each).
+fn combine_images(f: &UserFn, dt: &Dt, ext: usize, a: &[u8], b: &mut [u8]) {
+    let n = a.len() / ext;
+    // The operation sees its own element type: copies aligned for any primitive (rcomm's
+    // scratch buffers are bytes, at any offset).
+    let aligned = |x: &[u8]| {
+        let mut v = vec![0u128; x.len().div_ceil(16)];
+        bytemuck::cast_slice_mut::<u128, u8>(&mut v)[..x.len()].copy_from_slice(x);
+        v
+    };
+    let mut sa = aligned(a);
+    let mut sb = aligned(&b[..n * ext]);
+    let r = DatatypeRef::from_dt(dt);
+    match f {
+        UserFn::Safe(g) => unsafe {
+            g.call(
+                DynBuffer::from_raw(sa.as_ptr().cast::<u8>(), n as Count, r),
+                DynBufferMut::from_raw(sb.as_mut_ptr().cast::<u8>(), n as Count, r),
+            )
+        },
+        UserFn::Unsafe(g) => {
+            let mut len = n as c_int;
+            unsafe {
+                g(
+                    sa.as_mut_ptr().cast(),
+                    sb.as_mut_ptr().cast(),
+                    &mut len,
+                    std::ptr::null_mut(),
+                )
+            }
+        }
+    }
+    // Back only the bytes the datatype covers: the operation may have left padding undefined
+    // (a struct assignment), so the image keeps its zeros there.
+    let mut packed = vec![0u8; dt.packed(n)];
+    // SAFETY: `sb` holds `n` elements' images and every element's data lies within its extent
+    // (`image_extent`); pack reads only those bytes.
+    unsafe { dt.core.pack_raw(sb.as_ptr().cast(), n, &mut packed) }.unwrap_or_else(|e| fail(&e));
+    check(dt.core.unpack(&packed, &mut b[..n * ext], n));
+}
+
+/// The packed bytes a receive layout holds now.
+fn current(d: &Dst) -> Vec<u8> {
+    Src {
+        ptr: d.ptr,
+        count: d.count,
+        dt: d.dt.clone(),
+    }
+    .bytes()
+    .into_owned()
+}
+
+/// The rcomm reduction over memory images of `dt`'s elements.
+fn image_op(op: &OpKind, dt: &Dt, ext: usize) -> ElemOp {
+    let f = user_fn(op);
+    let dt = dt.clone();
+    check(ElemOp::new(ext, op_commutes(op), move |a, b| {
+        combine_images(&f, &dt, ext, a, b)
+    }))
+}
+
+fn op_commutes(op: &OpKind) -> bool {
+    match op {
+        OpKind::Sys(_) => true,
+        OpKind::User(_, c) | OpKind::Unsafe(_, c) => *c,
     }
 }
 
@@ -394,6 +515,7 @@ macro_rules! typed {
                 let $rop = user_op::<u128>($op, $dt);
                 $body
             }
+            Elem::Image(_) => unreachable!("memory images take their own path"),
         }
     };
 }
@@ -479,6 +601,17 @@ pub fn reduce_local_into<S: ?Sized + Buffer, R: ?Sized + BufferMut, O: Operation
     let k = op.kind();
     let sb = s.bytes();
     let e = elem_of(&s.dt, &k);
+    if let Elem::Image(ext) = e {
+        // `inout` is an operand: its bytes are read first (`with_bytes` only writes).
+        let count = s.count;
+        let a = image_of(&s.dt, ext, &sb, count);
+        let cur = current(&d);
+        let mut b = image_of(&s.dt, ext, &cur[..cur.len().min(s.dt.packed(count))], count);
+        combine_images(&user_fn(&k), &s.dt, ext, &a, &mut b);
+        let pk = packed_of(&s.dt, &b, count);
+        d.unpack_at(0, &pk[..pk.len().min(d.packed_len())]);
+        return;
+    }
     d.with_bytes(|out| {
         macro_rules! el {
             ($t:ty) => {{
@@ -501,6 +634,7 @@ pub fn reduce_local_into<S: ?Sized + Buffer, R: ?Sized + BufferMut, O: Operation
             Elem::U64 => el!(u64),
             Elem::F32 => el!(f32),
             Elem::F64 => el!(f64),
+            Elem::Image(_) => unreachable!("memory images take their own path"),
             Elem::U128 => {
                 let a = to_vec::<u128>(&sb);
                 let mut b = to_vec::<u128>(out);
@@ -869,6 +1003,9 @@ fn reduce_run<S: ?Sized + Buffer, O: Operation>(
     let k = op.kind();
     let e = elem_of(&s.dt, &k);
     let sb = s.bytes();
+    if let Elem::Image(ext) = e {
+        return image_reduce(c, &s, &sb, d, &k, ext, kind);
+    }
     typed!(e, &k, &s.dt, |T, rop| {
         let sv = to_vec::<T>(&sb);
         match d {
@@ -901,6 +1038,47 @@ fn reduce_run<S: ?Sized + Buffer, O: Operation>(
     })
 }
 
+/// `reduce_run` over memory images of a user datatype's elements.
+fn image_reduce(
+    c: &rcomm::Communicator,
+    s: &Src,
+    sb: &[u8],
+    d: Option<&mut Dst>,
+    k: &OpKind,
+    ext: usize,
+    kind: Kind,
+) {
+    let dt = &s.dt;
+    let op = image_op(k, dt, ext);
+    let send = image_of(dt, ext, sb, s.count);
+    match d {
+        Some(d) => {
+            // As MPI, the result has the send buffer's type and count; it starts as what the
+            // receive buffer holds (rank 0's exclusive scan leaves it so).
+            let rcount = if kind == Kind::ScatterBlock {
+                s.count / c.size() as usize
+            } else {
+                s.count
+            };
+            let cur = current(d);
+            let mut recv = image_of(dt, ext, &cur[..cur.len().min(dt.packed(rcount))], rcount);
+            match kind {
+                Kind::All => check(c.allreduce_elems(&send, &mut recv, &op)),
+                Kind::ScatterBlock => check(c.reduce_scatter_elems(&send, &mut recv, &op)),
+                Kind::Scan => check(c.scan_elems(&send, &mut recv, &op)),
+                Kind::Exscan => check(c.exscan_elems(&send, &mut recv, &op)),
+                Kind::Root(root) => check(c.reduce_elems(&send, Some(&mut recv), &op, root)),
+            }
+            let pk = packed_of(dt, &recv, rcount);
+            d.unpack_at(0, &pk[..pk.len().min(d.packed_len())]);
+        }
+        None => match kind {
+            Kind::Root(root) => check(c.reduce_elems(&send, None, &op, root)),
+            _ => unreachable!("only a rooted reduce has no receive buffer"),
+        },
+    }
+}
+
 fn ireduce_like<'a, S: ?Sized + Buffer, O: Operation>(
     c: &rcomm::Communicator,
     sendbuf: &S,
@@ -923,6 +1101,27 @@ fn ireduce_run<'a, S: ?Sized + Buffer, O: Operation>(
     let e = elem_of(&s.dt, &k);
     let sb = s.bytes();
     let me = c.rank();
+    if let Elem::Image(ext) = e {
+        let op = image_op(&k, &s.dt, ext);
+        let send = image_of(&s.dt, ext, &sb, s.count);
+        let req = check(match kind {
+            Kind::All => c.iallreduce_elems(send, &op),
+            Kind::ScatterBlock => c.ireduce_scatter_elems(send, &op),
+            Kind::Scan => c.iscan_elems(send, &op),
+            Kind::Exscan => c.iexscan_elems(send, &op),
+            Kind::Root(root) => c.ireduce_elems(send, &op, root),
+        });
+        let dt = s.dt.clone();
+        return Coll::boxed(req, move |v: Vec<u8>| {
+            if let Some(d) = d {
+                if kind == Kind::Exscan && me == 0 {
+                    return; // rank 0's result is undefined in MPI: leave the buffer alone
+                }
+                let pk = packed_of(&dt, &v, v.len() / ext);
+                d.unpack_at(0, &pk[..pk.len().min(d.count * d.dt.size())]);
+            }
+        });
+    }
     typed!(e, &k, &s.dt, |T, rop| {
         let sv = to_vec::<T>(&sb);
         let req = check(match kind {

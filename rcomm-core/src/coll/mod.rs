@@ -7,6 +7,7 @@
 //! [`CollRequest`] that hands the result back from `wait`.
 
 pub(crate) mod check;
+mod elem_op;
 mod exec;
 mod hier;
 mod lateness;
@@ -16,6 +17,7 @@ pub mod schedule;
 pub(crate) mod shm;
 pub(crate) mod tuner;
 
+pub use elem_op::ElemOp;
 pub use exec::CollRequest;
 pub(crate) use exec::CollShared;
 use exec::{ChoiceKey, Post, SchedKey};
