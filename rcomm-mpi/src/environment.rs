@@ -12,7 +12,8 @@ use crate::topology::{CommHandle, SimpleCommunicator};
 /// Global state: 0 = never initialised, 1 = running, 2 = finalised.
 static STATE: AtomicU8 = AtomicU8::new(0);
 static WORLD: RwLock<Option<Arc<rcomm::World>>> = RwLock::new(None);
-static INIT: Mutex<Option<(ThreadId, Threading)>> = Mutex::new(None);
+/// The thread that initialised (the level is rcomm's: `rcomm::query_thread`).
+static INIT: Mutex<Option<ThreadId>> = Mutex::new(None);
 
 /// The job's environment; dropping it finalises (rsmpi's `Universe`): a barrier of all ranks,
 /// as `MPI_Finalize`.
@@ -101,6 +102,28 @@ pub enum Threading {
     Multiple,
 }
 
+impl From<Threading> for rcomm::ThreadLevel {
+    fn from(t: Threading) -> Self {
+        match t {
+            Threading::Single => rcomm::ThreadLevel::Single,
+            Threading::Funneled => rcomm::ThreadLevel::Funneled,
+            Threading::Serialized => rcomm::ThreadLevel::Serialized,
+            Threading::Multiple => rcomm::ThreadLevel::Multiple,
+        }
+    }
+}
+
+impl From<rcomm::ThreadLevel> for Threading {
+    fn from(t: rcomm::ThreadLevel) -> Self {
+        match t {
+            rcomm::ThreadLevel::Single => Threading::Single,
+            rcomm::ThreadLevel::Funneled => Threading::Funneled,
+            rcomm::ThreadLevel::Serialized => Threading::Serialized,
+            rcomm::ThreadLevel::Multiple => Threading::Multiple,
+        }
+    }
+}
+
 impl Threading {
     fn level(self) -> u8 {
         match self {
@@ -139,8 +162,9 @@ pub fn initialize() -> Option<Universe> {
     initialize_with_threading(Threading::Single).map(|x| x.0)
 }
 
-/// Initialises rcomm asking for a thread level (`MPI_Init_thread`). rcomm is thread-safe, so
-/// the level asked for is granted; `None` if initialised before.
+/// Initialises rcomm asking for a thread level (`MPI_Init_thread`, through
+/// `rcomm::init_thread`). rcomm is thread-safe, so the level asked for is granted; `None` if
+/// initialised before.
 pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Threading)> {
     if STATE
         .compare_exchange(0, 1, AO::SeqCst, AO::SeqCst)
@@ -148,25 +172,26 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
     {
         return None;
     }
-    let world = match rcomm::init() {
-        Ok(w) => Arc::new(w),
+    let (world, provided) = match rcomm::init_thread(threading.into()) {
+        Ok((w, provided)) => (Arc::new(w), Threading::from(provided)),
         Err(e) => {
             eprintln!("rcomm-mpi: initialize failed: {e}");
             std::process::exit(1);
         }
     };
     *WORLD.write().unwrap_or_else(|p| p.into_inner()) = Some(world.clone());
-    *INIT.lock().unwrap_or_else(|p| p.into_inner()) =
-        Some((std::thread::current().id(), threading));
-    Some((Universe { world, buffer: 0 }, threading))
+    *INIT.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
+    Some((Universe { world, buffer: 0 }, provided))
 }
 
-/// The thread level granted at initialisation.
+/// The thread level granted at initialisation (`MPI_Query_thread`: `rcomm::query_thread`);
+/// `Single` before `initialize`.
 pub fn threading_support() -> Threading {
-    INIT.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .map(|x| x.1)
-        .unwrap_or(Threading::Single)
+    if is_initialized() {
+        rcomm::query_thread().into()
+    } else {
+        Threading::Single
+    }
 }
 
 /// The MPI standard version whose interface the facade offers: (3, 1).
@@ -179,13 +204,10 @@ pub fn library_version() -> Result<String, FromUtf8Error> {
     Ok(rcomm::library_version())
 }
 
-/// This node's name (`MPI_Get_processor_name`).
+/// This node's name (`MPI_Get_processor_name`: `rcomm::processor_name`, the host name the
+/// world reports, also before `initialize`).
 pub fn processor_name() -> Result<String, FromUtf8Error> {
-    if let Some(w) = WORLD.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
-        return Ok(w.hostname().to_string());
-    }
-    let name = std::fs::read("/proc/sys/kernel/hostname").unwrap_or_default();
-    String::from_utf8(name).map(|s| s.trim().to_string())
+    Ok(rcomm::processor_name())
 }
 
 /// Seconds since a moment in this process's past (`MPI_Wtime`).
@@ -228,7 +250,8 @@ pub(crate) fn check_may_build_datatype() {
         _ => {}
     }
     let init = *INIT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((tid, level)) = init
+    let level = threading_support();
+    if let Some(tid) = init
         && level < Threading::Multiple
         && std::thread::current().id() != tid
     {

@@ -27,6 +27,16 @@ fn world_of_one() {
     );
     let world = universe.world();
     assert_eq!((world.rank(), world.size()), (0, 1));
+    // The environment is rcomm's: the level `initialize` asked for, the host name.
+    assert_eq!(
+        mpi::environment::threading_support(),
+        mpi::Threading::Single
+    );
+    assert_eq!(rcomm::query_thread(), rcomm::ThreadLevel::Single);
+    assert_eq!(
+        mpi::environment::processor_name().unwrap(),
+        rcomm::processor_name()
+    );
 
     // A derived struct packs to its fields' bytes only (no padding) and back.
     let p = Particle {
@@ -34,6 +44,27 @@ fn world_of_one() {
         pos: [1.5, -2.0, 3.25],
         id: (7, -3),
     };
+    // A user reduction on the padded struct (27 data bytes in 40), locally and all-reduced.
+    let add = UserOperation::associative(|x, y| {
+        let x: &[Particle] = x.downcast().unwrap();
+        let y: &mut [Particle] = y.downcast().unwrap();
+        for (a, b) in x.iter().zip(y) {
+            b.alive &= a.alive;
+            for k in 0..3 {
+                b.pos[k] = a.pos[k] + 2.0 * b.pos[k];
+            }
+            b.id = (a.id.0, b.id.1);
+        }
+    });
+    let mut r = [p, p];
+    r[1].pos[2] = 0.5;
+    mpi::collective::reduce_local_into(&[p, p][..], &mut r[..], &add);
+    assert_eq!(r[0].pos, [4.5, -6.0, 9.75]);
+    assert_eq!((r[1].pos[2], r[1].id, r[1].alive), (4.25, (7, -3), true));
+    let mut all = [Particle::default(); 2];
+    world.all_reduce_into(&r[..], &mut all[..], &add);
+    assert_eq!(all, r, "a world of one reduces to its own contribution");
+
     let packed = world.pack(&p);
     assert_eq!(
         packed.len(),
