@@ -31,6 +31,7 @@ pub mod mesh;
 pub mod neighbor;
 pub mod p2p;
 pub mod plan;
+mod reqset;
 mod shared_buf;
 mod spawn;
 pub mod straggler;
@@ -56,6 +57,9 @@ pub use p2p::engine::Status;
 pub use p2p::matcher::Source;
 pub use rcomm_transport::identity::PeerInfo;
 pub use rcomm_transport::net::NetCounters;
+pub use reqset::{
+    Pending, test_all_of, test_any_of, test_some_of, wait_all_of, wait_any_of, wait_some_of,
+};
 pub use shared_buf::SharedBuf;
 pub use spawn::{InterComm, SpawnCommand};
 pub use straggler::{RankLateness, StragglerReport};

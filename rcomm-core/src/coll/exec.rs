@@ -923,6 +923,21 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
         Ok(st.finished())
     }
 
+    /// Whether the collective has completed or failed (advancing it as far as possible without
+    /// waiting); unlike [`test`](Self::test) a failure stays for [`wait`](Self::wait) to
+    /// return. For request sets, which report indices and leave the results to `wait`.
+    pub(crate) fn poll(&mut self) -> bool {
+        let mut st = self.lock();
+        if st.advance(false).is_err() {
+            return true;
+        }
+        if !st.finished() {
+            st.comm.shared.coll.advance_others(&mut Vec::new());
+            let _ = st.advance(false);
+        }
+        st.finished()
+    }
+
     /// Waits for completion and hands back the result (see the starting call for its shape).
     /// While it waits it also advances this process's other non-blocking collectives, on any
     /// communicator: ranks may start and wait them in different orders (MPI's progress rule).
