@@ -548,6 +548,15 @@ impl<'a> Ctx<'a> {
             "{}: short blocks: {res:?}",
             self.what
         );
+        // A request dropped unwaited takes back its receives: its messages must not land in
+        // the calls after it (on one tag for every call they would).
+        drop(self.start(c, &self.case(Kind::A2a, 105)).unwrap());
+        let cs = self.case(Kind::A2av, 106);
+        self.check(
+            &cs,
+            &self.start(c, &cs).unwrap().wait().unwrap(),
+            "after a drop",
+        );
         // Everything still in step.
         self.blocking(c, self.case(Kind::A2av, 103));
         let cs = self.case(Kind::Agv, 104);
