@@ -1136,6 +1136,43 @@ mod tests {
     }
 
     #[test]
+    fn a_spawned_process_reads_its_parents_and_refuses_inconsistent_ranks() {
+        let child = [
+            ("RCOMM_RANK", "1"),
+            ("RCOMM_SIZE", "3"),
+            ("RCOMM_KVS_ADDR", "127.0.0.1:1"),
+            ("RCOMM_JOB_ID", "j"),
+            ("RCOMM_SECRET_FD", "3"),
+            ("RCOMM_PARENT_KVS_ADDR", "127.0.0.1:2"),
+            ("RCOMM_PARENT_RANK", "3"),
+            ("RCOMM_PARENT_SIZE", "5"),
+            ("RCOMM_PARENT_GROUP", "2"),
+            ("RCOMM_PARENT_JOB_ID", "jj"),
+            ("RCOMM_PARENT_SECRET_FD", "4"),
+            ("RCOMM_APPNUM", "1"),
+        ];
+        let c = Config::from_map(&env(&child)).unwrap();
+        let p = c.parent.expect("parent");
+        assert_eq!((p.join.rank, p.join.size, p.parents, p.appnum), (3, 5, 2, 1));
+        assert_eq!((p.join.kvs_addr.as_str(), p.join.secret_fd), ("127.0.0.1:2", 4));
+        assert!(c.unknown.is_empty(), "{:?}", c.unknown);
+        // A rank among the parents, sizes that do not add up, a missing piece: errors.
+        for (k, v) in [
+            ("RCOMM_PARENT_RANK", "1"),
+            ("RCOMM_PARENT_RANK", "5"),
+            ("RCOMM_PARENT_SIZE", "6"),
+            ("RCOMM_PARENT_GROUP", "0"),
+            ("RCOMM_PARENT_JOB_ID", ""),
+            ("RCOMM_PARENT_SECRET_FD", "x"),
+        ] {
+            let mut e = env(&child);
+            e.insert(k.into(), v.into());
+            let err = Config::from_map(&e).expect_err(k);
+            assert!(err.name.starts_with("RCOMM_PARENT_"), "{k}={v}: {err}");
+        }
+    }
+
+    #[test]
     fn socket_ifname_and_tcp_timeout_parse_and_bad_values_name_the_variable() {
         let c = Config::from_map(&env(&[
             ("RCOMM_SOCKET_IFNAME", "^lo,docker"),
