@@ -1,13 +1,11 @@
 //! Communicators, processes and groups (rsmpi's `mpi::topology`).
 
-use std::any::TypeId;
-use std::cell::UnsafeCell;
 use std::os::raw::c_int;
 use std::sync::Arc;
 
 use rcomm::{Comparison, SplitType};
 
-use crate::attribute::{CommAttribute, Slot};
+use crate::attribute::{AttrStore, CommAttribute};
 use crate::datatype::{Buffer, BufferMut, Datatype, dst_of, src_of};
 use crate::{Count, check, fail};
 
@@ -28,10 +26,11 @@ enum Inner {
 #[doc(hidden)]
 pub struct CommHandle {
     inner: Inner,
-    attrs: UnsafeCell<Vec<Slot>>,
+    attrs: AttrStore,
 }
 
-// Attributes are only changed through `&mut` of the communicator that owns the handle.
+// rcomm's communicators are Send + Sync; the attribute store is behind a mutex, but rsmpi's
+// attributes need not be `Send`/`Sync` (docs/mpi-coverage.md, "What differs from rsmpi").
 unsafe impl Send for CommHandle {}
 unsafe impl Sync for CommHandle {}
 
@@ -43,7 +42,7 @@ impl CommHandle {
     fn new(inner: Inner) -> CommHandle {
         CommHandle {
             inner,
-            attrs: UnsafeCell::new(Vec::new()),
+            attrs: AttrStore::default(),
         }
     }
 
@@ -273,17 +272,7 @@ pub trait Communicator: AsHandle {
     /// `CLONE_ON_DUP` are cloned onto it.
     fn duplicate(&self) -> SimpleCommunicator {
         let c = SimpleCommunicator::from_comm(check(self.as_handle().comm().dup()));
-        let attrs = unsafe { &*self.as_handle().attrs.get() };
-        let new = unsafe { &mut *c.0.attrs.get() };
-        for s in attrs {
-            if let Some(clone) = s.clone {
-                new.push(Slot {
-                    id: s.id,
-                    val: clone(&*s.val),
-                    clone: s.clone,
-                });
-            }
-        }
+        self.as_handle().attrs.dup_into(&c.0.attrs);
         c
     }
 
@@ -473,18 +462,13 @@ pub trait AnyCommunicator: Communicator {
 
 impl<C: ?Sized + Communicator> AnyCommunicator for C {
     fn get_attr<A: CommAttribute>(&self) -> Option<&A> {
-        let attrs = unsafe { &*self.as_handle().attrs.get() };
-        attrs
-            .iter()
-            .find(|s| s.id == TypeId::of::<A>())
-            .and_then(|s| s.val.downcast_ref::<A>())
+        self.as_handle().attrs.get::<A>()
     }
 
+    /// A replaced value is dropped with the communicator object, not at once (`&C` is a
+    /// communicator too, so a reference `get_attr` lent may still be alive).
     fn set_attr<A: CommAttribute>(&mut self, val: A) {
-        // `&mut self`: no reference from `get_attr` on this object is alive.
-        let attrs = unsafe { &mut *self.as_handle().attrs.get() };
-        attrs.retain(|s| s.id != TypeId::of::<A>());
-        attrs.push(Slot::new(val));
+        self.as_handle().attrs.set(val)
     }
 }
 

@@ -17,6 +17,51 @@ struct Particle {
     id: (u16, i8),
 }
 
+/// Counts its drops; a heap value, so a freed one would read back as garbage.
+#[derive(Debug, Clone, PartialEq)]
+struct Label(String);
+
+impl CommAttribute for Label {
+    const CLONE_ON_DUP: bool = true;
+}
+
+static LABEL_DROPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Drop for Label {
+    fn drop(&mut self) {
+        LABEL_DROPS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Attributes: a reference `get_attr` lent stays valid while the value is replaced through
+/// another path to the same communicator (`&C` is a communicator); `duplicate` clones;
+/// every value is dropped once, with its communicator.
+fn attributes(world: &mpi::topology::SimpleCommunicator) {
+    let drops = || LABEL_DROPS.load(std::sync::atomic::Ordering::SeqCst);
+    let mut comm = world.duplicate();
+    comm.set_attr(Label("first".repeat(40)));
+    let lent: &Label = comm.get_attr::<Label>().unwrap();
+    let mut path = &comm;
+    path.set_attr(Label("second".into()));
+    assert_eq!(
+        lent.0,
+        "first".repeat(40),
+        "a lent reference outlives its replacement"
+    );
+    assert_eq!(comm.get_attr::<Label>().unwrap().0, "second");
+    let dup = comm.duplicate();
+    assert_eq!(dup.get_attr::<Label>().unwrap().0, "second");
+    let before = drops();
+    drop(comm);
+    assert_eq!(
+        drops() - before,
+        2,
+        "the replaced and the live value, with the communicator"
+    );
+    drop(dup);
+    assert_eq!(drops() - before, 3);
+}
+
 #[test]
 fn world_of_one() {
     assert!(!mpi::is_initialized());
@@ -27,6 +72,7 @@ fn world_of_one() {
     );
     let world = universe.world();
     assert_eq!((world.rank(), world.size()), (0, 1));
+    attributes(&world);
     // The environment is rcomm's: the level `initialize` asked for, the host name.
     assert_eq!(
         mpi::environment::threading_support(),
