@@ -738,8 +738,8 @@ impl Communicator {
         match direct(dt, bytemuck::cast_slice(buf), count)? {
             Some(bytes) => self.send(bytes, dest, tag),
             None => with_scratch(|s| {
-                pack_into(dt, bytemuck::cast_slice(buf), count, s)?;
-                self.send(s.as_slice(), dest, tag)
+                let packed = pack_scratch(dt, bytemuck::cast_slice(buf), count, s)?;
+                self.send(packed, dest, tag)
             }),
         }
     }
@@ -763,8 +763,7 @@ impl Communicator {
         // Refused before anything is received: a bad layout must not consume a message.
         dt.check_span(count, bytes.len(), "recv_dt")?;
         with_scratch(|s| {
-            s.resize(dt.packed_size(count), 0);
-            let st = self.recv(s.as_mut_slice(), src, tag)?;
+            let st = self.recv(sized(s, dt.packed_size(count)), src, tag)?;
             dt.unpack(&s[..st.bytes], bytes, count)?;
             Ok(st)
         })
@@ -794,10 +793,7 @@ impl Communicator {
         with_scratch(|out| {
             let sdata: &[u8] = match sdirect {
                 Some(b) => b,
-                None => {
-                    pack_into(sdt, sbytes, scount, out)?;
-                    out.as_slice()
-                }
+                None => pack_scratch(sdt, sbytes, scount, out)?,
             };
             self.sendrecv_into_dt(sdata, dest, stag, rbytes, rcount, rdt, src, rtag)
         })
@@ -820,8 +816,8 @@ impl Communicator {
         match direct_range(rdt, dst.len(), rcount)? {
             Some(r) => self.sendrecv(sdata, dest, stag, &mut dst[r], src, rtag),
             None => with_scratch(|inb| {
-                inb.resize(rdt.packed_size(rcount), 0);
-                let st = self.sendrecv(sdata, dest, stag, inb.as_mut_slice(), src, rtag)?;
+                let room = sized(inb, rdt.packed_size(rcount));
+                let st = self.sendrecv(sdata, dest, stag, room, src, rtag)?;
                 rdt.unpack(&inb[..st.bytes], dst, rcount)?;
                 Ok(st)
             }),
@@ -913,9 +909,9 @@ impl Communicator {
             };
         }
         with_scratch(|out| {
-            pack_into(sdt, &bytes[soff..], scount, out)?;
+            let packed = pack_scratch(sdt, &bytes[soff..], scount, out)?;
             let src = src.into();
-            self.sendrecv_into_dt(out, dest, stag, &mut bytes[roff..], rcount, rdt, src, rtag)
+            self.sendrecv_into_dt(packed, dest, stag, &mut bytes[roff..], rcount, rdt, src, rtag)
         })
     }
 
@@ -979,6 +975,27 @@ fn pack_into(dt: &Datatype, src: &[u8], count: usize, out: &mut Vec<u8>) -> Resu
     out.clear();
     out.resize(dt.packed_size(count), 0);
     dt.pack(src, count, out).map(drop)
+}
+
+/// The first `n` bytes of a scratch buffer, growing it if needed. Bytes a previous use left
+/// there stay: every caller overwrites what it reads (a pack writes all `n`; a receive is read
+/// only up to the bytes it got), and zeroing them would be one more pass over the message.
+fn sized(v: &mut Vec<u8>, n: usize) -> &mut [u8] {
+    if v.len() < n {
+        v.resize(n, 0);
+    }
+    &mut v[..n]
+}
+
+/// Packs into a scratch buffer; the packed bytes.
+fn pack_scratch<'a>(
+    dt: &Datatype,
+    src: &[u8],
+    count: usize,
+    out: &'a mut Vec<u8>,
+) -> Result<&'a [u8]> {
+    let n = dt.pack(src, count, sized(out, dt.packed_size(count)))?;
+    Ok(&out[..n])
 }
 
 thread_local! {
