@@ -911,7 +911,16 @@ impl Communicator {
         with_scratch(|out| {
             let packed = pack_scratch(sdt, &bytes[soff..], scount, out)?;
             let src = src.into();
-            self.sendrecv_into_dt(packed, dest, stag, &mut bytes[roff..], rcount, rdt, src, rtag)
+            self.sendrecv_into_dt(
+                packed,
+                dest,
+                stag,
+                &mut bytes[roff..],
+                rcount,
+                rdt,
+                src,
+                rtag,
+            )
         })
     }
 
