@@ -586,6 +586,93 @@ impl T<'_> {
     /// Ready and buffered sends, cancel, start_all. Buffered sends return at once: every rank
     /// bsends a rendezvous-sized message to its right before anyone posts a receive (a send that
     /// waited for its receive would hang the ring), and the attached budget runs out.
+    /// Cancel of sends: an unmatched rendezvous send and an unmatched synchronous send are
+    /// taken back (their waits return at once, empty) and the receiver gets the next message,
+    /// never them; a matched send is not cancelled and its data arrives intact.
+    fn send_cancel(&self) {
+        let (left, right) = ((self.r + self.n - 1) % self.n, (self.r + 1) % self.n);
+        let big = 200_000; // rendezvous over shared memory and over TCP
+        let t0 = Instant::now();
+        let mut s = self
+            .w
+            .isend(pattern(self.r, right, 40, 0, big), right, Tag(390))
+            .unwrap();
+        assert!(
+            s.cancel() && s.is_cancelled(),
+            "unmatched rendezvous send cancelled"
+        );
+        let (b, st) = s.wait().unwrap();
+        assert_eq!(
+            (b.len(), st.bytes),
+            (big, 0),
+            "cancelled send: empty status"
+        );
+        let mut s = self
+            .w
+            .issend(pattern(self.r, right, 40, 1, 100), right, Tag(391))
+            .unwrap();
+        assert!(
+            s.cancel() && s.is_cancelled(),
+            "unmatched synchronous send cancelled"
+        );
+        assert_eq!(s.wait().unwrap().1.bytes, 0);
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "cancels took {:?}",
+            t0.elapsed()
+        );
+        self.w
+            .send(&pattern(self.r, right, 40, 2, 50), right, Tag(392))
+            .unwrap();
+        // Every cancel has its answer before any receive is posted (a receive posted first
+        // could match a message whose cancel is still on its way: then it is not cancelled).
+        self.barrier();
+        // Rank 0 may already hold the next barrier's messages from ranks ahead of it: it
+        // names its source. The others get nothing else before their next barrier.
+        let mut inb = vec![0u8; big];
+        let st = if self.r == 0 {
+            self.w.recv(&mut inb, left, Tag::Any).unwrap()
+        } else {
+            self.w.recv(&mut inb, Source::Any, Tag::Any).unwrap()
+        };
+        assert_eq!(
+            (st.source, st.tag, st.bytes),
+            (left, 392, 50),
+            "the receive got a cancelled message"
+        );
+        check(
+            &inb[..50],
+            &pattern(left, self.r, 40, 2, 50),
+            "after cancels",
+        );
+        for tag in [390, 391] {
+            assert!(
+                self.w.iprobe(left, Tag(tag)).unwrap().is_none(),
+                "tag {tag}"
+            );
+        }
+        // A send whose receive was posted before it is matched when it arrives.
+        let rq = self.w.irecv(vec![0u8; big], left, Tag(393)).unwrap();
+        self.barrier();
+        let mut s = self
+            .w
+            .isend(pattern(self.r, right, 40, 3, big), right, Tag(393))
+            .unwrap();
+        assert!(
+            !s.cancel() && !s.is_cancelled(),
+            "a matched send is not cancelled"
+        );
+        let (b, st) = rq.wait().unwrap();
+        assert_eq!(st.bytes, big);
+        check(
+            &b,
+            &pattern(left, self.r, 40, 3, big),
+            "matched, not cancelled",
+        );
+        assert_eq!(s.wait().unwrap().1.bytes, big);
+        self.ok("send-cancel");
+    }
+
     fn send_modes(&self) {
         let right = (self.r + 1) % self.n;
         let left = (self.r + self.n - 1) % self.n;
@@ -668,13 +755,15 @@ impl T<'_> {
             .w
             .isend(pattern(self.r, right, 32, 0, 16), right, Tag(370))
             .unwrap();
-        assert!(
-            !sq.cancel() && !sq.is_cancelled(),
-            "a send is never taken back"
-        );
         let mut inb = vec![0u8; 16];
         self.w.recv(&mut inb, left, Tag(370)).unwrap();
         check(&inb, &pattern(left, self.r, 32, 0, 16), "after cancel");
+        // Received everywhere: a send whose message was matched is not taken back.
+        self.barrier();
+        assert!(
+            !sq.cancel() && !sq.is_cancelled(),
+            "a received send is not cancelled"
+        );
         sq.wait().unwrap();
         // A matched receive is not cancelled.
         let mut rq = self.w.irecv(vec![0u8; 8], left, Tag(371)).unwrap();
@@ -1263,6 +1352,7 @@ fn main() {
             t.ok("modes");
             t.send_modes();
             t.ok("send-modes");
+            t.send_cancel();
             t.cart();
             t.ok("cart");
             t.graph();
