@@ -34,13 +34,14 @@
 //! element as it was). Dropping a request before it completes cancels the receives no message
 //! has matched yet and lets the rest finish in the background with the buffers it owns.
 
-use crate::comm::Communicator;
+use crate::coll_state::Advance;
+use crate::comm::{Communicator, Shared};
 use crate::p2p::engine::ReqId;
 use crate::p2p::matcher::{Source, TagSel};
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
 use bytemuck::{Pod, cast_slice, cast_slice_mut};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 /// One send of a neighbour exchange: (destination in the communicator, tag, bytes).
 type OutBlock<'a> = (u32, i32, &'a [u8]);
@@ -367,18 +368,66 @@ pub(crate) fn start<T: Pod + Send>(
     if err.is_some() {
         return Err(finish(c, p, err, op).expect_err("the posting error"));
     }
+    // With a progress thread (`RCOMM_ASYNC_PROGRESS=1`), it moves the blocks on while the
+    // caller computes, as it does for the other non-blocking collectives.
+    let watch = Arc::new(Mutex::new(Watch {
+        shared: Arc::downgrade(&c.shared),
+        reqs: (p.recvs.iter().map(|x| x.0))
+            .chain(p.sends.iter().copied())
+            .collect(),
+        over: false,
+    }));
+    if let Some(pr) = &c.shared.coll.progress
+        && !(p.recvs.is_empty() && p.sends.is_empty())
+    {
+        pr.register(watch.clone(), &c.shared);
+    }
     Ok(NeighborRequest {
         comm: c.clone(),
         posted: p,
         bufs: Some((send, recv)),
         op,
+        watch,
     })
+}
+
+/// What the progress thread sees of a request: its point-to-point requests, until they have
+/// all completed or the owner takes them (its wait or drop sets `over` first, so the thread
+/// never looks at a request id after it was handed back).
+struct Watch {
+    shared: Weak<Shared>,
+    reqs: Vec<ReqId>,
+    over: bool,
+}
+
+impl Advance for Watch {
+    fn advance(&mut self, _block: bool) -> Result<bool> {
+        if !self.over
+            && let Some(sh) = self.shared.upgrade()
+        {
+            let e = sh.lock();
+            self.over = self.reqs.iter().all(|&r| e.is_done(r));
+        }
+        Ok(self.over)
+    }
+
+    fn finished(&self) -> bool {
+        self.over
+    }
+
+    fn pending_reqs(&self, out: &mut Vec<ReqId>) {
+        if !self.over {
+            out.extend(&self.reqs);
+        }
+    }
 }
 
 /// A non-blocking neighbour collective (`MPI_Ineighbor_*`) that owns its buffers: block
 /// messages in flight to and from the neighbours. [`wait`](Self::wait) hands back the receive
 /// buffer. Dropping it early cancels the receives not yet matched and lets the rest finish in
-/// the background (see the [module notes](self)).
+/// the background (see the [module notes](self)). With `RCOMM_ASYNC_PROGRESS=1` the progress
+/// thread moves its blocks on while the caller computes; otherwise they move in `test`, `wait`
+/// and the caller's other rcomm calls.
 #[must_use = "a neighbour request does nothing useful unless waited for"]
 pub struct NeighborRequest<T: Pod + Send> {
     comm: Communicator,
@@ -386,6 +435,8 @@ pub struct NeighborRequest<T: Pod + Send> {
     /// (send, receive), held until every request completed.
     bufs: Option<(Vec<T>, Vec<T>)>,
     op: &'static str,
+    /// Shared with the progress thread, if there is one.
+    watch: Arc<Mutex<Watch>>,
 }
 
 impl<T: Pod + Send> std::fmt::Debug for NeighborRequest<T> {
@@ -406,6 +457,7 @@ impl<T: Pod + Send> NeighborRequest<T> {
 
     /// [`wait`](Self::wait), handing back the send buffer too: (send, receive), to reuse both.
     pub fn wait_buffers(mut self) -> Result<(Vec<T>, Vec<T>)> {
+        self.release();
         let p = std::mem::take(&mut self.posted);
         let res = finish(&self.comm, p, None, self.op);
         let bufs = self.bufs.take().expect("buffers held until the wait");
@@ -426,8 +478,16 @@ impl<T: Pod + Send> NeighborRequest<T> {
     }
 }
 
+impl<T: Pod + Send> NeighborRequest<T> {
+    /// Tells the progress thread to forget the requests (before they are taken).
+    fn release(&self) {
+        self.watch.lock().unwrap_or_else(|p| p.into_inner()).over = true;
+    }
+}
+
 impl<T: Pod + Send> Drop for NeighborRequest<T> {
     fn drop(&mut self) {
+        self.release();
         let p = std::mem::take(&mut self.posted);
         if p.recvs.is_empty() && p.sends.is_empty() {
             return;

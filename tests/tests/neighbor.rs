@@ -42,8 +42,11 @@ fn neighbour_collectives_match_brute_force_at_16_ranks() {
 }
 
 #[test]
-fn neighbour_collectives_over_tcp_and_in_checked_mode() {
+fn neighbour_collectives_over_tcp_with_a_progress_thread_and_in_checked_mode() {
     run(4, 4, &[("RCOMM_TRANSPORT", "tcp")]);
+    // The progress thread moves non-blocking neighbour requests on too, while their owners
+    // test and wait for them.
+    run(4, 6, &[("RCOMM_ASYNC_PROGRESS", "1")]);
     // Non-blocking neighbour calls take collective sequence numbers without a checked
     // signature: checked mode must still agree with them.
     run(5, 5, &[("RCOMM_CHECK", "1")]);
