@@ -9,6 +9,7 @@
 use std::os::raw::{c_int, c_void};
 
 use mpi::collective::{UnsafeUserOperation, UserOperation};
+use mpi::datatype::{MutView, UserDatatype, View};
 use mpi::ffi::MPI_Datatype;
 use mpi::traits::*;
 
@@ -276,6 +277,56 @@ fn main() {
     if rank == size - 1 {
         assert_eq!(r_out, all, "immediate_reduce_into_root");
     }
+
+    // A strided type: words 0 and 2 of every 3 (extent 12, a 4-byte gap), reduced through
+    // views; the op reads its elements through raw pointers, 12 bytes apart. The gap words of
+    // the receive buffer stay as they were.
+    let strided = UserDatatype::vector(2, 1, 2, &i32::equivalent_datatype());
+    let sop = UserOperation::associative(|x, mut y| {
+        let n = x.len();
+        let a = unsafe { std::slice::from_raw_parts(x.as_ptr() as *const i32, 3 * n) };
+        let b = unsafe { std::slice::from_raw_parts_mut(y.as_mut_ptr() as *mut i32, 3 * n) };
+        for e in 0..n {
+            let r = compose(
+                Aff {
+                    m: a[3 * e],
+                    c: a[3 * e + 2],
+                    n: 0,
+                },
+                Aff {
+                    m: b[3 * e],
+                    c: b[3 * e + 2],
+                    n: 0,
+                },
+            );
+            (b[3 * e], b[3 * e + 2]) = (r.m, r.c);
+        }
+    });
+    let words_of = |r: i32| {
+        (0..K)
+            .flat_map(|i| [aff(r, i).m, -1000 - r, aff(r, i).c])
+            .collect::<Vec<i32>>()
+    };
+    let words = words_of(rank);
+    let mut got = vec![-7i32; 3 * K as usize];
+    {
+        let s = unsafe { View::with_count_and_datatype(&words[..], K, &strided) };
+        let mut r = unsafe { MutView::with_count_and_datatype(&mut got[..], K, &strided) };
+        world.all_reduce_into(&s, &mut r, &sop);
+    }
+    let want: Vec<i32> = all.iter().flat_map(|a| [a.m, -7, a.c]).collect();
+    assert_eq!(got, want, "all_reduce_into, strided type");
+    let mut got = vec![-7i32; 3 * K as usize];
+    {
+        let s = unsafe { View::with_count_and_datatype(&words[..], K, &strided) };
+        let mut r = unsafe { MutView::with_count_and_datatype(&mut got[..], K, &strided) };
+        world.scan_into(&s, &mut r, &sop);
+    }
+    let want: Vec<i32> = fold(0..rank + 1, mine_of, compose)
+        .iter()
+        .flat_map(|a| [a.m, -7, a.c])
+        .collect();
+    assert_eq!(got, want, "scan_into, strided type");
 
     // Locally: inout = in ⊕ inout.
     let mut local = pads_of(rank + 1);
