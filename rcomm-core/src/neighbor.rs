@@ -427,7 +427,9 @@ impl Advance for Watch {
 /// buffer. Dropping it early cancels the receives not yet matched and lets the rest finish in
 /// the background (see the [module notes](self)). With `RCOMM_ASYNC_PROGRESS=1` the progress
 /// thread moves its blocks on while the caller computes; otherwise they move in `test`, `wait`
-/// and the caller's other rcomm calls.
+/// and the caller's other rcomm calls. It can join mixed request sets
+/// ([`wait_all_of`](crate::wait_all_of), [`test_some_of`](crate::test_some_of), …), which
+/// say which requests completed; each one's `wait` then hands back its buffer at once.
 #[must_use = "a neighbour request does nothing useful unless waited for"]
 pub struct NeighborRequest<T: Pod + Send> {
     comm: Communicator,
@@ -475,6 +477,13 @@ impl<T: Pod + Send> NeighborRequest<T> {
             all &= s.test_req(r);
         }
         all
+    }
+}
+
+/// In a mixed request set ([`wait_all_of`](crate::wait_all_of), [`test_some_of`](crate::test_some_of), …).
+impl<T: Pod + Send> crate::Pending for NeighborRequest<T> {
+    fn poll(&mut self) -> bool {
+        self.test()
     }
 }
 

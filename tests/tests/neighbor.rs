@@ -7,7 +7,13 @@
 use rcomm_tests::{Job, test_program};
 use std::time::Duration;
 
-const CASES: [&str; 4] = ["cart", "graph", "dist-graph", "dist-graph-named"];
+const CASES: [&str; 5] = [
+    "cart",
+    "not-early",
+    "graph",
+    "dist-graph",
+    "dist-graph-named",
+];
 
 fn run(n: u32, seed: u64, env: &[(&str, &str)]) {
     let prog = test_program("rt_neighbor");

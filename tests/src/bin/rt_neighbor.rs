@@ -4,14 +4,15 @@
 //! (`dist_graph_create_adjacent`) and graphs whose edges are named anywhere
 //! (`dist_graph_create`); on each it runs `neighbor_allgather(v)` and `neighbor_alltoall(v)`,
 //! blocking and non-blocking (several outstanding at once, a blocking call between post and
-//! wait, completed by waits in order, in reverse and by test loops), and refused arguments.
+//! wait, completed by `wait_all_of` in a set with a collective request, by waits in reverse
+//! and by `test_some_of` loops; one dropped unwaited), and refused arguments.
 //! Every receive buffer is compared exactly with the one computed from the topology alone:
 //! which rank and which of its blocks lands in each block (the i-th edge from p to q pairs
 //! with the i-th; on a grid, what p sends up lands in the block its upper neighbour receives
 //! from below). Each element names (call, sender, sender's block, index), so a crossed,
 //! permuted or stale block fails. Rank 0 prints `ok <case>` per case.
 use rcomm::neighbor::NeighborRequest;
-use rcomm::{CartComm, CommError, Communicator, GraphComm, Op, Result};
+use rcomm::{CartComm, CommError, Communicator, GraphComm, Op, Pending, Result};
 
 /// What no message may write.
 const UNTOUCHED: u64 = u64::MAX;
@@ -421,13 +422,23 @@ impl<'a> Ctx<'a> {
                 reqs.push((cs, r));
             }
             match round {
-                // Waits in order (what wait_all does), ...
+                // One mixed set with a collective request, completed by wait_all_of, ...
                 0 => {
+                    let mut sum = (c.comm().iallreduce(vec![u64::from(self.me)], Op::Sum)).unwrap();
+                    {
+                        let mut set: Vec<&mut dyn Pending> = reqs
+                            .iter_mut()
+                            .map(|(_, r)| r as &mut dyn Pending)
+                            .collect();
+                        set.push(&mut sum);
+                        rcomm::wait_all_of(&mut set);
+                    }
+                    assert_eq!(sum.wait().unwrap(), [n * (n - 1) / 2]);
                     for (cs, r) in reqs {
-                        self.check(&cs, &r.wait().unwrap(), "waited in order");
+                        self.check(&cs, &r.wait().unwrap(), "wait_all_of");
                     }
                 }
-                // ... in reverse, handing the send buffer back too, ...
+                // ... waits in reverse, handing the send buffer back too, ...
                 1 => {
                     for (cs, r) in reqs.into_iter().rev() {
                         let (s, got) = r.wait_buffers().unwrap();
@@ -435,17 +446,19 @@ impl<'a> Ctx<'a> {
                         self.check(&cs, &got, "waited in reverse");
                     }
                 }
-                // ... and a test loop taking out whichever completed (test_some's way).
+                // ... and test_some_of until every one is taken out.
                 _ => {
                     while !reqs.is_empty() {
-                        let mut i = 0;
-                        while i < reqs.len() {
-                            if reqs[i].1.test() {
-                                let (cs, r) = reqs.remove(i);
-                                self.check(&cs, &r.wait().unwrap(), "tested");
-                            } else {
-                                i += 1;
-                            }
+                        let done = {
+                            let mut set: Vec<&mut dyn Pending> = reqs
+                                .iter_mut()
+                                .map(|(_, r)| r as &mut dyn Pending)
+                                .collect();
+                            rcomm::test_some_of(&mut set)
+                        };
+                        for &i in done.iter().rev() {
+                            let (cs, r) = reqs.remove(i);
+                            self.check(&cs, &r.wait().unwrap(), "test_some_of");
                         }
                     }
                 }
@@ -625,6 +638,39 @@ fn main() {
         }
     }
     ok("cart");
+
+    // A request is not complete before its neighbours have started: rank 0 tests its own
+    // while the others wait for its word to start theirs (a test that says "complete" too
+    // early fails here, which a wait would hide).
+    if n > 1 {
+        let c = world.cart_create(&[n], &[true], false).unwrap().unwrap();
+        let send = vec![u64::from(me); 3];
+        if me == 0 {
+            let mut r = c.ineighbor_allgather(send, vec![0; 6]).unwrap();
+            for _ in 0..100 {
+                assert!(!r.test(), "complete before the neighbours started");
+                let mut set: [&mut dyn Pending; 1] = [&mut r];
+                assert!(rcomm::test_some_of(&mut set).is_empty());
+                assert!(!rcomm::test_all_of(&mut set));
+            }
+            for p in 1..n {
+                world.send(&[1u8], p, rcomm::Tag(7)).unwrap();
+            }
+            let got = r.wait().unwrap();
+            assert_eq!(got, [[u64::from(n - 1); 3], [1; 3]].concat());
+        } else {
+            let mut go = [0u8];
+            world.recv(&mut go, 0, rcomm::Tag(7)).unwrap();
+            let got = c
+                .ineighbor_allgather(send, vec![0; 6])
+                .unwrap()
+                .wait()
+                .unwrap();
+            let (lo, hi) = ((me + n - 1) % n, (me + 1) % n);
+            assert_eq!(got, [[u64::from(lo); 3], [u64::from(hi); 3]].concat());
+        }
+    }
+    ok("not-early");
 
     // Symmetric multigraphs with self loops, lists shuffled per node; the last rank is left
     // off in every other one.
