@@ -788,6 +788,17 @@ fn recv_any(cl: &mut Cluster, to: usize, cap: usize) -> (Status, Vec<u8>) {
     (st, buf)
 }
 
+/// Runs until a message with `tag` waits at rank `at` (idle senders are not enough: the
+/// fabric may still carry it).
+fn arrive_at(cl: &mut Cluster, at: usize, tag: i32) {
+    cl.run(|c| {
+        (c.engines[at].probe(0, Source::Any, TagSel::Tag(tag)))
+            .unwrap()
+            .is_some()
+    })
+    .unwrap_or_else(|e| panic!("tag {tag} never arrived at rank {at}: {e}"));
+}
+
 /// Whether rank `at` has no message left that a receive could take.
 fn nothing_left(cl: &mut Cluster, at: usize) -> bool {
     cl.engines[at]
@@ -810,7 +821,7 @@ fn a_cancelled_eager_send_is_never_received_and_the_next_message_is() {
             })
             .collect();
         if arrived_first {
-            cl.run(|c| c.idle()).unwrap();
+            arrive_at(&mut cl, 1, 9);
             assert!(cl.engines[0].is_done(sends[0]), "eager: complete once sent");
         }
         // The first and the middle message are taken back.
@@ -848,7 +859,7 @@ fn a_cancelled_rendezvous_send_returns_and_is_never_received_in_every_protocol()
             .isend(0, 1, 4, Region::from_ref(&small), "send")
             .unwrap();
         // Its RTS waits at the receiver; nobody will ever receive it.
-        cl.run(|c| c.idle()).unwrap();
+        arrive_at(&mut cl, 1, 4);
         assert!(
             !cl.engines[0].is_done(s),
             "{bulk:?}: a rendezvous send waits"
@@ -1057,4 +1068,72 @@ fn cancels_under_reordering_take_back_exactly_what_they_report_and_keep_mpi_orde
         withdrawn_total > 50 && kept_total > 5,
         "{withdrawn_total} {kept_total}"
     );
+}
+
+#[test]
+fn forged_or_stray_cancel_messages_change_nothing() {
+    use super::engine::{CANCEL_WITHDRAWN, CTL_CANCEL, CTL_CANCEL_REPLY, CancelSend, MAX_CTX};
+    use rcomm_transport::wire::{Header, ProtoKind};
+    let ctl = Header {
+        context: 0,
+        source: 2,
+        seq: 0,
+        tag: 0,
+        len: 0,
+        kind: ProtoKind::Control,
+        flags: 0,
+        coll_seq: 0,
+        signature: 0,
+    };
+    let words = |w: &[u64]| w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    let mut cl = Cluster::new(cfg(3, Ops::GET, 0, 26));
+    let msg = pattern(0, 1, 0, 40);
+    let s = cl.engines[0]
+        .isend(0, 1, 5, Region::from_ref(&msg), "send")
+        .unwrap();
+    arrive_at(&mut cl, 1, 5);
+    let CancelSend::Asked(token) = cl.engines[0].cancel_send(s).unwrap() else {
+        panic!("rank 1 is asked");
+    };
+    // Rank 2 answers for rank 1, or for a token nobody asked with; short records.
+    for w in [
+        &[CTL_CANCEL_REPLY, token, CANCEL_WITHDRAWN][..],
+        &[CTL_CANCEL_REPLY, token + 1000, CANCEL_WITHDRAWN],
+        &[CTL_CANCEL_REPLY, token],
+        &[CTL_CANCEL_REPLY],
+    ] {
+        cl.engines[0].deliver_raw(2, &ctl, &words(w));
+    }
+    assert!(
+        cl.engines[0].cancel_send_answer(token).is_none(),
+        "answered by a stranger"
+    );
+    // Rank 2 asks rank 1 to withdraw its own message 0 (it sent none), on a context no
+    // communicator can have, and with a short record: rank 0's message is not rank 2's to take.
+    for w in [
+        &[CTL_CANCEL, 0, 77][..],
+        &[CTL_CANCEL, u64::from(MAX_CTX) << 32, 78],
+        &[CTL_CANCEL, u64::MAX, 79],
+        &[CTL_CANCEL, 0],
+    ] {
+        cl.engines[1].deliver_raw(2, &ctl, &words(w));
+    }
+    assert!(cl.engines[1].ctx_slots() <= MAX_CTX as usize);
+    assert!(
+        cl.engines[1]
+            .probe(0, Source::Rank(0), TagSel::Tag(5))
+            .unwrap()
+            .is_some(),
+        "rank 0's message stays"
+    );
+    // The real answer still comes, and is the real one.
+    let mut answer = None;
+    cl.run(|c| {
+        answer = c.engines[0].cancel_send_answer(token);
+        answer.is_some()
+    })
+    .unwrap();
+    assert!(matches!(answer, Some(Ok(true))), "{answer:?}");
+    assert!(nothing_left(&mut cl, 1));
+    cl.run(|c| c.idle()).unwrap();
 }

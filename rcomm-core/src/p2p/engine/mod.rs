@@ -280,11 +280,11 @@ const CTL_REVOKE: u64 = 1;
 /// First word of a `Control` message asking the receiver to withdraw a message whose send is
 /// being cancelled: then its context (high half) and sequence number (low half), and the
 /// sender's token for the answer.
-const CTL_CANCEL: u64 = 2;
+pub(crate) const CTL_CANCEL: u64 = 2;
 /// First word of the answer to a `CTL_CANCEL`: then the token and one of `CANCEL_*`.
-const CTL_CANCEL_REPLY: u64 = 3;
+pub(crate) const CTL_CANCEL_REPLY: u64 = 3;
 /// The message was withdrawn: no receive will ever see it.
-const CANCEL_WITHDRAWN: u64 = 0;
+pub(crate) const CANCEL_WITHDRAWN: u64 = 0;
 /// A receive matched it already: the send completes as usual.
 const CANCEL_MATCHED: u64 = 1;
 /// It has not arrived yet (another lane is still carrying it): ask again.
