@@ -1153,8 +1153,14 @@ mod tests {
         ];
         let c = Config::from_map(&env(&child)).unwrap();
         let p = c.parent.expect("parent");
-        assert_eq!((p.join.rank, p.join.size, p.parents, p.appnum), (3, 5, 2, 1));
-        assert_eq!((p.join.kvs_addr.as_str(), p.join.secret_fd), ("127.0.0.1:2", 4));
+        assert_eq!(
+            (p.join.rank, p.join.size, p.parents, p.appnum),
+            (3, 5, 2, 1)
+        );
+        assert_eq!(
+            (p.join.kvs_addr.as_str(), p.join.secret_fd),
+            ("127.0.0.1:2", 4)
+        );
         assert!(c.unknown.is_empty(), "{:?}", c.unknown);
         // A rank among the parents, sizes that do not add up, a missing piece: errors.
         for (k, v) in [
