@@ -63,7 +63,9 @@ impl Op for Send {
         self.1.expect("a finished send has a status")
     }
     fn cancel(&mut self) {
-        // rcomm never takes back a send once started: it completes as usual (MPI allows it).
+        // rcomm withdraws a send no receive matched yet (its wait then returns an empty
+        // status); a matched one, or an eager send that went out when it started, completes
+        // as usual, as MPI allows.
         if let Some(r) = self.0.as_mut() {
             r.cancel();
         }
