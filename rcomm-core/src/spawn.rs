@@ -25,7 +25,7 @@ use crate::world::World;
 use crate::{CommError, Result};
 use rcomm_transport::auth::{SECRET_LEN, Secret};
 use rcomm_transport::bootstrap::{KvsClient, KvsServer};
-use rcomm_transport::config::{Config, LaunchEnv, ParentEnv};
+use rcomm_transport::config::{Config, LAUNCHER_VARS, LaunchEnv, ParentEnv};
 use rcomm_transport::rlog;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -34,16 +34,9 @@ use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Launcher variables a child must not inherit from its parent (they describe the parent's
-/// job); every one is set anew or removed.
+/// Besides [`LAUNCHER_VARS`], variables a child must not inherit from its parent (they
+/// describe the parent's job or its launcher); every one is set anew or removed.
 const PARENT_ONLY: &[&str] = &[
-    "RCOMM_RANK",
-    "RCOMM_SIZE",
-    "RCOMM_LOCAL_RANK",
-    "RCOMM_LOCAL_SIZE",
-    "RCOMM_KVS_ADDR",
-    "RCOMM_JOB_ID",
-    "RCOMM_SECRET_FD",
     "RCOMM_PARENT_KVS_ADDR",
     "RCOMM_PARENT_RANK",
     "RCOMM_PARENT_SIZE",
@@ -441,7 +434,7 @@ fn start_children(
     for (app, c) in commands.iter().enumerate() {
         for _ in 0..c.copies {
             let mut cmd = rebuild(c.command);
-            for v in PARENT_ONLY {
+            for v in LAUNCHER_VARS.iter().chain(PARENT_ONLY) {
                 cmd.env_remove(v);
             }
             cmd.env("RCOMM_RANK", rank.to_string())

@@ -9,15 +9,7 @@ use std::process::Command;
 
 /// The variables the launcher sets for each rank. Any inherited value (from an outer job) is
 /// removed first, so a rank never mixes two jobs' settings.
-pub const LAUNCHER_VARS: [&str; 7] = [
-    "RCOMM_RANK",
-    "RCOMM_SIZE",
-    "RCOMM_LOCAL_RANK",
-    "RCOMM_LOCAL_SIZE",
-    "RCOMM_KVS_ADDR",
-    "RCOMM_JOB_ID",
-    "RCOMM_SECRET_FD",
-];
+pub use rcomm_transport::config::LAUNCHER_VARS;
 
 /// Everything that is the same for every rank of the job.
 #[derive(Debug, Clone)]

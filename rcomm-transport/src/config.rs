@@ -8,6 +8,18 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
+/// The variables a launcher sets for each rank it starts: `rcomm-run`, and a spawning rank for
+/// its children (`Communicator::spawn`). Each removes inherited values first.
+pub const LAUNCHER_VARS: [&str; 7] = [
+    "RCOMM_RANK",
+    "RCOMM_SIZE",
+    "RCOMM_LOCAL_RANK",
+    "RCOMM_LOCAL_SIZE",
+    "RCOMM_KVS_ADDR",
+    "RCOMM_JOB_ID",
+    "RCOMM_SECRET_FD",
+];
+
 /// One documented variable.
 #[derive(Debug, Clone, Copy)]
 pub struct VarSpec {
