@@ -909,18 +909,13 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
     /// Whether the collective has completed (advancing it as far as possible without waiting).
     /// An error shows here or in [`wait`](Self::wait).
     pub fn test(&mut self) -> Result<bool> {
+        let done = self.poll();
         let mut st = self.lock();
-        st.advance(false)?;
-        if !st.finished() {
-            // Others may wait for this rank's part in another collective.
-            st.comm.shared.coll.advance_others(&mut Vec::new());
-            st.advance(false)?;
-        }
         if let Some(e) = st.failed.take() {
             st.reported = true;
             return Err(e);
         }
-        Ok(st.finished())
+        Ok(done)
     }
 
     /// Whether the collective has completed or failed (advancing it as far as possible without
@@ -928,10 +923,10 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
     /// return. For request sets, which report indices and leave the results to `wait`.
     pub(crate) fn poll(&mut self) -> bool {
         let mut st = self.lock();
-        if st.advance(false).is_err() {
-            return true;
-        }
+        // `advance` keeps a failure in `failed` (and says finished); its Err is not used.
+        let _ = st.advance(false);
         if !st.finished() {
+            // Others may wait for this rank's part in another collective.
             st.comm.shared.coll.advance_others(&mut Vec::new());
             let _ = st.advance(false);
         }
