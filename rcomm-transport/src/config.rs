@@ -114,6 +114,16 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "which InfiniBand/RoCE HCAs a rank may choose from, as NCCL_IB_HCA: name prefixes mlx5_0,mlx5_1; ^ excludes (^mlx5_3); = exact names (=mlx5_0); a :port suffix is accepted and ignored; default: all; among those left each rank takes the nearest to its GPU (or NUMA node), see rcomm-topo",
     },
     VarSpec {
+        name: "RCOMM_P2P_LEVEL",
+        protocol: false,
+        help: "user: how far apart two GPUs of one node may be for direct device copies (CUDA IPC, peer copies), as NCCL_P2P_LEVEL: LOC (same GPU only), NVL (NVLink), PIX, PXB, PHB, SYS (default); farther pairs stage through host memory. Ranks sharing one GPU always copy directly unless set to 0/off",
+    },
+    VarSpec {
+        name: "RCOMM_GPU_STANDIN",
+        protocol: false,
+        help: "tests: 1 makes device buffers host memory behind the device interface (a stand-in of a GPU, no CUDA), so the device protocols run on machines without a GPU; default 0",
+    },
+    VarSpec {
         name: "RCOMM_TCP_TIMEOUT",
         protocol: false,
         help: "how long a TCP peer may stay silent before it is lost (TCP_USER_TIMEOUT and keepalive probes), in seconds or with ms/s suffix (default 10s, 0 = system default, minutes); catches cut links, also on idle receive-only connections",
@@ -442,6 +452,26 @@ pub enum TuneMode {
     Default,
 }
 
+/// `RCOMM_P2P_LEVEL`: the farthest path between two GPUs over which device memory is copied
+/// directly (as `NCCL_P2P_LEVEL`), nearest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum P2pLevel {
+    /// Never directly, not even on one GPU (`0`, `off`): everything stages through the host.
+    Off,
+    /// Only ranks on the same GPU.
+    Loc,
+    /// GPUs joined by NVLink.
+    Nvl,
+    /// At most one PCIe switch between them.
+    Pix,
+    /// Several PCIe switches, no host bridge.
+    Pxb,
+    /// Through the PCIe host bridge of one CPU.
+    Phb,
+    /// Across CPUs (the default: any two GPUs the driver lets reach each other).
+    Sys,
+}
+
 /// Every setting rcomm takes from the environment, parsed once.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -468,6 +498,10 @@ pub struct Config {
     pub ib_hca: Option<crate::ifaddr::IfSpec>,
     /// `RCOMM_TCP_TIMEOUT` in milliseconds (0 = the system's).
     pub tcp_timeout_ms: u32,
+    /// `RCOMM_P2P_LEVEL`: how far apart GPUs may be for direct copies.
+    pub p2p_level: P2pLevel,
+    /// `RCOMM_GPU_STANDIN`: device buffers are host memory behind the device interface (tests).
+    pub gpu_standin: bool,
     /// `RCOMM_HEARTBEAT`: interval and misses; `None` when off.
     pub heartbeat: Option<Heartbeat>,
     /// `RCOMM_RESTART_COUNT` (0 when unset).
@@ -542,6 +576,17 @@ pub fn parse_size_str(v: &str) -> Option<usize> {
         _ => (v, 1),
     };
     num.trim().parse::<usize>().ok()?.checked_mul(mul)
+}
+
+/// `RCOMM_GPU_STANDIN` of the process configuration (false when it does not parse: init
+/// reports that error).
+pub fn gpu_standin() -> bool {
+    global().as_ref().is_ok_and(|c| c.gpu_standin)
+}
+
+/// `RCOMM_P2P_LEVEL` of the process configuration (the default when it does not parse).
+pub fn p2p_level() -> P2pLevel {
+    global().as_ref().map_or(P2pLevel::Sys, |c| c.p2p_level)
 }
 
 /// `RCOMM_TOPO_FILE` from the process environment. Read on each call, not kept in [`Config`]:
@@ -868,6 +913,22 @@ impl Config {
             ],
         )?;
         let shm_cma = flag(env, "RCOMM_SHM_CMA", true)?;
+        let gpu_standin = flag(env, "RCOMM_GPU_STANDIN", false)?;
+        let p2p_level = choice(
+            env,
+            "RCOMM_P2P_LEVEL",
+            P2pLevel::Sys,
+            &[
+                ("0", P2pLevel::Off),
+                ("off", P2pLevel::Off),
+                ("loc", P2pLevel::Loc),
+                ("nvl", P2pLevel::Nvl),
+                ("pix", P2pLevel::Pix),
+                ("pxb", P2pLevel::Pxb),
+                ("phb", P2pLevel::Phb),
+                ("sys", P2pLevel::Sys),
+            ],
+        )?;
         let shm_membarrier = flag(env, "RCOMM_SHM_MEMBARRIER", true)?;
         let deterministic = flag(env, "RCOMM_DETERMINISTIC", false)?;
         let async_progress = flag(env, "RCOMM_ASYNC_PROGRESS", false)?;
@@ -1027,6 +1088,8 @@ impl Config {
             socket_ifname,
             ib_hca,
             tcp_timeout_ms,
+            p2p_level,
+            gpu_standin,
             heartbeat: Heartbeat::from_env(env)?,
             restart_count: parse_u32(env, "RCOMM_RESTART_COUNT")?.unwrap_or(0),
             algo,

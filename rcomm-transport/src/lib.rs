@@ -12,6 +12,7 @@ pub mod fastmap;
 pub mod flight;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gpu;
 pub mod identity;
 pub mod ifaddr;
 pub mod local;

@@ -38,8 +38,8 @@ impl MemRef {
     }
 }
 
-/// Longest packed remote key (a CUDA IPC handle is 64 bytes).
-pub const RKEY_MAX: usize = 64;
+/// Longest packed remote key (a CUDA IPC handle is 64 bytes; with its allocation's id, device UUID, offset and length a device key is about 120).
+pub const RKEY_MAX: usize = 128;
 
 /// A packed remote key: what a peer needs to reach registered memory of ours (an address for
 /// single copy, an address and a key for RDMA, an IPC handle for a GPU). Opaque to the core,

@@ -1,0 +1,1 @@
+//! The export and import caches (pure data; unit-tested without a device).

@@ -1,0 +1,268 @@
+//! Device memory: one interface over the CUDA driver (loaded at run time through cudarc, so a
+//! build without CUDA runs everywhere) and a host-memory **stand-in** of a device used by the
+//! tests on machines without a GPU (`RCOMM_GPU_STANDIN=1`). The stand-in is not a GPU: its
+//! "device memory" is host memory, its IPC import reads another process's memory by
+//! `process_vm_readv`, its streams are queues of host functions; it exists so the protocols
+//! that move device memory run under the real engine and transports everywhere.
+//!
+//! What the protocol layer needs from a device, and nothing more:
+//! - what a pointer is (which device, which allocation, its unique buffer id);
+//! - synchronous copies between host and device (eager staging, chunk staging);
+//! - an asynchronous copy with a completion to poll (the IPC GET);
+//! - export of an allocation to a key a peer on this node can import (cached per allocation,
+//!   invalidated when the allocation is freed), and import of a peer's key (cached per peer and
+//!   allocation);
+//! - streams for the stream-ordered calls.
+//!
+//! Every CUDA entry is guarded (`is_culib_present`): with no driver, [`gpu`] is an error naming
+//! why, never a panic.
+
+pub mod cache;
+mod driver;
+mod standin;
+
+use std::sync::OnceLock;
+
+/// A device failure, naming the call and the device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GpuError {
+    /// No usable CUDA driver (or stand-in) in this process.
+    #[error("no CUDA device is usable in this process: {why}")]
+    NoDevice {
+        /// Why (library missing, cuInit failed, no device).
+        why: String,
+    },
+    /// A driver call failed.
+    #[error("{call} failed on device {device}: {code}")]
+    Call {
+        /// The driver entry, e.g. `cuIpcOpenMemHandle`.
+        call: &'static str,
+        /// Device ordinal (-1: none).
+        device: i32,
+        /// The driver's error name and text.
+        code: String,
+    },
+    /// Bad input: a pointer that is not device memory, a key that does not decode, a length
+    /// past the allocation.
+    #[error("{0}")]
+    Invalid(String),
+    /// The operation is not possible between these two (another GPU without P2P, a key from
+    /// another node, `RCOMM_P2P_LEVEL` forbids it): use another protocol.
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+/// What a device pointer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PtrInfo {
+    /// Device ordinal in this process.
+    pub device: u32,
+    /// Start of the allocation holding it.
+    pub base: u64,
+    /// Size of that allocation in bytes.
+    pub size: usize,
+    /// The allocation's unique id in this process (never reused: an allocation freed and made
+    /// again at the same address has another id).
+    pub buffer_id: u64,
+}
+
+/// One device, for `rcomm-topo` and the logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Ordinal in this process.
+    pub ordinal: u32,
+    /// Product name.
+    pub name: String,
+    /// UUID (the same in every process, whatever `CUDA_VISIBLE_DEVICES` says).
+    pub uuid: [u8; 16],
+    /// PCI bus id, `0000:3b:00.0`.
+    pub pci_bus_id: String,
+    /// Memory in bytes.
+    pub total_mem: usize,
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// Compute capability (major, minor).
+    pub cc: (u32, u32),
+}
+
+/// An asynchronous copy under way (an event on the backend's copy stream).
+#[derive(Debug)]
+pub struct Pending {
+    pub(crate) device: u32,
+    /// Backend handle (a `CUevent`; the stand-in's completion id).
+    pub(crate) handle: u64,
+}
+
+/// A stream of device `device` (a `CUstream`; a stand-in queue), for the stream-ordered calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stream {
+    /// Device ordinal.
+    pub device: u32,
+    /// Backend handle (`CUstream` as an integer; 0 is the legacy default stream).
+    pub raw: u64,
+}
+
+/// Counters of the device layer (tests and `gpu-check` assert them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuStats {
+    /// Allocations exported (first export of each).
+    pub exports: u64,
+    /// Exports answered from the export cache.
+    pub export_hits: u64,
+    /// Peer allocations imported (opened).
+    pub imports: u64,
+    /// Imports answered from the import cache.
+    pub import_hits: u64,
+    /// Imports closed because their allocation went away (a new buffer id at the same place)
+    /// or the cache was full.
+    pub import_evictions: u64,
+    /// Bytes moved by asynchronous copies from imported peer memory (the IPC GET).
+    pub ipc_bytes: u64,
+    /// Bytes copied device to host and host to device (eager and chunk staging).
+    pub staged_bytes: u64,
+}
+
+/// The device backend of this process.
+#[derive(Debug)]
+pub enum Gpu {
+    /// The CUDA driver, loaded at run time.
+    Cuda(driver::Driver),
+    /// The host-memory stand-in (tests; `RCOMM_GPU_STANDIN=1`).
+    StandIn(standin::StandIn),
+}
+
+static GPU: OnceLock<Result<Gpu, GpuError>> = OnceLock::new();
+
+/// The device backend, set up on first use: the stand-in when `RCOMM_GPU_STANDIN=1`, else the
+/// CUDA driver if one loads and has a device. The error says why there is none.
+pub fn gpu() -> Result<&'static Gpu, GpuError> {
+    GPU.get_or_init(|| {
+        if crate::config::gpu_standin() {
+            Ok(Gpu::StandIn(standin::StandIn::new()))
+        } else {
+            driver::Driver::load().map(Gpu::Cuda)
+        }
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// The backend if one was already set up or can be (no error: `None`).
+pub fn gpu_if_present() -> Option<&'static Gpu> {
+    gpu().ok()
+}
+
+macro_rules! both {
+    ($self:ident, $g:ident => $e:expr) => {
+        match $self {
+            Gpu::Cuda($g) => $e,
+            Gpu::StandIn($g) => $e,
+        }
+    };
+}
+
+impl Gpu {
+    /// `"cuda"` or `"stand-in"`, for logs.
+    pub fn backend_name(&self) -> &'static str {
+        match self {
+            Gpu::Cuda(_) => "cuda",
+            Gpu::StandIn(_) => "stand-in",
+        }
+    }
+
+    /// The devices this process sees.
+    pub fn devices(&self) -> Result<Vec<DeviceInfo>, GpuError> {
+        both!(self, g => g.devices())
+    }
+
+    /// Allocates `len` bytes on `device` (plain `cuMemAlloc`, so it can be exported by IPC).
+    pub fn alloc(&self, device: u32, len: usize) -> Result<u64, GpuError> {
+        both!(self, g => g.alloc(device, len))
+    }
+
+    /// Frees what [`alloc`](Self::alloc) returned.
+    pub fn free(&self, ptr: u64) -> Result<(), GpuError> {
+        both!(self, g => g.free(ptr))
+    }
+
+    /// (free, total) bytes of `device`.
+    pub fn mem_info(&self, device: u32) -> Result<(usize, usize), GpuError> {
+        both!(self, g => g.mem_info(device))
+    }
+
+    /// What `ptr` is; [`GpuError::Invalid`] if it is not device memory of this process.
+    pub fn ptr_info(&self, ptr: u64) -> Result<PtrInfo, GpuError> {
+        both!(self, g => g.ptr_info(ptr))
+    }
+
+    /// Copies `dst.len()` bytes of device memory at `src` to the host, waiting for it.
+    pub fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> Result<(), GpuError> {
+        both!(self, g => g.copy_dtoh(dst, src))
+    }
+
+    /// Copies `src` to device memory at `dst`, waiting for it.
+    pub fn copy_htod(&self, dst: u64, src: &[u8]) -> Result<(), GpuError> {
+        both!(self, g => g.copy_htod(dst, src))
+    }
+
+    /// Copies `len` bytes between device addresses of this process, waiting for it.
+    pub fn copy_dtod(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
+        both!(self, g => g.copy_dtod(dst, src, len))
+    }
+
+    /// Exports the allocation holding `ptr..ptr+len` for peers on this node: a key of at most
+    /// [`crate::mem::RKEY_MAX`] bytes naming the allocation (IPC handle, buffer id, device
+    /// UUID), the offset of `ptr` in it and `len`. Cached per allocation (a freed and remade
+    /// allocation is exported anew).
+    pub fn export(&self, ptr: u64, len: usize) -> Result<crate::mem::RKey, GpuError> {
+        both!(self, g => g.export(ptr, len))
+    }
+
+    /// Starts copying `len` bytes of `peer`'s memory named by `key` (from its
+    /// [`export`](Self::export)) to `dst` (device memory of this process, or host memory),
+    /// importing the allocation on first use (cached per peer and allocation). The copy runs
+    /// on the backend's copy stream; poll it with [`query`](Self::query).
+    /// [`GpuError::Unreachable`]: this pair cannot copy directly (use staging).
+    pub fn get(&self, peer: u32, key: &crate::mem::RKey, dst: u64, len: usize) -> Result<Pending, GpuError> {
+        both!(self, g => g.get(peer, key, dst, len))
+    }
+
+    /// Whether the copy is done (then [`finish`](Self::finish) it).
+    pub fn query(&self, p: &Pending) -> Result<bool, GpuError> {
+        both!(self, g => g.query(p))
+    }
+
+    /// Waits for the copy and releases it.
+    pub fn finish(&self, p: Pending) -> Result<(), GpuError> {
+        both!(self, g => g.finish(p))
+    }
+
+    /// Closes every import from `peer` (it was lost or left).
+    pub fn forget_peer(&self, peer: u32) {
+        both!(self, g => g.forget_peer(peer))
+    }
+
+    /// A new stream on `device` (for users without their own, tests, benchmarks).
+    pub fn stream_create(&self, device: u32) -> Result<Stream, GpuError> {
+        both!(self, g => g.stream_create(device))
+    }
+
+    /// Destroys a stream made by [`stream_create`](Self::stream_create).
+    pub fn stream_destroy(&self, s: Stream) -> Result<(), GpuError> {
+        both!(self, g => g.stream_destroy(s))
+    }
+
+    /// Waits on the host until the work enqueued on `s` so far is done (an event recorded on
+    /// `s` and waited for, so later work on `s` is not waited for).
+    pub fn stream_wait_host(&self, s: Stream) -> Result<(), GpuError> {
+        both!(self, g => g.stream_wait_host(s))
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> GpuStats {
+        both!(self, g => g.stats())
+    }
+}
+
+#[cfg(test)]
+mod tests;
