@@ -524,6 +524,73 @@ impl Communicator {
         localize(&self.group, st)
     }
 
+    /// Sends a region (host or device memory) and waits; for the device calls.
+    pub(crate) fn send_region(
+        &self,
+        region: Region,
+        dest: u32,
+        tag: Tag,
+        op: &'static str,
+    ) -> Result<()> {
+        let dest = self.world_rank(dest)?;
+        let req = self
+            .shared
+            .lock()
+            .send(self.ctx, dest, tag.0, region, op, true)?;
+        match req {
+            Some(req) => self.shared.wait(req).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// Receives into a region (host or device memory) and waits; for the device calls.
+    pub(crate) fn recv_region(
+        &self,
+        region: Region,
+        src: Source,
+        tag: Tag,
+        op: &'static str,
+    ) -> Result<Status> {
+        let src = self.source(src)?;
+        let req = self
+            .shared
+            .lock()
+            .irecv(self.ctx, src, tag.sel(), region, op)?;
+        Ok(self.local(self.shared.wait(req)?))
+    }
+
+    /// Sends and receives regions at once; for the device calls.
+    pub(crate) fn sendrecv_regions(
+        &self,
+        sreg: Region,
+        dest: u32,
+        stag: Tag,
+        rreg: Region,
+        src: Source,
+        rtag: Tag,
+    ) -> Result<Status> {
+        let dest = self.world_rank(dest)?;
+        let src = self.source(src)?;
+        let (s, r) = {
+            let mut e = self.shared.lock();
+            let r = e.irecv(self.ctx, src, rtag.sel(), rreg, "sendrecv")?;
+            match e.isend(self.ctx, dest, stag.0, sreg, "sendrecv") {
+                Ok(s) => (s, r),
+                Err(err) => {
+                    if !e.cancel(r) {
+                        drop(e);
+                        let _ = self.shared.wait(r);
+                    }
+                    return Err(err);
+                }
+            }
+        };
+        let sres = self.shared.wait(s);
+        let rres = self.shared.wait(r);
+        sres?;
+        Ok(self.local(rres?))
+    }
+
     /// Sends `buf` to `dest` with `tag`; returns when `buf` may be reused.
     pub fn send<T: Pod>(&self, buf: &[T], dest: u32, tag: Tag) -> Result<()> {
         let dest = self.world_rank(dest)?;
@@ -1255,6 +1322,47 @@ impl<'s, 'env> Scope<'s, 'env> {
             elem,
             done: Some(st),
         }
+    }
+
+    /// The communicator of the scope.
+    pub(crate) fn comm(&self) -> &'s Communicator {
+        self.comm
+    }
+
+    /// Starts sending a region (host or device memory) the scope's borrow keeps valid.
+    pub(crate) fn isend_region(
+        &'s self,
+        region: Region,
+        dest: u32,
+        tag: Tag,
+    ) -> Result<ScopedRequest<'s, 'env>> {
+        let wdest = self.comm.world_rank(dest)?;
+        let len = region.len();
+        match self
+            .comm
+            .shared
+            .lock()
+            .send(self.comm.ctx, wdest, tag.0, region, "isend", true)?
+        {
+            Some(req) => Ok(self.track(req, 1)),
+            None => Ok(self.completed(self.comm.sent_status(tag, len), 1)),
+        }
+    }
+
+    /// Starts receiving into a region the scope's borrow keeps valid.
+    pub(crate) fn irecv_region(
+        &'s self,
+        region: Region,
+        src: Source,
+        tag: Tag,
+    ) -> Result<ScopedRequest<'s, 'env>> {
+        let src = self.comm.source(src)?;
+        let req = self
+            .comm
+            .shared
+            .lock()
+            .irecv(self.comm.ctx, src, tag.sel(), region, "irecv")?;
+        Ok(self.track(req, 1))
     }
 
     /// Starts sending a borrowed buffer.

@@ -154,6 +154,17 @@ pub enum CommError {
     /// An argument is invalid.
     #[error("invalid argument: {0}")]
     InvalidArg(String),
+    /// A device-memory operation failed: no usable GPU, a pointer that is not device memory, a
+    /// CUDA call that failed (its name, device and error are in `why`).
+    #[error("{op} on rank {rank}: device memory: {why}")]
+    Device {
+        /// The operation.
+        op: &'static str,
+        /// This process's rank (in the world).
+        rank: u32,
+        /// What failed.
+        why: String,
+    },
     /// Starting processes (`spawn`) failed: the spawning root's reason.
     #[error("spawning processes: {0}")]
     Spawn(String),

@@ -25,6 +25,7 @@ mod elems;
 mod environment;
 mod error;
 mod fr;
+pub mod gpu;
 mod graph;
 mod group;
 pub mod mesh;

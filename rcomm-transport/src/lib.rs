@@ -6,6 +6,7 @@ pub mod auth;
 pub mod bootstrap;
 pub mod caps;
 pub mod config;
+pub mod cuda_ep;
 pub mod dense;
 pub mod error;
 pub mod fastmap;

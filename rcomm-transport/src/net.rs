@@ -19,6 +19,7 @@ use crate::tcp::TcpNet;
 use crate::wire::{AddrRecord, Header};
 
 use crate::config::TransportChoice;
+use crate::cuda_ep::CudaEndpoint;
 
 /// How one peer is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,6 +228,12 @@ pub struct Net {
     me: u32,
     lanes: Vec<Lanes>,
     eps: Vec<Endpoint>,
+    /// Peers whose device memory the device lane may reach (on this node; on `sim` when the
+    /// fabric says so). Whether a given pair of devices can copy is decided per message.
+    dev_reach: Vec<bool>,
+    /// The device lane, made on first use: a process that never touches device memory never
+    /// loads the CUDA driver.
+    dev: Option<CudaEndpoint>,
 }
 
 impl std::fmt::Debug for Net {
@@ -277,7 +284,9 @@ impl Net {
             eps.push(Endpoint::Shm(s));
         }
         eps.push(Endpoint::Tcp(tcp));
-        Self::assemble(me, routes, eps)
+        // Device memory of a peer is reachable directly only on this node (CUDA IPC).
+        let dev_reach = routes.iter().map(|r| *r == Route::Shm).collect();
+        Self::assemble(me, routes, eps, dev_reach)
     }
 
     /// The table of rank `me` on a simulated network: every other rank over `sim`.
@@ -286,10 +295,18 @@ impl Net {
         let routes = (0..n)
             .map(|r| if r == me { Route::SelfLoop } else { Route::Sim })
             .collect();
-        Self::assemble(me, routes, vec![Endpoint::Sim(fabric.endpoint(me))])
+        let dev_reach = (0..n)
+            .map(|r| r != me && fabric.config().device_ipc)
+            .collect();
+        Self::assemble(
+            me,
+            routes,
+            vec![Endpoint::Sim(fabric.endpoint(me))],
+            dev_reach,
+        )
     }
 
-    fn assemble(me: u32, routes: Vec<Route>, eps: Vec<Endpoint>) -> Self {
+    fn assemble(me: u32, routes: Vec<Route>, eps: Vec<Endpoint>, dev_reach: Vec<bool>) -> Self {
         let lanes = routes
             .iter()
             .enumerate()
@@ -316,15 +333,84 @@ impl Net {
                     crate::rlog!(
                         Info,
                         "NET",
-                        "rank {me} -> rank {peer}: messages over {}, host memory by {:?}",
+                        "rank {me} -> rank {peer}: messages over {}, host memory by {:?}, device memory by {}",
                         route.name(),
-                        c.ops.without(Ops::AM)
+                        c.ops.without(Ops::AM),
+                        if dev_reach[peer] {
+                            format!(
+                                "CUDA IPC where the two GPUs reach each other, else host staging over {}",
+                                route.name()
+                            )
+                        } else {
+                            format!("host staging over {}", route.name())
+                        }
                     );
                 }
                 l
             })
             .collect();
-        Self { me, lanes, eps }
+        Self {
+            me,
+            lanes,
+            eps,
+            dev_reach,
+            dev: None,
+        }
+    }
+
+    /// Whether the device lane may pull `peer`'s device memory directly (CUDA IPC on this
+    /// node); the device pair may still refuse, per message.
+    pub fn dev_get(&self, peer: u32) -> bool {
+        self.dev_reach.get(peer as usize).copied().unwrap_or(false)
+            && crate::gpu::gpu_if_present().is_some()
+    }
+
+    fn dev_ep(&mut self, peer: u32) -> Result<&mut CudaEndpoint, TransportError> {
+        if !self.dev_reach.get(peer as usize).copied().unwrap_or(false) {
+            return Err(no_lane(peer, "device get"));
+        }
+        if self.dev.is_none() {
+            let g = crate::gpu::gpu().map_err(|e| TransportError::Unsupported {
+                peer,
+                op: "device get",
+                why: e.to_string(),
+            })?;
+            self.dev = Some(CudaEndpoint::new(g));
+        }
+        Ok(self.dev.as_mut().expect("made above"))
+    }
+
+    /// The key through which `peer` pulls the device memory `m` (exported once per
+    /// allocation).
+    pub fn register_dev(&mut self, peer: u32, m: &MemRef) -> Result<RKey, TransportError> {
+        self.dev_ep(peer)?.register(peer, m)
+    }
+
+    /// Starts pulling `peer`'s device memory named by `key` into `dst` (device or host);
+    /// [`Deliver::completed`] reports `tok`. Unsupported: stage through the host instead.
+    pub fn get_dev(
+        &mut self,
+        peer: u32,
+        dst: MemRef,
+        key: &RKey,
+        tok: u64,
+    ) -> Result<Tx, TransportError> {
+        self.dev_ep(peer)?
+            .get(peer, dst, key, tok)
+            .map(|()| Tx::Pending)
+    }
+
+    /// Whether device copies are under way (progress must poll them even with nothing to
+    /// read).
+    pub fn dev_busy(&self) -> bool {
+        self.dev.as_ref().is_some_and(|d| d.busy())
+    }
+
+    /// Closes the device memory imported from a lost peer.
+    pub fn forget_dev_peer(&mut self, peer: u32) {
+        if let Some(d) = &mut self.dev {
+            d.forget_peer(peer);
+        }
     }
 
     /// The route to `peer`.
@@ -373,9 +459,11 @@ impl Net {
 
     /// Byte counters.
     pub fn counters(&self) -> NetCounters {
-        NetCounters {
-            rows: self.eps.iter().map(|e| (e.name(), e.counters())).collect(),
+        let mut rows: Vec<_> = self.eps.iter().map(|e| (e.name(), e.counters())).collect();
+        if let Some(d) = &self.dev {
+            rows.push(("cuda", d.counters()));
         }
+        NetCounters { rows }
     }
 
     fn msg_ep(&mut self, peer: u32) -> Result<&mut Endpoint, TransportError> {
@@ -479,6 +567,9 @@ impl Net {
     /// buffer when this returns; its completion is then never reported. (A synchronous mover
     /// has nothing to do; a DMA or RDMA engine waits for or flushes the operation.)
     pub fn quiesce(&mut self, peer: u32, tok: u64) {
+        if let Some(d) = &mut self.dev {
+            d.quiesce(tok);
+        }
         if let Ok(Endpoint::Sim(s)) = self.bulk_ep(peer, "quiesce") {
             s.quiesce(tok);
         }
@@ -494,6 +585,9 @@ impl Net {
     ) -> Result<usize, TransportError> {
         let mut n = 0;
         let mut failed = None;
+        if let Some(d) = &mut self.dev {
+            n += d.progress(out);
+        }
         for e in self.eps.iter_mut() {
             match e.progress(budget, out) {
                 Ok(k) => n += k,

@@ -55,6 +55,9 @@ pub struct SimFabricConfig {
     /// GET is offered but refused when tried ([`TransportError::Unsupported`], as the kernel
     /// refuses single copy under a strict ptrace policy): the protocol layer must fall back.
     pub refuse_get: bool,
+    /// Ranks reach each other's device memory directly (the device lane's GET, on the
+    /// device stand-in); false makes device messages stage through host memory.
+    pub device_ipc: bool,
 }
 
 impl Default for SimFabricConfig {
@@ -68,6 +71,7 @@ impl Default for SimFabricConfig {
             needs_reg: false,
             streams: 1,
             refuse_get: false,
+            device_ipc: true,
         }
     }
 }

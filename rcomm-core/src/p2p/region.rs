@@ -14,7 +14,12 @@
 pub(crate) struct Region {
     ptr: *mut u8,
     len: usize,
+    /// Device memory is never touched through the pointer: the engine moves it through
+    /// `rcomm_transport::gpu` (staging copies, IPC gets).
+    kind: MemKind,
 }
+
+use rcomm_transport::mem::MemKind;
 
 // SAFETY: a Region is only an address; the engine accesses it under its lock, and the invariant
 // above makes the memory exclusively the request's while it is in the engine, whichever thread
@@ -27,6 +32,7 @@ impl Region {
         Self {
             ptr: b.as_mut_ptr(),
             len: b.len(),
+            kind: MemKind::Host,
         }
     }
 
@@ -35,6 +41,7 @@ impl Region {
         Self {
             ptr: b.as_ptr().cast_mut(),
             len: b.len(),
+            kind: MemKind::Host,
         }
     }
 
@@ -45,7 +52,36 @@ impl Region {
     /// until the request holding the region completes or is removed from the engine. The
     /// collective executor uses it for disjoint pieces of one buffer within a phase.
     pub(crate) unsafe fn from_raw(ptr: *mut u8, len: usize) -> Self {
-        Self { ptr, len }
+        Self {
+            ptr,
+            len,
+            kind: MemKind::Host,
+        }
+    }
+
+    /// A region of device memory: `len` bytes at device address `addr` of `device`, checked by
+    /// the caller (`crate::gpu`) to lie in one allocation. The module invariant holds for it as
+    /// for host memory; it is only ever read and written by the device layer.
+    pub(crate) fn device(addr: u64, len: usize, device: u32) -> Self {
+        Self {
+            ptr: addr as *mut u8,
+            len,
+            kind: MemKind::Cuda { device },
+        }
+    }
+
+    /// Whether it is device memory.
+    pub(crate) fn is_device(&self) -> bool {
+        self.kind != MemKind::Host
+    }
+
+    /// The memory as the transports see it.
+    pub(crate) fn mem_ref(&self) -> rcomm_transport::mem::MemRef {
+        rcomm_transport::mem::MemRef {
+            addr: self.ptr as u64,
+            len: self.len,
+            kind: self.kind,
+        }
     }
 
     /// Length in bytes.
@@ -58,8 +94,9 @@ impl Region {
         self.ptr as u64
     }
 
-    /// The bytes (sends).
+    /// The bytes (sends). Host memory only.
     pub(crate) fn bytes(&self) -> &[u8] {
+        debug_assert!(!self.is_device(), "device memory read as host bytes");
         // SAFETY: by the module invariant the memory is valid for `len` bytes and nobody writes
         // it while the request is in the engine.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
@@ -68,15 +105,27 @@ impl Region {
     /// The bytes, writable (receives).
     #[allow(clippy::mut_from_ref)]
     pub(crate) fn bytes_mut(&self) -> &mut [u8] {
+        debug_assert!(!self.is_device(), "device memory written as host bytes");
         // SAFETY: by the module invariant the memory is valid and exclusively the request's;
         // the engine (under its lock) is the only user, and it never holds two of these slices
         // of one region at once.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 
-    /// Copies `data` to `offset`; false (nothing written) if it does not fit.
-    pub(crate) fn write(&self, offset: usize, data: &[u8]) -> bool {
+    /// Copies `data` to `offset` (host or device memory); `Ok(false)` (nothing written) if it
+    /// does not fit.
+    pub(crate) fn write_checked(
+        &self,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<bool, rcomm_transport::gpu::GpuError> {
         match offset.checked_add(data.len()) {
+            Some(end) if end <= self.len && self.is_device() => {
+                if !data.is_empty() {
+                    rcomm_transport::gpu::gpu()?.copy_htod(self.ptr as u64 + offset as u64, data)?;
+                }
+                Ok(true)
+            }
             Some(end) if end <= self.len => {
                 // SAFETY: offset..end lies inside the region (checked), which the module
                 // invariant makes valid and exclusively the request's; `data` is a distinct
@@ -88,9 +137,27 @@ impl Region {
                         data.len(),
                     )
                 };
-                true
+                Ok(true)
             }
-            _ => false,
+            _ => Ok(false),
+        }
+    }
+
+    /// Reads `dst.len()` bytes at `offset` (host or device memory) into `dst`.
+    pub(crate) fn read_into(
+        &self,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<(), rcomm_transport::gpu::GpuError> {
+        debug_assert!(offset + dst.len() <= self.len);
+        if dst.is_empty() {
+            return Ok(());
+        }
+        if self.is_device() {
+            rcomm_transport::gpu::gpu()?.copy_dtoh(dst, self.ptr as u64 + offset as u64)
+        } else {
+            dst.copy_from_slice(&self.bytes()[offset..offset + dst.len()]);
+            Ok(())
         }
     }
 }

@@ -79,6 +79,8 @@ pub(crate) enum Stored {
         sender_token: u64,
         /// The sender's buffer, when its lane offers GET.
         key: Option<RKey>,
+        /// The sender's buffer is device memory (its key, if any, is the device lane's).
+        dev: bool,
     },
 }
 
@@ -155,7 +157,25 @@ struct RndvSend {
     /// A PUT into the receiver's buffer is under way (the transport holds `region`), to the
     /// key of the receiver's CTS.
     putting: Option<RKey>,
+    /// Host staging of a device buffer streamed in chunks: the bytes at `offset..` copied out
+    /// of the device and not yet taken by the transport.
+    stage: Option<Box<Stage>>,
 }
+
+/// A host bounce buffer between device memory and a byte transport.
+#[derive(Debug, Default)]
+struct Stage {
+    buf: Vec<u8>,
+    /// Bytes of `buf` still to send (from `sent`).
+    filled: usize,
+    sent: usize,
+}
+
+/// Bytes a device buffer streams through host memory per staging copy.
+const STAGE_CHUNK: usize = 4 << 20;
+
+/// RTS flag: the sender's buffer is device memory.
+const RTS_DEV: u8 = 1;
 
 #[derive(Debug)]
 struct RndvRecv {
@@ -165,6 +185,8 @@ struct RndvRecv {
     received: u64,
     /// The sender writes into the buffer (PUT) rather than streaming chunks.
     put: bool,
+    /// Host bounce buffer for chunks a transport places before they go to device memory.
+    stage: Vec<u8>,
 }
 
 /// A GET to start (or under way, in `gets`).
@@ -175,6 +197,8 @@ struct Pull {
     env: Envelope,
     sender_token: u64,
     key: RKey,
+    /// The key names device memory: the device lane pulls it.
+    dev: bool,
 }
 
 /// What the sender's CTS handling must start with the transport.
@@ -470,6 +494,42 @@ impl Engine {
         };
         // A synchronous send is never eager: its completion must wait for the match.
         let eager = !sync && region.len() <= self.net.eager_limit(dest);
+        if region.is_device() && (eager || dest == me) {
+            // A small device message goes as a host one: one staging copy out of the device
+            // costs less than a rendezvous round trip.
+            let mut staged = vec![0u8; region.len()];
+            region
+                .read_into(0, &mut staged)
+                .map_err(|e| CommError::Device {
+                    op,
+                    rank: me,
+                    why: e.to_string(),
+                })?;
+            let req = self.st.new_req(op, Some(dest), false, region);
+            let r = self.st.req_mut(req);
+            r.ctx = ctx;
+            r.seq = Some(seq);
+            if dest == me {
+                self.st.deliver(me, &hdr(ProtoKind::Eager), &staged);
+                self.st.complete(
+                    req,
+                    Ok(Status {
+                        source: me,
+                        tag,
+                        bytes: region.len(),
+                    }),
+                );
+            } else {
+                self.st.out_len += 1;
+                self.st.out.get_or_default(dest).push_back(Out {
+                    hdr: hdr(ProtoKind::Eager),
+                    payload: OutPayload::Keyed(staged.into_boxed_slice()),
+                    req: Some(req),
+                });
+                self.flush_peer(dest);
+            }
+            return Ok(Some(req));
+        }
         if blocking && dest != me && eager && self.st.out.get(&dest).is_none_or(|q| q.is_empty()) {
             // Fast path of a blocking eager send: straight into the transport, no request.
             match self
@@ -511,7 +571,23 @@ impl Engine {
         } else {
             let token = self.st.token();
             // The key lets the receiver pull; without GET it asks for PUT or STREAM instead.
-            let key = if self.st.bulk[dest as usize].contains(Ops::GET) {
+            let key = if region.is_device() {
+                if self.net.dev_get(dest) {
+                    match self.net.register_dev(dest, &region.mem_ref()) {
+                        Ok(k) => Some(k),
+                        Err(e) => {
+                            rcomm_transport::rlog!(
+                                Info,
+                                "P2P",
+                                "no device key for rank {dest} ({e}); staging through host memory"
+                            );
+                            None
+                        }
+                    }
+                } else {
+                    None
+                }
+            } else if self.st.bulk[dest as usize].contains(Ops::GET) {
                 match self
                     .net
                     .register(dest, &MemRef::host(region.addr(), region.len()))
@@ -535,11 +611,16 @@ impl Engine {
                     recv_token: None,
                     offset: 0,
                     putting: None,
+                    stage: None,
                 },
             );
+            let mut rts = hdr(ProtoKind::RndvRts);
+            if region.is_device() {
+                rts.flags |= RTS_DEV;
+            }
             self.st.out_len += 1;
             self.st.out.get_or_default(dest).push_back(Out {
-                hdr: hdr(ProtoKind::RndvRts),
+                hdr: rts,
                 payload: keyed(&[token], key.as_ref()),
                 req: None,
             });

@@ -33,11 +33,31 @@ impl Engine {
             work += 1;
             let region = self.st.req_region(p.req);
             let tok = self.st.token();
-            let dst = MemRef::host(region.addr(), p.env.len as usize);
-            match self.net.get(p.peer, dst, &p.key, tok) {
+            let dst = MemRef {
+                len: p.env.len as usize,
+                ..region.mem_ref()
+            };
+            let started = if p.dev {
+                self.net.get_dev(p.peer, dst, &p.key, tok)
+            } else {
+                self.net.get(p.peer, dst, &p.key, tok)
+            };
+            match started {
                 Ok(Tx::Done) => self.st.got(p),
                 Ok(Tx::Pending) => {
                     self.st.gets.insert(tok, p);
+                }
+                Err(TransportError::Unsupported { why, .. }) if p.dev => {
+                    // This pair of devices cannot copy directly (or IPC is refused here):
+                    // this message stages through host memory; the next one tries again.
+                    rcomm_transport::rlog!(
+                        Info,
+                        "P2P",
+                        "device GET from rank {} refused ({why}); staging through host memory",
+                        p.peer
+                    );
+                    self.st
+                        .start_cts(p.req, p.peer, p.env, p.sender_token, false);
                 }
                 Err(TransportError::Unsupported { why, .. }) => {
                     rcomm_transport::rlog!(
@@ -48,7 +68,9 @@ impl Engine {
                     );
                     let b = &mut self.st.bulk[p.peer as usize];
                     *b = b.without(Ops::GET);
-                    self.st.start_cts(p.req, p.peer, p.env, p.sender_token);
+                    let host_only = !region.is_device();
+                    self.st
+                        .start_cts(p.req, p.peer, p.env, p.sender_token, host_only);
                 }
                 Err(e) => {
                     let peer = e.peer();
@@ -69,7 +91,7 @@ impl Engine {
                     rcomm_transport::rlog!(Info, "P2P", "no PUT key for rank {peer}: {e}");
                     let b = &mut self.st.bulk[peer as usize];
                     *b = b.without(Ops::PUT);
-                    self.st.start_cts(req, peer, env, sender_token);
+                    self.st.start_cts(req, peer, env, sender_token, true);
                 }
             }
         }
@@ -116,15 +138,34 @@ impl Engine {
             let recv_token = s.recv_token.expect("streaming after CTS");
             let mut failed = None;
             while s.offset < s.region.len() {
-                match self.net.send_chunk(
-                    s.peer,
-                    recv_token,
-                    s.offset as u64,
-                    &s.region.bytes()[s.offset..],
-                ) {
+                // Device memory goes out through a host bounce buffer, a chunk at a time;
+                // `offset` counts bytes the transport took.
+                let data = if s.region.is_device() {
+                    let st = s.stage.get_or_insert_with(Default::default);
+                    if st.sent == st.filled {
+                        let n = STAGE_CHUNK.min(s.region.len() - s.offset);
+                        st.buf.resize(n, 0);
+                        if let Err(e) = s.region.read_into(s.offset, &mut st.buf[..n]) {
+                            failed = Some((s.peer, format!("staging device memory: {e}")));
+                            break;
+                        }
+                        st.filled = n;
+                        st.sent = 0;
+                    }
+                    &st.buf[st.sent..st.filled]
+                } else {
+                    &s.region.bytes()[s.offset..]
+                };
+                match self
+                    .net
+                    .send_chunk(s.peer, recv_token, s.offset as u64, data)
+                {
                     Ok(0) => break,
                     Ok(n) => {
                         s.offset += n;
+                        if let Some(st) = s.stage.as_mut() {
+                            st.sent += n;
+                        }
                         work += 1;
                     }
                     Err(e) => {
@@ -195,7 +236,8 @@ impl Engine {
 
     /// Whether anything is queued that needs progress even with nothing arriving.
     pub(crate) fn busy(&self) -> bool {
-        !self.st.streaming.is_empty()
+        self.net.dev_busy()
+            || !self.st.streaming.is_empty()
             || self.st.out_len > 0
             || !self.st.pulls.is_empty()
             || !self.st.put_starts.is_empty()
@@ -231,7 +273,10 @@ impl Engine {
     /// not — a sleeping rank polls those sockets for room ([`Net::wait_fds`]).
     pub(crate) fn needs_cpu(&self) -> bool {
         let net = &self.net;
-        self.st
+        // Device copies complete without a descriptor to wait on: they are polled.
+        net.dev_busy()
+            || self
+                .st
             .streaming
             .iter()
             .filter_map(|t| self.st.rndv_send.get(t))
@@ -300,6 +345,7 @@ impl State {
                     _ => Some(Stored::Rts {
                         sender_token: u64_at(payload, 0)?,
                         key: key_after(payload, 1)?,
+                        dev: hdr.flags & RTS_DEV != 0,
                     }),
                 };
                 let env = Envelope {
@@ -490,12 +536,18 @@ impl State {
                 message: env.len as usize,
             })
         } else {
-            region.write(0, payload);
-            Ok(Status {
-                source: env.source,
-                tag: env.tag,
-                bytes: payload.len(),
-            })
+            match region.write_checked(0, payload) {
+                Ok(_) => Ok(Status {
+                    source: env.source,
+                    tag: env.tag,
+                    bytes: payload.len(),
+                }),
+                Err(e) => Err(CommError::Device {
+                    op: "recv",
+                    rank: self.me,
+                    why: e.to_string(),
+                }),
+            }
         };
         self.req_mut(req).peer = Some(env.source);
         self.complete(req, res);
@@ -511,8 +563,13 @@ impl State {
                     self.pool.push(data);
                 }
             }
-            Stored::Rts { sender_token, key } => {
-                let cap = self.req_region(req).len();
+            Stored::Rts {
+                sender_token,
+                key,
+                dev,
+            } => {
+                let region = self.req_region(req);
+                let cap = region.len();
                 if env.len as usize > cap {
                     // Truncation consumes the message (MPI_ERR_TRUNCATE): release the sender.
                     self.send_ctl(env.source, ProtoKind::RndvFin, &[sender_token]);
@@ -537,6 +594,20 @@ impl State {
                         }),
                     );
                 } else if let Some(key) = key
+                    && dev
+                {
+                    // Device memory on this node: the device lane pulls it (into device or
+                    // host memory), whatever its size; a pair it cannot serve falls back.
+                    self.pulls.push(Pull {
+                        req,
+                        peer: env.source,
+                        env,
+                        sender_token,
+                        key,
+                        dev: true,
+                    });
+                } else if let Some(key) = key
+                    && !region.is_device()
                     && self.bulk[env.source as usize].contains(Ops::GET)
                     && env.len as usize <= self.cfg.get_max
                 {
@@ -546,9 +617,13 @@ impl State {
                         env,
                         sender_token,
                         key,
+                        dev: false,
                     });
                 } else {
-                    self.start_cts(req, env.source, env, sender_token);
+                    // PUT is host memory to host memory only: device memory on either side
+                    // streams through host staging.
+                    let host_only = !dev && !region.is_device();
+                    self.start_cts(req, env.source, env, sender_token, host_only);
                 }
             }
         }
@@ -586,8 +661,15 @@ impl State {
 
     /// Answers an RTS that is not pulled: a CTS asking for a PUT where the lane offers it
     /// (its key comes from the transport, so it is made in `after_protocol`), else for STREAM.
-    pub(super) fn start_cts(&mut self, req: ReqId, peer: u32, env: Envelope, sender_token: u64) {
-        if self.bulk[peer as usize].contains(Ops::PUT) {
+    pub(super) fn start_cts(
+        &mut self,
+        req: ReqId,
+        peer: u32,
+        env: Envelope,
+        sender_token: u64,
+        host_only: bool,
+    ) {
+        if host_only && self.bulk[peer as usize].contains(Ops::PUT) {
             self.put_cts.push((req, peer, env, sender_token));
             return;
         }
@@ -612,6 +694,7 @@ impl State {
                 env,
                 received: 0,
                 put,
+                stage: Vec::new(),
             },
         );
         token
@@ -637,8 +720,32 @@ impl State {
     pub(super) fn chunk(&mut self, peer: u32, token: u64, offset: u64, data: &[u8]) {
         if let Some(dst) = self.chunk_dest(peer, token, offset, data.len()) {
             dst.copy_from_slice(data);
-            self.chunk_written(token, data.len());
+            self.chunk_landed(token, offset, data.len());
         }
+    }
+
+    /// `len` bytes at `offset` of receive `token` are in place (in its bounce buffer, for
+    /// device memory, whence they go to the device now).
+    pub(super) fn chunk_landed(&mut self, token: u64, offset: u64, len: usize) {
+        let Some(r) = self.rndv_recv.get(&token) else {
+            return;
+        };
+        let region = self.reqs[r.req].as_ref().expect("live request").region;
+        if region.is_device()
+            && let Err(e) = region.write_checked(offset as usize, &r.stage[..len])
+        {
+            let r = self.rndv_recv.remove(&token).expect("present");
+            self.complete(
+                r.req,
+                Err(CommError::Device {
+                    op: "recv",
+                    rank: self.me,
+                    why: e.to_string(),
+                }),
+            );
+            return;
+        }
+        self.chunk_written(token, len);
     }
 
     /// The bytes of receive `token`'s buffer that `len` bytes at `offset` from `peer` go to;
@@ -677,6 +784,13 @@ impl State {
         let o = offset as usize;
         let req = r.req;
         let region = &self.reqs[req].as_ref().expect("live request").region;
+        if region.is_device() {
+            let r = self.rndv_recv.get_mut(&token).expect("present");
+            if r.stage.len() < len {
+                r.stage.resize(len, 0);
+            }
+            return Some(&mut r.stage[..len]);
+        }
         Some(&mut region.bytes_mut()[o..o + len])
     }
 
@@ -769,7 +883,7 @@ impl Deliver for State {
         self.chunk_dest(peer, token, offset, len)
     }
 
-    fn placed(&mut self, _peer: u32, token: u64, _offset: u64, len: usize) {
-        self.chunk_written(token, len);
+    fn placed(&mut self, _peer: u32, token: u64, offset: u64, len: usize) {
+        self.chunk_landed(token, offset, len);
     }
 }

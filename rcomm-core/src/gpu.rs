@@ -1,0 +1,516 @@
+//! Device buffers through the same communicators: point-to-point on GPU memory.
+//!
+//! Memory comes in the types GPU code already holds — cudarc's [`CudaSlice`](cudarc::driver::CudaSlice)
+//! and its views, an rcomm [`DeviceBuffer`], or a raw device pointer with a length
+//! ([`DevRef::from_raw`], for other frameworks) — and goes through [`Communicator::send_device`],
+//! [`recv_device`](Communicator::recv_device), [`sendrecv_device`](Communicator::sendrecv_device),
+//! and [`Scope::isend_device`] / [`Scope::irecv_device`]; probes see device messages as any
+//! other. Two orderings:
+//! - **plain calls behave as CUDA-aware MPI**: the buffer must be ready when you call (work
+//!   that writes it is finished), and the call returns when the buffer may be reused (a send)
+//!   or holds the message (a receive);
+//! - **`*_on(stream)` calls are stream-ordered**, as NCCL's: the operation happens after the
+//!   work already enqueued on `stream`, and work enqueued on `stream` afterwards sees its
+//!   result. Today the call waits on the host for the stream's earlier work (an event, so
+//!   later work is not waited for) and returns when the transfer is done; it does not yet
+//!   return before the transfer as NCCL does.
+//!
+//! How device bytes travel is chosen per message: small messages are staged through host
+//! memory and sent eagerly; larger ones between ranks of one node are pulled by the receiver
+//! straight from the sender's allocation (CUDA IPC, the allocation exported once and imported
+//! once per peer, then cached); across nodes, or where `RCOMM_P2P_LEVEL` or the GPUs forbid a
+//! direct copy, they stream through host bounce buffers over the host transport.
+//! `RCOMM_DEBUG=INFO` logs the choice per peer.
+//!
+//! With no CUDA driver (and no `RCOMM_GPU_STANDIN=1`) every device call returns
+//! [`CommError::Device`] saying why; nothing panics.
+
+use crate::{Communicator, Scope, ScopedRequest, Source, Status, Tag};
+use crate::p2p::region::Region;
+use crate::{CommError, Result};
+use rcomm_transport::gpu::{self as dev, Gpu};
+use std::marker::PhantomData;
+
+pub use rcomm_transport::gpu::{DeviceInfo, GpuError, GpuStats, Stream};
+
+/// Device memory a call reads: an address in this process and a length in bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct DevRef<'a> {
+    addr: u64,
+    len: usize,
+    _life: PhantomData<&'a [u8]>,
+}
+
+/// Device memory a call writes.
+#[derive(Debug)]
+pub struct DevMut<'a> {
+    addr: u64,
+    len: usize,
+    _life: PhantomData<&'a mut [u8]>,
+}
+
+impl DevRef<'_> {
+    /// `bytes` bytes of device memory at `addr`.
+    ///
+    /// # Safety
+    /// `addr..addr + bytes` is device memory of this process that stays allocated, and is not
+    /// written by anyone else, while the value (and any call using it) lives. rcomm checks that
+    /// the range lies in one device allocation before using it.
+    pub unsafe fn from_raw(addr: u64, bytes: usize) -> Self {
+        Self {
+            addr,
+            len: bytes,
+            _life: PhantomData,
+        }
+    }
+
+    /// Device address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl DevMut<'_> {
+    /// `bytes` bytes of device memory at `addr`, to be written.
+    ///
+    /// # Safety
+    /// As [`DevRef::from_raw`], and nobody else reads or writes the range meanwhile.
+    pub unsafe fn from_raw(addr: u64, bytes: usize) -> Self {
+        Self {
+            addr,
+            len: bytes,
+            _life: PhantomData,
+        }
+    }
+
+    /// Device address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Device memory that can be sent.
+pub trait DeviceMem {
+    /// The memory, borrowed.
+    fn device_ref(&self) -> DevRef<'_>;
+}
+
+/// Device memory that can be received into.
+pub trait DeviceMemMut {
+    /// The memory, borrowed mutably.
+    fn device_mut(&mut self) -> DevMut<'_>;
+}
+
+impl DeviceMem for DevRef<'_> {
+    fn device_ref(&self) -> DevRef<'_> {
+        *self
+    }
+}
+
+impl DeviceMem for DevMut<'_> {
+    fn device_ref(&self) -> DevRef<'_> {
+        DevRef {
+            addr: self.addr,
+            len: self.len,
+            _life: PhantomData,
+        }
+    }
+}
+
+impl DeviceMemMut for DevMut<'_> {
+    fn device_mut(&mut self) -> DevMut<'_> {
+        DevMut {
+            addr: self.addr,
+            len: self.len,
+            _life: PhantomData,
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cudarc_impls {
+    use super::*;
+    use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice};
+
+    // The pointer is taken on the slice's own stream; the guard cudarc returns is dropped at
+    // once (a plain call expects the buffer ready: its writers are done).
+    impl<T> DeviceMem for CudaSlice<T> {
+        fn device_ref(&self) -> DevRef<'_> {
+            let (p, _g) = self.device_ptr(self.stream());
+            DevRef {
+                addr: p,
+                len: self.num_bytes(),
+                _life: PhantomData,
+            }
+        }
+    }
+
+    impl<T> DeviceMemMut for CudaSlice<T> {
+        fn device_mut(&mut self) -> DevMut<'_> {
+            let len = self.num_bytes();
+            let s = self.stream().clone();
+            let (p, _g) = self.device_ptr_mut(&s);
+            DevMut {
+                addr: p,
+                len,
+                _life: PhantomData,
+            }
+        }
+    }
+
+    impl<T> DeviceMem for CudaView<'_, T> {
+        fn device_ref(&self) -> DevRef<'_> {
+            let (p, _g) = self.device_ptr(self.stream());
+            DevRef {
+                addr: p,
+                len: self.num_bytes(),
+                _life: PhantomData,
+            }
+        }
+    }
+
+    impl<T> DeviceMem for CudaViewMut<'_, T> {
+        fn device_ref(&self) -> DevRef<'_> {
+            let (p, _g) = self.device_ptr(self.stream());
+            DevRef {
+                addr: p,
+                len: self.num_bytes(),
+                _life: PhantomData,
+            }
+        }
+    }
+
+    impl<T> DeviceMemMut for CudaViewMut<'_, T> {
+        fn device_mut(&mut self) -> DevMut<'_> {
+            let len = self.num_bytes();
+            let s = self.stream().clone();
+            let (p, _g) = self.device_ptr_mut(&s);
+            DevMut {
+                addr: p,
+                len,
+                _life: PhantomData,
+            }
+        }
+    }
+
+    /// The rcomm [`Stream`] of a cudarc stream (for the `*_on` calls).
+    pub fn stream_of(s: &cudarc::driver::CudaStream) -> Stream {
+        Stream {
+            device: s.context().ordinal() as u32,
+            raw: s.cu_stream() as u64,
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+pub use cudarc_impls::stream_of;
+
+fn backend(op: &'static str, rank: u32) -> Result<&'static Gpu> {
+    dev::gpu().map_err(|e| CommError::Device {
+        op,
+        rank,
+        why: format!("{e} (set RCOMM_GPU_STANDIN=1 only for tests without a GPU)"),
+    })
+}
+
+fn dev_err(op: &'static str, rank: u32) -> impl Fn(GpuError) -> CommError {
+    move |e| CommError::Device {
+        op,
+        rank,
+        why: e.to_string(),
+    }
+}
+
+/// Checks that `addr..addr+len` is device memory of one allocation; its region.
+fn region_of(op: &'static str, rank: u32, addr: u64, len: usize) -> Result<Region> {
+    let g = backend(op, rank)?;
+    if len == 0 {
+        // Nothing is read or written; the address need not be valid (as MPI's count 0).
+        return Ok(Region::device(addr, 0, 0));
+    }
+    let info = g.ptr_info(addr).map_err(dev_err(op, rank))?;
+    let end = addr.checked_add(len as u64);
+    if end.is_none_or(|e| e > info.base + info.size as u64) {
+        return Err(CommError::Device {
+            op,
+            rank,
+            why: format!(
+                "{len} bytes at 0x{addr:x} run past the end of their allocation (0x{:x}, {} bytes)",
+                info.base, info.size
+            ),
+        });
+    }
+    Ok(Region::device(addr, len, info.device))
+}
+
+/// An allocation of device memory made by rcomm (`cuMemAlloc`, so peers on this node can map
+/// it): for tests, benchmarks and code without a GPU framework of its own. Freed on drop.
+#[derive(Debug)]
+pub struct DeviceBuffer {
+    addr: u64,
+    len: usize,
+    device: u32,
+}
+
+impl DeviceBuffer {
+    /// `len` bytes on `device`, uninitialised.
+    pub fn new(device: u32, len: usize) -> Result<Self> {
+        let g = backend("alloc", u32::MAX)?;
+        let addr = g.alloc(device, len).map_err(dev_err("alloc", u32::MAX))?;
+        Ok(Self { addr, len, device })
+    }
+
+    /// A buffer on `device` holding `data`.
+    pub fn from_host(device: u32, data: &[u8]) -> Result<Self> {
+        let b = Self::new(device, data.len())?;
+        b.copy_from_host(data)?;
+        Ok(b)
+    }
+
+    /// Device address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its device.
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+
+    /// Copies `data` (at most `len` bytes) to the start of the buffer.
+    pub fn copy_from_host(&self, data: &[u8]) -> Result<()> {
+        if data.len() > self.len {
+            return Err(CommError::InvalidArg(format!(
+                "{} bytes do not fit a device buffer of {}",
+                data.len(),
+                self.len
+            )));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let g = backend("copy", u32::MAX)?;
+        g.copy_htod(self.addr, data).map_err(dev_err("copy", u32::MAX))
+    }
+
+    /// Copies the start of the buffer into `out` (at most `len` bytes).
+    pub fn copy_to_host(&self, out: &mut [u8]) -> Result<()> {
+        if out.len() > self.len {
+            return Err(CommError::InvalidArg(format!(
+                "{} bytes asked of a device buffer of {}",
+                out.len(),
+                self.len
+            )));
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        let g = backend("copy", u32::MAX)?;
+        g.copy_dtoh(out, self.addr).map_err(dev_err("copy", u32::MAX))
+    }
+
+    /// The whole buffer, copied to the host.
+    pub fn to_vec(&self) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; self.len];
+        self.copy_to_host(&mut v)?;
+        Ok(v)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Ok(g) = dev::gpu() {
+            let _ = g.free(self.addr);
+        }
+    }
+}
+
+impl DeviceMem for DeviceBuffer {
+    fn device_ref(&self) -> DevRef<'_> {
+        DevRef {
+            addr: self.addr,
+            len: self.len,
+            _life: PhantomData,
+        }
+    }
+}
+
+impl DeviceMemMut for DeviceBuffer {
+    fn device_mut(&mut self) -> DevMut<'_> {
+        DevMut {
+            addr: self.addr,
+            len: self.len,
+            _life: PhantomData,
+        }
+    }
+}
+
+/// The devices this process sees (an error saying why when none is usable).
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    let g = backend("devices", u32::MAX)?;
+    g.devices().map_err(dev_err("devices", u32::MAX))
+}
+
+/// The device layer's counters (exports, imports and cache hits, bytes moved by IPC and by
+/// staging), or `None` when no device was used.
+pub fn stats() -> Option<GpuStats> {
+    dev::gpu_if_present().map(Gpu::stats)
+}
+
+/// Which device backend runs: `"cuda"`, `"stand-in"`, or the reason there is none.
+pub fn backend_name() -> std::result::Result<&'static str, String> {
+    dev::gpu().map(Gpu::backend_name).map_err(|e| e.to_string())
+}
+
+/// A new stream on `device` (for code that has none of its own).
+pub fn stream_create(device: u32) -> Result<Stream> {
+    let g = backend("stream", u32::MAX)?;
+    g.stream_create(device).map_err(dev_err("stream", u32::MAX))
+}
+
+/// Destroys a stream made by [`stream_create`].
+pub fn stream_destroy(s: Stream) -> Result<()> {
+    let g = backend("stream", u32::MAX)?;
+    g.stream_destroy(s).map_err(dev_err("stream", u32::MAX))
+}
+
+/// Waits on the host until the work enqueued on `s` so far is done.
+pub fn stream_synchronize(s: Stream) -> Result<()> {
+    let g = backend("stream", u32::MAX)?;
+    g.stream_wait_host(s).map_err(dev_err("stream", u32::MAX))
+}
+
+impl Communicator {
+    fn world_me(&self) -> u32 {
+        self.world_rank(self.rank).unwrap_or(self.rank)
+    }
+
+    /// Sends device memory `buf` to `dest` with `tag`; returns when `buf` may be reused
+    /// (CUDA-aware MPI's `MPI_Send` on a device pointer). Any receive matches it: into device
+    /// or host memory.
+    pub fn send_device(&self, buf: &impl DeviceMem, dest: u32, tag: Tag) -> Result<()> {
+        let b = buf.device_ref();
+        let region = region_of("send", self.world_me(), b.addr, b.len)?;
+        self.send_region(region, dest, tag, "send")
+    }
+
+    /// Receives into device memory `buf` from `src` with `tag` (a message from host or device
+    /// memory); returns when `buf` holds it. A larger message is [`CommError::Truncated`].
+    pub fn recv_device(
+        &self,
+        buf: &mut impl DeviceMemMut,
+        src: impl Into<Source>,
+        tag: Tag,
+    ) -> Result<Status> {
+        let b = buf.device_mut();
+        let region = region_of("recv", self.world_me(), b.addr, b.len)?;
+        self.recv_region(region, src.into(), tag, "recv")
+    }
+
+    /// Sends `sbuf` to `dest` and receives into `rbuf` from `src` at once, both device memory.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv_device(
+        &self,
+        sbuf: &impl DeviceMem,
+        dest: u32,
+        stag: Tag,
+        rbuf: &mut impl DeviceMemMut,
+        src: impl Into<Source>,
+        rtag: Tag,
+    ) -> Result<Status> {
+        let me = self.world_me();
+        let s = sbuf.device_ref();
+        let r = rbuf.device_mut();
+        let sreg = region_of("sendrecv", me, s.addr, s.len)?;
+        let rreg = region_of("sendrecv", me, r.addr, r.len)?;
+        self.sendrecv_regions(sreg, dest, stag, rreg, src.into(), rtag)
+    }
+
+    /// [`send_device`](Self::send_device) ordered on `stream`: it sends what the work enqueued
+    /// on `stream` before the call left in `buf`.
+    pub fn send_device_on(
+        &self,
+        buf: &impl DeviceMem,
+        dest: u32,
+        tag: Tag,
+        stream: Stream,
+    ) -> Result<()> {
+        let me = self.world_me();
+        backend("send", me)?
+            .stream_wait_host(stream)
+            .map_err(dev_err("send", me))?;
+        self.send_device(buf, dest, tag)
+    }
+
+    /// [`recv_device`](Self::recv_device) ordered on `stream`: it writes `buf` after the work
+    /// enqueued on `stream` before the call, and work enqueued after it sees the message.
+    pub fn recv_device_on(
+        &self,
+        buf: &mut impl DeviceMemMut,
+        src: impl Into<Source>,
+        tag: Tag,
+        stream: Stream,
+    ) -> Result<Status> {
+        let me = self.world_me();
+        backend("recv", me)?
+            .stream_wait_host(stream)
+            .map_err(dev_err("recv", me))?;
+        self.recv_device(buf, src, tag)
+    }
+}
+
+impl<'s, 'env> Scope<'s, 'env> {
+    /// Starts sending borrowed device memory; the scope waits for it.
+    pub fn isend_device(
+        &'s self,
+        buf: &'env impl DeviceMem,
+        dest: u32,
+        tag: Tag,
+    ) -> Result<ScopedRequest<'s, 'env>> {
+        let b = buf.device_ref();
+        let region = region_of("isend", self.comm().world_me(), b.addr, b.len)?;
+        self.isend_region(region, dest, tag)
+    }
+
+    /// Starts receiving into borrowed device memory; the scope waits for it.
+    pub fn irecv_device(
+        &'s self,
+        buf: &'env mut impl DeviceMemMut,
+        src: impl Into<Source>,
+        tag: Tag,
+    ) -> Result<ScopedRequest<'s, 'env>> {
+        let b = buf.device_mut();
+        let region = region_of("irecv", self.comm().world_me(), b.addr, b.len)?;
+        self.irecv_region(region, src.into(), tag)
+    }
+}
