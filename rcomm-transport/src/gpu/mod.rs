@@ -147,6 +147,28 @@ pub fn gpu() -> Result<&'static Gpu, GpuError> {
     .map_err(Clone::clone)
 }
 
+/// Sets up the host-memory stand-in as this process's backend if none was chosen yet (for
+/// in-process simulated tests), and returns the backend: the one chosen before if there was
+/// one (check [`Gpu::backend_name`]), or its error.
+pub fn use_standin() -> Result<&'static Gpu, GpuError> {
+    GPU.get_or_init(|| Ok(Gpu::StandIn(standin::StandIn::new())))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Queues the host function `f` on stream `s` of the stand-in: it runs, in order with what was
+/// queued before it, when the stream is waited for ([`Gpu::stream_wait_host`]). Lets tests
+/// prove that a stream-ordered call waits for work queued before it.
+/// [`GpuError::Invalid`] when the backend is not the stand-in.
+pub fn standin_enqueue(s: Stream, f: Box<dyn FnOnce() + Send>) -> Result<(), GpuError> {
+    match gpu()? {
+        Gpu::StandIn(g) => g.enqueue(s, f),
+        Gpu::Cuda(_) => Err(GpuError::Invalid(
+            "standin_enqueue: the device backend is CUDA, not the stand-in".into(),
+        )),
+    }
+}
+
 /// The backend if one was already set up or can be (no error: `None`).
 pub fn gpu_if_present() -> Option<&'static Gpu> {
     gpu().ok()

@@ -1,30 +1,469 @@
-//! The host-memory stand-in (stub until written).
+//! The host-memory stand-in of a device. **It is not a GPU**: its "device memory" is host
+//! memory allocated here and recorded in a table (so a plain host pointer is not device memory
+//! to it), its IPC import reads another process's memory with `process_vm_readv` (or copies
+//! directly when the exporter is this process, as with in-process simulated ranks), and its
+//! streams are FIFO queues of host functions run by [`StandIn::stream_wait_host`]. It exists
+//! so the protocols that move device memory run under the real engine and transports on
+//! machines without a GPU (`RCOMM_GPU_STANDIN=1`, CI, in-process tests).
+use super::cache::{ExportCache, ImportCache, KeyParts, decode_key, encode_key};
 use super::*;
+use crate::config::P2pLevel;
 use crate::mem::RKey;
+use std::alloc::Layout;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The stand-in.
-#[derive(Debug)]
-pub struct StandIn;
+/// Alignment of stand-in allocations (as `cudaMalloc`'s, at least 256 bytes).
+const ALIGN: usize = 256;
+/// Nominal memory of the stand-in device.
+const TOTAL: usize = 64 << 30;
+/// The stand-in device's UUID (the same in every process, as one GPU shared by a node).
+const UUID: [u8; 16] = *b"rcomm-standin-00";
+/// Most imports held per process.
+const IMPORT_CAP: usize = 256;
+
+/// Buffer ids, process-wide (several stand-ins in one test process never share one).
+static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
+
+type Job = Box<dyn FnOnce() + Send>;
+
+#[derive(Debug, Clone, Copy)]
+struct Alloc {
+    size: usize,
+    buffer_id: u64,
+    layout_size: usize,
+}
+
+#[derive(Default)]
+struct State {
+    /// base → allocation.
+    allocs: BTreeMap<u64, Alloc>,
+    allocated: usize,
+    exports: Option<ExportCache<()>>,
+    /// The "mapping" is the exporter's base address.
+    imports: Option<ImportCache<u64>>,
+    logged: HashSet<u32>,
+    /// Completion id → whether it was queried once.
+    pending: HashMap<u64, bool>,
+    next_pending: u64,
+    streams: HashMap<u64, VecDeque<Job>>,
+    next_stream: u64,
+    stats: GpuStats,
+}
+
+/// The host-memory stand-in of one device (see the module docs: not a GPU).
+pub struct StandIn {
+    /// Boxed: keeps [`Gpu`] small.
+    state: Box<Mutex<State>>,
+    p2p: Mutex<P2pLevel>,
+    pid: u32,
+}
+
+impl std::fmt::Debug for StandIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StandIn")
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+fn invalid(s: String) -> GpuError {
+    GpuError::Invalid(s)
+}
 
 impl StandIn {
-    pub(super) fn new() -> Self {
-        StandIn
+    pub(crate) fn new() -> Self {
+        let mut st = State {
+            exports: Some(ExportCache::new(4096)),
+            imports: Some(ImportCache::new(IMPORT_CAP)),
+            next_pending: 1,
+            next_stream: 1,
+            ..State::default()
+        };
+        st.streams.insert(0, VecDeque::new());
+        Self {
+            state: Box::new(Mutex::new(st)),
+            p2p: Mutex::new(crate::config::p2p_level()),
+            pid: std::process::id(),
+        }
     }
-    pub(super) fn devices(&self) -> Result<Vec<DeviceInfo>, GpuError> { todo!() }
-    pub(super) fn alloc(&self, _device: u32, _len: usize) -> Result<u64, GpuError> { todo!() }
-    pub(super) fn free(&self, _ptr: u64) -> Result<(), GpuError> { todo!() }
-    pub(super) fn mem_info(&self, _device: u32) -> Result<(usize, usize), GpuError> { todo!() }
-    pub(super) fn ptr_info(&self, _ptr: u64) -> Result<PtrInfo, GpuError> { todo!() }
-    pub(super) fn copy_dtoh(&self, _dst: &mut [u8], _src: u64) -> Result<(), GpuError> { todo!() }
-    pub(super) fn copy_htod(&self, _dst: u64, _src: &[u8]) -> Result<(), GpuError> { todo!() }
-    pub(super) fn copy_dtod(&self, _dst: u64, _src: u64, _len: usize) -> Result<(), GpuError> { todo!() }
-    pub(super) fn export(&self, _ptr: u64, _len: usize) -> Result<RKey, GpuError> { todo!() }
-    pub(super) fn get(&self, _peer: u32, _key: &RKey, _dst: u64, _len: usize) -> Result<Pending, GpuError> { todo!() }
-    pub(super) fn query(&self, _p: &Pending) -> Result<bool, GpuError> { todo!() }
-    pub(super) fn finish(&self, _p: Pending) -> Result<(), GpuError> { todo!() }
-    pub(super) fn forget_peer(&self, _peer: u32) { todo!() }
-    pub(super) fn stream_create(&self, _device: u32) -> Result<Stream, GpuError> { todo!() }
-    pub(super) fn stream_destroy(&self, _s: Stream) -> Result<(), GpuError> { todo!() }
-    pub(super) fn stream_wait_host(&self, _s: Stream) -> Result<(), GpuError> { todo!() }
-    pub(super) fn stats(&self) -> GpuStats { todo!() }
+
+    /// Sets the P2P level this stand-in obeys (read from the configuration at construction).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn set_p2p_level(&self, l: P2pLevel) {
+        *self.p2p.lock().unwrap_or_else(|e| e.into_inner()) = l;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn check_device(device: u32) -> Result<(), GpuError> {
+        if device == 0 {
+            Ok(())
+        } else {
+            Err(invalid(format!(
+                "the stand-in has one device (0), not {device}"
+            )))
+        }
+    }
+
+    pub(super) fn devices(&self) -> Result<Vec<DeviceInfo>, GpuError> {
+        Ok(vec![DeviceInfo {
+            ordinal: 0,
+            name: "rcomm stand-in (host memory)".into(),
+            uuid: UUID,
+            pci_bus_id: "0000:00:00.0".into(),
+            total_mem: TOTAL,
+            sm_count: 1,
+            cc: (0, 0),
+        }])
+    }
+
+    pub(super) fn alloc(&self, device: u32, len: usize) -> Result<u64, GpuError> {
+        Self::check_device(device)?;
+        let layout_size = len.max(1);
+        let layout = Layout::from_size_align(layout_size, ALIGN)
+            .map_err(|e| invalid(format!("stand-in allocation of {len} bytes: {e}")))?;
+        let mut st = self.lock();
+        if st.allocated.saturating_add(layout_size) > TOTAL {
+            return Err(GpuError::Call {
+                call: "alloc",
+                device: 0,
+                code: format!(
+                    "out of stand-in memory ({len} bytes asked, {} in use)",
+                    st.allocated
+                ),
+            });
+        }
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            return Err(GpuError::Call {
+                call: "alloc",
+                device: 0,
+                code: format!("host allocation of {len} bytes failed"),
+            });
+        }
+        let buffer_id = NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed);
+        st.allocs.insert(
+            p as u64,
+            Alloc {
+                size: layout_size,
+                buffer_id,
+                layout_size,
+            },
+        );
+        st.allocated += layout_size;
+        Ok(p as u64)
+    }
+
+    pub(super) fn free(&self, ptr: u64) -> Result<(), GpuError> {
+        let mut st = self.lock();
+        let a = st
+            .allocs
+            .remove(&ptr)
+            .ok_or_else(|| invalid(format!("free of 0x{ptr:x}: not a stand-in allocation")))?;
+        st.allocated -= a.layout_size;
+        let layout = Layout::from_size_align(a.layout_size, ALIGN).expect("valid at alloc");
+        // SAFETY: `ptr` came from `alloc_zeroed` with this layout and was just removed from the
+        // table, so it is freed once.
+        unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
+        Ok(())
+    }
+
+    pub(super) fn mem_info(&self, device: u32) -> Result<(usize, usize), GpuError> {
+        Self::check_device(device)?;
+        Ok((TOTAL - self.lock().allocated, TOTAL))
+    }
+
+    fn find(st: &State, ptr: u64) -> Option<PtrInfo> {
+        let (&base, a) = st.allocs.range(..=ptr).next_back()?;
+        (ptr < base + a.size as u64).then_some(PtrInfo {
+            device: 0,
+            base,
+            size: a.size,
+            buffer_id: a.buffer_id,
+        })
+    }
+
+    pub(super) fn ptr_info(&self, ptr: u64) -> Result<PtrInfo, GpuError> {
+        Self::find(&self.lock(), ptr).ok_or_else(|| {
+            invalid(format!(
+                "address 0x{ptr:x} is not device memory of this process"
+            ))
+        })
+    }
+
+    /// Checks that `ptr..ptr+len` lies in one stand-in allocation.
+    fn check_range(&self, ptr: u64, len: usize) -> Result<PtrInfo, GpuError> {
+        let i = self.ptr_info(ptr)?;
+        let end = ptr.checked_add(len as u64);
+        if end.is_none_or(|e| e > i.base + i.size as u64) {
+            return Err(invalid(format!(
+                "0x{ptr:x}+{len} runs past its stand-in allocation (0x{:x}+{})",
+                i.base, i.size
+            )));
+        }
+        Ok(i)
+    }
+
+    pub(super) fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> Result<(), GpuError> {
+        self.check_range(src, dst.len())?;
+        // SAFETY: `src..src+len` lies in a live stand-in allocation (checked above); `dst` is a
+        // distinct Rust slice of that length.
+        unsafe { std::ptr::copy(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+        self.lock().stats.staged_bytes += dst.len() as u64;
+        Ok(())
+    }
+
+    pub(super) fn copy_htod(&self, dst: u64, src: &[u8]) -> Result<(), GpuError> {
+        self.check_range(dst, src.len())?;
+        // SAFETY: `dst..dst+len` lies in a live stand-in allocation (checked above).
+        unsafe { std::ptr::copy(src.as_ptr(), dst as *mut u8, src.len()) };
+        self.lock().stats.staged_bytes += src.len() as u64;
+        Ok(())
+    }
+
+    pub(super) fn copy_dtod(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
+        self.check_range(dst, len)?;
+        self.check_range(src, len)?;
+        // SAFETY: both ranges lie in live stand-in allocations (checked above); `copy` allows
+        // overlap.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        Ok(())
+    }
+
+    pub(super) fn export(&self, ptr: u64, len: usize) -> Result<RKey, GpuError> {
+        let i = self.check_range(ptr, len)?;
+        let mut st = self.lock();
+        let exports = st.exports.as_mut().expect("set in new");
+        if exports.lookup(i.base, i.buffer_id).is_some() {
+            st.stats.export_hits += 1;
+        } else {
+            exports.insert(i.base, i.buffer_id, ());
+            st.stats.exports += 1;
+        }
+        let mut handle = [0u8; 64];
+        handle[..8].copy_from_slice(&i.base.to_le_bytes());
+        Ok(encode_key(&KeyParts {
+            handle,
+            pid: self.pid,
+            buffer_id: i.buffer_id,
+            base: i.base,
+            alloc_size: i.size as u64,
+            offset: ptr - i.base,
+            len: len as u64,
+            uuid: UUID,
+        }))
+    }
+
+    pub(super) fn get(
+        &self,
+        peer: u32,
+        key: &RKey,
+        dst: u64,
+        len: usize,
+    ) -> Result<Pending, GpuError> {
+        let k = decode_key(key.as_bytes())?;
+        if len as u64 > k.len {
+            return Err(invalid(format!(
+                "get of {len} bytes from a key of {}",
+                k.len
+            )));
+        }
+        if *self.p2p.lock().unwrap_or_else(|e| e.into_inner()) == P2pLevel::Off {
+            return Err(GpuError::Unreachable(
+                "RCOMM_P2P_LEVEL=off: no direct device copies".into(),
+            ));
+        }
+        if k.uuid != UUID {
+            return Err(GpuError::Unreachable(format!(
+                "device memory of rank {peer} is not on the stand-in device"
+            )));
+        }
+        // dst: stand-in memory (then the range must fit) or host memory (the stand-in's device
+        // memory is host memory).
+        if let Ok(i) = self.ptr_info(dst)
+            && (dst + len as u64) > i.base + i.size as u64
+        {
+            return Err(invalid(format!(
+                "get of {len} bytes to 0x{dst:x} runs past its allocation"
+            )));
+        }
+        let src = k.base + k.offset;
+        let mut st = self.lock();
+        let imports = st.imports.as_mut().expect("set in new");
+        if imports.lookup(peer, k.pid, k.buffer_id).is_some() {
+            st.stats.import_hits += 1;
+        } else {
+            let stale = imports.take_stale(peer, k.pid, k.buffer_id, k.base, k.alloc_size);
+            let full = imports.insert(peer, k.pid, k.buffer_id, k.base, k.alloc_size, k.base);
+            st.stats.import_evictions += (stale.len() + full.len()) as u64;
+            st.stats.imports += 1;
+            if st.logged.insert(peer) {
+                crate::rlog!(
+                    Info,
+                    "NET",
+                    "device memory from rank {peer}: stand-in IPC (host memory, not a GPU), same GPU (GPU 0000:00:00.0)"
+                );
+            }
+        }
+        if k.pid == self.pid {
+            // In-process ranks: the exporter's allocation must still be the one named.
+            match Self::find(&st, src) {
+                Some(i) if i.buffer_id == k.buffer_id && i.base == k.base => {}
+                _ => {
+                    return Err(invalid(format!(
+                        "device key of rank {peer} names a freed stand-in allocation (buffer {})",
+                        k.buffer_id
+                    )));
+                }
+            }
+            // SAFETY: the source lies in a live allocation of this process (checked above,
+            // under the lock; the key's range is inside it by `decode_key`); `dst` is stand-in
+            // memory checked above or host memory the caller handed us for `len` bytes.
+            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        } else {
+            drop(st);
+            read_remote(k.pid, src, dst, len)?;
+            st = self.lock();
+        }
+        st.stats.ipc_bytes += len as u64;
+        let id = st.next_pending;
+        st.next_pending += 1;
+        st.pending.insert(id, false);
+        Ok(Pending {
+            device: 0,
+            handle: id,
+        })
+    }
+
+    pub(super) fn query(&self, p: &Pending) -> Result<bool, GpuError> {
+        Self::check_device(p.device)?;
+        let mut st = self.lock();
+        let q = st
+            .pending
+            .get_mut(&p.handle)
+            .ok_or_else(|| invalid(format!("no stand-in copy {}", p.handle)))?;
+        let done = *q;
+        *q = true;
+        Ok(done)
+    }
+
+    pub(super) fn finish(&self, p: Pending) -> Result<(), GpuError> {
+        Self::check_device(p.device)?;
+        self.lock()
+            .pending
+            .remove(&p.handle)
+            .map(|_| ())
+            .ok_or_else(|| invalid(format!("no stand-in copy {}", p.handle)))
+    }
+
+    pub(super) fn forget_peer(&self, peer: u32) {
+        let mut st = self.lock();
+        let gone = st.imports.as_mut().expect("set in new").remove_peer(peer);
+        st.logged.remove(&peer);
+        drop(gone);
+    }
+
+    pub(super) fn stream_create(&self, device: u32) -> Result<Stream, GpuError> {
+        Self::check_device(device)?;
+        let mut st = self.lock();
+        let raw = st.next_stream;
+        st.next_stream += 1;
+        st.streams.insert(raw, VecDeque::new());
+        Ok(Stream { device, raw })
+    }
+
+    pub(super) fn stream_destroy(&self, s: Stream) -> Result<(), GpuError> {
+        if s.raw == 0 {
+            return Err(invalid("the default stream cannot be destroyed".into()));
+        }
+        // Work still queued runs first (as a CUDA stream destroyed with work pending).
+        self.stream_wait_host(s)?;
+        self.lock().streams.remove(&s.raw);
+        Ok(())
+    }
+
+    /// Queues `f` on `s`; it runs in [`stream_wait_host`](Self::stream_wait_host).
+    pub(crate) fn enqueue(&self, s: Stream, f: Job) -> Result<(), GpuError> {
+        Self::check_device(s.device)?;
+        self.lock()
+            .streams
+            .get_mut(&s.raw)
+            .ok_or_else(|| invalid(format!("no stand-in stream {}", s.raw)))?
+            .push_back(f);
+        Ok(())
+    }
+
+    pub(super) fn stream_wait_host(&self, s: Stream) -> Result<(), GpuError> {
+        Self::check_device(s.device)?;
+        // Take what is queued so far; run it without the lock (it may use the device).
+        let jobs = std::mem::take(
+            self.lock()
+                .streams
+                .get_mut(&s.raw)
+                .ok_or_else(|| invalid(format!("no stand-in stream {}", s.raw)))?,
+        );
+        for j in jobs {
+            j();
+        }
+        Ok(())
+    }
+
+    pub(super) fn stats(&self) -> GpuStats {
+        self.lock().stats
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        let bases: Vec<u64> = self.lock().allocs.keys().copied().collect();
+        for b in bases {
+            let _ = self.free(b);
+        }
+    }
+}
+
+/// Reads `len` bytes at `src` of process `pid` into `dst` of this one.
+pub(super) fn read_remote(pid: u32, src: u64, dst: u64, len: usize) -> Result<(), GpuError> {
+    let mut done = 0usize;
+    while done < len {
+        let local = libc::iovec {
+            iov_base: (dst as usize + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (src as usize + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: `local` is memory of this process the caller handed us for `len` bytes;
+        // `remote` is only read by the kernel, which checks it against the other process.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EPERM) => GpuError::Unreachable(format!(
+                    "cannot read the memory of process {pid} (process_vm_readv: {e}; ptrace scope?)"
+                )),
+                Some(libc::EINTR) => continue,
+                _ => GpuError::Call {
+                    call: "process_vm_readv",
+                    device: 0,
+                    code: format!("process {pid}: {e}"),
+                },
+            });
+        }
+        if n == 0 {
+            return Err(GpuError::Call {
+                call: "process_vm_readv",
+                device: 0,
+                code: format!("process {pid}: read nothing at 0x{:x}", src as usize + done),
+            });
+        }
+        done += n as usize;
+    }
+    Ok(())
 }
