@@ -329,7 +329,7 @@ pub fn test_program(name: &str) -> String {
 
 /// The one rule for skipping (rcomm-testkit): says so past libtest's capture and in the
 /// run's skip summary, and fails the test under CI.
-pub use rcomm_testkit::{skip, under_ci};
+pub use rcomm_testkit::{skip, skip_hardware, under_ci};
 
 /// Whether `prog` is on the PATH.
 pub fn have(prog: &str) -> bool {

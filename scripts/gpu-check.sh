@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The device check of rcomm's GPU point-to-point, on one GPU machine, in under 5 minutes, with
+# prebuilt binaries (scripts/gpu-build.sh; no Rust toolchain needed there):
+#   scripts/gpu-check.sh [BIN_DIR] [OUT_DIR]
+# BIN_DIR defaults to .gpubin, OUT_DIR to ./gpu-check-out. It runs:
+#   1. the GPUs rcomm sees (rcomm-topo) and the single-process device-to-device copy baseline;
+#   2. rt_gpu's table (sizes 0, 1, 7, 64 KiB + 3, 4 MiB, 256 MiB; plain and stream-ordered;
+#      device<->host; a buffer freed and remade; bad input; the IPC caches' counters; free
+#      device memory before and after) on 2 and 4 ranks sharing the GPU, and on 2 ranks with
+#      RCOMM_P2P_LEVEL=off (host staging);
+#   3. a rank killed mid-transfer: PeerLost on the others;
+#   4. rcomm-bench pt2pt latency and bandwidth, device buffers against host buffers.
+# Every step's output goes to OUT_DIR/gpu-check.log; the summary lines start with "CHECK".
+set -uo pipefail
+bin=$(cd "${1:-.gpubin}" && pwd)
+out=${2:-gpu-check-out}
+mkdir -p "$out"
+log="$out/gpu-check.log"
+: >"$log"
+fails=0
+run() { # run NAME TIMEOUT CMD...: logs, and counts a failure
+    local name=$1 t=$2
+    shift 2
+    echo "=== $name: $*" >>"$log"
+    local s=$SECONDS
+    if timeout "$t" "$@" >>"$log" 2>&1; then
+        echo "CHECK ok   $name ($((SECONDS - s)) s)" | tee -a "$log"
+    else
+        echo "CHECK FAIL $name (exit $?, $((SECONDS - s)) s)" | tee -a "$log"
+        fails=$((fails + 1))
+    fi
+}
+export RCOMM_TIMEOUT=60
+nvidia-smi -L >>"$log" 2>&1 || true
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv >>"$log" 2>&1 || true
+run topo 30 "$bin/rcomm-topo"
+run dtod-baseline 60 "$bin/rcomm-bench" dtod --size 256M --iters 20
+for n in 2 4; do
+    run "p2p-table-$n-ranks" 120 env RCOMM_DEBUG=INFO RCOMM_DEBUG_SUBSYS=NET,P2P \
+        "$bin/rcomm-run" -n $n "$bin/rt_gpu" table --big
+done
+run p2p-table-staged-2-ranks 120 env RCOMM_P2P_LEVEL=off "$bin/rcomm-run" -n 2 "$bin/rt_gpu" table --big
+run kill-mid-transfer 60 "$bin/rcomm-run" -n 3 --on-failure continue "$bin/rt_gpu" kill
+grep -h "device memory from rank\|ok kill\|device stats\|free device memory" "$log" | sort | uniq | head -40
+# OSU methodology (rcomm-bench pt2pt); host buffers up to 64 MiB, device buffers to 256 MiB.
+run latency-host 60 "$bin/rcomm-run" -n 2 "$bin/rcomm-bench" pt2pt latency -m 1:1M
+run latency-device 60 "$bin/rcomm-run" -n 2 "$bin/rcomm-bench" pt2pt latency --device -m 1:1M
+run bw-host 90 "$bin/rcomm-run" -n 2 "$bin/rcomm-bench" pt2pt bw -m 1:64M -i 10 -x 2
+run bw-device 90 "$bin/rcomm-run" -n 2 "$bin/rcomm-bench" pt2pt bw --device -m 1:256M -i 10 -x 2
+echo "CHECK done: $fails failed" | tee -a "$log"
+[ "$fails" = 0 ]

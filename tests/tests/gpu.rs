@@ -1,0 +1,85 @@
+//! Device point-to-point through real `rcomm-run` jobs, on the host-memory stand-in of a GPU
+//! (`RCOMM_GPU_STANDIN=1`: device buffers are host memory behind the device interface, and
+//! the "IPC" import reads the peer by `process_vm_readv`) — so the device protocols (eager
+//! staging, IPC GET with its caches, host staging over shm and tcp, stream ordering, a peer
+//! lost mid-transfer) run here without a GPU. `scripts/gpu-check.sh` runs the same program on
+//! a real GPU.
+
+use rcomm_tests::{Job, test_program};
+use std::time::{Duration, Instant};
+
+const CASES: &[&str] = &[
+    "sizes", "mixed", "stream", "realloc", "errors", "cache", "leak",
+];
+
+fn table(n: u32, env: &[(&str, &str)]) {
+    let prog = test_program("rt_gpu");
+    let mut job = Job::new(n, &[prog.as_str(), "table"])
+        .env("RCOMM_GPU_STANDIN", "1")
+        .deadline(Duration::from_secs(90));
+    for (k, v) in env {
+        job = job.env(k, v);
+    }
+    let out = job.run();
+    assert_eq!(out.code(), 0, "{n} ranks, {env:?}\n{out}");
+    for case in CASES {
+        assert!(
+            out.rank_lines(0).contains(&format!("ok {case}").as_str()),
+            "case {case} at {n} ranks, {env:?}\n{out}"
+        );
+    }
+}
+
+#[test]
+fn device_point_to_point_by_ipc_over_shared_memory_at_1_to_4_ranks() {
+    for n in [1, 2, 3, 4] {
+        table(n, &[("RCOMM_TRANSPORT", "shm")]);
+    }
+}
+
+#[test]
+fn device_point_to_point_staged_when_p2p_is_off_at_2_ranks() {
+    table(2, &[("RCOMM_TRANSPORT", "shm"), ("RCOMM_P2P_LEVEL", "off")]);
+}
+
+#[test]
+fn device_point_to_point_staged_over_tcp_at_3_ranks() {
+    table(3, &[("RCOMM_TRANSPORT", "tcp")]);
+}
+
+#[test]
+fn a_rank_killed_mid_device_transfer_is_peer_lost_on_the_others() {
+    let prog = test_program("rt_gpu");
+    let t = Instant::now();
+    let out = Job::new(3, &["--on-failure", "continue", prog.as_str(), "kill"])
+        .env("RCOMM_GPU_STANDIN", "1")
+        .env("RCOMM_TRANSPORT", "shm")
+        .deadline(Duration::from_secs(60))
+        .run();
+    for r in [0, 1] {
+        assert!(
+            out.rank_lines(r).iter().any(|l| l.contains("ok kill")),
+            "rank {r} did not see PeerLost\n{out}"
+        );
+    }
+    assert!(t.elapsed() < Duration::from_secs(30), "took {:?}\n{out}", t.elapsed());
+}
+
+#[test]
+fn without_a_gpu_device_buffers_are_a_clear_error() {
+    let prog = test_program("rt_gpu");
+    let out = Job::new(1, &[prog.as_str(), "table"])
+        .env("RCOMM_GPU_STANDIN", "0")
+        .deadline(Duration::from_secs(30))
+        .run();
+    if rcomm::gpu::backend_name() == Ok("cuda") {
+        rcomm_tests::skip_hardware("a CUDA device is present: the no-device error cannot be seen here");
+        return;
+    }
+    assert_ne!(out.code(), 0, "{out}");
+    let all = format!("{out}");
+    assert!(
+        all.contains("no CUDA device is usable") && !all.contains("panicked at rcomm"),
+        "{out}"
+    );
+}
