@@ -25,9 +25,9 @@
 //! With no CUDA driver (and no `RCOMM_GPU_STANDIN=1`) every device call returns
 //! [`CommError::Device`] saying why; nothing panics.
 
-use crate::{Communicator, Scope, ScopedRequest, Source, Status, Tag};
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
+use crate::{Communicator, Scope, ScopedRequest, Source, Status, Tag};
 use rcomm_transport::gpu::{self as dev, Gpu};
 use std::marker::PhantomData;
 
@@ -320,7 +320,8 @@ impl DeviceBuffer {
             return Ok(());
         }
         let g = backend("copy", u32::MAX)?;
-        g.copy_htod(self.addr, data).map_err(dev_err("copy", u32::MAX))
+        g.copy_htod(self.addr, data)
+            .map_err(dev_err("copy", u32::MAX))
     }
 
     /// Copies the start of the buffer into `out` (at most `len` bytes).
@@ -336,7 +337,8 @@ impl DeviceBuffer {
             return Ok(());
         }
         let g = backend("copy", u32::MAX)?;
-        g.copy_dtoh(out, self.addr).map_err(dev_err("copy", u32::MAX))
+        g.copy_dtoh(out, self.addr)
+            .map_err(dev_err("copy", u32::MAX))
     }
 
     /// The whole buffer, copied to the host.

@@ -102,12 +102,12 @@ impl CudaEndpoint {
         let n = done.len();
         for (tok, res) in done {
             let (peer, len, p) = self.pending.remove(&tok).expect("present");
-            let res = res.and_then(|()| self.gpu.finish(p)).map_err(|e| {
-                TransportError::Protocol {
+            let res = res
+                .and_then(|()| self.gpu.finish(p))
+                .map_err(|e| TransportError::Protocol {
                     peer,
                     why: format!("device copy failed: {e}"),
-                }
-            });
+                });
             if res.is_ok() {
                 self.counters.msgs_recv += 1;
                 self.counters.bytes_recv += len as u64;

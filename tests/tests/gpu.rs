@@ -62,7 +62,11 @@ fn a_rank_killed_mid_device_transfer_is_peer_lost_on_the_others() {
             "rank {r} did not see PeerLost\n{out}"
         );
     }
-    assert!(t.elapsed() < Duration::from_secs(30), "took {:?}\n{out}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "took {:?}\n{out}",
+        t.elapsed()
+    );
 }
 
 #[test]
@@ -73,7 +77,9 @@ fn without_a_gpu_device_buffers_are_a_clear_error() {
         .deadline(Duration::from_secs(30))
         .run();
     if rcomm::gpu::backend_name() == Ok("cuda") {
-        rcomm_tests::skip_hardware("a CUDA device is present: the no-device error cannot be seen here");
+        rcomm_tests::skip_hardware(
+            "a CUDA device is present: the no-device error cannot be seen here",
+        );
         return;
     }
     assert_ne!(out.code(), 0, "{out}");

@@ -122,7 +122,8 @@ impl Region {
         match offset.checked_add(data.len()) {
             Some(end) if end <= self.len && self.is_device() => {
                 if !data.is_empty() {
-                    rcomm_transport::gpu::gpu()?.copy_htod(self.ptr as u64 + offset as u64, data)?;
+                    rcomm_transport::gpu::gpu()?
+                        .copy_htod(self.ptr as u64 + offset as u64, data)?;
                 }
                 Ok(true)
             }

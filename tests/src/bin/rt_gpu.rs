@@ -99,7 +99,10 @@ fn ring(w: &World, big: bool) {
                 );
             }
             for (k, b) in sends.iter().enumerate() {
-                reqs.push(s.isend_device(b, right, Tag(k as i32)).expect("isend_device"));
+                reqs.push(
+                    s.isend_device(b, right, Tag(k as i32))
+                        .expect("isend_device"),
+                );
             }
             for (i, q) in reqs.into_iter().enumerate() {
                 let st = q.wait().expect("wait");
@@ -129,7 +132,14 @@ fn ring(w: &World, big: bool) {
             )
             .expect("sendrecv_device");
         assert_eq!((st.source, st.bytes), (right, l));
-        check(&recvs[k].to_vec().expect("read"), right, r, k, 7, "sendrecv");
+        check(
+            &recvs[k].to_vec().expect("read"),
+            right,
+            r,
+            k,
+            7,
+            "sendrecv",
+        );
     }
     drop(sends);
     drop(recvs);
@@ -144,7 +154,9 @@ fn mixed(w: &World) {
         let src = DeviceBuffer::from_host(dev, &data(r, right, k, 11, l)).expect("alloc");
         let mut host = vec![0u8; l];
         w.scope(|s| {
-            let a = s.irecv(&mut host, Source::Rank(left), Tag(200)).expect("irecv");
+            let a = s
+                .irecv(&mut host, Source::Rank(left), Tag(200))
+                .expect("irecv");
             let b = s.isend_device(&src, right, Tag(200)).expect("isend_device");
             b.wait().expect("send");
             a.wait().expect("recv");
@@ -161,7 +173,14 @@ fn mixed(w: &World) {
             b.wait().expect("send");
             a.wait().expect("recv");
         });
-        check(&dst.to_vec().expect("read"), left, r, k, 12, "host to device");
+        check(
+            &dst.to_vec().expect("read"),
+            left,
+            r,
+            k,
+            12,
+            "host to device",
+        );
     }
 }
 
@@ -213,7 +232,14 @@ fn stream(w: &World) {
             dst = tmp;
         }
         rcomm::gpu::stream_synchronize(s).expect("sync");
-        check(&dst.to_vec().expect("read"), left, r, k, 21, "stream-ordered");
+        check(
+            &dst.to_vec().expect("read"),
+            left,
+            r,
+            k,
+            21,
+            "stream-ordered",
+        );
     }
     rcomm::gpu::stream_destroy(s).expect("destroy");
 }
@@ -235,7 +261,14 @@ fn realloc(w: &World) {
             b.wait().expect("send");
             a.wait().expect("recv");
         });
-        check(&dst.to_vec().expect("read"), left, r, 0, 40 + round, "realloc");
+        check(
+            &dst.to_vec().expect("read"),
+            left,
+            r,
+            0,
+            40 + round,
+            "realloc",
+        );
         drop(src);
     }
 }
@@ -276,8 +309,14 @@ fn cache(w: &World) {
     );
     if ipc {
         assert!(st.ipc_bytes > 0, "no bytes went by IPC: {st:?}");
-        assert!(st.import_hits > 0, "the import cache was never reused: {st:?}");
-        assert!(st.export_hits > 0, "the export cache was never reused: {st:?}");
+        assert!(
+            st.import_hits > 0,
+            "the import cache was never reused: {st:?}"
+        );
+        assert!(
+            st.export_hits > 0,
+            "the export cache was never reused: {st:?}"
+        );
         let c = w.transport_counters().get("cuda");
         assert!(c.bytes_recv > 0, "no cuda lane bytes counted: {c:?}");
     } else {
@@ -316,7 +355,10 @@ fn table(w: &World, big: bool) {
     w.barrier().expect("barrier");
     let after = free_mem();
     let tol = 64usize << 20;
-    println!("rank {} free device memory: {base} after warm-up, {after} at the end", w.rank());
+    println!(
+        "rank {} free device memory: {base} after warm-up, {after} at the end",
+        w.rank()
+    );
     assert!(
         after + tol >= base,
         "device memory leaked: {base} bytes free after warm-up, {after} at the end"
@@ -338,7 +380,9 @@ fn kill(w: &World) {
     if r == victim {
         // The receive is posted (its RTS may be matched and a copy started) when it dies.
         w.scope(|s| {
-            let _q = s.irecv_device(&mut b, Source::Rank(0), Tag(500)).expect("irecv");
+            let _q = s
+                .irecv_device(&mut b, Source::Rank(0), Tag(500))
+                .expect("irecv");
             std::thread::sleep(Duration::from_millis(50));
             // SAFETY: raising a signal on this process.
             unsafe { libc::raise(libc::SIGKILL) };
@@ -348,7 +392,8 @@ fn kill(w: &World) {
     let res = if r == 0 {
         w.send_device(&b, victim, Tag(500)).map(drop)
     } else {
-        w.recv_device(&mut b, Source::Rank(victim), Tag(501)).map(drop)
+        w.recv_device(&mut b, Source::Rank(victim), Tag(501))
+            .map(drop)
     };
     match res {
         Err(CommError::PeerLost { rank, .. }) if rank == victim => {}
@@ -356,7 +401,10 @@ fn kill(w: &World) {
     }
     let took = t.elapsed();
     assert!(took < Duration::from_secs(20), "took {took:?}");
-    println!("rank {r}: ok kill (PeerLost after {:.2} s)", took.as_secs_f64());
+    println!(
+        "rank {r}: ok kill (PeerLost after {:.2} s)",
+        took.as_secs_f64()
+    );
 }
 
 fn main() {

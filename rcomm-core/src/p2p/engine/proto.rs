@@ -277,10 +277,10 @@ impl Engine {
         net.dev_busy()
             || self
                 .st
-            .streaming
-            .iter()
-            .filter_map(|t| self.st.rndv_send.get(t))
-            .any(|s| !net.output_pollable(s.peer))
+                .streaming
+                .iter()
+                .filter_map(|t| self.st.rndv_send.get(t))
+                .any(|s| !net.output_pollable(s.peer))
             || self
                 .st
                 .out
