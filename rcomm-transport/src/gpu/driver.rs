@@ -209,7 +209,8 @@ mod imp {
     pub struct Driver {
         devs: Vec<Dev>,
         pid: u32,
-        state: Mutex<State>,
+        /// Boxed: keeps [`Gpu`] small.
+        state: Box<Mutex<State>>,
     }
 
     impl Driver {
@@ -290,14 +291,14 @@ mod imp {
             Ok(Self {
                 devs,
                 pid: std::process::id(),
-                state: Mutex::new(State {
+                state: Box::new(Mutex::new(State {
                     exports: ExportCache::new(4096),
                     imports: ImportCache::new(IMPORT_CAP),
                     copy_streams: vec![0; nd],
                     events: vec![Vec::new(); nd],
                     logged: HashSet::new(),
                     stats: GpuStats::default(),
-                }),
+                })),
             })
         }
 
