@@ -11,11 +11,13 @@
 //! the check data and its sequential reference; [`plot`]: the SVG plot), and the rank side of
 //! the collective benchmark ([`coll_run`]) and of the overlap benchmark (`rcomm-bench overlap`:
 //! a non-blocking allreduce against computation, [`overlap`]), and the per-rank timing test
-//! that names slow ranks (`rcomm-bench --straggler`, [`straggler`]).
+//! that names slow ranks (`rcomm-bench --straggler`, [`straggler`]); [`device`]: device buffers
+//! for `pt2pt --device` and the single-process device copy baseline `rcomm-bench dtod`.
 #![warn(missing_docs)]
 
 pub mod coll;
 pub mod coll_run;
+pub mod device;
 pub mod osu;
 pub mod overlap;
 pub mod plot;

@@ -1,8 +1,12 @@
 //! `rcomm-bench`: rcomm benchmarks.
 //!
-//! `rcomm-run -n 2 rcomm-bench pt2pt latency|bw|bibw [-m MIN:MAX] [-i ITERS] [-x WARMUP] [--json]`
-//! runs OSU 7.2's `osu_latency`, `osu_bw` or `osu_bibw` methodology over rcomm (see
-//! [`rcomm_benches::osu`]); `benches/mpi/osu_like.c` is the same program for MPI.
+//! `rcomm-run -n 2 rcomm-bench pt2pt latency|bw|bibw [-m MIN:MAX] [-i ITERS] [-x WARMUP] [--json]
+//! [--device]` runs OSU 7.2's `osu_latency`, `osu_bw` or `osu_bibw` methodology over rcomm (see
+//! [`rcomm_benches::osu`]); `benches/mpi/osu_like.c` is the same program for MPI. `--device` is
+//! OSU's `D D`: both ranks' buffers in device memory (see [`rcomm_benches::device`]).
+//!
+//! `rcomm-bench dtod [--size 256M] [--iters N] [--json]` times device-to-device copies in one
+//! process: the reference for the bandwidth of device messages between ranks.
 //!
 //! `rcomm-run -n N rcomm-bench coll OP [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
 //! [-d TYPE] [-o REDOP] [-r ROOT] [-c CHECK] [-a 0|1|2|3] [-A ALGO] [--json] [--plot FILE.svg]`
@@ -21,6 +25,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use rcomm::{Communicator, Dtype, Op, Tag};
 use rcomm_benches::coll::{self, CollOp};
 use rcomm_benches::coll_run::{self, WrongResults};
+use rcomm_benches::device::{self, DevBuf};
 use rcomm_benches::osu::{self, AlignedBuf, Loop, Mismatch, SizeRange, Test};
 use rcomm_benches::overlap;
 use std::error::Error;
@@ -124,6 +129,47 @@ enum Cmd {
     /// The local reduction's speed (f32 sum, one process, no ranks needed): the cost model's γ;
     /// with --copy the local copy's: κ.
     Reduce(ReduceArgs),
+    /// Device-to-device copy bandwidth in one process (no ranks needed): the reference for
+    /// `pt2pt bw --device` between ranks of one node.
+    Dtod(DtodArgs),
+}
+
+/// `dtod`: one copy size, timed on device 0 (or --device).
+#[derive(Args, Debug)]
+struct DtodArgs {
+    /// Bytes per copy (K/M/G suffixes).
+    #[arg(long, default_value = "256M", value_parser = osu::parse_size)]
+    size: usize,
+    /// Timed copies (each timed on its own, the times summed).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    iters: u64,
+    /// Untimed copies before them.
+    #[arg(long, default_value_t = 3)]
+    warmup: u64,
+    /// Device ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: u32,
+    /// One JSON object instead of the text: {"test":"dtod","device","name","backend","memory",
+    /// "size","iters","warmup","time_us","GBps","GBps_rw","GBps_best"}.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main_dtod(a: &DtodArgs) -> ExitCode {
+    match device::dtod(a.device, a.size, a.iters as usize, a.warmup as usize) {
+        Ok(d) if a.json => {
+            println!("{}", d.json());
+            ExitCode::SUCCESS
+        }
+        Ok(d) => {
+            print!("{}", d.text());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rcomm-bench dtod: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `reduce`'s sweep: sizes double from -b to -e.
@@ -470,10 +516,17 @@ struct Pt2ptArgs {
     /// compare them with `osu_like -b multiple`.
     #[arg(short = 'b', long = "buffer-num", value_enum)]
     buffers: Option<BufNum>,
-    /// Print one JSON object per size (`{"size":N,"latency_us":X}` or
-    /// `{"size":N,"bandwidth_MBps":X}`) instead of the table; headers go to stderr.
+    /// Print one JSON object per size (`{"size":N,"latency_us":X,"memory":"host"}` or
+    /// `{"size":N,"bandwidth_MBps":X,"memory":"host"}`) instead of the table; headers go to
+    /// stderr.
     #[arg(long)]
     json: bool,
+    /// OSU's `D D`: both ranks' send and receive buffers in device memory (rcomm's
+    /// `DeviceBuffer` on device RCOMM_LOCAL_RANK mod the number of devices), moved with
+    /// `send_device` / `recv_device` and scoped `isend_device` / `irecv_device`. The check data
+    /// is written and read back by host copies outside the timed loop.
+    #[arg(long)]
+    device: bool,
     /// Testing the benchmark: rank 1 receives every message after iteration ITER (counted from
     /// 0, warm-up included) into a spare buffer, as a receive that stops writing would, so the
     /// check pass must fail.
@@ -503,6 +556,7 @@ struct Plan {
     window: usize,
     buffers: BufNum,
     json: bool,
+    device: bool,
     inject_stale: Option<u64>,
 }
 
@@ -559,6 +613,7 @@ fn plan(a: &Pt2ptArgs) -> Res<Plan> {
         window,
         buffers,
         json: a.json,
+        device: a.device,
         inject_stale: a.inject_stale,
     })
 }
@@ -570,10 +625,11 @@ fn main() -> ExitCode {
         Some(Cmd::Coll(a)) => return main_coll(&a),
         Some(Cmd::Overlap(a)) => return main_overlap(&a),
         Some(Cmd::Reduce(a)) => return main_reduce(&a),
+        Some(Cmd::Dtod(a)) => return main_dtod(&a),
         None if cli.straggler.straggler => return main_straggler(&cli.straggler),
         None => {
             eprintln!(
-                "rcomm-bench: give a subcommand (pt2pt, coll, overlap, reduce) or --straggler; see --help"
+                "rcomm-bench: give a subcommand (pt2pt, coll, overlap, reduce, dtod) or --straggler; see --help"
             );
             return ExitCode::from(2);
         }
@@ -708,11 +764,21 @@ fn run(plan: &Plan) -> Res<()> {
         peer: 1 - rank,
     };
     let t = plan.test;
+    // --device: this rank's device, or rcomm's reason why there is none.
+    let dev = if plan.device {
+        Some(device::pick_device().map_err(|e| format!("--device on rank {rank}: {e}"))?)
+    } else {
+        None
+    };
+    let memory = match dev {
+        Some(d) => format!("device {d} ({})", rcomm::gpu::backend_name().unwrap_or("?")),
+        None => "host".to_string(),
+    };
     if rank == 0 {
         let header = [
             t.title().to_string(),
             format!(
-                "# rcomm {} | transport to rank 1: {} | buffers: {} | window: {}",
+                "# rcomm {} | transport to rank 1: {} | buffers: {} | window: {} | memory: {memory}",
                 env!("CARGO_PKG_VERSION"),
                 world.transport_to(1)?,
                 if plan.buffers == BufNum::Single {
@@ -738,13 +804,39 @@ fn run(plan: &Plan) -> Res<()> {
     }
     // Single buffers are allocated once for the largest size (as OSU does).
     let largest = plan.sizes.last().copied().unwrap_or(0);
-    let mut single = (plan.buffers == BufNum::Single)
+    let mut single = (plan.buffers == BufNum::Single && dev.is_none())
         .then(|| (AlignedBuf::new(largest), AlignedBuf::new(largest)));
+    let mut dsingle = match dev {
+        Some(d) if plan.buffers == BufNum::Single => {
+            Some((DevBuf::new(d, largest)?, DevBuf::new(d, largest)?))
+        }
+        _ => None,
+    };
     let mut out = std::io::stdout().lock();
     for &n in &plan.sizes {
         let lp = plan.counts.for_size(n);
-        let total = match t {
-            Test::Latency | Test::Exchange => {
+        let total = match (t, dev) {
+            (Test::Latency | Test::Exchange, Some(d)) => {
+                let mut per_size;
+                let (s, r) = match dsingle.as_mut() {
+                    Some((s, r)) => (s, r),
+                    None => {
+                        per_size = (DevBuf::new(d, n)?, DevBuf::new(d, n)?);
+                        (&mut per_size.0, &mut per_size.1)
+                    }
+                };
+                latency_device(&pair, t, n, lp, &*s, r, plan.inject_stale)?
+            }
+            (Test::Bw | Test::Bibw, Some(d)) => {
+                let mut s = Vec::with_capacity(plan.window);
+                let mut r = Vec::with_capacity(plan.window);
+                for _ in 0..plan.window {
+                    s.push(DevBuf::new(d, n)?);
+                    r.push(DevBuf::new(d, n)?);
+                }
+                bandwidth_device(&pair, t, n, lp, &s, &mut r, plan.inject_stale)?
+            }
+            (Test::Latency | Test::Exchange, None) => {
                 let mut per_size;
                 let (s, r) = match single.as_mut() {
                     Some((s, r)) => (s, r),
@@ -755,7 +847,7 @@ fn run(plan: &Plan) -> Res<()> {
                 };
                 latency(&pair, t, n, lp, s, r, plan.inject_stale)?
             }
-            Test::Bw | Test::Bibw => {
+            (Test::Bw | Test::Bibw, None) => {
                 let mut s: Vec<AlignedBuf> = (0..plan.window).map(|_| AlignedBuf::new(n)).collect();
                 let mut r: Vec<AlignedBuf> = (0..plan.window).map(|_| AlignedBuf::new(n)).collect();
                 bandwidth(&pair, t, n, lp, &mut s, &mut r, plan.inject_stale)?
@@ -763,7 +855,11 @@ fn run(plan: &Plan) -> Res<()> {
         };
         if rank == 0 {
             let v = t.figure(n, lp.iterations, plan.window, total.as_secs_f64());
-            let line = if plan.json { t.json(n, v) } else { t.row(n, v) };
+            let line = if plan.json {
+                with_memory(&t.json(n, v), dev.is_some())
+            } else {
+                t.row(n, v)
+            };
             writeln!(out, "{line}")?;
             out.flush()?;
         }
@@ -777,7 +873,7 @@ fn run(plan: &Plan) -> Res<()> {
             println!("{line}")
         }
     }
-    report_counters(&pair, plan.json)?;
+    report_counters(&pair, plan.json, dev.is_some())?;
     Ok(())
 }
 
@@ -938,9 +1034,177 @@ fn bandwidth(
     Ok(total)
 }
 
+/// A JSON row with the memory kind added: `{…,"memory":"host"}` or `"device"`.
+fn with_memory(row: &str, device: bool) -> String {
+    let body = row.strip_suffix('}').unwrap_or(row);
+    let m = if device { "device" } else { "host" };
+    format!("{body},\"memory\":\"{m}\"}}")
+}
+
+/// [`latency`] with both buffers in device memory (`send_device`, `recv_device`,
+/// `sendrecv_device`); the stamps are copied into the send buffer before each iteration's
+/// timer starts, the receive buffer is copied back for the check pass.
+fn latency_device(
+    p: &Pair<'_>,
+    t: Test,
+    n: usize,
+    lp: Loop,
+    s: &DevBuf,
+    r: &mut DevBuf,
+    stale: Option<u64>,
+) -> Res<Duration> {
+    let (mine, theirs) = (osu::seed(n, p.rank, 0), osu::seed(n, p.peer, 0));
+    let poison = osu::poison_seed(n, p.rank, 0);
+    s.fill(n, mine)?;
+    r.fill(n, poison)?;
+    let stale = stale.filter(|_| p.rank == 1);
+    let mut spare = match stale {
+        Some(_) => Some(DevBuf::new(s.device(), n)?),
+        None => None,
+    };
+    let rounds = lp.skip + lp.iterations;
+    p.sync()?;
+    let mut total = Duration::ZERO;
+    for i in 0..rounds {
+        s.stamp(n, mine, i as u64)?;
+        let sb = s.view(n);
+        let mut into = match (stale, spare.as_mut()) {
+            (Some(k), Some(sp)) if i as u64 > k => sp.view_mut(n),
+            _ => r.view_mut(n),
+        };
+        let t0 = (p.rank == 0 && i >= lp.skip).then(Instant::now);
+        match (t, p.rank) {
+            (Test::Exchange, _) => {
+                p.comm
+                    .sendrecv_device(&sb, p.peer, TAG_LAT, &mut into, p.peer, TAG_LAT)?;
+            }
+            (_, 0) => {
+                p.comm.send_device(&sb, p.peer, TAG_LAT)?;
+                p.comm.recv_device(&mut into, p.peer, TAG_LAT)?;
+            }
+            _ => {
+                p.comm.recv_device(&mut into, p.peer, TAG_LAT)?;
+                p.comm.send_device(&sb, p.peer, TAG_LAT)?;
+            }
+        }
+        if let Some(t0) = t0 {
+            total += t0.elapsed();
+        }
+    }
+    // Check pass, outside the timed loop: the receive buffer, copied back to the host.
+    let last = rounds.saturating_sub(1) as u64;
+    let bad = osu::check_last(&r.read(n)?, theirs, poison, last).map(|m| (0, m));
+    p.agree(t, n, last, bad)?;
+    Ok(total)
+}
+
+/// [`bandwidth`] with every window slot's buffers in device memory (scoped `isend_device` /
+/// `irecv_device`); the acknowledgement stays a host message, as in OSU's `D D` mode.
+fn bandwidth_device(
+    p: &Pair<'_>,
+    t: Test,
+    n: usize,
+    lp: Loop,
+    sbufs: &[DevBuf],
+    rbufs: &mut [DevBuf],
+    stale: Option<u64>,
+) -> Res<Duration> {
+    let window = sbufs.len();
+    let mine: Vec<u64> = (0..window).map(|j| osu::seed(n, p.rank, j)).collect();
+    let poison = |j| osu::poison_seed(n, p.rank, j);
+    for (b, &sd) in sbufs.iter().zip(&mine) {
+        b.fill(n, sd)?;
+    }
+    for (j, b) in rbufs.iter().enumerate() {
+        b.fill(n, poison(j))?;
+    }
+    let stale = stale.filter(|_| p.rank == 1);
+    let mut spare_bufs = Vec::new();
+    if stale.is_some() {
+        for b in rbufs.iter() {
+            spare_bufs.push(DevBuf::new(b.device(), n)?);
+        }
+    }
+    let sends: Vec<_> = sbufs.iter().map(|b| b.view(n)).collect();
+    let mut recvs: Vec<_> = rbufs.iter_mut().map(|b| b.view_mut(n)).collect();
+    let mut spare: Vec<_> = spare_bufs.iter_mut().map(|b| b.view_mut(n)).collect();
+    let (sender, receiver) = (
+        t == Test::Bibw || p.rank == 0,
+        t == Test::Bibw || p.rank == 1,
+    );
+    let (stag, rtag) = if p.rank == 0 {
+        (TAG_DATA, TAG_DATA_BACK)
+    } else {
+        (TAG_DATA_BACK, TAG_DATA)
+    };
+    let mut ack = [0u8; 4];
+    let rounds = lp.skip + lp.iterations;
+    p.sync()?;
+    let mut total = Duration::ZERO;
+    for i in 0..rounds {
+        // The stamps: at most three small host-to-device copies per slot, before the timer.
+        if sender {
+            for (b, &sd) in sbufs.iter().zip(&mine) {
+                b.stamp(n, sd, i as u64)?;
+            }
+        }
+        let t0 = (p.rank == 0 && i >= lp.skip).then(Instant::now);
+        let (sv, rv) = match stale {
+            Some(k) if i as u64 > k => (&sends, &mut spare),
+            _ => (&sends, &mut recvs),
+        };
+        p.comm.scope(move |sc| -> Res<()> {
+            let mut rreqs = Vec::with_capacity(window);
+            if receiver {
+                for b in rv {
+                    rreqs.push(sc.irecv_device(b, p.peer, rtag)?);
+                }
+            }
+            let mut sreqs = Vec::with_capacity(window);
+            if sender {
+                for b in sv {
+                    sreqs.push(sc.isend_device(b, p.peer, stag)?);
+                }
+            }
+            for r in sreqs {
+                r.wait()?;
+            }
+            for r in rreqs {
+                r.wait()?;
+            }
+            Ok(())
+        })?;
+        if t == Test::Bw {
+            if p.rank == 0 {
+                p.comm.recv(&mut ack, p.peer, TAG_ACK)?;
+            } else {
+                p.comm.send(&ack, p.peer, TAG_ACK)?;
+            }
+        }
+        if let Some(t0) = t0 {
+            total += t0.elapsed();
+        }
+    }
+    drop((sends, recvs, spare));
+    // Check pass, outside the timed loop: every receive buffer, copied back to the host.
+    let last = rounds.saturating_sub(1) as u64;
+    let mut bad = None;
+    if receiver {
+        for (j, b) in rbufs.iter().enumerate() {
+            if let Some(m) = osu::check_last(&b.read(n)?, osu::seed(n, p.peer, j), poison(j), last)
+            {
+                bad = Some((j, m));
+                break;
+            }
+        }
+    }
+    p.agree(t, n, last, bad)?;
+    Ok(total)
+}
+
 /// Prints both ranks' transport byte counters, so a run shows which path carried the data
 /// (shared memory or TCP, and how much of it moved by single copy).
-fn report_counters(p: &Pair<'_>, json: bool) -> Res<()> {
+fn report_counters(p: &Pair<'_>, json: bool, device: bool) -> Res<()> {
     let c = p.comm.transport_counters();
     let mine = [
         c.get("shm").bytes_sent,
@@ -949,12 +1213,22 @@ fn report_counters(p: &Pair<'_>, json: bool) -> Res<()> {
         c.get("tcp").bytes_sent,
         c.get("tcp").bytes_recv,
     ];
+    let dmine = rcomm::gpu::stats().map_or([0; 4], |g| {
+        [g.ipc_bytes, g.staged_bytes, g.imports, g.import_hits]
+    });
+    let mut dtheirs = [0u64; 4];
     if p.rank == 1 {
         p.comm.send(&mine, p.peer, TAG_CHECK)?;
+        if device {
+            p.comm.send(&dmine, p.peer, TAG_CHECK)?;
+        }
         return Ok(());
     }
     let mut theirs = [0u64; 5];
     p.comm.recv(&mut theirs, p.peer, TAG_CHECK)?;
+    if device {
+        p.comm.recv(&mut dtheirs, p.peer, TAG_CHECK)?;
+    }
     for (r, v) in [(0, mine), (1, theirs)] {
         let line = format!(
             "# rank {r} bytes: shm sent {} received {} single-copy read {} | tcp sent {} received {}",
@@ -964,6 +1238,23 @@ fn report_counters(p: &Pair<'_>, json: bool) -> Res<()> {
             eprintln!("{line}")
         } else {
             println!("{line}")
+        }
+    }
+    if device {
+        // Which way the device bytes went (their IPC GETs or host staging), as the device layer
+        // counted them.
+        let line = |r: u32, d: [u64; 4]| {
+            format!(
+                "# rank {r} device bytes: ipc read {} staged {} | imports {} (cache hits {}, on the receiving side)",
+                d[0], d[1], d[2], d[3]
+            )
+        };
+        for (r, d) in [(0, dmine), (1, dtheirs)] {
+            if json {
+                eprintln!("{}", line(r, d))
+            } else {
+                println!("{}", line(r, d))
+            }
         }
     }
     Ok(())

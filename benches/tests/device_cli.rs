@@ -1,0 +1,179 @@
+//! `rcomm-bench pt2pt … --device` and `rcomm-bench dtod` on the host-memory stand-in of a
+//! device (`RCOMM_GPU_STANDIN=1`, so they run without a GPU): rows say `"memory":"device"`
+//! and pass their check pass, a receive that stops writing fails it, `dtod` prints a figure;
+//! and without a device (no driver, no stand-in) both fail with rcomm's reason, not a panic.
+
+mod common;
+use common::{figure_ok, json_row, json_str};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_rcomm-bench");
+
+/// target/<profile>/rcomm-run, when it has been built.
+fn rcomm_run() -> Option<PathBuf> {
+    let p = PathBuf::from(BENCH).parent()?.join("rcomm-run");
+    p.exists().then_some(p)
+}
+
+fn skip_without_launcher() {
+    rcomm_testkit::skip(
+        "rcomm-run is not built beside rcomm-bench: `cargo test --workspace` builds it, or `cargo build -p \
+         rcomm-launcher` (same profile) before `cargo test -p rcomm-benches`",
+    );
+}
+
+fn text(o: &Output) -> (i32, String, String) {
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// `rcomm-run -n 2 rcomm-bench pt2pt ARGS`, on the stand-in when `standin`.
+fn pt2pt(run: &PathBuf, standin: bool, args: &[&str]) -> (i32, String, String) {
+    let mut c = Command::new(run);
+    c.args(["-n", "2", "--no-prefix", BENCH, "pt2pt"])
+        .args(args);
+    if standin {
+        c.env("RCOMM_GPU_STANDIN", "1");
+    } else {
+        c.env_remove("RCOMM_GPU_STANDIN");
+    }
+    text(&c.output().expect("run rcomm-run"))
+}
+
+const CHECK_PASSED: &str =
+    "# check passed at every size: each receive buffer held the sender's last message";
+
+#[test]
+fn device_rows_pass_their_check_and_say_device() {
+    let Some(run) = rcomm_run() else {
+        return skip_without_launcher();
+    };
+    for (test, key) in [
+        ("latency", "latency_us"),
+        ("exchange", "latency_us"),
+        ("bw", "bandwidth_MBps"),
+        ("bibw", "bandwidth_MBps"),
+    ] {
+        let (rc, out, err) = pt2pt(
+            &run,
+            true,
+            &[
+                test, "-m", "1:256K", "-i", "3", "-x", "1", "-W", "8", "--json", "--device",
+            ],
+        );
+        assert_eq!(rc, 0, "{test}: {out}\n{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 19, "{test}: {out}");
+        for l in lines {
+            let (size, v) = json_row(l, key).unwrap_or_else(|| panic!("{test}: not a row: {l:?}"));
+            assert!(figure_ok(key, size, v), "{test}, size {size}: {v}");
+            assert_eq!(json_str(l, "memory"), Some("device"), "{test}: {l}");
+        }
+        assert!(err.contains(CHECK_PASSED), "{test}: {err}");
+        assert!(err.contains("memory: device 0 (stand-in)"), "{test}: {err}");
+        assert!(err.contains("device bytes: ipc read"), "{test}: {err}");
+    }
+    // Host rows say host.
+    let (rc, out, err) = pt2pt(&run, false, &["latency", "-m", "8", "-i", "3", "--json"]);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    for l in out.lines() {
+        assert_eq!(json_str(l, "memory"), Some("host"), "{l}");
+    }
+}
+
+#[test]
+fn a_device_receive_that_stops_writing_fails_the_check() {
+    let Some(run) = rcomm_run() else {
+        return skip_without_launcher();
+    };
+    for test in ["latency", "bw"] {
+        let (rc, out, err) = pt2pt(
+            &run,
+            true,
+            &[
+                test,
+                "-m",
+                "64K:64K",
+                "-i",
+                "4",
+                "-x",
+                "1",
+                "-W",
+                "4",
+                "--device",
+                "--inject-stale",
+                "2",
+            ],
+        );
+        assert_ne!(rc, 0, "{test}: {out}\n{err}");
+        assert!(
+            err.contains("check failed")
+                && err.contains("iteration 2, not of the last iteration 4"),
+            "{test}: {out}\n{err}"
+        );
+    }
+}
+
+#[test]
+fn without_a_device_pt2pt_device_fails_with_the_reason() {
+    let Some(run) = rcomm_run() else {
+        return skip_without_launcher();
+    };
+    let (rc, out, err) = pt2pt(&run, false, &["latency", "-m", "8", "-i", "3", "--device"]);
+    if rc == 0 {
+        // A machine with a GPU: nothing to check here.
+        return;
+    }
+    assert!(err.contains("--device on rank"), "{out}\n{err}");
+    assert!(err.contains("no CUDA device is usable"), "{out}\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn dtod_prints_a_bandwidth_on_the_stand_in() {
+    let o = Command::new(BENCH)
+        .args(["dtod", "--size", "1M", "--iters", "3", "--json"])
+        .env("RCOMM_GPU_STANDIN", "1")
+        .output()
+        .unwrap();
+    let (rc, out, err) = text(&o);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    let l = out.trim();
+    assert_eq!(json_str(l, "backend"), Some("stand-in"), "{l}");
+    let gbps: f64 = l
+        .split_once("\"GBps\":")
+        .and_then(|(_, r)| r.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{l}"));
+    assert!(gbps.is_finite() && gbps > 0.0, "{l}");
+    let o = Command::new(BENCH)
+        .args(["dtod", "--size", "64K", "--iters", "2"])
+        .env("RCOMM_GPU_STANDIN", "1")
+        .output()
+        .unwrap();
+    let (rc, out, err) = text(&o);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert!(
+        out.contains("bytes counted once:") && out.contains("read + write (2x):"),
+        "{out}"
+    );
+    // No device: rcomm's reason, exit status 1.
+    let o = Command::new(BENCH)
+        .args(["dtod", "--size", "64K", "--iters", "2"])
+        .env_remove("RCOMM_GPU_STANDIN")
+        .output()
+        .unwrap();
+    let (rc, out, err) = text(&o);
+    if rc != 0 {
+        assert_eq!(rc, 1, "{out}\n{err}");
+        assert!(
+            err.contains("rcomm-bench dtod: no CUDA device is usable"),
+            "{err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
