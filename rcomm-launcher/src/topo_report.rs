@@ -1,6 +1,8 @@
 //! `rcomm-topo`: what rcomm sees of a machine — a summary, and the affinity matrix of GPUs and
-//! NICs in `nvidia-smi topo -m`'s words — as text or JSON, and the model as a file.
+//! NICs in `nvidia-smi topo -m`'s words — as text or JSON, and the model as a file; and, for
+//! this machine, the GPUs the CUDA driver sees ([`cuda_devices`]).
 
+use rcomm_transport::gpu::{self, DeviceInfo, GpuError};
 use rcomm_transport::topo::choose;
 use rcomm_transport::topo::{ObjId, ObjKind, OsDevKind, PathClass, Topology};
 use serde_json::{Value, json};
@@ -236,4 +238,121 @@ pub fn legend() -> String {
     .map(ToString::to_string)
     .collect::<Vec<_>>()
     .join(" < ")
+}
+
+/// The GPUs the device backend sees (the CUDA driver, or the host stand-in under
+/// `RCOMM_GPU_STANDIN=1`): the backend's name and its devices, or why there are none. Loads
+/// the CUDA driver: only `rcomm-topo` calls it (never `rcomm-run`).
+pub fn cuda_devices() -> Result<(&'static str, Vec<DeviceInfo>), String> {
+    let why = |e: GpuError| match e {
+        GpuError::NoDevice { why } => why,
+        e => e.to_string(),
+    };
+    let g = gpu::gpu().map_err(why)?;
+    let devs = g.devices().map_err(why)?;
+    if devs.is_empty() {
+        return Err(format!("the {} backend sees no device", g.backend_name()));
+    }
+    Ok((g.backend_name(), devs))
+}
+
+fn uuid(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// [`cuda_devices`] as text: `  CUDA GPUs (BACKEND): N` and a line per device, or one line
+/// `  CUDA GPUs: none usable (REASON)`.
+pub fn cuda_text(r: &Result<(&'static str, Vec<DeviceInfo>), String>, prefix: &str) -> String {
+    let mut out = String::new();
+    match r {
+        Err(why) => {
+            let _ = writeln!(out, "{prefix}  CUDA GPUs: none usable ({why})");
+        }
+        Ok((backend, devs)) => {
+            let _ = writeln!(out, "{prefix}  CUDA GPUs ({backend}): {}", devs.len());
+            for d in devs {
+                let _ = writeln!(
+                    out,
+                    "{prefix}    GPU {}: {} (PCI {}, {} memory, {} SMs, compute capability {}.{}, {})",
+                    d.ordinal,
+                    d.name,
+                    d.pci_bus_id,
+                    bytes(d.total_mem as u64),
+                    d.sm_count,
+                    d.cc.0,
+                    d.cc.1,
+                    uuid(&d.uuid)
+                );
+            }
+        }
+    }
+    out
+}
+
+/// [`cuda_devices`] as JSON: `{"backend", "devices": [{"ordinal", "name", "pci_bus_id",
+/// "uuid", "memory_bytes", "sm_count", "compute_capability"}], "error"}` (backend null and
+/// error the reason when none is usable).
+pub fn cuda_json(r: &Result<(&'static str, Vec<DeviceInfo>), String>) -> Value {
+    match r {
+        Err(why) => json!({ "backend": null, "devices": [], "error": why }),
+        Ok((backend, devs)) => json!({
+            "backend": backend,
+            "devices": devs
+                .iter()
+                .map(|d| json!({
+                    "ordinal": d.ordinal,
+                    "name": d.name,
+                    "pci_bus_id": d.pci_bus_id,
+                    "uuid": uuid(&d.uuid),
+                    "memory_bytes": d.total_mem,
+                    "sm_count": d.sm_count,
+                    "compute_capability": format!("{}.{}", d.cc.0, d.cc.1),
+                }))
+                .collect::<Vec<_>>(),
+            "error": null,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod cuda_tests {
+    use super::*;
+
+    #[test]
+    fn cuda_lines_and_json() {
+        let none: Result<(&'static str, Vec<DeviceInfo>), String> = Err("no libcuda".into());
+        assert_eq!(
+            cuda_text(&none, "h: "),
+            "h:   CUDA GPUs: none usable (no libcuda)\n"
+        );
+        assert_eq!(cuda_json(&none)["error"], "no libcuda");
+        let d = DeviceInfo {
+            ordinal: 0,
+            name: "NVIDIA H200".into(),
+            uuid: [0xab; 16],
+            pci_bus_id: "0000:3b:00.0".into(),
+            total_mem: 141 << 30,
+            sm_count: 132,
+            cc: (9, 0),
+        };
+        let some = Ok(("cuda", vec![d]));
+        let t = cuda_text(&some, "");
+        assert!(t.starts_with("  CUDA GPUs (cuda): 1\n"), "{t}");
+        assert!(
+            t.contains("GPU 0: NVIDIA H200 (PCI 0000:3b:00.0, 141 GiB memory, 132 SMs, compute capability 9.0, GPU-abababab-abab-"),
+            "{t}"
+        );
+        let j = cuda_json(&some);
+        assert_eq!(j["devices"][0]["compute_capability"], "9.0");
+        assert_eq!(j["devices"][0]["sm_count"], 132);
+        assert!(j["error"].is_null());
+    }
 }

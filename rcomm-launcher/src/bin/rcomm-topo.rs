@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Show the machine's packages, NUMA nodes, cores, caches, GPUs and NICs, and the distance
-/// classes between GPUs and NICs (as `nvidia-smi topo -m`).
+/// classes between GPUs and NICs (as `nvidia-smi topo -m`); and the GPUs the CUDA driver sees.
 #[derive(Debug, Parser)]
 #[command(name = "rcomm-topo", version, after_help = after_help())]
 struct Args {
@@ -28,6 +28,10 @@ struct Args {
     /// Read an hwloc XML export (`lstopo --of xml`) through hwloc (builds with feature hwloc).
     #[arg(long, value_name = "F")]
     xml: Option<PathBuf>,
+    /// Do not ask the CUDA driver for its GPUs (by default, reading this machine lists them:
+    /// ordinal, name, PCI bus id, memory, SMs, compute capability; or says why none is usable).
+    #[arg(long)]
+    no_cuda: bool,
 }
 
 fn after_help() -> String {
@@ -81,14 +85,24 @@ fn main() -> ExitCode {
     } else {
         String::new()
     };
+    // The driver's view of the GPUs: only for this machine (not a fixture or a file), and
+    // only here (rcomm-run itself never loads the CUDA driver).
+    let this_machine = a.file.is_none() && a.xml.is_none() && a.sysfs_root.is_none();
+    let cuda = (this_machine && !a.no_cuda).then(topo_report::cuda_devices);
     if a.json {
         let mut v = topo_report::json(&t);
+        if let Some(c) = &cuda {
+            v["cuda"] = topo_report::cuda_json(c);
+        }
         if launch.is_some() {
             v["reported_by"] = rcomm_transport::identity::hostname().into();
         }
         println!("{prefix}{v}");
     } else {
         print!("{}", topo_report::text(&t, &prefix));
+        if let Some(c) = &cuda {
+            print!("{}", topo_report::cuda_text(c, &prefix));
+        }
     }
     ExitCode::SUCCESS
 }
