@@ -126,6 +126,8 @@ mod imp {
         "cuCtxSetCurrent",
         "cuStreamCreate",
         "cuStreamDestroy_v2",
+        "cuStreamSynchronize",
+        "cuMemHostAlloc",
         "cuEventCreate",
         "cuEventRecord",
         "cuEventQuery",
@@ -202,7 +204,13 @@ mod imp {
         events: Vec<Vec<usize>>,
         logged: HashSet<u32>,
         stats: GpuStats,
+        /// A pinned host bounce buffer (address, or 0 before first use) for small copies:
+        /// from pinned memory a copy to the device is complete on return, so no stream wait.
+        bounce: usize,
     }
+
+    /// Bytes of the pinned bounce buffer; larger copies go from pageable memory and wait.
+    const BOUNCE: usize = 256 << 10;
 
     /// The CUDA driver, loaded at run time.
     #[derive(Debug)]
@@ -298,6 +306,7 @@ mod imp {
                     events: vec![Vec::new(); nd],
                     logged: HashSet::new(),
                     stats: GpuStats::default(),
+                    bounce: 0,
                 })),
             })
         }
@@ -537,13 +546,44 @@ mod imp {
         pub(in crate::gpu) fn copy_htod(&self, dst: u64, src: &[u8]) -> Result<(), GpuError> {
             let i = self.range(dst, src.len())?;
             self.cur(i.device)?;
+            if src.len() <= BOUNCE {
+                let mut st = self.lock();
+                if st.bounce == 0 {
+                    let mut p: *mut c_void = std::ptr::null_mut();
+                    // SAFETY: allocates BOUNCE bytes of pinned host memory (portable: pinned
+                    // for every context), kept for the life of the process.
+                    let r =
+                        unsafe { cu::cuMemHostAlloc(&mut p, BOUNCE, cu::CU_MEMHOSTALLOC_PORTABLE) };
+                    if r == cu::CUresult::CUDA_SUCCESS && !p.is_null() {
+                        st.bounce = p as usize;
+                    }
+                }
+                if st.bounce != 0 {
+                    let b = st.bounce as *mut u8;
+                    // SAFETY: `b` is BOUNCE bytes of pinned memory, used under the state lock
+                    // only; `src` fits it (checked above) and does not overlap it.
+                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), b, src.len()) };
+                    // SAFETY: the destination lies in a device allocation (checked); from
+                    // pinned memory the copy is synchronous with respect to the host.
+                    check(
+                        unsafe { cu::cuMemcpyHtoD_v2(dst, b as *const c_void, src.len()) },
+                        "cuMemcpyHtoD_v2",
+                        i.device as i32,
+                    )?;
+                    st.stats.staged_bytes += src.len() as u64;
+                    return Ok(());
+                }
+            }
             // SAFETY: the destination lies in a device allocation (checked); `src` is a Rust
-            // slice of that length; the copy is synchronous.
+            // slice of that length, read before the call returns.
             check(
                 unsafe { cu::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len()) },
                 "cuMemcpyHtoD_v2",
                 i.device as i32,
             )?;
+            // From pageable memory the call returns once the source is staged, before the DMA
+            // lands; a peer's IPC read (another stream, another process) must see the bytes.
+            self.legacy_sync(i.device)?;
             self.lock().stats.staged_bytes += src.len() as u64;
             Ok(())
         }
@@ -562,6 +602,18 @@ mod imp {
                 unsafe { cu::cuMemcpyDtoD_v2(dst, src, len) },
                 "cuMemcpyDtoD_v2",
                 d.device as i32,
+            )?;
+            // Device-to-device copies return at once: wait, as the interface promises.
+            self.legacy_sync(d.device)
+        }
+
+        /// Waits for the legacy default stream (where the synchronous-looking copies run).
+        fn legacy_sync(&self, device: u32) -> Result<(), GpuError> {
+            // SAFETY: the null stream is the legacy default stream of the current context.
+            check(
+                unsafe { cu::cuStreamSynchronize(std::ptr::null_mut()) },
+                "cuStreamSynchronize",
+                device as i32,
             )
         }
 
