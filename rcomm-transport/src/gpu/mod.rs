@@ -245,7 +245,13 @@ impl Gpu {
     /// importing the allocation on first use (cached per peer and allocation). The copy runs
     /// on the backend's copy stream; poll it with [`query`](Self::query).
     /// [`GpuError::Unreachable`]: this pair cannot copy directly (use staging).
-    pub fn get(&self, peer: u32, key: &crate::mem::RKey, dst: u64, len: usize) -> Result<Pending, GpuError> {
+    pub fn get(
+        &self,
+        peer: u32,
+        key: &crate::mem::RKey,
+        dst: u64,
+        len: usize,
+    ) -> Result<Pending, GpuError> {
         both!(self, g => g.get(peer, key, dst, len))
     }
 
