@@ -225,6 +225,16 @@ mod cudarc_impls {
 #[cfg(feature = "cuda")]
 pub use cudarc_impls::stream_of;
 
+/// This process's rank in its world as the launcher gave it (0 when started alone), for
+/// errors of calls that have no communicator.
+fn launch_rank() -> u32 {
+    rcomm_transport::config::global()
+        .as_ref()
+        .ok()
+        .and_then(|c| c.launch.as_ref())
+        .map_or(0, |l| l.rank)
+}
+
 fn backend(op: &'static str, rank: u32) -> Result<&'static Gpu> {
     dev::gpu().map_err(|e| CommError::Device {
         op,
@@ -275,8 +285,10 @@ pub struct DeviceBuffer {
 impl DeviceBuffer {
     /// `len` bytes on `device`, uninitialised.
     pub fn new(device: u32, len: usize) -> Result<Self> {
-        let g = backend("alloc", u32::MAX)?;
-        let addr = g.alloc(device, len).map_err(dev_err("alloc", u32::MAX))?;
+        let g = backend("alloc", launch_rank())?;
+        let addr = g
+            .alloc(device, len)
+            .map_err(dev_err("alloc", launch_rank()))?;
         Ok(Self { addr, len, device })
     }
 
@@ -319,9 +331,9 @@ impl DeviceBuffer {
         if data.is_empty() {
             return Ok(());
         }
-        let g = backend("copy", u32::MAX)?;
+        let g = backend("copy", launch_rank())?;
         g.copy_htod(self.addr, data)
-            .map_err(dev_err("copy", u32::MAX))
+            .map_err(dev_err("copy", launch_rank()))
     }
 
     /// Copies the start of the buffer into `out` (at most `len` bytes).
@@ -336,9 +348,9 @@ impl DeviceBuffer {
         if out.is_empty() {
             return Ok(());
         }
-        let g = backend("copy", u32::MAX)?;
+        let g = backend("copy", launch_rank())?;
         g.copy_dtoh(out, self.addr)
-            .map_err(dev_err("copy", u32::MAX))
+            .map_err(dev_err("copy", launch_rank()))
     }
 
     /// The whole buffer, copied to the host.
@@ -379,8 +391,8 @@ impl DeviceMemMut for DeviceBuffer {
 
 /// The devices this process sees (an error saying why when none is usable).
 pub fn devices() -> Result<Vec<DeviceInfo>> {
-    let g = backend("devices", u32::MAX)?;
-    g.devices().map_err(dev_err("devices", u32::MAX))
+    let g = backend("devices", launch_rank())?;
+    g.devices().map_err(dev_err("devices", launch_rank()))
 }
 
 /// The device layer's counters (exports, imports and cache hits, bytes moved by IPC and by
@@ -396,20 +408,23 @@ pub fn backend_name() -> std::result::Result<&'static str, String> {
 
 /// A new stream on `device` (for code that has none of its own).
 pub fn stream_create(device: u32) -> Result<Stream> {
-    let g = backend("stream", u32::MAX)?;
-    g.stream_create(device).map_err(dev_err("stream", u32::MAX))
+    let g = backend("stream", launch_rank())?;
+    g.stream_create(device)
+        .map_err(dev_err("stream", launch_rank()))
 }
 
 /// Destroys a stream made by [`stream_create`].
 pub fn stream_destroy(s: Stream) -> Result<()> {
-    let g = backend("stream", u32::MAX)?;
-    g.stream_destroy(s).map_err(dev_err("stream", u32::MAX))
+    let g = backend("stream", launch_rank())?;
+    g.stream_destroy(s)
+        .map_err(dev_err("stream", launch_rank()))
 }
 
 /// Waits on the host until the work enqueued on `s` so far is done.
 pub fn stream_synchronize(s: Stream) -> Result<()> {
-    let g = backend("stream", u32::MAX)?;
-    g.stream_wait_host(s).map_err(dev_err("stream", u32::MAX))
+    let g = backend("stream", launch_rank())?;
+    g.stream_wait_host(s)
+        .map_err(dev_err("stream", launch_rank()))
 }
 
 impl Communicator {

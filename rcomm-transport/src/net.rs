@@ -362,6 +362,7 @@ impl Net {
     /// node); the device pair may still refuse, per message.
     pub fn dev_get(&self, peer: u32) -> bool {
         self.dev_reach.get(peer as usize).copied().unwrap_or(false)
+            && crate::config::p2p_level() != crate::config::P2pLevel::Off
             && crate::gpu::gpu_if_present().is_some()
     }
 
