@@ -40,12 +40,24 @@ for n in 2 4; do
         "$bin/rcomm-run" -n $n "$bin/rt_gpu" table --big
 done
 run p2p-table-staged-2-ranks 120 env RCOMM_P2P_LEVEL=off "$bin/rcomm-run" -n 2 "$bin/rt_gpu" table --big
-run kill-mid-transfer 60 "$bin/rcomm-run" -n 3 --on-failure continue "$bin/rt_gpu" kill
+# rcomm-run ends 137 (a rank was SIGKILLed); the check is that both survivors saw PeerLost.
+echo "=== kill-mid-transfer" >>"$log"
+timeout 60 "$bin/rcomm-run" -n 3 --on-failure continue "$bin/rt_gpu" kill >"$out/kill.txt" 2>&1
+cat "$out/kill.txt" >>"$log"
+if [ "$(grep -c 'ok kill' "$out/kill.txt")" = 2 ]; then
+    echo "CHECK ok   kill-mid-transfer" | tee -a "$log"
+else
+    echo "CHECK FAIL kill-mid-transfer" | tee -a "$log"
+    fails=$((fails + 1))
+fi
 grep -h "device memory from rank\|ok kill\|device stats\|free device memory" "$log" | sort | uniq | head -40
-# OSU methodology (rcomm-bench pt2pt); host buffers up to 64 MiB, device buffers to 256 MiB.
+# OSU methodology (rcomm-bench pt2pt): latency, then bandwidth with OSU's window of 64 up to
+# 16 MiB, and at 256 MiB with a window of 4 (rcomm-bench caps buffers at 4 GiB a rank).
 run latency-host 60 "$bin/rcomm-run" -n 2 "$bin/rcomm-bench" pt2pt latency -m 1:1M
 run latency-device 60 "$bin/rcomm-run" -n 2 "$bin/rcomm-bench" pt2pt latency --device -m 1:1M
-run bw-host 90 "$bin/rcomm-run" -n 2 "$bin/rcomm-bench" pt2pt bw -m 1:64M -i 10 -x 2
-run bw-device 90 "$bin/rcomm-run" -n 2 "$bin/rcomm-bench" pt2pt bw --device -m 1:256M -i 10 -x 2
+run bw-host 90 "$bin/rcomm-run" -n 2 "$bin/rcomm-bench" pt2pt bw -m 1:16M -i 20 -x 2
+run bw-device 90 "$bin/rcomm-run" -n 2 "$bin/rcomm-bench" pt2pt bw --device -m 1:16M -i 20 -x 2
+run bw-device-256M 60 "$bin/rcomm-run" -n 2 "$bin/rcomm-bench" pt2pt bw --device -m 256M:256M -W 4 -i 20 -x 3
+run bw-host-256M 60 "$bin/rcomm-run" -n 2 "$bin/rcomm-bench" pt2pt bw -m 256M:256M -W 4 -i 5 -x 1
 echo "CHECK done: $fails failed" | tee -a "$log"
 [ "$fails" = 0 ]
