@@ -1331,6 +1331,38 @@ mod device {
     }
 
     #[test]
+    fn a_device_message_of_several_staging_chunks_arrives_whole() {
+        // Past two staging buffers (1 MiB each), so buffers are reused while chunks stream.
+        let len = 2 * rcomm_transport::gpu::STAGE_BYTES + (512 << 10) + 7;
+        // Bytes that differ between chunks (`pattern` repeats every 256 bytes).
+        let data: Vec<u8> = (0..len)
+            .map(|k| {
+                (k ^ (k >> 8).wrapping_mul(7)
+                    ^ (k >> 16).wrapping_mul(13)
+                    ^ (k >> 20).wrapping_mul(31)) as u8
+            })
+            .collect();
+        for dst_dev in [true, false] {
+            let mut c = cfg(2, Ops::STREAM, 0, 9);
+            c.device_ipc = false;
+            c.chunk = 64 << 10;
+            c.window = 64;
+            let mut cl = Cluster::new(c);
+            let src = DevBuf::new(&data);
+            let mut dst = Buf::new(dst_dev, &vec![0; len]);
+            let s = cl.engines[0].isend(0, 1, 3, src.region(), "send").unwrap();
+            let r = cl.engines[1]
+                .irecv(0, Source::Rank(0), TagSel::Tag(3), dst.region(), "recv")
+                .unwrap();
+            for res in cl.wait_all(&[(0, s), (1, r)]) {
+                assert_eq!(res.expect("delivered").bytes, len);
+            }
+            assert!(dst.read() == data, "dst device {dst_dev}");
+            assert!(!cl.engines[0].busy() && !cl.engines[1].busy());
+        }
+    }
+
+    #[test]
     fn reordered_device_messages_keep_mpi_order() {
         for seed in 0..8 {
             let mut c = cfg(2, Ops::STREAM.with(Ops::GET), 50_000, seed);

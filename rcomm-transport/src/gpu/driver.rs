@@ -71,6 +71,20 @@ mod imp {
         ) -> Result<Pending, GpuError> {
             match self._never {}
         }
+        pub(in crate::gpu) fn pinned_take(&self) -> Result<u64, GpuError> {
+            match self._never {}
+        }
+        pub(in crate::gpu) fn pinned_give(&self, _p: u64) {
+            match self._never {}
+        }
+        pub(in crate::gpu) fn copy_dtoh_async(
+            &self,
+            _dst: u64,
+            _src: u64,
+            _len: usize,
+        ) -> Result<Pending, GpuError> {
+            match self._never {}
+        }
         pub(in crate::gpu) fn query(&self, _p: &Pending) -> Result<bool, GpuError> {
             match self._never {}
         }
@@ -97,6 +111,7 @@ mod imp {
 
 #[cfg(feature = "cuda")]
 mod imp {
+    use super::super::STAGE_BYTES;
     use super::super::cache::{ExportCache, ImportCache, KeyParts, decode_key, encode_key};
     use super::*;
     use crate::config::P2pLevel;
@@ -116,6 +131,7 @@ mod imp {
         "cuMemcpyHtoD_v2",
         "cuMemcpyDtoD_v2",
         "cuMemcpyAsync",
+        "cuMemcpyDtoHAsync_v2",
         "cuMemGetInfo_v2",
         "cuMemGetAddressRange_v2",
         "cuIpcGetMemHandle",
@@ -204,6 +220,8 @@ mod imp {
         events: Vec<Vec<usize>>,
         logged: HashSet<u32>,
         stats: GpuStats,
+        /// Idle pinned staging buffers of `STAGE_BYTES`.
+        pinned: Vec<usize>,
         /// A pinned host bounce buffer (address, or 0 before first use) for small copies:
         /// from pinned memory a copy to the device is complete on return, so no stream wait.
         bounce: usize,
@@ -307,6 +325,7 @@ mod imp {
                     logged: HashSet::new(),
                     stats: GpuStats::default(),
                     bounce: 0,
+                    pinned: Vec::new(),
                 })),
             })
         }
@@ -891,6 +910,71 @@ mod imp {
             st.stats.ipc_bytes += len as u64;
             Ok(Pending {
                 device: copy_dev,
+                handle: e as u64,
+            })
+        }
+
+        /// A pinned staging buffer of `STAGE_BYTES`, from a pool (allocating pinned memory
+        /// costs a kernel call and page pinning: once per buffer per process).
+        pub(in crate::gpu) fn pinned_take(&self) -> Result<u64, GpuError> {
+            let mut st = self.lock();
+            if let Some(p) = st.pinned.pop() {
+                return Ok(p as u64);
+            }
+            self.any_cur()?;
+            let mut p: *mut c_void = std::ptr::null_mut();
+            // SAFETY: allocates STAGE_BYTES of portable pinned host memory, pooled for the
+            // life of the process.
+            check(
+                unsafe { cu::cuMemHostAlloc(&mut p, STAGE_BYTES, cu::CU_MEMHOSTALLOC_PORTABLE) },
+                "cuMemHostAlloc",
+                -1,
+            )?;
+            Ok(p as u64)
+        }
+
+        /// Returns a staging buffer to the pool.
+        pub(in crate::gpu) fn pinned_give(&self, p: u64) {
+            self.lock().pinned.push(p as usize);
+        }
+
+        /// Starts copying `len` bytes of device memory at `src` into the pinned staging
+        /// buffer `dst`, on the device's copy stream; poll it with `query`.
+        pub(in crate::gpu) fn copy_dtoh_async(
+            &self,
+            dst: u64,
+            src: u64,
+            len: usize,
+        ) -> Result<Pending, GpuError> {
+            if len > STAGE_BYTES {
+                return Err(GpuError::Invalid(format!(
+                    "{len} bytes do not fit a staging buffer"
+                )));
+            }
+            let i = self.range(src, len)?;
+            self.cur(i.device)?;
+            let mut st = self.lock();
+            let s = self.copy_stream(&mut st, i.device)?;
+            let e = self.event(&mut st, i.device)?;
+            // SAFETY: the source lies in a device allocation (checked); `dst` is a pinned
+            // staging buffer of STAGE_BYTES (checked above) owned by the caller until the copy
+            // is finished.
+            let r = unsafe {
+                cu::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, s as cu::CUstream)
+            };
+            if let Err(err) = check(r, "cuMemcpyDtoHAsync_v2", i.device as i32) {
+                st.events[i.device as usize].push(e);
+                return Err(err);
+            }
+            // SAFETY: a live event and stream of the current context.
+            let r = unsafe { cu::cuEventRecord(e as cu::CUevent, s as cu::CUstream) };
+            if let Err(err) = check(r, "cuEventRecord", i.device as i32) {
+                st.events[i.device as usize].push(e);
+                return Err(err);
+            }
+            st.stats.staged_bytes += len as u64;
+            Ok(Pending {
+                device: i.device,
                 handle: e as u64,
             })
         }

@@ -131,6 +131,49 @@ pub enum Gpu {
     StandIn(standin::StandIn),
 }
 
+/// Bytes of one host staging buffer ([`Gpu::pinned_take`]): device memory streamed through the
+/// host goes in chunks of this size, two buffers per transfer, so the copy out of the device of
+/// one chunk overlaps the sending of the one before.
+pub const STAGE_BYTES: usize = 1 << 20;
+
+/// A staging buffer of [`STAGE_BYTES`] taken from the pool ([`Gpu::pinned_take`]); back to the
+/// pool when dropped. Whoever starts a copy into it ([`Gpu::copy_dtoh_async`]) finishes that
+/// copy before reading it or dropping it.
+#[derive(Debug)]
+pub struct StageBuf {
+    gpu: &'static Gpu,
+    addr: u64,
+}
+
+impl StageBuf {
+    /// A buffer from `gpu`'s pool.
+    pub fn take(gpu: &'static Gpu) -> Result<Self, GpuError> {
+        Ok(Self {
+            gpu,
+            addr: gpu.pinned_take()?,
+        })
+    }
+
+    /// Its address (the destination of a copy).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Its first `len` bytes (at most [`STAGE_BYTES`]), once the copy into it finished.
+    pub fn bytes(&self, len: usize) -> &[u8] {
+        assert!(len <= STAGE_BYTES, "{len} bytes of a staging buffer");
+        // SAFETY: the buffer is STAGE_BYTES of host memory owned by this value (taken from the
+        // pool, not handed out twice); no copy writes it now (the owner's rule above).
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, len) }
+    }
+}
+
+impl Drop for StageBuf {
+    fn drop(&mut self) {
+        self.gpu.pinned_give(self.addr);
+    }
+}
+
 static GPU: OnceLock<Result<Gpu, GpuError>> = OnceLock::new();
 
 /// The device backend, set up on first use: the stand-in when `RCOMM_GPU_STANDIN=1`, else the
@@ -253,6 +296,24 @@ impl Gpu {
         len: usize,
     ) -> Result<Pending, GpuError> {
         both!(self, g => g.get(peer, key, dst, len))
+    }
+
+    /// A host staging buffer of [`STAGE_BYTES`] (pinned on CUDA, so device copies into it are
+    /// asynchronous and run at full speed), from a pool; give it back with
+    /// [`pinned_give`](Self::pinned_give).
+    pub fn pinned_take(&self) -> Result<u64, GpuError> {
+        both!(self, g => g.pinned_take())
+    }
+
+    /// Returns a staging buffer to the pool (its copies finished).
+    pub fn pinned_give(&self, p: u64) {
+        both!(self, g => g.pinned_give(p))
+    }
+
+    /// Starts copying `len` (at most [`STAGE_BYTES`]) bytes of device memory at `src` into the
+    /// staging buffer `dst`; poll with [`query`](Self::query), then [`finish`](Self::finish).
+    pub fn copy_dtoh_async(&self, dst: u64, src: u64, len: usize) -> Result<Pending, GpuError> {
+        both!(self, g => g.copy_dtoh_async(dst, src, len))
     }
 
     /// Whether the copy is done (then [`finish`](Self::finish) it).

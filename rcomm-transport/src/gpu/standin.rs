@@ -47,6 +47,8 @@ struct State {
     /// Completion id → whether it was queried once.
     pending: HashMap<u64, bool>,
     next_pending: u64,
+    /// Idle staging buffers.
+    pinned: Vec<u64>,
     streams: HashMap<u64, VecDeque<Job>>,
     next_stream: u64,
     stats: GpuStats,
@@ -78,6 +80,7 @@ impl StandIn {
             exports: Some(ExportCache::new(4096)),
             imports: Some(ImportCache::new(IMPORT_CAP)),
             next_pending: 1,
+            pinned: Vec::new(),
             next_stream: 1,
             ..State::default()
         };
@@ -331,6 +334,55 @@ impl StandIn {
             st = self.lock();
         }
         st.stats.ipc_bytes += len as u64;
+        let id = st.next_pending;
+        st.next_pending += 1;
+        st.pending.insert(id, false);
+        Ok(Pending {
+            device: 0,
+            handle: id,
+        })
+    }
+
+    /// A staging buffer of [`super::STAGE_BYTES`] bytes (plain host memory here; pinned on
+    /// CUDA), from a pool.
+    pub(super) fn pinned_take(&self) -> Result<u64, GpuError> {
+        let mut st = self.lock();
+        if let Some(p) = st.pinned.pop() {
+            return Ok(p);
+        }
+        let layout =
+            std::alloc::Layout::from_size_align(super::STAGE_BYTES, 4096).expect("a valid layout");
+        // SAFETY: a non-zero size; the buffer lives for the process (pooled, never freed).
+        let p = unsafe { std::alloc::alloc(layout) };
+        if p.is_null() {
+            return Err(invalid("out of host memory for a staging buffer".into()));
+        }
+        Ok(p as u64)
+    }
+
+    /// Returns a staging buffer to the pool.
+    pub(super) fn pinned_give(&self, p: u64) {
+        self.lock().pinned.push(p);
+    }
+
+    /// Starts copying `len` bytes of device memory at `src` into the staging buffer `dst`
+    /// (done at once here; reported complete at the second `query`, as the driver's copies
+    /// are asynchronous).
+    pub(super) fn copy_dtoh_async(
+        &self,
+        dst: u64,
+        src: u64,
+        len: usize,
+    ) -> Result<Pending, GpuError> {
+        self.check_range(src, len)?;
+        if len > super::STAGE_BYTES {
+            return Err(invalid(format!("{len} bytes do not fit a staging buffer")));
+        }
+        // SAFETY: `src..src+len` lies in a live stand-in allocation (checked); `dst` is a
+        // staging buffer of STAGE_BYTES (checked above), distinct from device memory.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        let mut st = self.lock();
+        st.stats.staged_bytes += len as u64;
         let id = st.next_pending;
         st.next_pending += 1;
         st.pending.insert(id, false);

@@ -162,17 +162,30 @@ struct RndvSend {
     stage: Option<Box<Stage>>,
 }
 
-/// A host bounce buffer between device memory and a byte transport.
+/// Host staging of a device buffer streamed in chunks of `STAGE_BYTES`: chunk `k` goes through
+/// staging buffer `k % 2` (pinned on CUDA), and its copy out of the device starts as soon as
+/// chunk `k - 2` has been sent, so copying one chunk overlaps sending the one before.
 #[derive(Debug, Default)]
 struct Stage {
-    buf: Vec<u8>,
-    /// Bytes of `buf` still to send (from `sent`).
-    filled: usize,
-    sent: usize,
+    bufs: [Option<StageBuf>; 2],
+    /// The copy into each buffer, while under way.
+    copies: [Option<Pending>; 2],
+    /// Chunks whose copy was started.
+    issued: usize,
 }
 
-/// Bytes a device buffer streams through host memory per staging copy.
-const STAGE_CHUNK: usize = 4 << 20;
+impl Drop for Stage {
+    fn drop(&mut self) {
+        // A copy still writing a staging buffer ends before the buffer goes back to the pool.
+        if let Some(g) = rcomm_transport::gpu::gpu_if_present() {
+            for p in self.copies.iter_mut().filter_map(Option::take) {
+                let _ = g.finish(p);
+            }
+        }
+    }
+}
+
+use rcomm_transport::gpu::{Pending, STAGE_BYTES, StageBuf};
 
 /// RTS flag: the sender's buffer is device memory.
 const RTS_DEV: u8 = 1;

@@ -141,18 +141,19 @@ impl Engine {
                 // Device memory goes out through a host bounce buffer, a chunk at a time;
                 // `offset` counts bytes the transport took.
                 let data = if s.region.is_device() {
-                    let st = s.stage.get_or_insert_with(Default::default);
-                    if st.sent == st.filled {
-                        let n = STAGE_CHUNK.min(s.region.len() - s.offset);
-                        st.buf.resize(n, 0);
-                        if let Err(e) = s.region.read_into(s.offset, &mut st.buf[..n]) {
+                    match stage_next(
+                        s.stage.get_or_insert_with(Default::default),
+                        &s.region,
+                        s.offset,
+                    ) {
+                        Ok(Some(d)) => d,
+                        // The chunk's copy out of the device is still under way.
+                        Ok(None) => break,
+                        Err(e) => {
                             failed = Some((s.peer, format!("staging device memory: {e}")));
                             break;
                         }
-                        st.filled = n;
-                        st.sent = 0;
                     }
-                    &st.buf[st.sent..st.filled]
                 } else {
                     &s.region.bytes()[s.offset..]
                 };
@@ -163,9 +164,6 @@ impl Engine {
                     Ok(0) => break,
                     Ok(n) => {
                         s.offset += n;
-                        if let Some(st) = s.stage.as_mut() {
-                            st.sent += n;
-                        }
                         work += 1;
                     }
                     Err(e) => {
@@ -273,8 +271,15 @@ impl Engine {
     /// not — a sleeping rank polls those sockets for room ([`Net::wait_fds`]).
     pub(crate) fn needs_cpu(&self) -> bool {
         let net = &self.net;
-        // Device copies complete without a descriptor to wait on: they are polled.
+        // Device copies complete without a descriptor to wait on: they are polled (the
+        // device lane's reads, and staging copies of device memory being streamed).
         net.dev_busy()
+            || self
+                .st
+                .streaming
+                .iter()
+                .filter_map(|t| self.st.rndv_send.get(t))
+                .any(|s| s.stage.is_some())
             || self
                 .st
                 .streaming
@@ -886,4 +891,39 @@ impl Deliver for State {
     fn placed(&mut self, _peer: u32, token: u64, offset: u64, len: usize) {
         self.chunk_landed(token, offset, len);
     }
+}
+
+/// The staged bytes of `region` from `offset` to the end of its chunk, once they are in host
+/// memory (`None`: the copy is under way); starts the copies of this chunk and the next.
+fn stage_next<'a>(
+    st: &'a mut Stage,
+    region: &Region,
+    offset: usize,
+) -> Result<Option<&'a [u8]>, rcomm_transport::gpu::GpuError> {
+    let g = rcomm_transport::gpu::gpu()?;
+    let len = region.len();
+    let chunk = offset / STAGE_BYTES;
+    let chunk_len = |k: usize| STAGE_BYTES.min(len - k * STAGE_BYTES);
+    // Chunk k may use buffer k % 2 once chunk k - 2 is sent: k <= chunk + 1.
+    while st.issued <= chunk + 1 && st.issued * STAGE_BYTES < len {
+        let k = st.issued;
+        let b = k % 2;
+        if st.bufs[b].is_none() {
+            st.bufs[b] = Some(StageBuf::take(g)?);
+        }
+        let dst = st.bufs[b].as_ref().expect("taken").addr();
+        let src = region.addr() + (k * STAGE_BYTES) as u64;
+        st.copies[b] = Some(g.copy_dtoh_async(dst, src, chunk_len(k))?);
+        st.issued += 1;
+    }
+    let b = chunk % 2;
+    if let Some(p) = &st.copies[b] {
+        if !g.query(p)? {
+            return Ok(None);
+        }
+        g.finish(st.copies[b].take().expect("present"))?;
+    }
+    let within = offset - chunk * STAGE_BYTES;
+    let buf = st.bufs[b].as_ref().expect("taken when issued");
+    Ok(Some(&buf.bytes(chunk_len(chunk))[within..]))
 }
