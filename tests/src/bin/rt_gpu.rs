@@ -7,7 +7,8 @@
 //!     256 MiB with `--big`) round a ring, twice with the same buffers (the second round must
 //!     hit the import cache), by scoped `isend_device`/`irecv_device` and by
 //!     `sendrecv_device`; data depends on (sender, receiver, size index, round);
-//!   - `mixed`: device to host and host to device, small and large;
+//!   - `mixed`: device to host and host to device, small and large; a probe of a device
+//!     message;
 //!   - `stream`: `send_device_on`/`recv_device_on`: the sender's buffer is written by work
 //!     queued on the stream before the call, so a send that did not wait for the stream sends
 //!     stale bytes;
@@ -162,6 +163,22 @@ fn mixed(w: &World) {
             a.wait().expect("recv");
         });
         check(&host, left, r, k, 11, "device to host");
+        // A probe sees a device message as any other: its source and size.
+        let src = DeviceBuffer::from_host(dev, &data(r, right, k, 13, l)).expect("alloc");
+        let mut dst = DeviceBuffer::new(dev, l).expect("alloc");
+        w.scope(|s| {
+            let b = s.isend_device(&src, right, Tag(202)).expect("isend_device");
+            let st = w.probe(Source::Any, Tag(202)).expect("probe");
+            assert_eq!(
+                (st.source, st.bytes),
+                (left, l),
+                "probe of a device message"
+            );
+            w.recv_device(&mut dst, Source::Rank(left), Tag(202))
+                .expect("recv_device");
+            b.wait().expect("send");
+        });
+        check(&dst.to_vec().expect("read"), left, r, k, 13, "probed");
         // Host to device.
         let out = data(r, right, k, 12, l);
         let mut dst = DeviceBuffer::new(dev, l).expect("alloc");
