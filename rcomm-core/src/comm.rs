@@ -569,26 +569,7 @@ impl Communicator {
         src: Source,
         rtag: Tag,
     ) -> Result<Status> {
-        let dest = self.world_rank(dest)?;
-        let src = self.source(src)?;
-        let (s, r) = {
-            let mut e = self.shared.lock();
-            let r = e.irecv(self.ctx, src, rtag.sel(), rreg, "sendrecv")?;
-            match e.isend(self.ctx, dest, stag.0, sreg, "sendrecv") {
-                Ok(s) => (s, r),
-                Err(err) => {
-                    if !e.cancel(r) {
-                        drop(e);
-                        let _ = self.shared.wait(r);
-                    }
-                    return Err(err);
-                }
-            }
-        };
-        let sres = self.shared.wait(s);
-        let rres = self.shared.wait(r);
-        sres?;
-        Ok(self.local(rres?))
+        self.sendrecv_ctx_regions(self.ctx, sreg, dest, stag, rreg, src, rtag)
     }
 
     /// Sends `buf` to `dest` with `tag`; returns when `buf` may be reused.
@@ -718,12 +699,29 @@ impl Communicator {
         src: Source,
         rtag: Tag,
     ) -> Result<Status> {
+        let (sreg, rreg) = (Region::from_ref(sbuf), Region::from_mut(rbuf));
+        self.sendrecv_ctx_regions(ctx, sreg, dest, stag, rreg, src, rtag)
+    }
+
+    /// [`sendrecv_ctx`](Self::sendrecv_ctx) of regions (host or device memory) that the
+    /// caller keeps valid until it returns.
+    #[allow(clippy::too_many_arguments)]
+    fn sendrecv_ctx_regions(
+        &self,
+        ctx: u32,
+        sreg: Region,
+        dest: u32,
+        stag: Tag,
+        rreg: Region,
+        src: Source,
+        rtag: Tag,
+    ) -> Result<Status> {
         let dest = self.world_rank(dest)?;
         let src = self.source(src)?;
         let (s, r) = {
             let mut e = self.shared.lock();
-            let r = e.irecv(ctx, src, rtag.sel(), Region::from_mut(rbuf), "sendrecv")?;
-            match e.isend(ctx, dest, stag.0, Region::from_ref(sbuf), "sendrecv") {
+            let r = e.irecv(ctx, src, rtag.sel(), rreg, "sendrecv")?;
+            match e.isend(ctx, dest, stag.0, sreg, "sendrecv") {
                 Ok(s) => (s, r),
                 Err(err) => {
                     if !e.cancel(r) {

@@ -33,6 +33,26 @@ use std::marker::PhantomData;
 
 pub use rcomm_transport::gpu::{DeviceInfo, GpuError, GpuStats, Stream};
 
+/// `addr`, `len`, `is_empty` of a device range.
+macro_rules! accessors {
+    () => {
+        /// Device address.
+        pub fn addr(&self) -> u64 {
+            self.addr
+        }
+
+        /// Length in bytes.
+        pub fn len(&self) -> usize {
+            self.len
+        }
+
+        /// Whether it is empty.
+        pub fn is_empty(&self) -> bool {
+            self.len == 0
+        }
+    };
+}
+
 /// Device memory a call reads: an address in this process and a length in bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct DevRef<'a> {
@@ -64,20 +84,7 @@ impl DevRef<'_> {
         }
     }
 
-    /// Device address.
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+    accessors!();
 }
 
 impl DevMut<'_> {
@@ -93,20 +100,7 @@ impl DevMut<'_> {
         }
     }
 
-    /// Device address.
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+    accessors!();
 }
 
 /// Device memory that can be sent.
@@ -299,20 +293,7 @@ impl DeviceBuffer {
         Ok(b)
     }
 
-    /// Device address.
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
+    accessors!();
 
     /// Its device.
     pub fn device(&self) -> u32 {
