@@ -34,6 +34,20 @@ if [ "$(id -u)" -eq 0 ]; then
     tests/scripts/slurm-local.sh install
 fi
 
+# NVRTC, for the device reductions' compile test (kernels/tests/nvrtc.rs): the
+# nvidia-cuda-nvrtc wheel from PyPI, unpacked beside the build (downloaded once per target dir;
+# no system Python package is installed) and put on LD_LIBRARY_PATH, where rcomm finds it at run
+# time as it would a CUDA installation's.
+nvrtc_dir="${CARGO_TARGET_DIR:-target}/nvrtc"
+nvrtc_whl=nvidia_cuda_nvrtc_cu12-12.9.86-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl
+if [ "$(uname -m)" = x86_64 ] && [ ! -e "$nvrtc_dir/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
+    mkdir -p "$nvrtc_dir"
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$nvrtc_dir" nvidia-cuda-nvrtc-cu12==12.9.86
+    python3 -m zipfile -e "$nvrtc_dir/$nvrtc_whl" "$nvrtc_dir"
+    rm -f "$nvrtc_dir/$nvrtc_whl"
+fi
+export LD_LIBRARY_PATH="$(cd "$nvrtc_dir" 2>/dev/null && pwd)/nvidia/cuda_nvrtc/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
 # The suite (rcomm-transport with its feature hwloc; a plain `cargo build` needs no hwloc), then
 # loom's model checks of the shared-memory ring protocol (rcomm-transport's shm::loom tests). `--cfg loom` changes every crate's flags, so those build in their own target
 # dir; release, because loom explores ~170,000 executions. Both run; the script fails if either does.
