@@ -267,6 +267,12 @@ fn region_of(op: &'static str, rank: u32, addr: u64, len: usize) -> Result<Regio
     Ok(Region::device(addr, len, info.device))
 }
 
+/// Checks that `addr..addr+len` is device memory of one allocation (for the device
+/// collectives).
+pub(crate) fn check_range(op: &'static str, rank: u32, addr: u64, len: usize) -> Result<()> {
+    region_of(op, rank, addr, len).map(drop)
+}
+
 /// An allocation of device memory made by rcomm (`cuMemAlloc`, so peers on this node can map
 /// it): for tests, benchmarks and code without a GPU framework of its own. Freed on drop.
 #[derive(Debug)]

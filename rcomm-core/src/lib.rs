@@ -26,6 +26,7 @@ mod environment;
 mod error;
 mod fr;
 pub mod gpu;
+mod gpu_coll;
 mod graph;
 mod group;
 pub mod mesh;

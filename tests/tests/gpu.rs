@@ -9,7 +9,7 @@ use rcomm_tests::{Job, test_program};
 use std::time::{Duration, Instant};
 
 const CASES: &[&str] = &[
-    "sizes", "mixed", "stream", "realloc", "errors", "cache", "leak",
+    "sizes", "mixed", "stream", "realloc", "errors", "coll", "cache", "leak",
 ];
 
 fn table(n: u32, env: &[(&str, &str)]) {

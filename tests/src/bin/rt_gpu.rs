@@ -15,6 +15,9 @@
 //!   - `realloc`: a buffer freed and made again between two sends: the receiver must not read
 //!     the old allocation through a stale import;
 //!   - `errors`: host memory passed as device memory, a length past the allocation;
+//!   - `coll`: collectives on device buffers (staged through the host): allreduce (i32 sum,
+//!     f32 max, bf16 sum, stream-ordered), bcast, reduce, allgather, reduce_scatter, alltoall
+//!     at 0, 1, 7 and 64 Ki + 3 elements against sequential references;
 //!   - `cache`: the device layer's counters (an import hit on node peers);
 //!   - `leak`: device memory free at the end equals free memory after the first round.
 //! - `rt_gpu kill`: the last rank dies (SIGKILL) with a large device receive posted; rank 0's
@@ -342,6 +345,132 @@ fn cache(w: &World) {
     }
 }
 
+/// A device buffer holding `v`.
+fn dev_of<T: bytemuck::Pod>(v: &[T]) -> DeviceBuffer {
+    DeviceBuffer::from_host(device(), bytemuck::cast_slice(v)).expect("alloc")
+}
+
+/// A device buffer read back as `T`s.
+fn host_of<T: bytemuck::Pod>(b: &DeviceBuffer) -> Vec<T> {
+    let bytes = b.to_vec().expect("read");
+    let mut v = vec![T::zeroed(); bytes.len() / size_of::<T>()];
+    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&bytes);
+    v
+}
+
+fn cv(r: u32, j: usize, i: usize) -> i32 {
+    (r as i32 * 1_000_003) ^ (j as i32 * 7919) ^ (i as i32).wrapping_mul(31)
+}
+
+/// Collectives on device buffers (staged through the host), each against a sequential
+/// reference built from every rank's inputs.
+fn coll(w: &World) {
+    use half::bf16;
+    use rcomm::Op;
+    let (r, n) = (w.rank(), w.size());
+    let ranks = 0..n;
+    for k in [0usize, 1, 7, (64 << 10) + 3] {
+        // allreduce: i32 sum (wrapping), f32 max, bf16 sum of small integers (exact).
+        let mut a = dev_of(&(0..k).map(|i| cv(r, 0, i)).collect::<Vec<_>>());
+        w.allreduce_device::<i32>(&mut a, Op::Sum)
+            .expect("allreduce i32");
+        let want: Vec<i32> = (0..k)
+            .map(|i| ranks.clone().fold(0i32, |s, q| s.wrapping_add(cv(q, 0, i))))
+            .collect();
+        assert_eq!(host_of::<i32>(&a), want, "allreduce i32 sum, {k}");
+        let mut f = dev_of(
+            &(0..k)
+                .map(|i| (cv(r, 1, i) % 1000) as f32)
+                .collect::<Vec<_>>(),
+        );
+        w.allreduce_device::<f32>(&mut f, Op::Max)
+            .expect("allreduce f32");
+        let want: Vec<f32> = (0..k)
+            .map(|i| {
+                ranks
+                    .clone()
+                    .map(|q| (cv(q, 1, i) % 1000) as f32)
+                    .fold(f32::MIN, f32::max)
+            })
+            .collect();
+        assert_eq!(host_of::<f32>(&f), want, "allreduce f32 max, {k}");
+        let small = |q: u32, i: usize| bf16::from_f32(((q as usize + i) % 8) as f32);
+        let mut h = dev_of(&(0..k).map(|i| small(r, i)).collect::<Vec<_>>());
+        w.allreduce_device_on::<bf16>(
+            &mut h,
+            Op::Sum,
+            rcomm::gpu::Stream {
+                device: device(),
+                raw: 0,
+            },
+        )
+        .expect("allreduce bf16");
+        let want: Vec<bf16> = (0..k)
+            .map(|i| bf16::from_f32(ranks.clone().map(|q| small(q, i).to_f32()).sum::<f32>()))
+            .collect();
+        assert_eq!(host_of::<bf16>(&h), want, "allreduce bf16 sum, {k}");
+        // bcast from the last rank.
+        let root = n - 1;
+        let mut b = dev_of(&(0..k).map(|i| cv(r, 2, i)).collect::<Vec<_>>());
+        w.bcast_device(&mut b, root).expect("bcast");
+        assert_eq!(
+            host_of::<i32>(&b),
+            (0..k).map(|i| cv(root, 2, i)).collect::<Vec<_>>(),
+            "bcast {k}"
+        );
+        // reduce to rank 0.
+        let s = dev_of(&(0..k).map(|i| cv(r, 3, i)).collect::<Vec<_>>());
+        let mut out = dev_of(&vec![0i32; if r == 0 { k } else { 0 }]);
+        w.reduce_device::<i32>(&s, &mut out, Op::Sum, 0)
+            .expect("reduce");
+        if r == 0 {
+            let want: Vec<i32> = (0..k)
+                .map(|i| ranks.clone().fold(0i32, |a, q| a.wrapping_add(cv(q, 3, i))))
+                .collect();
+            assert_eq!(host_of::<i32>(&out), want, "reduce {k}");
+        }
+        // allgather: every rank's block in rank order.
+        let s = dev_of(&(0..k).map(|i| cv(r, 4, i)).collect::<Vec<_>>());
+        let mut g = dev_of(&vec![0i32; k * n as usize]);
+        w.allgather_device(&s, &mut g).expect("allgather");
+        let want: Vec<i32> = ranks
+            .clone()
+            .flat_map(|q| (0..k).map(move |i| cv(q, 4, i)))
+            .collect();
+        assert_eq!(host_of::<i32>(&g), want, "allgather {k}");
+        // reduce_scatter: block j of rank q's input is cv(q, 10 + j, i).
+        let s = dev_of(
+            &(0..n as usize)
+                .flat_map(|j| (0..k).map(move |i| cv(r, 10 + j, i)))
+                .collect::<Vec<_>>(),
+        );
+        let mut o = dev_of(&vec![0i32; k]);
+        w.reduce_scatter_device::<i32>(&s, &mut o, Op::Sum)
+            .expect("reduce_scatter");
+        let want: Vec<i32> = (0..k)
+            .map(|i| {
+                ranks
+                    .clone()
+                    .fold(0i32, |a, q| a.wrapping_add(cv(q, 10 + r as usize, i)))
+            })
+            .collect();
+        assert_eq!(host_of::<i32>(&o), want, "reduce_scatter {k}");
+        // alltoall: block j of rank q goes to rank j.
+        let s = dev_of(
+            &(0..n as usize)
+                .flat_map(|j| (0..k).map(move |i| cv(r, 100 + j, i)))
+                .collect::<Vec<_>>(),
+        );
+        let mut o = dev_of(&vec![0i32; k * n as usize]);
+        w.alltoall_device(&s, &mut o).expect("alltoall");
+        let want: Vec<i32> = ranks
+            .clone()
+            .flat_map(|q| (0..k).map(move |i| cv(q, 100 + r as usize, i)))
+            .collect();
+        assert_eq!(host_of::<i32>(&o), want, "alltoall {k}");
+    }
+}
+
 fn free_mem() -> usize {
     let g = rcomm_transport::gpu::gpu().expect("gpu");
     g.mem_info(device()).expect("mem_info").0
@@ -361,6 +490,8 @@ fn table(w: &World, big: bool) {
     ok(w, "realloc");
     errors(w);
     ok(w, "errors");
+    coll(w);
+    ok(w, "coll");
     cache(w);
     ok(w, "cache");
     // Imports keep peers' freed allocations mapped until closed: close them, then compare.
