@@ -229,7 +229,7 @@ fn launch_rank() -> u32 {
         .map_or(0, |l| l.rank)
 }
 
-fn backend(op: &'static str, rank: u32) -> Result<&'static Gpu> {
+pub(crate) fn backend(op: &'static str, rank: u32) -> Result<&'static Gpu> {
     dev::gpu().map_err(|e| CommError::Device {
         op,
         rank,
@@ -237,7 +237,7 @@ fn backend(op: &'static str, rank: u32) -> Result<&'static Gpu> {
     })
 }
 
-fn dev_err(op: &'static str, rank: u32) -> impl Fn(GpuError) -> CommError {
+pub(crate) fn dev_err(op: &'static str, rank: u32) -> impl Fn(GpuError) -> CommError {
     move |e| CommError::Device {
         op,
         rank,
@@ -415,7 +415,7 @@ pub fn stream_synchronize(s: Stream) -> Result<()> {
 }
 
 impl Communicator {
-    fn world_me(&self) -> u32 {
+    pub(crate) fn world_me(&self) -> u32 {
         self.world_rank(self.rank).unwrap_or(self.rank)
     }
 

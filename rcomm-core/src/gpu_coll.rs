@@ -4,90 +4,69 @@
 //! dtype and built-in op, bitwise identical on every rank as the host collectives are; this is
 //! the fallback and the cross-node leg, not the NCCL-class path (device kernels and direct
 //! node algorithms over IPC-mapped buffers, P12). Reductions take a built-in [`Op`] only: a
-//! user function cannot run on device memory.
-//!
-//! Every call has a `*_on(stream)` form ordered on a stream as the point-to-point ones are.
+//! user function cannot run on device memory. `allreduce_device_on` is the stream-ordered
+//! form (as the point-to-point `*_on` calls); the others have none yet.
 
-use crate::Element;
-use crate::gpu::{DeviceMem, DeviceMemMut, Stream};
-use crate::{CommError, Communicator, Op, Result};
+use crate::gpu::{DevRef, DeviceMem, DeviceMemMut, Stream, backend, check_range, dev_err};
+use crate::{CommError, Communicator, Element, Op, Result};
 use bytemuck::Pod;
-use rcomm_transport::gpu::{Gpu, gpu};
-
-fn dev(op: &'static str, rank: u32) -> Result<&'static Gpu> {
-    gpu().map_err(|e| CommError::Device {
-        op,
-        rank,
-        why: e.to_string(),
-    })
-}
-
-/// Host copy of `bytes` of device memory at `addr`, as `T`s.
-fn fetch<T: Pod>(op: &'static str, rank: u32, addr: u64, bytes: usize) -> Result<Vec<T>> {
-    let elem = size_of::<T>().max(1);
-    if !bytes.is_multiple_of(elem) {
-        return Err(CommError::Size { bytes, elem });
-    }
-    let mut v = vec![T::zeroed(); bytes / elem];
-    if bytes > 0 {
-        dev(op, rank)?
-            .copy_dtoh(bytemuck::cast_slice_mut(&mut v), addr)
-            .map_err(|e| CommError::Device {
-                op,
-                rank,
-                why: e.to_string(),
-            })?;
-    }
-    Ok(v)
-}
-
-/// Writes `v` to device memory at `addr`.
-fn store<T: Pod>(op: &'static str, rank: u32, addr: u64, v: &[T]) -> Result<()> {
-    if v.is_empty() {
-        return Ok(());
-    }
-    dev(op, rank)?
-        .copy_htod(addr, bytemuck::cast_slice(v))
-        .map_err(|e| CommError::Device {
-            op,
-            rank,
-            why: e.to_string(),
-        })
-}
 
 impl Communicator {
-    fn dev_rank(&self) -> u32 {
-        self.world_rank(self.rank).unwrap_or(self.rank)
+    /// `b`'s range (address, bytes), checked to lie in one device allocation.
+    fn dev_range(&self, op: &'static str, b: DevRef<'_>) -> Result<(u64, usize)> {
+        check_range(op, self.world_me(), b.addr(), b.len())?;
+        Ok((b.addr(), b.len()))
     }
 
-    /// The range of device memory (address, bytes), checked to lie in one allocation.
-    fn checked(&self, op: &'static str, addr: u64, len: usize) -> Result<(u64, usize)> {
-        crate::gpu::check_range(op, self.dev_rank(), addr, len)?;
-        Ok((addr, len))
+    /// A host copy of device memory `b`, as `T`s.
+    fn stage_in<T: Pod>(&self, op: &'static str, b: DevRef<'_>) -> Result<Vec<T>> {
+        let (addr, bytes) = self.dev_range(op, b)?;
+        let elem = size_of::<T>().max(1);
+        if !bytes.is_multiple_of(elem) {
+            return Err(CommError::Size { bytes, elem });
+        }
+        let mut v = vec![T::zeroed(); bytes / elem];
+        if bytes > 0 {
+            let me = self.world_me();
+            backend(op, me)?
+                .copy_dtoh(bytemuck::cast_slice_mut(&mut v), addr)
+                .map_err(dev_err(op, me))?;
+        }
+        Ok(v)
     }
 
-    /// Waits on the host for the work already on `stream` (the `*_on` forms).
-    fn after_stream(&self, op: &'static str, stream: Stream) -> Result<()> {
-        let r = self.dev_rank();
-        dev(op, r)?
-            .stream_wait_host(stream)
-            .map_err(|e| CommError::Device {
-                op,
-                rank: r,
-                why: e.to_string(),
-            })
+    /// Writes `v` to device memory at `addr`.
+    fn stage_out<T: Pod>(&self, op: &'static str, addr: u64, v: &[T]) -> Result<()> {
+        if v.is_empty() {
+            return Ok(());
+        }
+        let me = self.world_me();
+        backend(op, me)?
+            .copy_htod(addr, bytemuck::cast_slice(v))
+            .map_err(dev_err(op, me))
+    }
+
+    /// `f(send, recv)` on host copies: `send` staged in, `recv`'s result staged out.
+    fn staged<T: Pod, U: Pod>(
+        &self,
+        op: &'static str,
+        send: DevRef<'_>,
+        recv: DevRef<'_>,
+        f: impl FnOnce(&[T], &mut [U]) -> Result<()>,
+    ) -> Result<()> {
+        let v = self.stage_in::<T>(op, send)?;
+        let (raddr, rlen) = self.dev_range(op, recv)?;
+        let mut out = vec![U::zeroed(); rlen / size_of::<U>().max(1)];
+        f(&v, &mut out)?;
+        self.stage_out(op, raddr, &out)
     }
 
     /// All-reduce of device memory in place, `T` elements combined with `op`. Collective.
     pub fn allreduce_device<T: Element>(&self, buf: &mut impl DeviceMemMut, op: Op) -> Result<()> {
-        let (addr, len) = {
-            let m = buf.device_mut();
-            self.checked("allreduce", m.addr(), m.len())?
-        };
-        let r = self.dev_rank();
-        let mut v = fetch::<T>("allreduce", r, addr, len)?;
+        let b = buf.device_mut();
+        let mut v = self.stage_in::<T>("allreduce", b.device_ref())?;
         self.allreduce_in_place(&mut v, op)?;
-        store("allreduce", r, addr, &v)
+        self.stage_out("allreduce", b.addr(), &v)
     }
 
     /// [`allreduce_device`](Self::allreduce_device) ordered on `stream`.
@@ -97,25 +76,25 @@ impl Communicator {
         op: Op,
         stream: Stream,
     ) -> Result<()> {
-        self.after_stream("allreduce", stream)?;
+        let me = self.world_me();
+        backend("allreduce", me)?
+            .stream_wait_host(stream)
+            .map_err(dev_err("allreduce", me))?;
         self.allreduce_device::<T>(buf, op)
     }
 
     /// Broadcast of device memory from `root`. Collective.
     pub fn bcast_device(&self, buf: &mut impl DeviceMemMut, root: u32) -> Result<()> {
-        let (addr, len) = {
-            let m = buf.device_mut();
-            self.checked("bcast", m.addr(), m.len())?
-        };
-        let r = self.dev_rank();
+        let b = buf.device_mut();
         let mut v = if self.rank == root {
-            fetch::<u8>("bcast", r, addr, len)?
+            self.stage_in::<u8>("bcast", b.device_ref())?
         } else {
-            vec![0u8; len]
+            self.dev_range("bcast", b.device_ref())?;
+            vec![0u8; b.len()]
         };
         self.bcast(&mut v, root)?;
         if self.rank != root {
-            store("bcast", r, addr, &v)?;
+            self.stage_out("bcast", b.addr(), &v)?;
         }
         Ok(())
     }
@@ -129,21 +108,15 @@ impl Communicator {
         op: Op,
         root: u32,
     ) -> Result<()> {
-        let (saddr, slen) = {
-            let m = send.device_ref();
-            self.checked("reduce", m.addr(), m.len())?
-        };
-        let r = self.dev_rank();
-        let v = fetch::<T>("reduce", r, saddr, slen)?;
         if self.rank == root {
-            let (raddr, rlen) = {
-                let m = recv.device_mut();
-                self.checked("reduce", m.addr(), m.len())?
-            };
-            let mut res = vec![T::zeroed(); rlen / size_of::<T>().max(1)];
-            self.reduce(&v, Some(&mut res), op, root)?;
-            store("reduce", r, raddr, &res)
+            self.staged::<T, T>(
+                "reduce",
+                send.device_ref(),
+                recv.device_mut().device_ref(),
+                |s, r| self.reduce(s, Some(r), op, root),
+            )
         } else {
+            let v = self.stage_in::<T>("reduce", send.device_ref())?;
             self.reduce(&v, None, op, root)
         }
     }
@@ -154,19 +127,10 @@ impl Communicator {
         send: &impl DeviceMem,
         recv: &mut impl DeviceMemMut,
     ) -> Result<()> {
-        let (saddr, slen) = {
-            let m = send.device_ref();
-            self.checked("allgather", m.addr(), m.len())?
-        };
-        let (raddr, rlen) = {
-            let m = recv.device_mut();
-            self.checked("allgather", m.addr(), m.len())?
-        };
-        let r = self.dev_rank();
-        let v = fetch::<u8>("allgather", r, saddr, slen)?;
-        let mut out = vec![0u8; rlen];
-        self.allgather(&v, &mut out)?;
-        store("allgather", r, raddr, &out)
+        let r = recv.device_mut();
+        self.staged::<u8, u8>("allgather", send.device_ref(), r.device_ref(), |s, r| {
+            self.allgather(s, r)
+        })
     }
 
     /// Reduce-scatter of device memory: `send` holds `size` blocks of `recv`'s length; block
@@ -177,19 +141,13 @@ impl Communicator {
         recv: &mut impl DeviceMemMut,
         op: Op,
     ) -> Result<()> {
-        let (saddr, slen) = {
-            let m = send.device_ref();
-            self.checked("reduce_scatter", m.addr(), m.len())?
-        };
-        let (raddr, rlen) = {
-            let m = recv.device_mut();
-            self.checked("reduce_scatter", m.addr(), m.len())?
-        };
-        let r = self.dev_rank();
-        let v = fetch::<T>("reduce_scatter", r, saddr, slen)?;
-        let mut out = vec![T::zeroed(); rlen / size_of::<T>().max(1)];
-        self.reduce_scatter(&v, &mut out, op)?;
-        store("reduce_scatter", r, raddr, &out)
+        let r = recv.device_mut();
+        self.staged::<T, T>(
+            "reduce_scatter",
+            send.device_ref(),
+            r.device_ref(),
+            |s, r| self.reduce_scatter(s, r, op),
+        )
     }
 
     /// All-to-all of device memory: block `j` of `send` goes to rank `j`, whose block `i` of
@@ -199,18 +157,9 @@ impl Communicator {
         send: &impl DeviceMem,
         recv: &mut impl DeviceMemMut,
     ) -> Result<()> {
-        let (saddr, slen) = {
-            let m = send.device_ref();
-            self.checked("alltoall", m.addr(), m.len())?
-        };
-        let (raddr, rlen) = {
-            let m = recv.device_mut();
-            self.checked("alltoall", m.addr(), m.len())?
-        };
-        let r = self.dev_rank();
-        let v = fetch::<u8>("alltoall", r, saddr, slen)?;
-        let mut out = vec![0u8; rlen];
-        self.alltoall(&v, &mut out)?;
-        store("alltoall", r, raddr, &out)
+        let r = recv.device_mut();
+        self.staged::<u8, u8>("alltoall", send.device_ref(), r.device_ref(), |s, r| {
+            self.alltoall(s, r)
+        })
     }
 }
