@@ -148,64 +148,38 @@ mod cudarc_impls {
 
     // The pointer is taken on the slice's own stream; the guard cudarc returns is dropped at
     // once (a plain call expects the buffer ready: its writers are done).
-    impl<T> DeviceMem for CudaSlice<T> {
-        fn device_ref(&self) -> DevRef<'_> {
-            let (p, _g) = self.device_ptr(self.stream());
-            DevRef {
-                addr: p,
-                len: self.num_bytes(),
-                _life: PhantomData,
+    macro_rules! readable {
+        ($($t:ty),*) => {$(
+            impl<T> DeviceMem for $t {
+                fn device_ref(&self) -> DevRef<'_> {
+                    let (p, _g) = self.device_ptr(self.stream());
+                    DevRef {
+                        addr: p,
+                        len: self.num_bytes(),
+                        _life: PhantomData,
+                    }
+                }
             }
-        }
+        )*};
     }
-
-    impl<T> DeviceMemMut for CudaSlice<T> {
-        fn device_mut(&mut self) -> DevMut<'_> {
-            let len = self.num_bytes();
-            let s = self.stream().clone();
-            let (p, _g) = self.device_ptr_mut(&s);
-            DevMut {
-                addr: p,
-                len,
-                _life: PhantomData,
+    macro_rules! writable {
+        ($($t:ty),*) => {$(
+            impl<T> DeviceMemMut for $t {
+                fn device_mut(&mut self) -> DevMut<'_> {
+                    let len = self.num_bytes();
+                    let s = self.stream().clone();
+                    let (p, _g) = self.device_ptr_mut(&s);
+                    DevMut {
+                        addr: p,
+                        len,
+                        _life: PhantomData,
+                    }
+                }
             }
-        }
+        )*};
     }
-
-    impl<T> DeviceMem for CudaView<'_, T> {
-        fn device_ref(&self) -> DevRef<'_> {
-            let (p, _g) = self.device_ptr(self.stream());
-            DevRef {
-                addr: p,
-                len: self.num_bytes(),
-                _life: PhantomData,
-            }
-        }
-    }
-
-    impl<T> DeviceMem for CudaViewMut<'_, T> {
-        fn device_ref(&self) -> DevRef<'_> {
-            let (p, _g) = self.device_ptr(self.stream());
-            DevRef {
-                addr: p,
-                len: self.num_bytes(),
-                _life: PhantomData,
-            }
-        }
-    }
-
-    impl<T> DeviceMemMut for CudaViewMut<'_, T> {
-        fn device_mut(&mut self) -> DevMut<'_> {
-            let len = self.num_bytes();
-            let s = self.stream().clone();
-            let (p, _g) = self.device_ptr_mut(&s);
-            DevMut {
-                addr: p,
-                len,
-                _life: PhantomData,
-            }
-        }
-    }
+    readable!(CudaSlice<T>, CudaView<'_, T>, CudaViewMut<'_, T>);
+    writable!(CudaSlice<T>, CudaViewMut<'_, T>);
 
     /// The rcomm [`Stream`] of a cudarc stream (for the `*_on` calls).
     pub fn stream_of(s: &cudarc::driver::CudaStream) -> Stream {
@@ -516,5 +490,33 @@ impl<'s, 'env> Scope<'s, 'env> {
         let b = buf.device_mut();
         let region = region_of("irecv", self.comm().world_me(), b.addr, b.len)?;
         self.irecv_region(region, src.into(), tag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reads<D: DeviceMem + ?Sized>() {}
+    fn writes<D: DeviceMemMut + ?Sized>() {}
+
+    #[test]
+    fn gpu_code_s_own_types_are_device_memory() {
+        // The impls a user's call sites resolve to (no GPU needed to check that they exist;
+        // running them needs one: scripts/gpu-check.sh). The no-device error is checked in its
+        // own process (tests/tests/gpu.rs): here the sim tests may have chosen the stand-in.
+        reads::<DeviceBuffer>();
+        writes::<DeviceBuffer>();
+        reads::<DevRef<'static>>();
+        writes::<DevMut<'static>>();
+        #[cfg(feature = "cuda")]
+        {
+            use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
+            reads::<CudaSlice<f32>>();
+            writes::<CudaSlice<u16>>();
+            reads::<CudaView<'static, u8>>();
+            reads::<CudaViewMut<'static, i64>>();
+            writes::<CudaViewMut<'static, i64>>();
+        }
     }
 }
