@@ -49,6 +49,30 @@ pub struct KeyParts {
     pub uuid: [u8; 16],
 }
 
+impl KeyParts {
+    /// The parts naming `len` bytes at `ptr`, inside the allocation `i` of process `pid`, on
+    /// the device with `uuid`, exported as `handle`.
+    pub fn of(
+        i: &super::PtrInfo,
+        ptr: u64,
+        len: usize,
+        pid: u32,
+        handle: [u8; 64],
+        uuid: [u8; 16],
+    ) -> Self {
+        Self {
+            handle,
+            pid,
+            buffer_id: i.buffer_id,
+            base: i.base,
+            alloc_size: i.size as u64,
+            offset: ptr - i.base,
+            len: len as u64,
+            uuid,
+        }
+    }
+}
+
 /// Packs a device key.
 pub fn encode_key(p: &KeyParts) -> RKey {
     let mut b = [0u8; KEY_LEN];

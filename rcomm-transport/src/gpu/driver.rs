@@ -660,16 +660,10 @@ mod imp {
                     h
                 }
             };
-            Ok(encode_key(&KeyParts {
-                handle,
-                pid: self.pid,
-                buffer_id: i.buffer_id,
-                base: i.base,
-                alloc_size: i.size as u64,
-                offset: ptr - i.base,
-                len: len as u64,
-                uuid: self.devs[i.device as usize].uuid,
-            }))
+            let uuid = self.devs[i.device as usize].uuid;
+            Ok(encode_key(&KeyParts::of(
+                &i, ptr, len, self.pid, handle, uuid,
+            )))
         }
 
         /// Waits until everything queued on `device`'s copy stream is done (before closing a

@@ -250,16 +250,9 @@ impl StandIn {
         }
         let mut handle = [0u8; 64];
         handle[..8].copy_from_slice(&i.base.to_le_bytes());
-        Ok(encode_key(&KeyParts {
-            handle,
-            pid: self.pid,
-            buffer_id: i.buffer_id,
-            base: i.base,
-            alloc_size: i.size as u64,
-            offset: ptr - i.base,
-            len: len as u64,
-            uuid: UUID,
-        }))
+        Ok(encode_key(&KeyParts::of(
+            &i, ptr, len, self.pid, handle, UUID,
+        )))
     }
 
     pub(super) fn get(
