@@ -8,7 +8,7 @@
 //! the receive buffers are copied back to the host for the check pass after the timed loop.
 
 use crate::osu;
-use rcomm::gpu::{DevMut, DevRef, DeviceBuffer, Stream};
+use rcomm::gpu::{DevMut, DevRef, DeviceBuffer};
 use std::error::Error;
 use std::time::{Duration, Instant};
 
@@ -23,15 +23,6 @@ pub fn pick_device() -> rcomm::Result<u32> {
         .and_then(|v| v.trim().parse::<u32>().ok())
         .unwrap_or(0);
     Ok(if n == 0 { 0 } else { local % n })
-}
-
-/// Waits on the host until the copies this process issued on `device` (on the legacy default
-/// stream) have landed. The driver's plain copies do not promise it: a host-to-device copy
-/// from pageable memory may return before its data reached the device, and a device-to-device
-/// copy returns at once; and a buffer must be ready before a plain send reads it (a peer's IPC
-/// read is not ordered after this process's copies).
-pub fn settle(device: u32) -> rcomm::Result<()> {
-    rcomm::gpu::stream_synchronize(Stream { device, raw: 0 })
 }
 
 /// A device allocation used by its first `n` bytes (allocated with at least one byte: a
@@ -90,12 +81,12 @@ impl DevBuf {
     pub fn fill(&self, n: usize, seed: u64) -> rcomm::Result<()> {
         let mut h = vec![0u8; n];
         osu::fill(&mut h, seed);
-        self.buf.copy_from_host(&h)?;
-        settle(self.buf.device())
+        self.buf.copy_from_host(&h)
     }
 
     /// Copies iteration `iteration`'s stamp ([`osu::stamp`]) into the first `n` bytes: at most
-    /// three small host-to-device copies, at the stamp ranges, waited for ([`settle`]).
+    /// three small host-to-device copies, at the stamp ranges (each complete on return, as
+    /// the device layer's copies are).
     pub fn stamp(&self, n: usize, seed: u64, iteration: u64) -> Res<()> {
         let g = rcomm_transport::gpu::gpu()?;
         for (which, r) in osu::stamp_ranges(n).into_iter().enumerate() {
@@ -105,7 +96,6 @@ impl DevBuf {
             let w = osu::stamp_word(seed, iteration, which).to_le_bytes();
             g.copy_htod(self.buf.addr() + r.start as u64, &w[..r.len()])?;
         }
-        settle(self.buf.device())?;
         Ok(())
     }
 
@@ -212,17 +202,15 @@ pub fn dtod(device: u32, size: usize, iters: usize, warmup: usize) -> Res<Dtod> 
     src.fill(size, seed)?;
     dst.fill(size, osu::poison_seed(size, 0, 0))?;
     let (s, d) = (src.buf.addr(), dst.buf.addr());
-    // Each copy is waited for (the driver's device-to-device copy returns before it is done).
+    // Each copy is complete on return (the device layer waits for it).
     for _ in 0..warmup {
         g.copy_dtod(d, s, size)?;
-        settle(device)?;
     }
     let mut total = Duration::ZERO;
     let mut best = Duration::MAX;
     for _ in 0..iters {
         let t0 = Instant::now();
         g.copy_dtod(d, s, size)?;
-        settle(device)?;
         let t = t0.elapsed();
         total += t;
         best = best.min(t);
