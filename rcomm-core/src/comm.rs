@@ -532,6 +532,7 @@ impl Communicator {
         tag: Tag,
         op: &'static str,
     ) -> Result<()> {
+        let _nvtx = crate::nvtx::Range::new(op);
         let dest = self.world_rank(dest)?;
         let req = self
             .shared
@@ -551,6 +552,7 @@ impl Communicator {
         tag: Tag,
         op: &'static str,
     ) -> Result<Status> {
+        let _nvtx = crate::nvtx::Range::new(op);
         let src = self.source(src)?;
         let req = self
             .shared
@@ -574,6 +576,7 @@ impl Communicator {
 
     /// Sends `buf` to `dest` with `tag`; returns when `buf` may be reused.
     pub fn send<T: Pod>(&self, buf: &[T], dest: u32, tag: Tag) -> Result<()> {
+        let _nvtx = crate::nvtx::Range::new("send");
         let dest = self.world_rank(dest)?;
         let req = self.shared.lock().send(
             self.ctx,
@@ -650,6 +653,7 @@ impl Communicator {
     /// Receives into `buf` from `src` (a rank or [`Source::Any`]) with `tag` (or [`Tag::Any`]).
     /// A message larger than `buf` is consumed and reported as [`CommError::Truncated`].
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: impl Into<Source>, tag: Tag) -> Result<Status> {
+        let _nvtx = crate::nvtx::Range::new("recv");
         let src = self.source(src.into())?;
         let bytes = bytes_of_mut(buf);
         if let (Source::Rank(r), TagSel::Tag(0..) | TagSel::Any) = (src, tag.sel())

@@ -42,6 +42,7 @@ pub(crate) fn current() -> Option<Handle> {
 }
 
 fn push(h: Handle) {
+    crate::nvtx::push(h.op_name());
     let top = TOP.with(Cell::get);
     if top < DEPTH {
         STACK.with(|s| s[top].set(h));
@@ -51,6 +52,7 @@ fn push(h: Handle) {
 }
 
 fn pop() -> Option<Handle> {
+    crate::nvtx::pop();
     let h = current();
     TOP.with(|t| t.set(t.get().saturating_sub(1)));
     h

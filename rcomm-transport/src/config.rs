@@ -124,6 +124,16 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "tests: 1 makes device buffers host memory behind the device interface (a stand-in of a GPU, no CUDA), so the device protocols run on machines without a GPU; default 0",
     },
     VarSpec {
+        name: "RCOMM_GPU_BACKEND",
+        protocol: true,
+        help: "who runs collectives on device buffers: rcomm (default: rcomm's own, staged through the host), nccl (NCCL, loaded at run time from libnccl.so.2; an error, not a fall-back, where it does not load); must agree on every rank",
+    },
+    VarSpec {
+        name: "RCOMM_NVTX",
+        protocol: false,
+        help: "1 (default): mark each collective and each send/recv as an NVTX range for Nsight Systems when libnvToolsExt.so.1 loads (nothing happens where it does not); 0: never load it",
+    },
+    VarSpec {
         name: "RCOMM_TCP_TIMEOUT",
         protocol: false,
         help: "how long a TCP peer may stay silent before it is lost (TCP_USER_TIMEOUT and keepalive probes), in seconds or with ms/s suffix (default 10s, 0 = system default, minutes); catches cut links, also on idle receive-only connections",
@@ -472,6 +482,25 @@ pub enum P2pLevel {
     Sys,
 }
 
+/// `RCOMM_GPU_BACKEND`: who runs collectives on device buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuBackend {
+    /// rcomm's own device collectives.
+    Rcomm,
+    /// NCCL, loaded at run time.
+    Nccl,
+}
+
+impl GpuBackend {
+    /// The name `RCOMM_GPU_BACKEND` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuBackend::Rcomm => "rcomm",
+            GpuBackend::Nccl => "nccl",
+        }
+    }
+}
+
 /// Every setting rcomm takes from the environment, parsed once.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -502,6 +531,11 @@ pub struct Config {
     pub p2p_level: P2pLevel,
     /// `RCOMM_GPU_STANDIN`: device buffers are host memory behind the device interface (tests).
     pub gpu_standin: bool,
+    /// `RCOMM_GPU_BACKEND`: who runs device collectives (checked equal on every rank: NCCL's
+    /// collectives and rcomm's do not talk to each other).
+    pub gpu_backend: GpuBackend,
+    /// `RCOMM_NVTX`: NVTX ranges where the library loads.
+    pub nvtx: bool,
     /// `RCOMM_HEARTBEAT`: interval and misses; `None` when off.
     pub heartbeat: Option<Heartbeat>,
     /// `RCOMM_RESTART_COUNT` (0 when unset).
@@ -582,6 +616,20 @@ pub fn parse_size_str(v: &str) -> Option<usize> {
 /// reports that error).
 pub fn gpu_standin() -> bool {
     global().as_ref().is_ok_and(|c| c.gpu_standin)
+}
+
+/// `RCOMM_GPU_BACKEND` of the process configuration (rcomm's own when it does not parse: init
+/// reports that error).
+pub fn gpu_backend() -> GpuBackend {
+    global()
+        .as_ref()
+        .map_or(GpuBackend::Rcomm, |c| c.gpu_backend)
+}
+
+/// `RCOMM_NVTX` of the process configuration (off when it does not parse: nothing is loaded
+/// on behalf of a configuration init will refuse).
+pub fn nvtx() -> bool {
+    global().as_ref().is_ok_and(|c| c.nvtx)
 }
 
 /// `RCOMM_P2P_LEVEL` of the process configuration (the default when it does not parse).
@@ -914,6 +962,13 @@ impl Config {
         )?;
         let shm_cma = flag(env, "RCOMM_SHM_CMA", true)?;
         let gpu_standin = flag(env, "RCOMM_GPU_STANDIN", false)?;
+        let gpu_backend = choice(
+            env,
+            "RCOMM_GPU_BACKEND",
+            GpuBackend::Rcomm,
+            &[("rcomm", GpuBackend::Rcomm), ("nccl", GpuBackend::Nccl)],
+        )?;
+        let nvtx = flag(env, "RCOMM_NVTX", true)?;
         let p2p_level = choice(
             env,
             "RCOMM_P2P_LEVEL",
@@ -1090,6 +1145,8 @@ impl Config {
             tcp_timeout_ms,
             p2p_level,
             gpu_standin,
+            gpu_backend,
+            nvtx,
             heartbeat: Heartbeat::from_env(env)?,
             restart_count: parse_u32(env, "RCOMM_RESTART_COUNT")?.unwrap_or(0),
             algo,
@@ -1133,6 +1190,10 @@ impl Config {
             (
                 "RCOMM_STRAGGLER".to_string(),
                 u8::from(self.straggler).to_string(),
+            ),
+            (
+                "RCOMM_GPU_BACKEND".to_string(),
+                self.gpu_backend.name().to_string(),
             ),
         ]
     }
@@ -1485,6 +1546,32 @@ mod tests {
         let c = Config::from_map(&env(&[("RANK", "3"), ("WORLD_SIZE", "4")])).unwrap();
         assert!(c.torch.is_none());
         assert_eq!(c.bootstrap_timeout, std::time::Duration::from_secs(120));
+    }
+
+    #[test]
+    fn gpu_backend_and_nvtx_parse_with_defaults_and_name_the_choices() {
+        let c = Config::from_map(&env(&[])).unwrap();
+        assert_eq!((c.gpu_backend, c.nvtx), (GpuBackend::Rcomm, true));
+        let c =
+            Config::from_map(&env(&[("RCOMM_GPU_BACKEND", "NCCL"), ("RCOMM_NVTX", "0")])).unwrap();
+        assert_eq!((c.gpu_backend, c.nvtx), (GpuBackend::Nccl, false));
+        let c = Config::from_map(&env(&[("RCOMM_GPU_BACKEND", "rcomm")])).unwrap();
+        assert_eq!(c.gpu_backend, GpuBackend::Rcomm);
+        // Ranks that disagree would run collectives that never meet: a protocol setting.
+        assert!(
+            c.protocol_settings()
+                .iter()
+                .any(|(n, v)| n == "RCOMM_GPU_BACKEND" && v == "rcomm")
+        );
+        for (name, bad, want) in [
+            ("RCOMM_GPU_BACKEND", "mpi", "one of rcomm, nccl"),
+            ("RCOMM_NVTX", "yes", "one of 1, 0, on, off"),
+        ] {
+            let e = Config::from_map(&env(&[(name, bad)])).unwrap_err();
+            assert_eq!(e.name, name);
+            assert!(e.to_string().contains(want), "{e}");
+        }
+        assert!(c.unknown.is_empty());
     }
 
     #[test]

@@ -1,0 +1,859 @@
+//! Device collectives handed to NCCL (`RCOMM_GPU_BACKEND=nccl`).
+//!
+//! **Loading.** libnccl is opened at run time (`libnccl.so.2`, the name NCCL's packages and the
+//! `nvidia-nccl-cu12` wheel install, then `libnccl.so`), as the CUDA driver is, so one binary
+//! runs with and without it; without it a call is [`CommError::Device`] saying how to get it,
+//! never a panic. cudarc's NCCL bindings are not used: their loader panics on a missing symbol
+//! and does not look for `libnccl.so.2`. NCCL 2.10 or newer is required (bf16, `ncclAvg`).
+//!
+//! **The NCCL communicator** of an rcomm communicator is made at its first NCCL collective, so
+//! that call is where NCCL's set-up happens on every rank: each rank says (a host all-reduce)
+//! whether it can take part — libnccl loaded, the CUDA backend — so that no rank waits in
+//! `ncclCommInitRank` for one that will never come; rank 0 makes the unique id, rcomm's host
+//! broadcast carries it, every rank calls `ncclCommInitRank` on the device of its stream. It is
+//! kept as an attribute of the communicator (not copied by `dup`, which makes its own), so it
+//! is destroyed when the communicator's last handle goes, and it stays bound to that device.
+//! The grouped point-to-point call cannot set it up (only two ranks call it):
+//! [`Communicator::nccl_setup`] or any NCCL collective must come first.
+//!
+//! **Ordering.** Every call enqueues on the caller's stream, after the work already there, and
+//! waits on the host for that stream before returning: complete on return, as rcomm's plain
+//! device calls are, and stream-ordered as the `*_on` ones. The wait is `cuStreamSynchronize`:
+//! a peer that dies mid-call is for NCCL's own timeouts to notice, not rcomm's watchdog.
+//! Calls on one communicator from several threads are serialised (NCCL forbids concurrent
+//! calls on one communicator).
+//!
+//! **Results** are NCCL's: reductions do not follow `RCOMM_DETERMINISTIC`'s canonical order,
+//! float `Min`/`Max` treat NaN as NCCL does, `Avg` rounds as NCCL does. Element types NCCL
+//! lacks (i16, u16) and the bitwise ops are refused, naming them.
+//!
+//! Written without a GPU: never run against a real libnccl.
+
+// The collective entry points are called from gpu_coll.rs once it routes to NCCL; until then
+// only the tests reach them.
+#![allow(dead_code)]
+
+use crate::attr::{AttrCopy, Keyval};
+use crate::gpu::{Stream, backend, dev_err};
+use crate::{CommError, Communicator, Result, fr};
+use rcomm_kernels::{Dtype, Op};
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+/// `ncclComm_t` and `cudaStream_t`: opaque pointers.
+type Raw = *mut c_void;
+
+/// `ncclUniqueId`: 128 bytes, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct UniqueId([u8; 128]);
+
+/// `ncclDataType_t` of bytes, for the calls that move bytes without reducing them.
+const NCCL_UINT8: c_int = 1;
+
+// NCCL's entry points as nccl.h declares them (enums are C ints).
+type VersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
+type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
+type LastErrorFn = unsafe extern "C" fn(Raw) -> *const c_char;
+type UniqueIdFn = unsafe extern "C" fn(*mut UniqueId) -> c_int;
+type InitRankFn = unsafe extern "C" fn(*mut Raw, c_int, UniqueId, c_int) -> c_int;
+type DestroyFn = unsafe extern "C" fn(Raw) -> c_int;
+/// `ncclAllReduce`, `ncclReduceScatter`: send, recv, count, type, op, comm, stream.
+type ReduceAllFn = unsafe extern "C" fn(*const c_void, Raw, usize, c_int, c_int, Raw, Raw) -> c_int;
+/// `ncclBroadcast`: send, recv, count, type, root, comm, stream.
+type BroadcastFn = ReduceAllFn;
+/// `ncclReduce`: send, recv, count, type, op, root, comm, stream.
+type ReduceFn =
+    unsafe extern "C" fn(*const c_void, Raw, usize, c_int, c_int, c_int, Raw, Raw) -> c_int;
+type AllGatherFn = unsafe extern "C" fn(*const c_void, Raw, usize, c_int, Raw, Raw) -> c_int;
+type SendFn = unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Raw, Raw) -> c_int;
+type RecvFn = unsafe extern "C" fn(Raw, usize, c_int, c_int, Raw, Raw) -> c_int;
+type GroupFn = unsafe extern "C" fn() -> c_int;
+
+/// The entry points rcomm uses, resolved once.
+struct Lib {
+    /// `ncclGetVersion`'s code (e.g. 22105 for 2.21.5).
+    version: c_int,
+    error_string: ErrorStringFn,
+    /// Absent before NCCL 2.13: errors then carry the result code's text only.
+    last_error: Option<LastErrorFn>,
+    unique_id: UniqueIdFn,
+    init_rank: InitRankFn,
+    destroy: DestroyFn,
+    all_reduce: ReduceAllFn,
+    broadcast: BroadcastFn,
+    reduce: ReduceFn,
+    all_gather: AllGatherFn,
+    reduce_scatter: ReduceAllFn,
+    send: SendFn,
+    recv: RecvFn,
+    group_start: GroupFn,
+    group_end: GroupFn,
+}
+
+/// Where NCCL is looked for, in order.
+const LIB_NAMES: &[&str] = &["libnccl.so.2", "libnccl.so"];
+
+/// The oldest NCCL accepted (2.10.0 in `ncclGetVersion`'s code).
+const MIN_VERSION: c_int = 21000;
+
+fn version_text(v: c_int) -> String {
+    // Codes below 2.9 were major*1000 + minor*100 + patch.
+    if v >= 10000 {
+        format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
+    } else {
+        format!("{}.{}.{}", v / 1000, v / 100 % 10, v % 100)
+    }
+}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns this thread's last error text or null.
+    let p = unsafe { libc::dlerror() };
+    if p.is_null() {
+        "unknown reason".into()
+    } else {
+        // SAFETY: a NUL-terminated string owned by libc, read before any other dl call.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// Opens the first of `names` that loads and resolves every entry; the reason otherwise.
+fn open(names: &[&str]) -> std::result::Result<Lib, String> {
+    let mut tried = Vec::new();
+    for name in names {
+        let Ok(c) = CString::new(*name) else { continue };
+        // SAFETY: dlopen runs NCCL's initialisers, which only set up its own state. The
+        // handle is kept for the process: the entry points below point into it.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if h.is_null() {
+            tried.push(dl_error());
+            continue;
+        }
+        return resolve(h, name);
+    }
+    Err(format!(
+        "libnccl could not be loaded ({})",
+        tried.join("; ")
+    ))
+}
+
+fn resolve(h: *mut c_void, name: &str) -> std::result::Result<Lib, String> {
+    let find = |sym: &CStr| {
+        // SAFETY: looking a symbol up calls nothing.
+        let p = unsafe { libc::dlsym(h, sym.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    };
+    macro_rules! need {
+        ($sym:literal, $t:ty) => {{
+            let p = find($sym).ok_or_else(|| {
+                format!(
+                    "{name} has no {} (NCCL older than 2.10?)",
+                    $sym.to_string_lossy()
+                )
+            })?;
+            // SAFETY: nccl.h declares the symbol with this signature (checked by hand against
+            // the headers of 2.10 to 2.2x).
+            unsafe { std::mem::transmute::<*mut c_void, $t>(p) }
+        }};
+    }
+    let get_version = need!(c"ncclGetVersion", VersionFn);
+    let mut version: c_int = 0;
+    // SAFETY: writes one int.
+    if unsafe { get_version(&mut version) } != 0 || version < MIN_VERSION {
+        return Err(format!(
+            "{name} is NCCL {}; rcomm needs 2.10 or newer",
+            version_text(version)
+        ));
+    }
+    Ok(Lib {
+        version,
+        error_string: need!(c"ncclGetErrorString", ErrorStringFn),
+        last_error: find(c"ncclGetLastError").map(|p| {
+            // SAFETY: as in `need!`: `const char* ncclGetLastError(ncclComm_t)`.
+            unsafe { std::mem::transmute::<*mut c_void, LastErrorFn>(p) }
+        }),
+        unique_id: need!(c"ncclGetUniqueId", UniqueIdFn),
+        init_rank: need!(c"ncclCommInitRank", InitRankFn),
+        destroy: need!(c"ncclCommDestroy", DestroyFn),
+        all_reduce: need!(c"ncclAllReduce", ReduceAllFn),
+        broadcast: need!(c"ncclBroadcast", BroadcastFn),
+        reduce: need!(c"ncclReduce", ReduceFn),
+        all_gather: need!(c"ncclAllGather", AllGatherFn),
+        reduce_scatter: need!(c"ncclReduceScatter", ReduceAllFn),
+        send: need!(c"ncclSend", SendFn),
+        recv: need!(c"ncclRecv", RecvFn),
+        group_start: need!(c"ncclGroupStart", GroupFn),
+        group_end: need!(c"ncclGroupEnd", GroupFn),
+    })
+}
+
+fn lib() -> std::result::Result<&'static Lib, &'static str> {
+    static LIB: OnceLock<std::result::Result<Lib, String>> = OnceLock::new();
+    LIB.get_or_init(|| open(LIB_NAMES))
+        .as_ref()
+        .map_err(String::as_str)
+}
+
+/// The error of a process where NCCL is not usable, with what to do about it.
+fn unusable(op: &'static str, rank: u32, why: &str) -> CommError {
+    CommError::Device {
+        op,
+        rank,
+        why: format!(
+            "{why}. RCOMM_GPU_BACKEND=nccl needs NCCL 2.10 or newer: install it (the libnccl2 \
+             package, or pip's nvidia-nccl-cu12) and put the directory holding libnccl.so.2 \
+             on LD_LIBRARY_PATH, or unset RCOMM_GPU_BACKEND to use rcomm's own device \
+             collectives"
+        ),
+    }
+}
+
+/// Whether device collectives go to NCCL (`RCOMM_GPU_BACKEND=nccl`). Says nothing about
+/// whether NCCL loads: the calls report that, so that a misconfigured job fails instead of
+/// silently running something else.
+pub(crate) fn nccl_enabled() -> bool {
+    rcomm_transport::config::gpu_backend() == rcomm_transport::config::GpuBackend::Nccl
+}
+
+fn nccl_type(d: Dtype) -> Option<c_int> {
+    Some(match d {
+        Dtype::I8 => 0,
+        Dtype::U8 => 1,
+        Dtype::I32 => 2,
+        Dtype::U32 => 3,
+        Dtype::I64 => 4,
+        Dtype::U64 => 5,
+        Dtype::F16 => 6,
+        Dtype::F32 => 7,
+        Dtype::F64 => 8,
+        Dtype::Bf16 => 9,
+        Dtype::I16 | Dtype::U16 => return None,
+    })
+}
+
+fn nccl_op(o: Op) -> Option<c_int> {
+    // ncclRedOp_t's order: sum, prod, max, min, avg.
+    Some(match o {
+        Op::Sum => 0,
+        Op::Prod => 1,
+        Op::Max => 2,
+        Op::Min => 3,
+        Op::Avg => 4,
+        Op::BAnd | Op::BOr | Op::BXor => return None,
+    })
+}
+
+/// NCCL's codes for `dtype` and `op`, or the refusal naming what NCCL lacks.
+fn reduction(op: &'static str, rank: u32, dtype: Dtype, red: Op) -> Result<(c_int, c_int)> {
+    let refuse = |what: String| CommError::Device {
+        op,
+        rank,
+        why: format!("{what} (RCOMM_GPU_BACKEND=nccl; rcomm's own device collectives have it)"),
+    };
+    let t = nccl_type(dtype)
+        .ok_or_else(|| refuse(format!("NCCL has no {} element type", dtype.name())))?;
+    let o = nccl_op(red).ok_or_else(|| refuse(format!("NCCL has no {} reduction", red.name())))?;
+    Ok((t, o))
+}
+
+/// Makes `device`'s primary context current on this thread: NCCL's set-up takes its device
+/// from the current context, and its calls expect that device's.
+#[cfg(feature = "cuda")]
+fn make_current(op: &'static str, rank: u32, device: u32) -> Result<()> {
+    use cudarc::driver::sys as cu;
+    static CTX: Mutex<Vec<(u32, usize)>> = Mutex::new(Vec::new());
+    let fail = |call: &str, r: cu::CUresult| CommError::Device {
+        op,
+        rank,
+        why: format!("{call} failed on device {device}: {r:?}"),
+    };
+    let mut known = CTX.lock().unwrap_or_else(PoisonError::into_inner);
+    let ctx = match known.iter().find(|(d, _)| *d == device) {
+        Some(&(_, c)) => c,
+        None => {
+            // The driver backend checked these entries when it loaded; guarded all the same,
+            // as a missing one is cudarc's panic.
+            let c = std::panic::catch_unwind(|| {
+                let mut dev: cu::CUdevice = 0;
+                // SAFETY: writes one device handle.
+                let r = unsafe { cu::cuDeviceGet(&mut dev, device as c_int) };
+                if r != cu::CUresult::CUDA_SUCCESS {
+                    return Err(fail("cuDeviceGet", r));
+                }
+                let mut c: cu::CUcontext = std::ptr::null_mut();
+                // SAFETY: writes one context handle; the retain is kept for the process,
+                // as the driver backend keeps its own.
+                let r = unsafe { cu::cuDevicePrimaryCtxRetain(&mut c, dev) };
+                if r != cu::CUresult::CUDA_SUCCESS {
+                    return Err(fail("cuDevicePrimaryCtxRetain", r));
+                }
+                Ok(c as usize)
+            })
+            .unwrap_or_else(|_| {
+                Err(CommError::Device {
+                    op,
+                    rank,
+                    why: "the CUDA driver lacks an entry NCCL's set-up needs".into(),
+                })
+            })?;
+            known.push((device, c));
+            c
+        }
+    };
+    drop(known);
+    // SAFETY: a retained primary context, never released.
+    let r = unsafe { cu::cuCtxSetCurrent(ctx as cu::CUcontext) };
+    if r != cu::CUresult::CUDA_SUCCESS {
+        return Err(fail("cuCtxSetCurrent", r));
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn make_current(op: &'static str, rank: u32, _device: u32) -> Result<()> {
+    Err(CommError::Device {
+        op,
+        rank,
+        why: "rcomm was built without its cuda feature: NCCL needs the CUDA driver".into(),
+    })
+}
+
+/// One NCCL communicator, destroyed with the rcomm communicator holding it.
+struct NcclComm {
+    /// The `ncclComm_t`; the lock is held for each call.
+    raw: Mutex<usize>,
+    device: u32,
+    lib: &'static Lib,
+}
+
+impl Drop for NcclComm {
+    fn drop(&mut self) {
+        let raw = *self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: a communicator made by ncclCommInitRank, destroyed once; every call on it
+        // waited for its stream, so no work of it is pending.
+        unsafe { (self.lib.destroy)(raw as Raw) };
+    }
+}
+
+fn comm_key() -> &'static Keyval<Arc<NcclComm>> {
+    static KEY: OnceLock<Keyval<Arc<NcclComm>>> = OnceLock::new();
+    KEY.get_or_init(|| Keyval::new(AttrCopy::Never))
+}
+
+/// NCCL's result `r` of `call` as rcomm's error, with NCCL's own words for it.
+fn check(lib: &Lib, comm: Raw, op: &'static str, rank: u32, call: &str, r: c_int) -> Result<()> {
+    if r == 0 {
+        return Ok(());
+    }
+    let text = |p: *const c_char| {
+        // SAFETY: NCCL returns static or per-communicator NUL-terminated strings, or null.
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    };
+    // SAFETY: plain NCCL calls on a result code / a live communicator (or null).
+    let what = text(unsafe { (lib.error_string)(r) }).unwrap_or_else(|| "unknown error".into());
+    let last = lib
+        .last_error
+        .and_then(|f| text(unsafe { f(comm) }))
+        .filter(|s| !s.is_empty());
+    Err(CommError::Device {
+        op,
+        rank,
+        why: match last {
+            Some(l) => format!("{call} failed: {what} (NCCL result {r}): {l}"),
+            None => format!("{call} failed: {what} (NCCL result {r})"),
+        },
+    })
+}
+
+/// A buffer of a grouped point-to-point call: `bytes` at device address `addr`, to or from
+/// communicator rank `peer`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NcclPeerBuf {
+    pub addr: u64,
+    pub bytes: usize,
+    pub peer: u32,
+}
+
+impl Communicator {
+    /// This communicator's NCCL communicator on `device`, made now if it has none (collective:
+    /// see the module's documentation).
+    fn nccl_comm(&self, op: &'static str, device: u32) -> Result<Arc<NcclComm>> {
+        let me = self.world_me();
+        if let Some(c) = self.get_attr(comm_key()) {
+            if c.device != device {
+                return Err(CommError::Device {
+                    op,
+                    rank: me,
+                    why: format!(
+                        "this communicator's NCCL communicator is on device {}, the stream on \
+                         device {device} (one device per communicator: dup it for another)",
+                        c.device
+                    ),
+                });
+            }
+            return Ok(c);
+        }
+        let local = (|| {
+            let lib = lib().map_err(|why| unusable(op, me, why))?;
+            let g = backend(op, me)?;
+            if g.backend_name() != "cuda" {
+                return Err(CommError::Device {
+                    op,
+                    rank: me,
+                    why: format!(
+                        "NCCL needs CUDA device memory; the device backend is the {} \
+                         (RCOMM_GPU_STANDIN=1)",
+                        g.backend_name()
+                    ),
+                });
+            }
+            make_current(op, me, device)?;
+            let mut id = UniqueId([0; 128]);
+            if self.rank == 0 {
+                // SAFETY: writes 128 bytes.
+                let r = unsafe { (lib.unique_id)(&mut id) };
+                check(lib, std::ptr::null_mut(), op, me, "ncclGetUniqueId", r)?;
+            }
+            Ok((lib, id))
+        })();
+        let mut all_ready = [u8::from(local.is_ok())];
+        self.allreduce_in_place(&mut all_ready[..], Op::Min)?;
+        let (lib, mut id) = local?;
+        if all_ready[0] == 0 {
+            return Err(CommError::Device {
+                op,
+                rank: me,
+                why: "another rank of the communicator cannot use NCCL (its own error says why; \
+                      most often libnccl is missing there)"
+                    .into(),
+            });
+        }
+        self.bcast(&mut id.0[..], 0)?;
+        make_current(op, me, device)?;
+        let mut raw: Raw = std::ptr::null_mut();
+        // SAFETY: writes one communicator handle; every rank passes the same id and size and
+        // its own rank.
+        let r = unsafe { (lib.init_rank)(&mut raw, self.size as c_int, id, self.rank as c_int) };
+        check(lib, raw, op, me, "ncclCommInitRank", r)?;
+        let c = Arc::new(NcclComm {
+            raw: Mutex::new(raw as usize),
+            device,
+            lib,
+        });
+        self.set_attr(comm_key(), c.clone());
+        rcomm_transport::rlog!(
+            Info,
+            "COLL",
+            "NCCL {} communicator of {} ranks on comm {} (device {device})",
+            version_text(lib.version),
+            self.size,
+            fr::comm_label(self.ctx)
+        );
+        Ok(c)
+    }
+
+    /// Runs `enqueue` (NCCL calls on the communicator and stream it is given) under the
+    /// communicator's lock, then waits for the stream.
+    fn nccl_run(
+        &self,
+        op: &'static str,
+        comm: &NcclComm,
+        stream: Stream,
+        enqueue: impl FnOnce(&Lib, Raw, Raw) -> Result<()>,
+    ) -> Result<()> {
+        let me = self.world_me();
+        let raw = comm.raw.lock().unwrap_or_else(PoisonError::into_inner);
+        make_current(op, me, comm.device)?;
+        enqueue(comm.lib, *raw as Raw, stream.raw as Raw)?;
+        backend(op, me)?
+            .stream_wait_host(stream)
+            .map_err(dev_err(op, me))
+    }
+
+    /// One NCCL collective, recorded by the flight recorder as rcomm's own are (algorithm
+    /// `nccl`).
+    #[allow(clippy::too_many_arguments)]
+    fn nccl_coll(
+        &self,
+        op: &'static str,
+        bytes: usize,
+        codes: (u8, u8),
+        root: Option<u32>,
+        stream: Stream,
+        enqueue: impl FnOnce(&Lib, Raw, Raw) -> Result<()>,
+    ) -> Result<()> {
+        if let Some(r) = root.filter(|&r| r >= self.size) {
+            return Err(CommError::InvalidArg(format!(
+                "{op}: root {r} of a communicator of {} ranks",
+                self.size
+            )));
+        }
+        let comm = self.nccl_comm(op, stream.device)?;
+        let _fr = fr::Scope::enter();
+        fr::begin_coll(self.ctx, op, "nccl", bytes, codes);
+        if let Some(r) = root {
+            fr::set_root(self.ctx, r);
+        }
+        let res = self.nccl_run(op, &comm, stream, enqueue);
+        fr::end_coll(self.ctx, &res);
+        res
+    }
+
+    /// Makes this communicator's NCCL communicator on `device` if it has none. Collective;
+    /// needed before [`nccl_group`](Self::nccl_group) when no NCCL collective ran yet.
+    pub(crate) fn nccl_setup(&self, device: u32) -> Result<()> {
+        self.nccl_comm("setup", device).map(drop)
+    }
+
+    /// All-reduce of `count` elements of `dtype` from device memory `send` into `recv` (the
+    /// same address: in place) with `op`, on `stream`; complete on return.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn nccl_allreduce(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: Dtype,
+        op: Op,
+        stream: Stream,
+    ) -> Result<()> {
+        let me = self.world_me();
+        let (t, o) = reduction("allreduce", me, dtype, op)?;
+        let bytes = count.saturating_mul(dtype.size());
+        let codes = (dtype as u8 + 1, op as u8 + 1);
+        self.nccl_coll("allreduce", bytes, codes, None, stream, |lib, c, s| {
+            // SAFETY: device ranges of `count` elements each (the caller checked them);
+            // NCCL reads `send` and writes `recv` in stream order.
+            let r = unsafe { (lib.all_reduce)(send as _, recv as _, count, t, o, c, s) };
+            check(lib, c, "allreduce", me, "ncclAllReduce", r)
+        })
+    }
+
+    /// Broadcast of `bytes` of device memory at `buf` from communicator rank `root`, in place.
+    pub(crate) fn nccl_bcast(
+        &self,
+        buf: u64,
+        bytes: usize,
+        root: u32,
+        stream: Stream,
+    ) -> Result<()> {
+        let me = self.world_me();
+        self.nccl_coll("bcast", bytes, (0, 0), Some(root), stream, |lib, c, s| {
+            // SAFETY: a device range of `bytes` (checked by the caller), read on the root and
+            // written elsewhere.
+            let r = unsafe {
+                (lib.broadcast)(buf as _, buf as _, bytes, NCCL_UINT8, root as c_int, c, s)
+            };
+            check(lib, c, "bcast", me, "ncclBroadcast", r)
+        })
+    }
+
+    /// Reduce of `count` elements of `dtype` from `send` into `recv` on `root` with `op`
+    /// (`recv` is not touched elsewhere and may be 0 there).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn nccl_reduce(
+        &self,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: Dtype,
+        op: Op,
+        root: u32,
+        stream: Stream,
+    ) -> Result<()> {
+        let me = self.world_me();
+        let (t, o) = reduction("reduce", me, dtype, op)?;
+        let codes = (dtype as u8 + 1, op as u8 + 1);
+        let bytes = count.saturating_mul(dtype.size());
+        self.nccl_coll("reduce", bytes, codes, Some(root), stream, |lib, c, s| {
+            // SAFETY: device ranges of `count` elements (checked by the caller; `recv` used on
+            // the root only).
+            let r = unsafe { (lib.reduce)(send as _, recv as _, count, t, o, root as c_int, c, s) };
+            check(lib, c, "reduce", me, "ncclReduce", r)
+        })
+    }
+
+    /// All-gather: `bytes` at `send` from every rank land in rank order at `recv`
+    /// (`size × bytes`).
+    pub(crate) fn nccl_allgather(
+        &self,
+        send: u64,
+        recv: u64,
+        bytes: usize,
+        stream: Stream,
+    ) -> Result<()> {
+        let me = self.world_me();
+        self.nccl_coll("allgather", bytes, (0, 0), None, stream, |lib, c, s| {
+            // SAFETY: device ranges of `bytes` and `size × bytes` (checked by the caller).
+            let r = unsafe { (lib.all_gather)(send as _, recv as _, bytes, NCCL_UINT8, c, s) };
+            check(lib, c, "allgather", me, "ncclAllGather", r)
+        })
+    }
+
+    /// Reduce-scatter: `send` holds `size` blocks of `recv_count` elements of `dtype`; block
+    /// `rank` of their reduction with `op` lands at `recv`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn nccl_reduce_scatter(
+        &self,
+        send: u64,
+        recv: u64,
+        recv_count: usize,
+        dtype: Dtype,
+        op: Op,
+        stream: Stream,
+    ) -> Result<()> {
+        let me = self.world_me();
+        let (t, o) = reduction("reduce_scatter", me, dtype, op)?;
+        let codes = (dtype as u8 + 1, op as u8 + 1);
+        let bytes = recv_count.saturating_mul(dtype.size());
+        self.nccl_coll("reduce_scatter", bytes, codes, None, stream, |lib, c, s| {
+            // SAFETY: device ranges of `size × recv_count` and `recv_count` elements (checked
+            // by the caller).
+            let r = unsafe { (lib.reduce_scatter)(send as _, recv as _, recv_count, t, o, c, s) };
+            check(lib, c, "reduce_scatter", me, "ncclReduceScatter", r)
+        })
+    }
+
+    /// All-to-all: block `j` (`bytes` long) of `send` goes to rank `j`, whose block `i` of
+    /// `recv` it becomes. A group of sends and receives: `ncclAlltoAll` exists only from 2.28.
+    pub(crate) fn nccl_alltoall(
+        &self,
+        send: u64,
+        recv: u64,
+        bytes: usize,
+        stream: Stream,
+    ) -> Result<()> {
+        let me = self.world_me();
+        let n = self.size as usize;
+        self.nccl_coll("alltoall", bytes, (0, 0), None, stream, |lib, c, s| {
+            let at = |base: u64, j: usize| base + (j * bytes) as u64;
+            grouped(lib, c, "alltoall", me, |lib| {
+                for j in 0..n {
+                    // SAFETY: block j of ranges of `size × bytes` (checked by the caller).
+                    let r = unsafe {
+                        (lib.send)(at(send, j) as _, bytes, NCCL_UINT8, j as c_int, c, s)
+                    };
+                    check(lib, c, "alltoall", me, "ncclSend", r)?;
+                    // SAFETY: as above, written by the receive.
+                    let r = unsafe {
+                        (lib.recv)(at(recv, j) as _, bytes, NCCL_UINT8, j as c_int, c, s)
+                    };
+                    check(lib, c, "alltoall", me, "ncclRecv", r)?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    /// Sends and receives as one NCCL group (each buffer to or from its communicator rank),
+    /// complete on return. Only the ranks named take part, so it cannot make the NCCL
+    /// communicator: [`nccl_setup`](Self::nccl_setup) or an NCCL collective must have run on
+    /// this communicator (and on `stream`'s device) first.
+    pub(crate) fn nccl_group(
+        &self,
+        sends: &[NcclPeerBuf],
+        recvs: &[NcclPeerBuf],
+        stream: Stream,
+    ) -> Result<()> {
+        let me = self.world_me();
+        let op = "sendrecv";
+        if let Some(b) = sends.iter().chain(recvs).find(|b| b.peer >= self.size) {
+            return Err(CommError::InvalidArg(format!(
+                "{op}: peer {} of a communicator of {} ranks",
+                b.peer, self.size
+            )));
+        }
+        lib().map_err(|why| unusable(op, me, why))?;
+        let Some(comm) = self.get_attr(comm_key()) else {
+            return Err(CommError::Device {
+                op,
+                rank: me,
+                why: "NCCL point-to-point needs this communicator's NCCL communicator, which is \
+                      made collectively: run an NCCL collective (or the set-up) on every rank \
+                      first"
+                    .into(),
+            });
+        };
+        if comm.device != stream.device {
+            return Err(CommError::Device {
+                op,
+                rank: me,
+                why: format!(
+                    "this communicator's NCCL communicator is on device {}, the stream on \
+                     device {}",
+                    comm.device, stream.device
+                ),
+            });
+        }
+        let _nvtx = crate::nvtx::Range::new(op);
+        self.nccl_run(op, &comm, stream, |lib, c, s| {
+            grouped(lib, c, op, me, |lib| {
+                for b in sends {
+                    // SAFETY: a device range of `bytes` the caller checked.
+                    let r = unsafe {
+                        (lib.send)(b.addr as _, b.bytes, NCCL_UINT8, b.peer as c_int, c, s)
+                    };
+                    check(lib, c, op, me, "ncclSend", r)?;
+                }
+                for b in recvs {
+                    // SAFETY: as above, written by the receive.
+                    let r = unsafe {
+                        (lib.recv)(b.addr as _, b.bytes, NCCL_UINT8, b.peer as c_int, c, s)
+                    };
+                    check(lib, c, op, me, "ncclRecv", r)?;
+                }
+                Ok(())
+            })
+        })
+    }
+}
+
+/// `calls` between `ncclGroupStart` and `ncclGroupEnd`; the group is closed even when a call
+/// in it failed (an open group would swallow the next collective).
+fn grouped(
+    lib: &Lib,
+    comm: Raw,
+    op: &'static str,
+    rank: u32,
+    calls: impl FnOnce(&Lib) -> Result<()>,
+) -> Result<()> {
+    // SAFETY: plain NCCL calls.
+    check(lib, comm, op, rank, "ncclGroupStart", unsafe {
+        (lib.group_start)()
+    })?;
+    let inner = calls(lib);
+    // SAFETY: closes the group opened above.
+    let end = check(lib, comm, op, rank, "ncclGroupEnd", unsafe {
+        (lib.group_end)()
+    });
+    inner.and(end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_libnccl_the_error_says_how_to_get_it() {
+        let why = match open(&["libnccl-rcomm-test-absent.so.2"]) {
+            Err(w) => w,
+            Ok(_) => panic!("a library that does not exist loaded"),
+        };
+        assert!(why.starts_with("libnccl could not be loaded ("), "{why}");
+        assert!(why.contains("libnccl-rcomm-test-absent.so.2"), "{why}");
+        let e = unusable("allreduce", 3, &why);
+        assert!(matches!(
+            e,
+            CommError::Device {
+                op: "allreduce",
+                rank: 3,
+                ..
+            }
+        ));
+        let s = e.to_string();
+        for want in [
+            "libnccl could not be loaded",
+            "LD_LIBRARY_PATH",
+            "unset RCOMM_GPU_BACKEND",
+        ] {
+            assert!(s.contains(want), "{want} not in {s}");
+        }
+    }
+
+    #[test]
+    fn every_call_without_libnccl_is_that_error_and_nothing_panics() {
+        if lib().is_ok() {
+            return; // A machine with NCCL: nothing to check here (scripts/gpu-check.sh).
+        }
+        let cfg = rcomm_transport::config::Config::from_map(&Default::default()).unwrap();
+        let w = crate::world::init_for_test(&cfg);
+        let s = Stream { device: 0, raw: 0 };
+        type Call<'a> = (&'static str, Box<dyn Fn() -> Result<()> + 'a>);
+        let calls: Vec<Call<'_>> = vec![
+            (
+                "allreduce",
+                Box::new(|| w.nccl_allreduce(0, 0, 4, Dtype::F32, Op::Sum, s)),
+            ),
+            ("bcast", Box::new(|| w.nccl_bcast(0, 16, 0, s))),
+            (
+                "reduce",
+                Box::new(|| w.nccl_reduce(0, 0, 4, Dtype::Bf16, Op::Max, 0, s)),
+            ),
+            ("allgather", Box::new(|| w.nccl_allgather(0, 0, 16, s))),
+            (
+                "reduce_scatter",
+                Box::new(|| w.nccl_reduce_scatter(0, 0, 4, Dtype::I64, Op::Avg, s)),
+            ),
+            ("alltoall", Box::new(|| w.nccl_alltoall(0, 0, 16, s))),
+            ("setup", Box::new(|| w.nccl_setup(0))),
+            (
+                "sendrecv",
+                Box::new(|| {
+                    let b = NcclPeerBuf {
+                        addr: 0,
+                        bytes: 16,
+                        peer: 0,
+                    };
+                    w.nccl_group(&[b], &[b], s)
+                }),
+            ),
+        ];
+        for (name, call) in calls {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&call))
+                .unwrap_or_else(|_| panic!("{name} panicked"));
+            match r {
+                Err(CommError::Device { op, why, .. }) => {
+                    assert_eq!(op, name);
+                    assert!(why.contains("libnccl could not be loaded"), "{name}: {why}");
+                    assert!(why.contains("RCOMM_GPU_BACKEND"), "{name}: {why}");
+                }
+                r => panic!("{name}: {r:?}"),
+            }
+        }
+        // The set-up's agreement ran (every rank says whether it can) and left no record
+        // open on this thread.
+        assert_eq!(fr::current(), None);
+    }
+
+    #[test]
+    fn what_nccl_lacks_is_refused_by_name() {
+        for d in Dtype::ALL {
+            assert_eq!(
+                nccl_type(d).is_none(),
+                matches!(d, Dtype::I16 | Dtype::U16),
+                "{d:?}"
+            );
+        }
+        for o in Op::ALL {
+            assert_eq!(
+                nccl_op(o).is_none(),
+                matches!(o, Op::BAnd | Op::BOr | Op::BXor),
+                "{o:?}"
+            );
+        }
+        let e = reduction("allreduce", 0, Dtype::I16, Op::Sum).unwrap_err();
+        assert!(
+            e.to_string().contains("NCCL has no i16 element type"),
+            "{e}"
+        );
+        let e = reduction("allreduce", 0, Dtype::U32, Op::BXor).unwrap_err();
+        assert!(e.to_string().contains("NCCL has no bxor reduction"), "{e}");
+        assert_eq!(
+            reduction("allreduce", 0, Dtype::F32, Op::Min).unwrap(),
+            (7, 3)
+        );
+        assert_eq!(version_text(22105), "2.21.5");
+        assert_eq!(version_text(2804), "2.8.4");
+    }
+
+    #[test]
+    fn nccl_is_chosen_only_by_the_variable() {
+        // The process configuration of the tests sets nothing: rcomm's own collectives.
+        if std::env::var_os("RCOMM_GPU_BACKEND").is_none() {
+            assert!(!nccl_enabled());
+        }
+        let env = [("RCOMM_GPU_BACKEND".to_string(), "nccl".to_string())].into();
+        let c = rcomm_transport::config::Config::from_map(&env).unwrap();
+        assert_eq!(c.gpu_backend, rcomm_transport::config::GpuBackend::Nccl);
+    }
+}
