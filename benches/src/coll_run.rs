@@ -4,12 +4,21 @@
 //! What rcomm offers for each operation — which calls exist out of place and in place, and
 //! which algorithms can be forced — is in [`variants`], [`forcible`] and [`call`]; an
 //! operation new in rcomm is a few lines there plus its row in [`crate::coll::OPS`].
+//!
+//! `--device` runs the same sweep on device memory ([`Plan::device`]): the send and receive
+//! buffers are `DeviceBuffer`s and the calls are rcomm's `*_device` collectives
+//! ([`device_variants`], [`call_device`]). Both memories go through one loop ([`measure`])
+//! over the [`Buffers`] trait: the check data is written into host buffers (device mode: host
+//! mirrors, copied to the device before the checked call and back after it), so the expected
+//! values and the comparison are the host mode's.
 
 use crate::coll::{
     self, Average, BenchElem, CheckCtx, CollOp, Counts, Layout, Measure, RowHead, TIMING_SEED,
 };
+use crate::device;
 use crate::osu::AlignedBuf;
 use crate::plot::{self, Series};
+use rcomm::gpu::{DevMut, DevRef, DeviceBuffer, Stream};
 use rcomm::{Communicator, Dtype, Op, Tag};
 
 /// An algorithm name as `RCOMM_ALGO` spells it (`auto`: rcomm's choice).
@@ -54,6 +63,23 @@ pub fn variants(op: CollOp) -> Option<(bool, bool)> {
         | CollOp::Scan => Some((true, false)),
         // Printed in the out-of-place columns (time only).
         CollOp::Barrier => Some((true, false)),
+    }
+}
+
+/// Which `*_device` calls rcomm has for `op` (out-of-place, in-place), or why `--device`
+/// cannot run it: `allreduce_device` and `bcast_device` are in place, `reduce_device`,
+/// `allgather_device`, `reduce_scatter_device` and `alltoall_device` out of place.
+pub fn device_variants(op: CollOp) -> Result<(bool, bool), String> {
+    match op {
+        CollOp::Allreduce | CollOp::Bcast => Ok((false, true)),
+        CollOp::Reduce | CollOp::Allgather | CollOp::ReduceScatter | CollOp::Alltoall => {
+            Ok((true, false))
+        }
+        CollOp::Barrier => Err("--device: barrier has no buffers; run it without --device".into()),
+        CollOp::Gather | CollOp::Scatter | CollOp::Scan => Err(format!(
+            "--device: rcomm has no device form of {op} yet (device collectives: allreduce, bcast, \
+             reduce, allgather, reduce_scatter, alltoall); run it without --device"
+        )),
     }
 }
 
@@ -131,6 +157,12 @@ pub struct Plan {
     /// Corrupt one output element on the last rank in every check pass (tests the check and
     /// the exit status).
     pub inject_wrong: bool,
+    /// `--device`: buffers in device memory (device `RCOMM_LOCAL_RANK` mod the device count),
+    /// the `*_device` collectives.
+    pub device: bool,
+    /// `--stream` (with `--device`, allreduce only): `allreduce_device_on` a stream this rank
+    /// creates, synchronized after the timed loop.
+    pub stream: bool,
 }
 
 /// Checks what can be checked without ranks.
@@ -138,6 +170,16 @@ pub fn validate(p: &Plan) -> Result<(), String> {
     let info = p.op.info();
     if variants(p.op).is_none() {
         return Err(format!("rcomm has no {} yet", p.op));
+    }
+    if p.device {
+        device_variants(p.op)?;
+    }
+    if p.stream && !(p.device && p.op == CollOp::Allreduce) {
+        return Err(
+            "--stream: only allreduce has a stream-ordered device form (allreduce_device_on); \
+             it needs --device"
+                .into(),
+        );
     }
     if info.reduces {
         p.redop
@@ -266,30 +308,190 @@ struct Ctx<'a> {
     rep: u64,
 }
 
-struct Bufs<T> {
+/// This iteration's windows of the buffers, in elements: the send window at `at` of `send`
+/// elements, the receive window at `at` of `recv` elements (in place: the only one).
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    at: usize,
+    send: usize,
+    recv: usize,
+    inplace: bool,
+}
+
+/// The send and receive buffers of a sweep, in host or device memory: what [`measure`] needs
+/// of them. The check data goes through [`host`](Buffers::host) views (the buffers
+/// themselves, or host mirrors of device buffers).
+trait Buffers<T> {
+    /// Capacity of each buffer in elements.
+    fn cap(&self) -> usize;
+    /// Host views of the send and receive buffers, to write inputs into and read results from.
+    fn host(&mut self) -> (&mut [T], &mut [T]);
+    /// Makes the buffers hold what [`host`](Buffers::host) holds (device: copies it in).
+    fn push(&mut self) -> Res<()>;
+    /// Makes [`host`](Buffers::host)'s receive buffer hold the result (device: copies it out),
+    /// after the calls before it are done.
+    fn pull(&mut self) -> Res<()>;
+    /// The call under test on window `w`.
+    fn call(&mut self, comm: &Communicator, p: &Plan, w: Window) -> rcomm::Result<()>;
+    /// Waits until the calls made so far are done (device `--stream`: the stream's work).
+    fn sync(&self) -> Res<()> {
+        Ok(())
+    }
+}
+
+/// Host buffers (page-aligned), called with the host collectives.
+struct HostBufs<T> {
     send: AlignedBuf,
     recv: AlignedBuf,
     cap: usize,
     _t: std::marker::PhantomData<T>,
 }
 
-impl<T: BenchElem> Bufs<T> {
+impl<T: BenchElem> HostBufs<T> {
     fn new(cap: usize) -> Self {
         let bytes = cap * size_of::<T>();
-        Bufs {
+        HostBufs {
             send: AlignedBuf::new(bytes),
             recv: AlignedBuf::new(bytes),
             cap,
             _t: std::marker::PhantomData,
         }
     }
+}
 
-    fn both(&mut self) -> (&mut [T], &mut [T]) {
+impl<T: BenchElem> Buffers<T> for HostBufs<T> {
+    fn cap(&self) -> usize {
+        self.cap
+    }
+
+    fn host(&mut self) -> (&mut [T], &mut [T]) {
         let bytes = self.cap * size_of::<T>();
         (
             bytemuck::cast_slice_mut(self.send.get_mut(bytes)),
             bytemuck::cast_slice_mut(self.recv.get_mut(bytes)),
         )
+    }
+
+    fn push(&mut self) -> Res<()> {
+        Ok(())
+    }
+
+    fn pull(&mut self) -> Res<()> {
+        Ok(())
+    }
+
+    fn call(&mut self, comm: &Communicator, p: &Plan, w: Window) -> rcomm::Result<()> {
+        let (send, recv) = self.host();
+        let s = &send[w.at..w.at + w.send];
+        let r = &mut recv[w.at..w.at + w.recv];
+        call(comm, p.op, p.redop, p.root, s, r, w.inplace)
+    }
+}
+
+/// Device buffers (`DeviceBuffer`s on this rank's device) with host mirrors for the check
+/// data, called with the `*_device` collectives.
+struct DevBufs<T> {
+    send: DeviceBuffer,
+    recv: DeviceBuffer,
+    mirror: (Vec<T>, Vec<T>),
+    /// `--stream`: the stream the allreduce is ordered on.
+    stream: Option<Stream>,
+}
+
+impl<T: BenchElem> DevBufs<T> {
+    /// `cap` elements each on `dev` (at least one byte: an empty window still needs an
+    /// address), and a stream there when `stream`.
+    fn new(dev: u32, cap: usize, stream: bool) -> rcomm::Result<Self> {
+        let bytes = (cap * size_of::<T>()).max(1);
+        Ok(DevBufs {
+            send: DeviceBuffer::new(dev, bytes)?,
+            recv: DeviceBuffer::new(dev, bytes)?,
+            mirror: (vec![T::zeroed(); cap], vec![T::zeroed(); cap]),
+            stream: if stream {
+                Some(rcomm::gpu::stream_create(dev)?)
+            } else {
+                None
+            },
+        })
+    }
+}
+
+impl<T> Drop for DevBufs<T> {
+    fn drop(&mut self) {
+        if let Some(s) = self.stream.take() {
+            let _ = rcomm::gpu::stream_destroy(s);
+        }
+    }
+}
+
+impl<T: BenchElem> Buffers<T> for DevBufs<T> {
+    fn cap(&self) -> usize {
+        self.mirror.0.len()
+    }
+
+    fn host(&mut self) -> (&mut [T], &mut [T]) {
+        (&mut self.mirror.0, &mut self.mirror.1)
+    }
+
+    fn push(&mut self) -> Res<()> {
+        self.send
+            .copy_from_host(bytemuck::cast_slice(&self.mirror.0))?;
+        self.recv
+            .copy_from_host(bytemuck::cast_slice(&self.mirror.1))?;
+        Ok(())
+    }
+
+    fn pull(&mut self) -> Res<()> {
+        self.sync()?;
+        self.recv
+            .copy_to_host(bytemuck::cast_slice_mut(&mut self.mirror.1))?;
+        Ok(())
+    }
+
+    fn call(&mut self, comm: &Communicator, p: &Plan, w: Window) -> rcomm::Result<()> {
+        let elem = size_of::<T>();
+        assert!(w.at + w.send.max(w.recv) <= self.cap(), "window {w:?}");
+        let at = (w.at * elem) as u64;
+        // SAFETY: both windows lie in their allocations (asserted above), which `self` keeps
+        // alive for the call; the receive window is borrowed through `&mut self`.
+        let (send, recv) = unsafe {
+            (
+                DevRef::from_raw(self.send.addr() + at, w.send * elem),
+                DevMut::from_raw(self.recv.addr() + at, w.recv * elem),
+            )
+        };
+        call_device::<T>(comm, p, send, recv, self.stream)
+    }
+
+    fn sync(&self) -> Res<()> {
+        if let Some(s) = self.stream {
+            rcomm::gpu::stream_synchronize(s)?;
+        }
+        Ok(())
+    }
+}
+
+/// The `*_device` call under test ([`device_variants`] says which exist). `send` and `recv`
+/// are this iteration's windows; in place, only `recv`.
+pub fn call_device<T: BenchElem>(
+    comm: &Communicator,
+    p: &Plan,
+    send: DevRef<'_>,
+    mut recv: DevMut<'_>,
+    stream: Option<Stream>,
+) -> rcomm::Result<()> {
+    let (redop, root) = (p.redop, p.root);
+    match (p.op, stream) {
+        (CollOp::Allreduce, Some(s)) => comm.allreduce_device_on::<T>(&mut recv, redop, s),
+        (CollOp::Allreduce, None) => comm.allreduce_device::<T>(&mut recv, redop),
+        (CollOp::Bcast, _) => comm.bcast_device(&mut recv, root),
+        (CollOp::Reduce, _) => comm.reduce_device::<T>(&send, &mut recv, redop, root),
+        (CollOp::Allgather, _) => comm.allgather_device(&send, &mut recv),
+        (CollOp::ReduceScatter, _) => comm.reduce_scatter_device::<T>(&send, &mut recv, redop),
+        (CollOp::Alltoall, _) => comm.alltoall_device(&send, &mut recv),
+        (op, _) => Err(rcomm::CommError::InvalidArg(
+            device_variants(op).err().unwrap_or_default(),
+        )),
     }
 }
 
@@ -297,7 +499,7 @@ impl<T: BenchElem> Bufs<T> {
 /// wrong elements over all ranks (`None`: not checked).
 fn measure<T: BenchElem>(
     cx: &mut Ctx<'_>,
-    bufs: &mut Bufs<T>,
+    bufs: &mut dyn Buffers<T>,
     algo: (&'static str, Algo),
     size: usize,
     counts: Counts,
@@ -314,26 +516,22 @@ fn measure<T: BenchElem>(
     };
     let total = counts.total();
     // Successive calls use successive windows of the buffers (nccl-tests' startColl shift).
-    let steps = bufs.cap.checked_div(total).unwrap_or(1).max(1);
-    let (send, recv) = bufs.both();
-    let one = |i: usize, send: &[T], recv: &mut [T]| -> rcomm::Result<()> {
-        let at = total * (i % steps);
-        let s = &send[at..at + counts.send];
-        let r = if inplace {
-            &mut recv[at..at + total]
-        } else {
-            &mut recv[at..at + counts.recv]
-        };
-        call(comm, op, p.redop, p.root, s, r, inplace)
+    let steps = bufs.cap().checked_div(total).unwrap_or(1).max(1);
+    let window = |i: usize| Window {
+        at: total * (i % steps),
+        send: counts.send,
+        recv: if inplace { total } else { counts.recv },
+        inplace,
     };
     for i in 0..p.warmup {
-        one(i, send, recv)?;
+        bufs.call(comm, p, window(i))?;
     }
     comm.barrier()?;
     let t0 = Instant::now();
     for i in 0..p.iters {
-        one(i, send, recv)?;
+        bufs.call(comm, p, window(i))?;
     }
+    bufs.sync()?;
     let secs = t0.elapsed().as_secs_f64() / p.iters as f64;
 
     // Check pass, outside the timed loop.
@@ -351,6 +549,7 @@ fn measure<T: BenchElem>(
             seed: coll::check_seed(cx.rep, u64::from(inplace)),
         };
         let mine = has_input(op, cx.rank, p.root);
+        let (send, recv) = bufs.host();
         let (out_off, out_len) = if inplace {
             let (in_off, in_len, out_off, out_len) = inplace_regions(op, &counts);
             coll::fill_poison(&ctx, &mut recv[..total]);
@@ -363,7 +562,10 @@ fn measure<T: BenchElem>(
             coll::fill_poison(&ctx, &mut recv[..counts.recv]);
             (0, counts.recv)
         };
-        one(0, send, recv)?;
+        bufs.push()?;
+        bufs.call(comm, p, window(0))?;
+        bufs.pull()?;
+        let recv = bufs.host().1;
         if p.inject_wrong && cx.rank == cx.n - 1 && out_len > 0 {
             recv[out_off] = coll::corrupt(recv[out_off]);
         }
@@ -389,7 +591,7 @@ fn measure<T: BenchElem>(
     }
     // Restore valid timing data where the check pass left poison (later sizes reuse the buffers).
     if wrong.is_some() {
-        fill_timing::<T>(cx, bufs);
+        fill_timing::<T>(cx, bufs)?;
     }
     let times = exchange(comm, [secs, 0.0])?;
     let per_rank: Vec<f64> = times.iter().map(|v| v[0]).collect();
@@ -397,7 +599,8 @@ fn measure<T: BenchElem>(
 }
 
 /// Fills both whole buffers with valid inputs of this rank (what the timed loops run on).
-fn fill_timing<T: BenchElem>(cx: &Ctx<'_>, bufs: &mut Bufs<T>) {
+fn fill_timing<T: BenchElem>(cx: &Ctx<'_>, bufs: &mut dyn Buffers<T>) -> Res<()> {
+    let cap = bufs.cap();
     let ctx = CheckCtx {
         op: cx.plan.op,
         redop: cx.plan.redop,
@@ -405,15 +608,16 @@ fn fill_timing<T: BenchElem>(cx: &Ctx<'_>, bufs: &mut Bufs<T>) {
         rank: cx.rank,
         root: cx.plan.root,
         counts: Counts {
-            send: bufs.cap,
-            recv: bufs.cap,
-            param: bufs.cap,
+            send: cap,
+            recv: cap,
+            param: cap,
         },
         seed: TIMING_SEED,
     };
-    let (s, r) = bufs.both();
+    let (s, r) = bufs.host();
     coll::fill_input(&ctx, cx.rank, s);
     coll::fill_input(&ctx, cx.rank, r);
+    bufs.push()
 }
 
 fn say(json: bool, line: &str) {
@@ -436,6 +640,12 @@ pub fn run(plan: &Plan) -> Res<()> {
         }
         return Err(format!("-r {}: this job has {n} ranks (0…{})", plan.root, n - 1).into());
     }
+    // --device: this rank's device, or rcomm's reason why there is none.
+    let dev = if plan.device {
+        Some(device::pick_device().map_err(|e| format!("--device on rank {rank}: {e}"))?)
+    } else {
+        None
+    };
     if rank == 0 {
         let (b, e, f, i) = plan.sweep;
         let step = if f > 1 {
@@ -464,12 +674,13 @@ pub fn run(plan: &Plan) -> Res<()> {
                 plan.average.name(),
                 algos.join(",")
             ),
+            format!("# memory: {}", memory_line(dev, plan.stream)),
             "#".into(),
             "# Using ranks".into(),
         ];
         if let Ok(v) = std::env::var("RCOMM_ALGO") {
             // It changes what `auto` runs.
-            lines.insert(2, format!("# RCOMM_ALGO={v}"));
+            lines.insert(3, format!("# RCOMM_ALGO={v}"));
         }
         for r in 0..n {
             let pi = world.peer(r)?;
@@ -485,26 +696,46 @@ pub fn run(plan: &Plan) -> Res<()> {
         }
     }
     match plan.dtype {
-        Dtype::I8 => run_typed::<i8>(&world, plan),
-        Dtype::I16 => run_typed::<i16>(&world, plan),
-        Dtype::I32 => run_typed::<i32>(&world, plan),
-        Dtype::I64 => run_typed::<i64>(&world, plan),
-        Dtype::U8 => run_typed::<u8>(&world, plan),
-        Dtype::U16 => run_typed::<u16>(&world, plan),
-        Dtype::U32 => run_typed::<u32>(&world, plan),
-        Dtype::U64 => run_typed::<u64>(&world, plan),
-        Dtype::F16 => run_typed::<half::f16>(&world, plan),
-        Dtype::Bf16 => run_typed::<half::bf16>(&world, plan),
-        Dtype::F32 => run_typed::<f32>(&world, plan),
-        Dtype::F64 => run_typed::<f64>(&world, plan),
+        Dtype::I8 => run_typed::<i8>(&world, plan, dev),
+        Dtype::I16 => run_typed::<i16>(&world, plan, dev),
+        Dtype::I32 => run_typed::<i32>(&world, plan, dev),
+        Dtype::I64 => run_typed::<i64>(&world, plan, dev),
+        Dtype::U8 => run_typed::<u8>(&world, plan, dev),
+        Dtype::U16 => run_typed::<u16>(&world, plan, dev),
+        Dtype::U32 => run_typed::<u32>(&world, plan, dev),
+        Dtype::U64 => run_typed::<u64>(&world, plan, dev),
+        Dtype::F16 => run_typed::<half::f16>(&world, plan, dev),
+        Dtype::Bf16 => run_typed::<half::bf16>(&world, plan, dev),
+        Dtype::F32 => run_typed::<f32>(&world, plan, dev),
+        Dtype::F64 => run_typed::<f64>(&world, plan, dev),
     }
 }
 
-fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Res<()> {
+/// The header's memory: `host`, or `device D (backend)` and the calls used.
+fn memory_line(dev: Option<u32>, stream: bool) -> String {
+    match dev {
+        None => "host".into(),
+        Some(d) => format!(
+            "device {d} ({}), *_device collectives{}",
+            rcomm::gpu::backend_name().unwrap_or("?"),
+            if stream {
+                ", allreduce_device_on a created stream"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// The sweep of every algorithm and size, on host buffers or (`dev`) on device `dev`.
+fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan, dev: Option<u32>) -> Res<()> {
     let (n, rank) = (comm.size(), comm.rank());
     let info = plan.op.info();
     let elem = size_of::<T>();
-    let (oop_ok, ip_ok) = variants(plan.op).expect("validated");
+    let (oop_ok, ip_ok) = match dev {
+        Some(_) => device_variants(plan.op)?,
+        None => variants(plan.op).expect("validated"),
+    };
     let sizes: Vec<usize> = if plan.op == CollOp::Barrier {
         vec![0]
     } else {
@@ -516,7 +747,11 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Res<()> {
         .map(|&s| counts_of(s).total())
         .max()
         .unwrap_or(0);
-    let mut bufs = Bufs::<T>::new(cap);
+    let mut bufs: Box<dyn Buffers<T>> = match dev {
+        Some(d) => Box::new(DevBufs::<T>::new(d, cap, plan.stream)?),
+        None => Box::new(HostBufs::<T>::new(cap)),
+    };
+    let bufs = &mut *bufs;
     let mut cx = Ctx {
         comm,
         plan,
@@ -524,7 +759,7 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Res<()> {
         rank,
         rep: 0,
     };
-    fill_timing(&cx, &mut bufs);
+    fill_timing(&cx, bufs)?;
     let factor = info.bus.factor(n as usize);
     let mut out = std::io::stdout().lock();
     let (mut bw_sum, mut bw_count, mut failed, mut wrong_total) = (0.0f64, 0usize, 0usize, 0u64);
@@ -578,7 +813,7 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Res<()> {
                 if (inplace && !ip_ok) || (!inplace && !oop_ok) {
                     continue;
                 }
-                let (secs, wrong) = measure(&mut cx, &mut bufs, algo, size, counts, inplace)?;
+                let (secs, wrong) = measure(&mut cx, bufs, algo, size, counts, inplace)?;
                 let m = Measure::new(secs, head.size, factor, wrong);
                 if let Some(b) = m.busbw {
                     bw_sum += b;
@@ -597,13 +832,14 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Res<()> {
             }
             if rank == 0 {
                 let line = if plan.json {
-                    coll::json_row(
+                    let row = coll::json_row(
                         plan.op,
                         algo.0,
                         &head,
                         results[0].as_ref(),
                         results[1].as_ref(),
-                    )
+                    );
+                    device::with_memory(&row, dev.is_some())
                 } else {
                     coll::table_row(&head, results[0].as_ref(), results[1].as_ref())
                 };

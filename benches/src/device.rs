@@ -25,6 +25,14 @@ pub fn pick_device() -> rcomm::Result<u32> {
     Ok(if n == 0 { 0 } else { local % n })
 }
 
+/// A JSON row with the memory kind added: `{…,"memory":"host"}` or `"device"` (`pt2pt` and
+/// `coll` rows).
+pub fn with_memory(row: &str, device: bool) -> String {
+    let body = row.strip_suffix('}').unwrap_or(row);
+    let m = if device { "device" } else { "host" };
+    format!("{body},\"memory\":\"{m}\"}}")
+}
+
 /// A device allocation used by its first `n` bytes (allocated with at least one byte: a
 /// 0-byte message still needs an address).
 #[derive(Debug)]

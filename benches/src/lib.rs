@@ -12,7 +12,8 @@
 //! the collective benchmark ([`coll_run`]) and of the overlap benchmark (`rcomm-bench overlap`:
 //! a non-blocking allreduce against computation, [`overlap`]), and the per-rank timing test
 //! that names slow ranks (`rcomm-bench --straggler`, [`straggler`]); [`device`]: device buffers
-//! for `pt2pt --device` and the single-process device copy baseline `rcomm-bench dtod`.
+//! for `pt2pt --device` (and the device choice for `coll --device`, whose loop is
+//! [`coll_run`]'s) and the single-process device copy baseline `rcomm-bench dtod`.
 #![warn(missing_docs)]
 
 pub mod coll;

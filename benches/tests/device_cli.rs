@@ -1,7 +1,8 @@
-//! `rcomm-bench pt2pt … --device` and `rcomm-bench dtod` on the host-memory stand-in of a
-//! device (`RCOMM_GPU_STANDIN=1`, so they run without a GPU): rows say `"memory":"device"`
-//! and pass their check pass, a receive that stops writing fails it, `dtod` prints a figure;
-//! and without a device (no driver, no stand-in) both fail with rcomm's reason, not a panic.
+//! `rcomm-bench pt2pt … --device`, `rcomm-bench coll … --device` and `rcomm-bench dtod` on the
+//! host-memory stand-in of a device (`RCOMM_GPU_STANDIN=1`, so they run without a GPU): rows
+//! say `"memory":"device"` and pass their check pass (coll: #wrong 0), a receive that stops
+//! writing or a corrupted result fails it, `dtod` prints a figure; and without a device (no
+//! driver, no stand-in) they fail with rcomm's reason, not a panic.
 
 mod common;
 use common::{figure_ok, json_row, json_str};
@@ -31,10 +32,10 @@ fn text(o: &Output) -> (i32, String, String) {
     )
 }
 
-/// `rcomm-run -n 2 rcomm-bench pt2pt ARGS`, on the stand-in when `standin`.
-fn pt2pt(run: &PathBuf, standin: bool, args: &[&str]) -> (i32, String, String) {
+/// `rcomm-run -n N rcomm-bench SUB ARGS`, on the stand-in when `standin`.
+fn bench(run: &PathBuf, n: u32, standin: bool, sub: &str, args: &[&str]) -> (i32, String, String) {
     let mut c = Command::new(run);
-    c.args(["-n", "2", "--no-prefix", BENCH, "pt2pt"])
+    c.args(["-n", &n.to_string(), "--no-prefix", BENCH, sub])
         .args(args);
     if standin {
         c.env("RCOMM_GPU_STANDIN", "1");
@@ -42,6 +43,16 @@ fn pt2pt(run: &PathBuf, standin: bool, args: &[&str]) -> (i32, String, String) {
         c.env_remove("RCOMM_GPU_STANDIN");
     }
     text(&c.output().expect("run rcomm-run"))
+}
+
+/// `rcomm-run -n 2 rcomm-bench pt2pt ARGS`, on the stand-in when `standin`.
+fn pt2pt(run: &PathBuf, standin: bool, args: &[&str]) -> (i32, String, String) {
+    bench(run, 2, standin, "pt2pt", args)
+}
+
+/// `rcomm-run -n N rcomm-bench coll ARGS`, on the stand-in when `standin`.
+fn coll(run: &PathBuf, n: u32, standin: bool, args: &[&str]) -> (i32, String, String) {
+    bench(run, n, standin, "coll", args)
 }
 
 const CHECK_PASSED: &str =
@@ -174,6 +185,150 @@ fn dtod_prints_a_bandwidth_on_the_stand_in() {
             err.contains("rcomm-bench dtod: no CUDA device is usable"),
             "{err}"
         );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+/// Every device collective on 3 ranks (rooted ones at root 1), f32 and a 16-bit type, small
+/// sizes: each JSON row says `"memory":"device"` and has `"wrong":0` in the variant the device
+/// API has (allreduce and bcast in place, the others out of place) and `null` in the other;
+/// then allreduce on a created stream (`--stream`) on 2 ranks, as the table.
+#[test]
+fn coll_device_rows_have_no_wrong_elements() {
+    let Some(run) = rcomm_run() else {
+        return skip_without_launcher();
+    };
+    for (op, inplace) in [
+        ("allreduce", true),
+        ("bcast", true),
+        ("reduce", false),
+        ("allgather", false),
+        ("reduce_scatter", false),
+        ("alltoall", false),
+    ] {
+        for dtype in ["float", "bfloat16"] {
+            let what = format!("{op} {dtype}");
+            let (rc, out, err) = coll(
+                &run,
+                3,
+                true,
+                &[
+                    op, "-b", "96", "-e", "24K", "-f", "16", "-n", "2", "-w", "1", "-r", "1", "-d",
+                    dtype, "--json", "--device",
+                ],
+            );
+            assert_eq!(rc, 0, "{what}: {out}\n{err}");
+            let rows: Vec<&str> = out.lines().collect();
+            assert_eq!(rows.len(), 3, "{what}: {out}");
+            for l in rows {
+                assert_eq!(json_str(l, "memory"), Some("device"), "{what}: {l}");
+                let (oop, ip) = l.split_once("\"inplace\":").expect("inplace field");
+                let (checked, absent) = if inplace { (ip, oop) } else { (oop, ip) };
+                assert!(checked.contains("\"wrong\":0"), "{what}: {l}");
+                assert!(
+                    absent.contains("\"wrong\":null") || absent.starts_with("null"),
+                    "{what}: {l}"
+                );
+            }
+            assert!(
+                err.contains("# memory: device 0 (stand-in), *_device collectives"),
+                "{what}: {err}"
+            );
+            assert!(err.contains("Out of bounds values : 0 OK"), "{what}: {err}");
+        }
+    }
+    let (rc, out, err) = coll(
+        &run,
+        2,
+        true,
+        &[
+            "allreduce",
+            "-b",
+            "8",
+            "-e",
+            "64K",
+            "-f",
+            "8",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--device",
+            "--stream",
+        ],
+    );
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert!(
+        out.contains("allreduce_device_on a created stream"),
+        "{out}"
+    );
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 5, "{out}");
+    for f in rows {
+        // size count type redop root | N/A ×4 (no out-of-place device allreduce) | in place
+        assert_eq!(f.len(), 13, "{f:?}");
+        assert_eq!((f[8], f[12]), ("N/A", "0"), "{out}");
+    }
+}
+
+/// A corrupted device result fails the run with #wrong > 0; collectives without a device form
+/// and `--stream` outside allreduce are refused before anything runs; without a device the
+/// run fails with rcomm's reason.
+#[test]
+fn coll_device_failures_are_reported() {
+    let Some(run) = rcomm_run() else {
+        return skip_without_launcher();
+    };
+    let (rc, out, err) = coll(
+        &run,
+        2,
+        true,
+        &[
+            "reduce_scatter",
+            "-b",
+            "1K",
+            "-e",
+            "1K",
+            "-n",
+            "2",
+            "--device",
+            "--inject-wrong",
+        ],
+    );
+    assert_eq!(rc, 1, "{out}\n{err}");
+    assert!(out.contains("Out of bounds values : 1 FAILED"), "{out}");
+    assert!(err.contains("1 wrong elements"), "{err}");
+    for (args, msg) in [
+        (
+            &["gather", "--device"][..],
+            "--device: rcomm has no device form of gather yet",
+        ),
+        (
+            &["barrier", "--device"][..],
+            "--device: barrier has no buffers",
+        ),
+        (
+            &["bcast", "--device", "--stream"][..],
+            "--stream: only allreduce has a stream-ordered device form",
+        ),
+    ] {
+        let (rc, out, err) = coll(&run, 2, true, &[args, &["-b", "8", "-e", "8"]].concat());
+        assert_eq!(rc, 2, "{args:?}: {out}\n{err}");
+        assert!(err.contains(msg), "{args:?}: {err}");
+    }
+    let (rc, out, err) = coll(
+        &run,
+        2,
+        false,
+        &["allreduce", "-b", "8", "-e", "8", "--device"],
+    );
+    if rc != 0 {
+        assert!(err.contains("--device on rank"), "{out}\n{err}");
+        assert!(err.contains("no CUDA device is usable"), "{out}\n{err}");
         assert!(!err.contains("panicked"), "{err}");
     }
 }

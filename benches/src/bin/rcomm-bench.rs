@@ -9,8 +9,9 @@
 //! process: the reference for the bandwidth of device messages between ranks.
 //!
 //! `rcomm-run -n N rcomm-bench coll OP [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
-//! [-d TYPE] [-o REDOP] [-r ROOT] [-c CHECK] [-a 0|1|2|3] [-A ALGO] [--json] [--plot FILE.svg]`
-//! runs a collective with nccl-tests' methodology and columns (see [`rcomm_benches::coll`]).
+//! [-d TYPE] [-o REDOP] [-r ROOT] [-c CHECK] [-a 0|1|2|3] [-A ALGO] [--json] [--plot FILE.svg]
+//! [--device [--stream]]` runs a collective with nccl-tests' methodology and columns (see
+//! [`rcomm_benches::coll`]); `--device` on device buffers with the `*_device` collectives.
 //!
 //! `rcomm-run -n N rcomm-bench overlap [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]
 //! [-d TYPE] [--test-every K] [--json]` measures how much of a non-blocking allreduce hides
@@ -341,7 +342,8 @@ fn main_overlap(a: &OverlapArgs) -> ExitCode {
     after_help = "Output: nccl-tests' table: `size count type redop root` (size: the larger \
     buffer in bytes; count: the count passed to the call), then `time algbw busbw #wrong` out of \
     place and again in place (N/A where rcomm has no such call: bcast is in place only, reduce, \
-    allgather, reduce_scatter, alltoall, gather, scatter and scan out of place only). Times in µs, \
+    allgather, reduce_scatter, alltoall, gather, scatter and scan out of place only; with \
+    --device allreduce is in place only too). Times in µs, \
     bandwidths in GB/s (10^9 B/s); algbw = size / time, busbw = algbw × 2(n−1)/n (allreduce), \
     (n−1)/n (allgather, reduce_scatter, alltoall, gather, scatter), 1 (bcast, reduce, scan); barrier \
     reports a time only. #wrong: wrong elements over all ranks in the check pass after the timed \
@@ -414,12 +416,24 @@ struct CollArgs {
     algo: String,
     /// One JSON object per size on stdout instead of the table (headers go to stderr):
     /// {"op","algo","size","count","type","redop","root","time_us","algbw","busbw","wrong",
-    /// "inplace":{"time_us","algbw","busbw","wrong"}}; null where a variant does not exist.
+    /// "inplace":{"time_us","algbw","busbw","wrong"},"memory":"host"|"device"}; null where a
+    /// variant does not exist.
     #[arg(long)]
     json: bool,
     /// Also draw busbw against size (log x) into this SVG file, one line per algorithm.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
+    /// Buffers in device memory: `DeviceBuffer`s on device RCOMM_LOCAL_RANK mod the number of
+    /// devices (as `pt2pt --device`), the `*_device` collectives (allreduce and bcast in place;
+    /// reduce, allgather, reduce_scatter, alltoall out of place; no gather, scatter, scan or
+    /// barrier). The check data is copied in before the checked call and the result copied
+    /// back to the host for #wrong, outside the timed loop; JSON rows say "memory":"device".
+    #[arg(long)]
+    device: bool,
+    /// With --device, allreduce only: the stream-ordered `allreduce_device_on` on a stream this
+    /// rank creates, synchronized after the timed loop (inside the time, as nccl-tests does).
+    #[arg(long, requires = "device")]
+    stream: bool,
     /// Testing the benchmark: corrupt one output element on the last rank in every check pass.
     #[arg(long, hide = true)]
     inject_wrong: bool,
@@ -442,6 +456,8 @@ fn coll_plan(a: &CollArgs) -> Result<coll_run::Plan, String> {
         json: a.json,
         plot: a.plot.clone(),
         inject_wrong: a.inject_wrong,
+        device: a.device,
+        stream: a.stream,
     };
     coll_run::validate(&p)?;
     // A send and a receive buffer of the largest size, per rank.
@@ -856,7 +872,7 @@ fn run(plan: &Plan) -> Res<()> {
         if rank == 0 {
             let v = t.figure(n, lp.iterations, plan.window, total.as_secs_f64());
             let line = if plan.json {
-                with_memory(&t.json(n, v), dev.is_some())
+                device::with_memory(&t.json(n, v), dev.is_some())
             } else {
                 t.row(n, v)
             };
@@ -1032,13 +1048,6 @@ fn bandwidth(
     };
     p.agree(t, n, last, bad)?;
     Ok(total)
-}
-
-/// A JSON row with the memory kind added: `{…,"memory":"host"}` or `"device"`.
-fn with_memory(row: &str, device: bool) -> String {
-    let body = row.strip_suffix('}').unwrap_or(row);
-    let m = if device { "device" } else { "host" };
-    format!("{body},\"memory\":\"{m}\"}}")
 }
 
 /// [`latency`] with both buffers in device memory (`send_device`, `recv_device`,
