@@ -1,5 +1,6 @@
 //! The examples `heat` and `train3d` (rcomm-core/examples/) as real jobs under `rcomm-run`:
-//! the parallel runs must reproduce the one-rank numbers.
+//! the parallel runs must reproduce the one-rank numbers (`train3d` also with `--device`, on
+//! the stand-in of a GPU).
 
 use rcomm_tests::{Job, JobOutput};
 use std::path::PathBuf;
@@ -152,21 +153,44 @@ fn train3d_on_2x2x2_ranks_matches_the_single_process_run() {
                 && head.contains("2 gradient bucket(s) per stage"),
             "{out}"
         );
-        let got = losses(&out);
-        for (s, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!(
-                ((g - w) / w).abs() < 1e-12,
-                "step {s}: {g} vs reference {w}\n{out}"
-            );
-        }
-        let diff: f64 = line(
-            &out,
-            "max relative difference from the single-process reference: ",
-        )
-        .parse()
-        .unwrap();
-        assert!(diff < 1e-12, "{out}");
+        assert_losses_match(&out, &want);
     }
+}
+
+/// Every step's loss of `out` agrees with the reference `want` within 1e-12 (relative), and so
+/// does the difference train3d reports itself.
+fn assert_losses_match(out: &JobOutput, want: &[f64]) {
+    let got = losses(out);
+    for (s, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            ((g - w) / w).abs() < 1e-12,
+            "step {s}: {g} vs reference {w}\n{out}"
+        );
+    }
+    let diff: f64 = line(
+        out,
+        "max relative difference from the single-process reference: ",
+    )
+    .parse()
+    .unwrap();
+    assert!(diff < 1e-12, "{out}");
+}
+
+/// `train3d --device` on the host-memory stand-in of a GPU (`RCOMM_GPU_STANDIN=1`): the tp
+/// sums and dp gradient buckets are `allreduce_device` calls on `DeviceBuffer`s, the pipeline
+/// messages `send_device` / `recv_device`; the losses must match the single-process reference
+/// as the host run's do.
+#[test]
+fn train3d_device_on_2x2x2_ranks_matches_the_single_process_run() {
+    let want = losses(&run(1, "train3d", &[], &[]));
+    let out = run(8, "train3d", &["--device"], &[("RCOMM_GPU_STANDIN", "1")]);
+    let head = line(&out, "train3d: ");
+    assert!(
+        head.starts_with("dp 2 x pp 2 x tp 2 on 8 ranks")
+            && head.ends_with("communication through device memory"),
+        "{out}"
+    );
+    assert_losses_match(&out, &want);
 }
 
 /// `restart` (checkpoint and resume): rank 1 dies at step 23 of the first run; with

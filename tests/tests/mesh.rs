@@ -2,7 +2,8 @@
 //! non-blocking collectives on two communicators started and waited in different orders on
 //! different ranks) and `rt_mesh` (coordinates and the members of every dimension's
 //! communicator for several shapes on 8 ranks, under real and fake host groupings, the
-//! warning when `tp` spans nodes, strict mode's error, `alltoallv` over `ep`).
+//! warning when `tp` spans nodes, strict mode's error, `alltoallv` over `ep`, a device buffer
+//! all-reduced over `tp` on the stand-in of a GPU).
 
 use rcomm_tests::{Job, test_program};
 use std::time::Duration;
@@ -122,4 +123,17 @@ fn meshes_on_one_node_and_on_unequal_nodes() {
             .contains("dimension tp of size 4 spans nodes: nodes have 3 to 5 ranks"),
         "{out}"
     );
+}
+
+/// The tp communicator of a 2 × 2 × 2 mesh all-reduces a `DeviceBuffer` (plain and on a
+/// stream), on the host-memory stand-in of a GPU: each rank checks the result against the sum
+/// (and max) over its tp members computed in the rank program.
+#[test]
+fn a_mesh_tp_communicator_all_reduces_a_device_buffer() {
+    let prog = test_program("rt_mesh");
+    let out = Job::new(8, &[&prog, "0,0,0,0,0,0,0,0", "device"])
+        .env("RCOMM_GPU_STANDIN", "1")
+        .deadline(Duration::from_secs(60))
+        .run();
+    assert_cases(&out, &["device"], "device buffer over tp");
 }

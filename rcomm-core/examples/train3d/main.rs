@@ -21,11 +21,23 @@
 //! whole batch) and checks that every step's loss agrees within 1e-9 (relative). On one rank
 //! without `--dp/--pp/--tp` (or with `--reference`) the example runs only the reference.
 //!
+//! With `--device` the communicated tensors go through device memory (`device.rs`): the tp
+//! sums and the dp gradient buckets are `allreduce_device` calls on `DeviceBuffer`s, the
+//! pipeline's activations and gradients `send_device` / `recv_device`. The model's math stays
+//! on the host — this is a communication example — so each tensor is copied to the device
+//! before its communication and back after it. There is no non-blocking device collective
+//! yet, so in this mode a gradient bucket's all-reduce blocks where it would start (no overlap
+//! with the backward), and pipeline sends are blocking. The losses must agree with the
+//! reference as in host mode. Without a GPU, `RCOMM_GPU_STANDIN=1` runs it on the host-memory
+//! stand-in of a device.
+//!
 //! Run: `rcomm-run -n 8 target/release/examples/train3d` (2 × 2 × 2; options `--dp --pp --tp
-//! --steps --hidden --ffn --layers --batch --micro --lr --bucket --reference`).
+//! --steps --hidden --ffn --layers --batch --micro --lr --bucket --reference --device`).
 
+mod device;
 mod model;
 
+use device::Device;
 use model::{Block, Cache, Config};
 use rcomm::{CollRequest, Communicator, Mesh, Op, Request, Tag};
 
@@ -64,6 +76,8 @@ struct Args {
     cfg: Config,
     dims: Option<Dims>,
     reference: bool,
+    /// `--device`: communicate through device memory.
+    device: bool,
 }
 
 fn parse_args(size: u32) -> Result<Args, String> {
@@ -78,10 +92,15 @@ fn parse_args(size: u32) -> Result<Args, String> {
         bucket: 2048,
     };
     let (mut dims, mut given, mut reference) = (default_dims(size), false, false);
+    let mut device = false;
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         if k == "--reference" {
             reference = true;
+            continue;
+        }
+        if k == "--device" {
+            device = true;
             continue;
         }
         let v = it.next().ok_or_else(|| format!("{k} needs a value"))?;
@@ -109,6 +128,7 @@ fn parse_args(size: u32) -> Result<Args, String> {
             cfg,
             dims: None,
             reference: true,
+            device,
         });
     }
     let (dp, pp, tp) = (dims.dp as usize, dims.pp as usize, dims.tp as usize);
@@ -133,6 +153,7 @@ fn parse_args(size: u32) -> Result<Args, String> {
         cfg,
         dims: Some(dims),
         reference: false,
+        device,
     })
 }
 
@@ -155,6 +176,14 @@ struct Stage<'a> {
     /// This stage's blocks, this rank's tensor-parallel shard of each.
     blocks: Vec<Block>,
     data: model::Data,
+    /// `--device`: this rank's device, through which every communicated tensor goes.
+    dev: Option<Device>,
+}
+
+/// A data-parallel gradient bucket's sum: in flight (host) or done (device: blocking).
+enum Bucket {
+    Host(CollRequest<f64>),
+    Done(Vec<f64>),
 }
 
 impl Stage<'_> {
@@ -163,6 +192,32 @@ impl Stage<'_> {
     }
     fn last(&self) -> bool {
         self.g.coords.1 == self.n.pp - 1
+    }
+
+    /// Receives a pipeline message (activations or their gradients) into `v`.
+    fn pp_recv(&self, v: &mut [f64], src: u32, tag: Tag) -> rcomm::Result<()> {
+        match self.dev {
+            Some(d) => d.recv(&self.g.pp, v, src, tag),
+            None => self.g.pp.recv(v, src, tag).map(drop),
+        }
+    }
+
+    /// Sends a pipeline message: started (host, its request pushed on `sends`) or done
+    /// (device).
+    fn pp_send(
+        &self,
+        v: Vec<f64>,
+        dest: u32,
+        tag: Tag,
+        sends: &mut Vec<Request<f64>>,
+    ) -> rcomm::Result<()> {
+        match self.dev {
+            Some(d) => d.send(&self.g.pp, &v, dest, tag),
+            None => {
+                sends.push(self.g.pp.isend(v, dest, tag)?);
+                Ok(())
+            }
+        }
     }
 
     /// One training step; returns this rank's part of the loss (non-zero on the last stage's
@@ -174,7 +229,11 @@ impl Stage<'_> {
         let rows = cfg.batch / self.n.dp as usize; // this replica's samples
         let mb = rows / cfg.micro; // rows per micro-batch
         let row0 = d as usize * rows;
-        let tp_sum = |v: &mut [f64]| g.tp.allreduce_in_place(v, Op::Sum);
+        let dev = self.dev;
+        let tp_sum = |v: &mut [f64]| match dev {
+            Some(d) => d.allreduce(&g.tp, v),
+            None => g.tp.allreduce_in_place(v, Op::Sum),
+        };
 
         // Forward, every micro-batch (GPipe): receive from the previous stage, send on.
         let mut caches: Vec<Vec<Cache>> = Vec::new();
@@ -186,7 +245,7 @@ impl Stage<'_> {
                 self.data.x[r0..r0 + mb * h].to_vec()
             } else {
                 let mut x = vec![0.0; mb * h];
-                g.pp.recv(&mut x, p - 1, Tag(m as i32))?;
+                self.pp_recv(&mut x, p - 1, Tag(m as i32))?;
                 x
             };
             let mut cache = Vec::new();
@@ -199,7 +258,7 @@ impl Stage<'_> {
             if self.last() {
                 outs.push(x);
             } else {
-                sends.push(g.pp.isend(x, p + 1, Tag(m as i32))?);
+                self.pp_send(x, p + 1, Tag(m as i32), &mut sends)?;
             }
         }
 
@@ -209,7 +268,7 @@ impl Stage<'_> {
         let mut grads: Vec<Block> = self.blocks.iter().map(Block::zeros_like).collect();
         let mut loss = 0.0;
         let mut pending: Vec<usize> = Vec::new();
-        let mut buckets: Vec<(Vec<usize>, CollRequest<f64>)> = Vec::new();
+        let mut buckets: Vec<(Vec<usize>, Bucket)> = Vec::new();
         for m in (0..cfg.micro).rev() {
             let mut dy = if self.last() {
                 let r0 = (row0 + m * mb) * h;
@@ -218,7 +277,7 @@ impl Stage<'_> {
                 dy
             } else {
                 let mut dy = vec![0.0; mb * h];
-                g.pp.recv(&mut dy, p + 1, Tag((cfg.micro + m) as i32))?;
+                self.pp_recv(&mut dy, p + 1, Tag((cfg.micro + m) as i32))?;
                 dy
             };
             for l in (0..self.blocks.len()).rev() {
@@ -238,19 +297,28 @@ impl Stage<'_> {
                         for &l in &pending {
                             grads[l].flatten_into(&mut buf);
                         }
-                        let req = g.dp.iallreduce(buf, Op::Sum)?;
-                        buckets.push((std::mem::take(&mut pending), req));
+                        let sum = match dev {
+                            Some(d) => {
+                                d.allreduce(&g.dp, &mut buf)?;
+                                Bucket::Done(buf)
+                            }
+                            None => Bucket::Host(g.dp.iallreduce(buf, Op::Sum)?),
+                        };
+                        buckets.push((std::mem::take(&mut pending), sum));
                     }
                 }
             }
             if !self.first() {
-                sends.push(g.pp.isend(dy, p - 1, Tag((cfg.micro + m) as i32))?);
+                self.pp_send(dy, p - 1, Tag((cfg.micro + m) as i32), &mut sends)?;
             }
         }
         rcomm::wait_all(sends)?;
         let nbuckets = buckets.len();
-        for (ls, req) in buckets {
-            let sum = req.wait()?;
+        for (ls, bucket) in buckets {
+            let sum = match bucket {
+                Bucket::Host(req) => req.wait()?,
+                Bucket::Done(v) => v,
+            };
             let mut rest = &sum[..];
             for l in ls {
                 rest = grads[l].unflatten(rest);
@@ -271,6 +339,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cfg,
         dims,
         reference,
+        device,
     } = parse_args(size)?;
     if reference {
         println!(
@@ -295,6 +364,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|l| Block::init(l, cfg.hidden, cfg.ffn).shard(t as usize, n.tp as usize))
             .collect(),
         data: model::data(cfg.batch, cfg.hidden),
+        dev: if device { Some(Device::pick()?) } else { None },
     };
     let mut losses = Vec::new();
     for s in 0..cfg.steps {
@@ -307,7 +377,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 println!(
                     "train3d: dp {} x pp {} x tp {} on {size} ranks; {} blocks ({per_stage} per \
                      stage), hidden {}, ffn {} ({} per tp rank), batch {} ({} micro-batches of {} \
-                     per replica), {nbuckets} gradient bucket(s) per stage",
+                     per replica), {nbuckets} gradient bucket(s) per stage; communication \
+                     through {} memory",
                     n.dp,
                     n.pp,
                     n.tp,
@@ -317,7 +388,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     cfg.ffn / n.tp as usize,
                     cfg.batch,
                     cfg.micro,
-                    cfg.batch / n.dp as usize / cfg.micro
+                    cfg.batch / n.dp as usize / cfg.micro,
+                    if device { "device" } else { "host" }
                 );
             }
             println!("step {s} loss {:.17e}", l[0]);

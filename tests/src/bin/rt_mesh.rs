@@ -6,7 +6,10 @@
 //!   communicator is on one node;
 //! - `warn`: a `tp` of 8 (and a chatty `pp`) that span nodes: a warning (the test reads
 //!   stderr), and in strict mode an error on every rank, printed by rank 0 as `strict: <error>`;
-//! - `ep`: `alltoallv` over the `ep` dimension against a reference.
+//! - `ep`: `alltoallv` over the `ep` dimension against a reference;
+//! - `device`: the `tp` communicator of a dp × pp × tp mesh all-reduces a `DeviceBuffer`
+//!   (`allreduce_device`, plain and on a stream; a GPU or `RCOMM_GPU_STANDIN=1`) against the
+//!   sum computed here from its members.
 //!
 //! Prints `ok <case>` (rank 0).
 use rcomm::{Communicator, Mesh};
@@ -211,6 +214,45 @@ fn ep(w: &Communicator) {
     ok(w, "ep");
 }
 
+/// `allreduce_device` over `tp` of a 2 × 2 × 2 mesh: each rank's `DeviceBuffer` holds values
+/// naming (its world rank, index); the result, copied back, must be the sum over the tp
+/// members (integers in f64: exact in any order). Then `Max` on a created stream.
+fn device(w: &Communicator) {
+    use rcomm::gpu::{self, DeviceBuffer};
+    let mesh = Mesh::new(w, &[("dp", 2), ("pp", 2), ("tp", 2)]).unwrap();
+    let t = mesh.comm("tp").unwrap();
+    let devs = gpu::devices().unwrap().len() as u32;
+    let local: u32 = std::env::var("RCOMM_LOCAL_RANK").map_or(0, |v| v.parse().unwrap());
+    let dev = local % devs.max(1);
+    let val = |r: u32, k: usize| f64::from(r) * 1000.0 + k as f64;
+    let n = 1000;
+    let mine: Vec<f64> = (0..n).map(|k| val(w.rank(), k)).collect();
+    let mut buf = DeviceBuffer::from_host(dev, bytemuck::cast_slice(&mine)).unwrap();
+    t.allreduce_device::<f64>(&mut buf, rcomm::Op::Sum).unwrap();
+    let mut got = vec![0.0f64; n];
+    buf.copy_to_host(bytemuck::cast_slice_mut(&mut got))
+        .unwrap();
+    let tp = members(t);
+    assert_eq!(tp.len(), 2);
+    let want: Vec<f64> = (0..n)
+        .map(|k| tp.iter().map(|&r| val(r, k)).sum())
+        .collect();
+    assert_eq!(got, want, "tp sum on world rank {}", w.rank());
+    // Stream-ordered, Max.
+    buf.copy_from_host(bytemuck::cast_slice(&mine)).unwrap();
+    let s = gpu::stream_create(dev).unwrap();
+    t.allreduce_device_on::<f64>(&mut buf, rcomm::Op::Max, s)
+        .unwrap();
+    gpu::stream_synchronize(s).unwrap();
+    gpu::stream_destroy(s).unwrap();
+    buf.copy_to_host(bytemuck::cast_slice_mut(&mut got))
+        .unwrap();
+    let top = *tp.iter().max().unwrap();
+    let want: Vec<f64> = (0..n).map(|k| val(top, k)).collect();
+    assert_eq!(got, want, "tp max on world rank {}", w.rank());
+    ok(w, "device");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let labels: Vec<u32> = args[1].split(',').map(|x| x.parse().unwrap()).collect();
@@ -241,6 +283,7 @@ fn main() {
             }
             "warn" => warn(&w),
             "ep" => ep(&w),
+            "device" => device(&w),
             other => panic!("unknown case {other}"),
         }
     }
