@@ -136,6 +136,8 @@ pub(crate) struct CommColl {
     /// `None` inside: set up and unusable (agreed by every rank). The collective layer's
     /// window type, erased: this layer names nothing above it.
     pub(crate) node: std::sync::OnceLock<Option<Arc<dyn std::any::Any + Send + Sync>>>,
+    /// The device link class of the communicator (`gpu_coll`'s code), agreed on first use.
+    pub(crate) dev_link: std::sync::OnceLock<u8>,
 }
 
 impl std::fmt::Debug for CommColl {

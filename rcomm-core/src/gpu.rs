@@ -31,6 +31,8 @@ use crate::{Communicator, Scope, ScopedRequest, Source, Status, Tag};
 use rcomm_transport::gpu::{self as dev, Gpu};
 use std::marker::PhantomData;
 
+pub use crate::coll::dev_exec::scratch_bytes;
+pub use crate::gpu_coll::OnStream;
 pub use rcomm_transport::gpu::{DeviceInfo, GpuError, GpuStats, Stream};
 
 /// `addr`, `len`, `is_empty` of a device range.

@@ -1,21 +1,176 @@
-//! Collectives on device buffers, staged through host memory: the device data is copied to
-//! the host, the host collective runs (its algorithms, tuner, errors, watchdogs and hang
-//! report), and the result is copied back. Correct on every transport and machine, with every
-//! dtype and built-in op, bitwise identical on every rank as the host collectives are; this is
-//! the fallback and the cross-node leg, not the NCCL-class path (device kernels and direct
-//! node algorithms over IPC-mapped buffers, P12). Reductions take a built-in [`Op`] only: a
-//! user function cannot run on device memory. `allreduce_device_on` is the stream-ordered
-//! form (as the point-to-point `*_on` calls); the others have none yet.
+//! Collectives on device buffers.
+//!
+//! Two ways to run one, chosen per call alike on every rank (`RCOMM_ALGO=<op>_device:<algo>`
+//! or [`Communicator::with_algo`] force one):
+//! - **the device executor** (`coll::dev_exec`): the same schedules as the host collectives,
+//!   their messages moved by the device paths of point-to-point (between ranks of one node the
+//!   copy engine reads the peer's buffer in place through CUDA IPC; elsewhere through pinned
+//!   host staging) and their reductions run by NVRTC kernels on the device. The algorithms:
+//!   one-shot allreduce (every rank reads every input and folds them: small buffers),
+//!   two-shot (direct reduce-scatter, then direct allgather: large buffers), ring; direct and
+//!   ring allgather and reduce-scatter, tree broadcast, pairwise all-to-all. The tuner picks by
+//!   the communicator's device link class (same GPU, NVLink, PCIe, host staging) and its α/β;
+//! - **staged** (`staged`): the device data is copied to the host, the host collective runs,
+//!   and the result is copied back. The reduction to a root always runs so;
+//! - **NCCL** (`RCOMM_GPU_BACKEND=nccl`, where libnccl loads): the regular collectives go to
+//!   NCCL on the executor's stream (`gpu_nccl`); the v-variants stay rcomm's.
+//!
+//! Every reduction is the canonical or ring order of the host algorithms, so every rank ends
+//! with the same bytes. Reductions take a built-in [`Op`]: a user function cannot run on the
+//! device. A plain call behaves as CUDA-aware MPI's (buffers ready on entry, done on return);
+//! [`Communicator::on_stream`] gives the stream-ordered forms, which wait on the host for the
+//! stream's earlier work and return when done (as the point-to-point `*_on` calls).
 
+use crate::coll::dev_exec::{DevSpan, Scratch};
+use crate::coll::schedule::{self as sch, Schedule};
+use crate::coll::tuner::{self, DevLink};
 use crate::gpu::{DevRef, DeviceMem, DeviceMemMut, Stream, backend, check_range, dev_err};
 use crate::{CommError, Communicator, Element, Op, Result};
 use bytemuck::Pod;
+use rcomm_transport::config::P2pLevel;
+
+/// What the executor runs: the schedule, its name for the record, its op.
+struct Exec {
+    op: &'static str,
+    algo: &'static str,
+    sched: Schedule,
+    device: u32,
+    data: DevSpan,
+    input: DevSpan,
+    reduce: Option<crate::coll::reduce::Reducer>,
+    codes: (u8, u8),
+}
 
 impl Communicator {
     /// `b`'s range (address, bytes), checked to lie in one device allocation.
     fn dev_range(&self, op: &'static str, b: DevRef<'_>) -> Result<(u64, usize)> {
         check_range(op, self.world_me(), b.addr(), b.len())?;
         Ok((b.addr(), b.len()))
+    }
+
+    /// `b` as the executor's span, and its device.
+    fn dev_span(&self, op: &'static str, b: DevRef<'_>) -> Result<(DevSpan, Option<u32>)> {
+        let (addr, len) = self.dev_range(op, b)?;
+        let me = self.world_me();
+        let device = if len == 0 {
+            None
+        } else {
+            Some(
+                backend(op, me)?
+                    .ptr_info(addr)
+                    .map_err(dev_err(op, me))?
+                    .device,
+            )
+        };
+        Ok((DevSpan { addr, len }, device))
+    }
+
+    /// The device of a collective's buffers (they must share one), or 0 when all are empty.
+    fn one_device(&self, op: &'static str, devs: &[Option<u32>]) -> Result<u32> {
+        let mut it = devs.iter().flatten();
+        let first = it.next().copied();
+        if let Some(d) = it.find(|&&d| Some(d) != first) {
+            return Err(CommError::InvalidArg(format!(
+                "{op}: the buffers are on devices {} and {d}; pass buffers of one device",
+                first.unwrap_or(0)
+            )));
+        }
+        Ok(first.unwrap_or(0))
+    }
+
+    /// The device link class of this communicator (the worst pair), agreed on first use by
+    /// an allgather of the device UUIDs (every rank reaches its first device collective on a
+    /// communicator at the same point, so all of them take part) and kept per communicator.
+    fn dev_link(&self, op: &'static str, device: u32) -> Result<DevLink> {
+        const CODES: [DevLink; 4] = [
+            DevLink::SameGpu,
+            DevLink::NvLink,
+            DevLink::Pcie,
+            DevLink::Staged,
+        ];
+        if let Some(&c) = self.coll.dev_link.get() {
+            return Ok(CODES[c as usize]);
+        }
+        let me = self.world_me();
+        let uuid = backend(op, me)?
+            .devices()
+            .map_err(dev_err(op, me))?
+            .into_iter()
+            .find(|d| d.ordinal == device)
+            .map_or([0u8; 16], |d| d.uuid);
+        let mut all = vec![0u8; 16 * self.size as usize];
+        self.allgather(&uuid, &mut all)?;
+        let level = rcomm_transport::config::p2p_level();
+        let same = all.chunks(16).all(|u| u == uuid);
+        let link = if !self.one_node || level == P2pLevel::Off || (!same && level == P2pLevel::Loc)
+        {
+            DevLink::Staged
+        } else if same {
+            DevLink::SameGpu
+        } else {
+            // Which link joins two GPUs is not looked up yet (NVML): assume the slower.
+            DevLink::Pcie
+        };
+        let code = CODES.iter().position(|&l| l == link).unwrap_or(3) as u8;
+        let _ = self.coll.dev_link.set(code);
+        rcomm_transport::rlog!(
+            Info,
+            "COLL",
+            "device collectives on {}: {} ranks, link class {}",
+            crate::fr::comm_label(self.ctx),
+            self.size,
+            link.name()
+        );
+        Ok(link)
+    }
+
+    /// The algorithm of device collective `kind` (`allreduce_device`, …): forced, or `auto`'s.
+    fn dev_algo(
+        &self,
+        kind: &'static str,
+        device: u32,
+        auto: impl FnOnce(DevLink) -> &'static str,
+        names: &[&'static str],
+    ) -> Result<&'static str> {
+        if let Some(f) = self.forced(kind)
+            && let Some(&a) = names.iter().find(|a| **a == f)
+        {
+            return Ok(a);
+        }
+        if self.size < 2 {
+            return Ok(names[0]);
+        }
+        Ok(auto(self.dev_link(kind, device)?))
+    }
+
+    /// The stream for an NCCL call when `RCOMM_GPU_BACKEND=nccl` (the executor's: a plain or
+    /// stream-ordered call has waited for the caller's stream already), else `None`.
+    fn nccl(&self, op: &'static str, device: u32) -> Result<Option<Stream>> {
+        if !crate::gpu_nccl::nccl_enabled() {
+            return Ok(None);
+        }
+        let me = self.world_me();
+        crate::coll::dev_exec::stream(backend(op, me)?, device, op, me).map(Some)
+    }
+
+    /// Runs `e` on the device executor as one recorded collective.
+    fn exec(&self, e: Exec) -> Result<()> {
+        let _fr = crate::fr::Scope::enter();
+        crate::fr::begin_coll(self.ctx, e.op, e.algo, e.data.len, e.codes);
+        let mut s = e.sched;
+        s.op = e.op;
+        self.run_schedule_device(&s, e.device, e.data, e.input, e.reduce.as_ref())
+    }
+
+    /// A device-to-device copy, waited for.
+    fn dev_copy(&self, op: &'static str, dst: u64, src: u64, len: usize) -> Result<()> {
+        if len == 0 || dst == src {
+            return Ok(());
+        }
+        let me = self.world_me();
+        backend(op, me)?
+            .copy_dtod(dst, src, len)
+            .map_err(dev_err(op, me))
     }
 
     /// A host copy of device memory `b`, as `T`s.
@@ -61,12 +216,80 @@ impl Communicator {
         self.stage_out(op, raddr, &out)
     }
 
+    /// Checks `bytes` is a whole number of `T` and returns the count.
+    fn count_of<T>(bytes: usize) -> Result<usize> {
+        let elem = size_of::<T>().max(1);
+        if bytes.is_multiple_of(elem) {
+            Ok(bytes / elem)
+        } else {
+            Err(CommError::Size { bytes, elem })
+        }
+    }
+
     /// All-reduce of device memory in place, `T` elements combined with `op`. Collective.
     pub fn allreduce_device<T: Element>(&self, buf: &mut impl DeviceMemMut, op: Op) -> Result<()> {
         let b = buf.device_mut();
-        let mut v = self.stage_in::<T>("allreduce", b.device_ref())?;
-        self.allreduce_in_place(&mut v, op)?;
-        self.stage_out("allreduce", b.addr(), &v)
+        self.allreduce_dev::<T>(b.device_ref(), b.device_ref(), op)
+    }
+
+    /// All-reduce of device memory out of place: `recv` gets the reduction of every rank's
+    /// `send` (of `recv`'s length). Collective.
+    pub fn allreduce_device_into<T: Element>(
+        &self,
+        send: &impl DeviceMem,
+        recv: &mut impl DeviceMemMut,
+        op: Op,
+    ) -> Result<()> {
+        let r = recv.device_mut();
+        self.allreduce_dev::<T>(send.device_ref(), r.device_ref(), op)
+    }
+
+    fn allreduce_dev<T: Element>(&self, send: DevRef<'_>, recv: DevRef<'_>, op: Op) -> Result<()> {
+        const OP: &str = "allreduce";
+        op.check(T::DTYPE)
+            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        let (s, sd) = self.dev_span(OP, send)?;
+        let (r, rd) = self.dev_span(OP, recv)?;
+        if s.len != r.len {
+            return Err(CommError::InvalidArg(format!(
+                "{OP}: send has {} bytes, recv {}",
+                s.len, r.len
+            )));
+        }
+        let count = Self::count_of::<T>(r.len)?;
+        let device = self.one_device(OP, &[sd, rd])?;
+        if let Some(st) = self.nccl(OP, device)? {
+            return self.nccl_allreduce(s.addr, r.addr, count, T::DTYPE, op, st);
+        }
+        let algo = self.dev_algo(
+            "allreduce_device",
+            device,
+            |link| tuner::device_allreduce(self.size, r.len, link, None),
+            &["one_shot", "two_shot", "ring", "staged"],
+        )?;
+        if algo == "staged" {
+            let mut v = self.stage_in::<T>(OP, send)?;
+            self.allreduce_in_place(&mut v, op)?;
+            return self.stage_out(OP, r.addr, &v);
+        }
+        self.dev_copy(OP, r.addr, s.addr, r.len)?;
+        let (rank, n, elem) = (self.rank, self.size, size_of::<T>());
+        let sched = match algo {
+            "one_shot" => sch::one_shot_allreduce(rank, n, count, elem),
+            "two_shot" => sch::two_shot_allreduce(rank, n, count, elem),
+            _ => sch::ring_allreduce(rank, n, count, elem),
+        };
+        let red = crate::coll::reduce::Reducer::Builtin(op, T::DTYPE);
+        self.exec(Exec {
+            op: OP,
+            algo,
+            sched,
+            device,
+            data: r,
+            input: DevSpan::EMPTY,
+            codes: red.codes(),
+            reduce: Some(red),
+        })
     }
 
     /// [`allreduce_device`](Self::allreduce_device) ordered on `stream`.
@@ -76,31 +299,52 @@ impl Communicator {
         op: Op,
         stream: Stream,
     ) -> Result<()> {
-        let me = self.world_me();
-        backend("allreduce", me)?
-            .stream_wait_host(stream)
-            .map_err(dev_err("allreduce", me))?;
-        self.allreduce_device::<T>(buf, op)
+        self.on_stream(stream).allreduce_device::<T>(buf, op)
     }
 
     /// Broadcast of device memory from `root`. Collective.
     pub fn bcast_device(&self, buf: &mut impl DeviceMemMut, root: u32) -> Result<()> {
+        const OP: &str = "bcast";
         let b = buf.device_mut();
-        let mut v = if self.rank == root {
-            self.stage_in::<u8>("bcast", b.device_ref())?
-        } else {
-            self.dev_range("bcast", b.device_ref())?;
-            vec![0u8; b.len()]
-        };
-        self.bcast(&mut v, root)?;
-        if self.rank != root {
-            self.stage_out("bcast", b.addr(), &v)?;
+        if root >= self.size {
+            return Err(CommError::InvalidRank {
+                rank: root,
+                size: self.size,
+            });
         }
-        Ok(())
+        let (d, dev) = self.dev_span(OP, b.device_ref())?;
+        let device = self.one_device(OP, &[dev])?;
+        if let Some(st) = self.nccl(OP, device)? {
+            return self.nccl_bcast(d.addr, d.len, root, st);
+        }
+        let algo = self.dev_algo("bcast_device", device, |_| "tree", &["tree", "staged"])?;
+        if algo == "staged" {
+            let mut v = if self.rank == root {
+                self.stage_in::<u8>(OP, b.device_ref())?
+            } else {
+                vec![0u8; d.len]
+            };
+            self.bcast(&mut v, root)?;
+            if self.rank != root {
+                self.stage_out(OP, d.addr, &v)?;
+            }
+            return Ok(());
+        }
+        crate::fr::set_root(self.ctx, root);
+        self.exec(Exec {
+            op: OP,
+            algo,
+            sched: sch::binomial_bcast(self.rank, self.size, root, d.len),
+            device,
+            data: d,
+            input: DevSpan::EMPTY,
+            reduce: None,
+            codes: (0, 0),
+        })
     }
 
     /// Reduce of device memory into `recv` on `root` (other ranks' `recv` is not touched;
-    /// they may pass an empty buffer). Collective.
+    /// they may pass an empty buffer). Collective. Runs staged through the host.
     pub fn reduce_device<T: Element>(
         &self,
         send: &impl DeviceMem,
@@ -108,6 +352,15 @@ impl Communicator {
         op: Op,
         root: u32,
     ) -> Result<()> {
+        if crate::gpu_nccl::nccl_enabled() {
+            let (s, sd) = self.dev_span("reduce", send.device_ref())?;
+            let (r, rd) = self.dev_span("reduce", recv.device_mut().device_ref())?;
+            let device = self.one_device("reduce", &[sd, rd])?;
+            if let Some(st) = self.nccl("reduce", device)? {
+                let count = Self::count_of::<T>(s.len)?;
+                return self.nccl_reduce(s.addr, r.addr, count, T::DTYPE, op, root, st);
+            }
+        }
         if self.rank == root {
             self.staged::<T, T>(
                 "reduce",
@@ -128,9 +381,131 @@ impl Communicator {
         recv: &mut impl DeviceMemMut,
     ) -> Result<()> {
         let r = recv.device_mut();
-        self.staged::<u8, u8>("allgather", send.device_ref(), r.device_ref(), |s, r| {
-            self.allgather(s, r)
+        let n = self.size as usize;
+        let counts = vec![send.device_ref().len(); n];
+        self.allgather_dev(Some(send.device_ref()), r.device_ref(), &counts)
+    }
+
+    /// All-gather of device memory in place: `buf` holds this rank's block at
+    /// `rank · len / size` and gets every block. Collective.
+    pub fn allgather_device_in_place(&self, buf: &mut impl DeviceMemMut) -> Result<()> {
+        let b = buf.device_mut();
+        let n = self.size as usize;
+        if !b.len().is_multiple_of(n) {
+            return Err(CommError::InvalidArg(format!(
+                "allgather: {} bytes do not split into {n} blocks",
+                b.len()
+            )));
+        }
+        let counts = vec![b.len() / n; n];
+        self.allgather_dev(None, b.device_ref(), &counts)
+    }
+
+    /// All-gather of device memory with `counts[i]` **bytes** from rank i, packed in rank
+    /// order in `recv` (every rank passes the same `counts`). Collective.
+    pub fn allgatherv_device(
+        &self,
+        send: &impl DeviceMem,
+        recv: &mut impl DeviceMemMut,
+        counts: &[usize],
+    ) -> Result<()> {
+        let r = recv.device_mut();
+        self.allgather_dev(Some(send.device_ref()), r.device_ref(), counts)
+    }
+
+    /// `send`: `None` in place.
+    fn allgather_dev(
+        &self,
+        send: Option<DevRef<'_>>,
+        recv: DevRef<'_>,
+        counts: &[usize],
+    ) -> Result<()> {
+        const OP: &str = "allgather";
+        let (n, me) = (self.size as usize, self.rank as usize);
+        check_counts(OP, counts, n)?;
+        let blocks = sch::packed_blocks(counts, 1);
+        let (r, rd) = self.dev_span(OP, recv)?;
+        let total: usize = counts.iter().sum();
+        if r.len != total {
+            return Err(CommError::InvalidArg(format!(
+                "{OP}: recv has {} bytes, the counts add up to {total}",
+                r.len
+            )));
+        }
+        let (s, sd) = match send {
+            Some(b) => self.dev_span(OP, b)?,
+            None => (DevSpan::EMPTY, None),
+        };
+        if send.is_some() && s.len != counts[me] {
+            return Err(CommError::InvalidArg(format!(
+                "{OP}: send has {} bytes, counts[{me}] is {}",
+                s.len, counts[me]
+            )));
+        }
+        let device = self.one_device(OP, &[sd, rd])?;
+        let equal = counts.iter().all(|&c| c == counts[0]);
+        if equal && let Some(st) = self.nccl(OP, device)? {
+            // In place, the own block is the input (NCCL allows that aliasing).
+            let src = if send.is_some() {
+                s.addr
+            } else {
+                r.addr + blocks[me].0 as u64
+            };
+            return self.nccl_allgather(src, r.addr, counts[me], st);
+        }
+        let algo = self.dev_algo(
+            "allgather_device",
+            device,
+            |link| match link {
+                DevLink::Staged => "ring",
+                _ => "direct",
+            },
+            &["direct", "ring", "staged"],
+        )?;
+        let own = r.addr + blocks[me].0 as u64;
+        if algo == "staged" {
+            let mine = match send {
+                Some(b) => self.stage_in::<u8>(OP, b)?,
+                None => {
+                    let mut v = vec![0u8; counts[me]];
+                    self.stage_out_of(OP, own, &mut v)?;
+                    v
+                }
+            };
+            let mut out = vec![0u8; total];
+            if equal {
+                self.allgather(&mine, &mut out)?;
+            } else {
+                self.allgatherv(&mine, &mut out, counts)?;
+            }
+            return self.stage_out(OP, r.addr, &out);
+        }
+        if send.is_some() {
+            self.dev_copy(OP, own, s.addr, s.len)?;
+        }
+        let sched = match algo {
+            "direct" => sch::direct_allgather_v(self.rank, &blocks),
+            _ => sch::ring_allgather_v(self.rank, &blocks),
+        };
+        self.exec(Exec {
+            op: OP,
+            algo,
+            sched,
+            device,
+            data: r,
+            input: DevSpan::EMPTY,
+            reduce: None,
+            codes: (0, 0),
         })
+    }
+
+    /// Copies device memory at `addr` into `v`.
+    fn stage_out_of(&self, op: &'static str, addr: u64, v: &mut [u8]) -> Result<()> {
+        if v.is_empty() {
+            return Ok(());
+        }
+        let me = self.world_me();
+        backend(op, me)?.copy_dtoh(v, addr).map_err(dev_err(op, me))
     }
 
     /// Reduce-scatter of device memory: `send` holds `size` blocks of `recv`'s length; block
@@ -142,12 +517,94 @@ impl Communicator {
         op: Op,
     ) -> Result<()> {
         let r = recv.device_mut();
-        self.staged::<T, T>(
-            "reduce_scatter",
-            send.device_ref(),
-            r.device_ref(),
-            |s, r| self.reduce_scatter(s, r, op),
-        )
+        let counts = vec![r.len() / size_of::<T>().max(1); self.size as usize];
+        self.reduce_scatter_dev::<T>(send.device_ref(), r.device_ref(), &counts, op)
+    }
+
+    /// Reduce-scatter of device memory with `counts[i]` **elements** for rank i: `send` holds
+    /// their sum, packed in rank order; this rank's block of the reduction lands in `recv`.
+    /// Collective.
+    pub fn reduce_scatter_v_device<T: Element>(
+        &self,
+        send: &impl DeviceMem,
+        recv: &mut impl DeviceMemMut,
+        counts: &[usize],
+        op: Op,
+    ) -> Result<()> {
+        let r = recv.device_mut();
+        self.reduce_scatter_dev::<T>(send.device_ref(), r.device_ref(), counts, op)
+    }
+
+    fn reduce_scatter_dev<T: Element>(
+        &self,
+        send: DevRef<'_>,
+        recv: DevRef<'_>,
+        counts: &[usize],
+        op: Op,
+    ) -> Result<()> {
+        const OP: &str = "reduce_scatter";
+        let (n, me) = (self.size as usize, self.rank as usize);
+        op.check(T::DTYPE)
+            .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        check_counts(OP, counts, n)?;
+        let elem = size_of::<T>();
+        let (s, sd) = self.dev_span(OP, send)?;
+        let (r, rd) = self.dev_span(OP, recv)?;
+        let total: usize = counts.iter().sum::<usize>() * elem;
+        if s.len != total || r.len != counts[me] * elem {
+            return Err(CommError::InvalidArg(format!(
+                "{OP}: send has {} bytes and recv {}; the counts ask for {total} and {}",
+                s.len,
+                r.len,
+                counts[me] * elem
+            )));
+        }
+        let device = self.one_device(OP, &[sd, rd])?;
+        if counts.iter().all(|&c| c == counts[0])
+            && let Some(st) = self.nccl(OP, device)?
+        {
+            return self.nccl_reduce_scatter(s.addr, r.addr, counts[me], T::DTYPE, op, st);
+        }
+        let algo = self.dev_algo(
+            "reduce_scatter_device",
+            device,
+            |link| match link {
+                DevLink::Staged => "ring",
+                _ => "direct",
+            },
+            &["direct", "ring", "staged"],
+        )?;
+        if algo == "staged" {
+            return self.staged::<T, T>(OP, send, recv, |s, r| {
+                self.reduce_scatter_v(s, r, counts, op)
+            });
+        }
+        // The schedules reduce in place over the whole input: work on a copy of `send`.
+        let me_w = self.world_me();
+        let gpu = backend(OP, me_w)?;
+        let work = Scratch::take(gpu, device, s.len, OP, me_w)?;
+        let w = DevSpan {
+            addr: work.addr(),
+            len: s.len,
+        };
+        self.dev_copy(OP, w.addr, s.addr, s.len)?;
+        let blocks = sch::packed_blocks(counts, elem);
+        let sched = match algo {
+            "direct" => sch::direct_reduce_scatter_v(self.rank, &blocks),
+            _ => sch::ring_reduce_scatter_v(self.rank, &blocks),
+        };
+        let red = crate::coll::reduce::Reducer::Builtin(op, T::DTYPE);
+        self.exec(Exec {
+            op: OP,
+            algo,
+            sched,
+            device,
+            data: w,
+            input: DevSpan::EMPTY,
+            codes: red.codes(),
+            reduce: Some(red),
+        })?;
+        self.dev_copy(OP, r.addr, w.addr + blocks[me].0 as u64, r.len)
     }
 
     /// All-to-all of device memory: block `j` of `send` goes to rank `j`, whose block `i` of
@@ -158,8 +615,260 @@ impl Communicator {
         recv: &mut impl DeviceMemMut,
     ) -> Result<()> {
         let r = recv.device_mut();
-        self.staged::<u8, u8>("alltoall", send.device_ref(), r.device_ref(), |s, r| {
-            self.alltoall(s, r)
+        let n = self.size as usize;
+        let counts = vec![send.device_ref().len() / n.max(1); n];
+        self.alltoall_dev(send.device_ref(), &counts, r.device_ref(), &counts)
+    }
+
+    /// All-to-all of device memory with `send_counts[j]` **bytes** to rank j and
+    /// `recv_counts[i]` from rank i, packed in rank order. Collective.
+    pub fn alltoallv_device(
+        &self,
+        send: &impl DeviceMem,
+        send_counts: &[usize],
+        recv: &mut impl DeviceMemMut,
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        let r = recv.device_mut();
+        self.alltoall_dev(send.device_ref(), send_counts, r.device_ref(), recv_counts)
+    }
+
+    fn alltoall_dev(
+        &self,
+        send: DevRef<'_>,
+        send_counts: &[usize],
+        recv: DevRef<'_>,
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        const OP: &str = "alltoall";
+        let (n, me) = (self.size as usize, self.rank as usize);
+        check_counts(OP, send_counts, n)?;
+        check_counts(OP, recv_counts, n)?;
+        let (s, sd) = self.dev_span(OP, send)?;
+        let (r, rd) = self.dev_span(OP, recv)?;
+        if s.len != send_counts.iter().sum::<usize>() || r.len != recv_counts.iter().sum::<usize>()
+        {
+            return Err(CommError::InvalidArg(format!(
+                "{OP}: send has {} bytes and recv {}, not what the counts add up to",
+                s.len, r.len
+            )));
+        }
+        if send_counts[me] != recv_counts[me] {
+            return Err(CommError::InvalidArg(format!(
+                "{OP}: this rank sends itself {} bytes but expects {}",
+                send_counts[me], recv_counts[me]
+            )));
+        }
+        let device = self.one_device(OP, &[sd, rd])?;
+        if send_counts
+            .iter()
+            .chain(recv_counts)
+            .all(|&c| c == send_counts[0])
+            && let Some(st) = self.nccl(OP, device)?
+        {
+            return self.nccl_alltoall(s.addr, r.addr, send_counts[0], st);
+        }
+        let algo = self.dev_algo(
+            "alltoall_device",
+            device,
+            |_| "pairwise",
+            &["pairwise", "staged"],
+        )?;
+        if algo == "staged" {
+            return self.staged::<u8, u8>(OP, send, recv, |s, r| {
+                self.alltoallv(s, send_counts, r, recv_counts)
+            });
+        }
+        let (sb, rb) = (
+            sch::packed_blocks(send_counts, 1),
+            sch::packed_blocks(recv_counts, 1),
+        );
+        self.dev_copy(
+            OP,
+            r.addr + rb[me].0 as u64,
+            s.addr + sb[me].0 as u64,
+            send_counts[me],
+        )?;
+        self.exec(Exec {
+            op: OP,
+            algo,
+            sched: sch::pairwise_alltoall_v(self.rank, &sb, &rb),
+            device,
+            data: r,
+            input: s,
+            reduce: None,
+            codes: (0, 0),
         })
+    }
+
+    /// Sets up this communicator's device collectives on `device` ahead of the first one (so
+    /// its latency does not land on a timed step). Collective. With `RCOMM_GPU_BACKEND=nccl`
+    /// it makes the NCCL communicator, which [`group_device`](Self::group_device) needs;
+    /// otherwise it agrees the device link class the tuner uses.
+    pub fn device_setup(&self, device: u32) -> Result<()> {
+        if crate::gpu_nccl::nccl_enabled() {
+            return self.nccl_setup(device);
+        }
+        if self.size > 1 {
+            self.dev_link("setup", device)?;
+        }
+        Ok(())
+    }
+
+    /// A batch of device point-to-point operations started together and complete together, as
+    /// `ncclGroupStart`/`ncclGroupEnd` (pipeline stages exchanging activations, experts
+    /// exchanging tokens): each `(buffer, rank)` of `sends` goes to that communicator rank,
+    /// each of `recvs` is received from it, all with `tag`. Only the ranks named take part.
+    /// Under `RCOMM_GPU_BACKEND=nccl` the batch is one NCCL group, which needs the
+    /// communicator's NCCL communicator: run [`device_setup`](Self::device_setup) or a device
+    /// collective on it first.
+    pub fn group_device(
+        &self,
+        sends: &[(DevRef<'_>, u32)],
+        recvs: &mut [(crate::gpu::DevMut<'_>, u32)],
+        tag: crate::Tag,
+    ) -> Result<()> {
+        const OP: &str = "sendrecv";
+        if crate::gpu_nccl::nccl_enabled() {
+            let mut devs = Vec::new();
+            let mut bufs = |b: DevRef<'_>, peer: u32| -> Result<crate::gpu_nccl::NcclPeerBuf> {
+                let (sp, d) = self.dev_span(OP, b)?;
+                devs.push(d);
+                Ok(crate::gpu_nccl::NcclPeerBuf {
+                    addr: sp.addr,
+                    bytes: sp.len,
+                    peer,
+                })
+            };
+            let s: Vec<_> = sends
+                .iter()
+                .map(|(b, p)| bufs(*b, *p))
+                .collect::<Result<_>>()?;
+            let r: Vec<_> = recvs
+                .iter()
+                .map(|(b, p)| bufs(b.device_ref(), *p))
+                .collect::<Result<_>>()?;
+            let device = self.one_device(OP, &devs)?;
+            if let Some(st) = self.nccl(OP, device)? {
+                return self.nccl_group(&s, &r, st);
+            }
+        }
+        self.scope(|sc| {
+            let mut reqs = Vec::with_capacity(sends.len() + recvs.len());
+            for (b, p) in recvs.iter_mut() {
+                reqs.push(sc.irecv_device(b, crate::Source::Rank(*p), tag)?);
+            }
+            for (b, p) in sends {
+                reqs.push(sc.isend_device(b, *p, tag)?);
+            }
+            for q in reqs {
+                q.wait()?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The stream-ordered forms of the device collectives: each waits (on the host) for the
+    /// work enqueued on `stream` so far, then runs; work enqueued on `stream` afterwards sees
+    /// its result.
+    pub fn on_stream(&self, stream: Stream) -> OnStream<'_> {
+        OnStream { comm: self, stream }
+    }
+}
+
+/// Checks a counts table has one entry per rank.
+fn check_counts(op: &'static str, counts: &[usize], n: usize) -> Result<()> {
+    if counts.len() == n {
+        Ok(())
+    } else {
+        Err(CommError::InvalidArg(format!(
+            "{op}: {} counts for {n} ranks",
+            counts.len()
+        )))
+    }
+}
+
+/// A communicator's device collectives ordered on a stream ([`Communicator::on_stream`]).
+#[derive(Debug, Clone, Copy)]
+pub struct OnStream<'a> {
+    comm: &'a Communicator,
+    stream: Stream,
+}
+
+impl OnStream<'_> {
+    /// Waits on the host for the stream's earlier work.
+    fn after(&self, op: &'static str) -> Result<&Communicator> {
+        let me = self.comm.world_me();
+        backend(op, me)?
+            .stream_wait_host(self.stream)
+            .map_err(dev_err(op, me))?;
+        Ok(self.comm)
+    }
+
+    /// [`Communicator::allreduce_device`] on the stream.
+    pub fn allreduce_device<T: Element>(&self, buf: &mut impl DeviceMemMut, op: Op) -> Result<()> {
+        self.after("allreduce")?.allreduce_device::<T>(buf, op)
+    }
+
+    /// [`Communicator::allreduce_device_into`] on the stream.
+    pub fn allreduce_device_into<T: Element>(
+        &self,
+        send: &impl DeviceMem,
+        recv: &mut impl DeviceMemMut,
+        op: Op,
+    ) -> Result<()> {
+        self.after("allreduce")?
+            .allreduce_device_into::<T>(send, recv, op)
+    }
+
+    /// [`Communicator::bcast_device`] on the stream.
+    pub fn bcast_device(&self, buf: &mut impl DeviceMemMut, root: u32) -> Result<()> {
+        self.after("bcast")?.bcast_device(buf, root)
+    }
+
+    /// [`Communicator::reduce_device`] on the stream.
+    pub fn reduce_device<T: Element>(
+        &self,
+        send: &impl DeviceMem,
+        recv: &mut impl DeviceMemMut,
+        op: Op,
+        root: u32,
+    ) -> Result<()> {
+        self.after("reduce")?
+            .reduce_device::<T>(send, recv, op, root)
+    }
+
+    /// [`Communicator::allgather_device`] on the stream.
+    pub fn allgather_device(
+        &self,
+        send: &impl DeviceMem,
+        recv: &mut impl DeviceMemMut,
+    ) -> Result<()> {
+        self.after("allgather")?.allgather_device(send, recv)
+    }
+
+    /// [`Communicator::reduce_scatter_device`] on the stream.
+    pub fn reduce_scatter_device<T: Element>(
+        &self,
+        send: &impl DeviceMem,
+        recv: &mut impl DeviceMemMut,
+        op: Op,
+    ) -> Result<()> {
+        self.after("reduce_scatter")?
+            .reduce_scatter_device::<T>(send, recv, op)
+    }
+
+    /// [`Communicator::alltoall_device`] on the stream.
+    pub fn alltoall_device(
+        &self,
+        send: &impl DeviceMem,
+        recv: &mut impl DeviceMemMut,
+    ) -> Result<()> {
+        self.after("alltoall")?.alltoall_device(send, recv)
+    }
+
+    /// [`Communicator::barrier`] after the stream's earlier work.
+    pub fn barrier(&self) -> Result<()> {
+        self.after("barrier")?.barrier()
     }
 }

@@ -31,7 +31,6 @@
 
 // The collective entry points are called from gpu_coll.rs once it routes to NCCL; until then
 // only the tests reach them.
-#![allow(dead_code)]
 
 use crate::attr::{AttrCopy, Keyval};
 use crate::gpu::{Stream, backend, dev_err};

@@ -304,7 +304,24 @@ pub const ALGOS: &[(&str, &[&str])] = &[
     ("scan", &["auto", "chain"]),
 ];
 
-/// Parses `RCOMM_ALGO` (`op:algo,op:algo`), checking every name against [`ALGOS`].
+/// Algorithm names of the collectives on device buffers `RCOMM_ALGO` accepts (rcomm's own
+/// algorithms run by the device executor; `staged`: the host collective over host copies).
+pub const DEVICE_ALGOS: &[(&str, &[&str])] = &[
+    (
+        "allreduce_device",
+        &["auto", "one_shot", "two_shot", "ring", "staged"],
+    ),
+    (
+        "reduce_scatter_device",
+        &["auto", "direct", "ring", "staged"],
+    ),
+    ("allgather_device", &["auto", "direct", "ring", "staged"]),
+    ("bcast_device", &["auto", "tree", "staged"]),
+    ("alltoall_device", &["auto", "pairwise", "staged"]),
+];
+
+/// Parses `RCOMM_ALGO` (`op:algo,op:algo`), checking every name against [`ALGOS`] and
+/// [`DEVICE_ALGOS`].
 pub fn parse_algo(v: &str) -> Result<Vec<(String, String)>, ConfigError> {
     let mut out = Vec::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -320,8 +337,8 @@ pub fn parse_algo(v: &str) -> Result<Vec<(String, String)>, ConfigError> {
             op.trim().to_ascii_lowercase(),
             algo.trim().to_ascii_lowercase(),
         );
-        let Some((_, valid)) = ALGOS.iter().find(|(o, _)| *o == op) else {
-            let ops: Vec<&str> = ALGOS.iter().map(|(o, _)| *o).collect();
+        let Some((_, valid)) = ALGOS.iter().chain(DEVICE_ALGOS).find(|(o, _)| *o == op) else {
+            let ops: Vec<&str> = ALGOS.iter().chain(DEVICE_ALGOS).map(|(o, _)| *o).collect();
             return Err(err(format!(
                 "an operation among {}; `{op}` is not one",
                 ops.join(", ")

@@ -89,3 +89,84 @@ fn without_a_gpu_device_buffers_are_a_clear_error() {
         "{out}"
     );
 }
+
+const COLL_CASES: &[&str] = &[
+    "allreduce",
+    "reduce_scatter",
+    "allgather",
+    "bcast",
+    "alltoall",
+    "reduce",
+    "executor",
+    "group",
+    "bad-op",
+    "leak",
+];
+
+/// `rt_gpu_coll`: every device collective by every algorithm of the device executor (kernels
+/// as host functions on the stand-in's stream queues) and staged, against sequential
+/// references; with `--expect-ipc` the executor must have moved bytes by (stand-in) IPC.
+fn coll_table(n: u32, env: &[(&str, &str)], expect_ipc: bool) {
+    let prog = test_program("rt_gpu_coll");
+    let mut args = vec![prog.as_str()];
+    if expect_ipc {
+        args.push("--expect-ipc");
+    }
+    let mut job = Job::new(n, &args)
+        .env("RCOMM_GPU_STANDIN", "1")
+        .deadline(Duration::from_secs(120));
+    for (k, v) in env {
+        job = job.env(k, v);
+    }
+    let out = job.run();
+    assert_eq!(out.code(), 0, "{n} ranks, {env:?}\n{out}");
+    for case in COLL_CASES {
+        assert!(
+            out.rank_lines(0).contains(&format!("ok {case}").as_str()),
+            "case {case} at {n} ranks, {env:?}\n{out}"
+        );
+    }
+}
+
+#[test]
+fn device_collectives_by_the_device_executor_over_ipc_at_1_to_4_ranks() {
+    for n in [1, 2, 3, 4] {
+        coll_table(n, &[("RCOMM_TRANSPORT", "shm")], true);
+    }
+}
+
+#[test]
+fn device_collectives_staged_per_message_when_p2p_is_off_and_over_tcp() {
+    coll_table(
+        2,
+        &[("RCOMM_TRANSPORT", "shm"), ("RCOMM_P2P_LEVEL", "off")],
+        false,
+    );
+    coll_table(3, &[("RCOMM_TRANSPORT", "tcp")], false);
+}
+
+#[test]
+fn the_nccl_backend_without_libnccl_is_a_clear_error_on_every_rank() {
+    let prog = test_program("rt_gpu_coll");
+    let t = Instant::now();
+    let out = Job::new(2, &[prog.as_str(), "nccl-missing"])
+        .env("RCOMM_GPU_STANDIN", "1")
+        .env("RCOMM_GPU_BACKEND", "nccl")
+        .deadline(Duration::from_secs(60))
+        .run();
+    assert_eq!(out.code(), 0, "{out}");
+    for r in [0, 1] {
+        assert!(
+            out.rank_lines(r)
+                .iter()
+                .any(|l| l.contains("libnccl could not be loaded")),
+            "rank {r}\n{out}"
+        );
+    }
+    assert!(out.rank_lines(0).contains(&"ok nccl-missing"), "{out}");
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t.elapsed()
+    );
+}

@@ -384,11 +384,9 @@ impl Communicator {
         data: &mut [u8],
         input: &[u8],
         tmp: &mut [u8],
-        mut reqs: Vec<Pending>,
+        reqs: Vec<Pending>,
     ) -> Result<Vec<Pending>> {
-        debug_assert!(reqs.is_empty());
-        let ctx = self.ctx + 1;
-        let region = |c: &Chunk, data: &mut [u8], tmp: &mut [u8]| -> Result<Region> {
+        let mut region = |c: &Chunk| -> Result<Region> {
             let (base, len) = match c.buf {
                 Buf::Data => (data.as_mut_ptr(), data.len()),
                 Buf::Tmp => (tmp.as_mut_ptr(), tmp.len()),
@@ -405,6 +403,22 @@ impl Communicator {
             // touched again or released (`finish_phase`, and `CollRequest`'s drop).
             Ok(unsafe { Region::from_raw(base.add(c.off), c.len) })
         };
+        self.post_phase_with(op, ph, tag, stamp, &mut region, reqs)
+    }
+
+    /// [`post_phase`](Self::post_phase) with the buffers behind `region` (an executor's: host
+    /// slices, or device memory).
+    pub(crate) fn post_phase_with(
+        &self,
+        op: &'static str,
+        ph: &Phase,
+        tag: Tag,
+        stamp: Stamp,
+        region: &mut dyn FnMut(&Chunk) -> Result<Region>,
+        mut reqs: Vec<Pending>,
+    ) -> Result<Vec<Pending>> {
+        debug_assert!(reqs.is_empty());
+        let ctx = self.ctx + 1;
         reqs.reserve(ph.xfers.len());
         let mut err = None;
         {
@@ -418,7 +432,7 @@ impl Communicator {
                         continue;
                     }
                     let posted = self.world_rank(*peer).and_then(|w| {
-                        let reg = region(dst, data, tmp)?;
+                        let reg = region(dst)?;
                         e.irecv(ctx, Source::Rank(w), tag.sel(), reg, op)
                     });
                     match posted {
@@ -434,7 +448,7 @@ impl Communicator {
             for st in &ph.xfers {
                 if let Step::Send { peer, src } = st {
                     let posted = self.world_rank(*peer).and_then(|w| {
-                        let reg = region(src, data, tmp)?;
+                        let reg = region(src)?;
                         e.isend_stamped(ctx, w, tag.0, reg, op, stamp)
                     });
                     match posted {
@@ -465,7 +479,7 @@ impl Communicator {
         &self,
         op: &'static str,
         ph: &Phase,
-        mut reqs: Vec<Pending>,
+        reqs: Vec<Pending>,
         data: &mut [u8],
         input: &[u8],
         tmp: &mut [u8],
@@ -481,6 +495,21 @@ impl Communicator {
                 return Ok(reqs);
             }
         }
+        let reqs = self.await_phase(op, reqs, chk)?;
+        for st in &ph.local {
+            local_step(st, data, input, tmp, reduce)?;
+        }
+        Ok(reqs)
+    }
+
+    /// Waits for every request of a phase (see [`finish_phase`](Self::finish_phase)) and
+    /// returns the emptied list; the local steps are the executor's.
+    pub(crate) fn await_phase(
+        &self,
+        op: &'static str,
+        mut reqs: Vec<Pending>,
+        chk: Option<Tag>,
+    ) -> Result<Vec<Pending>> {
         // Wait for the phase, or for news that a member of the communicator (or of the one it
         // serves, see `failure_scope`) failed: then this collective cannot complete anywhere,
         // and waiting on a live but stuck neighbour would last until the launcher's grace
@@ -570,9 +599,6 @@ impl Communicator {
         drop(e);
         if let Some(x) = err {
             return Err(self.with_other_losses(x));
-        }
-        for st in &ph.local {
-            local_step(st, data, input, tmp, reduce)?;
         }
         Ok(reqs)
     }

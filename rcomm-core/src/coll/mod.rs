@@ -7,12 +7,13 @@
 //! [`CollRequest`] that hands the result back from `wait`.
 
 pub(crate) mod check;
+pub(crate) mod dev_exec;
 mod elem_op;
 mod exec;
 mod hier;
 mod lateness;
 pub(crate) mod progress;
-mod reduce;
+pub(crate) mod reduce;
 pub mod schedule;
 pub(crate) mod shm;
 pub(crate) mod tuner;
@@ -109,7 +110,7 @@ impl Communicator {
     }
 
     /// The algorithm forced for `op` on this handle or by `RCOMM_ALGO`.
-    fn forced(&self, op: &str) -> Option<&str> {
+    pub(crate) fn forced(&self, op: &str) -> Option<&str> {
         if let Some(list) = &self.algo_force
             && let Some((_, a)) = list.iter().find(|(o, _)| o == op)
         {

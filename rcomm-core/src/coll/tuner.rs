@@ -959,6 +959,102 @@ fn log_choices(t: &Tuning, n: u32, inter_node: bool, one_node: bool) {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Collectives on device buffers.
+
+/// How the devices of a communicator's ranks reach each other, the worst pair deciding. The
+/// class sets the α (per step: the host rendezvous, the copy's launch, the stream wait) and β
+/// of the device executor's cost model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DevLink {
+    /// Every rank on one GPU: copies read and write the same memory, so the ranks of a step
+    /// share its bandwidth.
+    SameGpu,
+    /// GPUs of one node joined by NVLink.
+    NvLink,
+    /// GPUs of one node over PCIe (or a link not known to be NVLink).
+    Pcie,
+    /// Through host memory: ranks on other nodes, or `RCOMM_P2P_LEVEL=off`.
+    Staged,
+}
+
+impl DevLink {
+    /// (α in µs per step, β in GB/s). `SameGpu` is measured on one H200 (P11's point-to-point:
+    /// IPC 256 MiB at 1589 GB/s; latency 18 µs under MPS, 153 µs without, so α takes a value
+    /// between); the others are nominal until measured (NVLink 4 per direction, PCIe 5 x16,
+    /// pinned host staging).
+    pub(crate) fn alpha_beta(self) -> (f64, f64) {
+        match self {
+            DevLink::SameGpu => (40.0, 1589.0),
+            DevLink::NvLink => (40.0, 370.0),
+            DevLink::Pcie => (40.0, 45.0),
+            DevLink::Staged => (60.0, 10.0),
+        }
+    }
+
+    /// The name in logs and records.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            DevLink::SameGpu => "same GPU",
+            DevLink::NvLink => "NVLink",
+            DevLink::Pcie => "PCIe",
+            DevLink::Staged => "host staging",
+        }
+    }
+}
+
+/// Modelled µs of the device allreduce `algo` on `n` ranks, `bytes` each, over `link`: steps
+/// cost α, bytes cost what each GPU moves over β (on one GPU, what all ranks move together).
+pub(crate) fn device_allreduce_us(algo: &str, n: u32, bytes: usize, link: DevLink) -> f64 {
+    let (a, b) = link.alpha_beta();
+    let (nf, s) = (f64::from(n.max(1)), bytes as f64 / 1e3);
+    // Bytes each rank receives, bytes it reduces, and steps.
+    let (recv, reduced, steps) = match algo {
+        "one_shot" => ((nf - 1.0) * s, (nf - 1.0) * s, 1.0),
+        "two_shot" => (2.0 * (nf - 1.0) / nf * s, (nf - 1.0) / nf * s, 2.0),
+        "ring" => (
+            2.0 * (nf - 1.0) / nf * s,
+            (nf - 1.0) / nf * s,
+            2.0 * (nf - 1.0),
+        ),
+        _ => return f64::INFINITY,
+    };
+    let shared = if link == DevLink::SameGpu { nf } else { 1.0 };
+    // A reduction reads two operands and writes one at the GPU's memory bandwidth
+    // (`DEV_MEM_GBPS`).
+    steps * a + (recv / b + 3.0 * reduced / DEV_MEM_GBPS) * shared
+}
+
+/// Memory bandwidth a reduction kernel streams at, GB/s: twice the device-to-device copy
+/// measured on one H200 (1895 GB/s, each byte read and written).
+const DEV_MEM_GBPS: f64 = 3790.0;
+
+/// The device allreduce for `n` ranks and `bytes` over `link`, `forced` by `RCOMM_ALGO`
+/// (`allreduce_device:…`) or `with_algo`: one-shot, two-shot or ring over the device
+/// executor, or `staged` through the host collective. Between nodes (`Staged`) the ring keeps
+/// the reductions on the device and lets every message stage through the host.
+pub(crate) fn device_allreduce(
+    n: u32,
+    bytes: usize,
+    link: DevLink,
+    forced: Option<&str>,
+) -> &'static str {
+    if let Some(f) = forced {
+        for a in ["one_shot", "two_shot", "ring", "staged"] {
+            if a == f {
+                return a;
+            }
+        }
+    }
+    ["one_shot", "two_shot", "ring"]
+        .into_iter()
+        .min_by(|x, y| {
+            device_allreduce_us(x, n, bytes, link)
+                .total_cmp(&device_allreduce_us(y, n, bytes, link))
+        })
+        .unwrap_or("ring")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1002,6 +1098,46 @@ mod tests {
             }
         }
         assert_eq!(ALGOS.len(), CollKind::ALL.len());
+    }
+
+    #[test]
+    fn device_allreduce_is_one_shot_when_small_and_two_shot_when_large_on_one_gpu() {
+        for n in [2, 4, 8] {
+            assert_eq!(device_allreduce(n, 8, DevLink::SameGpu, None), "one_shot");
+            assert_eq!(
+                device_allreduce(n, 256 << 20, DevLink::SameGpu, None),
+                "two_shot"
+            );
+            assert_eq!(
+                device_allreduce(n, 256 << 20, DevLink::NvLink, None),
+                "two_shot"
+            );
+        }
+        assert_eq!(
+            device_allreduce(64, 256 << 20, DevLink::Staged, None),
+            "two_shot"
+        );
+        assert_eq!(
+            device_allreduce(4, 8, DevLink::SameGpu, Some("ring")),
+            "ring"
+        );
+        assert_eq!(
+            device_allreduce(4, 8, DevLink::SameGpu, Some("staged")),
+            "staged"
+        );
+        for link in [
+            DevLink::SameGpu,
+            DevLink::NvLink,
+            DevLink::Pcie,
+            DevLink::Staged,
+        ] {
+            let mut last = 0.0;
+            for b in [0usize, 8, 1 << 20, 1 << 30] {
+                let t = device_allreduce_us(device_allreduce(4, b, link, None), 4, b, link);
+                assert!(t >= last && t.is_finite(), "{link:?} {b}");
+                last = t;
+            }
+        }
     }
 
     #[test]

@@ -106,6 +106,26 @@ mod imp {
         pub(in crate::gpu) fn stats(&self) -> GpuStats {
             match self._never {}
         }
+        pub(in crate::gpu) fn copy_dtod_on(
+            &self,
+            _s: Stream,
+            _dst: u64,
+            _src: u64,
+            _len: usize,
+        ) -> Result<(), GpuError> {
+            match self._never {}
+        }
+        pub(in crate::gpu) fn launch(
+            &self,
+            _s: Stream,
+            _ptx: &std::sync::Arc<str>,
+            _func: &str,
+            _grid: u32,
+            _block: u32,
+            _args: &[u64],
+        ) -> Result<(), GpuError> {
+            match self._never {}
+        }
     }
 }
 
@@ -116,7 +136,7 @@ mod imp {
     use super::*;
     use crate::config::P2pLevel;
     use cudarc::driver::sys as cu;
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
     use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
     use std::sync::{Mutex, MutexGuard, OnceLock};
 
@@ -157,6 +177,10 @@ mod imp {
         "cuDeviceCanAccessPeer",
         "cuGetErrorName",
         "cuGetErrorString",
+        "cuMemcpyDtoDAsync_v2",
+        "cuModuleLoadData",
+        "cuModuleGetFunction",
+        "cuLaunchKernel",
     ];
 
     /// Most imports held per process.
@@ -225,6 +249,11 @@ mod imp {
         /// A pinned host bounce buffer (address, or 0 before first use) for small copies:
         /// from pinned memory a copy to the device is complete on return, so no stream wait.
         bounce: usize,
+        /// Loaded modules: (device, address of the PTX text) → `CUmodule` as an integer. The
+        /// text is NVRTC's cached PTX, alive for the process, so its address names it.
+        modules: HashMap<(u32, usize), usize>,
+        /// Kernels: (device, PTX address, name) → `CUfunction` as an integer.
+        functions: HashMap<(u32, usize, String), usize>,
     }
 
     /// Bytes of the pinned bounce buffer; larger copies go from pageable memory and wait.
@@ -325,6 +354,8 @@ mod imp {
                     logged: HashSet::new(),
                     stats: GpuStats::default(),
                     bounce: 0,
+                    modules: HashMap::new(),
+                    functions: HashMap::new(),
                     pinned: Vec::new(),
                 })),
             })
@@ -1001,6 +1032,110 @@ mod imp {
             let gone = st.imports.remove_peer(peer);
             st.logged.remove(&peer);
             self.close(&mut st, gone);
+        }
+
+        pub(in crate::gpu) fn copy_dtod_on(
+            &self,
+            s: Stream,
+            dst: u64,
+            src: u64,
+            len: usize,
+        ) -> Result<(), GpuError> {
+            let d = self.range(dst, len)?;
+            self.range(src, len)?;
+            self.cur(d.device)?;
+            // SAFETY: both ranges lie in device allocations of this process (checked); the
+            // caller keeps them alive until the stream has run the copy.
+            check(
+                unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, len, s.raw as usize as cu::CUstream) },
+                "cuMemcpyDtoDAsync_v2",
+                d.device as i32,
+            )
+        }
+
+        /// The kernel `func` of module `ptx` on `device`, loading the module on first use.
+        fn function(
+            &self,
+            device: u32,
+            ptx: &std::sync::Arc<str>,
+            func: &str,
+        ) -> Result<usize, GpuError> {
+            let key = ptx.as_ptr() as usize;
+            let mut st = self.lock();
+            if let Some(&f) = st.functions.get(&(device, key, func.to_string())) {
+                return Ok(f);
+            }
+            let d = device as i32;
+            let module = match st.modules.get(&(device, key)) {
+                Some(&m) => m,
+                None => {
+                    let text = std::ffi::CString::new(ptx.as_bytes())
+                        .map_err(|_| GpuError::Invalid("PTX text with a NUL byte inside".into()))?;
+                    let mut m: cu::CUmodule = std::ptr::null_mut();
+                    // SAFETY: a NUL-terminated PTX image; the driver JIT-compiles it for the
+                    // current context's device and writes one module handle.
+                    check(
+                        unsafe { cu::cuModuleLoadData(&mut m, text.as_ptr().cast()) },
+                        "cuModuleLoadData",
+                        d,
+                    )?;
+                    st.modules.insert((device, key), m as usize);
+                    m as usize
+                }
+            };
+            let name = std::ffi::CString::new(func)
+                .map_err(|_| GpuError::Invalid(format!("kernel name {func:?}")))?;
+            let mut f: cu::CUfunction = std::ptr::null_mut();
+            // SAFETY: a loaded module and a NUL-terminated name; writes one function handle.
+            check(
+                unsafe { cu::cuModuleGetFunction(&mut f, module as cu::CUmodule, name.as_ptr()) },
+                "cuModuleGetFunction",
+                d,
+            )?;
+            st.functions
+                .insert((device, key, func.to_string()), f as usize);
+            Ok(f as usize)
+        }
+
+        pub(in crate::gpu) fn launch(
+            &self,
+            s: Stream,
+            ptx: &std::sync::Arc<str>,
+            func: &str,
+            grid: u32,
+            block: u32,
+            args: &[u64],
+        ) -> Result<(), GpuError> {
+            self.cur(s.device)?;
+            let f = self.function(s.device, ptx, func)?;
+            // The driver reads each parameter through a pointer to its value.
+            let mut vals: Vec<u64> = args.to_vec();
+            let mut ptrs: Vec<*mut c_void> = vals
+                .iter_mut()
+                .map(|v| (v as *mut u64).cast::<c_void>())
+                .collect();
+            // SAFETY: `f` is a kernel of a loaded module whose parameters are all 8 bytes wide
+            // (the caller's contract, as the reductions of kernels/cuda are); `ptrs` points at
+            // `vals`, both alive across the call (the driver copies the values at launch).
+            check(
+                unsafe {
+                    cu::cuLaunchKernel(
+                        f as cu::CUfunction,
+                        grid.max(1),
+                        1,
+                        1,
+                        block.max(1),
+                        1,
+                        1,
+                        0,
+                        s.raw as usize as cu::CUstream,
+                        ptrs.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                },
+                "cuLaunchKernel",
+                s.device as i32,
+            )
         }
 
         pub(in crate::gpu) fn stream_create(&self, device: u32) -> Result<Stream, GpuError> {

@@ -12,7 +12,10 @@
 //! - export of an allocation to a key a peer on this node can import (cached per allocation,
 //!   invalidated when the allocation is freed), and import of a peer's key (cached per peer and
 //!   allocation);
-//! - streams for the stream-ordered calls.
+//! - streams for the stream-ordered calls;
+//! - for the device executor of the collectives: a device-to-device copy and a kernel launch
+//!   ordered on a stream (the stand-in runs host functions there instead: see
+//!   [`standin_enqueue`]).
 //!
 //! Every CUDA entry is guarded (`is_culib_present`): with no driver, [`gpu`] is an error naming
 //! why, never a panic.
@@ -345,6 +348,34 @@ impl Gpu {
     /// `s` and waited for, so later work on `s` is not waited for).
     pub fn stream_wait_host(&self, s: Stream) -> Result<(), GpuError> {
         both!(self, g => g.stream_wait_host(s))
+    }
+
+    /// Queues a copy of `len` bytes between device addresses of this process on `s` (it runs
+    /// after the work queued on `s` before it; wait with [`stream_wait_host`](Self::stream_wait_host)).
+    pub fn copy_dtod_on(&self, s: Stream, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
+        both!(self, g => g.copy_dtod_on(s, dst, src, len))
+    }
+
+    /// Queues kernel `func` of the PTX module `ptx` on `s`, `grid` blocks of `block` threads,
+    /// its parameters all 8 bytes wide (pointers and 64-bit counts) in `args`. The module is
+    /// loaded once per device and PTX text (keyed by its address: pass a string that lives for
+    /// the process, as NVRTC's cache hands out). The stand-in cannot run PTX:
+    /// [`GpuError::Invalid`] there (its executors queue host functions instead).
+    pub fn launch(
+        &self,
+        s: Stream,
+        ptx: &std::sync::Arc<str>,
+        func: &str,
+        grid: u32,
+        block: u32,
+        args: &[u64],
+    ) -> Result<(), GpuError> {
+        match self {
+            Gpu::Cuda(g) => g.launch(s, ptx, func, grid, block, args),
+            Gpu::StandIn(_) => Err(GpuError::Invalid(format!(
+                "the stand-in device cannot run the kernel {func} (it runs host functions)"
+            ))),
+        }
     }
 
     /// Counters.

@@ -238,6 +238,32 @@ impl StandIn {
         Ok(())
     }
 
+    /// Queues the copy as a host function on `s` (ranges checked now and again when it runs:
+    /// the memory may have been freed by then, which on a GPU would be undefined).
+    pub(super) fn copy_dtod_on(
+        &self,
+        s: Stream,
+        dst: u64,
+        src: u64,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        self.check_range(dst, len)?;
+        self.check_range(src, len)?;
+        let me: &'static StandIn = match gpu()? {
+            Gpu::StandIn(g) => g,
+            Gpu::Cuda(_) => return Err(invalid("stand-in copy without the stand-in".into())),
+        };
+        self.enqueue(
+            s,
+            Box::new(move || {
+                // A range gone when the queue runs is a bug in the caller; report, skip.
+                if let Err(e) = me.copy_dtod(dst, src, len) {
+                    crate::rlog!(Warn, "NET", "stand-in stream copy skipped: {e}");
+                }
+            }),
+        )
+    }
+
     pub(super) fn export(&self, ptr: u64, len: usize) -> Result<RKey, GpuError> {
         let i = self.check_range(ptr, len)?;
         let mut st = self.lock();

@@ -253,6 +253,34 @@ fn ring_allgather_map(v: usize, blocks: &Blocks, real: impl Fn(usize) -> u32) ->
     s
 }
 
+/// Direct allgather into `Data` laid out as `blocks`: one phase in which every rank sends its
+/// block to every peer and receives each peer's block in place. `Data` holds this rank's block
+/// before and every block after; no `Tmp`. n−1 messages each way, all concurrent.
+pub fn direct_allgather_v(rank: u32, blocks: &Blocks) -> Schedule {
+    let (r, n) = (rank as usize, blocks.len());
+    let mut s = Schedule::default();
+    if n < 2 {
+        return s;
+    }
+    let (off, len) = blocks[r];
+    let mut xfers = Vec::new();
+    for j in (0..n).filter(|&j| j != r) {
+        xfers.extend(xfer_pair(
+            j as u32,
+            data(off, len),
+            j as u32,
+            data(blocks[j].0, blocks[j].1),
+        ));
+    }
+    if !xfers.is_empty() {
+        s.phases.push(Phase {
+            xfers,
+            local: vec![],
+        });
+    }
+    s
+}
+
 /// Ring allgather of `block` bytes per rank ([`ring_allgather_v`] with equal blocks): `Data`
 /// (n blocks) holds this rank's block at `rank · block` before and every block after.
 pub fn ring_allgather(rank: u32, n: u32, block: usize) -> Schedule {

@@ -1,8 +1,8 @@
 //! Reductions: allreduce, reduce-scatter, reduce and scan schedules.
 
 use super::{
-    Blocks, Chunk, Order, Phase, Schedule, Step, concat, data, equal_blocks, ring_allgather_v,
-    segments, tmp, tmp_at, xfer_pair,
+    Blocks, Chunk, Order, Phase, Schedule, Step, concat, data, direct_allgather_v, equal_blocks,
+    ring_allgather_v, segments, tmp, tmp_at, xfer_pair,
 };
 
 fn reduce(dst: Chunk, src: Chunk, order: Order) -> Step {
@@ -326,6 +326,39 @@ pub fn direct_allreduce(rank: u32, n: u32, count: usize, elem: usize) -> Schedul
     concat(
         direct_reduce_scatter_v(rank, &seg),
         ring_allgather_v(rank, &seg),
+    )
+}
+
+/// One-shot allreduce: every rank sends its whole buffer to every peer and folds the n inputs
+/// itself, in the canonical order ([`direct_reduce_scatter_v`] where every rank's block is
+/// the whole buffer). One phase, (n−1)·bytes received per rank: the algorithm for small
+/// buffers, where one step of latency beats moving less data (the device executor's choice
+/// between ranks of one node, whose copy engines read the peers' buffers in place).
+///
+/// `Data` holds this rank's `count` elements before and the reduction after; `Tmp` is n−1
+/// buffers. **Rank-ordered and deterministic**: the canonical right fold, bit for bit, as
+/// [`direct_allreduce`].
+pub fn one_shot_allreduce(rank: u32, n: u32, count: usize, elem: usize) -> Schedule {
+    if n < 2 || count == 0 {
+        return Schedule::default();
+    }
+    direct_reduce_scatter_v(rank, &vec![(0, count * elem); n as usize])
+}
+
+/// Two-shot allreduce: [`direct_reduce_scatter_v`] over the n element-aligned [`segments`],
+/// then a direct allgather of the segments ([`direct_allgather_v`]). Two phases, each rank
+/// receiving 2(n−1)/n of the buffer: the large-buffer algorithm between ranks of one node.
+///
+/// `Data` holds this rank's `count` elements before and the reduction after; `Tmp` is n−1
+/// segments. **Rank-ordered and deterministic**: the canonical right fold, bit for bit.
+pub fn two_shot_allreduce(rank: u32, n: u32, count: usize, elem: usize) -> Schedule {
+    if n < 2 || count == 0 {
+        return Schedule::default();
+    }
+    let seg = segments(n, count, elem);
+    concat(
+        direct_reduce_scatter_v(rank, &seg),
+        direct_allgather_v(rank, &seg),
     )
 }
 

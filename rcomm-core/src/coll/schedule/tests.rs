@@ -386,6 +386,8 @@ enum Ar {
     Rd,
     Rabenseifner,
     Direct,
+    OneShot,
+    TwoShot,
 }
 
 fn allreduce_case(algo: Ar, n: usize, count: usize, comb: Comb, seed: u64) {
@@ -397,12 +399,14 @@ fn allreduce_case(algo: Ar, n: usize, count: usize, comb: Comb, seed: u64) {
             Ar::Rd => recursive_doubling_allreduce(r, n as u32, count, elem),
             Ar::Rabenseifner => rabenseifner_allreduce(r, n as u32, count, elem),
             Ar::Direct => direct_allreduce(r, n as u32, count, elem),
+            Ar::OneShot => one_shot_allreduce(r, n as u32, count, elem),
+            Ar::TwoShot => two_shot_allreduce(r, n as u32, count, elem),
         })
         .collect();
     let red = |d: &mut [u8], s: &[u8], o: Order| comb.apply(d, s, o);
     let out = simulate(&scheds, ins.clone(), vec![vec![]; n], &red);
     let what = format!("{algo:?} allreduce of {count} on {n} ranks");
-    if algo == Ar::Direct {
+    if matches!(algo, Ar::Direct | Ar::OneShot | Ar::TwoShot) {
         assert_eq!(
             out[0],
             comb.fold_canonical(&ins),
@@ -532,10 +536,10 @@ proptest! {
 
     #[test]
     fn allreduce_schedules_reduce_in_rank_order_and_agree_bitwise(
-        n in 1usize..=64, algo in 0usize..4, csel in any::<usize>(), q in any::<usize>(),
+        n in 1usize..=64, algo in 0usize..6, csel in any::<usize>(), q in any::<usize>(),
         osel in any::<usize>(), seed in any::<u64>(),
     ) {
-        let algo = [Ar::Ring, Ar::Rd, Ar::Rabenseifner, Ar::Direct][algo];
+        let algo = [Ar::Ring, Ar::Rd, Ar::Rabenseifner, Ar::Direct, Ar::OneShot, Ar::TwoShot][algo];
         let comb = pick_comb(osel, algo != Ar::Ring);
         allreduce_case(algo, n, pick_count(n, csel, q), comb, seed);
     }
@@ -571,9 +575,9 @@ proptest! {
         let own_in_place = |r: usize| { let mut v = vec![0u8; n * blk]; v[r * blk..(r + 1) * blk].copy_from_slice(&blockv(r, r)); v };
         let all_blocks: Vec<u8> = (0..n).flat_map(|b| blockv(b, b)).collect();
         let none = || vec![vec![]; n];
-        // allgather: ring and Bruck, own block in place
-        for bruck in [false, true] {
-            let sc: Vec<_> = (0..nn).map(|r| if bruck { bruck_allgather(r, nn, blk) } else { ring_allgather(r, nn, blk) }).collect();
+        // allgather: ring, Bruck and direct, own block in place
+        for algo in 0..3 {
+            let sc: Vec<_> = (0..nn).map(|r| match algo { 0 => ring_allgather(r, nn, blk), 1 => bruck_allgather(r, nn, blk), _ => direct_allgather_v(r, &equal_blocks(nn, blk)) }).collect();
             for o in simulate(&sc, (0..n).map(own_in_place).collect(), none(), &no_reduce) { prop_assert_eq!(&o, &all_blocks); }
         }
         // alltoall: rank r's block b goes to rank b's block r

@@ -1,0 +1,461 @@
+//! The device executor: runs the same [`Schedule`]s as the CPU executor over device memory.
+//!
+//! - **Transfers** are the engine's point-to-point on device regions, so each message takes
+//!   the device path P11 chose for it: between ranks of one node the receiver's copy engine
+//!   reads the sender's buffer in place (CUDA IPC, allocations exported and imported once and
+//!   cached); elsewhere the bytes are staged through pinned host buffers over the host lanes.
+//! - **Local steps** are queued on one stream: a copy goes to the copy engine
+//!   (`cuMemcpyDtoDAsync`), a reduction launches an NVRTC-compiled kernel of
+//!   `kernels/cuda/reduce.cu` (compiled once per architecture, the module loaded once per
+//!   device). On the host-memory stand-in the same steps are host functions queued on a
+//!   stand-in stream and the reduction runs the CPU kernels: a stand-in, not a GPU.
+//! - **Ordering**: before a phase's messages are posted, the stream has finished the previous
+//!   phase's local steps (a host wait on an event), because a peer may start reading the
+//!   result as soon as the message is announced. The synchronisation between ranks is the
+//!   engine's (host-memory rendezvous messages), not flags in device memory; so a call blocks
+//!   the host until it is done, as the point-to-point `*_on` calls do.
+//! - **Scratch**: the schedule's `Tmp` is device memory from a per-process pool (plain
+//!   allocations, so they can be exported to peers), kept across calls and counted in
+//!   [`scratch_bytes`].
+//!
+//! User-defined ops never reach this executor: a user function cannot run on device memory.
+
+use super::check::Stamp;
+use super::reduce::{Order, Reducer};
+use super::schedule::{Buf, Chunk, Schedule, Step};
+use crate::comm::Communicator;
+use crate::gpu::{backend, dev_err};
+use crate::p2p::region::Region;
+use crate::{CommError, Result};
+use rcomm_transport::gpu::{Gpu, Stream};
+use std::sync::Mutex;
+
+/// Device scratch buffers kept per process: (device, address, bytes).
+static SCRATCH: Mutex<Vec<(u32, u64, usize)>> = Mutex::new(Vec::new());
+/// The executor's stream per device (made on first use, kept).
+static STREAMS: Mutex<Vec<(u32, Stream)>> = Mutex::new(Vec::new());
+
+/// Bytes of device scratch the executor holds (for leak accounting: it is kept for reuse).
+pub fn scratch_bytes() -> usize {
+    SCRATCH
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|s| s.2)
+        .sum()
+}
+
+/// A device range of the executor: address and length.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DevSpan {
+    pub addr: u64,
+    pub len: usize,
+}
+
+impl DevSpan {
+    pub(crate) const EMPTY: DevSpan = DevSpan { addr: 0, len: 0 };
+}
+
+/// A scratch buffer on loan from the pool; back to it when dropped.
+pub(crate) struct Scratch {
+    device: u32,
+    addr: u64,
+    len: usize,
+}
+
+impl Scratch {
+    /// Its address.
+    pub(crate) fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// At least `len` bytes on `device`, from the pool or newly allocated.
+    pub(crate) fn take(
+        gpu: &Gpu,
+        device: u32,
+        len: usize,
+        op: &'static str,
+        me: u32,
+    ) -> Result<Self> {
+        if len == 0 {
+            return Ok(Self {
+                device,
+                addr: 0,
+                len: 0,
+            });
+        }
+        let mut pool = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = pool.iter().position(|s| s.0 == device && s.2 >= len) {
+            let (device, addr, len) = pool.swap_remove(i);
+            return Ok(Self { device, addr, len });
+        }
+        drop(pool);
+        // Round up so that a run of growing sizes does not allocate every time.
+        let want = len.next_power_of_two().max(1 << 16);
+        let addr = gpu.alloc(device, want).map_err(dev_err(op, me))?;
+        Ok(Self {
+            device,
+            addr,
+            len: want,
+        })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).push((
+                self.device,
+                self.addr,
+                self.len,
+            ));
+        }
+    }
+}
+
+/// The executor's stream on `device` (also the NCCL backend's for plain calls).
+pub(crate) fn stream(gpu: &Gpu, device: u32, op: &'static str, me: u32) -> Result<Stream> {
+    let mut ss = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = ss.iter().find(|s| s.0 == device) {
+        return Ok(s.1);
+    }
+    let s = gpu.stream_create(device).map_err(dev_err(op, me))?;
+    ss.push((device, s));
+    Ok(s)
+}
+
+/// Launches the reductions: NVRTC kernels on a GPU, the CPU kernels as host functions on the
+/// stand-in.
+struct Kernels {
+    gpu: &'static Gpu,
+    device: u32,
+    stream: Stream,
+    op: &'static str,
+    me: u32,
+    #[cfg(feature = "cuda")]
+    cuda: Option<CudaKernels>,
+}
+
+#[cfg(feature = "cuda")]
+struct CudaKernels {
+    ptx: std::sync::Arc<str>,
+    sms: u32,
+}
+
+/// Threads per block of the reductions (grid-stride loops).
+#[cfg(feature = "cuda")]
+const BLOCK: u32 = 256;
+
+impl Kernels {
+    fn new(
+        gpu: &'static Gpu,
+        device: u32,
+        stream: Stream,
+        op: &'static str,
+        me: u32,
+    ) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        let cuda = match gpu {
+            Gpu::Cuda(_) => Some(cuda_kernels(gpu, device, op, me)?),
+            Gpu::StandIn(_) => None,
+        };
+        Ok(Self {
+            gpu,
+            device,
+            stream,
+            op,
+            me,
+            #[cfg(feature = "cuda")]
+            cuda,
+        })
+    }
+
+    /// `out = a ⊕ b` over `bytes` bytes.
+    fn reduce(&self, r: &Reducer, out: u64, a: u64, b: u64, bytes: usize) -> Result<()> {
+        let (op, dtype) = match r.sum_form() {
+            Reducer::Builtin(op, d) => (op, d),
+            _ => return Err(user_op_error(self.op)),
+        };
+        #[cfg(feature = "cuda")]
+        if let Some(k) = &self.cuda {
+            let name = rcomm_kernels::cuda::reduce_kernel(op, dtype)
+                .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+            let n = (bytes / dtype.size()) as u64;
+            return self
+                .gpu
+                .launch(
+                    self.stream,
+                    &k.ptx,
+                    &name,
+                    k.grid(n),
+                    BLOCK,
+                    &[out, a, b, n],
+                )
+                .map_err(dev_err(self.op, self.me));
+        }
+        let r = Reducer::Builtin(op, dtype);
+        self.host_fn(move || {
+            // SAFETY: stand-in device memory is host memory; the three ranges lie in live
+            // allocations of the collective (checked by its caller), `out` is `a` or `b` or
+            // apart from both, and nothing else touches them until the stream is waited for.
+            let (d, s, order) = unsafe {
+                if out == a {
+                    (slice_mut(out, bytes), slice(b, bytes), Order::DstFirst)
+                } else {
+                    std::ptr::copy(b as *const u8, out as *mut u8, bytes);
+                    (slice_mut(out, bytes), slice(a, bytes), Order::SrcFirst)
+                }
+            };
+            r.apply(d, s, order).map_err(|e| e.to_string())
+        })
+    }
+
+    /// Divides `bytes` bytes at `buf` by `count` (the end of an average).
+    fn finalize(&self, r: &Reducer, buf: u64, bytes: usize, count: usize) -> Result<()> {
+        let Reducer::Builtin(rcomm_kernels::Op::Avg, dtype) = *r else {
+            return Ok(());
+        };
+        #[cfg(feature = "cuda")]
+        if let Some(k) = &self.cuda {
+            let n = (bytes / dtype.size()) as u64;
+            let name = rcomm_kernels::cuda::div_kernel(dtype);
+            return self
+                .gpu
+                .launch(
+                    self.stream,
+                    &k.ptx,
+                    &name,
+                    k.grid(n),
+                    BLOCK,
+                    &[buf, n, count as u64],
+                )
+                .map_err(dev_err(self.op, self.me));
+        }
+        let r = r.clone();
+        // SAFETY: as in `reduce`.
+        self.host_fn(move || {
+            r.finalize(unsafe { slice_mut(buf, bytes) }, count)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    /// `dst = src` on the stream.
+    fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.gpu
+            .copy_dtod_on(self.stream, dst, src, bytes)
+            .map_err(dev_err(self.op, self.me))
+    }
+
+    /// Queues `f` on the stand-in's stream; a failure is reported at the next wait.
+    fn host_fn(
+        &self,
+        f: impl FnOnce() -> std::result::Result<(), String> + Send + 'static,
+    ) -> Result<()> {
+        let failed = self.failed();
+        rcomm_transport::gpu::standin_enqueue(
+            self.stream,
+            Box::new(move || {
+                if let Err(e) = f() {
+                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                }
+            }),
+        )
+        .map_err(dev_err(self.op, self.me))
+    }
+
+    fn failed(&self) -> std::sync::Arc<Mutex<Option<String>>> {
+        HOST_FN_ERR.with(|e| e.clone())
+    }
+
+    /// Waits until the stream ran what was queued.
+    fn wait(&self) -> Result<()> {
+        self.gpu
+            .stream_wait_host(self.stream)
+            .map_err(dev_err(self.op, self.me))?;
+        if let Some(e) = self
+            .failed()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            return Err(CommError::Device {
+                op: self.op,
+                rank: self.me,
+                why: format!("a reduction on device {} failed: {e}", self.device),
+            });
+        }
+        Ok(())
+    }
+}
+
+thread_local! {
+    /// A stand-in host function's failure, read at the next wait on this thread.
+    static HOST_FN_ERR: std::sync::Arc<Mutex<Option<String>>> = Default::default();
+}
+
+#[cfg(feature = "cuda")]
+impl CudaKernels {
+    /// Blocks for `n` elements: enough to fill the GPU, no more than the work.
+    fn grid(&self, n: u64) -> u32 {
+        let want = n.div_ceil(u64::from(BLOCK)).max(1);
+        want.min(u64::from(self.sms) * 8) as u32
+    }
+}
+
+/// The reductions compiled for `device`'s architecture (NVRTC, once per process).
+#[cfg(feature = "cuda")]
+fn cuda_kernels(gpu: &Gpu, device: u32, op: &'static str, me: u32) -> Result<CudaKernels> {
+    let info = gpu
+        .devices()
+        .map_err(dev_err(op, me))?
+        .into_iter()
+        .find(|d| d.ordinal == device)
+        .ok_or_else(|| CommError::Device {
+            op,
+            rank: me,
+            why: format!("no device {device}"),
+        })?;
+    let arch = format!("sm_{}{}", info.cc.0, info.cc.1);
+    let ptx = rcomm_kernels::cuda::compile_ptx(&arch).map_err(|e| CommError::Device {
+        op,
+        rank: me,
+        why: format!("the reduction kernels for {arch}: {e}"),
+    })?;
+    Ok(CudaKernels {
+        ptx,
+        sms: info.sm_count.max(1),
+    })
+}
+
+/// # Safety
+/// `addr..addr+len` is host memory (stand-in device memory) nobody else uses meanwhile.
+unsafe fn slice<'a>(addr: u64, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+}
+
+/// # Safety
+/// As [`slice`], and not aliased.
+unsafe fn slice_mut<'a>(addr: u64, len: usize) -> &'a mut [u8] {
+    if len == 0 {
+        return &mut [];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }
+}
+
+/// The error for a user-defined op on device memory.
+pub(crate) fn user_op_error(op: &'static str) -> CommError {
+    CommError::InvalidArg(format!(
+        "{op} on device memory takes a built-in op: a user-defined function cannot run on the device"
+    ))
+}
+
+impl Communicator {
+    /// Runs `s` over device memory of `device` to completion: `data` (in place, the result)
+    /// and the read-only `input`. The caller checked both ranges and began the flight-recorder
+    /// record; `reduce` is the collective's op (its `Avg` finished by the caller).
+    pub(crate) fn run_schedule_device(
+        &self,
+        s: &Schedule,
+        device: u32,
+        data: DevSpan,
+        input: DevSpan,
+        reduce: Option<&Reducer>,
+    ) -> Result<()> {
+        let t0 = self.straggler_start();
+        let res = self.run_device_untimed(s, device, data, input, reduce);
+        self.straggler_end(t0);
+        crate::fr::end_coll(self.ctx, &res);
+        res
+    }
+
+    fn run_device_untimed(
+        &self,
+        s: &Schedule,
+        device: u32,
+        data: DevSpan,
+        input: DevSpan,
+        reduce: Option<&Reducer>,
+    ) -> Result<()> {
+        let op = s.op_name();
+        let me = self.world_me();
+        if reduce.is_some_and(|r| r.builtin().is_none()) {
+            return Err(user_op_error(op));
+        }
+        let tag = self.next_coll_tag();
+        let (stamp, chk): (Stamp, _) = self.check_start(tag, s)?;
+        if s.phases.is_empty() {
+            return Ok(());
+        }
+        let gpu = backend(op, me)?;
+        let tmp = Scratch::take(gpu, device, s.tmp_len, op, me)?;
+        let tmp_span = DevSpan {
+            addr: tmp.addr,
+            len: s.tmp_len,
+        };
+        let k = Kernels::new(gpu, device, stream(gpu, device, op, me)?, op, me)?;
+        let span = |b: Buf| match b {
+            Buf::Data => data,
+            Buf::Input => input,
+            Buf::Tmp => tmp_span,
+        };
+        let at = |c: &Chunk| -> Result<u64> {
+            let sp = span(c.buf);
+            if c.off + c.len > sp.len {
+                return Err(CommError::InvalidArg(
+                    "schedule chunk outside its buffer".into(),
+                ));
+            }
+            Ok(sp.addr + c.off as u64)
+        };
+        let mut region =
+            |c: &Chunk| -> Result<Region> { Ok(Region::device(at(c)?, c.len, device)) };
+        let mut list = Vec::new();
+        let res = (|| {
+            for ph in &s.phases {
+                let reqs = self.post_phase_with(op, ph, tag, stamp, &mut region, list)?;
+                list = self.await_phase(op, reqs, chk)?;
+                for st in &ph.local {
+                    match *st {
+                        Step::Copy { dst, src } if dst.len > 0 => {
+                            k.copy(at(&dst)?, at(&src)?, dst.len)?;
+                        }
+                        Step::Reduce { dst, src, order } if dst.len > 0 => {
+                            let r = reduce.ok_or_else(|| {
+                                CommError::InvalidArg("reduction step without an op".into())
+                            })?;
+                            let (d, s) = (at(&dst)?, at(&src)?);
+                            // Built-in ops are commutative bit for bit, but keep the schedule's
+                            // operand order anyway (the kernels take `a ⊕ b`).
+                            let (a, b) = match order {
+                                Order::DstFirst => (d, s),
+                                Order::SrcFirst => (s, d),
+                            };
+                            k.reduce(r, d, a, b, dst.len)?;
+                        }
+                        _ => {}
+                    }
+                }
+                if !ph.local.is_empty() {
+                    // Peers may read these results as soon as the next phase announces them.
+                    k.wait()?;
+                }
+            }
+            Ok(())
+        })();
+        let res = res.map_err(|e| self.in_sequence(e, tag));
+        // Nothing may stay queued over the scratch once it goes back to the pool.
+        let waited = k.wait();
+        res?;
+        waited?;
+        if let Some(r) = reduce {
+            k.finalize(r, data.addr, data.len, self.size as usize)?;
+            k.wait()?;
+        }
+        Ok(())
+    }
+}

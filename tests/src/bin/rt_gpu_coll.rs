@@ -1,0 +1,472 @@
+//! Rank program: collectives on device buffers, every algorithm of the device executor and the
+//! staged path forced in turn (`with_algo`) and the tuner's own choice, against sequential
+//! references built from every rank's inputs. The same program runs on the host-memory
+//! stand-in of a GPU (`RCOMM_GPU_STANDIN=1`, CI: the executor's logic with host functions for
+//! kernels) and on a real GPU (`scripts/gpu-check.sh`). Rank 0 prints `ok <case>` per case.
+//!
+//! `rt_gpu_coll [--big] [--expect-ipc]`:
+//! - `allreduce`: f32, bf16, f16 and i32 at 0, 1, 7 and 64 Ki + 3 elements (and 16 Mi with
+//!   `--big`); sum of small integers (exact in any order), max, and avg (f32); in place, out of
+//!   place and stream-ordered; plus a sum of arbitrary f32 whose bytes must be identical on
+//!   every rank;
+//! - `reduce_scatter` (equal and uneven counts), `allgather` (out of place, in place, uneven),
+//!   `bcast` (every root), `alltoall` (equal and uneven), `reduce`, `barrier`;
+//! - `executor`: with `--expect-ipc`, the executor's algorithms moved device bytes by IPC (the
+//!   counters grew), so a silent fall-back to staging cannot pass;
+//! - `group`: a batch of device sends and receives to both neighbours (`group_device`);
+//! - `bad-op`: an op the element type has not (bitwise and of f32) is a clear error;
+//! - `leak`: device memory free at the end equals free memory after the first round (the
+//!   executor's pooled scratch counted apart).
+
+use half::{bf16, f16};
+use rcomm::gpu::DeviceBuffer;
+use rcomm::{Communicator, Element, Op, World};
+
+fn ok(w: &World, case: &str) {
+    w.barrier().expect("barrier");
+    if w.rank() == 0 {
+        println!("ok {case}");
+    }
+}
+
+fn device() -> u32 {
+    let n = rcomm::gpu::devices().expect("devices").len().max(1) as u32;
+    std::env::var("RCOMM_LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(0)
+        % n
+}
+
+fn dev_of<T: bytemuck::Pod>(v: &[T]) -> DeviceBuffer {
+    DeviceBuffer::from_host(device(), bytemuck::cast_slice(v)).expect("alloc")
+}
+
+fn host_of<T: bytemuck::Pod>(b: &DeviceBuffer) -> Vec<T> {
+    let bytes = b.to_vec().expect("read");
+    let mut v = vec![T::zeroed(); bytes.len() / size_of::<T>()];
+    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&bytes);
+    v
+}
+
+/// Element types of the table: built from small integers exactly.
+trait Val: Element + PartialEq + std::fmt::Debug {
+    const NAME: &'static str;
+    fn of(x: i32) -> Self;
+}
+
+impl Val for f32 {
+    const NAME: &'static str = "f32";
+    fn of(x: i32) -> Self {
+        x as f32
+    }
+}
+impl Val for bf16 {
+    const NAME: &'static str = "bf16";
+    fn of(x: i32) -> Self {
+        bf16::from_f32(x as f32)
+    }
+}
+impl Val for f16 {
+    const NAME: &'static str = "f16";
+    fn of(x: i32) -> Self {
+        f16::from_f32(x as f32)
+    }
+}
+impl Val for i32 {
+    const NAME: &'static str = "i32";
+    fn of(x: i32) -> Self {
+        x
+    }
+}
+
+/// Rank `q`'s input `j`, element `i`: a small integer (sums of a few stay exact in bf16).
+fn sv(q: u32, j: usize, i: usize) -> i32 {
+    ((q as usize * 5 + j * 3 + i * 7) % 13) as i32 - 4
+}
+
+/// The forced handles: every algorithm of `op`, and the tuner's choice.
+fn handles(w: &Communicator, op: &str, algos: &[&str]) -> Vec<(String, Communicator)> {
+    let mut v = vec![("auto".to_string(), w.clone())];
+    for a in algos {
+        v.push((a.to_string(), w.with_algo(op, a).expect("with_algo")));
+    }
+    v
+}
+
+fn sizes(big: bool) -> Vec<usize> {
+    let mut v = vec![0, 1, 7, (64 << 10) + 3];
+    if big {
+        v.push(16 << 20);
+    }
+    v
+}
+
+fn allreduce_of<T: Val>(w: &World, big: bool) {
+    let (r, n) = (w.rank(), w.size());
+    let stream = rcomm::gpu::Stream {
+        device: device(),
+        raw: 0,
+    };
+    for (algo, c) in handles(
+        w,
+        "allreduce_device",
+        &["one_shot", "two_shot", "ring", "staged"],
+    ) {
+        for &k in &sizes(big) {
+            for (op, fold) in [
+                (Op::Sum, (|a: i32, b: i32| a + b) as fn(i32, i32) -> i32),
+                (Op::Max, |a: i32, b: i32| a.max(b)),
+            ] {
+                let want: Vec<T> = (0..k)
+                    .map(|i| T::of((1..n).fold(sv(0, 0, i), |a, q| fold(a, sv(q, 0, i)))))
+                    .collect();
+                let mine: Vec<T> = (0..k).map(|i| T::of(sv(r, 0, i))).collect();
+                let what = format!("allreduce {} {op:?} {k} by {algo}", T::NAME);
+                // In place.
+                let mut a = dev_of(&mine);
+                c.allreduce_device::<T>(&mut a, op).expect(&what);
+                assert_eq!(host_of::<T>(&a), want, "{what}, in place");
+                // Out of place: the input stays as it was.
+                let s = dev_of(&mine);
+                let mut o = dev_of(&vec![T::of(0); k]);
+                c.allreduce_device_into::<T>(&s, &mut o, op).expect(&what);
+                assert_eq!(host_of::<T>(&o), want, "{what}, out of place");
+                assert_eq!(host_of::<T>(&s), mine, "{what}: the input changed");
+                // Stream-ordered.
+                let mut a = dev_of(&mine);
+                c.on_stream(stream)
+                    .allreduce_device::<T>(&mut a, op)
+                    .expect(&what);
+                assert_eq!(host_of::<T>(&a), want, "{what}, on a stream");
+            }
+        }
+    }
+}
+
+/// Arbitrary f32 (sums round): every rank must hold the same bytes; avg of small integers.
+fn allreduce_bitwise(w: &World) {
+    let (r, n) = (w.rank(), w.size());
+    for (algo, c) in handles(
+        w,
+        "allreduce_device",
+        &["one_shot", "two_shot", "ring", "staged"],
+    ) {
+        let k = (64 << 10) + 3;
+        let mine: Vec<f32> = (0..k)
+            .map(|i| ((r as f32 + 1.7) * (i as f32 * 0.37).sin()) / 3.1)
+            .collect();
+        let mut a = dev_of(&mine);
+        c.allreduce_device::<f32>(&mut a, Op::Sum).expect("sum");
+        let got = host_of::<f32>(&a);
+        let mut all = vec![0f32; k * n as usize];
+        w.allgather(&got, &mut all).expect("allgather");
+        for (q, b) in all.chunks(k).enumerate() {
+            assert!(
+                b.iter().zip(&got).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "f32 sum by {algo}: rank {q}'s bytes differ from rank {r}'s"
+            );
+        }
+        for (i, g) in got.iter().enumerate() {
+            let want: f64 = (0..n)
+                .map(|q| f64::from(((q as f32 + 1.7) * (i as f32 * 0.37).sin()) / 3.1))
+                .sum();
+            assert!(
+                (f64::from(*g) - want).abs() < 1e-4,
+                "f32 sum by {algo} at {i}"
+            );
+        }
+        let mut a = dev_of(&(0..k).map(|i| sv(r, 1, i) as f32).collect::<Vec<_>>());
+        c.allreduce_device::<f32>(&mut a, Op::Avg).expect("avg");
+        let want: Vec<f32> = (0..k)
+            .map(|i| (0..n).map(|q| sv(q, 1, i)).sum::<i32>() as f32 / n as f32)
+            .collect();
+        assert_eq!(host_of::<f32>(&a), want, "f32 avg by {algo}");
+    }
+}
+
+fn reduce_scatter(w: &World) {
+    let (r, n) = (w.rank(), w.size() as usize);
+    for (algo, c) in handles(w, "reduce_scatter_device", &["direct", "ring", "staged"]) {
+        for k in [0usize, 1, 7, (16 << 10) + 3] {
+            // Equal blocks of k; block j of rank q's input is sv(q, 10 + j, i).
+            let s = dev_of(
+                &(0..n)
+                    .flat_map(|j| (0..k).map(move |i| sv(r, 10 + j, i)))
+                    .collect::<Vec<_>>(),
+            );
+            let mut o = dev_of(&vec![0i32; k]);
+            c.reduce_scatter_device::<i32>(&s, &mut o, Op::Sum)
+                .expect("reduce_scatter");
+            let want: Vec<i32> = (0..k)
+                .map(|i| (0..n as u32).map(|q| sv(q, 10 + r as usize, i)).sum())
+                .collect();
+            assert_eq!(host_of::<i32>(&o), want, "reduce_scatter {k} by {algo}");
+            // Uneven: rank j gets k + j elements.
+            let counts: Vec<usize> = (0..n).map(|j| k + j).collect();
+            let total: usize = counts.iter().sum();
+            let s = dev_of(
+                &(0..total)
+                    .map(|i| T16::of(sv(r, 20, i)))
+                    .collect::<Vec<_>>(),
+            );
+            let mut o = dev_of(&vec![T16::of(0); counts[r as usize]]);
+            c.reduce_scatter_v_device::<T16>(&s, &mut o, &counts, Op::Sum)
+                .expect("reduce_scatter_v");
+            let off: usize = counts[..r as usize].iter().sum();
+            let want: Vec<T16> = (off..off + counts[r as usize])
+                .map(|i| T16::of((0..n as u32).map(|q| sv(q, 20, i)).sum()))
+                .collect();
+            assert_eq!(host_of::<T16>(&o), want, "reduce_scatter_v {k} by {algo}");
+        }
+    }
+}
+
+type T16 = bf16;
+
+fn allgather(w: &World) {
+    let (r, n) = (w.rank(), w.size() as usize);
+    for (algo, c) in handles(w, "allgather_device", &["direct", "ring", "staged"]) {
+        for k in [0usize, 1, 7, (16 << 10) + 3] {
+            let want: Vec<i32> = (0..n as u32)
+                .flat_map(|q| (0..k).map(move |i| sv(q, 4, i) * 1000 + q as i32))
+                .collect();
+            let s = dev_of(
+                &(0..k)
+                    .map(|i| sv(r, 4, i) * 1000 + r as i32)
+                    .collect::<Vec<_>>(),
+            );
+            let mut g = dev_of(&vec![0i32; k * n]);
+            c.allgather_device(&s, &mut g).expect("allgather");
+            assert_eq!(host_of::<i32>(&g), want, "allgather {k} by {algo}");
+            // In place: own block already there.
+            let mut v = vec![0i32; k * n];
+            v[r as usize * k..(r as usize + 1) * k].copy_from_slice(&host_of::<i32>(&s));
+            let mut g = dev_of(&v);
+            c.allgather_device_in_place(&mut g)
+                .expect("allgather in place");
+            assert_eq!(host_of::<i32>(&g), want, "allgather in place {k} by {algo}");
+            // Uneven: rank q gives k + 2q bytes.
+            let counts: Vec<usize> = (0..n).map(|q| k + 2 * q).collect();
+            let s = dev_of(
+                &(0..counts[r as usize])
+                    .map(|i| (i as u8) ^ (r as u8 * 37))
+                    .collect::<Vec<u8>>(),
+            );
+            let mut g = dev_of(&vec![0u8; counts.iter().sum()]);
+            c.allgatherv_device(&s, &mut g, &counts)
+                .expect("allgatherv");
+            let want: Vec<u8> = (0..n)
+                .flat_map(|q| (0..counts[q]).map(move |i| (i as u8) ^ (q as u8 * 37)))
+                .collect();
+            assert_eq!(host_of::<u8>(&g), want, "allgatherv {k} by {algo}");
+        }
+    }
+}
+
+fn bcast(w: &World) {
+    let (r, n) = (w.rank(), w.size());
+    for (algo, c) in handles(w, "bcast_device", &["tree", "staged"]) {
+        for k in [0usize, 1, 7, (64 << 10) + 3] {
+            for root in 0..n {
+                let mut b = dev_of(
+                    &(0..k)
+                        .map(|i| sv(r, 2, i) + 100 * r as i32)
+                        .collect::<Vec<_>>(),
+                );
+                c.bcast_device(&mut b, root).expect("bcast");
+                let want: Vec<i32> = (0..k).map(|i| sv(root, 2, i) + 100 * root as i32).collect();
+                assert_eq!(host_of::<i32>(&b), want, "bcast {k} from {root} by {algo}");
+            }
+        }
+    }
+}
+
+fn alltoall(w: &World) {
+    let (r, n) = (w.rank(), w.size() as usize);
+    let v = |from: usize, to: usize, i: usize| (from * 31 + to * 7 + i) as u8;
+    for (algo, c) in handles(w, "alltoall_device", &["pairwise", "staged"]) {
+        for k in [0usize, 1, 7, (16 << 10) + 3] {
+            let me = r as usize;
+            let s = dev_of(
+                &(0..n)
+                    .flat_map(|j| (0..k).map(move |i| v(me, j, i)))
+                    .collect::<Vec<_>>(),
+            );
+            let mut o = dev_of(&vec![0u8; k * n]);
+            c.alltoall_device(&s, &mut o).expect("alltoall");
+            let want: Vec<u8> = (0..n)
+                .flat_map(|q| (0..k).map(move |i| v(q, me, i)))
+                .collect();
+            assert_eq!(host_of::<u8>(&o), want, "alltoall {k} by {algo}");
+            // Uneven: from q to j, k + q + 2j bytes.
+            let len = |from: usize, to: usize| k + from + 2 * to;
+            let sc: Vec<usize> = (0..n).map(|j| len(me, j)).collect();
+            let rc: Vec<usize> = (0..n).map(|q| len(q, me)).collect();
+            let s = dev_of(
+                &(0..n)
+                    .flat_map(|j| (0..len(me, j)).map(move |i| v(me, j, i)))
+                    .collect::<Vec<_>>(),
+            );
+            let mut o = dev_of(&vec![0u8; rc.iter().sum()]);
+            c.alltoallv_device(&s, &sc, &mut o, &rc).expect("alltoallv");
+            let want: Vec<u8> = (0..n)
+                .flat_map(|q| (0..len(q, me)).map(move |i| v(q, me, i)))
+                .collect();
+            assert_eq!(host_of::<u8>(&o), want, "alltoallv {k} by {algo}");
+        }
+    }
+}
+
+fn reduce_and_barrier(w: &World) {
+    let (r, n) = (w.rank(), w.size());
+    let stream = rcomm::gpu::Stream {
+        device: device(),
+        raw: 0,
+    };
+    for k in [0usize, 7, (64 << 10) + 3] {
+        for root in 0..n {
+            let s = dev_of(&(0..k).map(|i| sv(r, 3, i)).collect::<Vec<_>>());
+            let mut o = dev_of(&vec![0i32; if r == root { k } else { 0 }]);
+            w.on_stream(stream)
+                .reduce_device::<i32>(&s, &mut o, Op::Sum, root)
+                .expect("reduce");
+            if r == root {
+                let want: Vec<i32> = (0..k).map(|i| (0..n).map(|q| sv(q, 3, i)).sum()).collect();
+                assert_eq!(host_of::<i32>(&o), want, "reduce {k} to {root}");
+            }
+        }
+    }
+    w.on_stream(stream).barrier().expect("barrier");
+}
+
+fn bad_op(w: &World) {
+    // Device collectives take a built-in `Op` (a user function cannot run on the device: the
+    // type rules it out); an op the element type has not is a clear error.
+    let mut a = dev_of(&[1i32, 2, 3]);
+    let e = w.allreduce_device::<i32>(&mut a, Op::BAnd);
+    assert!(e.is_ok(), "a built-in integer op: {e:?}");
+    let mut f = dev_of(&[1.0f32, 2.0]);
+    let e = w.allreduce_device::<f32>(&mut f, Op::BAnd);
+    match e {
+        Err(rcomm::CommError::InvalidArg(m)) => assert!(
+            m.contains("f32") || m.contains("band") || m.contains("BAnd"),
+            "{m}"
+        ),
+        other => panic!("bitwise and on f32 device memory: {other:?}"),
+    }
+}
+
+/// Grouped point-to-point: every rank sends to both neighbours and receives from both in one
+/// batch (a pipeline's forward and backward exchange at once).
+fn group(w: &World) {
+    let (r, n) = (w.rank(), w.size());
+    let (right, left) = ((r + 1) % n, (r + n - 1) % n);
+    let v = |from: u32, to: u32, k: usize| -> Vec<u8> {
+        (0..k)
+            .map(|i| (from as usize * 7 + to as usize * 13 + i) as u8)
+            .collect()
+    };
+    w.device_setup(device()).expect("setup");
+    for k in [0usize, 5, (256 << 10) + 1] {
+        let (sr, sl) = (dev_of(&v(r, right, k)), dev_of(&v(r, left, k)));
+        let mut fl = dev_of(&vec![0u8; k]);
+        let mut fr = dev_of(&vec![0u8; k]);
+        {
+            use rcomm::gpu::{DeviceMem, DeviceMemMut};
+            let sends = [(sr.device_ref(), right), (sl.device_ref(), left)];
+            let mut recvs = [(fl.device_mut(), left), (fr.device_mut(), right)];
+            w.group_device(&sends, &mut recvs, rcomm::Tag(77))
+                .expect("group");
+        }
+        if n > 2 || n == 1 {
+            assert_eq!(
+                host_of::<u8>(&fl),
+                v(left, r, k),
+                "group {k}: from the left"
+            );
+            assert_eq!(
+                host_of::<u8>(&fr),
+                v(right, r, k),
+                "group {k}: from the right"
+            );
+        } else {
+            // Two ranks: both messages come from the one peer, matched in order of sending.
+            let got = [host_of::<u8>(&fl), host_of::<u8>(&fr)];
+            assert_eq!(got[0], v(left, r, k), "group {k}: first from the peer");
+            assert_eq!(got[1], v(right, r, k), "group {k}: second from the peer");
+        }
+    }
+}
+
+/// `RCOMM_GPU_BACKEND=nccl` on a machine without libnccl: a clear error, no hang, no panic.
+fn nccl_missing(w: &World) {
+    let mut a = dev_of(&[1i32, 2, 3]);
+    match w.allreduce_device::<i32>(&mut a, Op::Sum) {
+        Err(rcomm::CommError::Device { why, .. }) => {
+            assert!(why.contains("libnccl"), "{why}");
+            println!("rank {}: {why}", w.rank());
+        }
+        other => panic!("allreduce with RCOMM_GPU_BACKEND=nccl and no libnccl: {other:?}"),
+    }
+    ok(w, "nccl-missing");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let big = args.iter().any(|a| a == "--big");
+    let expect_ipc = args.iter().any(|a| a == "--expect-ipc");
+    let w = rcomm::init().expect("init");
+    if args.iter().any(|a| a == "nccl-missing") {
+        return nccl_missing(&w);
+    }
+    let free = || {
+        rcomm_transport::gpu::gpu()
+            .expect("gpu")
+            .mem_info(device())
+            .expect("mem")
+            .0
+    };
+    allreduce_of::<f32>(&w, big);
+    let base = free() + rcomm::gpu::scratch_bytes();
+    let ipc0 = rcomm::gpu::stats().map_or(0, |s| s.ipc_bytes);
+    ok(&w, "allreduce-f32");
+    allreduce_of::<bf16>(&w, big);
+    allreduce_of::<f16>(&w, big);
+    allreduce_of::<i32>(&w, big);
+    allreduce_bitwise(&w);
+    ok(&w, "allreduce");
+    reduce_scatter(&w);
+    ok(&w, "reduce_scatter");
+    allgather(&w);
+    ok(&w, "allgather");
+    bcast(&w);
+    ok(&w, "bcast");
+    alltoall(&w);
+    ok(&w, "alltoall");
+    reduce_and_barrier(&w);
+    ok(&w, "reduce");
+    if expect_ipc && w.size() > 1 {
+        let ipc = rcomm::gpu::stats().map_or(0, |s| s.ipc_bytes) - ipc0;
+        assert!(ipc > 0, "the executor moved no device bytes by IPC");
+        println!("rank {}: {ipc} bytes by IPC", w.rank());
+    }
+    ok(&w, "executor");
+    group(&w);
+    ok(&w, "group");
+    bad_op(&w);
+    ok(&w, "bad-op");
+    w.barrier().expect("barrier");
+    let g = rcomm_transport::gpu::gpu().expect("gpu");
+    for p in 0..w.size() {
+        g.forget_peer(p);
+    }
+    w.barrier().expect("barrier");
+    let after = free() + rcomm::gpu::scratch_bytes();
+    let tol = 64usize << 20;
+    assert!(
+        after + tol >= base,
+        "device memory leaked: {base} bytes free after warm-up, {after} at the end"
+    );
+    ok(&w, "leak");
+}
