@@ -34,13 +34,23 @@ type Res<T> = Result<T, Box<dyn Error>>;
 /// depend on the collective under test.
 const TAG_BOOK: Tag = Tag(201);
 
-/// Algorithms rcomm has for `op` (the names of `RCOMM_ALGO`), besides `auto`, which every
-/// operation has; each is forced per run with [`Communicator::with_algo`].
-pub fn forcible(op: CollOp) -> &'static [&'static str] {
+/// The `RCOMM_ALGO` key of `op`: `allreduce`, or `allreduce_device` on device buffers.
+pub fn algo_key(op: CollOp, device: bool) -> String {
+    if device {
+        format!("{}_device", op.name())
+    } else {
+        op.name().to_string()
+    }
+}
+
+/// Algorithms rcomm has for `op` (the names of `RCOMM_ALGO`, the device collectives' own with
+/// `device`), besides `auto`, which every operation has; each is forced per run with
+/// [`Communicator::with_algo`].
+pub fn forcible(op: CollOp, device: bool) -> &'static [&'static str] {
     match op {
         CollOp::Barrier => &["dissemination"],
         _ => {
-            let all = rcomm::algorithms(op.name());
+            let all = rcomm::algorithms(&algo_key(op, device));
             all.strip_prefix(&["auto"]).unwrap_or(all)
         }
     }
@@ -85,10 +95,10 @@ pub fn device_variants(op: CollOp) -> Result<(bool, bool), String> {
 
 /// Resolves `-A`: `auto`, a name of [`forcible`], `all` (every algorithm rcomm has for the
 /// operation, in turn), or a comma-separated list.
-pub fn parse_algos(op: CollOp, s: &str) -> Result<Vec<(&'static str, Algo)>, String> {
+pub fn parse_algos(op: CollOp, s: &str, device: bool) -> Result<Vec<(&'static str, Algo)>, String> {
     let valid = || {
         let mut v = vec!["auto"];
-        v.extend_from_slice(forcible(op));
+        v.extend_from_slice(forcible(op, device));
         v.push("all");
         v.join(", ")
     };
@@ -99,11 +109,11 @@ pub fn parse_algos(op: CollOp, s: &str) -> Result<Vec<(&'static str, Algo)>, Str
             _ => part,
         };
         let names: Vec<&'static str> = if part == "all" {
-            forcible(op).to_vec()
+            forcible(op, device).to_vec()
         } else if part == "auto" {
             vec!["auto"]
         } else {
-            match forcible(op).iter().find(|n| **n == part) {
+            match forcible(op, device).iter().find(|n| **n == part) {
                 Some(n) => vec![*n],
                 None => {
                     return Err(format!(
@@ -511,7 +521,7 @@ fn measure<T: BenchElem>(
     let comm = if algo.1 == "auto" || op == CollOp::Barrier {
         cx.comm
     } else {
-        forced = cx.comm.with_algo(op.name(), algo.1)?;
+        forced = cx.comm.with_algo(&algo_key(op, p.device), algo.1)?;
         &forced
     };
     let total = counts.total();
@@ -896,22 +906,22 @@ mod tests {
 
     #[test]
     fn algorithm_lists() {
-        let a = parse_algos(CollOp::Allreduce, "all").unwrap();
+        let a = parse_algos(CollOp::Allreduce, "all", false).unwrap();
         assert!(a.iter().any(|x| x.0 == "ring") && a.iter().any(|x| x.0 == "rd"));
         assert!(!a.iter().any(|x| x.0 == "auto"));
-        let a = parse_algos(CollOp::Allreduce, "auto,recursive-doubling,rd").unwrap();
+        let a = parse_algos(CollOp::Allreduce, "auto,recursive-doubling,rd", false).unwrap();
         assert_eq!(a, vec![("auto", "auto"), ("rd", "rd")]);
         assert_eq!(
-            parse_algos(CollOp::Bcast, "tree").unwrap(),
+            parse_algos(CollOp::Bcast, "tree", false).unwrap(),
             vec![("tree", "tree")]
         );
-        let e = parse_algos(CollOp::Bcast, "ring").unwrap_err();
+        let e = parse_algos(CollOp::Bcast, "ring", false).unwrap_err();
         assert!(e.contains("valid: auto, tree"), "{e}");
         assert!(
-            parse_algos(CollOp::Allreduce, "tree")
+            parse_algos(CollOp::Allreduce, "tree", false)
                 .unwrap_err()
                 .contains("auto, rd, ring")
-                || parse_algos(CollOp::Allreduce, "tree")
+                || parse_algos(CollOp::Allreduce, "tree", false)
                     .unwrap_err()
                     .contains("auto, ring, rd")
         );

@@ -124,7 +124,9 @@ pub struct Dtod {
     pub name: String,
     /// `"cuda"` or `"stand-in"`.
     pub backend: &'static str,
-    /// Bytes per copy.
+    /// What was timed: `None` a copy, `Some(d)` the sum kernel `out = a + b` of `d` elements.
+    pub kernel: Option<rcomm_kernels::Dtype>,
+    /// Bytes per copy (per operand of the kernel).
     pub size: usize,
     /// Timed copies.
     pub iters: usize,
@@ -152,32 +154,50 @@ impl Dtod {
         self.size as f64 / self.best.as_secs_f64() / 1e9
     }
 
+    /// Bytes of memory traffic per byte of `size`: a copy reads and writes (2), the kernel
+    /// reads two operands and writes one (3).
+    pub fn traffic(&self) -> f64 {
+        if self.kernel.is_some() { 3.0 } else { 2.0 }
+    }
+
+    /// What was timed, for the text and the JSON.
+    pub fn what(&self) -> String {
+        match self.kernel {
+            None => "copy".into(),
+            Some(d) => format!("sum_{}", d.name()),
+        }
+    }
+
     /// The table lines.
     pub fn text(&self) -> String {
+        let f = self.traffic();
         format!(
-            "# dtod: device {} ({}, backend {}), {} bytes per copy, {} timed copies after {} warm-up\n\
-             time per copy (mean): {:.2} us\n\
-             bandwidth, bytes counted once: {:.2} GB/s (best copy {:.2} GB/s)\n\
-             bandwidth, read + write (2x): {:.2} GB/s (best copy {:.2} GB/s)\n",
+            "# dtod: device {} ({}, backend {}), {} of {} bytes, {} timed after {} warm-up\n\
+             time per {} (mean): {:.2} us\n\
+             bandwidth, bytes counted once: {:.2} GB/s (best {:.2} GB/s)\n\
+             bandwidth, bytes read + written ({f}x): {:.2} GB/s (best {:.2} GB/s)\n",
             self.device,
             self.name,
             self.backend,
+            self.what(),
             self.size,
             self.iters,
             self.warmup,
+            self.what(),
             self.mean_us(),
             self.gbps(),
             self.gbps_best(),
-            2.0 * self.gbps(),
-            2.0 * self.gbps_best()
+            f * self.gbps(),
+            f * self.gbps_best()
         )
     }
 
     /// One JSON object.
     pub fn json(&self) -> String {
         format!(
-            "{{\"test\":\"dtod\",\"device\":{},\"name\":{:?},\"backend\":\"{}\",\"memory\":\"device\",\"size\":{},\
+            "{{\"test\":\"dtod\",\"op\":\"{}\",\"device\":{},\"name\":{:?},\"backend\":\"{}\",\"memory\":\"device\",\"size\":{},\
              \"iters\":{},\"warmup\":{},\"time_us\":{:.3},\"GBps\":{:.3},\"GBps_rw\":{:.3},\"GBps_best\":{:.3}}}",
+            self.what(),
             self.device,
             self.name,
             self.backend,
@@ -186,10 +206,94 @@ impl Dtod {
             self.warmup,
             self.mean_us(),
             self.gbps(),
-            2.0 * self.gbps(),
+            self.traffic() * self.gbps(),
             self.gbps_best()
         )
     }
+}
+
+/// Times `iters` runs of the device's sum kernel `out = a + b` over `size` bytes of `dtype`
+/// (the device collectives' reduction) after `warmup` untimed ones, each launched and waited
+/// for on its own; then checks `out` bit for bit against the CPU kernel on the same operands
+/// (random bit patterns: NaNs and infinities included).
+pub fn reduce_kernel(
+    device: u32,
+    dtype: rcomm_kernels::Dtype,
+    size: usize,
+    iters: usize,
+    warmup: usize,
+) -> Res<Dtod> {
+    use rcomm_kernels::{Dtype, Op};
+    fn run<T: rcomm::Element>(
+        device: u32,
+        size: usize,
+        iters: usize,
+        warmup: usize,
+    ) -> Res<(Duration, Duration, DevBuf, DevBuf, DevBuf)> {
+        let (mut out, a, b) = (
+            DevBuf::new(device, size)?,
+            DevBuf::new(device, size)?,
+            DevBuf::new(device, size)?,
+        );
+        a.fill(size, osu::seed(size, 1, 0))?;
+        b.fill(size, osu::seed(size, 2, 0))?;
+        let s = rcomm::gpu::stream_create(device)?;
+        let mut once = || -> Res<Duration> {
+            let t0 = Instant::now();
+            rcomm::gpu::reduce_local::<T>(&mut out.buf, &a.buf, &b.buf, Op::Sum, s)?;
+            rcomm::gpu::stream_synchronize(s)?;
+            Ok(t0.elapsed())
+        };
+        for _ in 0..warmup {
+            once()?;
+        }
+        let (mut total, mut best) = (Duration::ZERO, Duration::MAX);
+        for _ in 0..iters {
+            let t = once()?;
+            total += t;
+            best = best.min(t);
+        }
+        rcomm::gpu::stream_destroy(s)?;
+        Ok((total, best, out, a, b))
+    }
+    if size == 0 || iters == 0 || !size.is_multiple_of(dtype.size()) {
+        return Err("the kernel needs --size > 0, a whole number of elements, --iters > 0".into());
+    }
+    let g = rcomm_transport::gpu::gpu()?;
+    let info = rcomm::gpu::devices()?
+        .into_iter()
+        .find(|d| d.ordinal == device)
+        .ok_or_else(|| format!("no device {device} in this process"))?;
+    let (total, best, out, a, b) = match dtype {
+        Dtype::F32 => run::<f32>(device, size, iters, warmup)?,
+        Dtype::Bf16 => run::<half::bf16>(device, size, iters, warmup)?,
+        Dtype::F16 => run::<half::f16>(device, size, iters, warmup)?,
+        Dtype::I32 => run::<i32>(device, size, iters, warmup)?,
+        d => {
+            return Err(
+                format!("the kernel benchmark takes f32, bf16, f16 or i32, not {d:?}").into(),
+            );
+        }
+    };
+    let mut want = vec![0u8; size];
+    rcomm_kernels::reduce3(Op::Sum, dtype, &mut want, &a.read(size)?, &b.read(size)?)?;
+    if let Some(off) = out.read(size)?.iter().zip(&want).position(|(x, y)| x != y) {
+        return Err(format!(
+            "check failed: byte {off} of the device sum differs from the CPU kernel's"
+        )
+        .into());
+    }
+    Ok(Dtod {
+        device,
+        name: info.name,
+        backend: g.backend_name(),
+        kernel: Some(dtype),
+        size,
+        iters,
+        warmup,
+        total,
+        best: best.max(Duration::from_nanos(1)),
+    })
 }
 
 /// Times `iters` synchronous device-to-device copies of `size` bytes on `device` after
@@ -232,6 +336,7 @@ pub fn dtod(device: u32, size: usize, iters: usize, warmup: usize) -> Res<Dtod> 
         device,
         name: info.name,
         backend: g.backend_name(),
+        kernel: None,
         size,
         iters,
         warmup,
@@ -250,6 +355,7 @@ mod tests {
             device: 0,
             name: "x".into(),
             backend: "stand-in",
+            kernel: None,
             size: 1_000_000_000,
             iters: 4,
             warmup: 1,
@@ -265,9 +371,21 @@ mod tests {
             d.json()
         );
         assert!(
-            d.text().contains("read + write (2x): 4.00 GB/s"),
+            d.text().contains("read + written (2x): 4.00 GB/s"),
             "{}",
             d.text()
+        );
+        // The sum kernel reads two operands and writes one: three bytes of traffic per byte.
+        let k = Dtod {
+            kernel: Some(rcomm_kernels::Dtype::F32),
+            ..d
+        };
+        assert!(k.json().contains("\"op\":\"sum_f32\""), "{}", k.json());
+        assert!(k.json().contains("\"GBps_rw\":6.000"), "{}", k.json());
+        assert!(
+            k.text().contains("read + written (3x): 6.00 GB/s"),
+            "{}",
+            k.text()
         );
     }
 }

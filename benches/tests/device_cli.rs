@@ -169,7 +169,7 @@ fn dtod_prints_a_bandwidth_on_the_stand_in() {
     let (rc, out, err) = text(&o);
     assert_eq!(rc, 0, "{out}\n{err}");
     assert!(
-        out.contains("bytes counted once:") && out.contains("read + write (2x):"),
+        out.contains("bytes counted once:") && out.contains("read + written (2x):"),
         "{out}"
     );
     // No device: rcomm's reason, exit status 1.
@@ -187,6 +187,36 @@ fn dtod_prints_a_bandwidth_on_the_stand_in() {
         );
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+/// The device sum kernel's benchmark (host functions on the stand-in) checks its result bit for
+/// bit against the CPU kernel for every element type it takes, and refuses the others.
+#[test]
+fn dtod_reduce_times_the_sum_kernel_and_checks_it() {
+    for d in ["f32", "bf16", "f16", "i32"] {
+        let o = Command::new(BENCH)
+            .args([
+                "dtod", "--reduce", d, "--size", "1M", "--iters", "2", "--json",
+            ])
+            .env("RCOMM_GPU_STANDIN", "1")
+            .output()
+            .unwrap();
+        let (rc, out, err) = text(&o);
+        assert_eq!(rc, 0, "{d}: {out}\n{err}");
+        assert_eq!(
+            json_str(out.trim(), "op"),
+            Some(format!("sum_{d}").as_str()),
+            "{out}"
+        );
+    }
+    let o = Command::new(BENCH)
+        .args(["dtod", "--reduce", "u8", "--size", "1M"])
+        .env("RCOMM_GPU_STANDIN", "1")
+        .output()
+        .unwrap();
+    let (rc, out, err) = text(&o);
+    assert_eq!(rc, 1, "{out}\n{err}");
+    assert!(err.contains("f32, bf16, f16 or i32"), "{err}");
 }
 
 /// Every device collective on 3 ranks (rooted ones at root 1), f32 and a 16-bit type, small
@@ -331,4 +361,43 @@ fn coll_device_failures_are_reported() {
         assert!(err.contains("no CUDA device is usable"), "{out}\n{err}");
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+/// `-A all` with `--device` runs every device algorithm of the operation (the device
+/// executor's and `staged`), each forced in turn, every row checked.
+#[test]
+fn coll_device_runs_every_device_algorithm_with_a_all() {
+    let Some(run) = rcomm_run() else {
+        return skip_without_launcher();
+    };
+    let (rc, out, err) = coll(
+        &run,
+        3,
+        true,
+        &[
+            "allreduce",
+            "--device",
+            "-b",
+            "8",
+            "-e",
+            "64K",
+            "-f",
+            "64",
+            "-A",
+            "all",
+        ],
+    );
+    assert_eq!(rc, 0, "{out}\n{err}");
+    for a in ["one_shot", "two_shot", "ring", "staged"] {
+        assert!(out.contains(&format!("# algo: {a}")), "{a}\n{out}");
+    }
+    assert!(out.contains("# Out of bounds values : 0 OK"), "{out}");
+    let (rc, out, err) = coll(
+        &run,
+        2,
+        true,
+        &["allreduce", "--device", "-A", "rabenseifner"],
+    );
+    assert_eq!(rc, 2, "{out}\n{err}");
+    assert!(err.contains("one_shot"), "{err}");
 }

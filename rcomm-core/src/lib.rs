@@ -75,6 +75,7 @@ pub use world::{World, init};
 pub fn algorithms(op: &str) -> &'static [&'static str] {
     rcomm_transport::config::ALGOS
         .iter()
+        .chain(rcomm_transport::config::DEVICE_ALGOS)
         .find(|(o, _)| *o == op)
         .map_or(&[], |(_, a)| a)
 }

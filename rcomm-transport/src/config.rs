@@ -126,7 +126,12 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec {
         name: "RCOMM_GPU_BACKEND",
         protocol: true,
-        help: "who runs collectives on device buffers: rcomm (default: rcomm's own, staged through the host), nccl (NCCL, loaded at run time from libnccl.so.2; an error, not a fall-back, where it does not load); must agree on every rank",
+        help: "who runs collectives on device buffers: rcomm (default: rcomm's own: the device executor, or staged through the host), nccl (NCCL, loaded at run time from libnccl.so.2; an error, not a fall-back, where it does not load); must agree on every rank",
+    },
+    VarSpec {
+        name: "RCOMM_PTX_DIR",
+        protocol: false,
+        help: "a folder of precompiled device reduction kernels (rcomm-reduce-sm_XY.ptx, written by `rcomm-bench ptx`), used when NVRTC cannot be loaded",
     },
     VarSpec {
         name: "RCOMM_NVTX",
@@ -658,6 +663,14 @@ pub fn p2p_level() -> P2pLevel {
 /// tools (`rcomm-topo`, the launcher) detect topology without a parsed configuration.
 pub fn topo_file() -> Option<std::path::PathBuf> {
     std::env::var_os("RCOMM_TOPO_FILE")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+}
+
+/// `RCOMM_PTX_DIR` from the process environment. Read on each call, not kept in [`Config`]:
+/// it is read once per architecture, only where NVRTC is missing.
+pub fn ptx_dir() -> Option<std::path::PathBuf> {
+    std::env::var_os("RCOMM_PTX_DIR")
         .filter(|v| !v.is_empty())
         .map(std::path::PathBuf::from)
 }

@@ -133,6 +133,45 @@ enum Cmd {
     /// Device-to-device copy bandwidth in one process (no ranks needed): the reference for
     /// `pt2pt bw --device` between ranks of one node.
     Dtod(DtodArgs),
+    /// Writes the device reduction kernels compiled by NVRTC, as PTX, for machines without
+    /// NVRTC (`RCOMM_PTX_DIR`).
+    Ptx(PtxArgs),
+}
+
+/// `ptx`: one file per architecture.
+#[derive(Args, Debug)]
+struct PtxArgs {
+    /// Architectures (`sm_80,sm_90`; default: every one the sources are tested for).
+    #[arg(long, value_delimiter = ',')]
+    arch: Vec<String>,
+    /// Folder to write `rcomm-reduce-<arch>.ptx` into.
+    #[arg(long, default_value = ".")]
+    out: std::path::PathBuf,
+}
+
+fn main_ptx(a: &PtxArgs) -> ExitCode {
+    let archs: Vec<String> = if a.arch.is_empty() {
+        rcomm_kernels::cuda::ARCHS
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    } else {
+        a.arch.clone()
+    };
+    for arch in &archs {
+        let path = a.out.join(rcomm::gpu::ptx_file(arch));
+        let res = rcomm_kernels::cuda::compile_ptx(arch)
+            .map_err(|e| e.to_string())
+            .and_then(|p| std::fs::write(&path, p.as_bytes()).map_err(|e| e.to_string()));
+        match res {
+            Ok(()) => println!("{}", path.display()),
+            Err(e) => {
+                eprintln!("rcomm-bench ptx: {arch}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// `dtod`: one copy size, timed on device 0 (or --device).
@@ -150,14 +189,24 @@ struct DtodArgs {
     /// Device ordinal.
     #[arg(long, default_value_t = 0)]
     device: u32,
-    /// One JSON object instead of the text: {"test":"dtod","device","name","backend","memory",
-    /// "size","iters","warmup","time_us","GBps","GBps_rw","GBps_best"}.
+    /// Time the device sum kernel `out = a + b` of this element type instead of a copy
+    /// (f32, bf16, f16, i32), checked bit for bit against the CPU kernel; its bandwidth counts
+    /// three bytes of traffic per byte.
+    #[arg(long, value_parser = parse_dtype)]
+    reduce: Option<rcomm_kernels::Dtype>,
+    /// One JSON object instead of the text: {"test":"dtod","op","device","name","backend",
+    /// "memory","size","iters","warmup","time_us","GBps","GBps_rw","GBps_best"}.
     #[arg(long)]
     json: bool,
 }
 
 fn main_dtod(a: &DtodArgs) -> ExitCode {
-    match device::dtod(a.device, a.size, a.iters as usize, a.warmup as usize) {
+    let (iters, warmup) = (a.iters as usize, a.warmup as usize);
+    let res = match a.reduce {
+        Some(d) => device::reduce_kernel(a.device, d, a.size, iters, warmup),
+        None => device::dtod(a.device, a.size, iters, warmup),
+    };
+    match res {
         Ok(d) if a.json => {
             println!("{}", d.json());
             ExitCode::SUCCESS
@@ -171,6 +220,15 @@ fn main_dtod(a: &DtodArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// An element type by its name (`f32`, `bf16`, …).
+fn parse_dtype(s: &str) -> Result<rcomm_kernels::Dtype, String> {
+    rcomm_kernels::Dtype::ALL
+        .iter()
+        .copied()
+        .find(|d| d.name() == s)
+        .ok_or_else(|| format!("an element type (f32, bf16, f16, i32, …), not {s:?}"))
 }
 
 /// `reduce`'s sweep: sizes double from -b to -e.
@@ -440,7 +498,7 @@ struct CollArgs {
 }
 
 fn coll_plan(a: &CollArgs) -> Result<coll_run::Plan, String> {
-    let algos = coll_run::parse_algos(a.op, &a.algo)?;
+    let algos = coll_run::parse_algos(a.op, &a.algo, a.device)?;
     let p = coll_run::Plan {
         op: a.op,
         dtype: a.dtype,
@@ -642,10 +700,11 @@ fn main() -> ExitCode {
         Some(Cmd::Overlap(a)) => return main_overlap(&a),
         Some(Cmd::Reduce(a)) => return main_reduce(&a),
         Some(Cmd::Dtod(a)) => return main_dtod(&a),
+        Some(Cmd::Ptx(a)) => return main_ptx(&a),
         None if cli.straggler.straggler => return main_straggler(&cli.straggler),
         None => {
             eprintln!(
-                "rcomm-bench: give a subcommand (pt2pt, coll, overlap, reduce, dtod) or --straggler; see --help"
+                "rcomm-bench: give a subcommand (pt2pt, coll, overlap, reduce, dtod, ptx) or --straggler; see --help"
             );
             return ExitCode::from(2);
         }

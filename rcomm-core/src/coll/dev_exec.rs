@@ -212,13 +212,13 @@ impl Kernels {
 
     /// Divides `bytes` bytes at `buf` by `count` (the end of an average).
     fn finalize(&self, r: &Reducer, buf: u64, bytes: usize, count: usize) -> Result<()> {
-        let Reducer::Builtin(rcomm_kernels::Op::Avg, dtype) = *r else {
+        let Reducer::Builtin(rcomm_kernels::Op::Avg, _dtype) = *r else {
             return Ok(());
         };
         #[cfg(feature = "cuda")]
         if let Some(k) = &self.cuda {
-            let n = (bytes / dtype.size()) as u64;
-            let name = rcomm_kernels::cuda::div_kernel(dtype);
+            let n = (bytes / _dtype.size()) as u64;
+            let name = rcomm_kernels::cuda::div_kernel(_dtype);
             return self
                 .gpu
                 .launch(
@@ -316,15 +316,51 @@ fn cuda_kernels(gpu: &Gpu, device: u32, op: &'static str, me: u32) -> Result<Cud
             why: format!("no device {device}"),
         })?;
     let arch = format!("sm_{}{}", info.cc.0, info.cc.1);
-    let ptx = rcomm_kernels::cuda::compile_ptx(&arch).map_err(|e| CommError::Device {
-        op,
-        rank: me,
-        why: format!("the reduction kernels for {arch}: {e}"),
-    })?;
+    let ptx = rcomm_kernels::cuda::compile_ptx(&arch)
+        .or_else(|e| precompiled_ptx(&arch).ok_or(e))
+        .map_err(|e| CommError::Device {
+            op,
+            rank: me,
+            why: format!(
+                "the reduction kernels for {arch}: {e} (install NVRTC, or point RCOMM_PTX_DIR at \
+                 kernels written by `rcomm-bench ptx`)"
+            ),
+        })?;
     Ok(CudaKernels {
         ptx,
         sms: info.sm_count.max(1),
     })
+}
+
+/// `RCOMM_PTX_DIR/rcomm-reduce-<arch>.ptx` where NVRTC is missing, read once per
+/// architecture (the same text each time: the driver's module cache is keyed by its address).
+#[cfg(feature = "cuda")]
+fn precompiled_ptx(arch: &str) -> Option<std::sync::Arc<str>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, OnceLock};
+    static READ: OnceLock<Mutex<HashMap<String, Option<Arc<str>>>>> = OnceLock::new();
+    let mut m = READ
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    m.entry(arch.to_string())
+        .or_insert_with(|| {
+            let dir = rcomm_transport::config::ptx_dir()?;
+            let text = std::fs::read_to_string(dir.join(ptx_file(arch))).ok()?;
+            rcomm_transport::rlog!(
+                Info,
+                "COLL",
+                "device kernels for {arch} from {}",
+                dir.display()
+            );
+            Some(text.into())
+        })
+        .clone()
+}
+
+/// The file name of the precompiled kernels for `arch` (`rcomm-bench ptx` writes it).
+pub fn ptx_file(arch: &str) -> String {
+    format!("rcomm-reduce-{arch}.ptx")
 }
 
 /// # Safety
@@ -352,6 +388,27 @@ pub(crate) fn user_op_error(op: &'static str) -> CommError {
     CommError::InvalidArg(format!(
         "{op} on device memory takes a built-in op: a user-defined function cannot run on the device"
     ))
+}
+
+/// Queues `out = a ⊕ b` (`bytes` bytes of `dtype` elements, `op` built in) on `stream` of
+/// `device`: the reduction kernel the executor launches (on the stand-in, a host function).
+/// The ranges were checked by the caller; wait for the stream before reading `out`.
+pub(crate) fn reduce_local(
+    device: u32,
+    stream: Stream,
+    op: rcomm_kernels::Op,
+    dtype: rcomm_kernels::Dtype,
+    (out, a, b): (u64, u64, u64),
+    bytes: usize,
+    me: u32,
+) -> Result<()> {
+    const OP: &str = "reduce_local";
+    op.check(dtype)
+        .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+    let gpu = backend(OP, me)?;
+    let k = Kernels::new(gpu, device, stream, OP, me)?;
+    let r = Reducer::Builtin(op, dtype);
+    k.reduce(&r, out, a, b, bytes)
 }
 
 impl Communicator {
