@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
 # Builds and strips what scripts/gpu-check.sh runs, into one folder (default .gpubin), so a GPU
-# machine without a Rust toolchain can run the check: rcomm-run, rcomm-topo, rcomm-bench, rt_gpu.
+# machine without a Rust toolchain can run the check: rcomm-run, rcomm-topo, rcomm-bench,
+# rt_gpu, rt_gpu_coll, the train3d example, and the device reduction kernels as PTX (compiled
+# here with the NVRTC wheel scripts/test.sh downloads, for GPU machines without NVRTC:
+# RCOMM_PTX_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.gpubin}
 cargo build --release -p rcomm-launcher -p rcomm-benches -p rcomm-tests \
-    --bin rcomm-run --bin rcomm-topo --bin rcomm-bench --bin rt_gpu
-mkdir -p "$out"
+    --bin rcomm-run --bin rcomm-topo --bin rcomm-bench --bin rt_gpu --bin rt_gpu_coll
+cargo build --release -p rcomm-core --example train3d
+mkdir -p "$out/ptx"
 dir=${CARGO_TARGET_DIR:-target}/release
-for b in rcomm-run rcomm-topo rcomm-bench rt_gpu; do
-    cp "$dir/$b" "$out/$b"
-    strip "$out/$b"
+for b in rcomm-run rcomm-topo rcomm-bench rt_gpu rt_gpu_coll examples/train3d; do
+    cp "$dir/$b" "$out/$(basename "$b")"
+    strip "$out/$(basename "$b")"
 done
-ls -la "$out"
+nvrtc_dir="${CARGO_TARGET_DIR:-target}/nvrtc"
+if [ ! -e "$nvrtc_dir/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
+    mkdir -p "$nvrtc_dir"
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$nvrtc_dir" nvidia-cuda-nvrtc-cu12==12.9.86
+    python3 -m zipfile -e "$nvrtc_dir"/nvidia_cuda_nvrtc_cu12-*.whl "$nvrtc_dir"
+    rm -f "$nvrtc_dir"/nvidia_cuda_nvrtc_cu12-*.whl
+fi
+LD_LIBRARY_PATH="$(cd "$nvrtc_dir" && pwd)/nvidia/cuda_nvrtc/lib" "$out/rcomm-bench" ptx --out "$out/ptx"
+ls -la "$out" "$out/ptx"
