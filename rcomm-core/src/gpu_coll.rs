@@ -264,8 +264,14 @@ impl Communicator {
         let algo = self.dev_algo(
             "allreduce_device",
             device,
-            |link| tuner::device_allreduce(self.size, r.len, link, None),
-            &["one_shot", "two_shot", "ring", "staged"],
+            |link| {
+                if self.nodes > 1 {
+                    "hier"
+                } else {
+                    tuner::device_allreduce(self.size, r.len, link, None)
+                }
+            },
+            &["one_shot", "two_shot", "ring", "hier", "staged"],
         )?;
         if algo == "staged" {
             let mut v = self.stage_in::<T>(OP, send)?;
@@ -273,6 +279,9 @@ impl Communicator {
             return self.stage_out(OP, r.addr, &v);
         }
         self.dev_copy(OP, r.addr, s.addr, r.len)?;
+        if algo == "hier" {
+            return self.allreduce_dev_hier::<T>(recv, count, op);
+        }
         let (rank, n, elem) = (self.rank, self.size, size_of::<T>());
         let sched = match algo {
             "one_shot" => sch::one_shot_allreduce(rank, n, count, elem),
@@ -290,6 +299,47 @@ impl Communicator {
             codes: red.codes(),
             reduce: Some(red),
         })
+    }
+
+    /// Allreduce of `buf` (`count` `T`s, in place) across nodes as a composition (Open MPI's
+    /// han): a direct reduce-scatter among the ranks of this node (the copy engines over IPC),
+    /// an allreduce of this rank's stripe among the ranks of its local index on every node
+    /// (staged through the host per message), and a direct allgather in the node. Uneven
+    /// placement (nodes with different rank counts) runs the ring instead.
+    fn allreduce_dev_hier<T: Element>(&self, buf: DevRef<'_>, count: usize, op: Op) -> Result<()> {
+        const OP: &str = "allreduce";
+        let h = crate::coll::hier::Hier::get_or_setup(self)?;
+        // The node level runs its own choice (one node: never `hier`); the cross level spans
+        // nodes, so it is forced to the ring, or it would compose again.
+        let node = h.node().with_algo("allreduce_device", "auto")?;
+        let cross = h.cross().with_algo("allreduce_device", "ring")?;
+        let elem = size_of::<T>();
+        if !h.regular() || node.size() == 1 {
+            return self
+                .with_algo("allreduce_device", "ring")?
+                .allreduce_dev::<T>(buf, buf, op);
+        }
+        let p = node.size() as usize;
+        let counts: Vec<usize> = (0..p)
+            .map(|i| count * (i + 1) / p - count * i / p)
+            .collect();
+        let me = node.rank() as usize;
+        let w = self.world_me();
+        let stripe = Scratch::take(
+            backend(OP, w)?,
+            self.dev_span(OP, buf)?.1.unwrap_or(0),
+            counts[me] * elem,
+            OP,
+            w,
+        )?;
+        // SAFETY: the scratch holds at least counts[me] elements and lives to the end.
+        let sref = unsafe { DevRef::from_raw(stripe.addr(), counts[me] * elem) };
+        node.reduce_scatter_dev::<T>(buf, sref, &counts, op)?;
+        if cross.size() > 1 {
+            cross.allreduce_dev::<T>(sref, sref, op)?;
+        }
+        let bytes: Vec<usize> = counts.iter().map(|c| c * elem).collect();
+        node.allgather_dev(Some(sref), buf, &bytes)
     }
 
     /// [`allreduce_device`](Self::allreduce_device) ordered on `stream`.

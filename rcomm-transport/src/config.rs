@@ -314,7 +314,7 @@ pub const ALGOS: &[(&str, &[&str])] = &[
 pub const DEVICE_ALGOS: &[(&str, &[&str])] = &[
     (
         "allreduce_device",
-        &["auto", "one_shot", "two_shot", "ring", "staged"],
+        &["auto", "one_shot", "two_shot", "ring", "hier", "staged"],
     ),
     (
         "reduce_scatter_device",

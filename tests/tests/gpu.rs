@@ -170,3 +170,68 @@ fn the_nccl_backend_without_libnccl_is_a_clear_error_on_every_rank() {
         t.elapsed()
     );
 }
+
+/// Two nodes on one machine (`RCOMM_HOSTID`): the device link class is host staging, the
+/// allreduce composes the node's IPC reduce-scatter and allgather with a ring across the nodes
+/// (`hier`; 3 ranks: uneven nodes, the ring), and every other device algorithm still holds.
+#[test]
+fn device_collectives_across_two_nodes_compose_node_and_network_legs() {
+    for n in [3u32, 4] {
+        let prog = test_program("rt_gpu_coll");
+        let out = Job::new(
+            n,
+            &[
+                "sh",
+                "-c",
+                &format!("RCOMM_HOSTID=node$((RCOMM_RANK / 2)) exec {prog}"),
+            ],
+        )
+        .env("RCOMM_GPU_STANDIN", "1")
+        .env("RCOMM_DEBUG", "INFO")
+        .env("RCOMM_DEBUG_SUBSYS", "COLL")
+        .deadline(Duration::from_secs(120))
+        .run();
+        assert_eq!(out.code(), 0, "{n} ranks on 2 nodes\n{out}");
+        for case in COLL_CASES {
+            assert!(
+                out.rank_lines(0).contains(&format!("ok {case}").as_str()),
+                "case {case} at {n} ranks on 2 nodes\n{out}"
+            );
+        }
+        assert!(
+            format!("{out}").contains(&format!(
+                "device collectives on world: {n} ranks, link class host staging"
+            )),
+            "{out}"
+        );
+    }
+}
+
+/// A rank SIGKILLed while the others run device allreduces (each executor algorithm in turn):
+/// every survivor's call is `PeerLost` naming it, within seconds, and the job ends.
+#[test]
+fn a_rank_killed_during_device_collectives_is_peer_lost_on_every_survivor() {
+    for algo in ["one_shot", "two_shot", "ring"] {
+        let prog = test_program("rt_gpu_coll");
+        let t = Instant::now();
+        let out = Job::new(
+            4,
+            &["--on-failure", "continue", prog.as_str(), "kill", algo],
+        )
+        .env("RCOMM_GPU_STANDIN", "1")
+        .env("RCOMM_TRANSPORT", "shm")
+        .deadline(Duration::from_secs(60))
+        .run();
+        for r in [0, 1, 2] {
+            assert!(
+                out.rank_lines(r).iter().any(|l| l.contains("ok kill")),
+                "{algo}: rank {r} did not see PeerLost\n{out}"
+            );
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{algo}: took {:?}\n{out}",
+            t.elapsed()
+        );
+    }
+}

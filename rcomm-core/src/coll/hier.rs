@@ -220,6 +220,16 @@ impl Hier {
         self.cross.reduce_scatter(&part, recv, op())
     }
 
+    /// The ranks of this node.
+    pub(crate) fn node(&self) -> &Communicator {
+        &self.node
+    }
+
+    /// This rank's cross-node communicator.
+    pub(crate) fn cross(&self) -> &Communicator {
+        &self.cross
+    }
+
     pub(crate) fn regular(&self) -> bool {
         self.regular
     }

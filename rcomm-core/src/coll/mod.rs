@@ -10,7 +10,7 @@ pub(crate) mod check;
 pub(crate) mod dev_exec;
 mod elem_op;
 mod exec;
-mod hier;
+pub(crate) mod hier;
 mod lateness;
 pub(crate) mod progress;
 pub(crate) mod reduce;

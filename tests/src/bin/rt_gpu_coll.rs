@@ -111,7 +111,7 @@ fn allreduce_of<T: Val>(w: &World, big: bool) {
     for (algo, c) in handles(
         w,
         "allreduce_device",
-        &["one_shot", "two_shot", "ring", "staged"],
+        &["one_shot", "two_shot", "ring", "hier", "staged"],
     ) {
         for &k in &sizes(big) {
             for (op, fold) in [
@@ -150,7 +150,7 @@ fn allreduce_bitwise(w: &World) {
     for (algo, c) in handles(
         w,
         "allreduce_device",
-        &["one_shot", "two_shot", "ring", "staged"],
+        &["one_shot", "two_shot", "ring", "hier", "staged"],
     ) {
         let k = (64 << 10) + 3;
         let mine: Vec<f32> = (0..k)
@@ -412,6 +412,34 @@ fn nccl_missing(w: &World) {
     ok(w, "nccl-missing");
 }
 
+/// The last rank dies (SIGKILL) as the others run device allreduces by `algo`: every
+/// survivor's call fails with `PeerLost` naming it, within seconds.
+fn kill(w: &World, algo: &str) {
+    let (r, n) = (w.rank(), w.size());
+    let victim = n - 1;
+    let mut a = dev_of(&vec![1.0f32; 4 << 20]);
+    w.allreduce_device::<f32>(&mut a, Op::Sum).expect("warm-up");
+    w.barrier().expect("barrier");
+    if r == victim {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // SAFETY: raising a signal on this process.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    let t = std::time::Instant::now();
+    let c = w.with_algo("allreduce_device", algo).expect("with_algo");
+    let res = (0..100).try_for_each(|_| c.allreduce_device::<f32>(&mut a, Op::Sum));
+    match res {
+        Err(rcomm::CommError::PeerLost { rank, .. }) if rank == victim => {}
+        other => panic!("rank {r} ({algo}): expected PeerLost of rank {victim}, got {other:?}"),
+    }
+    let took = t.elapsed();
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    println!(
+        "rank {r}: ok kill (PeerLost after {:.2} s, {algo})",
+        took.as_secs_f64()
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let big = args.iter().any(|a| a == "--big");
@@ -419,6 +447,9 @@ fn main() {
     let w = rcomm::init().expect("init");
     if args.iter().any(|a| a == "nccl-missing") {
         return nccl_missing(&w);
+    }
+    if let Some(i) = args.iter().position(|a| a == "kill") {
+        return kill(&w, args.get(i + 1).map_or("auto", String::as_str));
     }
     let free = || {
         rcomm_transport::gpu::gpu()
