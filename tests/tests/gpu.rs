@@ -129,8 +129,8 @@ fn coll_table(n: u32, env: &[(&str, &str)], expect_ipc: bool) {
 }
 
 #[test]
-fn device_collectives_by_the_device_executor_over_ipc_at_1_to_4_ranks() {
-    for n in [1, 2, 3, 4] {
+fn device_collectives_by_the_device_executor_over_ipc_at_1_to_8_ranks() {
+    for n in [1, 2, 3, 4, 8] {
         coll_table(n, &[("RCOMM_TRANSPORT", "shm")], true);
     }
 }

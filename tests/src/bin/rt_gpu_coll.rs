@@ -250,14 +250,14 @@ fn allgather(w: &World) {
             let counts: Vec<usize> = (0..n).map(|q| k + 2 * q).collect();
             let s = dev_of(
                 &(0..counts[r as usize])
-                    .map(|i| (i as u8) ^ (r as u8 * 37))
+                    .map(|i| (i as u8) ^ (r as u8).wrapping_mul(37))
                     .collect::<Vec<u8>>(),
             );
             let mut g = dev_of(&vec![0u8; counts.iter().sum()]);
             c.allgatherv_device(&s, &mut g, &counts)
                 .expect("allgatherv");
             let want: Vec<u8> = (0..n)
-                .flat_map(|q| (0..counts[q]).map(move |i| (i as u8) ^ (q as u8 * 37)))
+                .flat_map(|q| (0..counts[q]).map(move |i| (i as u8) ^ (q as u8).wrapping_mul(37)))
                 .collect();
             assert_eq!(host_of::<u8>(&g), want, "allgatherv {k} by {algo}");
         }
