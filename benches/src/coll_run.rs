@@ -77,11 +77,13 @@ pub fn variants(op: CollOp) -> Option<(bool, bool)> {
 }
 
 /// Which `*_device` calls rcomm has for `op` (out-of-place, in-place), or why `--device`
-/// cannot run it: `allreduce_device` and `bcast_device` are in place, `reduce_device`,
+/// cannot run it: `allreduce_device` both (`allreduce_device_into` out of place),
+/// `bcast_device` in place, `reduce_device`,
 /// `allgather_device`, `reduce_scatter_device` and `alltoall_device` out of place.
 pub fn device_variants(op: CollOp) -> Result<(bool, bool), String> {
     match op {
-        CollOp::Allreduce | CollOp::Bcast => Ok((false, true)),
+        CollOp::Allreduce => Ok((true, true)),
+        CollOp::Bcast => Ok((false, true)),
         CollOp::Reduce | CollOp::Allgather | CollOp::ReduceScatter | CollOp::Alltoall => {
             Ok((true, false))
         }
@@ -470,7 +472,7 @@ impl<T: BenchElem> Buffers<T> for DevBufs<T> {
                 DevMut::from_raw(self.recv.addr() + at, w.recv * elem),
             )
         };
-        call_device::<T>(comm, p, send, recv, self.stream)
+        call_device::<T>(comm, p, send, recv, self.stream, w.inplace)
     }
 
     fn sync(&self) -> Res<()> {
@@ -489,11 +491,18 @@ pub fn call_device<T: BenchElem>(
     send: DevRef<'_>,
     mut recv: DevMut<'_>,
     stream: Option<Stream>,
+    inplace: bool,
 ) -> rcomm::Result<()> {
     let (redop, root) = (p.redop, p.root);
     match (p.op, stream) {
-        (CollOp::Allreduce, Some(s)) => comm.allreduce_device_on::<T>(&mut recv, redop, s),
-        (CollOp::Allreduce, None) => comm.allreduce_device::<T>(&mut recv, redop),
+        (CollOp::Allreduce, Some(s)) if inplace => {
+            comm.allreduce_device_on::<T>(&mut recv, redop, s)
+        }
+        (CollOp::Allreduce, Some(s)) => comm
+            .on_stream(s)
+            .allreduce_device_into::<T>(&send, &mut recv, redop),
+        (CollOp::Allreduce, None) if inplace => comm.allreduce_device::<T>(&mut recv, redop),
+        (CollOp::Allreduce, None) => comm.allreduce_device_into::<T>(&send, &mut recv, redop),
         (CollOp::Bcast, _) => comm.bcast_device(&mut recv, root),
         (CollOp::Reduce, _) => comm.reduce_device::<T>(&send, &mut recv, redop, root),
         (CollOp::Allgather, _) => comm.allgather_device(&send, &mut recv),

@@ -400,8 +400,8 @@ fn main_overlap(a: &OverlapArgs) -> ExitCode {
     after_help = "Output: nccl-tests' table: `size count type redop root` (size: the larger \
     buffer in bytes; count: the count passed to the call), then `time algbw busbw #wrong` out of \
     place and again in place (N/A where rcomm has no such call: bcast is in place only, reduce, \
-    allgather, reduce_scatter, alltoall, gather, scatter and scan out of place only; with \
-    --device allreduce is in place only too). Times in µs, \
+    allgather, reduce_scatter, alltoall, gather, scatter and scan out of place only). \
+    Times in µs, \
     bandwidths in GB/s (10^9 B/s); algbw = size / time, busbw = algbw × 2(n−1)/n (allreduce), \
     (n−1)/n (allgather, reduce_scatter, alltoall, gather, scatter), 1 (bcast, reduce, scan); barrier \
     reports a time only. #wrong: wrong elements over all ranks in the check pass after the timed \
@@ -482,7 +482,7 @@ struct CollArgs {
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
     /// Buffers in device memory: `DeviceBuffer`s on device RCOMM_LOCAL_RANK mod the number of
-    /// devices (as `pt2pt --device`), the `*_device` collectives (allreduce and bcast in place;
+    /// devices (as `pt2pt --device`), the `*_device` collectives (allreduce both, bcast in place;
     /// reduce, allgather, reduce_scatter, alltoall out of place; no gather, scatter, scan or
     /// barrier). The check data is copied in before the checked call and the result copied
     /// back to the host for #wrong, outside the timed loop; JSON rows say "memory":"device".
