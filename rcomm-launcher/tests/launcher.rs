@@ -664,7 +664,14 @@ fn kill_9_of_the_launcher_leaves_no_process_of_the_job() {
     let err = lines_of(child.stderr.take().unwrap());
     let lines = await_lines(&rx, 4, Duration::from_secs(10), |l| l.contains("] ready "));
     let job = lines[0].split(' ').nth(2).unwrap().to_string();
-    let before = job_processes(&job);
+    // One snapshot of /proc can miss a process (one mid-exec has no readable environment
+    // for an instant, and the watchdog may still be starting): look again for a while.
+    let mut before = job_processes(&job);
+    let t = Instant::now();
+    while before.len() < 9 && t.elapsed() < Duration::from_secs(5) {
+        thread::sleep(Duration::from_millis(20));
+        before = job_processes(&job);
+    }
     assert!(
         before.len() >= 9,
         "4 ranks, 4 grandchildren and the watchdog: {before:?}"
