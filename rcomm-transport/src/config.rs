@@ -114,6 +114,41 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "which InfiniBand/RoCE HCAs a rank may choose from, as NCCL_IB_HCA: name prefixes mlx5_0,mlx5_1; ^ excludes (^mlx5_3); = exact names (=mlx5_0); a :port suffix is accepted and ignored; default: all; among those left each rank takes the nearest to its GPU (or NUMA node), see rcomm-topo",
     },
     VarSpec {
+        name: "RCOMM_IB_GID_INDEX",
+        protocol: false,
+        help: "ib transport (P13; read, not yet used): GID index of the port's table to send from, 0 to 255, as NCCL_IB_GID_INDEX; default: auto (0 on InfiniBand; on RoCE the IPv4 RoCE v2 entry, as NCCL; rcomm-topo lists the tables)",
+    },
+    VarSpec {
+        name: "RCOMM_IB_TIMEOUT",
+        protocol: false,
+        help: "ib transport (P13; read, not yet used): local ACK timeout of its queue pairs, 4.096 µs × 2^value, 1 to 31 (default 20, about 4.3 s), as NCCL_IB_TIMEOUT",
+    },
+    VarSpec {
+        name: "RCOMM_IB_RETRY_CNT",
+        protocol: false,
+        help: "ib transport (P13; read, not yet used): retransmissions after an ACK timeout before a peer is lost, 0 to 7 (default 7), as NCCL_IB_RETRY_CNT",
+    },
+    VarSpec {
+        name: "RCOMM_IB_SL",
+        protocol: false,
+        help: "ib transport (P13; read, not yet used): InfiniBand service level of its queue pairs, 0 to 15 (default 0), as NCCL_IB_SL",
+    },
+    VarSpec {
+        name: "RCOMM_IB_TC",
+        protocol: false,
+        help: "ib transport (P13; read, not yet used): traffic class (RoCE: IP DSCP and ECN bits) of its packets, 0 to 255 (default 0), as NCCL_IB_TC",
+    },
+    VarSpec {
+        name: "RCOMM_IB_QPS_PER_CONNECTION",
+        protocol: false,
+        help: "ib transport (P13; read, not yet used): queue pairs per peer connection, 1 to 128 (default 1), as NCCL_IB_QPS_PER_CONNECTION",
+    },
+    VarSpec {
+        name: "RCOMM_NET_GDR_LEVEL",
+        protocol: false,
+        help: "ib transport (P13; read, not yet used): the farthest path between a GPU and its NIC over which the NIC reads and writes device memory directly (GPUDirect RDMA), as NCCL_NET_GDR_LEVEL: LOC (never), PIX, PXB (default), PHB, SYS, or NCCL's numbers 0 to 4; farther pairs stage through host memory",
+    },
+    VarSpec {
         name: "RCOMM_P2P_LEVEL",
         protocol: false,
         help: "user: how far apart two GPUs of one node may be for direct device copies (CUDA IPC, peer copies), as NCCL_P2P_LEVEL: LOC (same GPU only), NVL (NVLink), PIX, PXB, PHB, SYS (default); farther pairs stage through host memory. Ranks sharing one GPU always copy directly unless set to 0/off",
@@ -523,6 +558,100 @@ impl GpuBackend {
     }
 }
 
+/// The InfiniBand/RoCE settings (`RCOMM_IB_*`, `RCOMM_NET_GDR_LEVEL`), read for the `ib`
+/// transport (P13), which does not use them yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IbSettings {
+    /// `RCOMM_IB_GID_INDEX`; `None`: chosen from the GID table (`ib::gid_index_auto`).
+    pub gid_index: Option<u8>,
+    /// `RCOMM_IB_TIMEOUT`: ACK timeout code, 4.096 µs · 2^t.
+    pub timeout: u8,
+    /// `RCOMM_IB_RETRY_CNT`.
+    pub retry_cnt: u8,
+    /// `RCOMM_IB_SL`.
+    pub sl: u8,
+    /// `RCOMM_IB_TC`.
+    pub tc: u8,
+    /// `RCOMM_IB_QPS_PER_CONNECTION`.
+    pub qps_per_connection: u32,
+    /// `RCOMM_NET_GDR_LEVEL`: the farthest GPU–NIC path for GPUDirect RDMA (`Loc`: never).
+    pub gdr_level: P2pLevel,
+}
+
+impl Default for IbSettings {
+    /// NCCL's defaults.
+    fn default() -> Self {
+        Self {
+            gid_index: None,
+            timeout: 20,
+            retry_cnt: 7,
+            sl: 0,
+            tc: 0,
+            qps_per_connection: 1,
+            gdr_level: P2pLevel::Pxb,
+        }
+    }
+}
+
+impl IbSettings {
+    /// From the environment, with range checks naming the variable.
+    pub fn from_env(env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let ranged = |name: &'static str, lo: u32, hi: u32| -> Result<Option<u32>, ConfigError> {
+            get(env, name)
+                .map(|v| {
+                    v.trim()
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| (lo..=hi).contains(n))
+                        .ok_or_else(|| ConfigError {
+                            name,
+                            value: v.clone(),
+                            expected: format!("an integer from {lo} to {hi}"),
+                        })
+                })
+                .transpose()
+        };
+        let byte = |name, lo, hi, default: u8| -> Result<u8, ConfigError> {
+            Ok(ranged(name, lo, hi)?.map_or(default, |n| n as u8))
+        };
+        Ok(Self {
+            gid_index: ranged("RCOMM_IB_GID_INDEX", 0, 255)?.map(|n| n as u8),
+            timeout: byte("RCOMM_IB_TIMEOUT", 1, 31, d.timeout)?,
+            retry_cnt: byte("RCOMM_IB_RETRY_CNT", 0, 7, d.retry_cnt)?,
+            sl: byte("RCOMM_IB_SL", 0, 15, d.sl)?,
+            tc: byte("RCOMM_IB_TC", 0, 255, d.tc)?,
+            qps_per_connection: ranged("RCOMM_IB_QPS_PER_CONNECTION", 1, 128)?
+                .unwrap_or(d.qps_per_connection),
+            gdr_level: choice(
+                env,
+                "RCOMM_NET_GDR_LEVEL",
+                d.gdr_level,
+                &[
+                    ("loc", P2pLevel::Loc),
+                    ("pix", P2pLevel::Pix),
+                    ("pxb", P2pLevel::Pxb),
+                    ("phb", P2pLevel::Phb),
+                    ("sys", P2pLevel::Sys),
+                    ("0", P2pLevel::Loc),
+                    ("1", P2pLevel::Pix),
+                    ("2", P2pLevel::Pxb),
+                    ("3", P2pLevel::Phb),
+                    ("4", P2pLevel::Sys),
+                ],
+            )?,
+        })
+    }
+}
+
+/// The InfiniBand settings of the process configuration (NCCL's defaults when it does not
+/// parse: init reports that error).
+pub fn ib_settings() -> IbSettings {
+    global()
+        .as_ref()
+        .map_or_else(|_| IbSettings::default(), |c| c.ib)
+}
+
 /// Every setting rcomm takes from the environment, parsed once.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -547,6 +676,8 @@ pub struct Config {
     pub socket_ifname: Option<crate::ifaddr::IfSpec>,
     /// `RCOMM_IB_HCA`: which HCAs the device choice may use; `None` = all.
     pub ib_hca: Option<crate::ifaddr::IfSpec>,
+    /// `RCOMM_IB_*` and `RCOMM_NET_GDR_LEVEL`.
+    pub ib: IbSettings,
     /// `RCOMM_TCP_TIMEOUT` in milliseconds (0 = the system's).
     pub tcp_timeout_ms: u32,
     /// `RCOMM_P2P_LEVEL`: how far apart GPUs may be for direct copies.
@@ -1172,6 +1303,7 @@ impl Config {
             tcp_streams,
             socket_ifname,
             ib_hca,
+            ib: IbSettings::from_env(env)?,
             tcp_timeout_ms,
             p2p_level,
             gpu_standin,
@@ -1602,6 +1734,64 @@ mod tests {
             assert!(e.to_string().contains(want), "{e}");
         }
         assert!(c.unknown.is_empty());
+    }
+
+    #[test]
+    fn ib_settings_default_as_nccl_and_refuse_out_of_range_values() {
+        let c = Config::from_map(&env(&[])).unwrap();
+        assert_eq!(c.ib, IbSettings::default());
+        assert_eq!(
+            (
+                c.ib.gid_index,
+                c.ib.timeout,
+                c.ib.retry_cnt,
+                c.ib.qps_per_connection
+            ),
+            (None, 20, 7, 1)
+        );
+        assert_eq!(c.ib.gdr_level, P2pLevel::Pxb);
+        let c = Config::from_map(&env(&[
+            ("RCOMM_IB_GID_INDEX", "3"),
+            ("RCOMM_IB_TIMEOUT", "22"),
+            ("RCOMM_IB_RETRY_CNT", "0"),
+            ("RCOMM_IB_SL", "15"),
+            ("RCOMM_IB_TC", "106"),
+            ("RCOMM_IB_QPS_PER_CONNECTION", "4"),
+            ("RCOMM_NET_GDR_LEVEL", "SYS"),
+        ]))
+        .unwrap();
+        let want = IbSettings {
+            gid_index: Some(3),
+            timeout: 22,
+            retry_cnt: 0,
+            sl: 15,
+            tc: 106,
+            qps_per_connection: 4,
+            gdr_level: P2pLevel::Sys,
+        };
+        assert_eq!(c.ib, want);
+        assert!(c.unknown.is_empty(), "{:?}", c.unknown);
+        let c = Config::from_map(&env(&[("RCOMM_NET_GDR_LEVEL", "0")])).unwrap();
+        assert_eq!(c.ib.gdr_level, P2pLevel::Loc);
+        for (name, bad, want) in [
+            ("RCOMM_IB_GID_INDEX", "256", "from 0 to 255"),
+            ("RCOMM_IB_GID_INDEX", "auto", "from 0 to 255"),
+            ("RCOMM_IB_TIMEOUT", "0", "from 1 to 31"),
+            ("RCOMM_IB_TIMEOUT", "32", "from 1 to 31"),
+            ("RCOMM_IB_RETRY_CNT", "8", "from 0 to 7"),
+            ("RCOMM_IB_SL", "16", "from 0 to 15"),
+            ("RCOMM_IB_TC", "-1", "from 0 to 255"),
+            ("RCOMM_IB_QPS_PER_CONNECTION", "0", "from 1 to 128"),
+            ("RCOMM_NET_GDR_LEVEL", "NVL", "LOC"),
+            ("RCOMM_NET_GDR_LEVEL", "5", "PXB"),
+        ] {
+            let e = Config::from_map(&env(&[(name, bad)])).unwrap_err();
+            assert_eq!(e.name, name, "{e}");
+            assert!(
+                e.to_string().to_lowercase().contains(&want.to_lowercase()),
+                "{e}"
+            );
+        }
     }
 
     #[test]
