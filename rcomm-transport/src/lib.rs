@@ -14,6 +14,7 @@ pub mod flight;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gpu;
+pub mod ib;
 pub mod identity;
 pub mod ifaddr;
 pub mod local;

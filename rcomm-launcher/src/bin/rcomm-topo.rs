@@ -1,15 +1,19 @@
-//! `rcomm-topo`: this machine as rcomm sees it (see `rcomm_launcher::topo_report`). Under
-//! `rcomm-run` every host answers: local rank 0 of each host prints, its lines prefixed with
-//! its host name, and the other ranks stay quiet.
+//! `rcomm-topo`: this machine as rcomm sees it (see `rcomm_launcher::topo_report`), and its
+//! RDMA devices (HCAs with their ports and GID tables, from `/sys/class/infiniband`, or from
+//! the tree given by `--sysfs-root`). Under `rcomm-run` every host answers: local rank 0 of
+//! each host prints, its lines prefixed with its host name, and the other ranks stay quiet.
 
 use clap::Parser;
 use rcomm_launcher::topo_report;
+use rcomm_transport::ib::sysfs::{self, HcaInfo};
+use rcomm_transport::ib::{GidType, LinkLayer};
 use rcomm_transport::topo::Topology;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Show the machine's packages, NUMA nodes, cores, caches, GPUs and NICs, and the distance
-/// classes between GPUs and NICs (as `nvidia-smi topo -m`); and the GPUs the CUDA driver sees.
+/// classes between GPUs and NICs (as `nvidia-smi topo -m`); the GPUs the CUDA driver sees; and
+/// the RDMA devices: each HCA port's state, link layer, rate and GID table.
 #[derive(Debug, Parser)]
 #[command(name = "rcomm-topo", version, after_help = after_help())]
 struct Args {
@@ -89,10 +93,22 @@ fn main() -> ExitCode {
     // only here (rcomm-run itself never loads the CUDA driver).
     let this_machine = a.file.is_none() && a.xml.is_none() && a.sysfs_root.is_none();
     let cuda = (this_machine && !a.no_cuda).then(topo_report::cuda_devices);
+    // RDMA devices exist only in a file system: this machine's, or the fixture tree.
+    let rdma_root = match &a.sysfs_root {
+        Some(d) => Some(d.clone()),
+        None => this_machine.then(|| PathBuf::from("/")),
+    };
+    let rdma = rdma_root.map(|r| {
+        let found = rcomm_transport::ib::sysfs::discover(&r).map_err(|e| e.to_string());
+        (r, found)
+    });
     if a.json {
         let mut v = topo_report::json(&t);
         if let Some(c) = &cuda {
             v["cuda"] = topo_report::cuda_json(c);
+        }
+        if let Some((_, found)) = &rdma {
+            v["rdma"] = rdma_json(found);
         }
         if launch.is_some() {
             v["reported_by"] = rcomm_transport::identity::hostname().into();
@@ -103,6 +119,118 @@ fn main() -> ExitCode {
         if let Some(c) = &cuda {
             print!("{}", topo_report::cuda_text(c, &prefix));
         }
+        if let Some((root, found)) = &rdma {
+            print!("{}", rdma_text(root, found, &prefix));
+        }
     }
     ExitCode::SUCCESS
+}
+
+type Found = Result<Vec<HcaInfo>, String>;
+
+/// The HCAs, one line per port and one per GID; the GID `RCOMM_IB_GID_INDEX` would default
+/// to is marked `(auto)`.
+fn rdma_text(root: &Path, found: &Found, prefix: &str) -> String {
+    let class = Path::new("/").join(sysfs::CLASS_DIR);
+    let shown = if root == Path::new("/") {
+        class.display().to_string()
+    } else {
+        format!("{} under {}", class.display(), root.display())
+    };
+    let hcas = match found {
+        Err(e) => return format!("{prefix}RDMA devices: cannot read {shown}: {e}\n"),
+        Ok(h) if h.is_empty() => {
+            return if root.join(sysfs::CLASS_DIR).exists() {
+                format!("{prefix}no RDMA devices ({shown} is empty)\n")
+            } else {
+                format!("{prefix}no RDMA devices (no {shown})\n")
+            };
+        }
+        Ok(h) => h,
+    };
+    let mut out = format!("{prefix}RDMA devices ({shown}):\n");
+    for h in hcas {
+        let guid = h
+            .node_guid
+            .map_or(String::new(), |g| format!(", node GUID {g:016x}"));
+        out += &format!("{prefix}  {}: {} port(s){guid}\n", h.name, h.ports.len());
+        for p in &h.ports {
+            let ll = match p.link_layer {
+                LinkLayer::InfiniBand => format!("InfiniBand, LID {:#x}", p.lid),
+                LinkLayer::Ethernet => "Ethernet (RoCE)".to_string(),
+            };
+            let mtu = p
+                .active_mtu
+                .map_or(String::new(), |m| format!(", MTU {}", m.bytes()));
+            let rate = if p.rate.is_empty() {
+                "rate unknown"
+            } else {
+                &p.rate
+            };
+            out += &format!(
+                "{prefix}    port {}: {} ({}), {ll}, {rate}{mtu}\n",
+                p.num,
+                p.state.name(),
+                if p.phys_state.is_empty() {
+                    "?"
+                } else {
+                    &p.phys_state
+                }
+            );
+            let auto = p.gid_index_auto();
+            for g in &p.gids {
+                let ty = match g.gid_type {
+                    GidType::IbRoceV1 => "IB/RoCE v1",
+                    GidType::RoceV2 => "RoCE v2",
+                };
+                let v4 = g.gid.ipv4().map_or(String::new(), |a| format!(" {a}"));
+                let nd = g.ndev.as_ref().map_or(String::new(), |n| format!(" {n}"));
+                let mark = if auto == Some(g.index) { " (auto)" } else { "" };
+                out += &format!(
+                    "{prefix}      GID {:>3} {} {ty}{nd}{v4}{mark}\n",
+                    g.index, g.gid
+                );
+            }
+        }
+    }
+    out
+}
+
+fn rdma_json(found: &Found) -> serde_json::Value {
+    use serde_json::json;
+    match found {
+        Err(e) => json!({ "error": e }),
+        Ok(hcas) => json!(
+            hcas.iter()
+                .map(|h| json!({
+                    "name": h.name,
+                    "node_guid": h.node_guid.map(|g| format!("{g:016x}")),
+                    "ports": h.ports.iter().map(|p| json!({
+                        "port": p.num,
+                        "state": p.state.name(),
+                        "phys_state": p.phys_state,
+                        "link_layer": match p.link_layer {
+                            LinkLayer::InfiniBand => "InfiniBand",
+                            LinkLayer::Ethernet => "Ethernet",
+                        },
+                        "rate": p.rate,
+                        "rate_mbps": p.rate_mbps,
+                        "lid": p.lid,
+                        "active_mtu": p.active_mtu.map(|m| m.bytes()),
+                        "gid_index_auto": p.gid_index_auto(),
+                        "gids": p.gids.iter().map(|g| json!({
+                            "index": g.index,
+                            "gid": g.gid.to_string(),
+                            "type": match g.gid_type {
+                                GidType::IbRoceV1 => "IB/RoCE v1",
+                                GidType::RoceV2 => "RoCE v2",
+                            },
+                            "ndev": g.ndev,
+                            "ipv4": g.gid.ipv4().map(|a| a.to_string()),
+                        })).collect::<Vec<_>>(),
+                    })).collect::<Vec<_>>(),
+                }))
+                .collect::<Vec<_>>()
+        ),
+    }
 }
