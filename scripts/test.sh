@@ -8,8 +8,10 @@ cd "$(dirname "$0")/.."
 # installed below by the launcher tests' own script, which keeps the packages from starting system
 # daemons); the multi-host tests (tests/tests/multihost.rs) make fake hosts of network namespaces,
 # each with its own sshd (tests/cluster.sh); hwloc's library and tools for rcomm-transport's
-# feature `hwloc` (its topology tests compare rcomm's sysfs reader with hwloc).
-PKGS=(mpich openssh-server openssh-client iproute2 util-linux libhwloc-dev libudev-dev hwloc pkg-config)
+# feature `hwloc` (its topology tests compare rcomm's sysfs reader with hwloc); rdma-core's
+# libibverbs and verbs.h for the ib backend's tests (rcomm-transport/tests/ib_abi.rs compares
+# its struct copies with the header and loads the run-time-loaded libibverbs.so.1).
+PKGS=(mpich openssh-server openssh-client iproute2 util-linux libhwloc-dev libudev-dev hwloc pkg-config libibverbs-dev ibverbs-providers)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

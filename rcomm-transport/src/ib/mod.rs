@@ -1,8 +1,10 @@
 //! InfiniBand / RoCE (P13), first step: the verbs interface the RC protocol will be written
-//! against ([`verbs`]), a deterministic simulated fabric implementing it ([`sim`]), and HCA
-//! discovery from sysfs ([`sysfs`]). No libibverbs backend and no transport yet
-//! (docs/architecture.md, "InfiniBand (P13), step 1").
+//! against ([`verbs`]), a deterministic simulated fabric implementing it ([`sim`]), HCA
+//! discovery from sysfs ([`sysfs`]), and the trait's backend on the system's libibverbs,
+//! loaded at run time ([`libverbs`]; nothing past device listing has met a device yet). No
+//! transport yet (docs/architecture.md, "InfiniBand (P13), step 1").
 
+pub mod libverbs;
 pub mod sim;
 pub mod sysfs;
 pub mod verbs;
