@@ -180,8 +180,14 @@ pub(crate) fn build(
     };
     let (rank, size) = (boot.rank(), boot.size());
     // Listeners first, so the one record each rank publishes says how to reach it.
-    let listening = Listening::bind(cfg, boot.job_id(), rank, size, boot.local_rank(), &secret)
-        .map_err(|e| setup_error(e, rank, &[]))?;
+    let listening = Listening::bind(
+        cfg,
+        boot.job_id(),
+        (rank, size),
+        (boot.local_rank(), boot.local_size()),
+        &secret,
+    )
+    .map_err(|e| setup_error(e, rank, &[]))?;
     let endpoints = listening.endpoints();
     let mut info = PeerInfo::local(cfg.protocol_settings());
     if let Some(id) = &cfg.host_id {

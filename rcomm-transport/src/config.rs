@@ -81,7 +81,7 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec {
         name: "RCOMM_TRANSPORT",
         protocol: true,
-        help: "transport between ranks: auto (default), shm, tcp; must agree on every rank",
+        help: "transport between ranks: auto (default: shm on a node, then ib where both ranks have an active RDMA port on one fabric, then tcp), shm, tcp, ib (every peer over InfiniBand/RoCE verbs; an init error where a rank has no usable RDMA device); must agree on every rank",
     },
     VarSpec {
         name: "RCOMM_SHM_CMA",
@@ -508,6 +508,8 @@ pub enum TransportChoice {
     Shm,
     /// TCP for every peer.
     Tcp,
+    /// InfiniBand / RoCE verbs for every peer (no device is an init error).
+    Ib,
 }
 
 /// How the collective cost model gets its constants (`RCOMM_TUNE`).
@@ -1119,6 +1121,7 @@ impl Config {
                 ("auto", TransportChoice::Auto),
                 ("shm", TransportChoice::Shm),
                 ("tcp", TransportChoice::Tcp),
+                ("ib", TransportChoice::Ib),
             ],
         )?;
         let shm_cma = flag(env, "RCOMM_SHM_CMA", true)?;
@@ -1339,6 +1342,7 @@ impl Config {
             TransportChoice::Auto => "auto",
             TransportChoice::Shm => "shm",
             TransportChoice::Tcp => "tcp",
+            TransportChoice::Ib => "ib",
         };
         let algo: Vec<String> = self.algo.iter().map(|(o, a)| format!("{o}:{a}")).collect();
         vec![

@@ -20,6 +20,7 @@ use crate::wire::{AddrRecord, Header};
 
 use crate::config::TransportChoice;
 use crate::cuda_ep::CudaEndpoint;
+use crate::ib::IbNet;
 
 /// How one peer is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub enum Route {
     Tcp,
     /// The in-process simulated network (tests).
     Sim,
+    /// InfiniBand / RoCE verbs (RC queue pairs).
+    Ib,
 }
 
 impl Route {
@@ -42,6 +45,7 @@ impl Route {
             Route::Shm => "shm",
             Route::Tcp => "tcp",
             Route::Sim => "sim",
+            Route::Ib => "ib",
         }
     }
 }
@@ -56,6 +60,7 @@ type Reaches = fn(&AddrRecord, &AddrRecord) -> bool;
 /// the same on both ranks. A transport added later adds its row here.
 const TABLE: &[(Route, Reaches)] = &[
     (Route::Shm, crate::shmnet::can_connect),
+    (Route::Ib, crate::ib::can_connect),
     (Route::Tcp, crate::tcp::can_connect),
 ];
 
@@ -70,6 +75,7 @@ pub fn select(ra: &AddrRecord, rb: &AddrRecord, choice: TransportChoice) -> Resu
         TransportChoice::Auto => true,
         TransportChoice::Tcp => r == Route::Tcp,
         TransportChoice::Shm => r == Route::Shm,
+        TransportChoice::Ib => r == Route::Ib,
     };
     TABLE
         .iter()
@@ -80,6 +86,30 @@ pub fn select(ra: &AddrRecord, rb: &AddrRecord, choice: TransportChoice) -> Resu
                 "RCOMM_TRANSPORT=shm, but pid {} on {} and pid {} on {} cannot share memory (other node or user); use auto or tcp",
                 a.pid, a.hostname, b.pid, b.hostname
             ),
+            TransportChoice::Ib => {
+                let has = |r: &AddrRecord| crate::ib::blob_of(r).is_some();
+                let why = |r: &AddrRecord| {
+                    if has(r) {
+                        "has an active RDMA port"
+                    } else {
+                        "has no usable RDMA device (see its log under RCOMM_DEBUG_SUBSYS=NET, or rcomm-topo)"
+                    }
+                };
+                format!(
+                    "RCOMM_TRANSPORT=ib, but pid {} on {} {} and pid {} on {} {}{}; use auto or tcp",
+                    a.pid,
+                    a.hostname,
+                    why(ra),
+                    b.pid,
+                    b.hostname,
+                    why(rb),
+                    if has(ra) && has(rb) {
+                        ", on another fabric (link layer or subnet prefix)"
+                    } else {
+                        ""
+                    }
+                )
+            }
             _ => format!(
                 "no transport reaches pid {} on {} from pid {} on {}",
                 b.pid, b.hostname, a.pid, a.hostname
@@ -121,6 +151,8 @@ pub enum Endpoint {
     Tcp(TcpNet),
     /// The simulated network of a test.
     Sim(SimEndpoint),
+    /// InfiniBand / RoCE verbs (or the simulated verbs fabric of a test).
+    Ib(Box<IbNet>),
 }
 
 impl Endpoint {
@@ -134,6 +166,7 @@ impl Endpoint {
             Endpoint::Shm(_) => Route::Shm,
             Endpoint::Tcp(_) => Route::Tcp,
             Endpoint::Sim(_) => Route::Sim,
+            Endpoint::Ib(_) => Route::Ib,
         }
     }
 
@@ -143,6 +176,7 @@ impl Endpoint {
             Endpoint::Shm(s) => s.caps(),
             Endpoint::Tcp(t) => t.caps(),
             Endpoint::Sim(s) => s.caps(),
+            Endpoint::Ib(i) => i.caps(),
         }
     }
 
@@ -151,6 +185,7 @@ impl Endpoint {
             Endpoint::Shm(s) => s.counters(),
             Endpoint::Tcp(t) => t.counters(),
             Endpoint::Sim(s) => s.counters(),
+            Endpoint::Ib(i) => i.counters(),
         }
     }
 
@@ -164,6 +199,7 @@ impl Endpoint {
             Endpoint::Shm(s) => s.try_send(peer, hdr, payload),
             Endpoint::Tcp(t) => t.try_send(peer, hdr, payload),
             Endpoint::Sim(s) => s.try_send(peer, hdr, payload),
+            Endpoint::Ib(i) => i.try_send(peer, hdr, payload),
         }
     }
 
@@ -178,6 +214,11 @@ impl Endpoint {
             Endpoint::Shm(s) => s.send_chunk(peer, token, offset, data),
             Endpoint::Tcp(t) => t.send_chunk(peer, token, offset, data),
             Endpoint::Sim(s) => s.send_chunk(peer, token, offset, data),
+            Endpoint::Ib(_) => Err(TransportError::Unsupported {
+                peer,
+                op: "stream",
+                why: "ib moves rendezvous data by RDMA READ or WRITE".into(),
+            }),
         }
     }
 
@@ -186,6 +227,7 @@ impl Endpoint {
             Endpoint::Shm(s) => s.progress(budget, &mut |peer, inc| out.incoming(peer, inc)),
             Endpoint::Tcp(t) => t.progress(out),
             Endpoint::Sim(s) => s.progress(budget, out),
+            Endpoint::Ib(i) => i.progress(budget, out),
         }
     }
 
@@ -193,7 +235,7 @@ impl Endpoint {
         match self {
             Endpoint::Shm(s) => s.wait_fds(set),
             Endpoint::Tcp(t) => t.wait_fds(set),
-            Endpoint::Sim(_) => {}
+            Endpoint::Sim(_) | Endpoint::Ib(_) => {}
         }
     }
 }
@@ -278,10 +320,19 @@ impl Net {
     /// were set up for them: the message lane and the host-memory bulk lane of a peer are its
     /// route's endpoint (a transport added later may give a peer a bulk lane of another
     /// endpoint — RDMA beside TCP messages, CUDA IPC beside shared memory — here).
-    pub fn build(me: u32, routes: Vec<Route>, shm: Option<ShmNet>, tcp: TcpNet) -> Self {
-        let mut eps = Vec::with_capacity(2);
+    pub fn build(
+        me: u32,
+        routes: Vec<Route>,
+        shm: Option<ShmNet>,
+        ib: Option<IbNet>,
+        tcp: TcpNet,
+    ) -> Self {
+        let mut eps = Vec::with_capacity(3);
         if let Some(s) = shm {
             eps.push(Endpoint::Shm(s));
+        }
+        if let Some(i) = ib {
+            eps.push(Endpoint::Ib(Box::new(i)));
         }
         eps.push(Endpoint::Tcp(tcp));
         // Device memory of a peer is reachable directly only on this node (CUDA IPC).
@@ -304,6 +355,24 @@ impl Net {
             vec![Endpoint::Sim(fabric.endpoint(me))],
             dev_reach,
         )
+    }
+
+    /// The table of rank `me` whose every peer is reached over `ib` (a test on the simulated
+    /// verbs fabric: the endpoint is connected to its peers already).
+    pub fn ib_only(me: u32, ranks: u32, ib: IbNet) -> Self {
+        let routes = (0..ranks)
+            .map(|r| if r == me { Route::SelfLoop } else { Route::Ib })
+            .collect();
+        let dev_reach = vec![false; ranks as usize];
+        Self::assemble(me, routes, vec![Endpoint::Ib(Box::new(ib))], dev_reach)
+    }
+
+    /// The `ib` endpoint, if this process has one.
+    pub fn ib_mut(&mut self) -> Option<&mut IbNet> {
+        self.eps.iter_mut().find_map(|e| match e {
+            Endpoint::Ib(i) => Some(&mut **i),
+            _ => None,
+        })
     }
 
     fn assemble(me: u32, routes: Vec<Route>, eps: Vec<Endpoint>, dev_reach: Vec<bool>) -> Self {
@@ -528,6 +597,7 @@ impl Net {
         match self.bulk_ep(peer, "register")? {
             Endpoint::Shm(s) => Ok(s.rkey(m)),
             Endpoint::Sim(s) => Ok(s.register(m)),
+            Endpoint::Ib(i) => i.register(peer, m),
             Endpoint::Tcp(_) => Err(no_lane(peer, "register")),
         }
     }
@@ -545,6 +615,7 @@ impl Net {
         match self.bulk_ep(peer, "get")? {
             Endpoint::Shm(s) => s.get(peer, dst, key).map(|()| Tx::Done),
             Endpoint::Sim(s) => s.get(peer, dst, key, tok).map(|()| Tx::Pending),
+            Endpoint::Ib(i) => i.get(peer, dst, key, tok),
             Endpoint::Tcp(_) => Err(no_lane(peer, "get")),
         }
     }
@@ -560,6 +631,7 @@ impl Net {
     ) -> Result<Tx, TransportError> {
         match self.bulk_ep(peer, "put")? {
             Endpoint::Sim(s) => s.put(peer, src, key, tok).map(|()| Tx::Pending),
+            Endpoint::Ib(i) => i.put(peer, src, key, tok),
             Endpoint::Shm(_) | Endpoint::Tcp(_) => Err(no_lane(peer, "put")),
         }
     }
@@ -571,8 +643,10 @@ impl Net {
         if let Some(d) = &mut self.dev {
             d.quiesce(tok);
         }
-        if let Ok(Endpoint::Sim(s)) = self.bulk_ep(peer, "quiesce") {
-            s.quiesce(tok);
+        match self.bulk_ep(peer, "quiesce") {
+            Ok(Endpoint::Sim(s)) => s.quiesce(tok),
+            Ok(Endpoint::Ib(i)) => i.quiesce(peer, tok),
+            _ => {}
         }
     }
 

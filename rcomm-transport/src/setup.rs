@@ -45,6 +45,8 @@ pub struct Listening {
     size: u32,
     local: Option<LocalListener>,
     tcp: Option<TcpAcceptor>,
+    /// The `ib` endpoint, QPs made for every peer (connected once the records are known).
+    ib: Option<crate::ib::IbNet>,
     tcp_cfg: TcpConfig,
     secret: Secret,
 }
@@ -62,13 +64,14 @@ impl std::fmt::Debug for Listening {
 impl Listening {
     /// Binds every transport's listener for rank `rank` of `size` (none in a world of one): the
     /// node-local channel, named by the job and the local rank, and the TCP listener on the
-    /// interface of [`tcp_address`]. Peers must prove knowledge of `secret`.
+    /// interface of [`tcp_address`], and the `ib` endpoint where the settings and the machine
+    /// call for one ([`crate::ib::setup::open_for_rank`]). Peers must prove knowledge of
+    /// `secret`.
     pub fn bind(
         cfg: &Config,
         job_id: &str,
-        rank: u32,
-        size: u32,
-        local_rank: u32,
+        (rank, size): (u32, u32),
+        (local_rank, local_size): (u32, u32),
         secret: &Secret,
     ) -> Result<Self, SetupError> {
         let tcp_cfg = TcpConfig {
@@ -81,6 +84,7 @@ impl Listening {
             size,
             local: None,
             tcp: None,
+            ib: None,
             tcp_cfg,
             secret: secret.clone(),
         };
@@ -96,6 +100,8 @@ impl Listening {
             let a = TcpAcceptor::bind(ip, rank, size, secret, &me.tcp_cfg)?;
             rlog!(Info, "NET", "TCP listener on {} ({ifname})", a.addr());
             me.tcp = Some(a);
+            me.ib = crate::ib::setup::open_for_rank(cfg, local_rank, local_size, rank, size)
+                .map_err(|why| SetupError::Listen(format!("RCOMM_TRANSPORT=ib: {why}")))?;
         }
         Ok(me)
     }
@@ -108,6 +114,12 @@ impl Listening {
         }
         if let Some(a) = &self.tcp {
             v.push(EndpointAddr::Tcp(a.addr().to_string()));
+        }
+        if let Some(i) = &self.ib {
+            v.push(EndpointAddr::Other {
+                kind: crate::ib::conn::ENDPOINT_KIND,
+                data: i.blob().encode(),
+            });
         }
         v
     }
@@ -168,8 +180,25 @@ impl Listening {
                 })
             })
             .collect();
+        // ib peers: every QP to RTS from the peer's blob, now (no round trip needed).
+        let mut ib = self.ib;
+        if let Some(ep) = &mut ib {
+            for (r, p) in records.iter().enumerate() {
+                if routes[r] != Route::Ib {
+                    continue;
+                }
+                let blob = crate::ib::blob_of(p).ok_or_else(|| SetupError::NoRoute {
+                    to: r as u32,
+                    why: "its ib connection blob does not decode".into(),
+                })?;
+                ep.connect(r as u32, &blob)?;
+            }
+            if !routes.contains(&Route::Ib) {
+                ib = None;
+            }
+        }
         let tcp = TcpNet::new(rank, self.tcp, tcp_addrs, self.tcp_cfg, self.secret);
-        Ok(Net::build(rank, routes, shm, tcp))
+        Ok(Net::build(rank, routes, shm, ib, tcp))
     }
 }
 

@@ -517,3 +517,60 @@ fn rcomm_topo_reports_every_host_and_same_kernel_hosts_bind_to_distinct_cores() 
     );
     assert_ne!(cpus[0], cpus[1], "{out}");
 }
+
+#[test]
+fn across_hosts_without_rdma_auto_falls_back_to_tcp_once_and_forced_ib_says_why() {
+    // No host here has an RDMA device (no /sys/class/infiniband): `auto` logs the fall-back
+    // once per rank under RCOMM_DEBUG_SUBSYS=NET and runs over TCP; `ib` is an init error on
+    // every rank, naming what is missing, within seconds.
+    let Some(c) = Cluster::up_or_skip(2) else {
+        return;
+    };
+    let p = prog();
+    let args = |t: &'static str| -> Vec<String> {
+        [
+            "-H",
+            "host0:1,host1:1",
+            "-x",
+            "RCOMM_DEBUG=INFO",
+            "-x",
+            "RCOMM_DEBUG_SUBSYS=NET",
+            "-x",
+            t,
+            &p,
+            "transports",
+            "0,1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let a = args("RCOMM_TRANSPORT=auto");
+    let a: Vec<&str> = a.iter().map(|s| s.as_str()).collect();
+    let out = run_on_host0(&c, &a, &[], 60);
+    assert_eq!(out.code(), 0, "{out}");
+    let fell_back = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("ib not used (no RDMA devices in /sys/class/infiniband); TCP"))
+        .count();
+    assert_eq!(fell_back, 2, "one line per rank\n{out}");
+    for r in 0..2u32 {
+        assert!(
+            out.rank_lines(r)[0].starts_with(&format!("ok transports rank {r} host host{r} ")),
+            "{out}"
+        );
+    }
+    let f = args("RCOMM_TRANSPORT=ib");
+    let f: Vec<&str> = f.iter().map(|s| s.as_str()).collect();
+    let t0 = Instant::now();
+    let out = run_on_host0(&c, &f, &[], 60);
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(
+        out.stderr.contains("RCOMM_TRANSPORT=ib: ")
+            && (out.stderr.contains("libibverbs lists no RDMA device")
+                || out.stderr.contains("libibverbs.so.1 not found")),
+        "{out}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+}

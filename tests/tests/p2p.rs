@@ -347,3 +347,28 @@ fn messages_of_a_rank_that_left_stay_receivable_then_receives_fail() {
         );
     }
 }
+
+#[test]
+fn rcomm_transport_ib_without_an_rdma_device_is_an_init_error_naming_what_is_missing() {
+    // This machine has no RDMA device; forcing ib must fail at init on every rank, quickly,
+    // saying why — never fall back silently, never hang.
+    if std::path::Path::new("/sys/class/infiniband").exists() {
+        rcomm_testkit::skip_hardware("this machine has RDMA devices: forced ib would run");
+        return;
+    }
+    let shm_before = dev_shm();
+    let prog = test_program("rt_p2p");
+    let out = Job::new(2, &[prog.as_str(), "table"])
+        .env("RCOMM_TRANSPORT", "ib")
+        .deadline(Duration::from_secs(60))
+        .run();
+    assert_ne!(out.code(), 0, "{out}");
+    assert!(
+        out.stderr.contains("RCOMM_TRANSPORT=ib: ")
+            && (out.stderr.contains("libibverbs lists no RDMA device")
+                || out.stderr.contains("libibverbs.so.1 not found")),
+        "{out}"
+    );
+    assert!(out.elapsed < Duration::from_secs(20), "{:?}", out.elapsed);
+    assert_eq!(dev_shm(), shm_before, "nothing left in /dev/shm");
+}

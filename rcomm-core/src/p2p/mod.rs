@@ -2,6 +2,8 @@
 pub(crate) mod done;
 pub(crate) mod engine;
 pub(crate) mod hook;
+#[cfg(test)]
+mod ibsimtests;
 pub mod matcher;
 pub(crate) mod region;
 #[cfg(test)]

@@ -4,10 +4,36 @@
 //! loaded at run time ([`libverbs`]; nothing past device listing has met a device yet). No
 //! transport yet (docs/architecture.md, "InfiniBand (P13), step 1").
 
+pub mod any;
+pub mod conn;
+pub mod ep;
 pub mod libverbs;
+pub mod regcache;
+pub mod setup;
 pub mod sim;
 pub mod sysfs;
 pub mod verbs;
+
+pub use any::{AnyVerbs, IbNet};
+
+/// Whether `ib` reaches between the ranks of two address records (the transport table's
+/// `canConnect`): both published an `ib` blob, and their ports are on one fabric.
+pub fn can_connect(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> bool {
+    match (blob_of(a), blob_of(b)) {
+        (Some(x), Some(y)) => x.same_fabric(&y),
+        _ => false,
+    }
+}
+
+/// The `ib` blob a record carries, if any (and if it decodes).
+pub fn blob_of(r: &crate::wire::AddrRecord) -> Option<conn::ConnBlob> {
+    r.endpoints.iter().find_map(|e| match e {
+        crate::wire::EndpointAddr::Other { kind, data } if *kind == conn::ENDPOINT_KIND => {
+            conn::ConnBlob::decode(data).ok()
+        }
+        _ => None,
+    })
+}
 
 #[cfg(test)]
 mod tests;

@@ -115,7 +115,7 @@ fn pick(t: &Topology, from: Origin, cands: &[ObjId], local_rank: u32) -> Option<
     })
 }
 
-fn hca_matches(spec: &IfSpec, name: &str) -> bool {
+pub(crate) fn hca_matches(spec: &IfSpec, name: &str) -> bool {
     let bare = IfSpec {
         names: spec
             .names

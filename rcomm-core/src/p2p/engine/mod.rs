@@ -406,6 +406,11 @@ impl Engine {
         &self.net
     }
 
+    #[cfg(test)]
+    pub(crate) fn net_mut(&mut self) -> &mut Net {
+        &mut self.net
+    }
+
     /// Starts a send of `region` to `dest`; the request completes when the buffer may be reused.
     pub(crate) fn isend(
         &mut self,

@@ -1,0 +1,200 @@
+//! Whether and where a rank uses `ib`: the library, the HCA and the port.
+//!
+//! Under `RCOMM_TRANSPORT=auto` a rank opens an endpoint only when the job spans nodes and
+//! the machine shows RDMA devices in sysfs (so single-node jobs and machines without RDMA
+//! never load libibverbs); anything missing is a fall-back to TCP, logged once under
+//! `RCOMM_DEBUG_SUBSYS=NET`. Under `RCOMM_TRANSPORT=ib` every missing piece is an init error
+//! that says which.
+
+use super::any::{AnyVerbs, IbNet};
+use super::ep::{IbEndpoint, IbParams};
+use super::verbs::{PortState, Verbs};
+use crate::config::{Config, TransportChoice};
+use crate::ifaddr::IfSpec;
+
+/// The device and port a rank uses: among the devices `v` lists that pass `filter`
+/// (`RCOMM_IB_HCA`), `preferred` first (the topology's nearest HCA), then in listing order,
+/// the first with an active port.
+pub fn choose_port<V: Verbs>(
+    v: &V,
+    filter: Option<&IfSpec>,
+    preferred: Option<&str>,
+) -> Result<(String, u8), String> {
+    let devs = v
+        .devices()
+        .map_err(|e| format!("listing RDMA devices: {e}"))?;
+    if devs.is_empty() {
+        return Err("libibverbs lists no RDMA device".into());
+    }
+    let mut names: Vec<&str> = devs
+        .iter()
+        .map(|d| d.name.as_str())
+        .filter(|n| filter.is_none_or(|f| crate::topo::choose::hca_matches(f, n)))
+        .collect();
+    if names.is_empty() {
+        return Err(format!(
+            "RCOMM_IB_HCA excludes every RDMA device ({})",
+            devs.iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if let Some(p) = preferred
+        && let Some(i) = names.iter().position(|n| *n == p)
+    {
+        let n = names.remove(i);
+        names.insert(0, n);
+    }
+    let mut seen = Vec::new();
+    for name in names {
+        let d = devs.iter().find(|d| d.name == name).expect("listed");
+        let ctx = match v.open(name) {
+            Ok(c) => c,
+            Err(e) => {
+                seen.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        let mut found = None;
+        for port in 1..=d.phys_port_cnt {
+            match v.query_port(ctx, port) {
+                Ok(a) if a.state == PortState::Active => {
+                    found = Some(port);
+                    break;
+                }
+                Ok(a) => seen.push(format!("{name} port {port}: {}", a.state.name())),
+                Err(e) => seen.push(format!("{name} port {port}: {e}")),
+            }
+        }
+        let _ = v.close(ctx);
+        if let Some(port) = found {
+            return Ok((name.to_string(), port));
+        }
+    }
+    Err(format!("no active RDMA port ({})", seen.join("; ")))
+}
+
+/// Whether this machine shows RDMA devices at all (`/sys/class/infiniband` has entries).
+fn sysfs_has_devices() -> bool {
+    std::fs::read_dir(std::path::Path::new("/").join(super::sysfs::CLASS_DIR))
+        .is_ok_and(|mut d| d.next().is_some())
+}
+
+/// This rank's endpoint, when the settings and the machine call for one: `Ok(None)` where
+/// `auto` does not use `ib` (a single-node job, no RDMA device, no library — the reason
+/// logged once); `Err` only under `RCOMM_TRANSPORT=ib`.
+pub fn open_for_rank(
+    cfg: &Config,
+    local_rank: u32,
+    local_size: u32,
+    rank: u32,
+    size: u32,
+) -> Result<Option<IbNet>, String> {
+    let forced = cfg.transport == TransportChoice::Ib;
+    if !forced && (cfg.transport != TransportChoice::Auto || size <= local_size) {
+        return Ok(None);
+    }
+    let skip = |why: String| -> Result<Option<IbNet>, String> {
+        if forced {
+            Err(why)
+        } else {
+            crate::rlog!(Info, "NET", "ib not used ({why}); TCP between nodes");
+            Ok(None)
+        }
+    };
+    if !forced && !sysfs_has_devices() {
+        return skip("no RDMA devices in /sys/class/infiniband".into());
+    }
+    let lib = match super::libverbs::LibVerbs::load() {
+        Ok(l) => l,
+        Err(e) => return skip(e.to_string()),
+    };
+    let v = AnyVerbs::Lib(lib);
+    let preferred = crate::topo::choose::for_this_process(cfg, local_rank)
+        .and_then(|(_, c)| c.hca)
+        .map(|p| p.name);
+    let (dev, port) = match choose_port(&v, cfg.ib_hca.as_ref(), preferred.as_deref()) {
+        Ok(x) => x,
+        Err(e) => return skip(e),
+    };
+    match IbEndpoint::open(v, &dev, port, rank, size, IbParams::from_settings(&cfg.ib)) {
+        Ok(ep) => {
+            crate::rlog!(Info, "NET", "ib: rank {rank} uses {dev} port {port}");
+            Ok(Some(ep))
+        }
+        Err(e) => skip(format!("opening {dev} port {port}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ib::sim::{HcaSpec, PortSpec, SimConfig, SimFabric};
+
+    fn fabric() -> SimFabric {
+        let f = SimFabric::new(SimConfig::default());
+        for (i, n) in ["mlx5_0", "mlx5_1", "mlx5_2"].into_iter().enumerate() {
+            f.add_hca(HcaSpec {
+                name: n.into(),
+                node_guid: i as u64 + 1,
+                ports: vec![PortSpec::ib(i as u16 + 1, i as u64 + 1, 0)],
+            });
+        }
+        f
+    }
+
+    #[test]
+    fn the_preferred_hca_wins_then_listing_order_and_down_ports_are_skipped() {
+        let f = fabric();
+        let v = f.host(&["mlx5_0", "mlx5_1", "mlx5_2"]);
+        assert_eq!(choose_port(&v, None, None).unwrap(), ("mlx5_0".into(), 1));
+        assert_eq!(
+            choose_port(&v, None, Some("mlx5_2")).unwrap(),
+            ("mlx5_2".into(), 1)
+        );
+        f.set_port("mlx5_0", 1, false);
+        assert_eq!(choose_port(&v, None, None).unwrap(), ("mlx5_1".into(), 1));
+        let only0 = IfSpec::parse("=mlx5_0").unwrap();
+        let e = choose_port(&v, Some(&only0), None).unwrap_err();
+        assert!(
+            e.contains("no active RDMA port") && e.contains("mlx5_0 port 1: DOWN"),
+            "{e}"
+        );
+        let none = IfSpec::parse("^mlx5").unwrap();
+        let e = choose_port(&v, Some(&none), None).unwrap_err();
+        assert!(e.contains("RCOMM_IB_HCA excludes every RDMA device"), "{e}");
+        let empty = f.host(&[]);
+        assert!(
+            choose_port(&empty, None, None)
+                .unwrap_err()
+                .contains("no RDMA device")
+        );
+    }
+
+    #[test]
+    fn auto_does_not_use_ib_on_one_node_and_ib_without_devices_says_why() {
+        let env = |t: &str| {
+            Config::from_map(
+                &[("RCOMM_TRANSPORT".to_string(), t.to_string())]
+                    .into_iter()
+                    .collect(),
+            )
+            .unwrap()
+        };
+        assert!(matches!(open_for_rank(&env("auto"), 0, 4, 0, 4), Ok(None)));
+        assert!(matches!(open_for_rank(&env("tcp"), 0, 1, 0, 4), Ok(None)));
+        if sysfs_has_devices() {
+            eprintln!(
+                "this machine has RDMA devices: the no-device half of this test does not apply"
+            );
+            return;
+        }
+        assert!(matches!(open_for_rank(&env("auto"), 0, 1, 0, 4), Ok(None)));
+        let e = open_for_rank(&env("ib"), 0, 1, 0, 4).unwrap_err();
+        assert!(
+            e.contains("libibverbs lists no RDMA device") || e.contains("libibverbs.so.1"),
+            "{e}"
+        );
+    }
+}
