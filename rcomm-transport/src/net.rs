@@ -214,11 +214,7 @@ impl Endpoint {
             Endpoint::Shm(s) => s.send_chunk(peer, token, offset, data),
             Endpoint::Tcp(t) => t.send_chunk(peer, token, offset, data),
             Endpoint::Sim(s) => s.send_chunk(peer, token, offset, data),
-            Endpoint::Ib(_) => Err(TransportError::Unsupported {
-                peer,
-                op: "stream",
-                why: "ib moves rendezvous data by RDMA READ or WRITE".into(),
-            }),
+            Endpoint::Ib(i) => i.send_chunk(peer, token, offset, data),
         }
     }
 
@@ -235,7 +231,8 @@ impl Endpoint {
         match self {
             Endpoint::Shm(s) => s.wait_fds(set),
             Endpoint::Tcp(t) => t.wait_fds(set),
-            Endpoint::Sim(_) | Endpoint::Ib(_) => {}
+            Endpoint::Ib(i) => i.wait_fds(set),
+            Endpoint::Sim(_) => {}
         }
     }
 }
@@ -688,6 +685,11 @@ impl Net {
     pub fn begin_sleep(&self) {
         if let Some(s) = self.shm() {
             s.begin_sleep();
+        }
+        for e in &self.eps {
+            if let Endpoint::Ib(i) = e {
+                i.arm();
+            }
         }
     }
 

@@ -115,6 +115,10 @@ int main(void)
 	O(ibv_mr, lkey);
 	O(ibv_mr, rkey);
 
+	S(ibv_comp_channel);
+	O(ibv_comp_channel, context);
+	O(ibv_comp_channel, fd);
+	O(ibv_comp_channel, refcnt);
 	S(ibv_cq);
 	O(ibv_cq, context);
 	O(ibv_cq, channel);

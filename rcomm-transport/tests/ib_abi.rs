@@ -9,6 +9,8 @@
 //! Needs `libibverbs-dev` (the header) and the library (`scripts/test.sh` installs both); they
 //! are skipped without, except under CI. No test here needs an RDMA device.
 
+#![cfg(feature = "ib")]
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;

@@ -833,3 +833,75 @@ fn a_registration_invalidated_after_free_is_made_anew_and_the_old_key_is_refused
     assert!(err.unwrap().contains("refused access"));
     assert!(dst.iter().all(|&b| b == 0), "no byte moved");
 }
+
+#[test]
+fn device_buffers_stage_through_host_memory_over_ib_in_every_pairing() {
+    // The GPU stand-in (host memory behind the device interface; not a GPU): device memory
+    // has no RDMA registration here (GPUDirect RDMA is not built), so the engine stages it
+    // through host memory in chunks over the eager rings (STREAM).
+    use rcomm_transport::gpu::use_standin;
+    let g = use_standin().expect("the stand-in");
+    assert_eq!(g.backend_name(), "stand-in", "a real GPU in a unit test?");
+    let sizes = [0usize, 1, 63, 65, 1000, 5000, 40_000];
+    for (src_dev, dst_dev) in [(true, false), (false, true), (true, true)] {
+        let n = 3;
+        let mut cl = Cluster::new(n, params(4, 256, 1), SimConfig::default(), false);
+        let mut host: Vec<Vec<u8>> = Vec::new();
+        let mut dev: Vec<u64> = Vec::new();
+        let mut region = |dev_side: bool, data: &[u8]| -> (Region, usize) {
+            if dev_side {
+                let a = g.alloc(0, data.len()).expect("alloc");
+                if !data.is_empty() {
+                    g.copy_htod(a, data).expect("fill");
+                }
+                dev.push(a);
+                (Region::device(a, data.len(), 0), dev.len() - 1)
+            } else {
+                host.push(data.to_vec());
+                let v = host.last_mut().unwrap();
+                (Region::from_mut(v), usize::MAX)
+            }
+        };
+        let mut reqs = Vec::new();
+        let mut checks = Vec::new();
+        for f in 0..n {
+            for t in (0..n).filter(|&t| t != f) {
+                for (i, &len) in sizes.iter().enumerate() {
+                    let want = pattern(f, t, i, len);
+                    let (rr, _) = region(dst_dev, &vec![0xEE; len]);
+                    let q = cl.engines[t]
+                        .irecv(0, Source::Rank(f as u32), TagSel::Tag(i as i32), rr, "recv")
+                        .unwrap();
+                    reqs.push((t, q));
+                    checks.push((rr, want.clone()));
+                    let (sr, _) = region(src_dev, &want);
+                    let q = cl.engines[f]
+                        .isend(0, t as u32, i as i32, sr, "send")
+                        .unwrap();
+                    reqs.push((f, q));
+                }
+            }
+        }
+        for (r, q) in reqs {
+            cl.wait(r, q)
+                .unwrap_or_else(|e| panic!("{src_dev}/{dst_dev}: {e}"));
+        }
+        for (reg, want) in checks {
+            let got = if reg.is_device() {
+                let mut v = vec![0u8; want.len()];
+                if !v.is_empty() {
+                    g.copy_dtoh(&mut v, reg.addr()).expect("read");
+                }
+                v
+            } else {
+                reg.bytes().to_vec()
+            };
+            assert!(got == want, "{src_dev}/{dst_dev}: {} bytes", want.len());
+        }
+        let ib = cl.ib(0);
+        assert!(ib.bytes_recv > 0 && ib.bytes_sent > 0, "{ib:?}");
+        for a in dev {
+            g.free(a).expect("free");
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! machine with rdma-core, libibverbs loaded at run time. An enum, not a trait object, so
 //! the data path's calls are static (the design's rule for transports).
 
+#[cfg(feature = "ib")]
 use super::libverbs::LibVerbs;
 use super::sim::SimVerbs;
 use super::verbs::*;
@@ -13,6 +14,7 @@ pub enum AnyVerbs {
     /// The simulated fabric.
     Sim(SimVerbs),
     /// libibverbs, loaded at run time.
+    #[cfg(feature = "ib")]
     Lib(LibVerbs),
 }
 
@@ -20,6 +22,7 @@ macro_rules! each {
     ($self:ident, $v:ident => $e:expr) => {
         match $self {
             AnyVerbs::Sim($v) => $e,
+            #[cfg(feature = "ib")]
             AnyVerbs::Lib($v) => $e,
         }
     };
@@ -83,6 +86,12 @@ impl Verbs for AnyVerbs {
     }
     fn get_async_event(&self, ctx: Context) -> Result<Option<AsyncEvent>> {
         each!(self, v => v.get_async_event(ctx))
+    }
+    fn event_fds(&self, ctx: Context, cq: Cq) -> [Option<std::os::fd::RawFd>; 2] {
+        each!(self, v => v.event_fds(ctx, cq))
+    }
+    fn arm_cq(&self, cq: Cq) -> Result<()> {
+        each!(self, v => v.arm_cq(cq))
     }
 }
 

@@ -98,6 +98,10 @@ impl IbParams {
 
 /// Frame prefix in a slot: payload length, then the header.
 const FRAME: usize = 4 + Header::LEN;
+/// A chunk frame (STREAM, host staging of device memory): length word with [`CHUNK_BIT`],
+/// the receiver's token, the offset, then the bytes.
+const CHUNK_FRAME: usize = 4 + 16;
+const CHUNK_BIT: u32 = 1 << 31;
 /// Receives kept posted per QP beyond one per slot: room for credit-only messages.
 const SPARE_RECVS: u32 = 16;
 /// RDMA reads/writes one QP may have outstanding before later ones wait in a backlog.
@@ -567,7 +571,8 @@ impl<V: Verbs> IbEndpoint<V> {
             bandwidth_bps: (self.rate_mbps as f64 * 1e6 / 8.0 * 0.9).max(1e8),
             eager_limit: self.eager_limit(),
             max_frame: self.eager_limit(),
-            ops: Ops::AM.with(Ops::GET).with(Ops::PUT),
+            // STREAM carries device memory staged through the host (until GPUDirect RDMA).
+            ops: Ops::AM.with(Ops::GET).with(Ops::PUT).with(Ops::STREAM),
             kinds: Kinds::HOST,
             needs_reg: true,
             rkey_len: 20,
@@ -634,6 +639,46 @@ impl<V: Verbs> IbEndpoint<V> {
                 ),
             });
         }
+        let mut head = [0u8; FRAME];
+        head[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        head[4..].copy_from_slice(&hdr.encode());
+        let sent = self.send_frame(peer, &head, payload)?;
+        if sent {
+            self.counters.msgs_sent += 1;
+        }
+        Ok(sent)
+    }
+
+    /// Sends up to one slot's worth of rendezvous data (STREAM); returns the bytes taken
+    /// (0: no credit now).
+    pub fn send_chunk(
+        &mut self,
+        peer: u32,
+        token: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<usize, TransportError> {
+        self.peer(peer)?;
+        let n = data.len().min(self.p.slot_bytes as usize - CHUNK_FRAME);
+        let mut head = [0u8; CHUNK_FRAME];
+        head[..4].copy_from_slice(&(n as u32 | CHUNK_BIT).to_le_bytes());
+        head[4..12].copy_from_slice(&token.to_le_bytes());
+        head[12..].copy_from_slice(&offset.to_le_bytes());
+        Ok(if self.send_frame(peer, &head, &data[..n])? {
+            n
+        } else {
+            0
+        })
+    }
+
+    /// Writes `head` + `payload` into the next slot of `peer`'s ring, if a credit, a free
+    /// staging slot and send-queue room allow.
+    fn send_frame(
+        &mut self,
+        peer: u32,
+        head: &[u8],
+        payload: &[u8],
+    ) -> Result<bool, TransportError> {
         let slots = u32::from(self.p.slots);
         let max_send = slots + SPARE_RECVS;
         let pe = &mut self.peers[peer as usize];
@@ -644,17 +689,16 @@ impl<V: Verbs> IbEndpoint<V> {
         }
         let off = (peer as usize * slots as usize + slot as usize) * self.p.slot_bytes as usize;
         // SAFETY: the staging slot is inside `stage` (peer < ranks, slot < slots) and not
-        // busy, so the HCA is not reading it; the frame fits (checked above).
+        // busy, so the HCA is not reading it; the frame fits (the callers bound it).
         unsafe {
             let at = self.stage.ptr.add(off);
-            std::ptr::copy_nonoverlapping((payload.len() as u32).to_le_bytes().as_ptr(), at, 4);
-            std::ptr::copy_nonoverlapping(hdr.encode().as_ptr(), at.add(4), Header::LEN);
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), at.add(FRAME), payload.len());
+            std::ptr::copy_nonoverlapping(head.as_ptr(), at, head.len());
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), at.add(head.len()), payload.len());
         }
         let give = pe.owed.min(IMM_MAX_CREDITS);
         let sg = [Sge {
             addr: self.stage.addr() + off as u64,
-            len: (FRAME + payload.len()) as u32,
+            len: (head.len() + payload.len()) as u32,
             lkey: self.stage_mr.lkey,
         }];
         let wr = SendWr {
@@ -679,7 +723,6 @@ impl<V: Verbs> IbEndpoint<V> {
         pe.busy[slot as usize] = true;
         pe.outstanding[k] += 1;
         pe.rr = (k + 1) % pe.qps.len();
-        self.counters.msgs_sent += 1;
         self.counters.bytes_sent += payload.len() as u64;
         Ok(true)
     }
@@ -1145,7 +1188,30 @@ impl<V: Verbs> IbEndpoint<V> {
         // SAFETY: the slot lies inside `ring`; the peer writes it again only after we hand
         // its credit back (below, after delivery), so the bytes are stable while borrowed.
         let frame = unsafe { std::slice::from_raw_parts(self.ring.ptr.add(off), sb) };
-        let len = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
+        let word = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes"));
+        if word & CHUNK_BIT != 0 {
+            let len = (word & !CHUNK_BIT) as usize;
+            if len > sb - CHUNK_FRAME || wc.byte_len as usize != CHUNK_FRAME + len {
+                let why = format!("chunk of {len} bytes in a {} byte write", wc.byte_len);
+                self.fail_peer(peer, why);
+                return 0;
+            }
+            let token = u64::from_le_bytes(frame[4..12].try_into().expect("8 bytes"));
+            let offset = u64::from_le_bytes(frame[12..20].try_into().expect("8 bytes"));
+            self.counters.bytes_recv += len as u64;
+            let data = &frame[CHUNK_FRAME..CHUNK_FRAME + len];
+            out.incoming(
+                peer,
+                Incoming::Chunk {
+                    token,
+                    offset,
+                    data,
+                },
+            );
+            self.peers[peer as usize].owed += 1;
+            return 1;
+        }
+        let len = word as usize;
         let hdr = match Header::decode(&frame[4..FRAME]) {
             Ok(h) if len <= sb - FRAME && wc.byte_len as usize == FRAME + len => h,
             Ok(_) => {
@@ -1255,6 +1321,21 @@ impl<V: Verbs> IbEndpoint<V> {
                     self.fail_peer(p, why);
                 }
             }
+        }
+    }
+
+    /// Before a rank sleeps: the CQ is armed, so the next completion wakes it (the caller
+    /// progresses once more after this, catching what came before).
+    pub fn arm(&self) {
+        if let Err(e) = self.v.arm_cq(self.cq) {
+            crate::rlog!(Warn, "NET", "ib: cannot arm the completion queue: {e}");
+        }
+    }
+
+    /// The completion channel's and the async events' descriptors, for a sleeping rank.
+    pub fn wait_fds(&self, set: &mut crate::os::PollSet) {
+        for fd in self.v.event_fds(self.ctx, self.cq).into_iter().flatten() {
+            set.read(fd);
         }
     }
 

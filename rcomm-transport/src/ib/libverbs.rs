@@ -184,7 +184,7 @@ struct IbvGidEntry {
 struct IbvContextOps {
     _before_poll_cq: [*mut c_void; 11],
     poll_cq: Option<PollCqFn>,
-    req_notify_cq: *mut c_void,
+    req_notify_cq: Option<ReqNotifyCqFn>,
     _before_post_send: [*mut c_void; 12],
     post_send: Option<PostSendFn>,
     post_recv: Option<PostRecvFn>,
@@ -220,6 +220,14 @@ struct IbvMr {
     handle: u32,
     lkey: u32,
     rkey: u32,
+}
+
+/// `struct ibv_comp_channel`.
+#[repr(C)]
+struct IbvCompChannel {
+    context: *mut IbvContext,
+    fd: c_int,
+    refcnt: c_int,
 }
 
 /// `struct ibv_cq`.
@@ -494,6 +502,12 @@ type DestroyQpFn = unsafe extern "C" fn(*mut IbvQp) -> c_int;
 type GetAsyncEventFn = unsafe extern "C" fn(*mut IbvContext, *mut IbvAsyncEvent) -> c_int;
 type AckAsyncEventFn = unsafe extern "C" fn(*mut IbvAsyncEvent);
 type PollCqFn = unsafe extern "C" fn(*mut IbvCq, c_int, *mut IbvWc) -> c_int;
+type ReqNotifyCqFn = unsafe extern "C" fn(*mut IbvCq, c_int) -> c_int;
+type CreateCompChannelFn = unsafe extern "C" fn(*mut IbvContext) -> *mut IbvCompChannel;
+type DestroyCompChannelFn = unsafe extern "C" fn(*mut IbvCompChannel) -> c_int;
+type GetCqEventFn =
+    unsafe extern "C" fn(*mut IbvCompChannel, *mut *mut IbvCq, *mut *mut c_void) -> c_int;
+type AckCqEventsFn = unsafe extern "C" fn(*mut IbvCq, u32);
 type PostSendFn = unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
 type PostRecvFn = unsafe extern "C" fn(*mut IbvQp, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
 
@@ -519,6 +533,10 @@ struct Fns {
     destroy_qp: DestroyQpFn,
     get_async_event: GetAsyncEventFn,
     ack_async_event: AckAsyncEventFn,
+    create_comp_channel: CreateCompChannelFn,
+    destroy_comp_channel: DestroyCompChannelFn,
+    get_cq_event: GetCqEventFn,
+    ack_cq_events: AckCqEventsFn,
 }
 
 fn dl_error() -> String {
@@ -535,6 +553,8 @@ fn dl_error() -> String {
 fn resolve(h: *mut c_void, path: &str) -> std::result::Result<Fns, LoadError> {
     const V1_1: &CStr = c"IBVERBS_1.1";
     const V1_11: &CStr = c"IBVERBS_1.11";
+    // The completion channel calls were never versioned again after 1.0.
+    const V1_0: &CStr = c"IBVERBS_1.0";
     let find = |sym: &CStr, ver: &CStr| {
         // SAFETY: looking a versioned symbol up calls nothing.
         let p = unsafe { libc::dlvsym(h, sym.as_ptr(), ver.as_ptr()) };
@@ -586,6 +606,10 @@ fn resolve(h: *mut c_void, path: &str) -> std::result::Result<Fns, LoadError> {
         destroy_qp: need!(c"ibv_destroy_qp", V1_1, DestroyQpFn, OLD),
         get_async_event: need!(c"ibv_get_async_event", V1_1, GetAsyncEventFn, OLD),
         ack_async_event: need!(c"ibv_ack_async_event", V1_1, AckAsyncEventFn, OLD),
+        create_comp_channel: need!(c"ibv_create_comp_channel", V1_0, CreateCompChannelFn, OLD),
+        destroy_comp_channel: need!(c"ibv_destroy_comp_channel", V1_0, DestroyCompChannelFn, OLD),
+        get_cq_event: need!(c"ibv_get_cq_event", V1_1, GetCqEventFn, OLD),
+        ack_cq_events: need!(c"ibv_ack_cq_events", V1_1, AckCqEventsFn, OLD),
     })
 }
 
@@ -612,6 +636,8 @@ struct MrEntry {
 struct CqEntry {
     ptr: *mut IbvCq,
     ctx: u32,
+    /// Its completion channel (non-blocking descriptor), the wake-up of a sleeping rank.
+    channel: *mut IbvCompChannel,
 }
 
 struct QpEntry {
@@ -1316,22 +1342,58 @@ impl Verbs for LibVerbs {
             .ok()
             .filter(|&n| n > 0)
             .ok_or_else(|| VerbsError::Invalid(format!("CQ size {cqe}")))?;
-        // SAFETY: an open context (write lock held); no completion channel, vector 0.
-        let ptr = unsafe {
-            (self.fns.create_cq)(c.ptr, n, std::ptr::null_mut(), std::ptr::null_mut(), 0)
+        // A completion channel per CQ, its descriptor non-blocking: a rank sleeps on it
+        // (poll) and drains it without ever blocking in libibverbs.
+        // SAFETY: an open context (write lock held).
+        let channel = unsafe { (self.fns.create_comp_channel)(c.ptr) };
+        if channel.is_null() {
+            return Err(verbs_error(
+                "ibv_create_comp_channel",
+                null_errno(),
+                "CQ",
+                &name,
+            ));
+        }
+        // SAFETY: the channel just created; fcntl changes only its descriptor's flags.
+        let nonblocking = unsafe {
+            let fd = (*channel).fd;
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            fl >= 0 && libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) == 0
         };
+        if !nonblocking {
+            let e = errno();
+            // SAFETY: the channel just created, no CQ on it.
+            unsafe { (self.fns.destroy_comp_channel)(channel) };
+            return Err(verbs_error("fcntl(channel, O_NONBLOCK)", e, "CQ", &name));
+        }
+        // SAFETY: an open context (write lock held), the channel of that context, vector 0.
+        let ptr =
+            unsafe { (self.fns.create_cq)(c.ptr, n, std::ptr::null_mut(), channel.cast(), 0) };
         if ptr.is_null() {
-            return Err(verbs_error("ibv_create_cq", null_errno(), "CQ", &name));
+            let e = null_errno();
+            // SAFETY: as above.
+            unsafe { (self.fns.destroy_comp_channel)(channel) };
+            return Err(verbs_error("ibv_create_cq", e, "CQ", &name));
         }
         let id = match t.new_id() {
             Ok(id) => id,
             Err(e) => {
-                // SAFETY: the CQ just created, never handed out.
-                unsafe { (self.fns.destroy_cq)(ptr) };
+                // SAFETY: the CQ and channel just created, never handed out.
+                unsafe {
+                    (self.fns.destroy_cq)(ptr);
+                    (self.fns.destroy_comp_channel)(channel);
+                }
                 return Err(e);
             }
         };
-        t.cqs.insert(id, CqEntry { ptr, ctx: ctx.0 });
+        t.cqs.insert(
+            id,
+            CqEntry {
+                ptr,
+                ctx: ctx.0,
+                channel,
+            },
+        );
         Ok(Cq(id))
     }
 
@@ -1354,7 +1416,13 @@ impl Verbs for LibVerbs {
                 &t.cq_dev(cq.0),
             ));
         }
-        t.cqs.remove(&cq.0);
+        // ibv_destroy_cq waits for every channel event it delivered to be acknowledged;
+        // `arm_cq` acknowledges each as it reads it, so nothing is owed here.
+        let channel = t.cqs.remove(&cq.0).map(|e| e.channel);
+        if let Some(ch) = channel.filter(|c| !c.is_null()) {
+            // SAFETY: the channel of the CQ just destroyed; no other CQ uses it.
+            unsafe { (self.fns.destroy_comp_channel)(ch) };
+        }
         Ok(())
     }
 
@@ -1702,6 +1770,59 @@ impl Verbs for LibVerbs {
         Err(PostError { bad_wr, error })
     }
 
+    fn event_fds(&self, ctx: Context, cq: Cq) -> [Option<std::os::fd::RawFd>; 2] {
+        let t = self.read();
+        // SAFETY: live objects (read lock held); the descriptors are plain fields.
+        let chan = t
+            .cq(cq.0)
+            .ok()
+            .filter(|c| !c.channel.is_null())
+            .map(|c| unsafe { (*c.channel).fd });
+        let async_fd = t.ctx(ctx.0).ok().map(|c| unsafe { (*c.ptr).async_fd });
+        [chan, async_fd]
+    }
+
+    fn arm_cq(&self, cq: Cq) -> Result<()> {
+        let t = self.read();
+        let c = t.cq(cq.0)?;
+        if !c.channel.is_null() {
+            // Take and acknowledge the events delivered since the last arming (the descriptor
+            // is non-blocking: get_cq_event fails with EAGAIN once it is empty).
+            let mut n = 0u32;
+            loop {
+                let mut got: *mut IbvCq = std::ptr::null_mut();
+                let mut ctx: *mut c_void = std::ptr::null_mut();
+                // SAFETY: the live channel of this CQ; out-pointers to locals.
+                let rc = unsafe { (self.fns.get_cq_event)(c.channel, &mut got, &mut ctx) };
+                if rc != 0 {
+                    break;
+                }
+                n += 1;
+            }
+            if n > 0 {
+                // SAFETY: the CQ the events were delivered for (the channel serves only it).
+                unsafe { (self.fns.ack_cq_events)(c.ptr, n) };
+            }
+        }
+        // SAFETY: the inline `ibv_req_notify_cq` of verbs.h: `cq->context->ops.req_notify_cq(cq,
+        // 0)` on a live CQ (read lock held).
+        let rc = unsafe {
+            match (*(*c.ptr).context).ops.req_notify_cq {
+                Some(f) => f(c.ptr, 0),
+                None => libc::EOPNOTSUPP,
+            }
+        };
+        if rc != 0 {
+            return Err(verbs_error(
+                "ibv_req_notify_cq",
+                rc_errno(rc),
+                "CQ",
+                &t.cq_dev(cq.0),
+            ));
+        }
+        Ok(())
+    }
+
     fn get_async_event(&self, ctx: Context) -> Result<Option<AsyncEvent>> {
         let t = self.read();
         let c = t.ctx(ctx.0)?;
@@ -1867,6 +1988,8 @@ pub fn abi_layout() -> Vec<(&'static str, usize)> {
     size!(IbvMr, "ibv_mr");
     fields!(IbvMr, "ibv_mr": context, pd, addr, length, handle, lkey, rkey);
     size!(IbvCq, "ibv_cq");
+    size!(IbvCompChannel, "ibv_comp_channel");
+    fields!(IbvCompChannel, "ibv_comp_channel": context, fd, refcnt);
     fields!(IbvCq, "ibv_cq": context, channel, cq_context, handle, cqe, mutex, cond,
         comp_events_completed, async_events_completed);
     size!(IbvQp, "ibv_qp");

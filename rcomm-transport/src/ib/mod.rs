@@ -7,6 +7,7 @@
 pub mod any;
 pub mod conn;
 pub mod ep;
+#[cfg(feature = "ib")]
 pub mod libverbs;
 pub mod regcache;
 pub mod setup;

@@ -7,7 +7,9 @@
 //! that says which.
 
 use super::any::{AnyVerbs, IbNet};
-use super::ep::{IbEndpoint, IbParams};
+use super::ep::IbEndpoint;
+#[cfg(feature = "ib")]
+use super::ep::IbParams;
 use super::verbs::{PortState, Verbs};
 use crate::config::{Config, TransportChoice};
 use crate::ifaddr::IfSpec;
@@ -106,11 +108,30 @@ pub fn open_for_rank(
     if !forced && !sysfs_has_devices() {
         return skip("no RDMA devices in /sys/class/infiniband".into());
     }
-    let lib = match super::libverbs::LibVerbs::load() {
-        Ok(l) => l,
-        Err(e) => return skip(e.to_string()),
-    };
-    let v = AnyVerbs::Lib(lib);
+    #[cfg(not(feature = "ib"))]
+    {
+        let _ = (local_rank, rank, size, AnyVerbs::Sim, IbEndpoint::<AnyVerbs>::open);
+        skip("this build of rcomm has no ib (cargo feature `ib` of rcomm-transport)".into())
+    }
+    #[cfg(feature = "ib")]
+    {
+        let lib = match super::libverbs::LibVerbs::load() {
+            Ok(l) => l,
+            Err(e) => return skip(e.to_string()),
+        };
+        open_lib(cfg, AnyVerbs::Lib(lib), local_rank, rank, size, skip)
+    }
+}
+
+#[cfg(feature = "ib")]
+fn open_lib(
+    cfg: &Config,
+    v: AnyVerbs,
+    local_rank: u32,
+    rank: u32,
+    size: u32,
+    skip: impl Fn(String) -> Result<Option<IbNet>, String>,
+) -> Result<Option<IbNet>, String> {
     let preferred = crate::topo::choose::for_this_process(cfg, local_rank)
         .and_then(|(_, c)| c.hca)
         .map(|p| p.name);

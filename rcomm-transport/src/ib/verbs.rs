@@ -787,4 +787,18 @@ pub trait Verbs {
     fn post_recv(&self, qp: Qp, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError>;
     /// The next async event of the device, if any (never blocks).
     fn get_async_event(&self, ctx: Context) -> Result<Option<AsyncEvent>>;
+
+    /// Descriptors a sleeping rank waits on: `cq`'s completion channel (readable after a
+    /// completion, once [`arm_cq`](Self::arm_cq) asked for it) and `ctx`'s async events.
+    /// `None`s where there are none (the simulation, driven by the test): the caller polls.
+    fn event_fds(&self, _ctx: Context, _cq: Cq) -> [Option<std::os::fd::RawFd>; 2] {
+        [None, None]
+    }
+
+    /// Asks for a channel event at the next completion on `cq` (`ibv_req_notify_cq`),
+    /// acknowledging the events already delivered. A completion that came before the call
+    /// raises no event: poll once more after arming, then sleep.
+    fn arm_cq(&self, _cq: Cq) -> Result<()> {
+        Ok(())
+    }
 }
