@@ -116,37 +116,42 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec {
         name: "RCOMM_IB_GID_INDEX",
         protocol: false,
-        help: "ib transport (P13; read, not yet used): GID index of the port's table to send from, 0 to 255, as NCCL_IB_GID_INDEX; default: auto (0 on InfiniBand; on RoCE the IPv4 RoCE v2 entry, as NCCL; rcomm-topo lists the tables)",
+        help: "ib transport: GID index of the port's table to send from, 0 to 255, as NCCL_IB_GID_INDEX; default: auto (0 on InfiniBand; on RoCE the IPv4 RoCE v2 entry, as NCCL; rcomm-topo lists the tables)",
     },
     VarSpec {
         name: "RCOMM_IB_TIMEOUT",
         protocol: false,
-        help: "ib transport (P13; read, not yet used): local ACK timeout of its queue pairs, 4.096 µs × 2^value, 1 to 31 (default 20, about 4.3 s), as NCCL_IB_TIMEOUT",
+        help: "ib transport: local ACK timeout of its queue pairs, 4.096 µs × 2^value, 1 to 31 (default 20, about 4.3 s), as NCCL_IB_TIMEOUT",
     },
     VarSpec {
         name: "RCOMM_IB_RETRY_CNT",
         protocol: false,
-        help: "ib transport (P13; read, not yet used): retransmissions after an ACK timeout before a peer is lost, 0 to 7 (default 7), as NCCL_IB_RETRY_CNT",
+        help: "ib transport: retransmissions after an ACK timeout before a peer is lost, 0 to 7 (default 7), as NCCL_IB_RETRY_CNT",
     },
     VarSpec {
         name: "RCOMM_IB_SL",
         protocol: false,
-        help: "ib transport (P13; read, not yet used): InfiniBand service level of its queue pairs, 0 to 15 (default 0), as NCCL_IB_SL",
+        help: "ib transport: InfiniBand service level of its queue pairs, 0 to 15 (default 0), as NCCL_IB_SL",
     },
     VarSpec {
         name: "RCOMM_IB_TC",
         protocol: false,
-        help: "ib transport (P13; read, not yet used): traffic class (RoCE: IP DSCP and ECN bits) of its packets, 0 to 255 (default 0), as NCCL_IB_TC",
+        help: "ib transport: traffic class (RoCE: IP DSCP and ECN bits) of its packets, 0 to 255 (default 0), as NCCL_IB_TC",
     },
     VarSpec {
         name: "RCOMM_IB_QPS_PER_CONNECTION",
         protocol: false,
-        help: "ib transport (P13; read, not yet used): queue pairs per peer connection, 1 to 128 (default 1), as NCCL_IB_QPS_PER_CONNECTION",
+        help: "ib transport: queue pairs per peer connection and rail, 1 to 16 (default 1), as NCCL_IB_QPS_PER_CONNECTION; messages spread over them round-robin (MPI order is kept by sequence numbers)",
+    },
+    VarSpec {
+        name: "RCOMM_IB_RAILS",
+        protocol: false,
+        help: "ib transport: HCA ports a rank stripes its traffic over, 1 to 8 (default 1: the nearest HCA); rail i of a rank pairs with rail i of its peer, as many as both have",
     },
     VarSpec {
         name: "RCOMM_NET_GDR_LEVEL",
         protocol: false,
-        help: "ib transport (P13; read, not yet used): the farthest path between a GPU and its NIC over which the NIC reads and writes device memory directly (GPUDirect RDMA), as NCCL_NET_GDR_LEVEL: LOC (never), PIX, PXB (default), PHB, SYS, or NCCL's numbers 0 to 4; farther pairs stage through host memory",
+        help: "ib transport: the farthest path between a GPU and its NIC over which the NIC would read and write device memory directly (GPUDirect RDMA), as NCCL_NET_GDR_LEVEL: LOC (never), PIX, PXB (default), PHB, SYS, or NCCL's numbers 0 to 4; parsed and checked, but GPUDirect RDMA is not built yet: device memory over ib is always staged through host memory",
     },
     VarSpec {
         name: "RCOMM_P2P_LEVEL",
@@ -576,6 +581,8 @@ pub struct IbSettings {
     pub tc: u8,
     /// `RCOMM_IB_QPS_PER_CONNECTION`.
     pub qps_per_connection: u32,
+    /// `RCOMM_IB_RAILS`: HCA ports a rank stripes over.
+    pub rails: u32,
     /// `RCOMM_NET_GDR_LEVEL`: the farthest GPU–NIC path for GPUDirect RDMA (`Loc`: never).
     pub gdr_level: P2pLevel,
 }
@@ -590,6 +597,7 @@ impl Default for IbSettings {
             sl: 0,
             tc: 0,
             qps_per_connection: 1,
+            rails: 1,
             gdr_level: P2pLevel::Pxb,
         }
     }
@@ -623,8 +631,9 @@ impl IbSettings {
             retry_cnt: byte("RCOMM_IB_RETRY_CNT", 0, 7, d.retry_cnt)?,
             sl: byte("RCOMM_IB_SL", 0, 15, d.sl)?,
             tc: byte("RCOMM_IB_TC", 0, 255, d.tc)?,
-            qps_per_connection: ranged("RCOMM_IB_QPS_PER_CONNECTION", 1, 128)?
+            qps_per_connection: ranged("RCOMM_IB_QPS_PER_CONNECTION", 1, 16)?
                 .unwrap_or(d.qps_per_connection),
+            rails: ranged("RCOMM_IB_RAILS", 1, 8)?.unwrap_or(d.rails),
             gdr_level: choice(
                 env,
                 "RCOMM_NET_GDR_LEVEL",
@@ -1771,6 +1780,7 @@ mod tests {
             sl: 15,
             tc: 106,
             qps_per_connection: 4,
+            rails: 1,
             gdr_level: P2pLevel::Sys,
         };
         assert_eq!(c.ib, want);
@@ -1785,7 +1795,8 @@ mod tests {
             ("RCOMM_IB_RETRY_CNT", "8", "from 0 to 7"),
             ("RCOMM_IB_SL", "16", "from 0 to 15"),
             ("RCOMM_IB_TC", "-1", "from 0 to 255"),
-            ("RCOMM_IB_QPS_PER_CONNECTION", "0", "from 1 to 128"),
+            ("RCOMM_IB_QPS_PER_CONNECTION", "0", "from 1 to 16"),
+            ("RCOMM_IB_RAILS", "9", "from 1 to 8"),
             ("RCOMM_NET_GDR_LEVEL", "NVL", "LOC"),
             ("RCOMM_NET_GDR_LEVEL", "5", "PXB"),
         ] {

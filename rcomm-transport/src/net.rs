@@ -364,6 +364,17 @@ impl Net {
         Self::assemble(me, routes, vec![Endpoint::Ib(Box::new(ib))], dev_reach)
     }
 
+    /// The `ib` endpoint's rails (device, port, bytes given to move); empty without one.
+    pub fn ib_rails(&self) -> Vec<(String, u8, u64)> {
+        self.eps
+            .iter()
+            .find_map(|e| match e {
+                Endpoint::Ib(i) => Some(i.rails()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
     /// The `ib` endpoint, if this process has one.
     pub fn ib_mut(&mut self) -> Option<&mut IbNet> {
         self.eps.iter_mut().find_map(|e| match e {

@@ -39,26 +39,50 @@ fn hca(r: usize) -> String {
     format!("mlx5_{r}")
 }
 
+/// Rail `i` of rank `r`: its HCA (rail 0 is [`hca`]).
+fn rail_hca(r: usize, i: usize) -> String {
+    if i == 0 {
+        hca(r)
+    } else {
+        format!("mlx5_{r}r{i}")
+    }
+}
+
 impl Cluster {
     fn new(n: usize, p: IbParams, sim: SimConfig, roce: bool) -> Self {
+        Self::with_rails(&vec![1; n], p, sim, roce)
+    }
+
+    /// Rank `r` has `rails[r]` HCAs, one port each.
+    fn with_rails(rails: &[usize], p: IbParams, sim: SimConfig, roce: bool) -> Self {
+        let n = rails.len();
         let fabric = SimFabric::new(sim);
-        for r in 0..n {
-            let guid = 0x7000 + r as u64;
-            let port = if roce {
-                PortSpec::roce(std::net::Ipv4Addr::new(10, 9, 0, r as u8 + 1), guid, 0)
-            } else {
-                PortSpec::ib(r as u16 + 1, guid, 0)
-            };
-            fabric.add_hca(HcaSpec {
-                name: hca(r),
-                node_guid: guid,
-                ports: vec![port],
-            });
+        for (r, &nr) in rails.iter().enumerate() {
+            for i in 0..nr {
+                let guid = 0x7000 + (r * 16 + i) as u64;
+                let port = if roce {
+                    PortSpec::roce(
+                        std::net::Ipv4Addr::new(10, 9, i as u8, r as u8 + 1),
+                        guid,
+                        0,
+                    )
+                } else {
+                    PortSpec::ib((r * 16 + i) as u16 + 1, guid, 0)
+                };
+                fabric.add_hca(HcaSpec {
+                    name: rail_hca(r, i),
+                    node_guid: guid,
+                    ports: vec![port],
+                });
+            }
         }
         let mut eps: Vec<_> = (0..n)
             .map(|r| {
-                let v = AnyVerbs::Sim(fabric.host(&[&hca(r)]));
-                IbEndpoint::open(v, &hca(r), 1, r as u32, n as u32, p).expect("open")
+                let names: Vec<String> = (0..rails[r]).map(|i| rail_hca(r, i)).collect();
+                let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+                let devs: Vec<(&str, u8)> = refs.iter().map(|d| (*d, 1)).collect();
+                let v = AnyVerbs::Sim(fabric.host(&refs));
+                IbEndpoint::open(v, &devs, r as u32, n as u32, p).expect("open")
             })
             .collect();
         // Blobs travel as bytes, as in the address records.
@@ -125,7 +149,10 @@ impl Cluster {
     }
 
     fn kill(&mut self, r: usize) {
-        self.fabric.kill_hca(&hca(r));
+        let rails = self.engines[r].net().ib_rails().len();
+        for i in 0..rails {
+            self.fabric.kill_hca(&rail_hca(r, i));
+        }
         self.dead[r] = true;
     }
 
@@ -904,4 +931,103 @@ fn device_buffers_stage_through_host_memory_over_ib_in_every_pairing() {
             g.free(a).expect("free");
         }
     }
+}
+
+#[test]
+fn two_rails_stripe_every_size_and_keep_mpi_order_across_rails_and_qps() {
+    // Two HCAs per rank, two QPs per rail: messages and RDMA spread over four QPs on two
+    // rails; bytes exact, order kept, and both rails carry traffic.
+    let sim = SimConfig {
+        seed: Some(3),
+        packets_per_step: 1,
+        step_ns: 500,
+    };
+    let mut cl = Cluster::with_rails(&[2, 2, 2], params(8, 256, 2), sim, false);
+    let sizes = [0usize, 5, 256, 257, 3000, 100_000];
+    let mut reqs = Vec::new();
+    let mut checks = Vec::new();
+    let sends: Vec<Vec<u8>> = (0..3 * 3 * 30)
+        .map(|k| pattern(k / 90, (k / 30) % 3, k % 30, sizes[k % sizes.len()]))
+        .collect();
+    let mut recvs: Vec<Vec<u8>> = sends.iter().map(|m| vec![0xEE; m.len()]).collect();
+    for f in 0..3 {
+        for t in (0..3).filter(|&t| t != f) {
+            for i in 0..30 {
+                let k = (f * 3 + t) * 30 + i;
+                let q = cl.engines[t]
+                    .irecv(
+                        0,
+                        Source::Rank(f as u32),
+                        TagSel::Tag(4),
+                        Region::from_mut(&mut recvs[k]),
+                        "recv",
+                    )
+                    .unwrap();
+                reqs.push((t, q));
+                checks.push(k);
+                let q = cl.engines[f]
+                    .isend(0, t as u32, 4, Region::from_ref(&sends[k]), "send")
+                    .unwrap();
+                reqs.push((f, q));
+            }
+        }
+    }
+    for (r, q) in reqs {
+        cl.wait(r, q).unwrap();
+    }
+    for k in checks {
+        assert!(recvs[k] == sends[k], "message {k}: out of order or corrupt");
+    }
+    for r in 0..3 {
+        let rails = cl.engines[r].net().ib_rails();
+        assert_eq!(rails.len(), 2);
+        for (dev, _, bytes) in &rails {
+            assert!(
+                *bytes > 10_000,
+                "rank {r}: rail {dev} carried {bytes} bytes: {rails:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn ranks_with_different_rail_counts_use_the_rails_they_share() {
+    let mut cl = Cluster::with_rails(&[2, 1, 3], params(4, 128, 1), SimConfig::default(), false);
+    let m = pattern(0, 1, 0, 50_000);
+    let mut b = vec![0u8; m.len()];
+    let s = cl.engines[0]
+        .isend(0, 1, 0, Region::from_ref(&m), "send")
+        .unwrap();
+    let r = cl.engines[1]
+        .irecv(
+            0,
+            Source::Rank(0),
+            TagSel::Tag(0),
+            Region::from_mut(&mut b),
+            "recv",
+        )
+        .unwrap();
+    let m2 = pattern(2, 0, 0, 50_000);
+    let mut b2 = vec![0u8; m2.len()];
+    let s2 = cl.engines[2]
+        .isend(0, 0, 0, Region::from_ref(&m2), "send")
+        .unwrap();
+    let r2 = cl.engines[0]
+        .irecv(
+            0,
+            Source::Rank(2),
+            TagSel::Tag(0),
+            Region::from_mut(&mut b2),
+            "recv",
+        )
+        .unwrap();
+    for (rk, q) in [(1, r), (0, s), (0, r2), (2, s2)] {
+        cl.wait(rk, q).unwrap();
+    }
+    assert_eq!((b, b2), (m, m2));
+    // No peer has a third rail: rank 2's third HCA carries nothing; rank 0 read the 50 kB.
+    let rails = cl.engines[2].net().ib_rails();
+    assert!(rails[0].2 > 0 && rails[2].2 == 0, "{rails:?}");
+    let r0: u64 = cl.engines[0].net().ib_rails().iter().map(|r| r.2).sum();
+    assert!(r0 >= 50_000, "{r0}");
 }

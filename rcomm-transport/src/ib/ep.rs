@@ -1,10 +1,12 @@
 //! The `ib` endpoint: rcomm's RC protocol over any [`Verbs`] — the simulated fabric in
 //! tests, libibverbs on a machine with an HCA.
 //!
-//! * **Connections.** One RC QP per peer and rail (`RCOMM_IB_QPS_PER_CONNECTION`), made at
-//!   setup and published with the rank's eager rings in its [`ConnBlob`]; [`IbEndpoint::connect`]
-//!   brings them to RTS from the peer's blob, with no round trip. Receives are posted before
-//!   RTR, so the first message never meets an empty queue.
+//! * **Connections.** Per peer, `RCOMM_IB_QPS_PER_CONNECTION` RC QPs on each rail (an HCA
+//!   port; several rails stripe a rank's traffic over several HCAs, `RCOMM_IB_RAILS`), made at
+//!   setup and published with the rank's eager rings in its [`ConnBlob`];
+//!   [`IbEndpoint::connect`] brings them to RTS from the peer's blob, with no round trip (rail
+//!   i pairs with the peer's rail i, as many as both have). Receives are posted before RTR,
+//!   so the first message never meets an empty queue.
 //! * **Eager.** Each rank owns a registered ring of `slots` slots per peer, which only that
 //!   peer writes. A message is one RDMA WRITE WITH IMMEDIATE of `[len][header][payload]`
 //!   from a registered staging slot into the peer's ring; the immediate names the slot and
@@ -181,7 +183,10 @@ struct Peer {
     /// Why the peer is gone (the first error seen).
     lost: Option<String>,
     ring_addr: u64,
-    ring_rkey: u32,
+    /// The peer's rings' remote key on each shared rail.
+    ring_rkeys: Vec<u32>,
+    /// QPs in use: `qps` per shared rail (QP `j` is on rail `j / qps`).
+    nqp: usize,
     /// Slots of the peer's ring for us that we may write.
     credits: u32,
     /// Next slot to write (modulo slots).
@@ -196,6 +201,26 @@ struct Peer {
     outstanding: Vec<u32>,
     /// Whether a credit-only message is waiting for send-queue room.
     credit_due: bool,
+}
+
+/// One HCA port of the endpoint: its own context, PD, CQ and registrations.
+struct Rail {
+    dev: String,
+    port: u8,
+    ctx: Context,
+    pd: Pd,
+    cq: Cq,
+    link_layer: LinkLayer,
+    lid: u16,
+    gid: Gid,
+    gid_index: u8,
+    mtu: Mtu,
+    rate_mbps: u64,
+    ring_mr: Mr,
+    stage_mr: Mr,
+    regs: Registrations<Mr>,
+    /// Bytes this rail was given to move (eager frames and RDMA), for tests and tools.
+    bytes: u64,
 }
 
 /// A rendezvous operation (GET or PUT) in flight.
@@ -225,28 +250,16 @@ pub struct IbEndpoint<V: Verbs> {
     v: V,
     me: u32,
     p: IbParams,
-    dev: String,
-    port: u8,
-    ctx: Context,
-    pd: Pd,
-    cq: Cq,
-    link_layer: LinkLayer,
-    lid: u16,
-    gid: Gid,
-    gid_index: u8,
-    mtu: Mtu,
-    rate_mbps: u64,
+    rails: Vec<Rail>,
     psn: u32,
     ring: Dma,
-    ring_mr: Mr,
     stage: Dma,
-    stage_mr: Mr,
     peers: Vec<Peer>,
-    by_qpn: HashMap<u32, u32>,
+    /// (rail, QP number) → peer, for async events.
+    by_qpn: HashMap<(usize, u32), u32>,
     ops: HashMap<u64, Op>,
     backlog: VecDeque<u64>,
     next_op: u64,
-    regs: Registrations<Mr>,
     stash: VecDeque<WorkCompletion>,
     wcs: Vec<WorkCompletion>,
     failed: VecDeque<TransportError>,
@@ -258,8 +271,7 @@ impl<V: Verbs> std::fmt::Debug for IbEndpoint<V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IbEndpoint")
             .field("me", &self.me)
-            .field("dev", &self.dev)
-            .field("port", &self.port)
+            .field("rails", &self.rails())
             .finish()
     }
 }
@@ -291,28 +303,125 @@ pub fn status_meaning(s: WcStatus) -> &'static str {
 }
 
 impl<V: Verbs> IbEndpoint<V> {
-    /// Opens `dev` port `port` for rank `me` of `ranks`: PD, CQ, rings, and the QPs for
-    /// every peer (in INIT, receives posted). [`blob`](Self::blob) is then what to publish.
+    /// Opens the rails `devs` (device, port) for rank `me` of `ranks`: per rail a PD, a CQ
+    /// and the rings' registrations, and the QPs for every peer (in INIT, receives posted).
+    /// [`blob`](Self::blob) is then what to publish.
     pub fn open(
         v: V,
-        dev: &str,
-        port: u8,
+        devs: &[(&str, u8)],
         me: u32,
         ranks: u32,
         p: IbParams,
     ) -> Result<Self, TransportError> {
+        if devs.is_empty() || devs.len() * usize::from(p.qps) > 255 {
+            return Err(TransportError::Io {
+                what: "opening ib",
+                source: std::io::Error::other(format!(
+                    "{} rails of {} QPs (1 to 255 QPs per peer)",
+                    devs.len(),
+                    p.qps
+                )),
+            });
+        }
+        let ring_len = ranks as usize * usize::from(p.slots) * p.slot_bytes as usize;
+        let ring = Dma::new(ring_len)?;
+        let stage = Dma::new(ring_len)?;
+        let mut rails = Vec::with_capacity(devs.len());
+        for &(dev, port) in devs {
+            match Self::open_rail(&v, dev, port, ranks, p, &ring, &stage) {
+                Ok(r) => rails.push(r),
+                Err(e) => {
+                    for r in rails {
+                        Self::close_rail(&v, r);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        // A PSN that differs per rank and run makes a stale peer's packets fail visibly.
+        let psn =
+            (std::process::id().wrapping_mul(2_654_435_761) ^ me.wrapping_mul(40_503)) & 0xff_ffff;
+        let mut ep = Self {
+            v,
+            me,
+            p,
+            rails,
+            psn,
+            ring,
+            stage,
+            peers: (0..ranks).map(|_| Peer::default()).collect(),
+            by_qpn: HashMap::new(),
+            ops: HashMap::new(),
+            backlog: VecDeque::new(),
+            next_op: 1,
+            stash: VecDeque::new(),
+            wcs: Vec::new(),
+            failed: VecDeque::new(),
+            counters: Counters::default(),
+            blob: ConnBlob::new(Vec::new(), 0, 0, (2, 64), 1, &[]),
+        };
+        let nr = ep.rails.len();
+        let mut qpns = Vec::with_capacity(ranks as usize * nr * usize::from(p.qps));
+        for peer in 0..ranks {
+            for rail in 0..nr {
+                for k in 0..p.qps {
+                    if peer == me {
+                        qpns.push(0);
+                        continue;
+                    }
+                    let qp = ep.make_qp(peer, rail, k)?;
+                    qpns.push(qp.qpn);
+                }
+            }
+        }
+        let addrs = ep
+            .rails
+            .iter()
+            .map(|r| super::conn::RailAddr {
+                link_layer: r.link_layer,
+                lid: r.lid,
+                gid: r.gid,
+                mtu: r.mtu,
+                ring_rkey: r.ring_mr.rkey,
+            })
+            .collect();
+        ep.blob = ConnBlob::new(
+            addrs,
+            psn,
+            ep.ring.addr(),
+            (p.slots, p.slot_bytes),
+            p.qps,
+            &qpns,
+        );
+        Ok(ep)
+    }
+
+    fn open_rail(
+        v: &V,
+        dev: &str,
+        port: u8,
+        ranks: u32,
+        p: IbParams,
+        ring: &Dma,
+        stage: &Dma,
+    ) -> Result<Rail, TransportError> {
         let ctx = v
             .open(dev)
             .map_err(|e| verr("opening the RDMA device", e))?;
-        let pa = v
-            .query_port(ctx, port)
-            .map_err(|e| verr("querying the RDMA port", e))?;
-        if !matches!(pa.state, PortState::Active) {
+        let fail = |what: &'static str, why: String| {
             let _ = v.close(ctx);
-            return Err(TransportError::Io {
-                what: "opening the RDMA port",
-                source: std::io::Error::other(format!("{dev} port {port} is {}", pa.state.name())),
-            });
+            TransportError::Io {
+                what,
+                source: std::io::Error::other(why),
+            }
+        };
+        let pa = match v.query_port(ctx, port) {
+            Ok(a) => a,
+            Err(e) => return Err(fail("querying the RDMA port", e.to_string())),
+        };
+        if !matches!(pa.state, PortState::Active) {
+            let why = format!("{dev} port {port} is {}", pa.state.name());
+            return Err(fail("opening the RDMA port", why));
         }
         let table: Vec<GidEntry> = (0..pa.gid_tbl_len)
             .filter_map(|i| v.query_gid(ctx, port, i).ok())
@@ -327,108 +436,75 @@ impl<V: Verbs> IbEndpoint<V> {
             .map(|e| e.gid)
             .unwrap_or_default();
         if pa.link_layer == LinkLayer::Ethernet && gid.is_zero() {
-            let _ = v.close(ctx);
-            return Err(TransportError::Io {
-                what: "choosing a RoCE GID",
-                source: std::io::Error::other(format!(
-                    "{dev} port {port} has no GID at index {gid_index} (RCOMM_IB_GID_INDEX)"
-                )),
-            });
+            let why =
+                format!("{dev} port {port} has no GID at index {gid_index} (RCOMM_IB_GID_INDEX)");
+            return Err(fail("choosing a RoCE GID", why));
         }
-        let mk = || -> Result<(Pd, Cq), VerbsError> {
-            let pd = v.alloc_pd(ctx)?;
-            let depth = ranks.max(2)
-                * u32::from(p.qps)
-                * (2 * u32::from(p.slots) + SPARE_RECVS + RDMA_PER_QP);
-            let cq = v.create_cq(ctx, depth.min(1 << 20))?;
-            Ok((pd, cq))
+        let pd = match v.alloc_pd(ctx) {
+            Ok(pd) => pd,
+            Err(e) => return Err(fail("allocating a PD", e.to_string())),
         };
-        let (pd, cq) = mk().map_err(|e| verr("making the PD and CQ", e))?;
-        let ring_len = ranks as usize * usize::from(p.slots) * p.slot_bytes as usize;
-        let ring = Dma::new(ring_len)?;
-        let stage = Dma::new(ring_len)?;
+        let depth =
+            ranks.max(2) * u32::from(p.qps) * (2 * u32::from(p.slots) + SPARE_RECVS + RDMA_PER_QP);
+        let cq = match v.create_cq(ctx, depth.min(1 << 20)) {
+            Ok(cq) => cq,
+            Err(e) => {
+                let _ = v.dealloc_pd(pd);
+                return Err(fail("making the CQ", e.to_string()));
+            }
+        };
         let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-        // SAFETY: both allocations live in the endpoint, which deregisters them before
-        // freeing them (Drop), and no reference spans them while the HCA may use them.
-        let regs = unsafe {
-            v.reg_mr(pd, ring.addr(), ring_len as u64, rw)
-                .and_then(|r| {
-                    v.reg_mr(pd, stage.addr(), ring_len as u64, Access::LOCAL_WRITE)
-                        .map(|s| (r, s))
-                })
-        };
-        let (ring_mr, stage_mr) = regs.map_err(|e| verr("registering the eager rings", e))?;
-        // A PSN that differs per rank and run makes a stale peer's packets fail visibly.
-        let psn =
-            (std::process::id().wrapping_mul(2_654_435_761) ^ me.wrapping_mul(40_503)) & 0xff_ffff;
-        let mut ep = Self {
-            v,
-            me,
-            p,
-            dev: dev.to_string(),
-            port,
-            ctx,
-            pd,
-            cq,
-            link_layer: pa.link_layer,
-            lid: pa.lid,
-            gid,
-            gid_index,
-            mtu: pa.active_mtu,
-            rate_mbps: pa.rate_mbps(),
-            psn,
-            ring,
-            ring_mr,
-            stage,
-            stage_mr,
-            peers: (0..ranks).map(|_| Peer::default()).collect(),
-            by_qpn: HashMap::new(),
-            ops: HashMap::new(),
-            backlog: VecDeque::new(),
-            next_op: 1,
-            regs: Registrations::new(p.reg_cache),
-            stash: VecDeque::new(),
-            wcs: Vec::new(),
-            failed: VecDeque::new(),
-            counters: Counters::default(),
-            blob: ConnBlob::new(
-                LinkLayer::InfiniBand,
-                0,
-                Gid::default(),
-                Mtu::M256,
-                0,
-                (0, 0),
-                (2, 64),
-                1,
-                &[0],
-            ),
-        };
-        let mut qpns = Vec::with_capacity(ranks as usize * usize::from(p.qps));
-        for peer in 0..ranks {
-            for k in 0..p.qps {
-                if peer == me {
-                    qpns.push(0);
-                    continue;
+        // SAFETY: both allocations live in the endpoint, which deregisters them (every rail)
+        // before freeing them (Drop), and no reference spans them while an HCA may use them.
+        let ring_mr = unsafe { v.reg_mr(pd, ring.addr(), ring.len as u64, rw) };
+        // SAFETY: as above.
+        let stage_mr = unsafe { v.reg_mr(pd, stage.addr(), stage.len as u64, Access::LOCAL_WRITE) };
+        match (ring_mr, stage_mr) {
+            (Ok(ring_mr), Ok(stage_mr)) => Ok(Rail {
+                dev: dev.to_string(),
+                port,
+                ctx,
+                pd,
+                cq,
+                link_layer: pa.link_layer,
+                lid: pa.lid,
+                gid,
+                gid_index,
+                mtu: pa.active_mtu,
+                rate_mbps: pa.rate_mbps(),
+                ring_mr,
+                stage_mr,
+                regs: Registrations::new(p.reg_cache),
+                bytes: 0,
+            }),
+            (a, b) => {
+                let why = [&a, &b]
+                    .iter()
+                    .find_map(|r| r.as_ref().err().map(|e| e.to_string()))
+                    .unwrap_or_default();
+                for mr in [a, b].into_iter().flatten() {
+                    let _ = v.dereg_mr(mr);
                 }
-                let qp = ep.make_qp(peer, k)?;
-                qpns.push(qp.qpn);
+                let _ = v.destroy_cq(cq);
+                let _ = v.dealloc_pd(pd);
+                Err(fail("registering the eager rings", why))
             }
         }
-        ep.blob = ConnBlob::new(
-            ep.link_layer,
-            ep.lid,
-            ep.gid,
-            ep.mtu,
-            psn,
-            (ep.ring_mr.addr, ep.ring_mr.rkey),
-            (p.slots, p.slot_bytes),
-            p.qps,
-            &qpns,
-        );
-        Ok(ep)
     }
 
-    fn make_qp(&mut self, peer: u32, k: u8) -> Result<Qp, TransportError> {
+    /// Releases a rail's objects (its QPs are gone already).
+    fn close_rail(v: &V, mut r: Rail) {
+        for mr in r.regs.drain() {
+            let _ = v.dereg_mr(mr);
+        }
+        let _ = v.dereg_mr(r.ring_mr);
+        let _ = v.dereg_mr(r.stage_mr);
+        let _ = v.destroy_cq(r.cq);
+        let _ = v.dealloc_pd(r.pd);
+        let _ = v.close(r.ctx);
+    }
+
+    fn make_qp(&mut self, peer: u32, rail: usize, k: u8) -> Result<Qp, TransportError> {
         let recvs = u32::from(self.p.slots) + SPARE_RECVS;
         let cap = QpCap {
             max_send_wr: u32::from(self.p.slots) + SPARE_RECVS + RDMA_PER_QP,
@@ -437,12 +513,13 @@ impl<V: Verbs> IbEndpoint<V> {
             max_recv_sge: 1,
         };
         let v = &self.v;
+        let r = &self.rails[rail];
         let qp = v
             .create_qp(
-                self.pd,
+                r.pd,
                 &QpInitAttr {
-                    send_cq: self.cq,
-                    recv_cq: self.cq,
+                    send_cq: r.cq,
+                    recv_cq: r.cq,
                     cap,
                 },
             )
@@ -450,22 +527,36 @@ impl<V: Verbs> IbEndpoint<V> {
         v.modify_qp(
             qp,
             &QpModify::Init(InitAttr {
-                port: self.port,
+                port: r.port,
                 pkey_index: 0,
                 access: Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
             }),
         )
         .map_err(|e| verr("moving a QP to INIT", e))?;
         // Write-with-immediate ignores the receive's entries: empty receives suffice.
-        let id = wr_id(WR_RECV, peer, k, 0);
+        let j = (rail * usize::from(self.p.qps) + usize::from(k)) as u8;
+        let id = wr_id(WR_RECV, peer, j, 0);
         let wrs: Vec<RecvWr<'_>> = (0..recvs).map(|_| RecvWr { wr_id: id, sg: &[] }).collect();
         v.post_recv(qp, &wrs)
             .map_err(|e| verr("posting receives", e.error))?;
-        self.by_qpn.insert(qp.qpn, peer);
+        self.by_qpn.insert((rail, qp.qpn), peer);
         let pe = &mut self.peers[peer as usize];
         pe.qps.push(qp);
         pe.outstanding.push(0);
         Ok(qp)
+    }
+
+    /// The rail QP `j` of a peer is on.
+    fn rail_of(&self, j: usize) -> usize {
+        (j / usize::from(self.p.qps)).min(self.rails.len() - 1)
+    }
+
+    /// The rails: device, port, and the bytes each was given to move.
+    pub fn rails(&self) -> Vec<(String, u8, u64)> {
+        self.rails
+            .iter()
+            .map(|r| (r.dev.clone(), r.port, r.bytes))
+            .collect()
     }
 
     /// What this rank publishes in its address record.
@@ -473,9 +564,9 @@ impl<V: Verbs> IbEndpoint<V> {
         &self.blob
     }
 
-    /// The device and port.
+    /// The first rail's device and port.
     pub fn device(&self) -> (&str, u8) {
-        (&self.dev, self.port)
+        (&self.rails[0].dev, self.rails[0].port)
     }
 
     /// Connects to `peer` from its blob: every QP to RTR and RTS.
@@ -489,9 +580,10 @@ impl<V: Verbs> IbEndpoint<V> {
             return Err(bad("no such peer".into()));
         }
         if !self.blob.same_fabric(b) {
+            let (t, m) = (&b.rails[0], &self.rails[0]);
             return Err(bad(format!(
                 "{:?} port with GID {} cannot reach this rank's {:?} port with GID {}",
-                b.link_layer, b.gid, self.link_layer, self.gid
+                t.link_layer, t.gid, m.link_layer, m.gid
             )));
         }
         if (b.qps, b.slots, b.slot_bytes, b.ranks)
@@ -514,50 +606,57 @@ impl<V: Verbs> IbEndpoint<V> {
                 self.peers.len()
             )));
         }
-        let grh = (self.link_layer == LinkLayer::Ethernet).then_some(Grh {
-            dgid: b.gid,
-            sgid_index: self.gid_index,
-            hop_limit: 64,
-            traffic_class: self.p.tc,
-            flow_label: 0,
-        });
-        let mtu = self.mtu.min(b.mtu);
-        for k in 0..self.p.qps {
-            let qp = self.peers[peer as usize].qps[usize::from(k)];
-            let dest = b
-                .qpn(self.me, k)
-                .filter(|&q| q != 0)
-                .ok_or_else(|| bad(format!("no QP number for rank {} rail {k}", self.me)))?;
-            let rtr = RtrAttr {
-                path_mtu: mtu,
-                dest_qpn: dest,
-                rq_psn: b.psn,
-                max_dest_rd_atomic: 16,
-                // 0.96 ms: an RNR retry waits about as long as a busy peer takes to repost.
-                min_rnr_timer: 14,
-                ah: AhAttr {
-                    dlid: b.lid,
-                    sl: self.p.sl,
-                    port: self.port,
-                    grh,
-                },
-            };
-            let rts = RtsAttr {
-                sq_psn: self.psn,
-                timeout: self.p.timeout,
-                retry_cnt: self.p.retry_cnt,
-                rnr_retry: self.p.rnr_retry,
-                max_rd_atomic: 16,
-            };
-            self.v
-                .modify_qp(qp, &QpModify::Rtr(rtr))
-                .and_then(|()| self.v.modify_qp(qp, &QpModify::Rts(rts)))
-                .map_err(|e| bad(e.to_string()))?;
+        let shared = self.blob.common_rails(b);
+        for rail in 0..shared {
+            let (m, t) = (&self.rails[rail], &b.rails[rail]);
+            let grh = (m.link_layer == LinkLayer::Ethernet).then_some(Grh {
+                dgid: t.gid,
+                sgid_index: m.gid_index,
+                hop_limit: 64,
+                traffic_class: self.p.tc,
+                flow_label: 0,
+            });
+            for k in 0..self.p.qps {
+                let j = rail * usize::from(self.p.qps) + usize::from(k);
+                let qp = self.peers[peer as usize].qps[j];
+                let dest = b.qpn(self.me, rail, k).filter(|&q| q != 0).ok_or_else(|| {
+                    bad(format!(
+                        "no QP number for rank {} rail {rail} QP {k}",
+                        self.me
+                    ))
+                })?;
+                let rtr = RtrAttr {
+                    path_mtu: m.mtu.min(t.mtu),
+                    dest_qpn: dest,
+                    rq_psn: b.psn,
+                    max_dest_rd_atomic: 16,
+                    // 0.96 ms: an RNR retry waits about as long as a busy peer takes to repost.
+                    min_rnr_timer: 14,
+                    ah: AhAttr {
+                        dlid: t.lid,
+                        sl: self.p.sl,
+                        port: m.port,
+                        grh,
+                    },
+                };
+                let rts = RtsAttr {
+                    sq_psn: self.psn,
+                    timeout: self.p.timeout,
+                    retry_cnt: self.p.retry_cnt,
+                    rnr_retry: self.p.rnr_retry,
+                    max_rd_atomic: 16,
+                };
+                self.v
+                    .modify_qp(qp, &QpModify::Rtr(rtr))
+                    .and_then(|()| self.v.modify_qp(qp, &QpModify::Rts(rts)))
+                    .map_err(|e| bad(e.to_string()))?;
+            }
         }
         let pe = &mut self.peers[peer as usize];
         pe.ring_addr =
             b.ring_addr + u64::from(self.me) * u64::from(b.slots) * u64::from(b.slot_bytes);
-        pe.ring_rkey = b.ring_rkey;
+        pe.ring_rkeys = b.rails[..shared].iter().map(|r| r.ring_rkey).collect();
+        pe.nqp = shared * usize::from(self.p.qps);
         pe.credits = u32::from(b.slots);
         pe.busy = vec![false; usize::from(b.slots)];
         pe.ready = true;
@@ -568,14 +667,16 @@ impl<V: Verbs> IbEndpoint<V> {
     pub fn caps(&self) -> Caps {
         Caps {
             latency_s: 2e-6,
-            bandwidth_bps: (self.rate_mbps as f64 * 1e6 / 8.0 * 0.9).max(1e8),
+            bandwidth_bps: (self.rails.iter().map(|r| r.rate_mbps).sum::<u64>() as f64 * 1e6 / 8.0
+                * 0.9)
+                .max(1e8),
             eager_limit: self.eager_limit(),
             max_frame: self.eager_limit(),
             // STREAM carries device memory staged through the host (until GPUDirect RDMA).
             ops: Ops::AM.with(Ops::GET).with(Ops::PUT).with(Ops::STREAM),
             kinds: Kinds::HOST,
             needs_reg: true,
-            rkey_len: 20,
+            rkey_len: 16 + 4 * self.rails.len(),
         }
     }
 
@@ -596,7 +697,7 @@ impl<V: Verbs> IbEndpoint<V> {
 
     /// Registrations held (cached and in use).
     pub fn registrations(&self) -> usize {
-        self.regs.len()
+        self.rails.iter().map(|r| r.regs.len()).sum()
     }
 
     fn lost_err(peer: u32, why: &str) -> TransportError {
@@ -696,23 +797,24 @@ impl<V: Verbs> IbEndpoint<V> {
             std::ptr::copy_nonoverlapping(payload.as_ptr(), at.add(head.len()), payload.len());
         }
         let give = pe.owed.min(IMM_MAX_CREDITS);
+        let rail = (k / usize::from(self.p.qps)).min(self.rails.len() - 1);
         let sg = [Sge {
             addr: self.stage.addr() + off as u64,
             len: (head.len() + payload.len()) as u32,
-            lkey: self.stage_mr.lkey,
+            lkey: self.rails[rail].stage_mr.lkey,
         }];
         let wr = SendWr {
             wr_id: wr_id(WR_EAGER, peer, k as u8, slot as u16),
             op: SendOp::RdmaWriteImm {
                 remote_addr: pe.ring_addr + u64::from(slot) * u64::from(self.p.slot_bytes),
-                rkey: pe.ring_rkey,
+                rkey: pe.ring_rkeys[rail],
                 imm: (give << 16) | slot,
             },
             sg: &sg,
             signaled: true,
         };
         if let Err(e) = self.v.post_send(pe.qps[k], &[wr]) {
-            let why = format!("posting a send on {}: {}", self.dev, e.error);
+            let why = format!("posting a send on {}: {}", self.rails[rail].dev, e.error);
             self.fail_peer(peer, why.clone());
             return Err(Self::lost_err(peer, &why));
         }
@@ -722,37 +824,48 @@ impl<V: Verbs> IbEndpoint<V> {
         pe.head = pe.head.wrapping_add(1);
         pe.busy[slot as usize] = true;
         pe.outstanding[k] += 1;
-        pe.rr = (k + 1) % pe.qps.len();
+        pe.rr = (k + 1) % pe.nqp;
         self.counters.bytes_sent += payload.len() as u64;
+        self.rails[rail].bytes += (head.len() + payload.len()) as u64;
         Ok(true)
     }
 
     /// The remote key of `m` (registered for remote read and write, cached).
+    /// On every rail: the peer reads or writes through whichever rail its operation takes.
     pub fn register(&mut self, peer: u32, m: &MemRef) -> Result<RKey, TransportError> {
-        let mr = self.acquire(peer, m.addr, m.len)?;
-        // The exposure is not tracked per operation (the core does not say when a peer is
-        // done with a key): it stays cached, evicted only as the least recently used.
-        self.release(mr);
-        let mut k = [0u8; 20];
-        k[..8].copy_from_slice(&m.addr.to_le_bytes());
-        k[8..16].copy_from_slice(&(m.len as u64).to_le_bytes());
-        k[16..].copy_from_slice(&mr.rkey.to_le_bytes());
-        Ok(RKey::new(&k).expect("20 bytes fit"))
+        let mut k = Vec::with_capacity(16 + 4 * self.rails.len());
+        k.extend_from_slice(&m.addr.to_le_bytes());
+        k.extend_from_slice(&(m.len as u64).to_le_bytes());
+        for rail in 0..self.rails.len() {
+            let mr = self.acquire(rail, peer, m.addr, m.len)?;
+            // The exposure is not tracked per operation (the core does not say when a peer
+            // is done with a key): it stays cached, evicted only as the least recently used.
+            self.release(rail, mr);
+            k.extend_from_slice(&mr.rkey.to_le_bytes());
+        }
+        Ok(RKey::new(&k).expect("at most 8 rails fit"))
     }
 
-    fn acquire(&mut self, peer: u32, addr: u64, len: usize) -> Result<Mr, TransportError> {
-        let (v, pd) = (&self.v, self.pd);
+    fn acquire(
+        &mut self,
+        rail: usize,
+        peer: u32,
+        addr: u64,
+        len: usize,
+    ) -> Result<Mr, TransportError> {
+        let r = &mut self.rails[rail];
+        let (v, pd) = (&self.v, r.pd);
         let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
         // SAFETY: the core keeps memory it hands a transport valid until the operation
         // completes (MemRef's contract); a cached registration of memory since freed is
         // what `invalidate` is for.
-        let got = self.regs.acquire(addr, len.max(1) as u64, || unsafe {
+        let got = r.regs.acquire(addr, len.max(1) as u64, || unsafe {
             v.reg_mr(pd, addr, len.max(1) as u64, rw)
         });
         let a = got.map_err(|e| TransportError::Unsupported {
             peer,
             op: "register",
-            why: format!("registering {len} bytes on {}: {e}", self.dev),
+            why: format!("registering {len} bytes on {}: {e}", r.dev),
         })?;
         for old in a.evicted {
             let _ = self.v.dereg_mr(old);
@@ -760,23 +873,27 @@ impl<V: Verbs> IbEndpoint<V> {
         Ok(a.h)
     }
 
-    fn release(&mut self, mr: Mr) {
-        if let Some(old) = self.regs.release(mr) {
+    fn release(&mut self, rail: usize, mr: Mr) {
+        if let Some(old) = self.rails[rail].regs.release(mr) {
             let _ = self.v.dereg_mr(old);
         }
     }
 
     /// The range was freed or remapped: no cached registration serves it any more.
     pub fn invalidate(&mut self, addr: u64, len: u64) {
-        for old in self.regs.invalidate(addr, len) {
-            let _ = self.v.dereg_mr(old);
+        for r in &mut self.rails {
+            for old in r.regs.invalidate(addr, len) {
+                let _ = self.v.dereg_mr(old);
+            }
         }
     }
 
-    fn key(peer: u32, key: &RKey, len: usize) -> Result<(u64, u32), TransportError> {
+    /// The address and the remote key on `rail` of a peer's key (one rkey per rail of its).
+    fn key(peer: u32, key: &RKey, len: usize, rail: usize) -> Result<(u64, u32), TransportError> {
         let b = key.as_bytes();
-        match (key.u64_at(0), key.u64_at(1), b.get(16..20)) {
-            (Some(a), Some(l), Some(r)) if b.len() == 20 && len as u64 <= l => {
+        let at = 16 + 4 * rail;
+        match (key.u64_at(0), key.u64_at(1), b.get(at..at + 4)) {
+            (Some(a), Some(l), Some(r)) if (b.len() - 16).is_multiple_of(4) && len as u64 <= l => {
                 Ok((a, u32::from_le_bytes(r.try_into().expect("4 bytes"))))
             }
             _ => Err(TransportError::Protocol {
@@ -824,14 +941,17 @@ impl<V: Verbs> IbEndpoint<V> {
                 why: "device memory over ib needs GPUDirect RDMA (dmabuf), not built yet".into(),
             });
         }
-        let (remote_addr, rkey) = Self::key(peer, key, local.len)?;
+        let k = self.peers[peer as usize].rr;
+        let rail = self.rail_of(k);
+        let (remote_addr, rkey) = Self::key(peer, key, local.len, rail)?;
         if local.len == 0 {
             return Ok(Tx::Done);
         }
-        let mr = self.acquire(peer, local.addr, local.len)?;
+        let mr = self.acquire(rail, peer, local.addr, local.len)?;
         let pe = &mut self.peers[peer as usize];
-        let qp = pe.rr as u8;
-        pe.rr = (pe.rr + 1) % pe.qps.len();
+        let qp = k as u8;
+        pe.rr = (k + 1) % pe.nqp;
+        self.rails[rail].bytes += local.len as u64;
         let id = self.next_op;
         self.next_op += 1;
         self.ops.insert(
@@ -918,7 +1038,7 @@ impl<V: Verbs> IbEndpoint<V> {
                     }
                 })
                 .collect();
-            let (peer, qp) = (op.peer, pe.qps[k]);
+            let (peer, qp, rail) = (op.peer, pe.qps[k], self.rail_of(k));
             let res = self.v.post_send(qp, &wrs);
             drop(wrs);
             self.backlog.remove(i);
@@ -931,7 +1051,8 @@ impl<V: Verbs> IbEndpoint<V> {
                     }
                 }
                 Err(e) => {
-                    let why = format!("posting an RDMA operation on {}: {}", self.dev, e.error);
+                    let dev = &self.rails[rail].dev;
+                    let why = format!("posting an RDMA operation on {dev}: {}", e.error);
                     self.fail_peer(peer, why);
                 }
             }
@@ -978,7 +1099,11 @@ impl<V: Verbs> IbEndpoint<V> {
             .any(|i| self.ops.get(i).is_some_and(|o| o.posted))
         {
             let mut got = Vec::new();
-            match self.v.poll_cq(self.cq, 64, &mut got) {
+            let polled: Result<usize, VerbsError> = self
+                .rails
+                .iter()
+                .try_fold(0, |n, r| Ok(n + self.v.poll_cq(r.cq, 64, &mut got)?));
+            match polled {
                 Ok(0) if std::time::Instant::now() > deadline => {
                     crate::rlog!(
                         Warn,
@@ -1002,7 +1127,7 @@ impl<V: Verbs> IbEndpoint<V> {
         }
         for id in ids {
             if let Some(op) = self.ops.remove(&id) {
-                self.release(op.local);
+                self.release(self.rail_of(usize::from(op.qp)), op.local);
             }
         }
     }
@@ -1018,7 +1143,7 @@ impl<V: Verbs> IbEndpoint<V> {
             return;
         }
         let op = self.ops.remove(&id).expect("present");
-        self.release(op.local);
+        self.release(self.rail_of(usize::from(op.qp)), op.local);
         if let Some((d, res)) = out
             && !op.cancelled
         {
@@ -1060,9 +1185,11 @@ impl<V: Verbs> IbEndpoint<V> {
                 None => {
                     if self.wcs.is_empty() {
                         let mut got = std::mem::take(&mut self.wcs);
-                        self.v
-                            .poll_cq(self.cq, 64, &mut got)
-                            .map_err(|e| verr("polling the completion queue", e))?;
+                        for r in &self.rails {
+                            self.v
+                                .poll_cq(r.cq, 64, &mut got)
+                                .map_err(|e| verr("polling the completion queue", e))?;
+                        }
                         got.reverse();
                         self.wcs = got;
                     }
@@ -1103,11 +1230,19 @@ impl<V: Verbs> IbEndpoint<V> {
             *o = o.saturating_sub(1);
         }
         if wc.status != WcStatus::Success {
+            let j = match kind {
+                WR_OP => self
+                    .ops
+                    .get(&(wc.wr_id & !(0xff << 56)))
+                    .map_or(0, |o| usize::from(o.qp)),
+                _ => usize::from(k),
+            };
+            let r = &self.rails[self.rail_of(j)];
             let why = format!(
                 "{} on {} port {} (QP {:#x} to rank {peer}): {:?}",
                 status_meaning(wc.status),
-                self.dev,
-                self.port,
+                r.dev,
+                r.port,
                 wc.qp_num,
                 wc.status
             );
@@ -1249,11 +1384,12 @@ impl<V: Verbs> IbEndpoint<V> {
                 continue;
             }
             let give = pe.owed.min(IMM_MAX_CREDITS);
+            let rail = (k / usize::from(self.p.qps)).min(self.rails.len() - 1);
             let wr = SendWr {
                 wr_id: wr_id(WR_CREDIT, peer as u32, k as u8, 0),
                 op: SendOp::RdmaWriteImm {
                     remote_addr: pe.ring_addr,
-                    rkey: pe.ring_rkey,
+                    rkey: pe.ring_rkeys[rail],
                     imm: IMM_CREDIT_ONLY | (give << 16),
                 },
                 sg: &[],
@@ -1267,7 +1403,8 @@ impl<V: Verbs> IbEndpoint<V> {
                     pe.credit_due = false;
                 }
                 Err(e) => {
-                    let why = format!("posting credits on {}: {}", self.dev, e.error);
+                    let dev = &self.rails[rail].dev;
+                    let why = format!("posting credits on {dev}: {}", e.error);
                     self.fail_peer(peer as u32, why);
                 }
             }
@@ -1275,67 +1412,77 @@ impl<V: Verbs> IbEndpoint<V> {
     }
 
     fn async_events(&mut self) -> Result<(), TransportError> {
-        loop {
-            let ev = match self.v.get_async_event(self.ctx) {
-                Ok(Some(e)) => e,
-                Ok(None) => return Ok(()),
-                Err(e) => return Err(verr("reading async events", e)),
-            };
-            let everyone = |why: String| -> Vec<(u32, String)> {
-                (0..self.peers.len() as u32)
-                    .filter(|&p| p != self.me)
-                    .map(|p| (p, why.clone()))
-                    .collect()
-            };
-            let lost: Vec<(u32, String)> = match ev {
-                AsyncEvent::PortActive { .. } => Vec::new(),
-                AsyncEvent::PortErr { port } if port == self.port => {
-                    everyone(format!("{} port {port} went down", self.dev))
-                }
-                AsyncEvent::PortErr { .. } => Vec::new(),
-                AsyncEvent::DeviceFatal => everyone(format!("device {} failed", self.dev)),
-                AsyncEvent::CqErr { .. } => everyone(format!(
-                    "the completion queue on {} overran: completions were lost",
-                    self.dev
-                )),
-                AsyncEvent::QpFatal { qpn } | AsyncEvent::QpAccessErr { qpn } => {
-                    match self.by_qpn.get(&qpn) {
-                        Some(&p) => vec![(
-                            p,
-                            format!(
-                                "QP {qpn:#x} on {} went to error ({})",
-                                self.dev,
-                                if matches!(ev, AsyncEvent::QpAccessErr { .. }) {
-                                    "a request from the peer violated its access"
-                                } else {
-                                    "fatal QP event"
-                                }
-                            ),
-                        )],
-                        None => Vec::new(),
+        for rail in 0..self.rails.len() {
+            loop {
+                let r = &self.rails[rail];
+                let ev = match self.v.get_async_event(r.ctx) {
+                    Ok(Some(e)) => e,
+                    Ok(None) => break,
+                    Err(e) => return Err(verr("reading async events", e)),
+                };
+                let everyone = |why: String| -> Vec<(u32, String)> {
+                    (0..self.peers.len() as u32)
+                        .filter(|&p| p != self.me)
+                        .map(|p| (p, why.clone()))
+                        .collect()
+                };
+                // Any rail failing fails every peer: messages of a peer spread over all rails,
+                // and MPI order cannot be kept by dropping one (NCCL fails the same way).
+                let lost: Vec<(u32, String)> = match ev {
+                    AsyncEvent::PortActive { .. } => Vec::new(),
+                    AsyncEvent::PortErr { port } if port == r.port => {
+                        everyone(format!("{} port {port} went down", r.dev))
+                    }
+                    AsyncEvent::PortErr { .. } => Vec::new(),
+                    AsyncEvent::DeviceFatal => everyone(format!("device {} failed", r.dev)),
+                    AsyncEvent::CqErr { .. } => everyone(format!(
+                        "the completion queue on {} overran: completions were lost",
+                        r.dev
+                    )),
+                    AsyncEvent::QpFatal { qpn } | AsyncEvent::QpAccessErr { qpn } => {
+                        match self.by_qpn.get(&(rail, qpn)) {
+                            Some(&p) => vec![(
+                                p,
+                                format!(
+                                    "QP {qpn:#x} on {} went to error ({})",
+                                    r.dev,
+                                    if matches!(ev, AsyncEvent::QpAccessErr { .. }) {
+                                        "a request from the peer violated its access"
+                                    } else {
+                                        "fatal QP event"
+                                    }
+                                ),
+                            )],
+                            None => Vec::new(),
+                        }
+                    }
+                };
+                for (p, why) in lost {
+                    if self.peers[p as usize].ready {
+                        self.fail_peer(p, why);
                     }
                 }
-            };
-            for (p, why) in lost {
-                if self.peers[p as usize].ready {
-                    self.fail_peer(p, why);
-                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a rank sleeps: every rail's CQ is armed, so the next completion wakes it (the
+    /// caller progresses once more after this, catching what came before).
+    pub fn arm(&self) {
+        for r in &self.rails {
+            if let Err(e) = self.v.arm_cq(r.cq) {
+                crate::rlog!(Warn, "NET", "ib: cannot arm the CQ on {}: {e}", r.dev);
             }
         }
     }
 
-    /// Before a rank sleeps: the CQ is armed, so the next completion wakes it (the caller
-    /// progresses once more after this, catching what came before).
-    pub fn arm(&self) {
-        if let Err(e) = self.v.arm_cq(self.cq) {
-            crate::rlog!(Warn, "NET", "ib: cannot arm the completion queue: {e}");
-        }
-    }
-
-    /// The completion channel's and the async events' descriptors, for a sleeping rank.
+    /// The completion channels' and the async events' descriptors, for a sleeping rank.
     pub fn wait_fds(&self, set: &mut crate::os::PollSet) {
-        for fd in self.v.event_fds(self.ctx, self.cq).into_iter().flatten() {
-            set.read(fd);
+        for r in &self.rails {
+            for fd in self.v.event_fds(r.ctx, r.cq).into_iter().flatten() {
+                set.read(fd);
+            }
         }
     }
 
@@ -1357,13 +1504,8 @@ impl<V: Verbs> Drop for IbEndpoint<V> {
                 let _ = self.v.destroy_qp(qp);
             }
         }
-        for mr in self.regs.drain() {
-            let _ = self.v.dereg_mr(mr);
+        for r in std::mem::take(&mut self.rails) {
+            Self::close_rail(&self.v, r);
         }
-        let _ = self.v.dereg_mr(self.ring_mr);
-        let _ = self.v.dereg_mr(self.stage_mr);
-        let _ = self.v.destroy_cq(self.cq);
-        let _ = self.v.dealloc_pd(self.pd);
-        let _ = self.v.close(self.ctx);
     }
 }

@@ -14,14 +14,15 @@ use super::verbs::{PortState, Verbs};
 use crate::config::{Config, TransportChoice};
 use crate::ifaddr::IfSpec;
 
-/// The device and port a rank uses: among the devices `v` lists that pass `filter`
+/// The rails (device, port) a rank uses: among the devices `v` lists that pass `filter`
 /// (`RCOMM_IB_HCA`), `preferred` first (the topology's nearest HCA), then in listing order,
-/// the first with an active port.
-pub fn choose_port<V: Verbs>(
+/// the first `rails` active ports.
+pub fn choose_ports<V: Verbs>(
     v: &V,
     filter: Option<&IfSpec>,
     preferred: Option<&str>,
-) -> Result<(String, u8), String> {
+    rails: usize,
+) -> Result<Vec<(String, u8)>, String> {
     let devs = v
         .devices()
         .map_err(|e| format!("listing RDMA devices: {e}"))?;
@@ -49,6 +50,7 @@ pub fn choose_port<V: Verbs>(
         names.insert(0, n);
     }
     let mut seen = Vec::new();
+    let mut found = Vec::new();
     for name in names {
         let d = devs.iter().find(|d| d.name == name).expect("listed");
         let ctx = match v.open(name) {
@@ -58,23 +60,25 @@ pub fn choose_port<V: Verbs>(
                 continue;
             }
         };
-        let mut found = None;
         for port in 1..=d.phys_port_cnt {
+            if found.len() == rails {
+                break;
+            }
             match v.query_port(ctx, port) {
-                Ok(a) if a.state == PortState::Active => {
-                    found = Some(port);
-                    break;
-                }
+                Ok(a) if a.state == PortState::Active => found.push((name.to_string(), port)),
                 Ok(a) => seen.push(format!("{name} port {port}: {}", a.state.name())),
                 Err(e) => seen.push(format!("{name} port {port}: {e}")),
             }
         }
         let _ = v.close(ctx);
-        if let Some(port) = found {
-            return Ok((name.to_string(), port));
+        if found.len() == rails {
+            break;
         }
     }
-    Err(format!("no active RDMA port ({})", seen.join("; ")))
+    if found.is_empty() {
+        return Err(format!("no active RDMA port ({})", seen.join("; ")));
+    }
+    Ok(found)
 }
 
 /// Whether this machine shows RDMA devices at all (`/sys/class/infiniband` has entries).
@@ -110,7 +114,13 @@ pub fn open_for_rank(
     }
     #[cfg(not(feature = "ib"))]
     {
-        let _ = (local_rank, rank, size, AnyVerbs::Sim, IbEndpoint::<AnyVerbs>::open);
+        let _ = (
+            local_rank,
+            rank,
+            size,
+            AnyVerbs::Sim,
+            IbEndpoint::<AnyVerbs>::open,
+        );
         skip("this build of rcomm has no ib (cargo feature `ib` of rcomm-transport)".into())
     }
     #[cfg(feature = "ib")]
@@ -135,16 +145,19 @@ fn open_lib(
     let preferred = crate::topo::choose::for_this_process(cfg, local_rank)
         .and_then(|(_, c)| c.hca)
         .map(|p| p.name);
-    let (dev, port) = match choose_port(&v, cfg.ib_hca.as_ref(), preferred.as_deref()) {
+    let rails = cfg.ib.rails as usize;
+    let found = match choose_ports(&v, cfg.ib_hca.as_ref(), preferred.as_deref(), rails) {
         Ok(x) => x,
         Err(e) => return skip(e),
     };
-    match IbEndpoint::open(v, &dev, port, rank, size, IbParams::from_settings(&cfg.ib)) {
+    let shown: Vec<String> = found.iter().map(|(d, p)| format!("{d}:{p}")).collect();
+    let devs: Vec<(&str, u8)> = found.iter().map(|(d, p)| (d.as_str(), *p)).collect();
+    match IbEndpoint::open(v, &devs, rank, size, IbParams::from_settings(&cfg.ib)) {
         Ok(ep) => {
-            crate::rlog!(Info, "NET", "ib: rank {rank} uses {dev} port {port}");
+            crate::rlog!(Info, "NET", "ib: rank {rank} uses {}", shown.join(", "));
             Ok(Some(ep))
         }
-        Err(e) => skip(format!("opening {dev} port {port}: {e}")),
+        Err(e) => skip(format!("opening {}: {e}", shown.join(", "))),
     }
 }
 
@@ -169,28 +182,36 @@ mod tests {
     fn the_preferred_hca_wins_then_listing_order_and_down_ports_are_skipped() {
         let f = fabric();
         let v = f.host(&["mlx5_0", "mlx5_1", "mlx5_2"]);
-        assert_eq!(choose_port(&v, None, None).unwrap(), ("mlx5_0".into(), 1));
+        let one = |f, p| choose_ports(&v, f, p, 1);
+        assert_eq!(one(None, None).unwrap(), vec![("mlx5_0".into(), 1)]);
         assert_eq!(
-            choose_port(&v, None, Some("mlx5_2")).unwrap(),
-            ("mlx5_2".into(), 1)
+            one(None, Some("mlx5_2")).unwrap(),
+            vec![("mlx5_2".into(), 1)]
+        );
+        assert_eq!(
+            choose_ports(&v, None, Some("mlx5_2"), 2).unwrap(),
+            vec![("mlx5_2".into(), 1), ("mlx5_0".into(), 1)],
+            "two rails: the preferred, then listing order"
+        );
+        assert_eq!(
+            choose_ports(&v, None, None, 8).unwrap().len(),
+            3,
+            "as many as active"
         );
         f.set_port("mlx5_0", 1, false);
-        assert_eq!(choose_port(&v, None, None).unwrap(), ("mlx5_1".into(), 1));
+        assert_eq!(one(None, None).unwrap(), vec![("mlx5_1".into(), 1)]);
         let only0 = IfSpec::parse("=mlx5_0").unwrap();
-        let e = choose_port(&v, Some(&only0), None).unwrap_err();
+        let e = one(Some(&only0), None).unwrap_err();
         assert!(
             e.contains("no active RDMA port") && e.contains("mlx5_0 port 1: DOWN"),
             "{e}"
         );
         let none = IfSpec::parse("^mlx5").unwrap();
-        let e = choose_port(&v, Some(&none), None).unwrap_err();
+        let e = one(Some(&none), None).unwrap_err();
         assert!(e.contains("RCOMM_IB_HCA excludes every RDMA device"), "{e}");
         let empty = f.host(&[]);
-        assert!(
-            choose_port(&empty, None, None)
-                .unwrap_err()
-                .contains("no RDMA device")
-        );
+        let e = choose_ports(&empty, None, None, 1).unwrap_err();
+        assert!(e.contains("no RDMA device"), "{e}");
     }
 
     #[test]
