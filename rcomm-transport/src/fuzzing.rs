@@ -141,6 +141,12 @@ pub const TARGETS: &[Target] = &[
         max_alloc: |n| 64 * n + 64 * 1024,
     },
     Target {
+        name: "ib_blob",
+        what: "ib::conn::ConnBlob::decode (the ib connection blob of a peer's address record)",
+        run: ib_blob,
+        max_alloc: |n| 4 * n + 1024,
+    },
+    Target {
         name: "pmi_mapping",
         what: "PMI_process_mapping (parse_process_mapping, node_of_ranks, local_from_mapping)",
         run: pmi_mapping,
@@ -313,6 +319,20 @@ pub fn addr_record(data: &[u8]) {
         assert!(r.endpoints.len() <= wire::MAX_ENDPOINTS);
         assert!(r.info.settings.len() <= wire::MAX_SETTINGS);
         assert_eq!(r.encode(), data);
+    }
+}
+
+/// `ConnBlob::decode`: canonical, and every QP number it promises can be looked up.
+pub fn ib_blob(data: &[u8]) {
+    if let Ok(b) = crate::ib::conn::ConnBlob::decode(data) {
+        assert_eq!(b.encode(), data);
+        for p in 0..b.ranks.min(64) {
+            for rail in 0..b.rails.len() {
+                for k in 0..b.qps {
+                    assert!(b.qpn(p, rail, k).is_some(), "rank {p} rail {rail} QP {k}");
+                }
+            }
+        }
     }
 }
 
@@ -633,7 +653,32 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ("pmi_mapping", "two_blocks", mapping),
         ("flight_dump", "dump", sample_dump().encode()),
         ("topo_json", "small", sample_topology().to_json().into_bytes()),
+        ("ib_blob", "two_rails", sample_ib_blob().encode()),
     ]
+}
+
+/// Rank 1 of 3 with two RoCE rails of two QPs each.
+fn sample_ib_blob() -> crate::ib::conn::ConnBlob {
+    use crate::ib::conn::{ConnBlob, RailAddr};
+    use crate::ib::verbs::{Gid, LinkLayer, Mtu};
+    let rail = |i: u8| RailAddr {
+        link_layer: LinkLayer::Ethernet,
+        lid: 0,
+        gid: Gid::from_ipv4(std::net::Ipv4Addr::new(10, i, 0, 2)),
+        mtu: Mtu::M4096,
+        ring_rkey: 0x1000 + u32::from(i),
+    };
+    let qpns = [
+        0x100, 0x101, 0x900, 0x901, 0, 0, 0, 0, 0x102, 0x103, 0x902, 0x903,
+    ];
+    ConnBlob::new(
+        vec![rail(0), rail(1)],
+        0xabcde,
+        0x7f00_0000_0000,
+        (32, 8236),
+        2,
+        &qpns,
+    )
 }
 
 /// A rank's flight recorder as a launcher receives it: two communicators, a collective
