@@ -1,8 +1,10 @@
-//! InfiniBand / RoCE (P13), first step: the verbs interface the RC protocol will be written
-//! against ([`verbs`]), a deterministic simulated fabric implementing it ([`sim`]), HCA
-//! discovery from sysfs ([`sysfs`]), and the trait's backend on the system's libibverbs,
-//! loaded at run time ([`libverbs`]; nothing past device listing has met a device yet). No
-//! transport yet (docs/architecture.md, "InfiniBand (P13), step 1").
+//! InfiniBand / RoCE (P13): the verbs interface the RC protocol is written against
+//! ([`verbs`]), a deterministic simulated fabric implementing it ([`sim`]), the trait's backend
+//! on the system's libibverbs loaded at run time ([`libverbs`], feature `ib`), HCA discovery
+//! from sysfs ([`sysfs`]), the endpoint ([`ep`]) with its connection blob ([`conn`]) and
+//! registration cache ([`regcache`]), and the choice of device ([`setup`]). Nothing past device
+//! listing has met a device: no machine it was built on has one (docs/architecture.md,
+//! "InfiniBand / RoCE (P13)").
 
 pub mod any;
 pub mod conn;
