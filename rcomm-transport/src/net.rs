@@ -522,11 +522,12 @@ impl Net {
     /// The bulk operations that reach `peer`'s memory of kind `kind` now (a peer whose kernel
     /// refused single copy has no GET any more).
     pub fn bulk_ops(&self, peer: u32, kind: MemKind) -> Ops {
-        let i = match kind {
-            MemKind::Host => self.lanes[peer as usize].host,
-            MemKind::Cuda { .. } => NO_EP,
-        };
+        let i = self.lanes[peer as usize].host;
         if i == NO_EP {
+            return Ops::NONE;
+        }
+        // Device memory only where the lane's NIC reaches it (GPUDirect RDMA); else staged.
+        if matches!(kind, MemKind::Cuda { .. }) && !self.eps[i as usize].caps().kinds.cuda {
             return Ops::NONE;
         }
         match &self.eps[i as usize] {

@@ -862,73 +862,91 @@ fn a_registration_invalidated_after_free_is_made_anew_and_the_old_key_is_refused
 }
 
 #[test]
-fn device_buffers_stage_through_host_memory_over_ib_in_every_pairing() {
-    // The GPU stand-in (host memory behind the device interface; not a GPU): device memory
-    // has no RDMA registration here (GPUDirect RDMA is not built), so the engine stages it
-    // through host memory in chunks over the eager rings (STREAM).
+fn device_buffers_go_by_gpudirect_rdma_or_stage_through_host_memory_in_every_pairing() {
+    // The GPU stand-in (host memory behind the device interface; not a GPU). Without
+    // GPUDirect RDMA the engine stages device memory through host memory in chunks over the
+    // eager rings (STREAM); with it (`gdr`, the stand-in's "dma-buf" registering its memory
+    // on the simulated fabric) every rendezvous is one RDMA READ, device memory on either
+    // side, and no chunk moves.
     use rcomm_transport::gpu::use_standin;
     let g = use_standin().expect("the stand-in");
     assert_eq!(g.backend_name(), "stand-in", "a real GPU in a unit test?");
     let sizes = [0usize, 1, 63, 65, 1000, 5000, 40_000];
-    for (src_dev, dst_dev) in [(true, false), (false, true), (true, true)] {
-        let n = 3;
-        let mut cl = Cluster::new(n, params(4, 256, 1), SimConfig::default(), false);
-        let mut host: Vec<Vec<u8>> = Vec::new();
-        let mut dev: Vec<u64> = Vec::new();
-        let mut region = |dev_side: bool, data: &[u8]| -> (Region, usize) {
-            if dev_side {
-                let a = g.alloc(0, data.len()).expect("alloc");
-                if !data.is_empty() {
-                    g.copy_htod(a, data).expect("fill");
-                }
-                dev.push(a);
-                (Region::device(a, data.len(), 0), dev.len() - 1)
-            } else {
-                host.push(data.to_vec());
-                let v = host.last_mut().unwrap();
-                (Region::from_mut(v), usize::MAX)
-            }
-        };
-        let mut reqs = Vec::new();
-        let mut checks = Vec::new();
-        for f in 0..n {
-            for t in (0..n).filter(|&t| t != f) {
-                for (i, &len) in sizes.iter().enumerate() {
-                    let want = pattern(f, t, i, len);
-                    let (rr, _) = region(dst_dev, &vec![0xEE; len]);
-                    let q = cl.engines[t]
-                        .irecv(0, Source::Rank(f as u32), TagSel::Tag(i as i32), rr, "recv")
-                        .unwrap();
-                    reqs.push((t, q));
-                    checks.push((rr, want.clone()));
-                    let (sr, _) = region(src_dev, &want);
-                    let q = cl.engines[f]
-                        .isend(0, t as u32, i as i32, sr, "send")
-                        .unwrap();
-                    reqs.push((f, q));
-                }
-            }
-        }
-        for (r, q) in reqs {
-            cl.wait(r, q)
-                .unwrap_or_else(|e| panic!("{src_dev}/{dst_dev}: {e}"));
-        }
-        for (reg, want) in checks {
-            let got = if reg.is_device() {
-                let mut v = vec![0u8; want.len()];
-                if !v.is_empty() {
-                    g.copy_dtoh(&mut v, reg.addr()).expect("read");
-                }
-                v
-            } else {
-                reg.bytes().to_vec()
+    let rndv: u64 = sizes.iter().filter(|&&l| l > 256).map(|&l| l as u64).sum();
+    for gdr in [false, true] {
+        for (src_dev, dst_dev) in [(true, false), (false, true), (true, true)] {
+            let n = 3;
+            let p = IbParams {
+                gdr,
+                ..params(4, 256, 1)
             };
-            assert!(got == want, "{src_dev}/{dst_dev}: {} bytes", want.len());
-        }
-        let ib = cl.ib(0);
-        assert!(ib.bytes_recv > 0 && ib.bytes_sent > 0, "{ib:?}");
-        for a in dev {
-            g.free(a).expect("free");
+            let mut cl = Cluster::new(n, p, SimConfig::default(), false);
+            let mut host: Vec<Vec<u8>> = Vec::new();
+            let mut dev: Vec<u64> = Vec::new();
+            let mut region = |dev_side: bool, data: &[u8]| -> (Region, usize) {
+                if dev_side {
+                    let a = g.alloc(0, data.len()).expect("alloc");
+                    if !data.is_empty() {
+                        g.copy_htod(a, data).expect("fill");
+                    }
+                    dev.push(a);
+                    (Region::device(a, data.len(), 0), dev.len() - 1)
+                } else {
+                    host.push(data.to_vec());
+                    let v = host.last_mut().unwrap();
+                    (Region::from_mut(v), usize::MAX)
+                }
+            };
+            let mut reqs = Vec::new();
+            let mut checks = Vec::new();
+            for f in 0..n {
+                for t in (0..n).filter(|&t| t != f) {
+                    for (i, &len) in sizes.iter().enumerate() {
+                        let want = pattern(f, t, i, len);
+                        let (rr, _) = region(dst_dev, &vec![0xEE; len]);
+                        let q = cl.engines[t]
+                            .irecv(0, Source::Rank(f as u32), TagSel::Tag(i as i32), rr, "recv")
+                            .unwrap();
+                        reqs.push((t, q));
+                        checks.push((rr, want.clone()));
+                        let (sr, _) = region(src_dev, &want);
+                        let q = cl.engines[f]
+                            .isend(0, t as u32, i as i32, sr, "send")
+                            .unwrap();
+                        reqs.push((f, q));
+                    }
+                }
+            }
+            for (r, q) in reqs {
+                cl.wait(r, q)
+                    .unwrap_or_else(|e| panic!("{src_dev}/{dst_dev}: {e}"));
+            }
+            for (reg, want) in checks {
+                let got = if reg.is_device() {
+                    let mut v = vec![0u8; want.len()];
+                    if !v.is_empty() {
+                        g.copy_dtoh(&mut v, reg.addr()).expect("read");
+                    }
+                    v
+                } else {
+                    reg.bytes().to_vec()
+                };
+                assert!(got == want, "{src_dev}/{dst_dev}: {} bytes", want.len());
+            }
+            for r in 0..n {
+                let ib = cl.ib(r);
+                let what = format!("gdr {gdr}, {src_dev}/{dst_dev}, rank {r}: {ib:?}");
+                if gdr {
+                    assert_eq!(ib.bytes_cma, rndv * (n as u64 - 1), "all by READ: {what}");
+                    assert!(ib.bytes_recv < 1000 * n as u64, "no chunks: {what}");
+                } else {
+                    assert_eq!(ib.bytes_cma, 0, "nothing by READ: {what}");
+                    assert!(ib.bytes_recv >= rndv * (n as u64 - 1), "chunks: {what}");
+                }
+            }
+            for a in dev {
+                g.free(a).expect("free");
+            }
         }
     }
 }
@@ -1030,4 +1048,43 @@ fn ranks_with_different_rail_counts_use_the_rails_they_share() {
     assert!(rails[0].2 > 0 && rails[2].2 == 0, "{rails:?}");
     let r0: u64 = cl.engines[0].net().ib_rails().iter().map(|r| r.2).sum();
     assert!(r0 >= 50_000, "{r0}");
+}
+
+#[test]
+fn a_freed_device_buffer_is_never_served_from_the_registration_cache() {
+    // GPUDirect RDMA registrations are checked against the allocation (its id changes when
+    // an address is freed and allocated again): a freed range is refused, not served from
+    // the cache, and a new allocation gets its own registration.
+    use rcomm_transport::gpu::use_standin;
+    use rcomm_transport::mem::{MemKind, MemRef};
+    let g = use_standin().expect("the stand-in");
+    let p = IbParams {
+        gdr: true,
+        ..params(4, 64, 1)
+    };
+    let mut cl = Cluster::new(2, p, SimConfig::default(), false);
+    let a = g.alloc(0, 8192).unwrap();
+    let m = MemRef {
+        addr: a,
+        len: 8192,
+        kind: MemKind::Cuda { device: 0 },
+    };
+    let ep = cl.engines[0].net_mut().ib_mut().unwrap();
+    let k1 = ep.register(1, &m).unwrap();
+    assert_eq!(
+        ep.register(1, &m).unwrap().as_bytes(),
+        k1.as_bytes(),
+        "cached"
+    );
+    g.free(a).unwrap();
+    let e = ep.register(1, &m).unwrap_err().to_string();
+    assert!(e.contains("not device memory"), "{e}");
+    let b = g.alloc(0, 8192).unwrap();
+    let k2 = ep.register(1, &MemRef { addr: b, ..m }).unwrap();
+    assert_ne!(
+        k1.as_bytes(),
+        k2.as_bytes(),
+        "a new allocation, a new registration"
+    );
+    g.free(b).unwrap();
 }

@@ -62,6 +62,13 @@ mod imp {
         pub(in crate::gpu) fn export(&self, _ptr: u64, _len: usize) -> Result<RKey, GpuError> {
             match self._never {}
         }
+        pub(in crate::gpu) fn dmabuf(
+            &self,
+            _ptr: u64,
+            _len: usize,
+        ) -> Result<(i32, u64), GpuError> {
+            match self._never {}
+        }
         pub(in crate::gpu) fn get(
             &self,
             _peer: u32,
@@ -264,6 +271,9 @@ mod imp {
     pub struct Driver {
         devs: Vec<Dev>,
         pid: u32,
+        /// The driver has `cuMemGetHandleForAddressRange` (CUDA 11.7+): dma-bufs for
+        /// GPUDirect RDMA. Optional, so older drivers still load.
+        has_dmabuf: bool,
         /// Boxed: keeps [`Gpu`] small.
         state: Box<Mutex<State>>,
     }
@@ -300,6 +310,9 @@ mod imp {
                     )));
                 }
             }
+            // SAFETY: looking a symbol up does not call it.
+            let has_dmabuf =
+                unsafe { lib.get::<*const c_void>(b"cuMemGetHandleForAddressRange") }.is_ok();
             // SAFETY: plain driver call.
             let r = unsafe { cu::cuInit(0) };
             if r != cu::CUresult::CUDA_SUCCESS {
@@ -346,6 +359,7 @@ mod imp {
             Ok(Self {
                 devs,
                 pid: std::process::id(),
+                has_dmabuf,
                 state: Box::new(Mutex::new(State {
                     exports: ExportCache::new(4096),
                     imports: ImportCache::new(IMPORT_CAP),
@@ -695,6 +709,40 @@ mod imp {
             Ok(encode_key(&KeyParts::of(
                 &i, ptr, len, self.pid, handle, uuid,
             )))
+        }
+
+        pub(in crate::gpu) fn dmabuf(&self, ptr: u64, len: usize) -> Result<(i32, u64), GpuError> {
+            let i = self.ptr_info(ptr)?;
+            if !self.has_dmabuf {
+                return Err(GpuError::Unreachable(
+                    "the CUDA driver has no cuMemGetHandleForAddressRange (dma-buf export)".into(),
+                ));
+            }
+            if ptr + len as u64 > i.base + i.size as u64 {
+                return Err(GpuError::Invalid(format!(
+                    "0x{ptr:x}+{len} runs past its allocation"
+                )));
+            }
+            // The whole allocation (cuMemAlloc allocations are page-aligned and sized in
+            // pages), so one dma-buf serves every range of it.
+            self.cur(i.device)?;
+            let mut fd: c_int = -1;
+            // SAFETY: `i.base`/`i.size` describe a live allocation of this process; the call
+            // writes one int.
+            check(
+                unsafe {
+                    cu::cuMemGetHandleForAddressRange(
+                        (&mut fd as *mut c_int).cast(),
+                        i.base,
+                        i.size,
+                        cu::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                        0,
+                    )
+                },
+                "cuMemGetHandleForAddressRange",
+                i.device as i32,
+            )?;
+            Ok((fd, ptr - i.base))
         }
 
         /// Waits until everything queued on `device`'s copy stream is done (before closing a

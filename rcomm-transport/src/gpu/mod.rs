@@ -278,6 +278,14 @@ impl Gpu {
         both!(self, g => g.copy_dtod(dst, src, len))
     }
 
+    /// The allocation holding `ptr..ptr+len` as a dma-buf, for an RDMA NIC to reach directly
+    /// (GPUDirect RDMA, `ibv_reg_dmabuf_mr`): `(fd, offset of ptr in it)`; the caller closes
+    /// `fd` once registered. The stand-in has no dma-buf: it answers `(-1, 0)`, which only the
+    /// simulated verbs fabric accepts (its device memory is host memory).
+    pub fn dmabuf(&self, ptr: u64, len: usize) -> Result<(i32, u64), GpuError> {
+        both!(self, g => g.dmabuf(ptr, len))
+    }
+
     /// Exports the allocation holding `ptr..ptr+len` for peers on this node: a key of at most
     /// [`crate::mem::RKEY_MAX`] bytes naming the allocation (IPC handle, buffer id, device
     /// UUID), the offset of `ptr` in it and `len`. Cached per allocation (a freed and remade

@@ -191,6 +191,14 @@ impl StandIn {
         })
     }
 
+    pub(super) fn dmabuf(&self, ptr: u64, len: usize) -> Result<(i32, u64), GpuError> {
+        let i = self.ptr_info(ptr)?;
+        if ptr + len as u64 > i.base + i.size as u64 {
+            return Err(invalid(format!("0x{ptr:x}+{len} runs past its allocation")));
+        }
+        Ok((-1, 0))
+    }
+
     pub(super) fn ptr_info(&self, ptr: u64) -> Result<PtrInfo, GpuError> {
         Self::find(&self.lock(), ptr).ok_or_else(|| {
             invalid(format!(

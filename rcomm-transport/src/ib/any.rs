@@ -54,6 +54,18 @@ impl Verbs for AnyVerbs {
         // SAFETY: the caller's promise, passed on.
         each!(self, v => unsafe { v.reg_mr(pd, addr, len, access) })
     }
+    unsafe fn reg_dmabuf_mr(
+        &self,
+        pd: Pd,
+        offset: u64,
+        len: u64,
+        iova: u64,
+        fd: i32,
+        access: Access,
+    ) -> Result<Mr> {
+        // SAFETY: the caller's promise, passed on.
+        each!(self, v => unsafe { v.reg_dmabuf_mr(pd, offset, len, iova, fd, access) })
+    }
     fn dereg_mr(&self, mr: Mr) -> Result<()> {
         each!(self, v => v.dereg_mr(mr))
     }

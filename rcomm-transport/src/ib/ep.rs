@@ -64,6 +64,9 @@ pub struct IbParams {
     pub gid_index: Option<u8>,
     /// Unused registrations kept.
     pub reg_cache: usize,
+    /// GPUDirect RDMA: device memory is registered as a dma-buf and read and written by the
+    /// HCA directly (else the core stages it through host memory).
+    pub gdr: bool,
 }
 
 impl Default for IbParams {
@@ -79,6 +82,7 @@ impl Default for IbParams {
             tc: 0,
             gid_index: None,
             reg_cache: 256,
+            gdr: false,
         }
     }
 }
@@ -265,6 +269,9 @@ pub struct IbEndpoint<V: Verbs> {
     failed: VecDeque<TransportError>,
     counters: Counters,
     blob: ConnBlob,
+    /// Device allocations registered, by base: their buffer id, so an allocation freed and
+    /// made again at the same address (a new id) drops the old registrations first.
+    dev_allocs: HashMap<u64, u64>,
 }
 
 impl<V: Verbs> std::fmt::Debug for IbEndpoint<V> {
@@ -359,6 +366,7 @@ impl<V: Verbs> IbEndpoint<V> {
             failed: VecDeque::new(),
             counters: Counters::default(),
             blob: ConnBlob::new(Vec::new(), 0, 0, (2, 64), 1, &[]),
+            dev_allocs: HashMap::new(),
         };
         let nr = ep.rails.len();
         let mut qpns = Vec::with_capacity(ranks as usize * nr * usize::from(p.qps));
@@ -674,7 +682,10 @@ impl<V: Verbs> IbEndpoint<V> {
             max_frame: self.eager_limit(),
             // STREAM carries device memory staged through the host (until GPUDirect RDMA).
             ops: Ops::AM.with(Ops::GET).with(Ops::PUT).with(Ops::STREAM),
-            kinds: Kinds::HOST,
+            kinds: Kinds {
+                host: true,
+                cuda: self.p.gdr,
+            },
             needs_reg: true,
             rkey_len: 16 + 4 * self.rails.len(),
         }
@@ -837,7 +848,7 @@ impl<V: Verbs> IbEndpoint<V> {
         k.extend_from_slice(&m.addr.to_le_bytes());
         k.extend_from_slice(&(m.len as u64).to_le_bytes());
         for rail in 0..self.rails.len() {
-            let mr = self.acquire(rail, peer, m.addr, m.len)?;
+            let mr = self.acquire(rail, peer, m)?;
             // The exposure is not tracked per operation (the core does not say when a peer
             // is done with a key): it stays cached, evicted only as the least recently used.
             self.release(rail, mr);
@@ -846,26 +857,61 @@ impl<V: Verbs> IbEndpoint<V> {
         Ok(RKey::new(&k).expect("at most 8 rails fit"))
     }
 
-    fn acquire(
-        &mut self,
-        rail: usize,
-        peer: u32,
-        addr: u64,
-        len: usize,
-    ) -> Result<Mr, TransportError> {
-        let r = &mut self.rails[rail];
-        let (v, pd) = (&self.v, r.pd);
-        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
-        // SAFETY: the core keeps memory it hands a transport valid until the operation
-        // completes (MemRef's contract); a cached registration of memory since freed is
-        // what `invalidate` is for.
-        let got = r.regs.acquire(addr, len.max(1) as u64, || unsafe {
-            v.reg_mr(pd, addr, len.max(1) as u64, rw)
-        });
-        let a = got.map_err(|e| TransportError::Unsupported {
+    fn acquire(&mut self, rail: usize, peer: u32, m: &MemRef) -> Result<Mr, TransportError> {
+        let unsupported = |why: String| TransportError::Unsupported {
             peer,
             op: "register",
-            why: format!("registering {len} bytes on {}: {e}", r.dev),
+            why,
+        };
+        let len = m.len.max(1) as u64;
+        let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let dev = match m.kind {
+            crate::mem::MemKind::Host => None,
+            crate::mem::MemKind::Cuda { .. } => {
+                if !self.p.gdr {
+                    return Err(unsupported(
+                        "GPUDirect RDMA is off for this rank (RCOMM_NET_GDR_LEVEL, or no GPU near its HCA)"
+                            .into(),
+                    ));
+                }
+                let g = crate::gpu::gpu().map_err(|e| unsupported(e.to_string()))?;
+                let info = g.ptr_info(m.addr).map_err(|e| unsupported(e.to_string()))?;
+                if self.dev_allocs.insert(info.base, info.buffer_id) != Some(info.buffer_id) {
+                    // New, or freed and made again at this address: nothing cached for the
+                    // range may serve it.
+                    self.invalidate(info.base, info.size as u64);
+                }
+                Some(g)
+            }
+        };
+        let r = &mut self.rails[rail];
+        let (v, pd) = (&self.v, r.pd);
+        let got = r.regs.acquire(m.addr, len, || match dev {
+            // SAFETY: the core keeps memory it hands a transport valid until the operation
+            // completes (MemRef's contract); a cached registration of host memory since freed
+            // is what `invalidate` is for (device allocations are checked above).
+            None => unsafe { v.reg_mr(pd, m.addr, len, rw) },
+            Some(g) => {
+                let (fd, off) = g
+                    .dmabuf(m.addr, len as usize)
+                    .map_err(|e| VerbsError::Invalid(e.to_string()))?;
+                // SAFETY: as above; the dma-buf holds the allocation, the MR holds the dma-buf.
+                let res = unsafe { v.reg_dmabuf_mr(pd, off, len, m.addr, fd, rw) };
+                if fd >= 0 {
+                    // SAFETY: the descriptor the driver just gave us; the MR keeps its own
+                    // reference to the dma-buf.
+                    unsafe { libc::close(fd) };
+                }
+                res
+            }
+        });
+        let a = got.map_err(|e| {
+            unsupported(format!(
+                "registering {} bytes of {} memory on {}: {e}",
+                m.len,
+                if dev.is_some() { "device" } else { "host" },
+                r.dev
+            ))
         })?;
         for old in a.evicted {
             let _ = self.v.dereg_mr(old);
@@ -934,20 +980,13 @@ impl<V: Verbs> IbEndpoint<V> {
         read: bool,
     ) -> Result<Tx, TransportError> {
         self.peer(peer)?;
-        if local.kind != crate::mem::MemKind::Host {
-            return Err(TransportError::Unsupported {
-                peer,
-                op: if read { "get" } else { "put" },
-                why: "device memory over ib needs GPUDirect RDMA (dmabuf), not built yet".into(),
-            });
-        }
         let k = self.peers[peer as usize].rr;
         let rail = self.rail_of(k);
         let (remote_addr, rkey) = Self::key(peer, key, local.len, rail)?;
         if local.len == 0 {
             return Ok(Tx::Done);
         }
-        let mr = self.acquire(rail, peer, local.addr, local.len)?;
+        let mr = self.acquire(rail, peer, &local)?;
         let pe = &mut self.peers[peer as usize];
         let qp = k as u8;
         pe.rr = (k + 1) % pe.nqp;

@@ -491,6 +491,7 @@ type AllocPdFn = unsafe extern "C" fn(*mut IbvContext) -> *mut IbvPd;
 type DeallocPdFn = unsafe extern "C" fn(*mut IbvPd) -> c_int;
 type RegMrFn = unsafe extern "C" fn(*mut IbvPd, *mut c_void, usize, c_int) -> *mut IbvMr;
 type DeregMrFn = unsafe extern "C" fn(*mut IbvMr) -> c_int;
+type RegDmabufMrFn = unsafe extern "C" fn(*mut IbvPd, u64, usize, u64, c_int, c_int) -> *mut IbvMr;
 type CreateCqFn =
     unsafe extern "C" fn(*mut IbvContext, c_int, *mut c_void, *mut c_void, c_int) -> *mut IbvCq;
 type DestroyCqFn = unsafe extern "C" fn(*mut IbvCq) -> c_int;
@@ -537,6 +538,8 @@ struct Fns {
     destroy_comp_channel: DestroyCompChannelFn,
     get_cq_event: GetCqEventFn,
     ack_cq_events: AckCqEventsFn,
+    /// `ibv_reg_dmabuf_mr@IBVERBS_1.12` (rdma-core 34+): optional, GPUDirect RDMA only.
+    reg_dmabuf_mr: Option<RegDmabufMrFn>,
 }
 
 fn dl_error() -> String {
@@ -610,6 +613,9 @@ fn resolve(h: *mut c_void, path: &str) -> std::result::Result<Fns, LoadError> {
         destroy_comp_channel: need!(c"ibv_destroy_comp_channel", V1_0, DestroyCompChannelFn, OLD),
         get_cq_event: need!(c"ibv_get_cq_event", V1_1, GetCqEventFn, OLD),
         ack_cq_events: need!(c"ibv_ack_cq_events", V1_1, AckCqEventsFn, OLD),
+        // SAFETY: verbs.h (rdma-core 44) declares it at IBVERBS_1.12 with this signature.
+        reg_dmabuf_mr: find(c"ibv_reg_dmabuf_mr", c"IBVERBS_1.12")
+            .map(|p| unsafe { std::mem::transmute::<*mut c_void, RegDmabufMrFn>(p) }),
     })
 }
 
@@ -1317,6 +1323,64 @@ impl Verbs for LibVerbs {
             lkey,
             rkey,
             addr,
+            len,
+        })
+    }
+
+    unsafe fn reg_dmabuf_mr(
+        &self,
+        pd: Pd,
+        offset: u64,
+        len: u64,
+        iova: u64,
+        fd: i32,
+        access: Access,
+    ) -> Result<Mr> {
+        let Some(reg) = self.fns.reg_dmabuf_mr else {
+            return Err(VerbsError::Invalid(
+                "libibverbs has no ibv_reg_dmabuf_mr (rdma-core older than 34)".into(),
+            ));
+        };
+        let mut t = self.write();
+        let p = t.pd(pd.0)?;
+        let (Ok(l), Ok(flags)) = (usize::try_from(len), c_int::try_from(access.0)) else {
+            return Err(VerbsError::Invalid(format!("dma-buf range of {len} bytes")));
+        };
+        // SAFETY: a live PD (write lock held); the caller promises the device memory behind
+        // the dma-buf stays allocated until `dereg_mr`.
+        let ptr = unsafe { reg(p.ptr, offset, l, iova, fd, flags) };
+        if ptr.is_null() {
+            return Err(verbs_error(
+                "ibv_reg_dmabuf_mr",
+                null_errno(),
+                "MR",
+                &t.pd_dev(pd.0),
+            ));
+        }
+        // SAFETY: a valid MR just returned by libibverbs.
+        let (lkey, rkey) = unsafe { ((*ptr).lkey, (*ptr).rkey) };
+        let id = match t.new_id() {
+            Ok(id) => id,
+            Err(e) => {
+                // SAFETY: the MR just registered, never handed out.
+                unsafe { (self.fns.dereg_mr)(ptr) };
+                return Err(e);
+            }
+        };
+        t.mrs.insert(
+            id,
+            MrEntry {
+                ptr,
+                pd: pd.0,
+                lkey,
+                rkey,
+            },
+        );
+        Ok(Mr {
+            id,
+            lkey,
+            rkey,
+            addr: iova,
             len,
         })
     }

@@ -81,6 +81,29 @@ pub fn choose_ports<V: Verbs>(
     Ok(found)
 }
 
+/// Whether GPUDirect RDMA may run over a GPU–HCA path of class `class` under
+/// `RCOMM_NET_GDR_LEVEL` = `level` (as NCCL_NET_GDR_LEVEL; `LOC` means never).
+pub fn gdr_within(level: crate::config::P2pLevel, class: crate::topo::path::PathClass) -> bool {
+    use crate::config::P2pLevel as L;
+    use crate::topo::path::PathClass as C;
+    let c = match class {
+        C::X | C::Nv(_) => 0,
+        C::Pix => 1,
+        C::Pxb => 2,
+        C::Phb => 3,
+        C::Node => 4,
+        C::Sys => 5,
+    };
+    match level {
+        L::Off | L::Loc => false,
+        L::Nvl => c == 0,
+        L::Pix => c <= 1,
+        L::Pxb => c <= 2,
+        L::Phb => c <= 3,
+        L::Sys => true,
+    }
+}
+
 /// Whether this machine shows RDMA devices at all (`/sys/class/infiniband` has entries).
 fn sysfs_has_devices() -> bool {
     std::fs::read_dir(std::path::Path::new("/").join(super::sysfs::CLASS_DIR))
@@ -142,9 +165,19 @@ fn open_lib(
     size: u32,
     skip: impl Fn(String) -> Result<Option<IbNet>, String>,
 ) -> Result<Option<IbNet>, String> {
-    let preferred = crate::topo::choose::for_this_process(cfg, local_rank)
-        .and_then(|(_, c)| c.hca)
-        .map(|p| p.name);
+    let choice = crate::topo::choose::for_this_process(cfg, local_rank).map(|(_, c)| c);
+    let preferred = choice
+        .as_ref()
+        .and_then(|c| c.hca.as_ref())
+        .map(|p| p.name.clone());
+    // GPUDirect RDMA where this rank has a GPU and its HCA is within RCOMM_NET_GDR_LEVEL of
+    // it; the driver's dma-buf export is tried at the first registration (refused: staged).
+    let gdr = choice.as_ref().is_some_and(|c| {
+        c.gpu.is_some()
+            && c.hca
+                .as_ref()
+                .is_some_and(|h| gdr_within(cfg.ib.gdr_level, h.class))
+    });
     let rails = cfg.ib.rails as usize;
     let found = match choose_ports(&v, cfg.ib_hca.as_ref(), preferred.as_deref(), rails) {
         Ok(x) => x,
@@ -152,9 +185,23 @@ fn open_lib(
     };
     let shown: Vec<String> = found.iter().map(|(d, p)| format!("{d}:{p}")).collect();
     let devs: Vec<(&str, u8)> = found.iter().map(|(d, p)| (d.as_str(), *p)).collect();
-    match IbEndpoint::open(v, &devs, rank, size, IbParams::from_settings(&cfg.ib)) {
+    let params = IbParams {
+        gdr,
+        ..IbParams::from_settings(&cfg.ib)
+    };
+    match IbEndpoint::open(v, &devs, rank, size, params) {
         Ok(ep) => {
-            crate::rlog!(Info, "NET", "ib: rank {rank} uses {}", shown.join(", "));
+            crate::rlog!(
+                Info,
+                "NET",
+                "ib: rank {rank} uses {}; device memory {}",
+                shown.join(", "),
+                if gdr {
+                    "by GPUDirect RDMA"
+                } else {
+                    "staged through host memory"
+                }
+            );
             Ok(Some(ep))
         }
         Err(e) => skip(format!("opening {}: {e}", shown.join(", "))),
@@ -212,6 +259,17 @@ mod tests {
         let empty = f.host(&[]);
         let e = choose_ports(&empty, None, None, 1).unwrap_err();
         assert!(e.contains("no RDMA device"), "{e}");
+    }
+
+    #[test]
+    fn gpudirect_follows_the_gdr_level_as_nccl() {
+        use crate::config::P2pLevel as L;
+        use crate::topo::path::PathClass as C;
+        assert!(gdr_within(L::Pxb, C::Pix) && gdr_within(L::Pxb, C::Pxb));
+        assert!(!gdr_within(L::Pxb, C::Phb) && !gdr_within(L::Pxb, C::Sys));
+        assert!(gdr_within(L::Sys, C::Sys) && gdr_within(L::Phb, C::Phb));
+        assert!(!gdr_within(L::Loc, C::Pix), "LOC: never");
+        assert!(!gdr_within(L::Pix, C::Node));
     }
 
     #[test]

@@ -1070,6 +1070,27 @@ impl Verbs for SimVerbs {
         })
     }
 
+    /// The GPU stand-in's device memory is host memory and has no dma-buf: its "export" is
+    /// the descriptor `-1` with the device pointer as `iova`, which registers that range as
+    /// host memory. Any real descriptor is refused (the simulation cannot map one).
+    unsafe fn reg_dmabuf_mr(
+        &self,
+        pd: Pd,
+        offset: u64,
+        len: u64,
+        iova: u64,
+        fd: i32,
+        access: Access,
+    ) -> Result<Mr> {
+        if fd != -1 || offset != 0 {
+            return invalid(format!(
+                "the simulated fabric registers only the GPU stand-in's memory (fd -1), not fd {fd}"
+            ));
+        }
+        // SAFETY: the caller's promise for the range, passed on.
+        unsafe { self.reg_mr(pd, iova, len, access) }
+    }
+
     fn dereg_mr(&self, mr: Mr) -> Result<()> {
         let mut s = self.lock();
         let m = s.mrs.get(&mr.id).ok_or(VerbsError::BadHandle("MR"))?;

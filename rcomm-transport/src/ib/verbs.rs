@@ -788,6 +788,26 @@ pub trait Verbs {
     /// The next async event of the device, if any (never blocks).
     fn get_async_event(&self, ctx: Context) -> Result<Option<AsyncEvent>>;
 
+    /// Registers device memory exported as a dma-buf (`ibv_reg_dmabuf_mr`, GPUDirect RDMA):
+    /// `len` bytes at `offset` in the dma-buf `fd`, addressed by peers as `iova` (rcomm uses
+    /// the device pointer). Implementations without it refuse (`Invalid`).
+    ///
+    /// # Safety
+    /// As [`Verbs::reg_mr`]: the device memory must stay allocated until [`Verbs::dereg_mr`].
+    unsafe fn reg_dmabuf_mr(
+        &self,
+        _pd: Pd,
+        _offset: u64,
+        _len: u64,
+        _iova: u64,
+        _fd: i32,
+        _access: Access,
+    ) -> Result<Mr> {
+        Err(VerbsError::Invalid(
+            "this verbs library cannot register dma-bufs".into(),
+        ))
+    }
+
     /// Descriptors a sleeping rank waits on: `cq`'s completion channel (readable after a
     /// completion, once [`arm_cq`](Self::arm_cq) asked for it) and `ctx`'s async events.
     /// `None`s where there are none (the simulation, driven by the test): the caller polls.

@@ -79,8 +79,11 @@ pub(crate) enum Stored {
         sender_token: u64,
         /// The sender's buffer, when its lane offers GET.
         key: Option<RKey>,
-        /// The sender's buffer is device memory (its key, if any, is the device lane's).
+        /// The sender's buffer is device memory (its key, if any, is the device lane's
+        /// unless `net`).
         dev: bool,
+        /// The key is the network lane's (device memory reached by GPUDirect RDMA).
+        net: bool,
     },
 }
 
@@ -189,6 +192,9 @@ use rcomm_transport::gpu::{Pending, STAGE_BYTES, StageBuf};
 
 /// RTS flag: the sender's buffer is device memory.
 const RTS_DEV: u8 = 1;
+/// RTS flag, with [`RTS_DEV`]: the key is the network lane's (GPUDirect RDMA), not the
+/// node-local device lane's.
+const RTS_NET: u8 = 2;
 
 #[derive(Debug)]
 struct RndvRecv {
@@ -212,6 +218,8 @@ struct Pull {
     key: RKey,
     /// The key names device memory: the device lane pulls it.
     dev: bool,
+    /// The sender's buffer is device memory (pulled by GPUDirect RDMA when not `dev`).
+    src_dev: bool,
 }
 
 /// What the sender's CTS handling must start with the transport.
@@ -277,6 +285,9 @@ struct State {
     /// Bulk operations each peer's host-memory lane offers (GET goes when a transport refuses
     /// it for that peer).
     bulk: Vec<Ops>,
+    /// Per peer: its host-memory lane's NIC reaches this rank's device memory (GPUDirect
+    /// RDMA); cleared when a registration of device memory is refused.
+    gdr: Vec<bool>,
     hosts: Vec<String>,
     error: Option<(u32, String)>,
     /// Buffers of consumed unexpected messages, reused so a steady stream of unexpected small
@@ -373,6 +384,12 @@ impl Engine {
                 failed: FastMap::default(),
                 hung: Vec::new(),
                 bulk: (0..size).map(|p| net.bulk_ops(p, MemKind::Host)).collect(),
+                gdr: (0..size)
+                    .map(|p| {
+                        net.bulk_ops(p, MemKind::Cuda { device: 0 })
+                            .contains(Ops::GET)
+                    })
+                    .collect(),
                 hosts,
                 error: None,
                 pool: Vec::new(),
@@ -589,6 +606,7 @@ impl Engine {
         } else {
             let token = self.st.token();
             // The key lets the receiver pull; without GET it asks for PUT or STREAM instead.
+            let mut net_key = false;
             let key = if region.is_device() {
                 if self.net.dev_get(dest) {
                     match self.net.register_dev(dest, &region.mem_ref()) {
@@ -598,6 +616,26 @@ impl Engine {
                                 Info,
                                 "P2P",
                                 "no device key for rank {dest} ({e}); staging through host memory"
+                            );
+                            None
+                        }
+                    }
+                } else if self
+                    .net
+                    .bulk_ops(dest, region.mem_ref().kind)
+                    .contains(Ops::GET)
+                {
+                    // GPUDirect RDMA: the network lane registers the device memory.
+                    match self.net.register(dest, &region.mem_ref()) {
+                        Ok(k) => {
+                            net_key = true;
+                            Some(k)
+                        }
+                        Err(e) => {
+                            rcomm_transport::rlog!(
+                                Info,
+                                "P2P",
+                                "no RDMA key for device memory to rank {dest} ({e}); staging through host memory"
                             );
                             None
                         }
@@ -635,6 +673,9 @@ impl Engine {
             let mut rts = hdr(ProtoKind::RndvRts);
             if region.is_device() {
                 rts.flags |= RTS_DEV;
+                if net_key {
+                    rts.flags |= RTS_NET;
+                }
             }
             self.st.out_len += 1;
             self.st.out.get_or_default(dest).push_back(Out {

@@ -66,9 +66,15 @@ impl Engine {
                         "GET from rank {} refused ({why}); using the next protocol",
                         p.peer
                     );
-                    let b = &mut self.st.bulk[p.peer as usize];
-                    *b = b.without(Ops::GET);
-                    let host_only = !region.is_device();
+                    if region.is_device() || p.src_dev {
+                        // Device memory could not be registered here: this message and the
+                        // next stage through host memory; host GET stays.
+                        self.st.gdr[p.peer as usize] = false;
+                    } else {
+                        let b = &mut self.st.bulk[p.peer as usize];
+                        *b = b.without(Ops::GET);
+                    }
+                    let host_only = !region.is_device() && !p.src_dev;
                     self.st
                         .start_cts(p.req, p.peer, p.env, p.sender_token, host_only);
                 }
@@ -351,6 +357,7 @@ impl State {
                         sender_token: u64_at(payload, 0)?,
                         key: key_after(payload, 1)?,
                         dev: hdr.flags & RTS_DEV != 0,
+                        net: hdr.flags & RTS_NET != 0,
                     }),
                 };
                 let env = Envelope {
@@ -572,6 +579,7 @@ impl State {
                 sender_token,
                 key,
                 dev,
+                net,
             } => {
                 let region = self.req_region(req);
                 let cap = region.len();
@@ -600,6 +608,7 @@ impl State {
                     );
                 } else if let Some(key) = key
                     && dev
+                    && !net
                 {
                     // Device memory on this node: the device lane pulls it (into device or
                     // host memory), whatever its size; a pair it cannot serve falls back.
@@ -610,12 +619,15 @@ impl State {
                         sender_token,
                         key,
                         dev: true,
+                        src_dev: true,
                     });
                 } else if let Some(key) = key
-                    && !region.is_device()
+                    && (!region.is_device() || self.gdr[env.source as usize])
                     && self.bulk[env.source as usize].contains(Ops::GET)
                     && env.len as usize <= self.cfg.get_max
                 {
+                    // Host memory by the host lane's GET; device memory on either side where
+                    // the lane's NIC reaches it (GPUDirect RDMA).
                     self.pulls.push(Pull {
                         req,
                         peer: env.source,
@@ -623,6 +635,7 @@ impl State {
                         sender_token,
                         key,
                         dev: false,
+                        src_dev: dev,
                     });
                 } else {
                     // PUT is host memory to host memory only: device memory on either side
