@@ -151,7 +151,7 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec {
         name: "RCOMM_NET_GDR_LEVEL",
         protocol: false,
-        help: "ib transport: the farthest path between a GPU and its NIC over which the NIC would read and write device memory directly (GPUDirect RDMA), as NCCL_NET_GDR_LEVEL: LOC (never), PIX, PXB (default), PHB, SYS, or NCCL's numbers 0 to 4; parsed and checked, but GPUDirect RDMA is not built yet: device memory over ib is always staged through host memory",
+        help: "ib transport: the farthest path between a GPU and its NIC over which the NIC reads and writes device memory directly (GPUDirect RDMA by dma-buf), as NCCL_NET_GDR_LEVEL: LOC (never), PIX, PXB (default), PHB, SYS, or NCCL's numbers 0 to 4; farther pairs stage device memory through host memory",
     },
     VarSpec {
         name: "RCOMM_P2P_LEVEL",
