@@ -611,6 +611,23 @@ impl Net {
         }
     }
 
+    /// Whether keys from [`register`](Self::register) for `peer` must be handed back with
+    /// [`release`](Self::release) when the peer is done with them (a transport that pins
+    /// memory per registration: `ib`).
+    pub fn releases(&self, peer: u32) -> bool {
+        match self.lanes.get(peer as usize).map(|l| l.host) {
+            Some(i) if i != NO_EP => matches!(self.eps[i as usize], Endpoint::Ib(_)),
+            _ => false,
+        }
+    }
+
+    /// `peer` is done with the key [`register`](Self::register) gave for `m`.
+    pub fn release(&mut self, peer: u32, m: &MemRef) {
+        if let Ok(Endpoint::Ib(i)) = self.bulk_ep(peer, "release") {
+            i.release(m);
+        }
+    }
+
     /// Reads `dst.len` bytes of `peer`'s memory named by `key` into `dst`. [`Tx::Done`]: done
     /// already; [`Tx::Pending`]: `dst` is the transport's until [`Deliver::completed`] reports
     /// `tok`. [`TransportError::Unsupported`]: nothing moved, use another protocol.

@@ -242,8 +242,11 @@ fn all_to_all(n: usize, p: IbParams, sim: SimConfig, roce: bool) -> Cluster {
 #[test]
 fn every_size_arrives_exactly_over_ib_at_2_to_16_ranks() {
     for n in [2, 3, 5, 8, 16] {
-        let cl = all_to_all(n, params(4, 256, 1), SimConfig::default(), false);
+        let mut cl = all_to_all(n, params(4, 256, 1), SimConfig::default(), false);
         for r in 0..n {
+            // Host registrations live as long as their rendezvous: none is left pinned.
+            let ep = cl.engines[r].net_mut().ib_mut().unwrap();
+            assert_eq!(ep.registrations(), 0, "rank {r} of {n}: registrations left");
             let c = cl.engines[r].net().counters().get("ib");
             // Sizes above 256 bytes went by RDMA READ: 3 per peer.
             assert_eq!(
@@ -800,7 +803,13 @@ fn the_collective_schedules_over_ib_match_their_sequential_references_at_2_to_16
 
 #[test]
 fn a_registration_invalidated_after_free_is_made_anew_and_the_old_key_is_refused() {
-    let mut cl = Cluster::new(2, params(4, 64, 1), SimConfig::default(), false);
+    // With host registrations cached (`cache_host`: the user vouches that buffers are not
+    // freed behind rcomm's back, or a memory monitor calls `invalidate`).
+    let p = IbParams {
+        cache_host: true,
+        ..params(4, 64, 1)
+    };
+    let mut cl = Cluster::new(2, p, SimConfig::default(), false);
     let buf = vec![7u8; 4096];
     let m = rcomm_transport::mem::MemRef::host(buf.as_ptr() as u64, buf.len());
     let ep = cl.engines[0].net_mut().ib_mut().unwrap();
@@ -811,6 +820,10 @@ fn a_registration_invalidated_after_free_is_made_anew_and_the_old_key_is_refused
         k2.as_bytes(),
         "a reused buffer hits the cache"
     );
+    assert_eq!(ep.registrations(), 1);
+    // Both rendezvous end: cached (cache_host), not deregistered.
+    ep.release(&m);
+    ep.release(&m);
     assert_eq!(ep.registrations(), 1);
     // The buffer is freed and its range reused: the old registration goes.
     ep.invalidate(m.addr, m.len as u64);

@@ -67,6 +67,12 @@ pub struct IbParams {
     /// GPUDirect RDMA: device memory is registered as a dma-buf and read and written by the
     /// HCA directly (else the core stages it through host memory).
     pub gdr: bool,
+    /// Keep host registrations after their operation for reuse. Off by default: nothing
+    /// tells this endpoint when a host buffer is freed and its range reused (no memory hooks,
+    /// no ODP), and a stale registration would let the HCA read the freed pages; so a host
+    /// registration lives as long as its operation (device ones are checked by allocation
+    /// id and stay cached).
+    pub cache_host: bool,
 }
 
 impl Default for IbParams {
@@ -83,6 +89,7 @@ impl Default for IbParams {
             gid_index: None,
             reg_cache: 256,
             gdr: false,
+            cache_host: false,
         }
     }
 }
@@ -247,6 +254,8 @@ struct Op {
     qp: u8,
     /// The core gave the buffer up (quiesce): complete silently.
     cancelled: bool,
+    /// The local buffer's memory kind.
+    kind: crate::mem::MemKind,
 }
 
 /// One rank's `ib` endpoint over verbs `V`.
@@ -272,6 +281,9 @@ pub struct IbEndpoint<V: Verbs> {
     /// Device allocations registered, by base: their buffer id, so an allocation freed and
     /// made again at the same address (a new id) drops the old registrations first.
     dev_allocs: HashMap<u64, u64>,
+    /// Registrations behind keys handed out ([`register`](Self::register)), per rail, until
+    /// the core says the peer is done ([`release`](Self::release)).
+    exposed: HashMap<(u64, usize), Vec<Vec<Mr>>>,
 }
 
 impl<V: Verbs> std::fmt::Debug for IbEndpoint<V> {
@@ -367,6 +379,7 @@ impl<V: Verbs> IbEndpoint<V> {
             counters: Counters::default(),
             blob: ConnBlob::new(Vec::new(), 0, 0, (2, 64), 1, &[]),
             dev_allocs: HashMap::new(),
+            exposed: HashMap::new(),
         };
         let nr = ep.rails.len();
         let mut qpns = Vec::with_capacity(ranks as usize * nr * usize::from(p.qps));
@@ -847,14 +860,38 @@ impl<V: Verbs> IbEndpoint<V> {
         let mut k = Vec::with_capacity(16 + 4 * self.rails.len());
         k.extend_from_slice(&m.addr.to_le_bytes());
         k.extend_from_slice(&(m.len as u64).to_le_bytes());
+        let mut mrs = Vec::with_capacity(self.rails.len());
         for rail in 0..self.rails.len() {
-            let mr = self.acquire(rail, peer, m)?;
-            // The exposure is not tracked per operation (the core does not say when a peer
-            // is done with a key): it stays cached, evicted only as the least recently used.
-            self.release(rail, mr);
+            match self.acquire(rail, peer, m) {
+                Ok(mr) => mrs.push(mr),
+                Err(e) => {
+                    for (r, mr) in mrs.into_iter().enumerate() {
+                        self.release_mr(r, mr, m.kind);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        for mr in &mrs {
             k.extend_from_slice(&mr.rkey.to_le_bytes());
         }
+        self.exposed.entry((m.addr, m.len)).or_default().push(mrs);
         Ok(RKey::new(&k).expect("at most 8 rails fit"))
+    }
+
+    /// The peer is done with a key of [`register`](Self::register) for `m` (its rendezvous
+    /// ended, however it ended): its registrations are released (host ones deregistered).
+    pub fn release(&mut self, m: &MemRef) {
+        let Some(list) = self.exposed.get_mut(&(m.addr, m.len)) else {
+            return;
+        };
+        let mrs = list.pop().unwrap_or_default();
+        if list.is_empty() {
+            self.exposed.remove(&(m.addr, m.len));
+        }
+        for (rail, mr) in mrs.into_iter().enumerate() {
+            self.release_mr(rail, mr, m.kind);
+        }
     }
 
     fn acquire(&mut self, rail: usize, peer: u32, m: &MemRef) -> Result<Mr, TransportError> {
@@ -919,8 +956,15 @@ impl<V: Verbs> IbEndpoint<V> {
         Ok(a.h)
     }
 
-    fn release(&mut self, rail: usize, mr: Mr) {
-        if let Some(old) = self.rails[rail].regs.release(mr) {
+    fn release_mr(&mut self, rail: usize, mr: Mr, kind: crate::mem::MemKind) {
+        let regs = &mut self.rails[rail].regs;
+        let host = kind == crate::mem::MemKind::Host;
+        let gone = if host && !self.p.cache_host {
+            regs.release_idle(mr)
+        } else {
+            regs.release(mr)
+        };
+        if let Some(old) = gone {
             let _ = self.v.dereg_mr(old);
         }
     }
@@ -1008,6 +1052,7 @@ impl<V: Verbs> IbEndpoint<V> {
                 rkey,
                 qp,
                 cancelled: false,
+                kind: local.kind,
             },
         );
         self.backlog.push_back(id);
@@ -1166,7 +1211,7 @@ impl<V: Verbs> IbEndpoint<V> {
         }
         for id in ids {
             if let Some(op) = self.ops.remove(&id) {
-                self.release(self.rail_of(usize::from(op.qp)), op.local);
+                self.release_mr(self.rail_of(usize::from(op.qp)), op.local, op.kind);
             }
         }
     }
@@ -1182,7 +1227,7 @@ impl<V: Verbs> IbEndpoint<V> {
             return;
         }
         let op = self.ops.remove(&id).expect("present");
-        self.release(self.rail_of(usize::from(op.qp)), op.local);
+        self.release_mr(self.rail_of(usize::from(op.qp)), op.local, op.kind);
         if let Some((d, res)) = out
             && !op.cancelled
         {

@@ -126,6 +126,15 @@ impl<H: Copy + PartialEq> Registrations<H> {
         None
     }
 
+    /// One user of `h` is done, and `h` is not to be kept for reuse: returns it to
+    /// deregister when no user is left (or it was invalidated).
+    pub fn release_idle(&mut self, h: H) -> Option<H> {
+        let i = self.entries.iter().position(|e| e.h == h)?;
+        let e = &mut self.entries[i];
+        e.users = e.users.saturating_sub(1);
+        (e.users == 0).then(|| self.entries.swap_remove(i).h)
+    }
+
     /// The range `[addr, addr + len)` was freed or remapped: entries overlapping it serve no
     /// new operation. Returns those to deregister now (no user left); the others go at their
     /// last release.
@@ -224,6 +233,17 @@ mod tests {
         assert_eq!(c.release(b), None, "the new one stays cached");
         assert_eq!(c.invalidate(0x3000, 0x1000), vec![], "not overlapping");
         assert_eq!(c.drain(), vec![b]);
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn an_uncached_registration_goes_with_its_last_user() {
+        let mut c = Registrations::new(8);
+        let mut n = 0;
+        let a = c.acquire(0x1000, 0x100, || reg(&mut n)).unwrap().h;
+        assert_eq!(c.acquire(0x1000, 0x100, || reg(&mut n)).unwrap().h, a);
+        assert_eq!(c.release_idle(a), None, "one user left");
+        assert_eq!(c.release_idle(a), Some(a));
         assert!(c.is_empty());
     }
 

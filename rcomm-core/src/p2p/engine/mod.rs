@@ -148,6 +148,29 @@ struct Out {
     req: Option<ReqId>,
 }
 
+/// Registrations to hand back to the transport: (peer, memory registered).
+type ReleaseQ = std::sync::Arc<std::sync::Mutex<Vec<(u32, MemRef)>>>;
+
+/// A registration made for a peer to reach a buffer (the key of an RTS or of a PUT's CTS),
+/// on a transport that pins memory per registration. However the rendezvous ends — done,
+/// failed, cancelled, its peer lost — its record is dropped, and this hands the registration
+/// back (queued; [`Engine::progress`] passes it to the transport).
+#[derive(Debug)]
+struct Exposed {
+    peer: u32,
+    m: MemRef,
+    q: ReleaseQ,
+}
+
+impl Drop for Exposed {
+    fn drop(&mut self) {
+        self.q
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((self.peer, self.m));
+    }
+}
+
 #[derive(Debug)]
 struct RndvSend {
     req: ReqId,
@@ -163,6 +186,8 @@ struct RndvSend {
     /// Host staging of a device buffer streamed in chunks: the bytes at `offset..` copied out
     /// of the device and not yet taken by the transport.
     stage: Option<Box<Stage>>,
+    /// The registration behind the RTS's key, handed back when this record goes.
+    _exposed: Option<Exposed>,
 }
 
 /// Host staging of a device buffer streamed in chunks of `STAGE_BYTES`: chunk `k` goes through
@@ -206,6 +231,8 @@ struct RndvRecv {
     put: bool,
     /// Host bounce buffer for chunks a transport places before they go to device memory.
     stage: Vec<u8>,
+    /// The registration behind a PUT CTS's key, handed back when this record goes.
+    exposed: Option<Exposed>,
 }
 
 /// A GET to start (or under way, in `gets`).
@@ -285,6 +312,10 @@ struct State {
     /// Bulk operations each peer's host-memory lane offers (GET goes when a transport refuses
     /// it for that peer).
     bulk: Vec<Ops>,
+    /// Registrations whose rendezvous ended, to hand back to the transport.
+    releases: ReleaseQ,
+    /// Some peer's transport wants registrations handed back (else `releases` stays empty).
+    any_releases: bool,
     /// Per peer: its host-memory lane's NIC reaches this rank's device memory (GPUDirect
     /// RDMA); cleared when a registration of device memory is refused.
     gdr: Vec<bool>,
@@ -384,6 +415,8 @@ impl Engine {
                 failed: FastMap::default(),
                 hung: Vec::new(),
                 bulk: (0..size).map(|p| net.bulk_ops(p, MemKind::Host)).collect(),
+                releases: Default::default(),
+                any_releases: (0..size).any(|p| net.releases(p)),
                 gdr: (0..size)
                     .map(|p| {
                         net.bulk_ops(p, MemKind::Cuda { device: 0 })
@@ -607,6 +640,7 @@ impl Engine {
             let token = self.st.token();
             // The key lets the receiver pull; without GET it asks for PUT or STREAM instead.
             let mut net_key = false;
+            let mut registered = None;
             let key = if region.is_device() {
                 if self.net.dev_get(dest) {
                     match self.net.register_dev(dest, &region.mem_ref()) {
@@ -629,6 +663,7 @@ impl Engine {
                     match self.net.register(dest, &region.mem_ref()) {
                         Ok(k) => {
                             net_key = true;
+                            registered = Some(region.mem_ref());
                             Some(k)
                         }
                         Err(e) => {
@@ -644,11 +679,12 @@ impl Engine {
                     None
                 }
             } else if self.st.bulk[dest as usize].contains(Ops::GET) {
-                match self
-                    .net
-                    .register(dest, &MemRef::host(region.addr(), region.len()))
-                {
-                    Ok(k) => Some(k),
+                let m = MemRef::host(region.addr(), region.len());
+                match self.net.register(dest, &m) {
+                    Ok(k) => {
+                        registered = Some(m);
+                        Some(k)
+                    }
                     Err(e) => {
                         rcomm_transport::rlog!(Info, "P2P", "no GET key for rank {dest}: {e}");
                         None
@@ -668,6 +704,13 @@ impl Engine {
                     offset: 0,
                     putting: None,
                     stage: None,
+                    _exposed: registered
+                        .filter(|_| self.net.releases(dest))
+                        .map(|m| Exposed {
+                            peer: dest,
+                            m,
+                            q: self.st.releases.clone(),
+                        }),
                 },
             );
             let mut rts = hdr(ProtoKind::RndvRts);
@@ -1012,7 +1055,15 @@ impl Engine {
                 self.revoke(ctx, by);
             }
         }
-        n + self.after_protocol()
+        let n = n + self.after_protocol();
+        if self.st.any_releases {
+            let done =
+                std::mem::take(&mut *self.st.releases.lock().unwrap_or_else(|e| e.into_inner()));
+            for (peer, m) in done {
+                self.net.release(peer, &m);
+            }
+        }
+        n
     }
 }
 

@@ -88,11 +88,17 @@ impl Engine {
         while let Some((req, peer, env, sender_token)) = self.st.put_cts.pop() {
             work += 1;
             let region = self.st.req_region(req);
-            match self
-                .net
-                .register(peer, &MemRef::host(region.addr(), env.len as usize))
-            {
-                Ok(key) => self.st.start_put_cts(req, peer, env, sender_token, key),
+            let m = MemRef::host(region.addr(), env.len as usize);
+            match self.net.register(peer, &m) {
+                Ok(key) => {
+                    let exposed = self.net.releases(peer).then(|| Exposed {
+                        peer,
+                        m,
+                        q: self.st.releases.clone(),
+                    });
+                    self.st
+                        .start_put_cts(req, peer, env, sender_token, key, exposed)
+                }
                 Err(e) => {
                     rcomm_transport::rlog!(Info, "P2P", "no PUT key for rank {peer}: {e}");
                     let b = &mut self.st.bulk[peer as usize];
@@ -713,6 +719,7 @@ impl State {
                 received: 0,
                 put,
                 stage: Vec::new(),
+                exposed: None,
             },
         );
         token
@@ -725,8 +732,12 @@ impl State {
         env: Envelope,
         sender_token: u64,
         key: RKey,
+        exposed: Option<Exposed>,
     ) {
         let token = self.rndv_recv_start(req, peer, env, true);
+        if let Some(r) = self.rndv_recv.get_mut(&token) {
+            r.exposed = exposed;
+        }
         self.out_len += 1;
         self.out.get_or_default(peer).push_back(Out {
             hdr: ctl_header(self.me, ProtoKind::RndvCts, 0),
