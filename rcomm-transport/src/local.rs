@@ -946,20 +946,8 @@ impl Doorbell {
             )));
         }
         // The flag lives on the open file the sender shares with us; both sides want it set.
-        // SAFETY: fcntl with integer arguments on a descriptor we own.
-        let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-        let rc = if fl < 0 {
-            fl
-        } else {
-            // SAFETY: as above.
-            unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) }
-        };
-        if rc < 0 {
-            return Err(io_err(
-                "making a received doorbell non-blocking",
-                io::Error::last_os_error(),
-            ));
-        }
+        crate::os::set_nonblocking(fd.as_raw_fd())
+            .map_err(|e| io_err("making a received doorbell non-blocking", e))?;
         Ok(Self { fd })
     }
 

@@ -100,6 +100,20 @@ pub fn pread_all(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     Ok(off)
 }
 
+/// Sets `O_NONBLOCK` on the open file behind `fd`.
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl with integer arguments; a bad fd yields EBADF.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Marks `fd` close-on-exec so programs this rank starts do not inherit it.
 pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl with integer arguments; a bad fd yields EBADF.

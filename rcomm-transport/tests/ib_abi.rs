@@ -175,7 +175,12 @@ fn handles_that_name_nothing_are_bad_handles() {
     let r = unsafe { v.reg_mr(pd, 0x1000, 64, Access::LOCAL_WRITE) };
     assert_eq!(r.err(), bad("PD"));
     assert_eq!(v.dereg_mr(mr).err(), bad("MR"));
+    // SAFETY: as above; the descriptor -1 is never looked at.
+    let r = unsafe { v.reg_dmabuf_mr(pd, 0, 64, 0x1000, -1, Access::LOCAL_WRITE) };
+    assert_eq!(r.err(), bad("PD"));
     assert_eq!(v.destroy_cq(cq).err(), bad("CQ"));
+    assert_eq!(v.arm_cq(cq).err(), bad("CQ"));
+    assert_eq!(v.event_fds(ctx, cq), [None, None]);
     let mut out = Vec::new();
     assert_eq!(v.poll_cq(cq, 4, &mut out).err(), bad("CQ"));
     assert!(out.is_empty());

@@ -7,6 +7,7 @@
 use super::engine::{Engine, ProtoConfig, ReqId};
 use super::matcher::{Source, TagSel};
 use super::region::Region;
+use super::simtests::pattern;
 use crate::CommError;
 use crate::coll::schedule::{self as sch, Buf, Chunk, Schedule, Step};
 use rcomm_transport::ib::conn::ConnBlob;
@@ -159,12 +160,6 @@ impl Cluster {
     fn ib(&mut self, r: usize) -> rcomm_transport::shmnet::Counters {
         self.engines[r].net().counters().get("ib")
     }
-}
-
-fn pattern(from: usize, to: usize, i: usize, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|k| (k as u32 ^ (from as u32 * 131 + to as u32 * 31 + i as u32 * 7)) as u8)
-        .collect()
 }
 
 const SIZES: [usize; 9] = [0, 1, 63, 64, 200, 256, 257, 5000, 70_000];

@@ -94,7 +94,7 @@ impl Cluster {
 }
 
 /// Message bytes that depend on (sender, receiver, index), so a misplaced or stale block fails.
-fn pattern(from: usize, to: usize, i: usize, len: usize) -> Vec<u8> {
+pub(super) fn pattern(from: usize, to: usize, i: usize, len: usize) -> Vec<u8> {
     (0..len)
         .map(|k| (k as u32 ^ (from as u32 * 131 + to as u32 * 31 + i as u32 * 7)) as u8)
         .collect()

@@ -5,8 +5,8 @@
 
 use clap::Parser;
 use rcomm_launcher::topo_report;
+use rcomm_transport::ib::LinkLayer;
 use rcomm_transport::ib::sysfs::{self, HcaInfo};
-use rcomm_transport::ib::{GidType, LinkLayer};
 use rcomm_transport::topo::Topology;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -99,7 +99,7 @@ fn main() -> ExitCode {
         None => this_machine.then(|| PathBuf::from("/")),
     };
     let rdma = rdma_root.map(|r| {
-        let found = rcomm_transport::ib::sysfs::discover(&r).map_err(|e| e.to_string());
+        let found = sysfs::discover(&r).map_err(|e| e.to_string());
         (r, found)
     });
     if a.json {
@@ -179,10 +179,7 @@ fn rdma_text(root: &Path, found: &Found, prefix: &str) -> String {
             );
             let auto = p.gid_index_auto();
             for g in &p.gids {
-                let ty = match g.gid_type {
-                    GidType::IbRoceV1 => "IB/RoCE v1",
-                    GidType::RoceV2 => "RoCE v2",
-                };
+                let ty = g.gid_type.name();
                 let v4 = g.gid.ipv4().map_or(String::new(), |a| format!(" {a}"));
                 let nd = g.ndev.as_ref().map_or(String::new(), |n| format!(" {n}"));
                 let mark = if auto == Some(g.index) { " (auto)" } else { "" };
@@ -209,10 +206,7 @@ fn rdma_json(found: &Found) -> serde_json::Value {
                         "port": p.num,
                         "state": p.state.name(),
                         "phys_state": p.phys_state,
-                        "link_layer": match p.link_layer {
-                            LinkLayer::InfiniBand => "InfiniBand",
-                            LinkLayer::Ethernet => "Ethernet",
-                        },
+                        "link_layer": p.link_layer.name(),
                         "rate": p.rate,
                         "rate_mbps": p.rate_mbps,
                         "lid": p.lid,
@@ -221,10 +215,7 @@ fn rdma_json(found: &Found) -> serde_json::Value {
                         "gids": p.gids.iter().map(|g| json!({
                             "index": g.index,
                             "gid": g.gid.to_string(),
-                            "type": match g.gid_type {
-                                GidType::IbRoceV1 => "IB/RoCE v1",
-                                GidType::RoceV2 => "RoCE v2",
-                            },
+                            "type": g.gid_type.name(),
                             "ndev": g.ndev,
                             "ipv4": g.gid.ipv4().map(|a| a.to_string()),
                         })).collect::<Vec<_>>(),

@@ -16,8 +16,9 @@
 //!   the QPs of a peer round-robin and may be delivered out of order across them: the core
 //!   restores MPI order from the header's sequence number, as over several TCP streams.
 //! * **Rendezvous.** GET is an RDMA READ of the peer's registered buffer (its key travels in
-//!   the core's RTS), PUT an RDMA WRITE into it after a CTS. Registrations are kept in a
-//!   [`Registrations`] cache; a local buffer is held until its operation completes.
+//!   the core's RTS), PUT an RDMA WRITE into it after a CTS. A registration (counted in a
+//!   [`Registrations`] cache) lives as long as its operation for host memory — nothing says
+//!   when a host buffer is freed — and is kept for device memory, checked by allocation id.
 //! * **Failures.** A completion in error, a QP or port gone bad (async events), or a dead
 //!   device fail the peer (or every peer of the port) with an error naming the verbs status;
 //!   its QPs go to the error state so nothing more touches memory, and the core reports
@@ -124,6 +125,8 @@ const PIECE: usize = 1 << 30;
 /// Immediate: credit-only flag, returned credits, slot.
 const IMM_CREDIT_ONLY: u32 = 1 << 31;
 const IMM_MAX_CREDITS: u32 = 0x7fff;
+/// Progress passes between looks at the async events (port down, device fatal, QP fatal).
+const EVENT_PASSES: u32 = 64;
 
 /// Work request id: kind in the top byte.
 const WR_EAGER: u64 = 1 << 56;
@@ -210,8 +213,6 @@ struct Peer {
     owed: u32,
     /// Send work requests outstanding per QP.
     outstanding: Vec<u32>,
-    /// Whether a credit-only message is waiting for send-queue room.
-    credit_due: bool,
 }
 
 /// One HCA port of the endpoint: its own context, PD, CQ and registrations.
@@ -284,6 +285,13 @@ pub struct IbEndpoint<V: Verbs> {
     /// Registrations behind keys handed out ([`register`](Self::register)), per rail, until
     /// the core says the peer is done ([`release`](Self::release)).
     exposed: HashMap<(u64, usize), Vec<Vec<Mr>>>,
+    /// Peers owed half a ring of credits that no message has carried back yet.
+    credit_owed: Vec<u32>,
+    /// Progress passes, to look at the async events every [`EVENT_PASSES`] (a system call on
+    /// libibverbs: not on every pass of a spinning rank).
+    passes: u32,
+    /// A sleep ended (the async descriptor may have woken it): look at the events now.
+    events_due: std::cell::Cell<bool>,
 }
 
 impl<V: Verbs> std::fmt::Debug for IbEndpoint<V> {
@@ -303,7 +311,7 @@ fn verr(what: &'static str, e: VerbsError) -> TransportError {
 }
 
 /// What a completion status means, for the error a user reads.
-pub fn status_meaning(s: WcStatus) -> &'static str {
+fn status_meaning(s: WcStatus) -> &'static str {
     match s {
         WcStatus::Success => "success",
         WcStatus::LocLenErr => "local length error",
@@ -380,6 +388,9 @@ impl<V: Verbs> IbEndpoint<V> {
             blob: ConnBlob::new(Vec::new(), 0, 0, (2, 64), 1, &[]),
             dev_allocs: HashMap::new(),
             exposed: HashMap::new(),
+            credit_owed: Vec::new(),
+            passes: 0,
+            events_due: std::cell::Cell::new(true),
         };
         let nr = ep.rails.len();
         let mut qpns = Vec::with_capacity(ranks as usize * nr * usize::from(p.qps));
@@ -583,11 +594,6 @@ impl<V: Verbs> IbEndpoint<V> {
     /// What this rank publishes in its address record.
     pub fn blob(&self) -> &ConnBlob {
         &self.blob
-    }
-
-    /// The first rail's device and port.
-    pub fn device(&self) -> (&str, u8) {
-        (&self.rails[0].dev, self.rails[0].port)
     }
 
     /// Connects to `peer` from its blob: every QP to RTR and RTS.
@@ -806,9 +812,10 @@ impl<V: Verbs> IbEndpoint<V> {
     ) -> Result<bool, TransportError> {
         let slots = u32::from(self.p.slots);
         let max_send = slots + SPARE_RECVS;
+        let k = self.peers[peer as usize].rr;
+        let rail = self.rail_of(k);
         let pe = &mut self.peers[peer as usize];
         let slot = pe.head % slots;
-        let k = pe.rr;
         if pe.credits == 0 || pe.busy[slot as usize] || pe.outstanding[k] >= max_send {
             return Ok(false);
         }
@@ -821,7 +828,6 @@ impl<V: Verbs> IbEndpoint<V> {
             std::ptr::copy_nonoverlapping(payload.as_ptr(), at.add(head.len()), payload.len());
         }
         let give = pe.owed.min(IMM_MAX_CREDITS);
-        let rail = (k / usize::from(self.p.qps)).min(self.rails.len() - 1);
         let sg = [Sge {
             addr: self.stage.addr() + off as u64,
             len: (head.len() + payload.len()) as u32,
@@ -1285,7 +1291,10 @@ impl<V: Verbs> IbEndpoint<V> {
             };
             n += self.completion(wc, out);
         }
-        self.async_events()?;
+        self.passes = self.passes.wrapping_add(1);
+        if self.events_due.replace(false) || self.passes.is_multiple_of(EVENT_PASSES) {
+            self.async_events()?;
+        }
         self.return_credits();
         self.post_backlog();
         match self.failed.pop_front() {
@@ -1427,7 +1436,7 @@ impl<V: Verbs> IbEndpoint<V> {
                     data,
                 },
             );
-            self.peers[peer as usize].owed += 1;
+            self.slot_emptied(peer);
             return 1;
         }
         let len = word as usize;
@@ -1448,29 +1457,44 @@ impl<V: Verbs> IbEndpoint<V> {
         self.counters.msgs_recv += 1;
         self.counters.bytes_recv += len as u64;
         out.incoming(peer, Incoming::Msg(&hdr, &frame[FRAME..FRAME + len]));
-        self.peers[peer as usize].owed += 1;
+        self.slot_emptied(peer);
         1
     }
 
-    /// Hands credits back alone where half a ring is owed (a message would have carried
-    /// them otherwise).
+    /// A slot of `peer`'s ring was taken: one more credit owed; at half a ring the peer is
+    /// queued for a credit-only message (a message to it may carry the credits first; the
+    /// owed count only ever falls to 0, so reaching half again queues it again).
+    fn slot_emptied(&mut self, peer: u32) {
+        let pe = &mut self.peers[peer as usize];
+        pe.owed += 1;
+        if pe.owed == (u32::from(self.p.slots) / 2).max(1) {
+            self.credit_owed.push(peer);
+        }
+    }
+
+    /// Hands credits back alone to the peers owed half a ring (a message would have carried
+    /// them otherwise): only those queued in `credit_owed`, so a pass costs nothing per idle
+    /// peer.
     fn return_credits(&mut self) {
-        let half = (u32::from(self.p.slots) / 2).max(1);
+        if self.credit_owed.is_empty() {
+            return;
+        }
         let max_send = u32::from(self.p.slots) + SPARE_RECVS + RDMA_PER_QP;
-        for peer in 0..self.peers.len() {
-            let pe = &mut self.peers[peer];
-            if !pe.ready || pe.lost.is_some() || (pe.owed < half && !pe.credit_due) {
+        let mut waiting = Vec::new();
+        for peer in std::mem::take(&mut self.credit_owed) {
+            let k = self.peers[peer as usize].rr;
+            let rail = self.rail_of(k);
+            let pe = &mut self.peers[peer as usize];
+            if !pe.ready || pe.lost.is_some() || pe.owed == 0 {
                 continue;
             }
-            let k = pe.rr;
             if pe.outstanding[k] >= max_send {
-                pe.credit_due = true;
+                waiting.push(peer);
                 continue;
             }
             let give = pe.owed.min(IMM_MAX_CREDITS);
-            let rail = (k / usize::from(self.p.qps)).min(self.rails.len() - 1);
             let wr = SendWr {
-                wr_id: wr_id(WR_CREDIT, peer as u32, k as u8, 0),
+                wr_id: wr_id(WR_CREDIT, peer, k as u8, 0),
                 op: SendOp::RdmaWriteImm {
                     remote_addr: pe.ring_addr,
                     rkey: pe.ring_rkeys[rail],
@@ -1481,18 +1505,18 @@ impl<V: Verbs> IbEndpoint<V> {
             };
             match self.v.post_send(pe.qps[k], &[wr]) {
                 Ok(()) => {
-                    let pe = &mut self.peers[peer];
+                    let pe = &mut self.peers[peer as usize];
                     pe.owed -= give;
                     pe.outstanding[k] += 1;
-                    pe.credit_due = false;
                 }
                 Err(e) => {
                     let dev = &self.rails[rail].dev;
                     let why = format!("posting credits on {dev}: {}", e.error);
-                    self.fail_peer(peer as u32, why);
+                    self.fail_peer(peer, why);
                 }
             }
         }
+        self.credit_owed = waiting;
     }
 
     fn async_events(&mut self) -> Result<(), TransportError> {
@@ -1554,6 +1578,7 @@ impl<V: Verbs> IbEndpoint<V> {
     /// Before a rank sleeps: every rail's CQ is armed, so the next completion wakes it (the
     /// caller progresses once more after this, catching what came before).
     pub fn arm(&self) {
+        self.events_due.set(true);
         for r in &self.rails {
             if let Err(e) = self.v.arm_cq(r.cq) {
                 crate::rlog!(Warn, "NET", "ib: cannot arm the CQ on {}: {e}", r.dev);
@@ -1568,15 +1593,6 @@ impl<V: Verbs> IbEndpoint<V> {
                 set.read(fd);
             }
         }
-    }
-
-    /// Whether completions are awaited (progress must keep polling).
-    pub fn busy(&self) -> bool {
-        !self.ops.is_empty()
-            || self
-                .peers
-                .iter()
-                .any(|p| p.lost.is_none() && p.busy.iter().any(|&b| b))
     }
 }
 

@@ -900,6 +900,37 @@ fn ah_attr(a: &super::verbs::AhAttr) -> IbvAhAttr {
 }
 
 impl LibVerbs {
+    /// Lists an MR libibverbs just returned (non-null) and hands out its handle; on failure
+    /// it is deregistered again.
+    fn adopt_mr(&self, t: &mut Tables, ptr: *mut IbvMr, pd: Pd, addr: u64, len: u64) -> Result<Mr> {
+        // SAFETY: a valid MR just returned by libibverbs.
+        let (lkey, rkey) = unsafe { ((*ptr).lkey, (*ptr).rkey) };
+        let id = match t.new_id() {
+            Ok(id) => id,
+            Err(e) => {
+                // SAFETY: the MR just registered, never handed out.
+                unsafe { (self.fns.dereg_mr)(ptr) };
+                return Err(e);
+            }
+        };
+        t.mrs.insert(
+            id,
+            MrEntry {
+                ptr,
+                pd: pd.0,
+                lkey,
+                rkey,
+            },
+        );
+        Ok(Mr {
+            id,
+            lkey,
+            rkey,
+            addr,
+            len,
+        })
+    }
+
     /// Opens the system's `libibverbs.so.1`.
     pub fn load() -> std::result::Result<Self, LoadError> {
         Self::load_from(LIB_NAME)
@@ -1022,6 +1053,35 @@ fn qp_state(s: u32) -> Option<QpState> {
     })
 }
 
+/// The C form of one send request, its list links left for `link` (the immediate goes in
+/// network byte order, `__be32`).
+fn send_wr(w: &SendWr<'_>, num_sge: c_int) -> IbvSendWr {
+    let (opcode, imm, remote_addr, rkey) = match w.op {
+        SendOp::Send => (IBV_WR_SEND, 0, 0, 0),
+        SendOp::RdmaWrite { remote_addr, rkey } => (IBV_WR_RDMA_WRITE, 0, remote_addr, rkey),
+        SendOp::RdmaWriteImm {
+            remote_addr,
+            rkey,
+            imm,
+        } => (IBV_WR_RDMA_WRITE_WITH_IMM, imm.to_be(), remote_addr, rkey),
+        SendOp::RdmaRead { remote_addr, rkey } => (IBV_WR_RDMA_READ, 0, remote_addr, rkey),
+    };
+    IbvSendWr {
+        wr_id: w.wr_id,
+        next: std::ptr::null_mut(),
+        sg_list: std::ptr::null_mut(),
+        num_sge,
+        opcode,
+        send_flags: if w.signaled { IBV_SEND_SIGNALED } else { 0 },
+        imm_data: imm,
+        wr: IbvSendWrWr {
+            rdma: IbvRdma { remote_addr, rkey },
+        },
+        qp_type: 0,
+        bind_mw: [0; 6],
+    }
+}
+
 impl Drop for LibVerbs {
     fn drop(&mut self) {
         // Everything still open is torn down in dependency order; errors are ignored (there
@@ -1036,8 +1096,14 @@ impl Drop for LibVerbs {
             unsafe { (self.fns.dereg_mr)(m.ptr) };
         }
         for c in t.cqs.into_values() {
-            // SAFETY: a CQ we created, its QPs destroyed above.
-            unsafe { (self.fns.destroy_cq)(c.ptr) };
+            // SAFETY: a CQ we created, its QPs destroyed above; then its channel, which no
+            // other CQ uses (every event it delivered was acknowledged by `arm_cq`).
+            unsafe {
+                (self.fns.destroy_cq)(c.ptr);
+                if !c.channel.is_null() {
+                    (self.fns.destroy_comp_channel)(c.channel);
+                }
+            }
         }
         for p in t.pds.into_values() {
             // SAFETY: a PD we allocated, its QPs and MRs gone.
@@ -1057,17 +1123,23 @@ impl Verbs for LibVerbs {
                 let name = self.dev_name(d);
                 // SAFETY: a device of the current list.
                 let ctx = unsafe { (self.fns.open_device)(d) };
-                if ctx.is_null() {
-                    return Err(verbs_error(
+                // One device that cannot be opened or queried does not hide the others.
+                let attr = if ctx.is_null() {
+                    Err(verbs_error(
                         "ibv_open_device",
                         null_errno(),
                         "device",
                         &name,
-                    ));
+                    ))
+                } else {
+                    let a = self.query_device_attr(ctx, &name);
+                    self.close_ctx(ctx);
+                    a
+                };
+                match attr {
+                    Ok(a) => out.push(a),
+                    Err(e) => crate::rlog!(Warn, "NET", "RDMA device {name} skipped: {e}"),
                 }
-                let attr = self.query_device_attr(ctx, &name);
-                self.close_ctx(ctx);
-                out.push(attr?);
             }
             Ok(out)
         })
@@ -1088,15 +1160,9 @@ impl Verbs for LibVerbs {
             Ok(ctx)
         })?;
         // `get_async_event` must never block: the async fd goes non-blocking now.
-        // SAFETY: `async_fd` is a field of the context just opened; fcntl on it changes only
-        // its flags.
-        let ok = unsafe {
-            let fd = (*ptr).async_fd;
-            let fl = libc::fcntl(fd, libc::F_GETFL);
-            fl >= 0 && libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) == 0
-        };
-        if !ok {
-            let e = errno();
+        // SAFETY: `async_fd` is a field of the context just opened.
+        if let Err(e) = crate::os::set_nonblocking(unsafe { (*ptr).async_fd }) {
+            let e = e.raw_os_error().unwrap_or(libc::EIO);
             self.close_ctx(ptr);
             return Err(verbs_error(
                 "fcntl(async_fd, O_NONBLOCK)",
@@ -1299,32 +1365,7 @@ impl Verbs for LibVerbs {
                 &t.pd_dev(pd.0),
             ));
         }
-        // SAFETY: a valid MR just returned by libibverbs.
-        let (lkey, rkey) = unsafe { ((*ptr).lkey, (*ptr).rkey) };
-        let id = match t.new_id() {
-            Ok(id) => id,
-            Err(e) => {
-                // SAFETY: the MR just registered, never handed out.
-                unsafe { (self.fns.dereg_mr)(ptr) };
-                return Err(e);
-            }
-        };
-        t.mrs.insert(
-            id,
-            MrEntry {
-                ptr,
-                pd: pd.0,
-                lkey,
-                rkey,
-            },
-        );
-        Ok(Mr {
-            id,
-            lkey,
-            rkey,
-            addr,
-            len,
-        })
+        self.adopt_mr(&mut t, ptr, pd, addr, len)
     }
 
     unsafe fn reg_dmabuf_mr(
@@ -1336,13 +1377,13 @@ impl Verbs for LibVerbs {
         fd: i32,
         access: Access,
     ) -> Result<Mr> {
+        let mut t = self.write();
+        let p = t.pd(pd.0)?;
         let Some(reg) = self.fns.reg_dmabuf_mr else {
             return Err(VerbsError::Invalid(
                 "libibverbs has no ibv_reg_dmabuf_mr (rdma-core older than 34)".into(),
             ));
         };
-        let mut t = self.write();
-        let p = t.pd(pd.0)?;
         let (Ok(l), Ok(flags)) = (usize::try_from(len), c_int::try_from(access.0)) else {
             return Err(VerbsError::Invalid(format!("dma-buf range of {len} bytes")));
         };
@@ -1357,32 +1398,7 @@ impl Verbs for LibVerbs {
                 &t.pd_dev(pd.0),
             ));
         }
-        // SAFETY: a valid MR just returned by libibverbs.
-        let (lkey, rkey) = unsafe { ((*ptr).lkey, (*ptr).rkey) };
-        let id = match t.new_id() {
-            Ok(id) => id,
-            Err(e) => {
-                // SAFETY: the MR just registered, never handed out.
-                unsafe { (self.fns.dereg_mr)(ptr) };
-                return Err(e);
-            }
-        };
-        t.mrs.insert(
-            id,
-            MrEntry {
-                ptr,
-                pd: pd.0,
-                lkey,
-                rkey,
-            },
-        );
-        Ok(Mr {
-            id,
-            lkey,
-            rkey,
-            addr: iova,
-            len,
-        })
+        self.adopt_mr(&mut t, ptr, pd, iova, len)
     }
 
     fn dereg_mr(&self, mr: Mr) -> Result<()> {
@@ -1418,14 +1434,9 @@ impl Verbs for LibVerbs {
                 &name,
             ));
         }
-        // SAFETY: the channel just created; fcntl changes only its descriptor's flags.
-        let nonblocking = unsafe {
-            let fd = (*channel).fd;
-            let fl = libc::fcntl(fd, libc::F_GETFL);
-            fl >= 0 && libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) == 0
-        };
-        if !nonblocking {
-            let e = errno();
+        // SAFETY: `fd` is a field of the channel just created.
+        if let Err(e) = crate::os::set_nonblocking(unsafe { (*channel).fd }) {
+            let e = e.raw_os_error().unwrap_or(libc::EIO);
             // SAFETY: the channel just created, no CQ on it.
             unsafe { (self.fns.destroy_comp_channel)(channel) };
             return Err(verbs_error("fcntl(channel, O_NONBLOCK)", e, "CQ", &name));
@@ -1701,33 +1712,7 @@ impl Verbs for LibVerbs {
                 length: s.len,
                 lkey: s.lkey,
             }));
-            let (opcode, imm, remote_addr, rkey) = match w.op {
-                SendOp::Send => (IBV_WR_SEND, 0, 0, 0),
-                SendOp::RdmaWrite { remote_addr, rkey } => {
-                    (IBV_WR_RDMA_WRITE, 0, remote_addr, rkey)
-                }
-                // The immediate travels in network byte order (`__be32`).
-                SendOp::RdmaWriteImm {
-                    remote_addr,
-                    rkey,
-                    imm,
-                } => (IBV_WR_RDMA_WRITE_WITH_IMM, imm.to_be(), remote_addr, rkey),
-                SendOp::RdmaRead { remote_addr, rkey } => (IBV_WR_RDMA_READ, 0, remote_addr, rkey),
-            };
-            c_wrs.push(IbvSendWr {
-                wr_id: w.wr_id,
-                next: std::ptr::null_mut(),
-                sg_list: std::ptr::null_mut(),
-                num_sge,
-                opcode,
-                send_flags: if w.signaled { IBV_SEND_SIGNALED } else { 0 },
-                imm_data: imm,
-                wr: IbvSendWrWr {
-                    rdma: IbvRdma { remote_addr, rkey },
-                },
-                qp_type: 0,
-                bind_mw: [0; 6],
-            });
+            c_wrs.push(send_wr(w, num_sge));
         }
         let base = c_wrs.as_mut_ptr();
         // SAFETY: links requests and entries now that neither vector moves any more: writes
@@ -2115,14 +2100,32 @@ mod tests {
 
     #[test]
     fn immediates_are_in_network_byte_order_both_ways() {
+        // Sending: the request's immediate lies in memory most significant byte first.
+        let sent = send_wr(
+            &SendWr {
+                wr_id: 7,
+                op: SendOp::RdmaWriteImm {
+                    remote_addr: 0x1000,
+                    rkey: 9,
+                    imm: 0x0102_0304,
+                },
+                sg: &[],
+                signaled: true,
+            },
+            0,
+        );
+        assert_eq!(sent.imm_data.to_ne_bytes(), [1, 2, 3, 4]);
+        assert_eq!(
+            (sent.opcode, sent.send_flags, sent.wr_id),
+            (IBV_WR_RDMA_WRITE_WITH_IMM, IBV_SEND_SIGNALED, 7)
+        );
+        // Receiving: those bytes read back as the value sent.
         let w = IbvWc {
-            imm_data: 0x0102_0304u32.to_be(),
+            imm_data: u32::from_ne_bytes([1, 2, 3, 4]),
             wc_flags: IBV_WC_WITH_IMM,
             opcode: 129,
             ..Default::default()
         };
-        let bytes = w.imm_data.to_ne_bytes();
-        assert_eq!(bytes, [1, 2, 3, 4]);
         assert_eq!(wc(&w).imm_data, Some(0x0102_0304));
         assert_eq!(wc(&IbvWc::default()).imm_data, None);
     }

@@ -6,10 +6,7 @@
 //! `RCOMM_DEBUG_SUBSYS=NET`. Under `RCOMM_TRANSPORT=ib` every missing piece is an init error
 //! that says which.
 
-use super::any::{AnyVerbs, IbNet};
-use super::ep::IbEndpoint;
-#[cfg(feature = "ib")]
-use super::ep::IbParams;
+use super::any::IbNet;
 use super::verbs::{PortState, Verbs};
 use crate::config::{Config, TransportChoice};
 use crate::ifaddr::IfSpec;
@@ -135,36 +132,34 @@ pub fn open_for_rank(
     if !forced && !sysfs_has_devices() {
         return skip("no RDMA devices in /sys/class/infiniband".into());
     }
-    #[cfg(not(feature = "ib"))]
-    {
-        let _ = (
-            local_rank,
-            rank,
-            size,
-            AnyVerbs::Sim,
-            IbEndpoint::<AnyVerbs>::open,
-        );
-        skip("this build of rcomm has no ib (cargo feature `ib` of rcomm-transport)".into())
-    }
-    #[cfg(feature = "ib")]
-    {
-        let lib = match super::libverbs::LibVerbs::load() {
-            Ok(l) => l,
-            Err(e) => return skip(e.to_string()),
-        };
-        open_lib(cfg, AnyVerbs::Lib(lib), local_rank, rank, size, skip)
-    }
+    open_lib(cfg, local_rank, rank, size, skip)
 }
 
+#[cfg(not(feature = "ib"))]
+fn open_lib(
+    _: &Config,
+    _: u32,
+    _: u32,
+    _: u32,
+    skip: impl Fn(String) -> Result<Option<IbNet>, String>,
+) -> Result<Option<IbNet>, String> {
+    skip("this build of rcomm has no ib (cargo feature `ib` of rcomm-transport)".into())
+}
+
+/// Loads libibverbs and opens this rank's rails.
 #[cfg(feature = "ib")]
 fn open_lib(
     cfg: &Config,
-    v: AnyVerbs,
     local_rank: u32,
     rank: u32,
     size: u32,
     skip: impl Fn(String) -> Result<Option<IbNet>, String>,
 ) -> Result<Option<IbNet>, String> {
+    use super::ep::{IbEndpoint, IbParams};
+    let v = match super::libverbs::LibVerbs::load() {
+        Ok(l) => super::any::AnyVerbs::Lib(l),
+        Err(e) => return skip(e.to_string()),
+    };
     let choice = crate::topo::choose::for_this_process(cfg, local_rank).map(|(_, c)| c);
     let preferred = choice
         .as_ref()

@@ -109,10 +109,8 @@ fn port(r: &Reader, root: &Path, p: &Path, num: u8) -> Result<PortInfo, TopoErro
         .map_or(phys.trim(), |(_, n)| n.trim())
         .to_string();
     let ll = need("link_layer")?;
-    let link_layer = match ll.trim() {
-        "InfiniBand" => LinkLayer::InfiniBand,
-        "Ethernet" => LinkLayer::Ethernet,
-        _ => return Err(r.bad(p.join("link_layer"), "InfiniBand or Ethernet", &ll)),
+    let Some(link_layer) = LinkLayer::from_name(ll.trim()) else {
+        return Err(r.bad(p.join("link_layer"), "InfiniBand or Ethernet", &ll));
     };
     let rate = r
         .read(p.join("rate"))?
@@ -148,9 +146,11 @@ fn port(r: &Reader, root: &Path, p: &Path, num: u8) -> Result<PortInfo, TopoErro
         // The kernel refuses to read the type of an unused entry; a used one always has it.
         let tf = p.join("gid_attrs/types").join(index.to_string());
         let gid_type = match r.read(&tf).ok().flatten().as_deref().map(str::trim) {
-            Some("RoCE v2") => GidType::RoceV2,
-            Some("IB/RoCE v1") | None => GidType::IbRoceV1,
-            Some(t) => return Err(r.bad(&tf, "`IB/RoCE v1` or `RoCE v2`", t)),
+            None => GidType::IbRoceV1,
+            Some(t) => match GidType::from_name(t) {
+                Some(g) => g,
+                None => return Err(r.bad(&tf, "`IB/RoCE v1` or `RoCE v2`", t)),
+            },
         };
         let ndev = r
             .read(p.join("gid_attrs/ndevs").join(index.to_string()))

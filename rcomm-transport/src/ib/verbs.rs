@@ -244,6 +244,23 @@ pub enum LinkLayer {
     Ethernet,
 }
 
+impl LinkLayer {
+    /// The name sysfs gives it (`ports/N/link_layer`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::InfiniBand => "InfiniBand",
+            Self::Ethernet => "Ethernet",
+        }
+    }
+
+    /// From its sysfs name.
+    pub fn from_name(s: &str) -> Option<Self> {
+        [Self::InfiniBand, Self::Ethernet]
+            .into_iter()
+            .find(|l| l.name() == s)
+    }
+}
+
 /// Per-lane signalling rate of a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LinkSpeed {
@@ -388,6 +405,23 @@ pub enum GidType {
     IbRoceV1,
     /// `RoCE v2`: UDP/IP, routable.
     RoceV2,
+}
+
+impl GidType {
+    /// The name sysfs gives it (`gid_attrs/types/K`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::IbRoceV1 => "IB/RoCE v1",
+            Self::RoceV2 => "RoCE v2",
+        }
+    }
+
+    /// From its sysfs name.
+    pub fn from_name(s: &str) -> Option<Self> {
+        [Self::IbRoceV1, Self::RoceV2]
+            .into_iter()
+            .find(|t| t.name() == s)
+    }
 }
 
 /// One GID table entry.
