@@ -222,7 +222,7 @@ pub(crate) fn dev_err(op: &'static str, rank: u32) -> impl Fn(GpuError) -> CommE
 }
 
 /// Checks that `addr..addr+len` is device memory of one allocation; its region.
-fn region_of(op: &'static str, rank: u32, addr: u64, len: usize) -> Result<Region> {
+pub(crate) fn region_of(op: &'static str, rank: u32, addr: u64, len: usize) -> Result<Region> {
     let g = backend(op, rank)?;
     if len == 0 {
         // Nothing is read or written; the address need not be valid (as MPI's count 0).

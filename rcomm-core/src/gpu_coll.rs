@@ -48,19 +48,14 @@ impl Communicator {
         Ok((b.addr(), b.len()))
     }
 
-    /// `b` as the executor's span, and its device.
+    /// `b` as the executor's span, and its device (one pointer lookup checks the range and
+    /// finds the device).
     fn dev_span(&self, op: &'static str, b: DevRef<'_>) -> Result<(DevSpan, Option<u32>)> {
-        let (addr, len) = self.dev_range(op, b)?;
-        let me = self.world_me();
-        let device = if len == 0 {
-            None
-        } else {
-            Some(
-                backend(op, me)?
-                    .ptr_info(addr)
-                    .map_err(dev_err(op, me))?
-                    .device,
-            )
+        let (addr, len) = (b.addr(), b.len());
+        let r = crate::gpu::region_of(op, self.world_me(), addr, len)?;
+        let device = match r.mem_ref().kind {
+            rcomm_transport::mem::MemKind::Cuda { device } if len > 0 => Some(device),
+            _ => None,
         };
         Ok((DevSpan { addr, len }, device))
     }
@@ -406,7 +401,16 @@ impl Communicator {
             let (s, sd) = self.dev_span("reduce", send.device_ref())?;
             let (r, rd) = self.dev_span("reduce", recv.device_mut().device_ref())?;
             let device = self.one_device("reduce", &[sd, rd])?;
+            // NCCL writes `count` elements at the root: its buffer must hold them.
+            if self.rank == root && r.len != s.len {
+                return Err(CommError::InvalidArg(format!(
+                    "reduce: send has {} bytes, the root's recv {}",
+                    s.len, r.len
+                )));
+            }
             if let Some(st) = self.nccl("reduce", device)? {
+                op.check(T::DTYPE)
+                    .map_err(|e| CommError::InvalidArg(e.to_string()))?;
                 let count = Self::count_of::<T>(s.len)?;
                 return self.nccl_reduce(s.addr, r.addr, count, T::DTYPE, op, root, st);
             }

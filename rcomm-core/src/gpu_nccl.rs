@@ -29,9 +29,6 @@
 //!
 //! Written without a GPU: never run against a real libnccl.
 
-// The collective entry points are called from gpu_coll.rs once it routes to NCCL; until then
-// only the tests reach them.
-
 use crate::attr::{AttrCopy, Keyval};
 use crate::gpu::{Stream, backend, dev_err};
 use crate::{CommError, Communicator, Result, fr};
@@ -519,7 +516,7 @@ impl Communicator {
         let me = self.world_me();
         let (t, o) = reduction("allreduce", me, dtype, op)?;
         let bytes = count.saturating_mul(dtype.size());
-        let codes = (dtype as u8 + 1, op as u8 + 1);
+        let codes = crate::coll::reduce::Reducer::Builtin(op, dtype).codes();
         self.nccl_coll("allreduce", bytes, codes, None, stream, |lib, c, s| {
             // SAFETY: device ranges of `count` elements each (the caller checked them);
             // NCCL reads `send` and writes `recv` in stream order.
@@ -562,7 +559,7 @@ impl Communicator {
     ) -> Result<()> {
         let me = self.world_me();
         let (t, o) = reduction("reduce", me, dtype, op)?;
-        let codes = (dtype as u8 + 1, op as u8 + 1);
+        let codes = crate::coll::reduce::Reducer::Builtin(op, dtype).codes();
         let bytes = count.saturating_mul(dtype.size());
         self.nccl_coll("reduce", bytes, codes, Some(root), stream, |lib, c, s| {
             // SAFETY: device ranges of `count` elements (checked by the caller; `recv` used on
@@ -603,7 +600,7 @@ impl Communicator {
     ) -> Result<()> {
         let me = self.world_me();
         let (t, o) = reduction("reduce_scatter", me, dtype, op)?;
-        let codes = (dtype as u8 + 1, op as u8 + 1);
+        let codes = crate::coll::reduce::Reducer::Builtin(op, dtype).codes();
         let bytes = recv_count.saturating_mul(dtype.size());
         self.nccl_coll("reduce_scatter", bytes, codes, None, stream, |lib, c, s| {
             // SAFETY: device ranges of `size × recv_count` and `recv_count` elements (checked

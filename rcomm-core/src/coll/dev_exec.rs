@@ -132,11 +132,12 @@ struct Kernels {
     stream: Stream,
     op: &'static str,
     me: u32,
-    #[cfg(feature = "cuda")]
-    cuda: Option<CudaKernels>,
+    /// Work was queued since the last wait (a wait with nothing queued costs nothing).
+    queued: std::cell::Cell<bool>,
 }
 
 #[cfg(feature = "cuda")]
+#[derive(Clone)]
 struct CudaKernels {
     ptx: std::sync::Arc<str>,
     sms: u32,
@@ -154,19 +155,40 @@ impl Kernels {
         op: &'static str,
         me: u32,
     ) -> Result<Self> {
-        #[cfg(feature = "cuda")]
-        let cuda = match gpu {
-            Gpu::Cuda(_) => Some(cuda_kernels(gpu, device, op, me)?),
-            Gpu::StandIn(_) => None,
-        };
         Ok(Self {
             gpu,
             device,
             stream,
             op,
             me,
-            #[cfg(feature = "cuda")]
-            cuda,
+            queued: std::cell::Cell::new(false),
+        })
+    }
+
+    /// The compiled reductions on a GPU (`None` on the stand-in), made at the first
+    /// reduction on the device and kept for the process — failures too, so a machine
+    /// without NVRTC does not look for it at every collective, and collectives that reduce
+    /// nothing never need it.
+    #[cfg(feature = "cuda")]
+    fn cuda(&self) -> Result<Option<CudaKernels>> {
+        type Made = std::result::Result<CudaKernels, String>;
+        static MADE: Mutex<Vec<(u32, Made)>> = Mutex::new(Vec::new());
+        if matches!(self.gpu, Gpu::StandIn(_)) {
+            return Ok(None);
+        }
+        let mut m = MADE.lock().unwrap_or_else(|e| e.into_inner());
+        let made = match m.iter().find(|(d, _)| *d == self.device) {
+            Some((_, r)) => r.clone(),
+            None => {
+                let r = cuda_kernels(self.gpu, self.device).map_err(|e| e.to_string());
+                m.push((self.device, r.clone()));
+                r
+            }
+        };
+        made.map(Some).map_err(|why| CommError::Device {
+            op: self.op,
+            rank: self.me,
+            why,
         })
     }
 
@@ -176,8 +198,9 @@ impl Kernels {
             Reducer::Builtin(op, d) => (op, d),
             _ => return Err(user_op_error(self.op)),
         };
+        self.queued.set(true);
         #[cfg(feature = "cuda")]
-        if let Some(k) = &self.cuda {
+        if let Some(k) = &self.cuda()? {
             let name = rcomm_kernels::cuda::reduce_kernel(op, dtype)
                 .map_err(|e| CommError::InvalidArg(e.to_string()))?;
             let n = (bytes / dtype.size()) as u64;
@@ -215,8 +238,9 @@ impl Kernels {
         let Reducer::Builtin(rcomm_kernels::Op::Avg, _dtype) = *r else {
             return Ok(());
         };
+        self.queued.set(true);
         #[cfg(feature = "cuda")]
-        if let Some(k) = &self.cuda {
+        if let Some(k) = &self.cuda()? {
             let n = (bytes / _dtype.size()) as u64;
             let name = rcomm_kernels::cuda::div_kernel(_dtype);
             return self
@@ -241,6 +265,7 @@ impl Kernels {
 
     /// `dst = src` on the stream.
     fn copy(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.queued.set(true);
         self.gpu
             .copy_dtod_on(self.stream, dst, src, bytes)
             .map_err(dev_err(self.op, self.me))
@@ -269,6 +294,9 @@ impl Kernels {
 
     /// Waits until the stream ran what was queued.
     fn wait(&self) -> Result<()> {
+        if !self.queued.replace(false) {
+            return Ok(());
+        }
         self.gpu
             .stream_wait_host(self.stream)
             .map_err(dev_err(self.op, self.me))?;
@@ -304,27 +332,21 @@ impl CudaKernels {
 
 /// The reductions compiled for `device`'s architecture (NVRTC, once per process).
 #[cfg(feature = "cuda")]
-fn cuda_kernels(gpu: &Gpu, device: u32, op: &'static str, me: u32) -> Result<CudaKernels> {
+fn cuda_kernels(gpu: &Gpu, device: u32) -> std::result::Result<CudaKernels, String> {
     let info = gpu
         .devices()
-        .map_err(dev_err(op, me))?
+        .map_err(|e| e.to_string())?
         .into_iter()
         .find(|d| d.ordinal == device)
-        .ok_or_else(|| CommError::Device {
-            op,
-            rank: me,
-            why: format!("no device {device}"),
-        })?;
+        .ok_or_else(|| format!("no device {device}"))?;
     let arch = format!("sm_{}{}", info.cc.0, info.cc.1);
     let ptx = rcomm_kernels::cuda::compile_ptx(&arch)
         .or_else(|e| precompiled_ptx(&arch).ok_or(e))
-        .map_err(|e| CommError::Device {
-            op,
-            rank: me,
-            why: format!(
+        .map_err(|e| {
+            format!(
                 "the reduction kernels for {arch}: {e} (install NVRTC, or point RCOMM_PTX_DIR at \
                  kernels written by `rcomm-bench ptx`)"
-            ),
+            )
         })?;
     Ok(CudaKernels {
         ptx,

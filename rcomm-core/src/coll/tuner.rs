@@ -1029,10 +1029,11 @@ pub(crate) fn device_allreduce_us(algo: &str, n: u32, bytes: usize, link: DevLin
 /// measured on one H200 (1895 GB/s, each byte read and written).
 const DEV_MEM_GBPS: f64 = 3790.0;
 
-/// The device allreduce for `n` ranks and `bytes` over `link`, `forced` by `RCOMM_ALGO`
-/// (`allreduce_device:…`) or `with_algo`: one-shot, two-shot or ring over the device
-/// executor, or `staged` through the host collective. Between nodes (`Staged`) the ring keeps
-/// the reductions on the device and lets every message stage through the host.
+/// The device allreduce for `n` ranks and `bytes` over `link` by the cost model — one-shot,
+/// two-shot or ring over the device executor — or `forced` (one of those, or `staged`
+/// through the host collective). Over host staging (`Staged`) every message crosses the host
+/// while the reductions stay on the device; the model still prefers two-shot for large
+/// buffers (fewer steps than the ring at the same bytes).
 pub(crate) fn device_allreduce(
     n: u32,
     bytes: usize,
