@@ -740,9 +740,10 @@ impl Net {
     }
 
     /// Whether output to `peer` waits on something a sleeping rank can poll (a TCP socket with
-    /// room to come), rather than on a peer that only spinning notices.
+    /// room to come; on `ib` the credits, which arrive as completions on an armed CQ's
+    /// channel), rather than on a peer that only spinning notices.
     pub fn output_pollable(&self, peer: u32) -> bool {
-        self.route(peer) == Route::Tcp
+        matches!(self.route(peer), Route::Tcp | Route::Ib)
     }
 
     /// System calls a progress pass makes when nothing arrives (a read per TCP connection;
