@@ -573,6 +573,23 @@ impl Net {
         self.msg_ep(peer)?.try_send(peer, hdr, payload)
     }
 
+    /// Sends one message whose `len` payload bytes `fill` writes straight into the transport
+    /// (a gather) when `peer`'s message lane is shared memory and its ring has room now:
+    /// `Ok(true)`. `Ok(false)` (and `fill` not run) when the ring is full or the lane cannot
+    /// gather; the caller then packs and sends as usual.
+    pub fn try_send_with(
+        &mut self,
+        peer: u32,
+        hdr: &Header,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, TransportError> {
+        match self.msg_ep(peer)? {
+            Endpoint::Shm(s) => s.try_send_with(peer, hdr, len, fill),
+            _ => Ok(false),
+        }
+    }
+
     /// Offers the oldest message from `peer` to `take` when its message lane is shared memory
     /// (see [`ShmNet::pop_from`]); `None` on other lanes and when nothing is there.
     #[inline]

@@ -187,6 +187,16 @@ trait RingMem: Clone {
     /// The range lies inside the slots, and the protocol keeps every writer off it until `f`
     /// returns.
     unsafe fn read<R>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> R;
+    /// Lets `fill` write the slot bytes `at..at + len` (a gather straight into the ring).
+    ///
+    /// # Safety
+    /// As [`write`](Self::write).
+    unsafe fn write_with(&self, at: usize, len: usize, fill: &mut dyn FnMut(&mut [u8])) {
+        let mut b = vec![0; len];
+        fill(&mut b);
+        // SAFETY: forwarded from the caller.
+        unsafe { self.write(at, &b) }
+    }
 }
 
 /// A view of a ring inside a segment; take its [`producer`](Ring::producer) or
@@ -463,6 +473,13 @@ impl RingMem for Ring {
         // outlive the call, and `self` keeps the mapping alive during it.
         f(unsafe { std::slice::from_raw_parts(self.base.add(at), len) })
     }
+
+    #[inline]
+    unsafe fn write_with(&self, at: usize, len: usize, fill: &mut dyn FnMut(&mut [u8])) {
+        // SAFETY: as `write`: the range is inside the mapping and the caller's alone until it
+        // publishes it; the slice does not outlive the call.
+        fill(unsafe { std::slice::from_raw_parts_mut(self.base.add(at), len) })
+    }
 }
 
 /// Copies `len` bytes; short copies (headers, small payloads: the latency path) are done
@@ -552,6 +569,36 @@ impl<M: RingMem> Tx<M> {
     #[inline(always)]
     fn try_push_parts(&mut self, parts: &[&[u8]]) -> Result<bool, ShmError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.try_push_by(len, |mem, mut at| {
+            for p in parts {
+                // SAFETY: `try_push_by`'s contract: `at..at + len` is ours until published.
+                unsafe { mem.write(at, p) };
+                at += p.len();
+            }
+        })
+    }
+
+    /// `head` and then `len` bytes written by `fill` into the slot, as one message.
+    fn try_push_with(
+        &mut self,
+        head: &[u8],
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, ShmError> {
+        self.try_push_by(head.len() + len, |mem, at| {
+            // SAFETY: `try_push_by`'s contract, as above.
+            unsafe {
+                mem.write(at, head);
+                mem.write_with(at + head.len(), len, fill);
+            }
+        })
+    }
+
+    /// Claims room for a message of `len` bytes, lets `write(mem, at)` put its bytes at
+    /// `at..at + len` (inside the ring, not wrapping, nobody else's until published) and
+    /// publishes it.
+    #[inline(always)]
+    fn try_push_by(&mut self, len: usize, write: impl FnOnce(&M, usize)) -> Result<bool, ShmError> {
         if len > self.max_msg() {
             return Err(ShmError::TooLarge {
                 len,
@@ -568,15 +615,14 @@ impl<M: RingMem> Tx<M> {
                 .store_word(self.head, word(self.head, PAD), Ordering::Release);
             self.head += pad;
         }
-        let mut at = ((self.head as usize) & (self.mem.slots() - 1)) * SLOT_SIZE + WORD;
-        for p in parts {
-            // SAFETY: the message's slots [head, head + need) lie inside the ring without wrapping
-            // (room_for placed a pad otherwise) and are released by the consumer (room_for
-            // checked `tail`); we are the only producer (claimed), so nothing else touches these
-            // bytes until we publish the word below.
-            unsafe { self.mem.write(at, p) };
-            at += p.len();
-        }
+        // The message's slots [head, head + need) lie inside the ring without wrapping
+        // (room_for placed a pad otherwise) and are released by the consumer (room_for checked
+        // `tail`); we are the only producer (claimed), so nothing else touches these bytes
+        // until we publish the word below.
+        write(
+            &self.mem,
+            ((self.head as usize) & (self.mem.slots() - 1)) * SLOT_SIZE + WORD,
+        );
         // Release: the bytes are visible to whoever Acquires this word.
         self.mem
             .store_word(self.head, word(self.head, len as u64), Ordering::Release);
@@ -701,6 +747,18 @@ impl Producer {
     /// payload, without gluing them first); `Ok(false)` if the ring is full now.
     pub fn try_push_parts(&mut self, parts: &[&[u8]]) -> Result<bool, ShmError> {
         self.0.try_push_parts(parts)
+    }
+
+    /// One message of `head` followed by `len` bytes that `fill` writes straight into the
+    /// ring (a gather: no intermediate buffer); `Ok(false)` if the ring is full now. `fill`
+    /// must write every byte of its slice; it runs only when there is room.
+    pub fn try_push_with(
+        &mut self,
+        head: &[u8],
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, ShmError> {
+        self.0.try_push_with(head, len, fill)
     }
 
     /// Whether the consumer has taken every message pushed so far.
@@ -840,6 +898,47 @@ mod tests {
             p.try_push(&[0; 4 * SLOT_SIZE - 7]),
             Err(ShmError::TooLarge { len: 249, cap: 248 })
         );
+    }
+
+    #[test]
+    fn a_gather_writes_straight_into_the_ring_wrapping_and_full_as_any_push() {
+        let seg = segment(8);
+        let r = Ring::init(&seg, 8).unwrap();
+        let (mut p, mut c) = (r.producer().unwrap(), r.consumer().unwrap());
+        // Sizes that start mid-ring, so some messages need a pad before them (no wrapping).
+        for (round, len) in [0usize, 1, 7, 100, 3 * SLOT_SIZE - 20, 200, 5]
+            .into_iter()
+            .enumerate()
+        {
+            let head = [round as u8; 5];
+            let mut calls = 0;
+            let pushed = p
+                .try_push_with(&head, len, &mut |s| {
+                    calls += 1;
+                    assert_eq!(s.len(), len);
+                    for (i, b) in s.iter_mut().enumerate() {
+                        *b = (i * 3 + round) as u8;
+                    }
+                })
+                .unwrap();
+            assert!(pushed && calls == 1, "round {round}");
+            let mut want = head.to_vec();
+            want.extend((0..len).map(|i| (i * 3 + round) as u8));
+            assert_eq!(pop(&mut c), Some(want), "round {round}, {len} bytes");
+        }
+        // Full: the fill never runs and nothing is published.
+        while p.try_push(&[1; 3 * SLOT_SIZE]).unwrap() {}
+        let mut ran = false;
+        assert!(
+            !p.try_push_with(b"h", 3 * SLOT_SIZE, &mut |_| ran = true)
+                .unwrap()
+        );
+        assert!(!ran);
+        assert_eq!(
+            p.try_push_with(b"h", p.max_msg(), &mut |_| ran = true),
+            Err(ShmError::TooLarge { len: 249, cap: 248 })
+        );
+        assert!(!ran);
     }
 
     #[test]

@@ -505,33 +505,57 @@ impl ShmNet {
     }
 
     /// Sends one message (header + payload) if the ring has room; `Ok(false)` otherwise.
+    #[inline]
     pub fn try_send(
         &mut self,
         peer: u32,
         hdr: &Header,
         payload: &[u8],
     ) -> Result<bool, TransportError> {
-        if Header::LEN + payload.len() > self.ring_max() {
+        self.try_send_by(peer, hdr, payload.len(), |tx, hb| {
+            tx.try_push_parts(&[hb, payload])
+        })
+    }
+
+    /// Sends one message of `len` payload bytes that `fill` writes straight into the ring
+    /// (a gather from a non-contiguous layout, no intermediate buffer) if the ring has room;
+    /// `Ok(false)`, and `fill` not run, otherwise.
+    pub fn try_send_with(
+        &mut self,
+        peer: u32,
+        hdr: &Header,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, TransportError> {
+        self.try_send_by(peer, hdr, len, |tx, hb| tx.try_push_with(hb, len, fill))
+    }
+
+    #[inline(always)]
+    fn try_send_by(
+        &mut self,
+        peer: u32,
+        hdr: &Header,
+        len: usize,
+        push: impl FnOnce(&mut Producer, &[u8]) -> Result<bool, crate::shm::ShmError>,
+    ) -> Result<bool, TransportError> {
+        if Header::LEN + len > self.ring_max() {
             return Err(TransportError::Protocol {
                 peer,
-                why: format!("{} bytes exceed the ring's entry limit", payload.len()),
+                why: format!("{len} bytes exceed the ring's entry limit"),
             });
         }
         let p = self.ensure_tx(peer)?;
         let hb = hdr.encode();
         let tx = p.tx.as_mut().expect("ensured");
-        if !tx
-            .try_push_parts(&[&hb, payload])
-            .map_err(|e| TransportError::Protocol {
-                peer,
-                why: e.to_string(),
-            })?
-        {
+        if !push(tx, &hb).map_err(|e| TransportError::Protocol {
+            peer,
+            why: e.to_string(),
+        })? {
             return Ok(false);
         }
         Self::wake(p)?;
         self.counters.msgs_sent += 1;
-        self.counters.bytes_sent += payload.len() as u64;
+        self.counters.bytes_sent += len as u64;
         Ok(true)
     }
 
