@@ -335,6 +335,22 @@ impl Shared {
         tag: TagSel,
         buf: &mut [u8],
     ) -> Option<Status> {
+        let room = buf.len();
+        self.recv_direct_into(ctx, src, tag, room, &mut |p| {
+            buf[..p.len()].copy_from_slice(p)
+        })
+    }
+
+    /// [`recv_direct`](Self::recv_direct) of a message of at most `room` bytes handed to
+    /// `put` in the ring (see `Engine::recv_now_into`).
+    pub(crate) fn recv_direct_into(
+        &self,
+        ctx: u32,
+        src: u32,
+        tag: TagSel,
+        room: usize,
+        put: &mut impl FnMut(&[u8]),
+    ) -> Option<Status> {
         if self.coll.any_inflight.load(Ordering::Acquire) {
             return None;
         }
@@ -342,7 +358,7 @@ impl Shared {
         let mut e = self.lock();
         let mut spins: u32 = 0;
         loop {
-            match e.recv_direct(ctx, src, tag, buf) {
+            match e.recv_direct(ctx, src, tag, room, put) {
                 Direct::Done(st) => return Some(st),
                 Direct::General => return None,
                 Direct::Empty => {}
@@ -592,6 +608,77 @@ impl Communicator {
         }
     }
 
+    /// A blocking send of `len` bytes that `fill` writes straight into the transport (the
+    /// gather of a non-contiguous layout): `Ok(true)` when the message went out now;
+    /// `Ok(false)` when it cannot go that way at once (nothing done: send it another way).
+    pub(crate) fn send_gather_now(
+        &self,
+        dest: u32,
+        tag: Tag,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool> {
+        let dest = self.world_rank(dest)?;
+        self.shared
+            .lock()
+            .send_gather_now(self.ctx, dest, tag.0, len, "send", fill)
+    }
+
+    /// The direct path of a blocking receive (see [`recv`](Self::recv)) whose payload, at most
+    /// `room` bytes, `put` takes straight from the ring (the scatter of a non-contiguous
+    /// layout); `Ok(None)` when the general path must take it (nothing received).
+    pub(crate) fn recv_direct_into(
+        &self,
+        src: Source,
+        tag: Tag,
+        room: usize,
+        put: &mut impl FnMut(&[u8]),
+    ) -> Result<Option<Status>> {
+        if let (Source::Rank(r), TagSel::Tag(0..) | TagSel::Any) = (self.source(src)?, tag.sel())
+            && let Some(st) = self
+                .shared
+                .recv_direct_into(self.ctx, r, tag.sel(), room, put)
+        {
+            return Ok(Some(self.local(st)));
+        }
+        Ok(None)
+    }
+
+    /// One look for a message from `src` matching `tag` already at the head of the ring, for a
+    /// receive being posted (no wait): its payload, at most `room` bytes, handed to `put`.
+    /// `Ok(None)` when it is not there or needs the general path (nothing received).
+    pub(crate) fn recv_now_into(
+        &self,
+        src: Source,
+        tag: Tag,
+        room: usize,
+        put: &mut impl FnMut(&[u8]),
+    ) -> Result<Option<Status>> {
+        let (Source::Rank(r), t @ (TagSel::Tag(0..) | TagSel::Any)) =
+            (self.source(src)?, tag.sel())
+        else {
+            return Ok(None);
+        };
+        let done = self.shared.lock().recv_now_into(self.ctx, r, t, room, put);
+        Ok(match done {
+            Direct::Done(st) => Some(self.local(st)),
+            Direct::Empty | Direct::General => None,
+        })
+    }
+
+    /// A send request that completed when it started (it owns nothing).
+    pub(crate) fn sent_request<T: Pod + Send>(&self, tag: Tag, bytes: usize) -> Request<T> {
+        Request {
+            shared: self.shared.clone(),
+            group: self.group.clone(),
+            req: None,
+            buf: Some(Vec::new()),
+            recv: false,
+            done: Some(self.sent_status(tag, bytes)),
+            cancelled: false,
+        }
+    }
+
     /// Synchronous send (`MPI_Ssend`): returns once the receiver has matched the message (and
     /// `buf` may be reused), whatever its size — a program that works with `ssend` does not
     /// depend on messages being buffered. To this rank itself it completes at once.
@@ -722,6 +809,20 @@ impl Communicator {
     ) -> Result<Status> {
         let dest = self.world_rank(dest)?;
         let src = self.source(src)?;
+        // Device memory, and internal exchanges in checked mode (their waits check the
+        // communicator), take the general path.
+        let general =
+            sreg.is_device() || rreg.is_device() || (self.shared.check && ctx != self.ctx);
+        if !general
+            && self
+                .shared
+                .lock()
+                .send_now(ctx, dest, stag.0, sreg.bytes(), "sendrecv")?
+        {
+            // The send left at once (eager, taken by the transport), which makes the rest a
+            // receive: no requests, and the message may be taken straight from the ring.
+            return self.recv_host_on(ctx, src, rtag, rreg);
+        }
         let (s, r) = {
             let mut e = self.shared.lock();
             let r = e.irecv(ctx, src, rtag.sel(), rreg, "sendrecv")?;
@@ -749,6 +850,20 @@ impl Communicator {
         let rres = self.shared.wait(r);
         sres?;
         Ok(self.local(rres?))
+    }
+
+    /// A blocking receive into host memory on `ctx` from `src` (a world rank, or any).
+    fn recv_host_on(&self, ctx: u32, src: Source, tag: Tag, reg: Region) -> Result<Status> {
+        if let (Source::Rank(r), TagSel::Tag(0..) | TagSel::Any) = (src, tag.sel())
+            && let Some(st) = self.shared.recv_direct(ctx, r, tag.sel(), reg.bytes_mut())
+        {
+            return Ok(self.local(st));
+        }
+        let req = self
+            .shared
+            .lock()
+            .irecv(ctx, src, tag.sel(), reg, "sendrecv")?;
+        Ok(self.local(self.shared.wait(req)?))
     }
 
     /// Starts sending `buf`, which the request owns until [`Request::wait`] hands it back.

@@ -735,13 +735,40 @@ impl Communicator {
         dest: u32,
         tag: Tag,
     ) -> Result<()> {
-        match direct(dt, bytemuck::cast_slice(buf), count)? {
-            Some(bytes) => self.send(bytes, dest, tag),
-            None => with_scratch(|s| {
-                let packed = pack_scratch(dt, bytemuck::cast_slice(buf), count, s)?;
-                self.send(packed, dest, tag)
-            }),
+        let src: &[u8] = bytemuck::cast_slice(buf);
+        if let Some(bytes) = direct(dt, src, count)? {
+            return self.send(bytes, dest, tag);
         }
+        dt.check_span(count, src.len(), "send_dt")?;
+        // SAFETY: the layout's span lies inside `src` (checked above).
+        if unsafe { self.send_dt_now(src.as_ptr(), count, dt, dest, tag) }? {
+            return Ok(());
+        }
+        with_scratch(|s| {
+            let packed = pack_scratch(dt, src, count, s)?;
+            self.send(packed, dest, tag)
+        })
+    }
+
+    /// The eager send of a derived layout gathered straight into the peer's ring (see
+    /// [`Communicator::send_gather_now`]); `Ok(false)`: nothing sent, pack and send instead.
+    ///
+    /// # Safety
+    /// The span of `count` elements of `dt` from `base` is readable.
+    unsafe fn send_dt_now(
+        &self,
+        base: *const u8,
+        count: usize,
+        dt: &Datatype,
+        dest: u32,
+        tag: Tag,
+    ) -> Result<bool> {
+        self.send_gather_now(dest, tag, dt.packed_size(count), &mut |slot| {
+            // SAFETY: forwarded from the caller; `slot` holds exactly the packed size, so the
+            // pack cannot fail.
+            let r = unsafe { dt.pack_raw(base, count, slot) };
+            debug_assert_eq!(r.ok(), Some(slot.len()));
+        })
     }
 
     /// Receives up to `count` elements of `dt` into `buf` (`MPI_Recv` with a derived datatype).
@@ -756,14 +783,39 @@ impl Communicator {
         src: impl Into<Source>,
         tag: Tag,
     ) -> Result<Status> {
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        self.recv_dt_bytes(bytemuck::cast_slice_mut(buf), count, dt, src.into(), tag)
+    }
+
+    /// [`recv_dt`](Self::recv_dt) into bytes. A non-contiguous layout is scattered straight
+    /// from the ring when the message is there to take (the direct path), else received
+    /// packed and unpacked.
+    fn recv_dt_bytes(
+        &self,
+        bytes: &mut [u8],
+        count: usize,
+        dt: &Datatype,
+        src: Source,
+        tag: Tag,
+    ) -> Result<Status> {
         if let Some(range) = direct_range(dt, bytes.len(), count)? {
             return self.recv(&mut bytes[range], src, tag);
         }
         // Refused before anything is received: a bad layout must not consume a message.
         dt.check_span(count, bytes.len(), "recv_dt")?;
+        let room = dt.packed_size(count);
+        let base = bytes.as_mut_ptr();
+        let direct = self.recv_direct_into(src, tag, room, &mut |packed| {
+            // SAFETY: the layout's span lies inside `bytes` (checked above), which nothing
+            // else touches meanwhile; `packed` is at most `room` bytes, so the unpack cannot
+            // fail.
+            let r = unsafe { dt.unpack_raw(packed, base, count) };
+            debug_assert_eq!(r.ok(), Some(packed.len()));
+        })?;
+        if let Some(st) = direct {
+            return Ok(st);
+        }
         with_scratch(|s| {
-            let st = self.recv(sized(s, dt.packed_size(count)), src, tag)?;
+            let st = self.recv(sized(s, room), src, tag)?;
             dt.unpack(&s[..st.bytes], bytes, count)?;
             Ok(st)
         })
@@ -789,7 +841,16 @@ impl Communicator {
         let rbytes: &mut [u8] = bytemuck::cast_slice_mut(rbuf);
         let src = src.into();
         let sdirect = direct(sdt, sbytes, scount)?;
+        sdt.check_span(scount, sbytes.len(), "sendrecv_dt (send)")?;
         rdt.check_span(rcount, rbytes.len(), "sendrecv_dt")?;
+        // Eager over shared memory, a send that leaves at once makes this a receive: gathered
+        // into the peer's ring, scattered out of ours.
+        // SAFETY: the send layout's span lies inside `sbytes` (checked above).
+        if !(sdt.is_contiguous() && rdt.is_contiguous())
+            && unsafe { self.send_dt_now(sbytes.as_ptr(), scount, sdt, dest, stag) }?
+        {
+            return self.recv_dt_bytes(rbytes, rcount, rdt, src, rtag);
+        }
         with_scratch(|out| {
             let sdata: &[u8] = match sdirect {
                 Some(b) => b,
@@ -826,7 +887,9 @@ impl Communicator {
 
     /// Starts sending `count` elements of `dt` from `buf` (`MPI_Isend` with a derived
     /// datatype): the data is packed now, so `buf` may be reused at once; the request owns the
-    /// packed bytes.
+    /// packed bytes. An eager message to a shared-memory peer whose ring has room is gathered
+    /// straight into the ring instead, and the request is complete at once (its `wait` hands
+    /// back an empty buffer).
     pub fn isend_dt<T: Pod>(
         &self,
         buf: &[T],
@@ -835,8 +898,16 @@ impl Communicator {
         dest: u32,
         tag: Tag,
     ) -> Result<Request<u8>> {
+        let src: &[u8] = bytemuck::cast_slice(buf);
+        if !dt.is_contiguous() {
+            dt.check_span(count, src.len(), "isend_dt")?;
+            // SAFETY: the layout's span lies inside `src` (checked above).
+            if unsafe { self.send_dt_now(src.as_ptr(), count, dt, dest, tag) }? {
+                return Ok(self.sent_request(tag, dt.packed_size(count)));
+            }
+        }
         let mut packed = Vec::new();
-        pack_into(dt, bytemuck::cast_slice(buf), count, &mut packed)?;
+        pack_into(dt, src, count, &mut packed)?;
         self.isend(packed, dest, tag)
     }
 
@@ -854,9 +925,28 @@ impl Communicator {
     ) -> Result<DtRecv<'a>> {
         let dst: &mut [u8] = bytemuck::cast_slice_mut(buf);
         dt.check_span(count, dst.len(), "irecv_dt")?;
-        let req = self.irecv(vec![0u8; dt.packed_size(count)], src, tag)?;
+        let (src, room) = (src.into(), dt.packed_size(count));
+        if !dt.is_contiguous() {
+            // A message already at the head of the ring is scattered into `buf` now.
+            let base = dst.as_mut_ptr();
+            let now = self.recv_now_into(src, tag, room, &mut |packed| {
+                // SAFETY: as in `recv_dt_bytes`: the span lies inside `dst`, which this call
+                // borrows exclusively; `packed` fits `room`.
+                let r = unsafe { dt.unpack_raw(packed, base, count) };
+                debug_assert_eq!(r.ok(), Some(packed.len()));
+            })?;
+            if let Some(st) = now {
+                return Ok(DtRecv {
+                    req: Err(st),
+                    dst,
+                    dt: dt.clone(),
+                    count,
+                });
+            }
+        }
+        let req = self.irecv(vec![0u8; room], src, tag)?;
         Ok(DtRecv {
-            req,
+            req: Ok(req),
             dst,
             dt: dt.clone(),
             count,
@@ -908,9 +998,15 @@ impl Communicator {
                 self.sendrecv(&b[..s1 - s0], dest, stag, &mut a[r0..r1], src, rtag)
             };
         }
+        let src = src.into();
+        // As in `sendrecv_dt`: a send gathered into the peer's ring at once, then a receive.
+        // SAFETY: the send layout's span from `soff` lies inside `bytes` (checked above); the
+        // pointer is used only by this send, before the receive borrows `bytes` again.
+        if unsafe { self.send_dt_now(bytes[soff..].as_ptr(), scount, sdt, dest, stag) }? {
+            return self.recv_dt_bytes(&mut bytes[roff..], rcount, rdt, src, rtag);
+        }
         with_scratch(|out| {
             let packed = pack_scratch(sdt, &bytes[soff..], scount, out)?;
-            let src = src.into();
             self.sendrecv_into_dt(
                 packed,
                 dest,
@@ -946,7 +1042,8 @@ impl Communicator {
 
 /// A receive of a derived datatype in flight ([`Communicator::irecv_dt`]).
 pub struct DtRecv<'a> {
-    req: Request<u8>,
+    /// The receive of the packed message, or the status of one already unpacked into `dst`.
+    req: std::result::Result<Request<u8>, Status>,
     dst: &'a mut [u8],
     dt: Datatype,
     count: usize,
@@ -955,14 +1052,18 @@ pub struct DtRecv<'a> {
 impl DtRecv<'_> {
     /// Waits for the message and unpacks it into the receive buffer.
     pub fn wait(self) -> Result<Status> {
-        let (packed, st) = self.req.wait()?;
+        let req = match self.req {
+            Ok(req) => req,
+            Err(st) => return Ok(st),
+        };
+        let (packed, st) = req.wait()?;
         self.dt.unpack(&packed[..st.bytes], self.dst, self.count)?;
         Ok(st)
     }
 
     /// Whether the message has arrived (then [`wait`](Self::wait) returns at once).
     pub fn test(&mut self) -> bool {
-        self.req.test()
+        self.req.as_mut().is_ok_and(|r| r.test()) || self.req.is_err()
     }
 }
 

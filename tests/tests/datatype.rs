@@ -1,15 +1,18 @@
 //! Derived datatypes through real `rcomm-run` jobs: one launch per (rank count, transport) runs
 //! every case of `rt_dtype` (columns, structs, a 2D halo exchange, short and truncated
-//! receives, bad layouts).
+//! receives, non-blocking calls, a flood that fills the ring, bad layouts).
 
 use rcomm_tests::{Job, test_program};
 use std::time::Duration;
 
-const CASES: [&str; 5] = [
+const CASES: [&str; 8] = [
     "column",
     "structs",
+    "within-contiguous",
     "halo",
     "short-and-truncated",
+    "nonblocking",
+    "flood",
     "bad-input",
 ];
 

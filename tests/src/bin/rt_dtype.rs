@@ -428,6 +428,50 @@ impl T<'_> {
         }
     }
 
+    /// Rank 0 floods rank 1 with small column sends while rank 1 starts late, so rank 1's ring
+    /// fills: a send that cannot be gathered into the ring is packed and queued instead, and
+    /// every message still arrives whole and in order, whether rank 1 scatters it straight out
+    /// of the ring (`recv_dt`), takes it through a request (`irecv_dt`), or it was sent as
+    /// plain bytes (one signature, another type map).
+    fn flood(&self) {
+        if self.n < 2 || self.r > 1 {
+            return;
+        }
+        const N: usize = 2000;
+        let f = Datatype::of::<f64>();
+        let col = Datatype::vector(6, 1, 3, &f).unwrap();
+        if self.r == 0 {
+            for it in 0..N {
+                let m: Vec<f64> = (0..16).map(|i| val(0, 12, i, it)).collect();
+                if it % 5 == 4 {
+                    let packed: Vec<f64> = (0..6).map(|k| m[3 * k]).collect();
+                    self.w.send(&packed, 1, Tag(20)).unwrap();
+                } else {
+                    self.w.send_dt(&m, 1, &col, 1, Tag(20)).unwrap();
+                }
+            }
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        for it in 0..N {
+            let mut into = vec![-1f64; 16];
+            let st = if it % 3 == 0 {
+                self.w
+                    .irecv_dt(&mut into, 1, &col, 0, Tag(20))
+                    .unwrap()
+                    .wait()
+            } else {
+                self.w.recv_dt(&mut into, 1, &col, 0, Tag(20))
+            }
+            .unwrap();
+            assert_eq!(st.bytes, 48, "message {it}");
+            for (i, v) in into.iter().enumerate() {
+                let want = if i % 3 == 0 { val(0, 12, i, it) } else { -1.0 };
+                assert_eq!(*v, want, "element {i} of message {it}");
+            }
+        }
+    }
+
     /// A layout reaching outside the buffer is refused before anything is sent.
     fn bad_input(&self) {
         let f = Datatype::of::<f64>();
@@ -479,6 +523,8 @@ fn main() {
     t.ok("short-and-truncated");
     t.nonblocking();
     t.ok("nonblocking");
+    t.flood();
+    t.ok("flood");
     t.bad_input();
     t.ok("bad-input");
 }

@@ -31,14 +31,15 @@ impl Engine {
         ctx: u32,
         src: u32,
         tag: TagSel,
-        buf: &mut [u8],
+        room: usize,
+        put: &mut impl FnMut(&[u8]),
     ) -> Direct {
         // Anything in flight may need this wait's progress (a queued send, a rendezvous, a
         // receive posted earlier).
         if self.st.active != 0 || self.st.out_len != 0 {
             return Direct::General;
         }
-        self.recv_now(ctx, src, tag, buf)
+        self.recv_now_into(ctx, src, tag, room, put)
     }
 
     /// One look for a message from `src` matching `tag` that is already on the ring, for a
@@ -46,6 +47,23 @@ impl Engine {
     /// the matcher still decides whether the message is this receive's (no receive posted
     /// before it could take it).
     pub(crate) fn recv_now(&mut self, ctx: u32, src: u32, tag: TagSel, buf: &mut [u8]) -> Direct {
+        let room = buf.len();
+        self.recv_now_into(ctx, src, tag, room, &mut |p| {
+            buf[..p.len()].copy_from_slice(p)
+        })
+    }
+
+    /// [`recv_now`](Self::recv_now) handing the payload (at most `room` bytes: a longer
+    /// message takes the general path, which reports the truncation) to `put`, which copies it
+    /// out of the ring: into a buffer, or scattered into a non-contiguous layout.
+    pub(crate) fn recv_now_into(
+        &mut self,
+        ctx: u32,
+        src: u32,
+        tag: TagSel,
+        room: usize,
+        put: &mut impl FnMut(&[u8]),
+    ) -> Direct {
         let st = &mut self.st;
         // Failures and checked mode have their own rules.
         if st.hook.is_some()
@@ -71,13 +89,13 @@ impl Engine {
                 && h.seq == seq
                 && h.signature == 0
                 && h.len == payload.len() as u64
-                && payload.len() <= buf.len()
+                && payload.len() <= room
                 && match tag {
                     TagSel::Any => true,
                     TagSel::Tag(t) => t == h.tag,
                 };
             if ok {
-                buf[..payload.len()].copy_from_slice(payload);
+                put(payload);
                 got = Some(Status {
                     source: src,
                     tag: h.tag,

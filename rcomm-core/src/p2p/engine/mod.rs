@@ -598,18 +598,13 @@ impl Engine {
             }
             return Ok(Some(req));
         }
-        if blocking && dest != me && eager && self.st.out.get(&dest).is_none_or(|q| q.is_empty()) {
+        if blocking && eager && self.may_send_now(dest) {
             // Fast path of a blocking eager send: straight into the transport, no request.
-            match self
+            let sent = self
                 .net
-                .try_send(dest, &hdr(ProtoKind::Eager), region.bytes())
-            {
-                Ok(true) => return Ok(None),
-                Ok(false) => {}
-                Err(e) => {
-                    self.transport_failed(Some(dest), e.to_string());
-                    return Err(self.st.lost(dest, op, e.to_string()));
-                }
+                .try_send(dest, &hdr(ProtoKind::Eager), region.bytes());
+            if self.sent_now(dest, op, sent)? {
+                return Ok(None);
             }
         }
         let req = self.st.new_req(op, Some(dest), false, region);
@@ -729,6 +724,101 @@ impl Engine {
         }
         self.flush_peer(dest);
         Ok(Some(req))
+    }
+
+    /// A blocking eager send of `len` bytes that `fill` writes straight into the peer's
+    /// shared-memory ring (the gather of a non-contiguous layout, no packed copy): `Ok(true)`
+    /// when the message went out now and there is nothing to wait for. `Ok(false)`, with
+    /// nothing done and `fill` not run, when it cannot go that way at once (not a
+    /// shared-memory peer, this rank itself, too large for eager, earlier sends to `dest`
+    /// still queued, or the ring full); the caller then packs and sends as usual.
+    pub(crate) fn send_gather_now(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        len: usize,
+        op: &'static str,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, CommError> {
+        self.send_now_by(ctx, dest, tag, len, op, |net, hdr| {
+            net.try_send_with(dest, hdr, len, fill)
+        })
+    }
+
+    /// [`send_gather_now`](Self::send_gather_now) of host bytes, over any lane: `Ok(true)`
+    /// when the message went out now (eager, taken by the transport), `Ok(false)` with nothing
+    /// done otherwise — never a request, so the caller may choose how to send instead.
+    pub(crate) fn send_now(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        bytes: &[u8],
+        op: &'static str,
+    ) -> Result<bool, CommError> {
+        self.send_now_by(ctx, dest, tag, bytes.len(), op, |net, hdr| {
+            net.try_send(dest, hdr, bytes)
+        })
+    }
+
+    fn send_now_by(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        len: usize,
+        op: &'static str,
+        send: impl FnOnce(&mut Net, &Header) -> Result<bool, TransportError>,
+    ) -> Result<bool, CommError> {
+        if tag < 0 {
+            return Err(CommError::InvalidTag { tag });
+        }
+        self.check_comm(ctx, op)?;
+        self.st.check_peer(dest, op)?;
+        if !self.may_send_now(dest) || len > self.net.eager_limit(dest) {
+            return Ok(false);
+        }
+        let me = self.st.me;
+        let next = self.st.ctx_mut(ctx).send_seq.get_or_default(dest);
+        let hdr = Header {
+            context: ctx,
+            source: me,
+            seq: *next,
+            tag,
+            len: len as u64,
+            kind: ProtoKind::Eager,
+            flags: 0,
+            coll_seq: 0,
+            signature: 0,
+        };
+        let sent = send(&mut self.net, &hdr);
+        if self.sent_now(dest, op, sent)? {
+            // The sequence number is spent only by a message that left.
+            let next = self.st.ctx_mut(ctx).send_seq.get_or_default(dest);
+            *next = next.wrapping_add(1);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Whether a message to `dest` may go straight into the transport now: not to this rank
+    /// and with no earlier message to `dest` queued (MPI's order).
+    fn may_send_now(&self, dest: u32) -> bool {
+        dest != self.st.me && self.st.out.get(&dest).is_none_or(|q| q.is_empty())
+    }
+
+    /// The outcome of a send straight into the transport: a transport failure loses the peer.
+    fn sent_now(
+        &mut self,
+        dest: u32,
+        op: &'static str,
+        sent: Result<bool, TransportError>,
+    ) -> Result<bool, CommError> {
+        sent.map_err(|e| {
+            self.transport_failed(Some(dest), e.to_string());
+            self.st.lost(dest, op, e.to_string())
+        })
     }
 
     /// Posts a receive into `region`.
