@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Strided-column halo exchange (vector datatype) against the same columns packed by hand
 # (manual) and a contiguous exchange of the same bytes (contig), rcomm side by side with Open MPI (and MPICH with --mpich): benches/examples/halo.rs and
-# its C twin benches/mpi/halo.c, N interleaved pairs (the order alternates), medians and spreads.
+# its C twin benches/mpi/halo.c, N interleaved pairs (the order alternates), medians and spreads;
+# then rcomm's floor for the layout: the contiguous exchange plus the strided copies alone (touch).
 #
 #   benches/scripts/compare-halo.sh [--pairs N] [-n RANKS] [--rows LIST] [--mpich]
 #
@@ -30,7 +31,7 @@ out=$root/target/bench-results/halo-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 cmd() {
     case "$1" in
-        rcomm) echo "target/release/rcomm-run -n $n --no-prefix target/release/examples/halo --rows $rows" ;;
+        rcomm) echo "target/release/rcomm-run -n $n --no-prefix target/release/examples/halo --rows $rows --modes vector,manual,contig,touch" ;;
         openmpi) echo "mpirun.openmpi --allow-run-as-root --oversubscribe -np $n target/halo/halo.openmpi --rows $rows --impl openmpi" ;;
         mpich) echo "mpiexec.mpich -n $n target/halo/halo.mpich --rows $rows --impl mpich" ;;
     esac
@@ -61,5 +62,14 @@ for n in sorted({r["rows"] for r in rows}):
         cells += [f(v), f(h), f(c), f"{v[0] / h[0]:.2f}", f"{v[0] / c[0]:.2f}"]
     ratios = [f"{med('rcomm', 'vector', n)[0] / med(i, 'vector', n)[0]:.2f}" for i in impls[1:]]
     print(f"| {n} ({n * 8} B) | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+if any(r["mode"] == "touch" for r in rows):
+    # The floor: the exchange of contiguous bytes plus the layout's own strided reads and
+    # writes (touch: manual's copies without messages), which no implementation avoids.
+    print()
+    print("| rows (bytes) | rcomm contig µs | rcomm touch µs | floor (contig + touch) / contig | rcomm vector/contig | rcomm vector / (contig + touch) |")
+    print("|---|---|---|---|---|---|")
+    for n in sorted({r["rows"] for r in rows}):
+        c, t, v = (med("rcomm", m, n)[0] for m in ("contig", "touch", "vector"))
+        print(f"| {n} ({n * 8} B) | {c:.1f} | {t:.1f} | {(c + t) / c:.2f} | {v / c:.2f} | {v / (c + t):.2f} |")
 PY
 echo "results: $out"
