@@ -1,66 +1,299 @@
-//! `bool` and `char` elements (`MPI_C_BOOL`, `MPI_WCHAR`-like) for point-to-point. They are
-//! not `bytemuck::Pod` (not every bit pattern is a valid `bool` or `char`), so the generic calls
-//! do not take them: these send a `bool` as one byte (0 or 1) and a `char` as its 4-byte scalar
-//! value, and check on receipt that every element is valid (an error otherwise, never an
-//! invalid value). `usize`/`isize` are `Pod` and go through the generic calls.
+//! `bool` and `char` elements (`MPI_C_BOOL`, `MPI_WCHAR`-like) in point-to-point, non-blocking
+//! calls and collectives. They are not `bytemuck::Pod` (not every bit pattern is a valid `bool`
+//! or `char`), so the generic calls do not take them: these send a `bool` as one byte (0 or 1)
+//! and a `char` as its 4-byte scalar value, and check on receipt that every element is valid
+//! (an error, and the destination left as it was, never an invalid value). `usize`/`isize` are
+//! `Pod` and go through the generic calls.
 
-use crate::comm::{Communicator, Tag};
+use crate::coll::Op;
+use crate::comm::{Communicator, Request, Tag};
 use crate::p2p::engine::Status;
 use crate::p2p::matcher::Source;
 use crate::{CommError, Result};
+use bytemuck::Pod;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for bool {}
+    impl Sealed for char {}
+}
+
+/// An element type with invalid bit patterns (`bool`, `char`), moved as a `Pod` wire form and
+/// checked element by element on receipt.
+pub trait CheckedElem: Copy + Send + Sync + 'static + sealed::Sealed {
+    /// What goes on the wire: `u8` for `bool`, `u32` for `char`.
+    type Wire: Pod + Send + Default;
+    /// The type's name in errors.
+    const NAME: &'static str;
+    /// The wire form.
+    fn to_wire(self) -> Self::Wire;
+    /// The element a wire value stands for; `None` when it stands for none.
+    fn from_wire(w: Self::Wire) -> Option<Self>;
+    /// How a wire value is shown in an error.
+    fn show(w: Self::Wire) -> String;
+}
+
+impl CheckedElem for bool {
+    type Wire = u8;
+    const NAME: &'static str = "bool";
+    fn to_wire(self) -> u8 {
+        u8::from(self)
+    }
+    fn from_wire(w: u8) -> Option<bool> {
+        match w {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }
+    }
+    fn show(w: u8) -> String {
+        format!("the byte {w}")
+    }
+}
+
+impl CheckedElem for char {
+    type Wire = u32;
+    const NAME: &'static str = "char";
+    fn to_wire(self) -> u32 {
+        u32::from(self)
+    }
+    fn from_wire(w: u32) -> Option<char> {
+        char::from_u32(w)
+    }
+    fn show(w: u32) -> String {
+        format!("{w:#x}")
+    }
+}
+
+/// The logical reductions of `bool`s (`MPI_LAND`, `MPI_LOR`, `MPI_LXOR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logical {
+    /// True when every contribution is.
+    And,
+    /// True when any contribution is.
+    Or,
+    /// True when an odd number of contributions are.
+    Xor,
+}
+
+impl Logical {
+    /// The bitwise op on 0/1 bytes that computes it (and keeps every result 0 or 1).
+    fn op(self) -> Op {
+        match self {
+            Logical::And => Op::BAnd,
+            Logical::Or => Op::BOr,
+            Logical::Xor => Op::BXor,
+        }
+    }
+}
+
+fn encode<T: CheckedElem>(buf: &[T]) -> Vec<T::Wire> {
+    buf.iter().map(|&x| x.to_wire()).collect()
+}
+
+/// The elements `wire` stands for; an invalid one is an error naming it.
+fn decode_vec<T: CheckedElem>(wire: &[T::Wire], op: &str) -> Result<Vec<T>> {
+    wire.iter()
+        .enumerate()
+        .map(|(i, &w)| {
+            T::from_wire(w).ok_or_else(|| {
+                CommError::InvalidArg(format!(
+                    "{op}: element {i} is {}, not a {}",
+                    T::show(w),
+                    T::NAME
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Decodes `wire` into the first elements of `out`, all or nothing: an invalid element is an
+/// error, and `out` is left as it was.
+fn decode<T: CheckedElem>(wire: &[T::Wire], out: &mut [T], op: &str) -> Result<()> {
+    let vals = decode_vec(wire, op)?;
+    out[..vals.len()].copy_from_slice(&vals);
+    Ok(())
+}
+
+/// A receive of `bool`s or `char`s in flight ([`Communicator::irecv_checked`]).
+#[must_use = "a receive request does nothing useful unless waited for"]
+pub struct CheckedRecv<T: CheckedElem> {
+    req: Request<T::Wire>,
+}
+
+impl<T: CheckedElem> CheckedRecv<T> {
+    /// Waits for the message; the elements received (as many as it held) and the status. An
+    /// invalid element, or a length that is not whole elements (`CommError::Size`), is an
+    /// error.
+    pub fn wait(self) -> Result<(Vec<T>, Status)> {
+        let (wire, st) = self.req.wait()?;
+        let n = st.bytes / size_of::<T::Wire>();
+        Ok((decode_vec(&wire[..n], "irecv_checked")?, st))
+    }
+
+    /// Whether the message has arrived (then [`wait`](Self::wait) returns at once).
+    pub fn test(&mut self) -> bool {
+        self.req.test()
+    }
+}
+
+impl<T: CheckedElem> crate::reqset::Pending for CheckedRecv<T> {
+    fn poll(&mut self) -> bool {
+        self.test()
+    }
+}
 
 impl Communicator {
     /// Sends `bool`s, one byte each ([`send`](Self::send)).
     pub fn send_bools(&self, buf: &[bool], dest: u32, tag: Tag) -> Result<()> {
-        let b: Vec<u8> = buf.iter().map(|&x| u8::from(x)).collect();
-        self.send(&b, dest, tag)
+        self.send_checked(buf, dest, tag)
     }
 
     /// Receives `bool`s sent by [`send_bools`](Self::send_bools) into the first elements of
     /// `buf` ([`recv`](Self::recv)); `status.count::<bool>()` says how many. A byte other than
     /// 0 or 1 is an error (and `buf` is left as it was).
     pub fn recv_bools(&self, buf: &mut [bool], src: impl Into<Source>, tag: Tag) -> Result<Status> {
-        let mut b = vec![0u8; buf.len()];
-        let st = self.recv(&mut b, src, tag)?;
-        let got = &b[..st.bytes];
-        if let Some(i) = got.iter().position(|&x| x > 1) {
-            return Err(CommError::InvalidArg(format!(
-                "recv_bools: element {i} is the byte {}, not a bool",
-                got[i]
-            )));
-        }
-        for (d, &x) in buf.iter_mut().zip(got) {
-            *d = x == 1;
-        }
-        Ok(st)
+        self.recv_checked(buf, src, tag)
     }
 
     /// Sends `char`s as their 4-byte scalar values ([`send`](Self::send)).
     pub fn send_chars(&self, buf: &[char], dest: u32, tag: Tag) -> Result<()> {
-        let b: Vec<u32> = buf.iter().map(|&c| u32::from(c)).collect();
-        self.send(&b, dest, tag)
+        self.send_checked(buf, dest, tag)
     }
 
     /// Receives `char`s sent by [`send_chars`](Self::send_chars) into the first elements of
     /// `buf`; `status.count::<char>()` says how many. A value that is not a Unicode scalar
     /// value, or a length that is not whole chars, is an error (and `buf` is left as it was).
     pub fn recv_chars(&self, buf: &mut [char], src: impl Into<Source>, tag: Tag) -> Result<Status> {
-        let mut b = vec![0u32; buf.len()];
-        let st = self.recv(&mut b, src, tag)?;
-        let got = &b[..st.bytes / 4];
-        let chars: Option<Vec<char>> = got.iter().map(|&x| char::from_u32(x)).collect();
-        let Some(chars) = chars else {
-            let i = got
-                .iter()
-                .position(|&x| char::from_u32(x).is_none())
-                .unwrap_or(0);
-            return Err(CommError::InvalidArg(format!(
-                "recv_chars: element {i} is {:#x}, not a char",
-                got[i]
-            )));
+        self.recv_checked(buf, src, tag)
+    }
+
+    /// Sends `bool`s or `char`s ([`send_bools`](Self::send_bools),
+    /// [`send_chars`](Self::send_chars)).
+    pub fn send_checked<T: CheckedElem>(&self, buf: &[T], dest: u32, tag: Tag) -> Result<()> {
+        self.send(&encode(buf), dest, tag)
+    }
+
+    /// Receives `bool`s or `char`s into the first elements of `buf`
+    /// ([`recv_bools`](Self::recv_bools), [`recv_chars`](Self::recv_chars)).
+    pub fn recv_checked<T: CheckedElem>(
+        &self,
+        buf: &mut [T],
+        src: impl Into<Source>,
+        tag: Tag,
+    ) -> Result<Status> {
+        let mut wire = vec![T::Wire::default(); buf.len()];
+        // A message of part of an element is `CommError::Size` (checked by `recv`).
+        let st = self.recv(&mut wire, src, tag)?;
+        let what = if T::NAME == "bool" {
+            "recv_bools"
+        } else {
+            "recv_chars"
         };
-        buf[..chars.len()].copy_from_slice(&chars);
+        decode(&wire[..st.bytes / size_of::<T::Wire>()], buf, what)?;
         Ok(st)
+    }
+
+    /// Starts sending `bool`s or `char`s: they are encoded now, so `buf` may be reused at once.
+    pub fn isend_checked<T: CheckedElem>(
+        &self,
+        buf: &[T],
+        dest: u32,
+        tag: Tag,
+    ) -> Result<Request<T::Wire>> {
+        self.isend(encode(buf), dest, tag)
+    }
+
+    /// Starts receiving up to `len` `bool`s or `char`s; [`CheckedRecv::wait`] checks them.
+    pub fn irecv_checked<T: CheckedElem>(
+        &self,
+        len: usize,
+        src: impl Into<Source>,
+        tag: Tag,
+    ) -> Result<CheckedRecv<T>> {
+        Ok(CheckedRecv {
+            req: self.irecv(vec![T::Wire::default(); len], src, tag)?,
+        })
+    }
+
+    /// Broadcasts `buf` from `root` ([`bcast`](Self::bcast)); every rank passes the same length.
+    pub fn bcast_checked<T: CheckedElem>(&self, buf: &mut [T], root: u32) -> Result<()> {
+        let mut wire = encode(buf);
+        self.bcast(&mut wire, root)?;
+        decode(&wire, buf, "bcast_checked")
+    }
+
+    /// Gathers every rank's `send` into `recv` on every rank ([`allgather`](Self::allgather)).
+    pub fn allgather_checked<T: CheckedElem>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let mut wire = vec![T::Wire::default(); recv.len()];
+        self.allgather(&encode(send), &mut wire)?;
+        decode(&wire, recv, "allgather_checked")
+    }
+
+    /// Gathers every rank's `send` into `recv` at `root` ([`gather`](Self::gather)).
+    pub fn gather_checked<T: CheckedElem>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        root: u32,
+    ) -> Result<()> {
+        let send = encode(send);
+        match recv {
+            Some(recv) => {
+                let mut wire = vec![T::Wire::default(); recv.len()];
+                self.gather(&send, Some(&mut wire), root)?;
+                decode(&wire, recv, "gather_checked")
+            }
+            None => self.gather(&send, None, root),
+        }
+    }
+
+    /// Scatters `send` from `root` in equal parts into every rank's `recv`
+    /// ([`scatter`](Self::scatter)).
+    pub fn scatter_checked<T: CheckedElem>(
+        &self,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        root: u32,
+    ) -> Result<()> {
+        let send = send.map(encode);
+        let mut wire = vec![T::Wire::default(); recv.len()];
+        self.scatter(send.as_deref(), &mut wire, root)?;
+        decode(&wire, recv, "scatter_checked")
+    }
+
+    /// Every rank sends its `i`-th part of `send` to rank `i` ([`alltoall`](Self::alltoall)).
+    pub fn alltoall_checked<T: CheckedElem>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let mut wire = vec![T::Wire::default(); recv.len()];
+        self.alltoall(&encode(send), &mut wire)?;
+        decode(&wire, recv, "alltoall_checked")
+    }
+
+    /// Reduces `bool`s elementwise over all ranks with a logical op, in place, on every rank
+    /// (`MPI_Allreduce` with `MPI_C_BOOL` and `MPI_LAND`/`LOR`/`LXOR`).
+    pub fn allreduce_bools(&self, buf: &mut [bool], op: Logical) -> Result<()> {
+        let mut wire = encode(buf);
+        self.allreduce_in_place(&mut wire, op.op())?;
+        decode(&wire, buf, "allreduce_bools")
+    }
+
+    /// [`allreduce_bools`](Self::allreduce_bools) with the result at `root` only.
+    pub fn reduce_bools(
+        &self,
+        send: &[bool],
+        recv: Option<&mut [bool]>,
+        op: Logical,
+        root: u32,
+    ) -> Result<()> {
+        let send = encode(send);
+        match recv {
+            Some(recv) => {
+                let mut wire = vec![0u8; recv.len()];
+                self.reduce(&send, Some(&mut wire), op.op(), root)?;
+                decode(&wire, recv, "reduce_bools")
+            }
+            None => self.reduce(&send, None, op.op(), root),
+        }
     }
 }
 
@@ -88,6 +321,27 @@ mod tests {
         w.send(&[0xD800u32], me, Tag(4)).unwrap();
         assert!(w.recv_chars(&mut c, me, Tag(4)).is_err(), "a surrogate");
         w.send(&[0u8; 3], me, Tag(5)).unwrap();
-        assert!(w.recv_chars(&mut c, me, Tag(5)).is_err(), "not whole chars");
+        let e = w.recv_chars(&mut c, me, Tag(5)).unwrap_err();
+        assert!(
+            matches!(e, crate::CommError::Size { bytes: 3, elem: 4 }),
+            "{e}"
+        );
+        // Non-blocking, and the error names the element.
+        let s = w.isend_checked(&['x', 'y'], me, Tag(6)).unwrap();
+        let r = w.irecv_checked::<char>(3, me, Tag(6)).unwrap();
+        s.wait().unwrap();
+        let (got, st) = r.wait().unwrap();
+        assert_eq!((got, st.bytes), (vec!['x', 'y'], 8));
+        w.send(&[1u8, 0, 9], me, Tag(7)).unwrap();
+        let e = w
+            .irecv_checked::<bool>(3, me, Tag(7))
+            .unwrap()
+            .wait()
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("element 2 is the byte 9, not a bool"),
+            "{e}"
+        );
     }
 }

@@ -1,11 +1,12 @@
 //! Derived datatypes through real `rcomm-run` jobs: one launch per (rank count, transport) runs
 //! every case of `rt_dtype` (columns, structs, a 2D halo exchange, short and truncated
-//! receives, non-blocking calls, a flood that fills the ring, bad layouts).
+//! receives, non-blocking calls, a flood that fills the ring, `bool`s and `char`s through the
+//! collectives, bad layouts).
 
 use rcomm_tests::{Job, test_program};
 use std::time::Duration;
 
-const CASES: [&str; 8] = [
+const CASES: [&str; 9] = [
     "column",
     "structs",
     "within-contiguous",
@@ -13,6 +14,7 @@ const CASES: [&str; 8] = [
     "short-and-truncated",
     "nonblocking",
     "flood",
+    "bools-and-chars",
     "bad-input",
 ];
 

@@ -472,6 +472,130 @@ impl T<'_> {
         }
     }
 
+    /// `bool`s and `char`s through every collective and non-blocking point-to-point, each
+    /// against a sequential reference (values depend on rank and index), and an invalid
+    /// element refused.
+    fn bools_and_chars(&self) {
+        let (r, n) = (self.r as usize, self.n as usize);
+        let b = |rank: usize, i: usize| (rank * 7 + i * 3) % 5 < 2;
+        let c =
+            |rank: usize, i: usize| char::from_u32(0x61 + ((rank * 31 + i) % 26) as u32).unwrap();
+        let wide = |rank: usize, i: usize| ['é', '\u{1F600}', 'ß', '中'][(rank + i) % 4];
+        for len in [0usize, 1, 5, 1000] {
+            let root = (len % n) as u32;
+            let mut bb: Vec<bool> = (0..len)
+                .map(|i| if r == root as usize { b(9, i) } else { false })
+                .collect();
+            self.w.bcast_checked(&mut bb, root).unwrap();
+            assert_eq!(
+                bb,
+                (0..len).map(|i| b(9, i)).collect::<Vec<_>>(),
+                "bcast of {len} bools"
+            );
+            let mut cc: Vec<char> = (0..len)
+                .map(|i| if r == root as usize { wide(9, i) } else { 'x' })
+                .collect();
+            self.w.bcast_checked(&mut cc, root).unwrap();
+            assert_eq!(
+                cc,
+                (0..len).map(|i| wide(9, i)).collect::<Vec<_>>(),
+                "bcast of {len} chars"
+            );
+
+            let mine: Vec<char> = (0..len).map(|i| c(r, i)).collect();
+            let all: Vec<char> = (0..n)
+                .flat_map(|k| (0..len).map(move |i| c(k, i)))
+                .collect();
+            let mut got = vec!['?'; len * n];
+            self.w.allgather_checked(&mine, &mut got).unwrap();
+            assert_eq!(got, all, "allgather of {len} chars");
+            let mut got = vec!['?'; len * n];
+            let at = (n - 1) as u32;
+            self.w
+                .gather_checked(&mine, (r == at as usize).then_some(&mut got[..]), at)
+                .unwrap();
+            if r == at as usize {
+                assert_eq!(got, all, "gather of {len} chars");
+            }
+            let from: Vec<bool> = (0..len * n).map(|i| b(11, i)).collect();
+            let mut part = vec![false; len];
+            self.w
+                .scatter_checked((r == 0).then_some(&from[..]), &mut part, 0)
+                .unwrap();
+            assert_eq!(part, from[r * len..(r + 1) * len], "scatter of {len} bools");
+            // Part k of rank s is b(s * n + k, i): rank r gets part r of every rank.
+            let send: Vec<bool> = (0..n)
+                .flat_map(|k| (0..len).map(move |i| b(r * n + k, i)))
+                .collect();
+            let want: Vec<bool> = (0..n)
+                .flat_map(|s| (0..len).map(move |i| b(s * n + r, i)))
+                .collect();
+            let mut got = vec![false; len * n];
+            self.w.alltoall_checked(&send, &mut got).unwrap();
+            assert_eq!(got, want, "alltoall of {len} bools");
+
+            let mine: Vec<bool> = (0..len).map(|i| b(r, i)).collect();
+            for op in [rcomm::Logical::And, rcomm::Logical::Or, rcomm::Logical::Xor] {
+                let want: Vec<bool> = (0..len)
+                    .map(|i| {
+                        let v = (0..n).map(|k| b(k, i));
+                        match op {
+                            rcomm::Logical::And => v.fold(true, |a, x| a & x),
+                            rcomm::Logical::Or => v.fold(false, |a, x| a | x),
+                            rcomm::Logical::Xor => v.fold(false, |a, x| a ^ x),
+                        }
+                    })
+                    .collect();
+                let mut got = mine.clone();
+                self.w.allreduce_bools(&mut got, op).unwrap();
+                assert_eq!(got, want, "allreduce {op:?} of {len} bools");
+                let mut at_root = vec![false; len];
+                let root = (n / 2) as u32;
+                self.w
+                    .reduce_bools(
+                        &mine,
+                        (r == root as usize).then_some(&mut at_root[..]),
+                        op,
+                        root,
+                    )
+                    .unwrap();
+                if r == root as usize {
+                    assert_eq!(at_root, want, "reduce {op:?} of {len} bools");
+                }
+            }
+        }
+        // Non-blocking around the ring, and a byte that is no bool refused.
+        let out: Vec<char> = (0..9).map(|i| wide(r, i)).collect();
+        let rq = self
+            .w
+            .irecv_checked::<char>(16, self.left(), Tag(30))
+            .unwrap();
+        let sq = self.w.isend_checked(&out, self.right(), Tag(30)).unwrap();
+        sq.wait().unwrap();
+        let (got, st) = rq.wait().unwrap();
+        assert_eq!(st.bytes, 36);
+        assert_eq!(
+            got,
+            (0..9)
+                .map(|i| wide(self.left() as usize, i))
+                .collect::<Vec<_>>()
+        );
+        self.w
+            .send(&[1u8, 0, 2], self.right(), Tag(31))
+            .unwrap();
+        let mut into = [true; 3];
+        let e = self
+            .w
+            .recv_bools(&mut into, self.left(), Tag(31))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("element 2 is the byte 2, not a bool"),
+            "{e}"
+        );
+        assert_eq!(into, [true; 3], "left as it was");
+    }
+
     /// A layout reaching outside the buffer is refused before anything is sent.
     fn bad_input(&self) {
         let f = Datatype::of::<f64>();
@@ -525,6 +649,8 @@ fn main() {
     t.ok("nonblocking");
     t.flood();
     t.ok("flood");
+    t.bools_and_chars();
+    t.ok("bools-and-chars");
     t.bad_input();
     t.ok("bad-input");
 }
