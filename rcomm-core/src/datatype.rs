@@ -803,14 +803,10 @@ impl Communicator {
         // Refused before anything is received: a bad layout must not consume a message.
         dt.check_span(count, bytes.len(), "recv_dt")?;
         let room = dt.packed_size(count);
-        let base = bytes.as_mut_ptr();
-        let direct = self.recv_direct_into(src, tag, room, &mut |packed| {
-            // SAFETY: the layout's span lies inside `bytes` (checked above), which nothing
-            // else touches meanwhile; `packed` is at most `room` bytes, so the unpack cannot
-            // fail.
-            let r = unsafe { dt.unpack_raw(packed, base, count) };
-            debug_assert_eq!(r.ok(), Some(packed.len()));
-        })?;
+        // SAFETY: the layout's span lies inside `bytes` (checked above), which this call
+        // borrows exclusively; the receive hands over at most `room` bytes.
+        let mut put = unsafe { scatter_to(dt, bytes.as_mut_ptr(), count) };
+        let direct = self.recv_direct_into(src, tag, room, &mut put)?;
         if let Some(st) = direct {
             return Ok(st);
         }
@@ -928,13 +924,10 @@ impl Communicator {
         let (src, room) = (src.into(), dt.packed_size(count));
         if !dt.is_contiguous() {
             // A message already at the head of the ring is scattered into `buf` now.
-            let base = dst.as_mut_ptr();
-            let now = self.recv_now_into(src, tag, room, &mut |packed| {
-                // SAFETY: as in `recv_dt_bytes`: the span lies inside `dst`, which this call
-                // borrows exclusively; `packed` fits `room`.
-                let r = unsafe { dt.unpack_raw(packed, base, count) };
-                debug_assert_eq!(r.ok(), Some(packed.len()));
-            })?;
+            // SAFETY: as in `recv_dt_bytes`: the span lies inside `dst` (checked above),
+            // which this call borrows exclusively; at most `room` bytes are handed over.
+            let mut put = unsafe { scatter_to(dt, dst.as_mut_ptr(), count) };
+            let now = self.recv_now_into(src, tag, room, &mut put)?;
             if let Some(st) = now {
                 return Ok(DtRecv {
                     req: Err(st),
@@ -1064,6 +1057,21 @@ impl DtRecv<'_> {
     /// Whether the message has arrived (then [`wait`](Self::wait) returns at once).
     pub fn test(&mut self) -> bool {
         self.req.as_mut().is_ok_and(|r| r.test()) || self.req.is_err()
+    }
+}
+
+/// The scatter of a packed payload straight from a transport into `count` elements of `dt`
+/// laid out from `base` (a partial payload fills the first elements).
+///
+/// # Safety
+/// The span of `count` elements of `dt` from `base` is writable and touched by nothing else
+/// while the closure lives, and no payload handed to it exceeds `dt.packed_size(count)`
+/// bytes (so the unpack cannot fail).
+unsafe fn scatter_to(dt: &Datatype, base: *mut u8, count: usize) -> impl FnMut(&[u8]) + '_ {
+    move |packed| {
+        // SAFETY: this function's contract.
+        let r = unsafe { dt.unpack_raw(packed, base, count) };
+        debug_assert_eq!(r.ok(), Some(packed.len()));
     }
 }
 

@@ -580,9 +580,7 @@ impl T<'_> {
                 .map(|i| wide(self.left() as usize, i))
                 .collect::<Vec<_>>()
         );
-        self.w
-            .send(&[1u8, 0, 2], self.right(), Tag(31))
-            .unwrap();
+        self.w.send(&[1u8, 0, 2], self.right(), Tag(31)).unwrap();
         let mut into = [true; 3];
         let e = self
             .w
