@@ -28,6 +28,12 @@ impl Tag {
             TagSel::Tag(self.0)
         }
     }
+
+    /// Whether a receive may name it (a tag ≥ 0, or any): a send-first fast path checks it
+    /// so that a bad receive tag is refused before anything is sent.
+    pub(crate) fn receivable(self) -> bool {
+        self == Tag::Any || self.0 >= 0
+    }
 }
 
 impl From<u32> for Source {
@@ -529,7 +535,7 @@ impl Communicator {
         }
     }
 
-    fn source(&self, s: Source) -> Result<Source> {
+    pub(crate) fn source(&self, s: Source) -> Result<Source> {
         Ok(match s {
             Source::Any => Source::Any,
             Source::Rank(r) => Source::Rank(self.world_rank(r)?),
@@ -811,8 +817,10 @@ impl Communicator {
         let src = self.source(src)?;
         // Device memory, and internal exchanges in checked mode (their waits check the
         // communicator), take the general path.
-        let general =
-            sreg.is_device() || rreg.is_device() || (self.shared.check && ctx != self.ctx);
+        let general = sreg.is_device()
+            || rreg.is_device()
+            || (self.shared.check && ctx != self.ctx)
+            || !rtag.receivable();
         if !general
             && self
                 .shared

@@ -839,10 +839,13 @@ impl Communicator {
         let sdirect = direct(sdt, sbytes, scount)?;
         sdt.check_span(scount, sbytes.len(), "sendrecv_dt (send)")?;
         rdt.check_span(rcount, rbytes.len(), "sendrecv_dt")?;
+        // A bad receive tag or source is refused before anything is sent.
+        self.source(src)?;
         // Eager over shared memory, a send that leaves at once makes this a receive: gathered
         // into the peer's ring, scattered out of ours.
         // SAFETY: the send layout's span lies inside `sbytes` (checked above).
         if !(sdt.is_contiguous() && rdt.is_contiguous())
+            && rtag.receivable()
             && unsafe { self.send_dt_now(sbytes.as_ptr(), scount, sdt, dest, stag) }?
         {
             return self.recv_dt_bytes(rbytes, rcount, rdt, src, rtag);
@@ -992,10 +995,14 @@ impl Communicator {
             };
         }
         let src = src.into();
+        // A bad receive tag or source is refused before anything is sent.
+        self.source(src)?;
         // As in `sendrecv_dt`: a send gathered into the peer's ring at once, then a receive.
         // SAFETY: the send layout's span from `soff` lies inside `bytes` (checked above); the
         // pointer is used only by this send, before the receive borrows `bytes` again.
-        if unsafe { self.send_dt_now(bytes[soff..].as_ptr(), scount, sdt, dest, stag) }? {
+        if rtag.receivable()
+            && unsafe { self.send_dt_now(bytes[soff..].as_ptr(), scount, sdt, dest, stag) }?
+        {
             return self.recv_dt_bytes(&mut bytes[roff..], rcount, rdt, src, rtag);
         }
         with_scratch(|out| {

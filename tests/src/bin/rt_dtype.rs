@@ -610,6 +610,63 @@ impl T<'_> {
             .recv_dt(&mut small, 1, &col, self.left(), Tag(12))
             .unwrap_err();
         assert!(matches!(e, CommError::InvalidArg(_)), "{e}");
+        // An exchange whose receive names a bad tag or rank is refused before its send goes
+        // out (the send goes first when it can leave at once).
+        let mut m = [5f64; 12];
+        for (src, rtag) in [(self.left(), Tag(-5)), (99, Tag(12))] {
+            let e = self
+                .w
+                .sendrecv_dt_within(
+                    &mut m,
+                    (0, 1, &col),
+                    self.right(),
+                    Tag(12),
+                    (1, 1, &col),
+                    src,
+                    rtag,
+                )
+                .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    CommError::InvalidTag { .. } | CommError::InvalidRank { .. }
+                ),
+                "{e}"
+            );
+            let e = self
+                .w
+                .sendrecv_dt(
+                    &m,
+                    1,
+                    &col,
+                    self.right(),
+                    Tag(12),
+                    &mut small,
+                    1,
+                    &f,
+                    src,
+                    rtag,
+                )
+                .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    CommError::InvalidTag { .. } | CommError::InvalidRank { .. }
+                ),
+                "{e}"
+            );
+            let e = self
+                .w
+                .sendrecv(&[6f64], self.right(), Tag(12), &mut small[..1], src, rtag)
+                .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    CommError::InvalidTag { .. } | CommError::InvalidRank { .. }
+                ),
+                "{e}"
+            );
+        }
         // Nothing went out: the next message on the tag is the real one.
         let mut b = [0f64; 1];
         self.w
