@@ -730,17 +730,26 @@ impl Communicator {
         src: impl Into<Source>,
         rtag: Tag,
     ) -> Result<Status> {
+        let src = src.into();
+        let wsrc = self.source(src)?;
+        if rtag.receivable()
+            && self.shared.lock().send_now(
+                self.ctx,
+                self.world_rank(dest)?,
+                stag.0,
+                bytes_of(buf),
+                "sendrecv_replace",
+            )?
+        {
+            // The message left at once, so `buf` is free: receive straight into it, no copy.
+            let reg = Region::from_mut(bytes_of_mut(buf));
+            return self
+                .recv_host_on(self.ctx, wsrc, rtag, reg)
+                .and_then(|st| check_elems::<T>(&st));
+        }
         let out = bytes_of(buf).to_vec();
-        self.sendrecv_ctx(
-            self.ctx,
-            &out,
-            dest,
-            stag,
-            bytes_of_mut(buf),
-            src.into(),
-            rtag,
-        )
-        .and_then(|st| check_elems::<T>(&st))
+        self.sendrecv_ctx(self.ctx, &out, dest, stag, bytes_of_mut(buf), src, rtag)
+            .and_then(|st| check_elems::<T>(&st))
     }
 
     /// Receives into `buf` from `src` (a rank or [`Source::Any`]) with `tag` (or [`Tag::Any`]).
