@@ -149,7 +149,39 @@ struct Out {
 }
 
 /// Registrations to hand back to the transport: (peer, memory registered).
-type ReleaseQ = std::sync::Arc<std::sync::Mutex<Vec<(u32, MemRef)>>>;
+type ReleaseQ = std::sync::Arc<Releases>;
+
+/// Keys handed back by dropped rendezvous records, for the next progress pass to release.
+/// `pending` lets that pass skip the lock when nothing was handed back (nearly always).
+#[derive(Default, Debug)]
+struct Releases {
+    pending: std::sync::atomic::AtomicBool,
+    keys: std::sync::Mutex<Vec<(u32, MemRef)>>,
+}
+
+impl Releases {
+    fn push(&self, peer: u32, m: MemRef) {
+        self.keys
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((peer, m));
+        // Release: the pass that sees the flag sees the key under the lock anyway; the order
+        // only makes a set flag imply a pushed key.
+        self.pending
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// What was handed back since the last call (nothing, without locking, when nothing was).
+    fn take(&self) -> Vec<(u32, MemRef)> {
+        if !self
+            .pending
+            .swap(false, std::sync::atomic::Ordering::Acquire)
+        {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.keys.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
 
 /// A registration made for a peer to reach a buffer (the key of an RTS or of a PUT's CTS),
 /// on a transport that pins memory per registration. However the rendezvous ends — done,
@@ -164,10 +196,7 @@ struct Exposed {
 
 impl Drop for Exposed {
     fn drop(&mut self) {
-        self.q
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((self.peer, self.m));
+        self.q.push(self.peer, self.m);
     }
 }
 
@@ -1147,9 +1176,7 @@ impl Engine {
         }
         let n = n + self.after_protocol();
         if self.st.any_releases {
-            let done =
-                std::mem::take(&mut *self.st.releases.lock().unwrap_or_else(|e| e.into_inner()));
-            for (peer, m) in done {
+            for (peer, m) in self.st.releases.take() {
                 self.net.release(peer, &m);
             }
         }
