@@ -741,12 +741,33 @@ impl Communicator {
         }
         dt.check_span(count, src.len(), "send_dt")?;
         // SAFETY: the layout's span lies inside `src` (checked above).
-        if unsafe { self.send_dt_now(src.as_ptr(), count, dt, dest, tag) }? {
+        unsafe { self.send_dt_raw(src.as_ptr(), count, dt, dest, tag) }
+    }
+
+    /// [`send_dt`](Self::send_dt) of `count` elements laid out from `base` (MPI's buffer
+    /// address: displacements may reach below it). Gathered straight into the peer's ring
+    /// when it can be, else packed.
+    ///
+    /// # Safety
+    /// Every byte in [`Datatype::span`]`(count)` relative to `base` is readable during the
+    /// call.
+    pub unsafe fn send_dt_raw(
+        &self,
+        base: *const u8,
+        count: usize,
+        dt: &Datatype,
+        dest: u32,
+        tag: Tag,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        if unsafe { self.send_dt_now(base, count, dt, dest, tag) }? {
             return Ok(());
         }
         with_scratch(|s| {
-            let packed = pack_scratch(dt, src, count, s)?;
-            self.send(packed, dest, tag)
+            let out = sized(s, dt.packed_size(count));
+            // SAFETY: forwarded from the caller.
+            let n = unsafe { dt.pack_raw(base, count, out) }?;
+            self.send(&out[..n], dest, tag)
         })
     }
 
@@ -802,18 +823,90 @@ impl Communicator {
         }
         // Refused before anything is received: a bad layout must not consume a message.
         dt.check_span(count, bytes.len(), "recv_dt")?;
-        let room = dt.packed_size(count);
         // SAFETY: the layout's span lies inside `bytes` (checked above), which this call
-        // borrows exclusively; the receive hands over at most `room` bytes.
-        let mut put = unsafe { scatter_to(dt, bytes.as_mut_ptr(), count) };
-        let direct = self.recv_direct_into(src, tag, room, &mut put)?;
-        if let Some(st) = direct {
+        // borrows exclusively.
+        unsafe { self.recv_dt_raw(bytes.as_mut_ptr(), count, dt, src, tag) }
+    }
+
+    /// [`recv_dt`](Self::recv_dt) into `count` elements laid out from `base` (MPI's buffer
+    /// address). A message at the head of the ring is unpacked straight out of it; otherwise
+    /// it is received packed and unpacked.
+    ///
+    /// # Safety
+    /// Every byte in [`Datatype::span`]`(count)` relative to `base` is writable during the
+    /// call and touched by nothing else meanwhile.
+    pub unsafe fn recv_dt_raw(
+        &self,
+        base: *mut u8,
+        count: usize,
+        dt: &Datatype,
+        src: impl Into<Source>,
+        tag: Tag,
+    ) -> Result<Status> {
+        let src = src.into();
+        let room = dt.packed_size(count);
+        // SAFETY: forwarded from the caller; the receive hands over at most `room` bytes.
+        let mut put = unsafe { scatter_to(dt, base, count) };
+        if let Some(st) = self.recv_direct_into(src, tag, room, &mut put)? {
             return Ok(st);
         }
         with_scratch(|s| {
             let st = self.recv(sized(s, room), src, tag)?;
-            dt.unpack(&s[..st.bytes], bytes, count)?;
+            // SAFETY: forwarded from the caller.
+            unsafe { dt.unpack_raw(&s[..st.bytes], base, count) }?;
             Ok(st)
+        })
+    }
+
+    /// [`sendrecv_dt`](Self::sendrecv_dt) of layouts from base addresses (MPI's buffer
+    /// addresses); the send is packed (or gathered into the peer's ring) before anything is
+    /// received, so the layouts may even overlap (the received data wins).
+    ///
+    /// # Safety
+    /// As [`send_dt_raw`](Self::send_dt_raw) for the send layout and
+    /// [`recv_dt_raw`](Self::recv_dt_raw) for the receive layout.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn sendrecv_dt_raw(
+        &self,
+        sbase: *const u8,
+        scount: usize,
+        sdt: &Datatype,
+        dest: u32,
+        stag: Tag,
+        rbase: *mut u8,
+        rcount: usize,
+        rdt: &Datatype,
+        src: impl Into<Source>,
+        rtag: Tag,
+    ) -> Result<Status> {
+        let src = src.into();
+        // A bad receive tag or source is refused before anything is sent.
+        self.source(src)?;
+        // SAFETY: forwarded from the caller.
+        if rtag.receivable() && unsafe { self.send_dt_now(sbase, scount, sdt, dest, stag) }? {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.recv_dt_raw(rbase, rcount, rdt, src, rtag) };
+        }
+        with_scratch(|out| {
+            let n = sdt.packed_size(scount);
+            // SAFETY: forwarded from the caller.
+            unsafe { sdt.pack_raw(sbase, scount, sized(out, n)) }?;
+            if rdt.is_contiguous() {
+                // Straight into memory: the send no longer reads the caller's buffer.
+                let (lo, hi) = rdt.span(rcount);
+                // SAFETY: forwarded from the caller: the span is writable and ours alone.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(rbase.offset(lo as isize), (hi - lo) as usize)
+                };
+                return self.sendrecv(&out[..n], dest, stag, dst, src, rtag);
+            }
+            with_scratch(|inb| {
+                let room = sized(inb, rdt.packed_size(rcount));
+                let st = self.sendrecv(&out[..n], dest, stag, room, src, rtag)?;
+                // SAFETY: forwarded from the caller.
+                unsafe { rdt.unpack_raw(&inb[..st.bytes], rbase, rcount) }?;
+                Ok(st)
+            })
         })
     }
 
@@ -835,52 +928,28 @@ impl Communicator {
     ) -> Result<Status> {
         let sbytes: &[u8] = bytemuck::cast_slice(sbuf);
         let rbytes: &mut [u8] = bytemuck::cast_slice_mut(rbuf);
-        let src = src.into();
-        let sdirect = direct(sdt, sbytes, scount)?;
         sdt.check_span(scount, sbytes.len(), "sendrecv_dt (send)")?;
         rdt.check_span(rcount, rbytes.len(), "sendrecv_dt")?;
-        // A bad receive tag or source is refused before anything is sent.
-        self.source(src)?;
-        // Eager over shared memory, a send that leaves at once makes this a receive: gathered
-        // into the peer's ring, scattered out of ours.
-        // SAFETY: the send layout's span lies inside `sbytes` (checked above).
-        if !(sdt.is_contiguous() && rdt.is_contiguous())
-            && rtag.receivable()
-            && unsafe { self.send_dt_now(sbytes.as_ptr(), scount, sdt, dest, stag) }?
-        {
-            return self.recv_dt_bytes(rbytes, rcount, rdt, src, rtag);
+        if let (Some(s), Some(r)) = (
+            direct_range(sdt, sbytes.len(), scount)?,
+            direct_range(rdt, rbytes.len(), rcount)?,
+        ) {
+            return self.sendrecv(&sbytes[s], dest, stag, &mut rbytes[r], src, rtag);
         }
-        with_scratch(|out| {
-            let sdata: &[u8] = match sdirect {
-                Some(b) => b,
-                None => pack_scratch(sdt, sbytes, scount, out)?,
-            };
-            self.sendrecv_into_dt(sdata, dest, stag, rbytes, rcount, rdt, src, rtag)
-        })
-    }
-
-    /// Sends the bytes `sdata` and receives up to `rcount` elements of `rdt` into `dst`:
-    /// straight into memory when the layout is one run, else through a packed buffer.
-    #[allow(clippy::too_many_arguments)]
-    fn sendrecv_into_dt(
-        &self,
-        sdata: &[u8],
-        dest: u32,
-        stag: Tag,
-        dst: &mut [u8],
-        rcount: usize,
-        rdt: &Datatype,
-        src: Source,
-        rtag: Tag,
-    ) -> Result<Status> {
-        match direct_range(rdt, dst.len(), rcount)? {
-            Some(r) => self.sendrecv(sdata, dest, stag, &mut dst[r], src, rtag),
-            None => with_scratch(|inb| {
-                let room = sized(inb, rdt.packed_size(rcount));
-                let st = self.sendrecv(sdata, dest, stag, room, src, rtag)?;
-                rdt.unpack(&inb[..st.bytes], dst, rcount)?;
-                Ok(st)
-            }),
+        // SAFETY: each span lies inside its buffer (checked above), two distinct borrows.
+        unsafe {
+            self.sendrecv_dt_raw(
+                sbytes.as_ptr(),
+                scount,
+                sdt,
+                dest,
+                stag,
+                rbytes.as_mut_ptr(),
+                rcount,
+                rdt,
+                src,
+                rtag,
+            )
         }
     }
 
@@ -994,30 +1063,23 @@ impl Communicator {
                 self.sendrecv(&b[..s1 - s0], dest, stag, &mut a[r0..r1], src, rtag)
             };
         }
-        let src = src.into();
-        // A bad receive tag or source is refused before anything is sent.
-        self.source(src)?;
-        // As in `sendrecv_dt`: a send gathered into the peer's ring at once, then a receive.
-        // SAFETY: the send layout's span from `soff` lies inside `bytes` (checked above); the
-        // pointer is used only by this send, before the receive borrows `bytes` again.
-        if rtag.receivable()
-            && unsafe { self.send_dt_now(bytes[soff..].as_ptr(), scount, sdt, dest, stag) }?
-        {
-            return self.recv_dt_bytes(&mut bytes[roff..], rcount, rdt, src, rtag);
-        }
-        with_scratch(|out| {
-            let packed = pack_scratch(sdt, &bytes[soff..], scount, out)?;
-            self.sendrecv_into_dt(
-                packed,
+        let base = bytes.as_mut_ptr();
+        // SAFETY: both spans lie inside `bytes` from their offsets (checked above), which this
+        // call borrows exclusively; the send is packed or gathered before anything is received.
+        unsafe {
+            self.sendrecv_dt_raw(
+                base.add(soff),
+                scount,
+                sdt,
                 dest,
                 stag,
-                &mut bytes[roff..],
+                base.add(roff),
                 rcount,
                 rdt,
                 src,
                 rtag,
             )
-        })
+        }
     }
 
     /// Packs `count` elements of `dt` from `buf` into a new buffer (`MPI_Pack`).
@@ -1110,17 +1172,6 @@ fn sized(v: &mut Vec<u8>, n: usize) -> &mut [u8] {
         v.resize(n, 0);
     }
     &mut v[..n]
-}
-
-/// Packs into a scratch buffer; the packed bytes.
-fn pack_scratch<'a>(
-    dt: &Datatype,
-    src: &[u8],
-    count: usize,
-    out: &'a mut Vec<u8>,
-) -> Result<&'a [u8]> {
-    let n = dt.pack(src, count, sized(out, dt.packed_size(count)))?;
-    Ok(&out[..n])
 }
 
 thread_local! {
