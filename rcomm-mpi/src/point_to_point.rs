@@ -61,6 +61,12 @@ fn send_tag(tag: Tag) -> CoreTag {
 /// Receives one message into `d` (straight into memory when contiguous).
 fn recv_dst(h: &CommHandle, src: rcomm::Source, tag: Tag, d: &mut Dst) -> Status {
     let c = h.comm();
+    if !d.dt.core.is_contiguous() {
+        // rcomm unpacks straight out of its shared-memory ring when the message is there.
+        // SAFETY: `d` is the buffer's layout (`dst_of`), writable and borrowed by this call.
+        let st = unsafe { c.recv_dt_raw(d.ptr, d.count, &d.dt.core, src, tag_sel(tag)) };
+        return Status(check(st));
+    }
     Status(d.with_bytes(|b| check(c.recv(b, src, tag_sel(tag)))))
 }
 
@@ -418,11 +424,14 @@ pub trait Destination: AsHandle {
         Self: Sized,
     {
         let s = src_of(buf);
-        check(self.as_handle().comm().send(
-            &s.bytes(),
-            self.destination_rank() as u32,
-            send_tag(tag),
-        ))
+        let (c, dest) = (self.as_handle().comm(), self.destination_rank() as u32);
+        if !s.dt.core.is_contiguous() {
+            // rcomm gathers the layout straight into its shared-memory ring when it can.
+            // SAFETY: `s` is the buffer's layout (`src_of`), readable during the call.
+            check(unsafe { c.send_dt_raw(s.ptr, s.count, &s.dt.core, dest, send_tag(tag)) });
+            return;
+        }
+        check(c.send(&s.bytes(), dest, send_tag(tag)))
     }
 
     /// Sends `buf` with tag 0.
@@ -703,6 +712,37 @@ fn exchange<D: Destination, S: Source>(
 ) -> Status {
     let h = destination.as_handle();
     let c = h.comm();
+    if std::ptr::eq(h, source.as_handle()) {
+        // One communicator: rcomm's exchange (a send that leaves at once makes it a receive;
+        // derived layouts gathered into and scattered out of the shared-memory ring).
+        let (dest, src, rtag) = (
+            destination.destination_rank() as u32,
+            source.selector(),
+            tag_sel(receivetag),
+        );
+        let st = if msg.dt.core.is_contiguous() && d.dt.core.is_contiguous() {
+            let out = msg.bytes();
+            d.with_bytes(|b| c.sendrecv(&out, dest, send_tag(sendtag), b, src, rtag))
+        } else {
+            // SAFETY: `msg` and `d` are the buffers' layouts (`src_of`, `dst_of`): readable,
+            // and writable and borrowed by this call; the send is packed or gathered first.
+            unsafe {
+                c.sendrecv_dt_raw(
+                    msg.ptr,
+                    msg.count,
+                    &msg.dt.core,
+                    dest,
+                    send_tag(sendtag),
+                    d.ptr,
+                    d.count,
+                    &d.dt.core,
+                    src,
+                    rtag,
+                )
+            }
+        };
+        return Status(check(st));
+    }
     // Post the receive first, then send, then wait: no deadlock whatever the sizes.
     let mut rreq = irecv_dst(
         source.as_handle(),
