@@ -5,7 +5,7 @@
 //! (an error, and the destination left as it was, never an invalid value). `usize`/`isize` are
 //! `Pod` and go through the generic calls.
 
-use crate::coll::Op;
+use crate::coll::{CollRequest, Op};
 use crate::comm::{Communicator, Request, Tag};
 use crate::p2p::engine::Status;
 use crate::p2p::matcher::Source;
@@ -143,6 +143,40 @@ impl<T: CheckedElem> crate::reqset::Pending for CheckedRecv<T> {
     }
 }
 
+/// A non-blocking collective on `bool`s or `char`s in flight ([`Communicator::ibcast_checked`]
+/// and the other `i*_checked` / `i*_bools` calls).
+#[must_use = "a collective request does nothing useful unless waited for"]
+pub struct CheckedCollRequest<T: CheckedElem> {
+    req: CollRequest<T::Wire>,
+    op: &'static str,
+}
+
+impl<T: CheckedElem> CheckedCollRequest<T> {
+    /// Waits for completion; the result as the starting call describes it, every element
+    /// checked (an invalid one is an error naming it).
+    pub fn wait(self) -> Result<Vec<T>> {
+        decode_vec(&self.req.wait()?, self.op)
+    }
+
+    /// Whether the collective has completed (advancing it as far as possible without waiting).
+    pub fn test(&mut self) -> Result<bool> {
+        self.req.test()
+    }
+}
+
+impl<T: CheckedElem> crate::reqset::Pending for CheckedCollRequest<T> {
+    fn poll(&mut self) -> bool {
+        self.req.poll()
+    }
+}
+
+fn started<T: CheckedElem>(
+    req: Result<CollRequest<T::Wire>>,
+    op: &'static str,
+) -> Result<CheckedCollRequest<T>> {
+    Ok(CheckedCollRequest { req: req?, op })
+}
+
 impl Communicator {
     /// Sends `bool`s, one byte each ([`send`](Self::send)).
     pub fn send_bools(&self, buf: &[bool], dest: u32, tag: Tag) -> Result<()> {
@@ -267,6 +301,149 @@ impl Communicator {
         let mut wire = vec![T::Wire::default(); recv.len()];
         self.alltoall(&encode(send), &mut wire)?;
         decode(&wire, recv, "alltoall_checked")
+    }
+
+    /// [`allgather_checked`](Self::allgather_checked) with `counts[i]` elements from rank `i`
+    /// ([`allgatherv`](Self::allgatherv)).
+    pub fn allgatherv_checked<T: CheckedElem>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+    ) -> Result<()> {
+        let mut wire = vec![T::Wire::default(); recv.len()];
+        self.allgatherv(&encode(send), &mut wire, counts)?;
+        decode(&wire, recv, "allgatherv_checked")
+    }
+
+    /// [`gather_checked`](Self::gather_checked) with `counts[i]` elements from rank `i`
+    /// ([`gatherv`](Self::gatherv)).
+    pub fn gatherv_checked<T: CheckedElem>(
+        &self,
+        send: &[T],
+        recv: Option<&mut [T]>,
+        counts: &[usize],
+        root: u32,
+    ) -> Result<()> {
+        let send = encode(send);
+        match recv {
+            Some(recv) => {
+                let mut wire = vec![T::Wire::default(); recv.len()];
+                self.gatherv(&send, Some(&mut wire), counts, root)?;
+                decode(&wire, recv, "gatherv_checked")
+            }
+            None => self.gatherv(&send, None, counts, root),
+        }
+    }
+
+    /// [`scatter_checked`](Self::scatter_checked) of `counts[i]` elements to rank `i`
+    /// ([`scatterv`](Self::scatterv)).
+    pub fn scatterv_checked<T: CheckedElem>(
+        &self,
+        send: Option<&[T]>,
+        counts: &[usize],
+        recv: &mut [T],
+        root: u32,
+    ) -> Result<()> {
+        let send = send.map(encode);
+        let mut wire = vec![T::Wire::default(); recv.len()];
+        self.scatterv(send.as_deref(), counts, &mut wire, root)?;
+        decode(&wire, recv, "scatterv_checked")
+    }
+
+    /// [`alltoall_checked`](Self::alltoall_checked) with counts per rank
+    /// ([`alltoallv`](Self::alltoallv)).
+    pub fn alltoallv_checked<T: CheckedElem>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        let mut wire = vec![T::Wire::default(); recv.len()];
+        self.alltoallv(&encode(send), send_counts, &mut wire, recv_counts)?;
+        decode(&wire, recv, "alltoallv_checked")
+    }
+
+    /// Starts [`bcast_checked`](Self::bcast_checked); `wait` hands back the broadcast values.
+    pub fn ibcast_checked<T: CheckedElem>(
+        &self,
+        buf: Vec<T>,
+        root: u32,
+    ) -> Result<CheckedCollRequest<T>> {
+        started(self.ibcast(encode(&buf), root), "ibcast_checked")
+    }
+
+    /// Starts [`allgather_checked`](Self::allgather_checked); `wait` hands back every rank's
+    /// elements in rank order.
+    pub fn iallgather_checked<T: CheckedElem>(
+        &self,
+        send: Vec<T>,
+    ) -> Result<CheckedCollRequest<T>> {
+        started(self.iallgather(encode(&send)), "iallgather_checked")
+    }
+
+    /// Starts [`gather_checked`](Self::gather_checked); `wait` hands back every rank's
+    /// elements at `root` (as [`igather`](Self::igather) does elsewhere).
+    pub fn igather_checked<T: CheckedElem>(
+        &self,
+        send: Vec<T>,
+        root: u32,
+    ) -> Result<CheckedCollRequest<T>> {
+        started(self.igather(encode(&send), root), "igather_checked")
+    }
+
+    /// Starts [`scatter_checked`](Self::scatter_checked) of `count` elements per rank; `wait`
+    /// hands back this rank's part.
+    pub fn iscatter_checked<T: CheckedElem>(
+        &self,
+        send: Option<Vec<T>>,
+        count: usize,
+        root: u32,
+    ) -> Result<CheckedCollRequest<T>> {
+        let send = send.map(|v| encode(&v));
+        started(self.iscatter(send, count, root), "iscatter_checked")
+    }
+
+    /// Starts [`alltoall_checked`](Self::alltoall_checked); `wait` hands back what every rank
+    /// sent this one, in rank order.
+    pub fn ialltoall_checked<T: CheckedElem>(&self, send: Vec<T>) -> Result<CheckedCollRequest<T>> {
+        started(self.ialltoall(encode(&send)), "ialltoall_checked")
+    }
+
+    /// Starts [`allreduce_bools`](Self::allreduce_bools); `wait` hands back the result.
+    pub fn iallreduce_bools(
+        &self,
+        buf: Vec<bool>,
+        op: Logical,
+    ) -> Result<CheckedCollRequest<bool>> {
+        started(self.iallreduce(encode(&buf), op.op()), "iallreduce_bools")
+    }
+
+    /// Starts [`reduce_bools`](Self::reduce_bools); `wait` hands back the result at `root`
+    /// (as [`ireduce`](Self::ireduce) does elsewhere).
+    pub fn ireduce_bools(
+        &self,
+        send: Vec<bool>,
+        op: Logical,
+        root: u32,
+    ) -> Result<CheckedCollRequest<bool>> {
+        started(self.ireduce(encode(&send), op.op(), root), "ireduce_bools")
+    }
+
+    /// Inclusive prefix reduction of `bool`s with a logical op ([`scan`](Self::scan)).
+    pub fn scan_bools(&self, send: &[bool], recv: &mut [bool], op: Logical) -> Result<()> {
+        let mut wire = encode(recv);
+        self.scan(&encode(send), &mut wire, op.op())?;
+        decode(&wire, recv, "scan_bools")
+    }
+
+    /// Exclusive prefix reduction of `bool`s with a logical op ([`exscan`](Self::exscan)); on
+    /// rank 0 `recv` is left as it was.
+    pub fn exscan_bools(&self, send: &[bool], recv: &mut [bool], op: Logical) -> Result<()> {
+        let mut wire = encode(recv);
+        self.exscan(&encode(send), &mut wire, op.op())?;
+        decode(&wire, recv, "exscan_bools")
     }
 
     /// Reduces `bool`s elementwise over all ranks with a logical op, in place, on every rank

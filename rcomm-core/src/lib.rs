@@ -50,7 +50,7 @@ pub use comm::{
     Communicator, Message, Persistent, Request, Scope, ScopedRequest, Tag, test_all, test_any,
     test_some, wait_all, wait_any, wait_some,
 };
-pub use elems::{CheckedElem, CheckedRecv, Logical};
+pub use elems::{CheckedCollRequest, CheckedElem, CheckedRecv, Logical};
 pub use environment::{ThreadLevel, init_thread, processor_name, query_thread, standard_version};
 pub use environment::{library_version, reduce_local, wtick, wtime};
 pub use error::CommError;

@@ -537,14 +537,7 @@ impl T<'_> {
             let mine: Vec<bool> = (0..len).map(|i| b(r, i)).collect();
             for op in [rcomm::Logical::And, rcomm::Logical::Or, rcomm::Logical::Xor] {
                 let want: Vec<bool> = (0..len)
-                    .map(|i| {
-                        let v = (0..n).map(|k| b(k, i));
-                        match op {
-                            rcomm::Logical::And => v.fold(true, |a, x| a & x),
-                            rcomm::Logical::Or => v.fold(false, |a, x| a | x),
-                            rcomm::Logical::Xor => v.fold(false, |a, x| a ^ x),
-                        }
-                    })
+                    .map(|i| logic(op, (0..n).map(|k| b(k, i))))
                     .collect();
                 let mut got = mine.clone();
                 self.w.allreduce_bools(&mut got, op).unwrap();
@@ -564,6 +557,97 @@ impl T<'_> {
                 }
             }
         }
+        // The `v` collectives: rank k contributes (k + 1) % 3 + 1 elements.
+        let counts: Vec<usize> = (0..n).map(|k| (k + 1) % 3 + 1).collect();
+        let total: usize = counts.iter().sum();
+        let mine: Vec<char> = (0..counts[r]).map(|i| wide(r, i)).collect();
+        let all: Vec<char> = (0..n)
+            .flat_map(|k| (0..counts[k]).map(move |i| wide(k, i)))
+            .collect();
+        let mut got = vec!['?'; total];
+        self.w.allgatherv_checked(&mine, &mut got, &counts).unwrap();
+        assert_eq!(got, all, "allgatherv of chars");
+        let mut got = vec!['?'; total];
+        self.w
+            .gatherv_checked(&mine, (r == 0).then_some(&mut got[..]), &counts, 0)
+            .unwrap();
+        if r == 0 {
+            assert_eq!(got, all, "gatherv of chars");
+        }
+        let from: Vec<bool> = (0..total).map(|i| b(13, i)).collect();
+        let mut part = vec![false; counts[r]];
+        let last = (n - 1) as u32;
+        self.w
+            .scatterv_checked((r == n - 1).then_some(&from[..]), &counts, &mut part, last)
+            .unwrap();
+        let off: usize = counts[..r].iter().sum();
+        assert_eq!(part, from[off..off + counts[r]], "scatterv of bools");
+        // Rank s sends (s + d) % 2 + 1 elements to rank d.
+        let sc: Vec<usize> = (0..n).map(|d| (r + d) % 2 + 1).collect();
+        let rc: Vec<usize> = (0..n).map(|s| (s + r) % 2 + 1).collect();
+        let send: Vec<bool> = (0..n)
+            .flat_map(|d| (0..sc[d]).map(move |i| b(r * n + d, i)))
+            .collect();
+        let want: Vec<bool> = (0..n)
+            .flat_map(|s| (0..rc[s]).map(move |i| b(s * n + r, i)))
+            .collect();
+        let mut got = vec![false; want.len()];
+        self.w.alltoallv_checked(&send, &sc, &mut got, &rc).unwrap();
+        assert_eq!(got, want, "alltoallv of bools");
+        // Scans: the fold over ranks 0..=r (exclusive: 0..r, and rank 0 left as it was).
+        let mine: Vec<bool> = (0..7).map(|i| b(r, i)).collect();
+        for op in [rcomm::Logical::And, rcomm::Logical::Or, rcomm::Logical::Xor] {
+            let upto = |m: usize| -> Vec<bool> {
+                (0..7).map(|i| logic(op, (0..m).map(|k| b(k, i)))).collect()
+            };
+            let mut got = vec![false; 7];
+            self.w.scan_bools(&mine, &mut got, op).unwrap();
+            assert_eq!(got, upto(r + 1), "scan {op:?}");
+            let mut got = vec![true; 7];
+            self.w.exscan_bools(&mine, &mut got, op).unwrap();
+            let want = if r == 0 { vec![true; 7] } else { upto(r) };
+            assert_eq!(got, want, "exscan {op:?}");
+        }
+        // Non-blocking collectives.
+        let mine = if r == 0 {
+            vec!['a', '中']
+        } else {
+            vec!['x'; 2]
+        };
+        let got = self.w.ibcast_checked(mine, 0).unwrap().wait().unwrap();
+        assert_eq!(got, vec!['a', '中'], "ibcast of chars");
+        let mine: Vec<char> = (0..3).map(|i| c(r, i)).collect();
+        let all: Vec<char> = (0..n).flat_map(|k| (0..3).map(move |i| c(k, i))).collect();
+        let got = self
+            .w
+            .iallgather_checked(mine.clone())
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(got, all, "iallgather of chars");
+        let got = self.w.igather_checked(mine, 0).unwrap().wait().unwrap();
+        assert_eq!(got, if r == 0 { all } else { vec![] }, "igather of chars");
+        let from: Vec<bool> = (0..2 * n).map(|i| b(17, i)).collect();
+        let send = (r == 0).then(|| from.clone());
+        let got = self.w.iscatter_checked(send, 2, 0).unwrap().wait().unwrap();
+        assert_eq!(got, from[2 * r..2 * r + 2], "iscatter of bools");
+        let send: Vec<bool> = (0..n).map(|d| b(r * n + d, 0)).collect();
+        let want: Vec<bool> = (0..n).map(|s| b(s * n + r, 0)).collect();
+        let got = self.w.ialltoall_checked(send).unwrap().wait().unwrap();
+        assert_eq!(got, want, "ialltoall of bools");
+        let mine: Vec<bool> = (0..5).map(|i| b(r, i)).collect();
+        let want: Vec<bool> = (0..5).map(|i| (0..n).any(|k| b(k, i))).collect();
+        let or = rcomm::Logical::Or;
+        let got = self
+            .w
+            .iallreduce_bools(mine.clone(), or)
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(got, want, "iallreduce of bools");
+        let got = self.w.ireduce_bools(mine, or, 0).unwrap().wait().unwrap();
+        assert_eq!(got, if r == 0 { want } else { vec![] }, "ireduce of bools");
+
         // Non-blocking around the ring, and a byte that is no bool refused.
         let out: Vec<char> = (0..9).map(|i| wide(r, i)).collect();
         let rq = self
@@ -680,6 +764,15 @@ impl T<'_> {
             )
             .unwrap();
         assert_eq!(b[0], val(self.left(), 8, 0, 0));
+    }
+}
+
+/// The sequential reference of a logical reduction.
+fn logic(op: rcomm::Logical, v: impl Iterator<Item = bool>) -> bool {
+    match op {
+        rcomm::Logical::And => v.fold(true, |a, x| a & x),
+        rcomm::Logical::Or => v.fold(false, |a, x| a | x),
+        rcomm::Logical::Xor => v.fold(false, |a, x| a ^ x),
     }
 }
 
