@@ -115,6 +115,17 @@ fn decode<T: CheckedElem>(wire: &[T::Wire], out: &mut [T], op: &str) -> Result<(
     Ok(())
 }
 
+/// Runs a collective `f` into a wire buffer the size of `recv`, then decodes it into `recv`.
+fn receive_checked<T: CheckedElem>(
+    recv: &mut [T],
+    op: &str,
+    f: impl FnOnce(&mut [T::Wire]) -> Result<()>,
+) -> Result<()> {
+    let mut wire = vec![T::Wire::default(); recv.len()];
+    f(&mut wire)?;
+    decode(&wire, recv, op)
+}
+
 /// A receive of `bool`s or `char`s in flight ([`Communicator::irecv_checked`]).
 #[must_use = "a receive request does nothing useful unless waited for"]
 pub struct CheckedRecv<T: CheckedElem> {
@@ -259,9 +270,9 @@ impl Communicator {
 
     /// Gathers every rank's `send` into `recv` on every rank ([`allgather`](Self::allgather)).
     pub fn allgather_checked<T: CheckedElem>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let mut wire = vec![T::Wire::default(); recv.len()];
-        self.allgather(&encode(send), &mut wire)?;
-        decode(&wire, recv, "allgather_checked")
+        receive_checked(recv, "allgather_checked", |w| {
+            self.allgather(&encode(send), w)
+        })
     }
 
     /// Gathers every rank's `send` into `recv` at `root` ([`gather`](Self::gather)).
@@ -273,11 +284,9 @@ impl Communicator {
     ) -> Result<()> {
         let send = encode(send);
         match recv {
-            Some(recv) => {
-                let mut wire = vec![T::Wire::default(); recv.len()];
-                self.gather(&send, Some(&mut wire), root)?;
-                decode(&wire, recv, "gather_checked")
-            }
+            Some(recv) => receive_checked(recv, "gather_checked", |w| {
+                self.gather(&send, Some(w), root)
+            }),
             None => self.gather(&send, None, root),
         }
     }
@@ -291,16 +300,16 @@ impl Communicator {
         root: u32,
     ) -> Result<()> {
         let send = send.map(encode);
-        let mut wire = vec![T::Wire::default(); recv.len()];
-        self.scatter(send.as_deref(), &mut wire, root)?;
-        decode(&wire, recv, "scatter_checked")
+        receive_checked(recv, "scatter_checked", |w| {
+            self.scatter(send.as_deref(), w, root)
+        })
     }
 
     /// Every rank sends its `i`-th part of `send` to rank `i` ([`alltoall`](Self::alltoall)).
     pub fn alltoall_checked<T: CheckedElem>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let mut wire = vec![T::Wire::default(); recv.len()];
-        self.alltoall(&encode(send), &mut wire)?;
-        decode(&wire, recv, "alltoall_checked")
+        receive_checked(recv, "alltoall_checked", |w| {
+            self.alltoall(&encode(send), w)
+        })
     }
 
     /// [`allgather_checked`](Self::allgather_checked) with `counts[i]` elements from rank `i`
@@ -311,9 +320,9 @@ impl Communicator {
         recv: &mut [T],
         counts: &[usize],
     ) -> Result<()> {
-        let mut wire = vec![T::Wire::default(); recv.len()];
-        self.allgatherv(&encode(send), &mut wire, counts)?;
-        decode(&wire, recv, "allgatherv_checked")
+        receive_checked(recv, "allgatherv_checked", |w| {
+            self.allgatherv(&encode(send), w, counts)
+        })
     }
 
     /// [`gather_checked`](Self::gather_checked) with `counts[i]` elements from rank `i`
@@ -327,11 +336,9 @@ impl Communicator {
     ) -> Result<()> {
         let send = encode(send);
         match recv {
-            Some(recv) => {
-                let mut wire = vec![T::Wire::default(); recv.len()];
-                self.gatherv(&send, Some(&mut wire), counts, root)?;
-                decode(&wire, recv, "gatherv_checked")
-            }
+            Some(recv) => receive_checked(recv, "gatherv_checked", |w| {
+                self.gatherv(&send, Some(w), counts, root)
+            }),
             None => self.gatherv(&send, None, counts, root),
         }
     }
@@ -346,9 +353,9 @@ impl Communicator {
         root: u32,
     ) -> Result<()> {
         let send = send.map(encode);
-        let mut wire = vec![T::Wire::default(); recv.len()];
-        self.scatterv(send.as_deref(), counts, &mut wire, root)?;
-        decode(&wire, recv, "scatterv_checked")
+        receive_checked(recv, "scatterv_checked", |w| {
+            self.scatterv(send.as_deref(), counts, w, root)
+        })
     }
 
     /// [`alltoall_checked`](Self::alltoall_checked) with counts per rank
@@ -360,9 +367,9 @@ impl Communicator {
         recv: &mut [T],
         recv_counts: &[usize],
     ) -> Result<()> {
-        let mut wire = vec![T::Wire::default(); recv.len()];
-        self.alltoallv(&encode(send), send_counts, &mut wire, recv_counts)?;
-        decode(&wire, recv, "alltoallv_checked")
+        receive_checked(recv, "alltoallv_checked", |w| {
+            self.alltoallv(&encode(send), send_counts, w, recv_counts)
+        })
     }
 
     /// Starts [`bcast_checked`](Self::bcast_checked); `wait` hands back the broadcast values.
@@ -464,11 +471,9 @@ impl Communicator {
     ) -> Result<()> {
         let send = encode(send);
         match recv {
-            Some(recv) => {
-                let mut wire = vec![0u8; recv.len()];
-                self.reduce(&send, Some(&mut wire), op.op(), root)?;
-                decode(&wire, recv, "reduce_bools")
-            }
+            Some(recv) => receive_checked(recv, "reduce_bools", |w| {
+                self.reduce(&send, Some(w), op.op(), root)
+            }),
             None => self.reduce(&send, None, op.op(), root),
         }
     }

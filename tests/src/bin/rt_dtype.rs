@@ -697,6 +697,15 @@ impl T<'_> {
         // An exchange whose receive names a bad tag or rank is refused before its send goes
         // out (the send goes first when it can leave at once).
         let mut m = [5f64; 12];
+        let refused = |e: CommError| {
+            assert!(
+                matches!(
+                    e,
+                    CommError::InvalidTag { .. } | CommError::InvalidRank { .. }
+                ),
+                "{e}"
+            )
+        };
         for (src, rtag) in [(self.left(), Tag(-5)), (99, Tag(12))] {
             let e = self
                 .w
@@ -710,13 +719,7 @@ impl T<'_> {
                     rtag,
                 )
                 .unwrap_err();
-            assert!(
-                matches!(
-                    e,
-                    CommError::InvalidTag { .. } | CommError::InvalidRank { .. }
-                ),
-                "{e}"
-            );
+            refused(e);
             let e = self
                 .w
                 .sendrecv_dt(
@@ -732,24 +735,12 @@ impl T<'_> {
                     rtag,
                 )
                 .unwrap_err();
-            assert!(
-                matches!(
-                    e,
-                    CommError::InvalidTag { .. } | CommError::InvalidRank { .. }
-                ),
-                "{e}"
-            );
+            refused(e);
             let e = self
                 .w
                 .sendrecv(&[6f64], self.right(), Tag(12), &mut small[..1], src, rtag)
                 .unwrap_err();
-            assert!(
-                matches!(
-                    e,
-                    CommError::InvalidTag { .. } | CommError::InvalidRank { .. }
-                ),
-                "{e}"
-            );
+            refused(e);
         }
         // Nothing went out: the next message on the tag is the real one.
         let mut b = [0f64; 1];
