@@ -123,49 +123,48 @@ fn contig(w: &Communicator, m: &mut [f64], ny: usize, iters: usize, left: u32, r
 }
 
 fn manual(w: &Communicator, m: &mut [f64], ny: usize, iters: usize, left: u32, right: u32) {
+    copies(m, ny, iters, left, right, |out, inb, dest, src, tag| {
+        w.sendrecv(out, dest, Tag(tag), inb, src, Tag(tag)).unwrap();
+    });
+}
+
+/// `manual`'s copies without its messages: the strided reads and writes one iteration of any
+/// implementation must make (what `inb` holds stands in for the received columns).
+fn touch(w: &Communicator, m: &mut [f64], ny: usize, iters: usize, left: u32, right: u32) {
+    copies(m, ny, iters, left, right, |out, inb, _, _, _| {
+        std::hint::black_box((out, inb));
+    });
+    // Not timed: the ghosts filled as the vector mode fills them, so one check serves all.
+    vector(w, m, ny, 1, left, right);
+}
+
+/// The columns copied by hand into a contiguous buffer, `exchange(out, inb, dest, src, tag)`,
+/// and copied back from `inb`: east column to the right and west ghost from the left, then the
+/// mirror image.
+fn copies(
+    m: &mut [f64],
+    ny: usize,
+    iters: usize,
+    left: u32,
+    right: u32,
+    mut exchange: impl FnMut(&[f64], &mut [f64], u32, u32, i32),
+) {
     let mut out = vec![0f64; ny];
     let mut inb = vec![0f64; ny];
     for _ in 0..iters {
         for (y, o) in out.iter_mut().enumerate() {
             *o = m[y * W + NX];
         }
-        w.sendrecv(&out, right, Tag(1), &mut inb, left, Tag(1))
-            .unwrap();
+        exchange(&out, &mut inb, right, left, 1);
         for (y, i) in inb.iter().enumerate() {
             m[y * W] = *i;
         }
         for (y, o) in out.iter_mut().enumerate() {
             *o = m[y * W + 1];
         }
-        w.sendrecv(&out, left, Tag(2), &mut inb, right, Tag(2))
-            .unwrap();
+        exchange(&out, &mut inb, left, right, 2);
         for (y, i) in inb.iter().enumerate() {
             m[y * W + NX + 1] = *i;
         }
     }
-}
-
-/// `manual`'s copies without its messages: the strided reads and writes one iteration of any
-/// implementation must make (what `inb` holds stands in for the received columns).
-fn touch(w: &Communicator, m: &mut [f64], ny: usize, iters: usize, left: u32, right: u32) {
-    let mut out = vec![0f64; ny];
-    let inb = vec![0f64; ny];
-    for _ in 0..iters {
-        for (y, o) in out.iter_mut().enumerate() {
-            *o = m[y * W + NX];
-        }
-        std::hint::black_box(&mut out);
-        for (y, i) in std::hint::black_box(&inb).iter().enumerate() {
-            m[y * W] = *i;
-        }
-        for (y, o) in out.iter_mut().enumerate() {
-            *o = m[y * W + 1];
-        }
-        std::hint::black_box(&mut out);
-        for (y, i) in std::hint::black_box(&inb).iter().enumerate() {
-            m[y * W + NX + 1] = *i;
-        }
-    }
-    // Not timed: the ghosts filled as the vector mode fills them, so one check serves all.
-    vector(w, m, ny, 1, left, right);
 }

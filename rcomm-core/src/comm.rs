@@ -660,16 +660,9 @@ impl Communicator {
         room: usize,
         put: &mut impl FnMut(&[u8]),
     ) -> Result<Option<Status>> {
-        let (Source::Rank(r), t @ (TagSel::Tag(0..) | TagSel::Any)) =
-            (self.source(src)?, tag.sel())
-        else {
-            return Ok(None);
-        };
-        let done = self.shared.lock().recv_now_into(self.ctx, r, t, room, put);
-        Ok(match done {
-            Direct::Done(st) => Some(self.local(st)),
-            Direct::Empty | Direct::General => None,
-        })
+        let src = self.source(src)?;
+        let done = recv_now_into(&mut self.shared.lock(), self.ctx, src, tag, room, put);
+        Ok(done.map(|st| self.local(st)))
     }
 
     /// A send request that completed when it started (it owns nothing).
@@ -744,7 +737,7 @@ impl Communicator {
             // The message left at once, so `buf` is free: receive straight into it, no copy.
             let reg = Region::from_mut(bytes_of_mut(buf));
             return self
-                .recv_host_on(self.ctx, wsrc, rtag, reg)
+                .recv_host_on(self.ctx, wsrc, rtag, reg, "sendrecv_replace")
                 .and_then(|st| check_elems::<T>(&st));
         }
         let out = bytes_of(buf).to_vec();
@@ -757,17 +750,8 @@ impl Communicator {
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: impl Into<Source>, tag: Tag) -> Result<Status> {
         let _nvtx = crate::nvtx::Range::new("recv");
         let src = self.source(src.into())?;
-        let bytes = bytes_of_mut(buf);
-        if let (Source::Rank(r), TagSel::Tag(0..) | TagSel::Any) = (src, tag.sel())
-            && let Some(st) = self.shared.recv_direct(self.ctx, r, tag.sel(), bytes)
-        {
-            return check_elems::<T>(&self.local(st));
-        }
-        let req =
-            self.shared
-                .lock()
-                .irecv(self.ctx, src, tag.sel(), Region::from_mut(bytes), "recv")?;
-        check_elems::<T>(&self.local(self.shared.wait(req)?))
+        let reg = Region::from_mut(bytes_of_mut(buf));
+        check_elems::<T>(&self.recv_host_on(self.ctx, src, tag, reg, "recv")?)
     }
 
     /// Sends `sbuf` to `dest` and receives into `rbuf` from `src` at once (no deadlock when two
@@ -838,7 +822,7 @@ impl Communicator {
         {
             // The send left at once (eager, taken by the transport), which makes the rest a
             // receive: no requests, and the message may be taken straight from the ring.
-            return self.recv_host_on(ctx, src, rtag, rreg);
+            return self.recv_host_on(ctx, src, rtag, rreg, "sendrecv");
         }
         let (s, r) = {
             let mut e = self.shared.lock();
@@ -869,17 +853,22 @@ impl Communicator {
         Ok(self.local(rres?))
     }
 
-    /// A blocking receive into host memory on `ctx` from `src` (a world rank, or any).
-    fn recv_host_on(&self, ctx: u32, src: Source, tag: Tag, reg: Region) -> Result<Status> {
+    /// A blocking receive into host memory on `ctx` from `src` (a world rank, or any): the
+    /// direct path when it can take the message, else a posted receive and a wait.
+    fn recv_host_on(
+        &self,
+        ctx: u32,
+        src: Source,
+        tag: Tag,
+        reg: Region,
+        op: &'static str,
+    ) -> Result<Status> {
         if let (Source::Rank(r), TagSel::Tag(0..) | TagSel::Any) = (src, tag.sel())
             && let Some(st) = self.shared.recv_direct(ctx, r, tag.sel(), reg.bytes_mut())
         {
             return Ok(self.local(st));
         }
-        let req = self
-            .shared
-            .lock()
-            .irecv(ctx, src, tag.sel(), reg, "sendrecv")?;
+        let req = self.shared.lock().irecv(ctx, src, tag.sel(), reg, op)?;
         Ok(self.local(self.shared.wait(req)?))
     }
 
@@ -1552,12 +1541,29 @@ impl<'s, 'env> Scope<'s, 'env> {
 /// A receive being posted takes a message already at the head of a node peer's ring at once
 /// when the matcher says it is this receive's (see `p2p::engine::direct`).
 fn recv_now(e: &mut Engine, ctx: u32, src: Source, tag: Tag, buf: &mut [u8]) -> Option<Status> {
+    let room = buf.len();
+    recv_now_into(e, ctx, src, tag, room, &mut |p| {
+        buf[..p.len()].copy_from_slice(p)
+    })
+}
+
+/// [`recv_now`] handing the payload, at most `room` bytes, to `put` (see
+/// `Engine::recv_now_into`).
+fn recv_now_into(
+    e: &mut Engine,
+    ctx: u32,
+    src: Source,
+    tag: Tag,
+    room: usize,
+    put: &mut impl FnMut(&[u8]),
+) -> Option<Status> {
     match (src, tag.sel()) {
-        (Source::Rank(r), t @ (TagSel::Tag(0..) | TagSel::Any)) => match e.recv_now(ctx, r, t, buf)
-        {
-            Direct::Done(st) => Some(st),
-            Direct::Empty | Direct::General => None,
-        },
+        (Source::Rank(r), t @ (TagSel::Tag(0..) | TagSel::Any)) => {
+            match e.recv_now_into(ctx, r, t, room, put) {
+                Direct::Done(st) => Some(st),
+                Direct::Empty | Direct::General => None,
+            }
+        }
         _ => None,
     }
 }

@@ -804,20 +804,7 @@ impl Communicator {
         src: impl Into<Source>,
         tag: Tag,
     ) -> Result<Status> {
-        self.recv_dt_bytes(bytemuck::cast_slice_mut(buf), count, dt, src.into(), tag)
-    }
-
-    /// [`recv_dt`](Self::recv_dt) into bytes. A non-contiguous layout is scattered straight
-    /// from the ring when the message is there to take (the direct path), else received
-    /// packed and unpacked.
-    fn recv_dt_bytes(
-        &self,
-        bytes: &mut [u8],
-        count: usize,
-        dt: &Datatype,
-        src: Source,
-        tag: Tag,
-    ) -> Result<Status> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
         if let Some(range) = direct_range(dt, bytes.len(), count)? {
             return self.recv(&mut bytes[range], src, tag);
         }
@@ -996,7 +983,7 @@ impl Communicator {
         let (src, room) = (src.into(), dt.packed_size(count));
         if !dt.is_contiguous() {
             // A message already at the head of the ring is scattered into `buf` now.
-            // SAFETY: as in `recv_dt_bytes`: the span lies inside `dst` (checked above),
+            // SAFETY: as in `recv_dt`: the span lies inside `dst` (checked above),
             // which this call borrows exclusively; at most `room` bytes are handed over.
             let mut put = unsafe { scatter_to(dt, dst.as_mut_ptr(), count) };
             let now = self.recv_now_into(src, tag, room, &mut put)?;

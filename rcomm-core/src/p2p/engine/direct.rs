@@ -45,17 +45,9 @@ impl Engine {
     /// One look for a message from `src` matching `tag` that is already on the ring, for a
     /// receive being posted: it does not wait, so nothing else in flight needs its progress;
     /// the matcher still decides whether the message is this receive's (no receive posted
-    /// before it could take it).
-    pub(crate) fn recv_now(&mut self, ctx: u32, src: u32, tag: TagSel, buf: &mut [u8]) -> Direct {
-        let room = buf.len();
-        self.recv_now_into(ctx, src, tag, room, &mut |p| {
-            buf[..p.len()].copy_from_slice(p)
-        })
-    }
-
-    /// [`recv_now`](Self::recv_now) handing the payload (at most `room` bytes: a longer
-    /// message takes the general path, which reports the truncation) to `put`, which copies it
-    /// out of the ring: into a buffer, or scattered into a non-contiguous layout.
+    /// before it could take it). The payload (at most `room` bytes: a longer message takes the
+    /// general path, which reports the truncation) goes to `put`, which copies it out of the
+    /// ring: into a buffer, or scattered into a non-contiguous layout.
     pub(crate) fn recv_now_into(
         &mut self,
         ctx: u32,

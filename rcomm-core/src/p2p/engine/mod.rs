@@ -567,12 +567,18 @@ impl Engine {
         sync: bool,
         stamp: Stamp,
     ) -> Result<Option<ReqId>, CommError> {
-        if tag < 0 {
-            return Err(CommError::InvalidTag { tag });
+        self.send_checks(ctx, dest, tag, op)?;
+        // A synchronous send is never eager: its completion must wait for the match.
+        if blocking
+            && !sync
+            && !region.is_device()
+            && self.eager_now(ctx, dest, tag, region.len(), op, |net, hdr| {
+                net.try_send(dest, hdr, region.bytes())
+            })?
+        {
+            // Fast path of a blocking eager send: straight into the transport, no request.
+            return Ok(None);
         }
-        // The communicator's loss first: it is why nothing on it can go on.
-        self.check_comm(ctx, op)?;
-        self.st.check_peer(dest, op)?;
         let c = self.st.ctx_mut(ctx);
         let next = c.send_seq.get_or_default(dest);
         let seq = *next;
@@ -626,15 +632,6 @@ impl Engine {
                 self.flush_peer(dest);
             }
             return Ok(Some(req));
-        }
-        if blocking && eager && self.may_send_now(dest) {
-            // Fast path of a blocking eager send: straight into the transport, no request.
-            let sent = self
-                .net
-                .try_send(dest, &hdr(ProtoKind::Eager), region.bytes());
-            if self.sent_now(dest, op, sent)? {
-                return Ok(None);
-            }
         }
         let req = self.st.new_req(op, Some(dest), false, region);
         let r = self.st.req_mut(req);
@@ -800,20 +797,52 @@ impl Engine {
         op: &'static str,
         send: impl FnOnce(&mut Net, &Header) -> Result<bool, TransportError>,
     ) -> Result<bool, CommError> {
+        self.send_checks(ctx, dest, tag, op)?;
+        self.eager_now(ctx, dest, tag, len, op, send)
+    }
+
+    /// What every send checks before anything else.
+    fn send_checks(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        op: &'static str,
+    ) -> Result<(), CommError> {
         if tag < 0 {
             return Err(CommError::InvalidTag { tag });
         }
+        // The communicator's loss first: it is why nothing on it can go on.
         self.check_comm(ctx, op)?;
         self.st.check_peer(dest, op)?;
-        if !self.may_send_now(dest) || len > self.net.eager_limit(dest) {
+        Ok(())
+    }
+
+    /// The blocking eager send of `len` bytes straight into the transport (`send` offers the
+    /// header to it), after [`send_checks`](Self::send_checks): `Ok(true)` when the message
+    /// left, `Ok(false)` with nothing done when it cannot go that way now (this rank itself,
+    /// earlier messages to `dest` queued, too large for eager, the transport full).
+    fn eager_now(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        len: usize,
+        op: &'static str,
+        send: impl FnOnce(&mut Net, &Header) -> Result<bool, TransportError>,
+    ) -> Result<bool, CommError> {
+        if dest == self.st.me
+            || self.st.out.get(&dest).is_some_and(|q| !q.is_empty())
+            || len > self.net.eager_limit(dest)
+        {
             return Ok(false);
         }
-        let me = self.st.me;
         let next = self.st.ctx_mut(ctx).send_seq.get_or_default(dest);
+        let seq = *next;
         let hdr = Header {
             context: ctx,
-            source: me,
-            seq: *next,
+            source: self.st.me,
+            seq,
             tag,
             len: len as u64,
             kind: ProtoKind::Eager,
@@ -821,33 +850,15 @@ impl Engine {
             coll_seq: 0,
             signature: 0,
         };
-        let sent = send(&mut self.net, &hdr);
-        if self.sent_now(dest, op, sent)? {
-            // The sequence number is spent only by a message that left.
-            let next = self.st.ctx_mut(ctx).send_seq.get_or_default(dest);
-            *next = next.wrapping_add(1);
-            return Ok(true);
-        }
-        Ok(false)
-    }
-
-    /// Whether a message to `dest` may go straight into the transport now: not to this rank
-    /// and with no earlier message to `dest` queued (MPI's order).
-    fn may_send_now(&self, dest: u32) -> bool {
-        dest != self.st.me && self.st.out.get(&dest).is_none_or(|q| q.is_empty())
-    }
-
-    /// The outcome of a send straight into the transport: a transport failure loses the peer.
-    fn sent_now(
-        &mut self,
-        dest: u32,
-        op: &'static str,
-        sent: Result<bool, TransportError>,
-    ) -> Result<bool, CommError> {
-        sent.map_err(|e| {
+        let sent = send(&mut self.net, &hdr).map_err(|e| {
             self.transport_failed(Some(dest), e.to_string());
             self.st.lost(dest, op, e.to_string())
-        })
+        })?;
+        if sent {
+            // The sequence number is spent only by a message that left.
+            *self.st.ctx_mut(ctx).send_seq.get_or_default(dest) = seq.wrapping_add(1);
+        }
+        Ok(sent)
     }
 
     /// Posts a receive into `region`.
