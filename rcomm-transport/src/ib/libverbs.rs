@@ -1693,130 +1693,37 @@ impl Verbs for LibVerbs {
     }
 
     fn post_send(&self, qp: Qp, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostError> {
-        let at0 = |error| PostError { bad_wr: 0, error };
         let t = self.read();
         let q = t.qp(qp).map_err(at0)?;
         if wrs.is_empty() {
             return Ok(());
         }
-        // Scatter/gather entries of all requests, one array; each request points into it.
-        let mut sges: Vec<IbvSge> = Vec::new();
-        let mut c_wrs: Vec<IbvSendWr> = Vec::with_capacity(wrs.len());
-        for (i, w) in wrs.iter().enumerate() {
-            let num_sge = c_int::try_from(w.sg.len()).map_err(|_| PostError {
-                bad_wr: i,
-                error: VerbsError::Invalid(format!("{} scatter/gather entries", w.sg.len())),
-            })?;
-            sges.extend(w.sg.iter().map(|s| IbvSge {
-                addr: s.addr,
-                length: s.len,
-                lkey: s.lkey,
-            }));
-            c_wrs.push(send_wr(w, num_sge));
-        }
-        let base = c_wrs.as_mut_ptr();
-        // SAFETY: links requests and entries now that neither vector moves any more: writes
-        // to the `len` elements of `c_wrs` through its own pointer, entries counted by
-        // `num_sge` laid out in order in `sges`.
-        unsafe {
-            link(
-                base,
-                c_wrs.len(),
-                sges.as_mut_ptr(),
-                |w| &mut w.sg_list,
-                |w| &mut w.next,
-                |w| w.num_sge,
-            )
-        };
         // SAFETY: a live QP (read lock held): its context and ops table are valid.
-        let post = unsafe { (*(*q.ptr).context).ops.post_send };
-        let Some(post) = post else {
-            return Err(at0(VerbsError::Invalid(
-                "the provider has no post_send".into(),
-            )));
-        };
-        let mut bad: *mut IbvSendWr = std::ptr::null_mut();
-        // SAFETY: the inline `ibv_post_send` of verbs.h: `qp->context->ops.post_send(qp, wr,
-        // bad_wr)`, on a linked list of requests whose entries live until the call returns
-        // (the provider copies them into the send queue). The memory they name is the caller's
-        // registered memory (`reg_mr`'s contract).
-        let rc = unsafe { post(q.ptr, base, &mut bad) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let bad_wr = index_of(c_wrs.as_ptr(), bad, c_wrs.len());
-        let e = rc_errno(rc);
-        let error = if e == libc::ENOMEM {
-            VerbsError::QueueFull("send queue")
-        } else {
-            verbs_error("ibv_post_send", e, "QP", &t.pd_dev(q.pd))
-        };
-        Err(PostError { bad_wr, error })
+        let post = unsafe { (*(*q.ptr).context).ops.post_send }
+            .ok_or_else(|| at0(VerbsError::Invalid("the provider has no post_send".into())))?;
+        // SAFETY: the inline `ibv_post_send` of verbs.h, `qp->context->ops.post_send`, on a
+        // live QP (read lock held). The memory the requests name is the caller's registered
+        // memory (`reg_mr`'s contract).
+        unsafe { post_list(q.ptr, wrs, |w| w.sg, send_wr, post, || t.pd_dev(q.pd)) }
     }
 
     fn post_recv(&self, qp: Qp, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostError> {
-        let at0 = |error| PostError { bad_wr: 0, error };
         let t = self.read();
         let q = t.qp(qp).map_err(at0)?;
         if wrs.is_empty() {
             return Ok(());
         }
-        let mut sges: Vec<IbvSge> = Vec::new();
-        let mut c_wrs: Vec<IbvRecvWr> = Vec::with_capacity(wrs.len());
-        for (i, w) in wrs.iter().enumerate() {
-            let num_sge = c_int::try_from(w.sg.len()).map_err(|_| PostError {
-                bad_wr: i,
-                error: VerbsError::Invalid(format!("{} scatter/gather entries", w.sg.len())),
-            })?;
-            sges.extend(w.sg.iter().map(|s| IbvSge {
-                addr: s.addr,
-                length: s.len,
-                lkey: s.lkey,
-            }));
-            c_wrs.push(IbvRecvWr {
-                wr_id: w.wr_id,
-                next: std::ptr::null_mut(),
-                sg_list: std::ptr::null_mut(),
-                num_sge,
-            });
-        }
-        let base = c_wrs.as_mut_ptr();
-        // SAFETY: links requests and entries now that neither vector moves any more: writes
-        // to the `len` elements of `c_wrs` through its own pointer, entries counted by
-        // `num_sge` laid out in order in `sges`.
-        unsafe {
-            link(
-                base,
-                c_wrs.len(),
-                sges.as_mut_ptr(),
-                |w| &mut w.sg_list,
-                |w| &mut w.next,
-                |w| w.num_sge,
-            )
-        };
         // SAFETY: a live QP (read lock held): its context and ops table are valid.
-        let post = unsafe { (*(*q.ptr).context).ops.post_recv };
-        let Some(post) = post else {
-            return Err(at0(VerbsError::Invalid(
-                "the provider has no post_recv".into(),
-            )));
+        let post = unsafe { (*(*q.ptr).context).ops.post_recv }
+            .ok_or_else(|| at0(VerbsError::Invalid("the provider has no post_recv".into())))?;
+        let recv_wr = |w: &RecvWr<'_>, num_sge| IbvRecvWr {
+            wr_id: w.wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: std::ptr::null_mut(),
+            num_sge,
         };
-        let mut bad: *mut IbvRecvWr = std::ptr::null_mut();
-        // SAFETY: the inline `ibv_post_recv` of verbs.h: `qp->context->ops.post_recv(qp, wr,
-        // bad_wr)`, on a linked list living until the call returns; the memory it names is
-        // the caller's registered memory (`reg_mr`'s contract).
-        let rc = unsafe { post(q.ptr, base, &mut bad) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let bad_wr = index_of(c_wrs.as_ptr(), bad, c_wrs.len());
-        let e = rc_errno(rc);
-        let error = if e == libc::ENOMEM {
-            VerbsError::QueueFull("receive queue")
-        } else {
-            verbs_error("ibv_post_recv", e, "QP", &t.pd_dev(q.pd))
-        };
-        Err(PostError { bad_wr, error })
+        // SAFETY: the inline `ibv_post_recv` of verbs.h, as for `post_send`.
+        unsafe { post_list(q.ptr, wrs, |w| w.sg, recv_wr, post, || t.pd_dev(q.pd)) }
     }
 
     fn event_fds(&self, ctx: Context, cq: Cq) -> [Option<std::os::fd::RawFd>; 2] {
@@ -1946,37 +1853,117 @@ impl Verbs for LibVerbs {
     }
 }
 
-/// Sets each request's `sg_list` to its entries in `sges` (null when it has none) and its
-/// `next` to the request after it (null for the last).
+/// A C work request as posting sees it: `ibv_send_wr` and `ibv_recv_wr` both carry the
+/// list link, the entry pointer and the entry count.
+trait CWr: Sized {
+    /// The queue the request goes to, and the inline call of verbs.h, for errors.
+    const QUEUE: &'static str;
+    const CALL: &'static str;
+    fn next_mut(&mut self) -> &mut *mut Self;
+    fn sg_list_mut(&mut self) -> &mut *mut IbvSge;
+    fn num_sge(&self) -> c_int;
+}
+
+impl CWr for IbvSendWr {
+    const QUEUE: &'static str = "send queue";
+    const CALL: &'static str = "ibv_post_send";
+    fn next_mut(&mut self) -> &mut *mut Self {
+        &mut self.next
+    }
+    fn sg_list_mut(&mut self) -> &mut *mut IbvSge {
+        &mut self.sg_list
+    }
+    fn num_sge(&self) -> c_int {
+        self.num_sge
+    }
+}
+
+impl CWr for IbvRecvWr {
+    const QUEUE: &'static str = "receive queue";
+    const CALL: &'static str = "ibv_post_recv";
+    fn next_mut(&mut self) -> &mut *mut Self {
+        &mut self.next
+    }
+    fn sg_list_mut(&mut self) -> &mut *mut IbvSge {
+        &mut self.sg_list
+    }
+    fn num_sge(&self) -> c_int {
+        self.num_sge
+    }
+}
+
+/// A post error at the first request.
+fn at0(error: VerbsError) -> PostError {
+    PostError { bad_wr: 0, error }
+}
+
+/// Posts `wrs` through the provider's `post`: the requests (made by `c_wr` from each one and
+/// its entry count) as one linked C list, their scatter/gather entries (`sg`) in one array
+/// each request points into; the provider's refusal as a [`PostError`] naming the first
+/// request it did not take (`dev` names the device, asked only then).
 ///
 /// # Safety
-/// `base` points to `len` initialised requests, `sges` to at least the sum of their entry
-/// counts; nothing else accesses them during the call.
-unsafe fn link<W>(
-    base: *mut W,
-    len: usize,
-    sges: *mut IbvSge,
-    sg_list: impl Fn(&mut W) -> &mut *mut IbvSge,
-    next: impl Fn(&mut W) -> &mut *mut W,
-    num_sge: impl Fn(&W) -> c_int,
-) {
+/// `qp` is a live QP for the call and `post` its provider's post function for `C`; the memory
+/// the entries name is registered for the QP's protection domain.
+unsafe fn post_list<W, C: CWr>(
+    qp: *mut IbvQp,
+    wrs: &[W],
+    sg: impl Fn(&W) -> &[crate::ib::verbs::Sge],
+    c_wr: impl Fn(&W, c_int) -> C,
+    post: unsafe extern "C" fn(*mut IbvQp, *mut C, *mut *mut C) -> c_int,
+    dev: impl FnOnce() -> String,
+) -> std::result::Result<(), PostError> {
+    let mut sges: Vec<IbvSge> = Vec::new();
+    let mut c_wrs: Vec<C> = Vec::with_capacity(wrs.len());
+    for (i, w) in wrs.iter().enumerate() {
+        let sg = sg(w);
+        let num_sge = c_int::try_from(sg.len()).map_err(|_| PostError {
+            bad_wr: i,
+            error: VerbsError::Invalid(format!("{} scatter/gather entries", sg.len())),
+        })?;
+        sges.extend(sg.iter().map(|s| IbvSge {
+            addr: s.addr,
+            length: s.len,
+            lkey: s.lkey,
+        }));
+        c_wrs.push(c_wr(w, num_sge));
+    }
+    // Linked now that neither vector moves any more: each request points to its entries
+    // (laid out in order in `sges`) and to the request after it (null for the last).
+    let (base, len, entries) = (c_wrs.as_mut_ptr(), c_wrs.len(), sges.as_mut_ptr());
     let mut off = 0usize;
     for i in 0..len {
-        // SAFETY: `i < len` (the caller's contract); one element borrowed at a time.
+        // SAFETY: `i < len`, one request borrowed at a time, all through `base` (the pointer
+        // the provider gets).
         let w = unsafe { &mut *base.add(i) };
-        let n = usize::try_from(num_sge(w)).unwrap_or(0);
-        *sg_list(w) = if n == 0 {
+        let n = usize::try_from(w.num_sge()).unwrap_or(0);
+        *w.sg_list_mut() = if n == 0 {
             std::ptr::null_mut()
         } else {
-            sges.wrapping_add(off)
+            entries.wrapping_add(off)
         };
         off += n;
-        *next(w) = if i + 1 < len {
+        *w.next_mut() = if i + 1 < len {
             base.wrapping_add(i + 1)
         } else {
             std::ptr::null_mut()
         };
     }
+    let mut bad: *mut C = std::ptr::null_mut();
+    // SAFETY: the caller's contract for `qp` and `post`; the list and its entries live until
+    // the call returns (the provider copies them into the queue).
+    let rc = unsafe { post(qp, base, &mut bad) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let bad_wr = index_of(c_wrs.as_ptr(), bad, len);
+    let e = rc_errno(rc);
+    let error = if e == libc::ENOMEM {
+        VerbsError::QueueFull(C::QUEUE)
+    } else {
+        verbs_error(C::CALL, e, "QP", &dev())
+    };
+    Err(PostError { bad_wr, error })
 }
 
 /// Index of the request `bad` in the array at `base` of `len` requests (0 if it is not one).
@@ -2081,6 +2068,104 @@ pub fn abi_layout() -> Vec<(&'static str, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ib::verbs::{RecvWr, Sge};
+    use std::cell::RefCell;
+
+    /// A request as the stand-in provider saw it: its wr_id and its (addr, length, lkey) entries.
+    type Seen = (u64, Vec<(u64, u32, u32)>);
+
+    thread_local! {
+        /// What the stand-in provider's post saw, in list order.
+        static POSTED: RefCell<Vec<Seen>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// A provider's `post_recv` that walks the list as a real one would, and refuses the
+    /// request whose `wr_id` is 7 (ENOMEM: its queue is full) or 8 (EINVAL).
+    unsafe extern "C" fn walking_post(
+        _qp: *mut IbvQp,
+        mut wr: *mut IbvRecvWr,
+        bad: *mut *mut IbvRecvWr,
+    ) -> c_int {
+        while !wr.is_null() {
+            // SAFETY: the list post_list built, live for the call.
+            let w = unsafe { &*wr };
+            if w.wr_id == 7 || w.wr_id == 8 {
+                // SAFETY: `bad` is post_list's out-pointer.
+                unsafe { *bad = wr };
+                return if w.wr_id == 7 {
+                    libc::ENOMEM
+                } else {
+                    libc::EINVAL
+                };
+            }
+            let entries = (0..usize::try_from(w.num_sge).unwrap())
+                // SAFETY: `num_sge` entries at `sg_list`, live for the call.
+                .map(|k| unsafe { *w.sg_list.add(k) })
+                .map(|e| (e.addr, e.length, e.lkey))
+                .collect();
+            POSTED.with(|p| p.borrow_mut().push((w.wr_id, entries)));
+            wr = w.next;
+        }
+        0
+    }
+
+    #[test]
+    fn a_post_hands_the_provider_one_linked_list_and_names_the_request_it_refused() {
+        let sg = |k: u64| Sge {
+            addr: 0x1000 * k,
+            len: k as u32,
+            lkey: 40 + k as u32,
+        };
+        let (a, b) = ([sg(1), sg(2)], [sg(3)]);
+        let wr = |wr_id, sg| RecvWr { wr_id, sg };
+        let recv_wr = |w: &RecvWr<'_>, num_sge| IbvRecvWr {
+            wr_id: w.wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: std::ptr::null_mut(),
+            num_sge,
+        };
+        let no_dev = || -> String { panic!("the device is named only for an error") };
+        let post = |wrs: &[RecvWr<'_>], dev: &dyn Fn() -> String| {
+            POSTED.with(|p| p.borrow_mut().clear());
+            // SAFETY: the stand-in provider never touches the QP.
+            let r = unsafe {
+                post_list(
+                    std::ptr::null_mut(),
+                    wrs,
+                    |w| w.sg,
+                    recv_wr,
+                    walking_post,
+                    dev,
+                )
+            };
+            (r, POSTED.with(|p| p.borrow().clone()))
+        };
+        // Entries of each request in order, one without any, the list ending with null.
+        let (r, seen) = post(&[wr(1, &a), wr(2, &[]), wr(3, &b)], &no_dev);
+        assert!(r.is_ok());
+        assert_eq!(
+            seen,
+            vec![
+                (1, vec![(0x1000, 1, 41), (0x2000, 2, 42)]),
+                (2, vec![]),
+                (3, vec![(0x3000, 3, 43)])
+            ]
+        );
+        // Refused at the third request: the two before it were taken.
+        let (r, seen) = post(&[wr(1, &a), wr(2, &b), wr(7, &a), wr(4, &b)], &no_dev);
+        let e = r.unwrap_err();
+        assert_eq!(e.bad_wr, 2);
+        assert!(
+            matches!(e.error, VerbsError::QueueFull("receive queue")),
+            "{:?}",
+            e.error
+        );
+        assert_eq!(seen.len(), 2);
+        let (r, _) = post(&[wr(8, &a)], &|| "mlx5_0".to_string());
+        let e = r.unwrap_err();
+        assert_eq!(e.bad_wr, 0);
+        assert!(e.error.to_string().contains("ibv_post_recv"), "{}", e.error);
+    }
 
     #[test]
     fn statuses_and_opcodes_map_as_libibverbs_numbers_them() {
