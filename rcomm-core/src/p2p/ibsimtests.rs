@@ -164,73 +164,44 @@ impl Cluster {
 
 const SIZES: [usize; 9] = [0, 1, 63, 64, 200, 256, 257, 5000, 70_000];
 
-/// Every rank sends every size to every other; half the receives are posted before the data
-/// arrives, half after (unexpected). Checks bytes and statuses.
+impl super::simtests::SimJob for Cluster {
+    fn engine(&mut self, rank: usize) -> &mut Engine {
+        &mut self.engines[rank]
+    }
+    fn settle(&mut self) {
+        self.run(|c| c.engines.iter().all(|e| !e.busy()) && !c.fabric.step())
+            .unwrap();
+    }
+    fn wait_all(
+        &mut self,
+        reqs: &[(usize, ReqId)],
+    ) -> Vec<Result<super::engine::Status, CommError>> {
+        reqs.iter().map(|&(r, q)| self.wait(r, q)).collect()
+    }
+}
+
+/// Posts a receive from `src` with `tag` into each buffer at `rank`, in order.
+fn post_recvs(
+    cl: &mut Cluster,
+    rank: usize,
+    src: u32,
+    tag: i32,
+    bufs: &mut [Vec<u8>],
+) -> Vec<ReqId> {
+    bufs.iter_mut()
+        .map(|b| {
+            let reg = Region::from_mut(b);
+            cl.engines[rank]
+                .irecv(0, Source::Rank(src), TagSel::Tag(tag), reg, "recv")
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The shared all-to-all traffic (`simtests::all_to_all_traffic`) over simulated verbs.
 fn all_to_all(n: usize, p: IbParams, sim: SimConfig, roce: bool) -> Cluster {
     let mut cl = Cluster::new(n, p, sim, roce);
-    let idx = |f: usize, t: usize, i: usize| (f * n + t) * SIZES.len() + i;
-    let sends: Vec<Vec<u8>> = (0..n * n * SIZES.len())
-        .map(|k| {
-            let (f, t, i) = (
-                k / (n * SIZES.len()),
-                (k / SIZES.len()) % n,
-                k % SIZES.len(),
-            );
-            pattern(f, t, i, SIZES[i])
-        })
-        .collect();
-    let mut recvs: Vec<Vec<u8>> = (0..n * n * SIZES.len())
-        .map(|k| vec![0xEE; SIZES[k % SIZES.len()]])
-        .collect();
-    let mut reqs = Vec::new();
-    let post = |cl: &mut Cluster, recvs: &mut [Vec<u8>], reqs: &mut Vec<_>, first: usize| {
-        for t in 0..n {
-            for f in (0..n).filter(|&f| f != t) {
-                for i in (first..SIZES.len()).step_by(2) {
-                    let reg = Region::from_mut(&mut recvs[idx(f, t, i)]);
-                    let q = cl.engines[t]
-                        .irecv(
-                            0,
-                            Source::Rank(f as u32),
-                            TagSel::Tag(i as i32),
-                            reg,
-                            "recv",
-                        )
-                        .unwrap();
-                    reqs.push((t, q, Some((f, i))));
-                }
-            }
-        }
-    };
-    post(&mut cl, &mut recvs, &mut reqs, 0);
-    for f in 0..n {
-        for t in (0..n).filter(|&t| t != f) {
-            for i in 0..SIZES.len() {
-                let reg = Region::from_ref(&sends[idx(f, t, i)]);
-                let q = cl.engines[f]
-                    .isend(0, t as u32, i as i32, reg, "send")
-                    .unwrap();
-                reqs.push((f, q, None));
-            }
-        }
-    }
-    cl.run(|c| c.engines.iter().all(|e| !e.busy()) && !c.fabric.step())
-        .unwrap();
-    post(&mut cl, &mut recvs, &mut reqs, 1);
-    for (t, q, what) in reqs {
-        let st = cl.wait(t, q).unwrap_or_else(|e| panic!("rank {t}: {e}"));
-        if let Some((f, i)) = what {
-            assert_eq!(
-                (st.source, st.tag, st.bytes),
-                (f as u32, i as i32, SIZES[i])
-            );
-            assert!(
-                recvs[idx(f, t, i)] == sends[idx(f, t, i)],
-                "rank {t} got wrong bytes from {f} (size {})",
-                SIZES[i]
-            );
-        }
-    }
+    super::simtests::all_to_all_traffic(&mut cl, n, &SIZES);
     cl
 }
 
@@ -286,20 +257,7 @@ fn mpi_order_holds_across_several_qps_under_shuffled_completion() {
                     .unwrap()
             })
             .collect();
-        let recvs: Vec<ReqId> = bufs
-            .iter_mut()
-            .map(|b| {
-                cl.engines[1]
-                    .irecv(
-                        0,
-                        Source::Rank(0),
-                        TagSel::Tag(5),
-                        Region::from_mut(b),
-                        "recv",
-                    )
-                    .unwrap()
-            })
-            .collect();
+        let recvs: Vec<ReqId> = post_recvs(&mut cl, 1, 0, 5, &mut bufs);
         for (i, q) in recvs.into_iter().enumerate() {
             let st = cl.wait(1, q).unwrap();
             assert_eq!(st.bytes, sizes[i], "seed {seed}: message {i}");
@@ -339,20 +297,7 @@ fn a_receiver_that_does_not_progress_stops_the_sender_at_its_credits() {
     );
     // The receiver comes back: everything arrives, in order, credits flowing back.
     let mut bufs: Vec<Vec<u8>> = msgs.iter().map(|m| vec![0; m.len()]).collect();
-    let recvs: Vec<ReqId> = bufs
-        .iter_mut()
-        .map(|b| {
-            cl.engines[1]
-                .irecv(
-                    0,
-                    Source::Rank(0),
-                    TagSel::Tag(1),
-                    Region::from_mut(b),
-                    "recv",
-                )
-                .unwrap()
-        })
-        .collect();
+    let recvs: Vec<ReqId> = post_recvs(&mut cl, 1, 0, 1, &mut bufs);
     for q in recvs {
         cl.wait(1, q).unwrap();
     }

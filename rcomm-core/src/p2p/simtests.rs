@@ -102,28 +102,37 @@ pub(super) fn pattern(from: usize, to: usize, i: usize, len: usize) -> Vec<u8> {
 
 const SIZES: [usize; 9] = [0, 1, 63, 64, 65, 1000, 1024, 5000, 20_000];
 
-/// Every rank sends every size to every other; half the receives are posted before the data
-/// arrives, half after (unexpected). Returns the fabric's counters.
-fn all_to_all(c: SimFabricConfig) -> rcomm_transport::sim_ep::FabricStats {
-    let n = c.net.ranks;
-    let mut cl = Cluster::new(c);
+/// A simulated job of `Engine`s that the shared traffic below runs on (the `sim` fabric here,
+/// the simulated verbs fabric in `ibsimtests`).
+pub(super) trait SimJob {
+    fn engine(&mut self, rank: usize) -> &mut Engine;
+    /// Moves everything that can move without a new receive being posted.
+    fn settle(&mut self);
+    /// Drives the job until every request completes; their outcomes, in order.
+    fn wait_all(&mut self, reqs: &[(usize, ReqId)]) -> Vec<Result<Status, CommError>>;
+}
+
+/// Every rank of `n` sends every size to every other; half the receives are posted before the
+/// data arrives, half after (unexpected). Checks every status and every byte.
+pub(super) fn all_to_all_traffic<J: SimJob>(job: &mut J, n: usize, sizes: &[usize]) {
+    let idx = |f: usize, t: usize, i: usize| (f * n + t) * sizes.len() + i;
     let sends: Vec<Vec<u8>> = (0..n)
-        .flat_map(|f| (0..n).flat_map(move |t| (0..SIZES.len()).map(move |i| (f, t, i))))
-        .map(|(f, t, i)| pattern(f, t, i, SIZES[i]))
+        .flat_map(|f| (0..n).flat_map(move |t| (0..sizes.len()).map(move |i| (f, t, i))))
+        .map(|(f, t, i)| pattern(f, t, i, sizes[i]))
         .collect();
-    let mut recvs: Vec<Vec<u8>> = (0..n * n * SIZES.len())
-        .map(|k| vec![0xEE; SIZES[k % SIZES.len()]])
+    let mut recvs: Vec<Vec<u8>> = (0..n * n * sizes.len())
+        .map(|k| vec![0xEE; sizes[k % sizes.len()]])
         .collect();
-    let idx = |f: usize, t: usize, i: usize| (f * n + t) * SIZES.len() + i;
     let mut reqs = Vec::new();
     // Receives of every other size, from `first` on, at every rank from every other.
-    let post = |cl: &mut Cluster, recvs: &mut [Vec<u8>], reqs: &mut Vec<_>, first: usize| {
+    let post = |job: &mut J, recvs: &mut [Vec<u8>], reqs: &mut Vec<_>, first: usize| {
         for t in 0..n {
             for f in (0..n).filter(|&f| f != t) {
-                for i in (first..SIZES.len()).step_by(2) {
+                for i in (first..sizes.len()).step_by(2) {
                     let reg = Region::from_mut(&mut recvs[idx(f, t, i)]);
                     let src = Source::Rank(f as u32);
-                    let q = cl.engines[t]
+                    let q = job
+                        .engine(t)
                         .irecv(0, src, TagSel::Tag(i as i32), reg, "recv")
                         .unwrap();
                     reqs.push((t, q, Some((f, i))));
@@ -132,12 +141,13 @@ fn all_to_all(c: SimFabricConfig) -> rcomm_transport::sim_ep::FabricStats {
         }
     };
     // Early receives: even indices.
-    post(&mut cl, &mut recvs, &mut reqs, 0);
+    post(job, &mut recvs, &mut reqs, 0);
     for f in 0..n {
         for t in (0..n).filter(|&t| t != f) {
-            for i in 0..SIZES.len() {
+            for i in 0..sizes.len() {
                 let reg = Region::from_ref(&sends[idx(f, t, i)]);
-                let q = cl.engines[f]
+                let q = job
+                    .engine(f)
                     .isend(0, t as u32, i as i32, reg, "send")
                     .unwrap();
                 reqs.push((f, q, None));
@@ -145,24 +155,43 @@ fn all_to_all(c: SimFabricConfig) -> rcomm_transport::sim_ep::FabricStats {
         }
     }
     // Let everything that can arrive, arrive; then post the late receives (unexpected).
-    cl.run(|c| c.idle() && !c.fabric.advance()).unwrap();
-    post(&mut cl, &mut recvs, &mut reqs, 1);
+    job.settle();
+    post(job, &mut recvs, &mut reqs, 1);
     let ids: Vec<(usize, ReqId)> = reqs.iter().map(|&(r, q, _)| (r, q)).collect();
-    let res = cl.wait_all(&ids);
+    let res = job.wait_all(&ids);
     for ((t, _, what), r) in reqs.iter().zip(res) {
         let st = r.unwrap_or_else(|e| panic!("rank {t}: {e}"));
         if let Some((f, i)) = *what {
             assert_eq!(
                 (st.source, st.tag, st.bytes),
-                (f as u32, i as i32, SIZES[i])
+                (f as u32, i as i32, sizes[i])
             );
             assert!(
                 recvs[idx(f, *t, i)] == sends[idx(f, *t, i)],
                 "rank {t} got wrong bytes from {f} (size {})",
-                SIZES[i]
+                sizes[i]
             );
         }
     }
+}
+
+impl SimJob for Cluster {
+    fn engine(&mut self, rank: usize) -> &mut Engine {
+        &mut self.engines[rank]
+    }
+    fn settle(&mut self) {
+        self.run(|c| c.idle() && !c.fabric.advance()).unwrap();
+    }
+    fn wait_all(&mut self, reqs: &[(usize, ReqId)]) -> Vec<Result<Status, CommError>> {
+        Cluster::wait_all(self, reqs)
+    }
+}
+
+/// [`all_to_all_traffic`] on the `sim` fabric; its counters.
+fn all_to_all(c: SimFabricConfig) -> rcomm_transport::sim_ep::FabricStats {
+    let n = c.net.ranks;
+    let mut cl = Cluster::new(c);
+    all_to_all_traffic(&mut cl, n, &SIZES);
     assert!(cl.idle(), "protocol work left after completion");
     cl.fabric.stats()
 }
