@@ -33,6 +33,7 @@ use crate::attr::{AttrCopy, Keyval};
 use crate::gpu::{Stream, backend, dev_err};
 use crate::{CommError, Communicator, Result, fr};
 use rcomm_kernels::{Dtype, Op};
+use rcomm_transport::os::dl_error;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -99,17 +100,6 @@ fn version_text(v: c_int) -> String {
         format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
     } else {
         format!("{}.{}.{}", v / 1000, v / 100 % 10, v % 100)
-    }
-}
-
-fn dl_error() -> String {
-    // SAFETY: dlerror returns this thread's last error text or null.
-    let p = unsafe { libc::dlerror() };
-    if p.is_null() {
-        "unknown reason".into()
-    } else {
-        // SAFETY: a NUL-terminated string owned by libc, read before any other dl call.
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 }
 

@@ -100,6 +100,20 @@ pub fn pread_all(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     Ok(off)
 }
 
+/// The text of this thread's last `dlopen`/`dlsym` failure (read it before any other dl call).
+pub fn dl_error() -> String {
+    // SAFETY: dlerror returns this thread's last error text or null.
+    let p = unsafe { libc::dlerror() };
+    if p.is_null() {
+        "unknown reason".into()
+    } else {
+        // SAFETY: a NUL-terminated string owned by libc, read before any other dl call.
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
 /// Sets `O_NONBLOCK` on the open file behind `fd`.
 pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl with integer arguments; a bad fd yields EBADF.

@@ -318,6 +318,14 @@ pub fn dev_shm() -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// Whether a job's stderr says forced ib found no usable RDMA stack (this machine has no HCA,
+/// and may lack libibverbs): the error names the setting and the reason.
+pub fn says_no_rdma(stderr: &str) -> bool {
+    stderr.contains("RCOMM_TRANSPORT=ib: ")
+        && (stderr.contains("libibverbs lists no RDMA device")
+            || stderr.contains("libibverbs.so.1 not found"))
+}
+
 /// A test program built by this crate (`src/bin/NAME.rs`).
 pub fn test_program(name: &str) -> String {
     let exe = std::env::current_exe().expect("current_exe");

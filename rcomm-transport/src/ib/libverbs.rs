@@ -38,6 +38,7 @@
 //! Only loading and device listing have run (on a machine with rdma-core and no RDMA devices):
 //! nothing past `ibv_get_device_list` has met a device.
 
+use crate::os::dl_error;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -540,17 +541,6 @@ struct Fns {
     ack_cq_events: AckCqEventsFn,
     /// `ibv_reg_dmabuf_mr@IBVERBS_1.12` (rdma-core 34+): optional, GPUDirect RDMA only.
     reg_dmabuf_mr: Option<RegDmabufMrFn>,
-}
-
-fn dl_error() -> String {
-    // SAFETY: dlerror returns this thread's last error text or null.
-    let p = unsafe { libc::dlerror() };
-    if p.is_null() {
-        "unknown reason".into()
-    } else {
-        // SAFETY: a NUL-terminated string owned by libc, read before any other dl call.
-        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-    }
 }
 
 fn resolve(h: *mut c_void, path: &str) -> std::result::Result<Fns, LoadError> {
