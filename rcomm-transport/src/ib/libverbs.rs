@@ -656,6 +656,12 @@ struct Tables {
 }
 
 impl Tables {
+    /// [`new_id`](Self::new_id) for an object just made: when no id is left, `undo` destroys
+    /// it again (it was never handed out).
+    fn new_id_or(&mut self, undo: impl FnOnce()) -> Result<u32> {
+        self.new_id().inspect_err(|_| undo())
+    }
+
     fn new_id(&mut self) -> Result<u32> {
         self.last_id = self
             .last_id
@@ -895,14 +901,10 @@ impl LibVerbs {
     fn adopt_mr(&self, t: &mut Tables, ptr: *mut IbvMr, pd: Pd, addr: u64, len: u64) -> Result<Mr> {
         // SAFETY: a valid MR just returned by libibverbs.
         let (lkey, rkey) = unsafe { ((*ptr).lkey, (*ptr).rkey) };
-        let id = match t.new_id() {
-            Ok(id) => id,
-            Err(e) => {
-                // SAFETY: the MR just registered, never handed out.
-                unsafe { (self.fns.dereg_mr)(ptr) };
-                return Err(e);
-            }
-        };
+        let id = t.new_id_or(|| {
+            // SAFETY: the MR just registered, never handed out.
+            unsafe { (self.fns.dereg_mr)(ptr) };
+        })?;
         t.mrs.insert(
             id,
             MrEntry {
@@ -1162,13 +1164,9 @@ impl Verbs for LibVerbs {
             ));
         }
         let mut t = self.write();
-        let id = match t.new_id() {
-            Ok(id) => id,
-            Err(e) => {
-                self.close_ctx(ptr);
-                return Err(e);
-            }
-        };
+        let id = t.new_id_or(|| {
+            self.close_ctx(ptr);
+        })?;
         t.ctxs.insert(
             id,
             CtxEntry {
@@ -1296,14 +1294,10 @@ impl Verbs for LibVerbs {
         if ptr.is_null() {
             return Err(verbs_error("ibv_alloc_pd", null_errno(), "PD", &name));
         }
-        let id = match t.new_id() {
-            Ok(id) => id,
-            Err(e) => {
-                // SAFETY: the PD just allocated, never handed out.
-                unsafe { (self.fns.dealloc_pd)(ptr) };
-                return Err(e);
-            }
-        };
+        let id = t.new_id_or(|| {
+            // SAFETY: the PD just allocated, never handed out.
+            unsafe { (self.fns.dealloc_pd)(ptr) };
+        })?;
         t.pds.insert(id, PdEntry { ptr, ctx: ctx.0 });
         Ok(Pd(id))
     }
@@ -1440,17 +1434,13 @@ impl Verbs for LibVerbs {
             unsafe { (self.fns.destroy_comp_channel)(channel) };
             return Err(verbs_error("ibv_create_cq", e, "CQ", &name));
         }
-        let id = match t.new_id() {
-            Ok(id) => id,
-            Err(e) => {
-                // SAFETY: the CQ and channel just created, never handed out.
-                unsafe {
-                    (self.fns.destroy_cq)(ptr);
-                    (self.fns.destroy_comp_channel)(channel);
-                }
-                return Err(e);
+        let id = t.new_id_or(|| {
+            // SAFETY: the CQ and channel just created, never handed out.
+            unsafe {
+                (self.fns.destroy_cq)(ptr);
+                (self.fns.destroy_comp_channel)(channel);
             }
-        };
+        })?;
         t.cqs.insert(
             id,
             CqEntry {
@@ -1563,14 +1553,10 @@ impl Verbs for LibVerbs {
         }
         // SAFETY: a valid QP just returned by libibverbs.
         let qpn = unsafe { (*ptr).qp_num };
-        let id = match t.new_id() {
-            Ok(id) => id,
-            Err(e) => {
-                // SAFETY: the QP just created, never handed out.
-                unsafe { (self.fns.destroy_qp)(ptr) };
-                return Err(e);
-            }
-        };
+        let id = t.new_id_or(|| {
+            // SAFETY: the QP just created, never handed out.
+            unsafe { (self.fns.destroy_qp)(ptr) };
+        })?;
         t.qps.insert(
             id,
             QpEntry {
