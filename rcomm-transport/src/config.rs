@@ -86,7 +86,7 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec {
         name: "RCOMM_SHM_CMA",
         protocol: false,
-        help: "unset (default): large shared-memory messages up to RCOMM_SHM_CMA_MAX move by single copy (process_vm_readv) unless init measures pipelined copy clearly faster on this node; 1: single copy, no probe; 0: always pipelined copy through shared buffers",
+        help: "1 (default): large shared-memory messages up to RCOMM_SHM_CMA_MAX move by single copy (process_vm_readv), at every launch alike; 0: always pipelined copy through shared buffers; auto: init times both (1 MiB round trips) and turns single copy off if pipelined copy is clearly faster at that moment (the choice can then differ from launch to launch)",
     },
     VarSpec {
         name: "RCOMM_SHM_MEMBARRIER",
@@ -678,9 +678,11 @@ pub struct Config {
     pub shm_membarrier: bool,
     /// Largest message moved by single copy.
     pub shm_cma_max: usize,
-    /// `RCOMM_SHM_CMA` or `RCOMM_SHM_CMA_MAX` was set: the user chose, so init's probe of single
-    /// copy against pipelined copy does not override it.
-    pub shm_cma_pinned: bool,
+    /// `RCOMM_SHM_CMA=auto`: init times single copy against pipelined copy and may turn single
+    /// copy off. Off by default: a choice made from one timing at init differs between launches
+    /// on a machine whose speed changes (a VM's cores moving between host cores), and a job's
+    /// protocol must not be a coin toss.
+    pub shm_cma_probe: bool,
     /// TCP streams per peer.
     pub tcp_streams: usize,
     /// `RCOMM_SOCKET_IFNAME`: which interface TCP binds to; `None` = the default rule.
@@ -1133,7 +1135,18 @@ impl Config {
                 ("ib", TransportChoice::Ib),
             ],
         )?;
-        let shm_cma = flag(env, "RCOMM_SHM_CMA", true)?;
+        let (shm_cma, shm_cma_probe) = choice(
+            env,
+            "RCOMM_SHM_CMA",
+            (true, false),
+            &[
+                ("1", (true, false)),
+                ("on", (true, false)),
+                ("0", (false, false)),
+                ("off", (false, false)),
+                ("auto", (true, true)),
+            ],
+        )?;
         let gpu_standin = flag(env, "RCOMM_GPU_STANDIN", false)?;
         let gpu_backend = choice(
             env,
@@ -1172,8 +1185,8 @@ impl Config {
             ],
         )?;
         let shm_cma_max = parse_size(env, "RCOMM_SHM_CMA_MAX")?.unwrap_or(4 << 20);
-        let shm_cma_pinned =
-            get(env, "RCOMM_SHM_CMA").is_some() || get(env, "RCOMM_SHM_CMA_MAX").is_some();
+        // A size limit set by the user is a choice the probe must not override.
+        let shm_cma_probe = shm_cma_probe && get(env, "RCOMM_SHM_CMA_MAX").is_none();
         let tcp_streams = parse_u32(env, "RCOMM_TCP_STREAMS")?.unwrap_or(1) as usize;
         if !(1..=8).contains(&tcp_streams) {
             return Err(ConfigError {
@@ -1311,7 +1324,7 @@ impl Config {
             shm_cma,
             shm_membarrier,
             shm_cma_max,
-            shm_cma_pinned,
+            shm_cma_probe,
             tcp_streams,
             socket_ifname,
             ib_hca,
@@ -1597,6 +1610,29 @@ mod tests {
             assert_eq!(e.name, name);
             assert!(e.to_string().contains(want), "{e}");
         }
+    }
+
+    #[test]
+    fn single_copy_is_the_same_choice_at_every_launch_unless_auto_is_asked() {
+        let c = |kv: &[(&str, &str)]| {
+            let c = Config::from_map(&env(kv)).unwrap();
+            (c.shm_cma, c.shm_cma_probe, c.shm_cma_max)
+        };
+        // The default: single copy up to 4 MiB, decided by no timing at init.
+        assert_eq!(c(&[]), (true, false, 4 << 20));
+        assert_eq!(c(&[("RCOMM_SHM_CMA", "")]), (true, false, 4 << 20));
+        assert_eq!(c(&[("RCOMM_SHM_CMA", "1")]), (true, false, 4 << 20));
+        assert_eq!(c(&[("RCOMM_SHM_CMA", "off")]).0, false);
+        assert_eq!(c(&[("RCOMM_SHM_CMA", "0")]).1, false);
+        // Only `auto` lets init's probe decide; a size limit the user set is kept as chosen.
+        assert_eq!(c(&[("RCOMM_SHM_CMA", "AUTO")]), (true, true, 4 << 20));
+        assert_eq!(
+            c(&[("RCOMM_SHM_CMA", "auto"), ("RCOMM_SHM_CMA_MAX", "1M")]),
+            (true, false, 1 << 20)
+        );
+        let e = Config::from_map(&env(&[("RCOMM_SHM_CMA", "maybe")])).unwrap_err();
+        assert_eq!(e.name, "RCOMM_SHM_CMA");
+        assert!(e.to_string().contains("one of 1, on, 0, off, auto"), "{e}");
     }
 
     #[test]

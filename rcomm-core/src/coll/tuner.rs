@@ -827,13 +827,14 @@ fn measure_local() -> (f64, f64) {
 /// binomial tree. Peers learn from rank 0's first ping whether it measures, so ranks whose
 /// `RCOMM_TUNE` differs still agree (they all end up with rank 0's values).
 ///
-/// On rank 0's node it also probes single copy: when the caller allows it (`probe_single_copy`:
-/// single copy on and neither `RCOMM_SHM_CMA` nor `RCOMM_SHM_CMA_MAX` set) and rank 0 can read
+/// On rank 0's node it also probes single copy, only when asked (`probe_single_copy`:
+/// `RCOMM_SHM_CMA=auto` and no `RCOMM_SHM_CMA_MAX`) and rank 0 can read
 /// its node peer's memory, 1 MiB round trips by single copy and by pipelined copy; if pipelined
 /// copy takes under 3/4 of the time, every rank turns single copy off. Whether
 /// a cross-memory-attach read beats two overlapped copies depends on the kernel and hypervisor (page
-/// pinning), not only on the size: on one 2-vCPU VM it lost by 2× at 1–4 MiB in one hour and
-/// won in another.
+/// pinning) and, on a VM, on which host cores its vCPUs sit at that moment: on one 2-vCPU VM it
+/// lost by 2× at 1–4 MiB in one hour and won in another, and the probe's verdict changed from
+/// launch to launch (4 of 10 launches turned it off), so it is not the default.
 pub(crate) fn measure(
     world: &Communicator,
     mode: TuneMode,
