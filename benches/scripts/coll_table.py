@@ -87,8 +87,7 @@ def table(op, key, impls, spread, busbw, ranks=None):
         f"### {op}, {label}: time per call, µs (rcomm/peer < 1: rcomm faster)",
         "",
         (f"Ranks: {ranks}. " if ranks else "")
-        + f"Median of {npairs} interleaved pairs"
-        + (" (min–max in brackets)." if spread else "."),
+        + f"{npairs} interleaved launches per side: min / median / max; ratios of medians.",
         "",
     ]
     head = ["size", "rcomm"]
@@ -106,9 +105,7 @@ def table(op, key, impls, spread, busbw, ranks=None):
             if not vals:
                 return "–", None
             m = statistics.median(vals)
-            txt = fmt_time(m)
-            if spread and len(vals) > 1:
-                txt += f" ({fmt_time(min(vals))}–{fmt_time(max(vals))})"
+            txt = " / ".join(fmt_time(v) for v in (min(vals), m, max(vals)))
             return txt, m
 
         rtxt, rm = cell("rcomm")
@@ -133,7 +130,7 @@ def table(op, key, impls, spread, busbw, ranks=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir")
-    ap.add_argument("--spread", action="store_true", help="also show min–max over pairs")
+    ap.add_argument("--spread", action="store_true", help="(kept for old commands; the spread is always shown)")
     ap.add_argument("--busbw", action="store_true", help="also show rcomm's median busbw")
     a = ap.parse_args()
     data, bad = load(a.dir)

@@ -3,11 +3,11 @@
 # nccl-tests' methodology on both sides (rcomm-bench coll and the collective modes of
 # benches/mpi/osu_like.c: the same loop, data pattern, check pass and JSON).
 #
-#   benches/scripts/compare-coll.sh [--pairs N] [--mpi openmpi|mpich|both] [--ops LIST]
+#   benches/scripts/compare-coll.sh [--launches N] [--mpi openmpi|mpich|both] [--ops LIST]
 #                                   [--sizes LIST] [--ranks N] [-d TYPE] [-o REDOP] [-A ALGO]
 #                                   [--install] [--timeout SECS]
 #
-# Defaults: 5 pairs, both MPIs, --ops allreduce,bcast, --sizes 8,64K,1M,4M,16M, 2 ranks, float,
+# Defaults: 11 launches per side (--pairs N is the old name of --launches), both MPIs, --ops allreduce,bcast, --sizes 8,64K,1M,4M,16M, 2 ranks, float,
 # sum, rcomm's automatic algorithm. --ops takes any of allreduce, bcast, barrier, allgather,
 # reduce_scatter, alltoall, reduce, gather, scatter (root 0 where there is one); a size is
 # nccl-tests' size (the larger buffer: allgather receives, reduce_scatter sends SIZE bytes). OSU's
@@ -25,16 +25,17 @@
 # call, so such runs take minutes with --mpi both; --mpi openmpi is the quick one.
 #
 # Raw JSON lines (and each run's stderr) go to target/bench-results/coll-<timestamp>/, with the
-# machine description and the commands; the summary (markdown tables of median times per size,
-# the ratio rcomm/peer and the ratio to the better peer) is printed and saved as summary.md
-# (benches/scripts/coll_table.py makes it; run it again on a saved directory with --spread for
-# min–max).
+# machine description and the commands; the summary (markdown tables of min / median / max
+# times per size and side, the ratio rcomm/peer of the medians and the ratio to the better
+# peer) is printed and saved as summary.md (benches/scripts/coll_table.py makes it). Launches
+# run as a user's would: addresses randomised (no `setarch -R`; machine.txt records
+# randomize_va_space).
 #
 # Installs nothing unless --install is given (then apt-get install -y openmpi-bin
 # libopenmpi-dev and/or mpich libmpich-dev). Needs python3 for the tables.
 set -euo pipefail
 
-pairs=5
+pairs=11
 mpi=both
 ops=allreduce,bcast
 sizes=8,64K,1M,4M,16M
@@ -51,7 +52,7 @@ usage() {
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
-        --pairs) pairs=$2; shift 2 ;;
+        --launches|--pairs) pairs=$2; shift 2 ;;
         --mpi) mpi=$2; shift 2 ;;
         --ops) ops=$2; shift 2 ;;
         --sizes) sizes=$2; shift 2 ;;
@@ -65,7 +66,7 @@ while [[ $# -gt 0 ]]; do
         *) echo "compare-coll.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-[[ "$pairs" =~ ^[1-9][0-9]*$ ]] || { echo "compare-coll.sh: --pairs needs a positive number" >&2; exit 2; }
+[[ "$pairs" =~ ^[1-9][0-9]*$ ]] || { echo "compare-coll.sh: --launches needs a positive number" >&2; exit 2; }
 [[ "$ranks" =~ ^[1-9][0-9]*$ ]] || { echo "compare-coll.sh: --ranks needs a positive number" >&2; exit 2; }
 case "$mpi" in
     openmpi) peers=(openmpi) ;;
@@ -131,7 +132,8 @@ out=$root/target/bench-results/coll-$ts
 mkdir -p "$out"
 {
     echo "date: $(date -u)"
-    echo "command: $0 --pairs $pairs --mpi $mpi --ops $ops --sizes $sizes --ranks $ranks -d $dtype -o $redop -A $algo"
+    echo "randomize_va_space: $(cat /proc/sys/kernel/randomize_va_space 2>/dev/null || echo '?')"
+    echo "command: $0 --launches $pairs --mpi $mpi --ops $ops --sizes $sizes --ranks $ranks -d $dtype -o $redop -A $algo"
     echo "git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?') $(git -C "$root" status --porcelain 2>/dev/null | wc -l) changed files"
     echo "kernel: $(uname -srm)"
     grep -m1 'model name' /proc/cpuinfo || true
@@ -208,8 +210,8 @@ for ((p = 1; p <= pairs; p++)); do
             for i in "${impls[@]}"; do
                 c=$(cmd_for "$i" "$op" "$b")
                 f=$out/$op/$i.$b.$p
-                echo "$op/$i size $b pair $p: $c" >>"$out/commands.txt"
-                printf '[%4ds] pair %d/%d %-14s %9s %-8s' $(($(date +%s) - start)) "$p" "$pairs" "$op" "$b" "$i"
+                echo "$op/$i size $b launch $p: $c" >>"$out/commands.txt"
+                printf '[%4ds] launch %d/%d %-14s %9s %-8s' $(($(date +%s) - start)) "$p" "$pairs" "$op" "$b" "$i"
                 t0=$(date +%s%N)
                 set +e
                 # shellcheck disable=SC2086

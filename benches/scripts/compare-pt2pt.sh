@@ -2,11 +2,12 @@
 # Side-by-side point-to-point comparison of rcomm with Open MPI and/or MPICH on this machine,
 # with OSU 7.2's methodology on both sides (rcomm-bench and benches/mpi/osu_like.c).
 #
-#   benches/scripts/compare-pt2pt.sh [--pairs N] [--mpi openmpi|mpich|both] [-m MIN:MAX]
+#   benches/scripts/compare-pt2pt.sh [--launches N] [--mpi openmpi|mpich|both] [-m MIN:MAX]
 #                                    [--groups LIST] [--show SIZES] [--install]
 #
-# Runs N interleaved pairs (rcomm, then each peer; the order alternates from pair to pair so
-# that drift hits both sides alike) of every group:
+# Launches every side N times (default 11; --pairs N is the old name), interleaved (rcomm, then
+# each peer; the order alternates from round to round so that drift hits all sides alike), of
+# every group:
 #   shm-lat   latency over shared memory             rcomm | Open MPI (ob1+vader, CMA) | MPICH
 #   shm-bw    bandwidth over shared memory (-b multiple on both sides; Open MPI also with OSU's
 #             default -b single, as a reference column: rcomm cannot run -b single, see
@@ -17,15 +18,22 @@
 #             RCOMM_SHM_CMA=0 | --mca btl_vader_single_copy_mechanism none
 # (tcp-* and nocma-* compare with Open MPI only.) Both sides are bound to cores.
 #
+# Every launch runs as a user's would: addresses randomised (no `setarch -R`; machine.txt
+# records the kernel's randomize_va_space), nothing warmed up between launches. Before each
+# launch benches/probes/core_to_core.c measures the one-way latency of a cache line between
+# the two CPUs (modes.txt): on a VM the host moves the vCPUs, and every side's small-message
+# figures move with it.
+#
 # Raw JSON lines (and each run's stderr) go to target/bench-results/<timestamp>/, with the
-# machine description and the commands; the summary (markdown tables of medians per size, and
-# the ratio rcomm/peer) is printed and saved as summary.md.
+# machine description and the commands; the summary (markdown tables of min / median / max
+# per size and side, the ratio rcomm/peer of the medians and rcomm's worst launch against the
+# peer's median) is printed and saved as summary.md.
 #
 # Installs nothing unless --install is given (then apt-get install -y openmpi-bin
 # libopenmpi-dev and/or mpich libmpich-dev). Needs python3 for the tables.
 set -euo pipefail
 
-pairs=5
+pairs=11
 mpi=both
 range=8:16M
 groups=shm-lat,shm-bw,tcp-bw,tcp-lat,nocma-bw
@@ -39,7 +47,7 @@ usage() {
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
-        --pairs) pairs=$2; shift 2 ;;
+        --launches|--pairs) pairs=$2; shift 2 ;;
         --mpi) mpi=$2; shift 2 ;;
         -m) range=$2; shift 2 ;;
         --groups) groups=$2; shift 2 ;;
@@ -50,7 +58,7 @@ while [[ $# -gt 0 ]]; do
         *) echo "compare-pt2pt.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-[[ "$pairs" =~ ^[1-9][0-9]*$ ]] || { echo "compare-pt2pt.sh: --pairs needs a positive number" >&2; exit 2; }
+[[ "$pairs" =~ ^[1-9][0-9]*$ ]] || { echo "compare-pt2pt.sh: --launches needs a positive number" >&2; exit 2; }
 case "$mpi" in
     openmpi) peers=(openmpi) ;;
     mpich) peers=(mpich) ;;
@@ -94,6 +102,8 @@ for p in "${peers[@]}"; do
     echo "+ mpicc.$p -O2 -o target/osu-like/osu_like.$p benches/mpi/osu_like.c"
     "mpicc.$p" -O2 -Wall -std=c11 -o "$bindir/osu_like.$p" benches/mpi/osu_like.c
 done
+echo "+ cc -O2 -o target/core_to_core benches/probes/core_to_core.c"
+cc -O2 -Wall -o "$root/target/core_to_core" benches/probes/core_to_core.c
 echo "+ cargo build --release -p rcomm-benches -p rcomm-launcher"
 cargo build --release -p rcomm-benches -p rcomm-launcher
 run=$root/target/release/rcomm-run
@@ -105,7 +115,9 @@ out=$root/target/bench-results/$ts
 mkdir -p "$out"
 {
     echo "date: $(date -u)"
-    echo "command: $0 --pairs $pairs --mpi $mpi -m $range --groups $groups"
+    echo "command: $0 --launches $pairs --mpi $mpi -m $range --groups $groups"
+    echo "randomize_va_space: $(cat /proc/sys/kernel/randomize_va_space 2>/dev/null || echo '?') (2: addresses randomised, as users run)"
+    echo "transparent_hugepage: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo '?')"
     echo "git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?') $(git -C "$root" status --porcelain 2>/dev/null | wc -l) changed files"
     echo "kernel: $(uname -srm)"
     grep -m1 'model name' /proc/cpuinfo || true
@@ -117,6 +129,7 @@ mkdir -p "$out"
     echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$out/machine.txt"
 : >"$out/commands.txt"
+: >"$out/modes.txt"
 
 min=${range%%:*}
 max=${range##*:}
@@ -198,8 +211,10 @@ for ((p = 1; p <= pairs; p++)); do
             c=$(cmd_for "$g" "$i")
             [[ -n $c ]] || continue
             f=$out/$g/$i.$p
-            echo "$g/$i pair $p: $c" >>"$out/commands.txt"
-            printf '[%4ds] pair %d/%d %-9s %-15s' $(($(date +%s) - start)) "$p" "$pairs" "$g" "$i"
+            echo "$g/$i launch $p: $c" >>"$out/commands.txt"
+            c2c=$("$root/target/core_to_core" 2>/dev/null || echo '?')
+            echo "$g/$i launch $p core-to-core-ns $c2c" >>"$out/modes.txt"
+            printf '[%4ds] launch %d/%d %-9s %-15s c2c %4s ns' $(($(date +%s) - start)) "$p" "$pairs" "$g" "$i" "$c2c"
             t0=$(date +%s%N)
             set +e
             # shellcheck disable=SC2086

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Markdown tables of medians from a compare-pt2pt.sh result directory.
 
-    pt2pt_table.py target/bench-results/<timestamp> [--show 8,1K,64K,1M,4M,16M] [--spread]
+    pt2pt_table.py target/bench-results/<timestamp> [--show 8,1K,64K,1M,4M,16M]
 
-Reads <dir>/<group>/<impl>.<pair>.json (one JSON object per line: {"size":N,"latency_us":X}
-or {"size":N,"bandwidth_MBps":X}) and prints, per group, the median over pairs of every
-implementation at every size, with the ratio rcomm/peer (ratio of the medians).
+Reads <dir>/<group>/<impl>.<launch>.json (one JSON object per line: {"size":N,"latency_us":X}
+or {"size":N,"bandwidth_MBps":X}) and prints, per group, min / median / max over the launches
+of every implementation at every size, the ratio rcomm/peer of the medians, and rcomm's worst
+launch against the peer's median (latency: rcomm's max / peer's median; bandwidth: rcomm's
+min / peer's median) -- what a user who launches once may get.
 """
 import argparse
 import json
@@ -78,45 +80,74 @@ def fmt_val(v, lat):
     return f"{v:,.0f}".replace(",", " ")
 
 
-def table(g, impls, show, spread, pairs):
+def table(g, impls, show, pairs):
     lat = g.endswith("-lat")
     peers = [i for i in ORDER if i in impls and i != "rcomm"]
     sizes = sorted(set().union(*[set(impls[i]) for i in impls]))
     if show:
         sizes = [s for s in sizes if s in show]
     n = min(pairs.values()) if pairs else 0
-    out = [f"### {g}: {GROUPS.get(g, g)}", "", f"Median of {n} interleaved pairs" + (" (min–max in brackets)." if spread else "."), ""]
+    worst = "max" if lat else "min"
+    out = [
+        f"### {g}: {GROUPS.get(g, g)}",
+        "",
+        f"{n} interleaved launches per side: min / median / max; ratios of medians, and rcomm's "
+        f"worst launch ({worst}) against the peer's median.",
+        "",
+    ]
     head = ["size", "rcomm"]
     for p in peers:
-        head += [NAMES.get(p, p), f"rcomm / {NAMES.get(p, p)}"]
+        name = NAMES.get(p, p)
+        head += [name, f"rcomm / {name}", f"rcomm {worst} / {name} median"]
     out.append("| " + " | ".join(head) + " |")
     out.append("|" + "---|" * len(head))
     for s in sizes:
         def cell(i):
             vals = impls.get(i, {}).get(s)
             if not vals:
-                return "–", None
+                return "–", None, None
             m = statistics.median(vals)
-            txt = fmt_val(m, lat)
-            if spread and len(vals) > 1:
-                txt += f" ({fmt_val(min(vals), lat)}–{fmt_val(max(vals), lat)})"
-            return txt, m
-        rtxt, rm = cell("rcomm")
+            w = max(vals) if lat else min(vals)
+            txt = " / ".join(fmt_val(v, lat) for v in (min(vals), m, max(vals)))
+            return txt, m, w
+        rtxt, rm, rw = cell("rcomm")
         row = [fmt_size(s), rtxt]
         for p in peers:
-            ptxt, pm = cell(p)
+            ptxt, pm, _ = cell(p)
             ratio = f"{rm / pm:.2f}" if rm is not None and pm else "–"
-            row += [ptxt, ratio]
+            wr = f"{rw / pm:.2f}" if rw is not None and pm else "–"
+            row += [ptxt, ratio, wr]
         out.append("| " + " | ".join(row) + " |")
     out.append("")
     return "\n".join(out)
+
+
+def modes(d):
+    """The core-to-core probe's one-way latency before each launch (modes.txt), summarised."""
+    f = os.path.join(d, "modes.txt")
+    if not os.path.exists(f):
+        return ""
+    vals = []
+    with open(f) as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) >= 2 and parts[-1].replace(".", "", 1).isdigit():
+                vals.append(float(parts[-1]))
+    if not vals:
+        return ""
+    vals.sort()
+    return (
+        f"Core-to-core cache-line latency before each launch (`benches/probes/core_to_core`), "
+        f"{len(vals)} launches: min {vals[0]:.0f} / median {statistics.median(vals):.0f} / "
+        f"max {vals[-1]:.0f} ns one way.\n"
+    )
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir")
     ap.add_argument("--show", help="comma-separated sizes to show (K/M/G suffixes); default all")
-    ap.add_argument("--spread", action="store_true", help="also show min–max over pairs")
+    ap.add_argument("--spread", action="store_true", help="(kept for old commands; the spread is always shown)")
     a = ap.parse_args()
     show = {parse_size(s) for s in a.show.split(",")} if a.show else None
     data, pairs = load(a.dir)
@@ -124,8 +155,11 @@ def main():
         print(f"pt2pt_table.py: no results under {a.dir}", file=sys.stderr)
         return 1
     order = [g for g in GROUPS if g in data] + [g for g in data if g not in GROUPS]
+    m = modes(a.dir)
+    if m:
+        print(m)
     for g in order:
-        print(table(g, data[g], show, a.spread, pairs.get(g, {})))
+        print(table(g, data[g], show, pairs.get(g, {})))
     return 0
 
 
