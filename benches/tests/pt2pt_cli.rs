@@ -157,3 +157,70 @@ fn a_receive_that_stops_writing_fails_the_check() {
     assert_eq!(rc, 0, "{out}\n{err}");
     assert!(out.contains(CHECK_PASSED), "{out}");
 }
+
+#[test]
+fn percentiles_describe_every_size_of_a_latency_run() {
+    let Some(run) = rcomm_run() else {
+        return skip_without_launcher();
+    };
+    let (rc, out, err) = pt2pt(
+        &run,
+        &[
+            "latency",
+            "-m",
+            "8:64",
+            "-i",
+            "200",
+            "-x",
+            "5",
+            "--json",
+            "--percentiles",
+        ],
+    );
+    assert_eq!(rc, 0, "{out}\n{err}");
+    for size in [8, 16, 32, 64] {
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(&format!("# percentiles size {size}: ")))
+            .unwrap_or_else(|| panic!("no percentiles for size {size}\n{err}"));
+        // p50 ≤ p90 ≤ p99 ≤ p99.9 ≤ max, all positive, and a share between 0 and 100 %.
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let after = |key: &str| -> f64 {
+            let i = words
+                .iter()
+                .position(|w| *w == key)
+                .unwrap_or_else(|| panic!("no {key:?} in {line}"));
+            words[i + 1]
+                .trim_end_matches('%')
+                .parse()
+                .unwrap_or_else(|e| panic!("{key:?} in {line}: {e}"))
+        };
+        let (p50, p90, p99, p999, max) = (
+            after("p50"),
+            after("p90"),
+            after("p99"),
+            after("p99.9"),
+            after("max"),
+        );
+        let share = {
+            line.rsplit(' ')
+                .next()
+                .and_then(|w| w.trim_end_matches('%').parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("no share in {line}"))
+        };
+        assert!(
+            p50 > 0.0 && p50 <= p90 && p90 <= p99 && p99 <= p999 && p999 <= max,
+            "{line}"
+        );
+        assert!((0.0..=100.0).contains(&share), "{line}");
+    }
+    // Only where every iteration is timed on its own.
+    for args in [
+        &["bw", "--percentiles"][..],
+        &["latency", "--device", "--percentiles"],
+    ] {
+        let (rc, _, err) = pt2pt(&run, args);
+        assert_ne!(rc, 0, "{args:?}");
+        assert!(err.contains("--percentiles times each iteration"), "{err}");
+    }
+}

@@ -606,6 +606,13 @@ struct Pt2ptArgs {
     /// check pass must fail.
     #[arg(long, value_name = "ITER", hide = true)]
     inject_stale: Option<u64>,
+    /// latency and exchange: also print, per size on stderr, the distribution of the timed
+    /// iterations (half round trips, ns): `# percentiles size N: p50 … p90 … p99 … p99.9 …
+    /// max … | share of the time above p99 …%`. Tells a launch that is slow throughout (p50
+    /// moved) from one that lost its time to a few stalls (the share above p99: a preempted
+    /// rank, a kernel thread on its core).
+    #[arg(long)]
+    percentiles: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -632,6 +639,7 @@ struct Plan {
     json: bool,
     device: bool,
     inject_stale: Option<u64>,
+    percentiles: bool,
 }
 
 fn plan(a: &Pt2ptArgs) -> Res<Plan> {
@@ -654,6 +662,14 @@ fn plan(a: &Pt2ptArgs) -> Res<Plan> {
             .into());
         }
     };
+    if a.percentiles && (!matches!(test, Test::Latency | Test::Exchange) || a.device) {
+        return Err(format!(
+            "--percentiles times each iteration of latency and exchange on host memory; {test}{} times windows \
+             or device copies as a whole",
+            if a.device { " --device" } else { "" }
+        )
+        .into());
+    }
     let sizes: Vec<usize> = a
         .range
         .sizes()
@@ -689,6 +705,7 @@ fn plan(a: &Pt2ptArgs) -> Res<Plan> {
         json: a.json,
         device: a.device,
         inject_stale: a.inject_stale,
+        percentiles: a.percentiles,
     })
 }
 
@@ -920,7 +937,7 @@ fn run(plan: &Plan) -> Res<()> {
                         (&mut per_size.0, &mut per_size.1)
                     }
                 };
-                latency(&pair, t, n, lp, s, r, plan.inject_stale)?
+                latency(&pair, t, n, lp, s, r, plan.inject_stale, plan.percentiles)?
             }
             (Test::Bw | Test::Bibw, None) => {
                 let mut s: Vec<AlignedBuf> = (0..plan.window).map(|_| AlignedBuf::new(n)).collect();
@@ -952,6 +969,27 @@ fn run(plan: &Plan) -> Res<()> {
     Ok(())
 }
 
+/// `--percentiles`: the distribution of one size's timed round trips (`rtt`, ns; sorted here)
+/// as half round trips.
+fn percentile_line(size: usize, rtt: &mut [u64]) -> String {
+    if rtt.is_empty() {
+        return format!("# percentiles size {size}: no timed iterations");
+    }
+    rtt.sort_unstable();
+    let at = |f: f64| rtt[((rtt.len() - 1) as f64 * f).round() as usize] / 2;
+    let p99 = at(0.99);
+    let total: u64 = rtt.iter().sum();
+    let above: u64 = rtt.iter().filter(|&&x| x / 2 > p99).sum();
+    format!(
+        "# percentiles size {size}: p50 {} p90 {} p99 {p99} p99.9 {} max {} ns | share of the time above p99 {:.1}%",
+        at(0.5),
+        at(0.9),
+        at(0.999),
+        rtt[rtt.len() - 1] / 2,
+        100.0 * above as f64 / total.max(1) as f64
+    )
+}
+
 /// One size of `osu_latency` (blocking send from `s`, blocking receive into `r`, rank 0's
 /// round trips) or of the exchange test (both ranks `sendrecv` at once, rank 0's time).
 /// `stale`: `--inject-stale`.
@@ -963,6 +1001,7 @@ fn latency(
     s: &mut AlignedBuf,
     r: &mut AlignedBuf,
     stale: Option<u64>,
+    percentiles: bool,
 ) -> Res<Duration> {
     let (mine, theirs) = (osu::seed(n, p.rank, 0), osu::seed(n, p.peer, 0));
     let poison = osu::poison_seed(n, p.rank, 0);
@@ -972,6 +1011,8 @@ fn latency(
     let stale = stale.filter(|_| p.rank == 1);
     let mut spare = AlignedBuf::new(if stale.is_some() { n } else { 0 });
     let rounds = lp.skip + lp.iterations;
+    let hist_on = percentiles && p.rank == 0;
+    let mut hist: Vec<u64> = Vec::with_capacity(if hist_on { rounds } else { 0 });
     p.sync()?;
     let mut total = Duration::ZERO;
     for i in 0..rounds {
@@ -998,8 +1039,15 @@ fn latency(
             }
         }
         if let Some(t0) = t0 {
-            total += t0.elapsed();
+            let d = t0.elapsed();
+            total += d;
+            if hist_on {
+                hist.push(d.as_nanos() as u64);
+            }
         }
+    }
+    if hist_on {
+        eprintln!("{}", percentile_line(n, &mut hist));
     }
     // Check pass, outside the timed loop: the receive buffer holds the peer's last message.
     let last = rounds.saturating_sub(1) as u64;
