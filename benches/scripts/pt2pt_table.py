@@ -49,7 +49,8 @@ def fmt_size(n):
 
 
 def load(d):
-    """data[group][impl][size] -> list of values, one per pair; also pair counts."""
+    """data[group][impl][size] -> list of values, one per launch; also launch counts, and the
+    same values with their launch numbers (for the core-to-core classes)."""
     data, pairs = {}, {}
     for g in sorted(os.listdir(d)):
         gd = os.path.join(d, g)
@@ -58,7 +59,7 @@ def load(d):
         for f in sorted(os.listdir(gd)):
             if not f.endswith(".json"):
                 continue
-            impl = f.rsplit(".", 2)[0]
+            impl, launch = f.rsplit(".", 2)[0], f.rsplit(".", 2)[1]
             pairs.setdefault(g, {}).setdefault(impl, 0)
             pairs[g][impl] += 1
             with open(os.path.join(gd, f)) as fh:
@@ -71,7 +72,63 @@ def load(d):
                     o = json.loads(line)
                     v = o.get("latency_us", o.get("bandwidth_MBps"))
                     data.setdefault(g, {}).setdefault(impl, {}).setdefault(o["size"], []).append(v)
+                    by_launch.setdefault(g, {}).setdefault(impl, {}).setdefault(o["size"], []).append(
+                        (int(launch) if launch.isdigit() else 0, v)
+                    )
     return data, pairs
+
+
+by_launch = {}
+
+# Classes of the core-to-core latency (ns, one way) a launch ran in: on a VM the host decides.
+CLASSES = [("SMT siblings", 0, 35), ("one core complex", 35, 150), ("across core complexes", 150, 1e9)]
+
+
+def launch_modes(d):
+    """(group, impl, launch) -> core-to-core ns, from modes.txt."""
+    out = {}
+    f = os.path.join(d, "modes.txt")
+    if not os.path.exists(f):
+        return out
+    with open(f) as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) == 5 and parts[1] == "launch" and "/" in parts[0]:
+                g, impl = parts[0].split("/", 1)
+                try:
+                    out[(g, impl, int(parts[2]))] = float(parts[4])
+                except ValueError:
+                    pass
+    return out
+
+
+def by_class(g, impls, show, modes):
+    """Medians per core-to-core class: each side compared with the other in the same host state."""
+    lat = g.endswith("-lat")
+    rows = []
+    sizes = sorted(set().union(*[set(impls[i]) for i in impls]))
+    if show:
+        sizes = [s for s in sizes if s in show]
+    for name, lo, hi in CLASSES:
+        for s in sizes:
+            cells = []
+            for i in ORDER:
+                vals = [v for (k, v) in by_launch.get(g, {}).get(i, {}).get(s, []) if lo <= modes.get((g, i, k), -1) < hi]
+                cells.append((i, vals))
+            if not any(v for i, v in cells if i == "rcomm"):
+                continue
+            txt = []
+            for i, vals in cells:
+                if i in impls:
+                    txt.append(f"{NAMES.get(i, i)} {fmt_val(statistics.median(vals), lat)} ({len(vals)})" if vals else f"{NAMES.get(i, i)} –")
+            rows.append(f"| {name} | {fmt_size(s)} | " + " · ".join(txt) + " |")
+    if not rows:
+        return ""
+    return "\n".join(
+        [f"Medians by the core-to-core class each launch ran in (launches in brackets), {g}:", "", "| class | size | medians |", "|---|---|---|"]
+        + rows
+        + [""]
+    )
 
 
 def fmt_val(v, lat):
@@ -158,8 +215,11 @@ def main():
     m = modes(a.dir)
     if m:
         print(m)
+    lm = launch_modes(a.dir)
     for g in order:
         print(table(g, data[g], show, pairs.get(g, {})))
+        if lm:
+            print(by_class(g, data[g], show, lm))
     return 0
 
 
