@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Before/after comparison of two rcomm builds on this machine: interleaved pairs of the same
-# benchmark, order alternating from pair to pair, median of the per-pair ratios (after/before)
-# with their range. For checking that a change did not slow the hot path.
+# Before/after comparison of two rcomm builds on this machine: interleaved launches of the same
+# benchmark (PAIRS launches per side, default 11), order alternating from pair to pair;
+# min / median / max per side and the median of the per-pair ratios (after/before) with their
+# range. For checking that a change did not slow the hot path, and that it steadied it.
 #
 #   benches/scripts/ab-compare.sh BEFORE_BIN_DIR AFTER_BIN_DIR [PAIRS]
 #
@@ -16,7 +17,7 @@
 set -euo pipefail
 before=$1
 after=$2
-pairs=${3:-7}
+pairs=${3:-11}
 out="target/bench-results/ab-$(date -u +%Y%m%dT%H%M%S)"
 mkdir -p "$out"
 run() { # dir group -> JSON lines on stdout
@@ -55,7 +56,7 @@ for r in rows:
     if v is None:
         continue
     groups.setdefault(r["group"], {}).setdefault(r["size"], {}).setdefault(r["pair"], {})[r["side"]] = (v, kind)
-print("| group | size | before (median) | after (median) | after/before: median of pairs (range) | |")
+print("| group | size | before: min / median / max | after: min / median / max | after/before: median of pairs (range) | |")
 print("|---|---|---|---|---|---|")
 for g, sizes in groups.items():
     for size in sorted(sizes):
@@ -69,6 +70,7 @@ for g, sizes in groups.items():
         if not ratios:
             continue
         note = "lower is better" if kind == "time" else "higher is better"
-        print(f"| {g} | {size} | {st.median(b):.3f} | {st.median(a):.3f} | {st.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) | {note}, {len(ratios)} pairs |")
+        f3 = lambda v: " / ".join(f"{x:.3g}" for x in (min(v), st.median(v), max(v)))
+        print(f"| {g} | {size} | {f3(b)} | {f3(a)} | {st.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) | {note}, {len(ratios)} pairs |")
 PY
 echo "raw: $out"
