@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Strided-column halo exchange (vector datatype) against the same columns packed by hand
 # (manual) and a contiguous exchange of the same bytes (contig), rcomm side by side with Open MPI (and MPICH with --mpich): benches/examples/halo.rs and
-# its C twin benches/mpi/halo.c, N interleaved pairs (the order alternates), medians and spreads;
+# its C twin benches/mpi/halo.c, N interleaved launches per side (default 11; the order
+# alternates), min / median / max;
 # then rcomm's floor for the layout: the contiguous exchange plus the strided copies alone (touch).
 #
-#   benches/scripts/compare-halo.sh [--pairs N] [-n RANKS] [--rows LIST] [--mpich]
+#   benches/scripts/compare-halo.sh [--launches N] [-n RANKS] [--rows LIST] [--mpich]
+#   (--pairs N is the old name of --launches)
 #
 # Needs mpicc.openmpi (apt-get install openmpi-bin libopenmpi-dev) and python3. Raw JSON lines
 # go to target/bench-results/halo-<timestamp>/; the summary table is printed and saved there.
 set -euo pipefail
-pairs=7; n=4; rows=64,1024,16384; mpich=0
+pairs=11; n=4; rows=64,1024,16384; mpich=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
-        --pairs) pairs=$2; shift 2 ;;
+        --launches|--pairs) pairs=$2; shift 2 ;;
         -n) n=$2; shift 2 ;;
         --rows) rows=$2; shift 2 ;;
         --mpich) mpich=1; shift ;;
@@ -58,7 +60,7 @@ for n in sorted({r["rows"] for r in rows}):
     cells = []
     for i in impls:
         v, h, c = med(i, "vector", n), med(i, "manual", n), med(i, "contig", n)
-        f = lambda x: f"{x[0]:.1f} ({x[1]:.1f}–{x[2]:.1f})"
+        f = lambda x: f"{x[1]:.1f} / {x[0]:.1f} / {x[2]:.1f}"
         cells += [f(v), f(h), f(c), f"{v[0] / h[0]:.2f}", f"{v[0] / c[0]:.2f}"]
     ratios = [f"{med('rcomm', 'vector', n)[0] / med(i, 'vector', n)[0]:.2f}" for i in impls[1:]]
     print(f"| {n} ({n * 8} B) | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
