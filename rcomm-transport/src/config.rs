@@ -1622,8 +1622,8 @@ mod tests {
         assert_eq!(c(&[]), (true, false, 4 << 20));
         assert_eq!(c(&[("RCOMM_SHM_CMA", "")]), (true, false, 4 << 20));
         assert_eq!(c(&[("RCOMM_SHM_CMA", "1")]), (true, false, 4 << 20));
-        assert_eq!(c(&[("RCOMM_SHM_CMA", "off")]).0, false);
-        assert_eq!(c(&[("RCOMM_SHM_CMA", "0")]).1, false);
+        assert_eq!(c(&[("RCOMM_SHM_CMA", "off")]), (false, false, 4 << 20));
+        assert_eq!(c(&[("RCOMM_SHM_CMA", "0")]), (false, false, 4 << 20));
         // Only `auto` lets init's probe decide; a size limit the user set is kept as chosen.
         assert_eq!(c(&[("RCOMM_SHM_CMA", "AUTO")]), (true, true, 4 << 20));
         assert_eq!(

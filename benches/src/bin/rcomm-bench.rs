@@ -992,7 +992,8 @@ fn percentile_line(size: usize, rtt: &mut [u64]) -> String {
 
 /// One size of `osu_latency` (blocking send from `s`, blocking receive into `r`, rank 0's
 /// round trips) or of the exchange test (both ranks `sendrecv` at once, rank 0's time).
-/// `stale`: `--inject-stale`.
+/// `stale`: `--inject-stale`; `percentiles`: `--percentiles`.
+#[allow(clippy::too_many_arguments)]
 fn latency(
     p: &Pair<'_>,
     t: Test,
