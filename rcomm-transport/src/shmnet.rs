@@ -146,6 +146,8 @@ struct Peer {
     light_wake: bool,
     /// The kernel refused single copy from it.
     get_refused: bool,
+    /// Our mapping of our ring to it has every slot page faulted in (see `prefault_tx`).
+    tx_prefaulted: bool,
 }
 
 /// Something that arrived from a peer.
@@ -420,6 +422,7 @@ impl ShmNet {
                     reported: false,
                     light_wake,
                     get_refused: false,
+                    tx_prefaulted: false,
                 },
             );
         }
@@ -554,9 +557,23 @@ impl ShmNet {
             return Ok(false);
         }
         Self::wake(p)?;
+        Self::prefault_tx(p);
         self.counters.msgs_sent += 1;
         self.counters.bytes_sent += len as u64;
         Ok(true)
+    }
+
+    /// Until it has been done: once the receiver has attached our ring (and so touched its
+    /// pages first, for their NUMA placement), faults our own mapping of them in, so that our
+    /// first lap through the ring takes no page fault per page in the middle of the caller's
+    /// traffic. One flag test per push afterwards.
+    #[inline]
+    fn prefault_tx(p: &mut Peer) {
+        if !p.tx_prefaulted
+            && let Some(tx) = p.tx.as_ref()
+        {
+            p.tx_prefaulted = tx.prefault_after_consumer();
+        }
     }
 
     fn wake(p: &Peer) -> Result<(), TransportError> {
@@ -650,6 +667,7 @@ impl ShmNet {
         debug_assert!(pushed, "fits() said so and we are the only producer");
         bulk.written += 1;
         Self::wake(p)?;
+        Self::prefault_tx(p);
         self.counters.bytes_sent += n as u64;
         Ok(n)
     }
