@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Markdown tables of medians from a compare-pt2pt.sh result directory.
+"""Markdown tables of min / median / max from a compare-pt2pt.sh result directory.
 
     pt2pt_table.py target/bench-results/<timestamp> [--show 8,1K,64K,1M,4M,16M]
 
@@ -49,9 +49,9 @@ def fmt_size(n):
 
 
 def load(d):
-    """data[group][impl][size] -> list of values, one per launch; also launch counts, and the
-    same values with their launch numbers (for the core-to-core classes)."""
-    data, pairs = {}, {}
+    """runs[group][impl][size] -> list of (launch number, value), one per launch; also launch
+    counts."""
+    runs, pairs = {}, {}
     for g in sorted(os.listdir(d)):
         gd = os.path.join(d, g)
         if not os.path.isdir(gd):
@@ -71,14 +71,18 @@ def load(d):
                         continue
                     o = json.loads(line)
                     v = o.get("latency_us", o.get("bandwidth_MBps"))
-                    data.setdefault(g, {}).setdefault(impl, {}).setdefault(o["size"], []).append(v)
-                    by_launch.setdefault(g, {}).setdefault(impl, {}).setdefault(o["size"], []).append(
+                    runs.setdefault(g, {}).setdefault(impl, {}).setdefault(o["size"], []).append(
                         (int(launch) if launch.isdigit() else 0, v)
                     )
-    return data, pairs
+    return runs, pairs
 
 
-by_launch = {}
+def values(runs):
+    """The same without the launch numbers: data[group][impl][size] -> list of values."""
+    return {
+        g: {i: {s: [v for _, v in lv] for s, lv in sizes.items()} for i, sizes in impls.items()}
+        for g, impls in runs.items()
+    }
 
 # Classes of the core-to-core latency (ns, one way) a launch ran in: on a VM the host decides.
 CLASSES = [("SMT siblings", 0, 35), ("one core complex", 35, 150), ("across core complexes", 150, 1e9)]
@@ -102,7 +106,7 @@ def launch_modes(d):
     return out
 
 
-def by_class(g, impls, show, modes):
+def by_class(g, impls, runs, show, modes):
     """Medians per core-to-core class: each side compared with the other in the same host state."""
     lat = g.endswith("-lat")
     rows = []
@@ -113,7 +117,7 @@ def by_class(g, impls, show, modes):
         for s in sizes:
             cells = []
             for i in ORDER:
-                vals = [v for (k, v) in by_launch.get(g, {}).get(i, {}).get(s, []) if lo <= modes.get((g, i, k), -1) < hi]
+                vals = [v for (k, v) in runs.get(i, {}).get(s, []) if lo <= modes.get((g, i, k), -1) < hi]
                 cells.append((i, vals))
             if not any(v for i, v in cells if i == "rcomm"):
                 continue
@@ -179,20 +183,11 @@ def table(g, impls, show, pairs):
     return "\n".join(out)
 
 
-def modes(d):
-    """The core-to-core probe's one-way latency before each launch (modes.txt), summarised."""
-    f = os.path.join(d, "modes.txt")
-    if not os.path.exists(f):
-        return ""
-    vals = []
-    with open(f) as fh:
-        for line in fh:
-            parts = line.split()
-            if len(parts) >= 2 and parts[-1].replace(".", "", 1).isdigit():
-                vals.append(float(parts[-1]))
+def modes_summary(lm):
+    """The core-to-core probe's one-way latency before each launch (launch_modes), summarised."""
+    vals = sorted(lm.values())
     if not vals:
         return ""
-    vals.sort()
     return (
         f"Core-to-core cache-line latency before each launch (`benches/probes/core_to_core`), "
         f"{len(vals)} launches: min {vals[0]:.0f} / median {statistics.median(vals):.0f} / "
@@ -207,19 +202,20 @@ def main():
     ap.add_argument("--spread", action="store_true", help="(kept for old commands; the spread is always shown)")
     a = ap.parse_args()
     show = {parse_size(s) for s in a.show.split(",")} if a.show else None
-    data, pairs = load(a.dir)
+    runs, pairs = load(a.dir)
+    data = values(runs)
     if not data:
         print(f"pt2pt_table.py: no results under {a.dir}", file=sys.stderr)
         return 1
     order = [g for g in GROUPS if g in data] + [g for g in data if g not in GROUPS]
-    m = modes(a.dir)
+    lm = launch_modes(a.dir)
+    m = modes_summary(lm)
     if m:
         print(m)
-    lm = launch_modes(a.dir)
     for g in order:
         print(table(g, data[g], show, pairs.get(g, {})))
         if lm:
-            print(by_class(g, data[g], show, lm))
+            print(by_class(g, data[g], runs[g], show, lm))
     return 0
 
 

@@ -202,12 +202,11 @@ fn percentiles_describe_every_size_of_a_latency_run() {
             after("p99.9"),
             after("max"),
         );
-        let share = {
-            line.rsplit(' ')
-                .next()
-                .and_then(|w| w.trim_end_matches('%').parse::<f64>().ok())
-                .unwrap_or_else(|| panic!("no share in {line}"))
-        };
+        // The share closes the line: "… above p99 4.7%".
+        let share: f64 = words
+            .last()
+            .and_then(|w| w.trim_end_matches('%').parse().ok())
+            .unwrap_or_else(|| panic!("no share in {line}"));
         assert!(
             p50 > 0.0 && p50 <= p90 && p90 <= p99 && p99 <= p999 && p999 <= max,
             "{line}"

@@ -267,7 +267,7 @@ pub(crate) fn build(
     comm.fr_created("world");
     // Collective: every rank takes part (rank 0 measures, all receive its values), so the
     // tuner's choices agree everywhere.
-    let tuning = crate::coll::tuner::measure(&comm, cfg.tune, cfg.shm_cma && cfg.shm_cma_probe)?;
+    let tuning = crate::coll::tuner::measure(&comm, cfg.tune, cfg.shm_cma_probe)?;
     let _ = comm.shared.tuning.set(tuning);
     rlog!(
         Info,

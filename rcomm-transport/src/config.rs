@@ -678,8 +678,8 @@ pub struct Config {
     pub shm_membarrier: bool,
     /// Largest message moved by single copy.
     pub shm_cma_max: usize,
-    /// `RCOMM_SHM_CMA=auto`: init times single copy against pipelined copy and may turn single
-    /// copy off. Off by default: a choice made from one timing at init differs between launches
+    /// `RCOMM_SHM_CMA=auto` (so single copy is on) and no `RCOMM_SHM_CMA_MAX`: init times single
+    /// copy against pipelined copy and may turn single copy off. Off by default: a choice made from one timing at init differs between launches
     /// on a machine whose speed changes (a VM's cores moving between host cores), and a job's
     /// protocol must not be a coin toss.
     pub shm_cma_probe: bool,

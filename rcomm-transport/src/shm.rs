@@ -774,16 +774,7 @@ impl Producer {
     /// on a VM, the slowest iterations of a fresh job's first thousand messages). Changes no
     /// byte of the ring, so it is safe at any time.
     pub fn prefault_after_consumer(&self) -> bool {
-        if self
-            .0
-            .mem
-            .ctl()
-            .header
-            .0
-            .consumer_taken
-            .load(Ordering::Acquire)
-            == 0
-        {
+        if self.0.mem.claim_word(End::Consumer).load(Ordering::Acquire) == 0 {
             return false;
         }
         self.0.mem.first_touch();
