@@ -580,8 +580,7 @@ impl Communicator {
                 self.run_schedule(&sched, data, &[], Some(&r))?
             }
             Plan::Shm(node, chk) => {
-                let combine = |acc: &mut [u8], left: &[u8]| r.apply(acc, left, Order::SrcFirst);
-                node.allreduce_sig(self, data, input, elem, r.signature(), &combine, chk)?
+                node.allreduce_sig(self, data, input, elem, r.signature(), &r, chk)?
             }
             Plan::Hier(h) => {
                 if let Some(i) = input {
@@ -875,7 +874,6 @@ impl Communicator {
             let chk = self.check_shm_call()?;
             if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
                 crate::fr::ran(self.ctx, algo);
-                let combine = |acc: &mut [u8], left: &[u8]| r.apply(acc, left, Order::SrcFirst);
                 let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
                 node.reduce_scatter(
                     self,
@@ -883,7 +881,7 @@ impl Communicator {
                     out,
                     size_of::<T>(),
                     r.signature(),
-                    &combine,
+                    &r,
                     chk,
                 )?;
                 return r.finalize(out, n);

@@ -55,6 +55,7 @@
 //! see the difference in the same round, finish it, and return `Mismatch`; the windows stay
 //! usable.
 
+use super::reduce::{Order, Reducer};
 use crate::comm::Communicator;
 use crate::{CommError, Result};
 use rcomm_kernels::{Element, Op};
@@ -188,8 +189,61 @@ impl ProtoError {
 
 type PResult<T> = std::result::Result<T, ProtoError>;
 
-/// `combine(acc, left)` sets `acc = left ⊕ acc` element-wise.
-pub(crate) type Combine<'a> = dyn Fn(&mut [u8], &[u8]) -> Result<()> + 'a;
+/// A reduction step over byte buffers, in the canonical operand order.
+pub(crate) trait Combine {
+    /// `acc = left ⊕ acc` element-wise.
+    fn acc(&self, acc: &mut [u8], left: &[u8]) -> Result<()>;
+
+    /// `out = left ⊕ right` element-wise. The default copies `right` first; a built-in op
+    /// reads both operands in one pass, which saves a pass over `out` per fold.
+    fn into(&self, out: &mut [u8], left: &[u8], right: &[u8]) -> Result<()> {
+        out.copy_from_slice(right);
+        self.acc(out, left)
+    }
+}
+
+impl<F: Fn(&mut [u8], &[u8]) -> Result<()>> Combine for F {
+    fn acc(&self, acc: &mut [u8], left: &[u8]) -> Result<()> {
+        self(acc, left)
+    }
+}
+
+impl Combine for Reducer {
+    fn acc(&self, acc: &mut [u8], left: &[u8]) -> Result<()> {
+        self.apply(acc, left, Order::SrcFirst)
+    }
+
+    fn into(&self, out: &mut [u8], left: &[u8], right: &[u8]) -> Result<()> {
+        match self {
+            // Built-in ops are commutative bit for bit, so one fused pass gives the same bits.
+            Reducer::Builtin(op, d) => rcomm_kernels::reduce3(*op, *d, out, left, right)
+                .map_err(|e| CommError::InvalidArg(e.to_string())),
+            Reducer::User { .. } => {
+                out.copy_from_slice(right);
+                self.acc(out, left)
+            }
+        }
+    }
+}
+
+/// Folds `input(0) ⊕ (input(1) ⊕ … ⊕ input(n − 1))` into `out`, in that canonical order
+/// (every rank's fold of a part gives the same bits, whichever rank folds it).
+fn fold_into<'s>(
+    combine: &dyn Combine,
+    out: &mut [u8],
+    n: usize,
+    input: impl Fn(usize) -> &'s [u8],
+) -> Result<()> {
+    if n == 1 {
+        out.copy_from_slice(input(0));
+        return Ok(());
+    }
+    combine.into(out, input(n - 2), input(n - 1))?;
+    for j in (0..n - 2).rev() {
+        combine.acc(out, input(j))?;
+    }
+    Ok(())
+}
 
 /// Inputs read in place from every rank's shared buffer (allocated by `alloc_shared`).
 pub(crate) struct ZeroCopy {
@@ -633,7 +687,7 @@ impl<'a> Proto<'a> {
         total: usize,
         elem: usize,
         sig: u64,
-        combine: &Combine<'_>,
+        combine: &dyn Combine,
         src: Option<*const u8>,
         zc: Option<&ZeroCopy>,
     ) -> PResult<()> {
@@ -648,11 +702,25 @@ impl<'a> Proto<'a> {
         for c in 0..rounds {
             let (k, b, lo, hi) = next_round(round, c, chunk, total);
             let len = hi - lo;
+            // A large chunk's fold is split: rank r folds part r only, so its own part never
+            // needs to leave `src` and only the others' parts go through the slot.
+            let split = len > SMALL_MAX && zc.is_none();
+            let elems = len / elem.max(1);
+            let part = |p: usize| (p * elems / n * elem, (p + 1) * elems / n * elem);
+            let (my_a, my_z) = if split && valid { part(me) } else { (0, 0) };
             self.enter(k, c == 0, pub_total, kind, zc, len, |slot| {
                 if zc.is_none() {
-                    // SAFETY: `data[lo..hi]` is ours (caller's contract); the slot has
+                    // SAFETY: `src[lo..hi]` is ours (caller's contract); the slot has
                     // SLOT ≥ len bytes and nobody reads it now (every peer's done ≥ k−2).
-                    unsafe { std::ptr::copy_nonoverlapping(src.add(lo), slot, len) };
+                    // Bytes `my_a..my_z` of the slot are read by nobody (empty unless split).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(src.add(lo), slot, my_a);
+                        std::ptr::copy_nonoverlapping(
+                            src.add(lo + my_z),
+                            slot.add(my_z),
+                            len - my_z,
+                        );
+                    }
                 }
             })?;
             // Agreed in `enter`: equal lengths, kinds and input sources everywhere.
@@ -660,37 +728,30 @@ impl<'a> Proto<'a> {
                 let base = match zc {
                     // SAFETY: within the `total` bytes the caller vouches for.
                     Some(zc) => unsafe { zc.bases[j].as_ptr().add(lo) },
+                    // Our own part of a split fold stays in `src`.
+                    None if split && j == me => unsafe { src.add(lo).cast_mut() },
                     None => self.slot(j, b),
                 };
                 // SAFETY: the area holds at least `z` bytes from `base` (z ≤ len ≤ SLOT for a
-                // slot; lo + z ≤ total for a shared buffer). Its owner wrote them before
-                // `arrived = k` and writes them again only after every `done ≥ k` (slot) or
-                // every `reduced ≥ k` (shared buffer = its output), which we publish after
-                // our last read; our own shared buffer is written below only after the same
-                // wait, when no slice from here is alive.
+                // slot; lo + z ≤ total for a shared buffer or `src`). Its owner wrote them
+                // before `arrived = k` and writes them again only after every `done ≥ k`
+                // (slot) or every `reduced ≥ k` (shared buffer = its output), which we publish
+                // after our last read; our own shared buffer, or `src` = `data` in place, is
+                // written below only after the fold, when no slice from here is alive.
                 unsafe { std::slice::from_raw_parts(base.add(a), z - a) }
-            };
-            let fold = |out: &mut [u8], a: usize, z: usize| -> Result<()> {
-                out.copy_from_slice(input(n - 1, a, z));
-                for j in (0..n - 1).rev() {
-                    combine(out, input(j, a, z))?;
-                }
-                Ok(())
             };
             if len <= SMALL_MAX && zc.is_none() {
                 // SAFETY: our bytes (caller's contract), disjoint from every slot.
                 let out = unsafe { std::slice::from_raw_parts_mut(data.add(lo), len) };
-                fold(out, 0, len).map_err(ProtoError::Fatal)?;
+                fold_into(combine, out, n, |j| input(j, 0, len)).map_err(ProtoError::Fatal)?;
             } else {
-                let elems = len / elem;
-                let part = |p: usize| (p * elems / n * elem, (p + 1) * elems / n * elem);
                 let (a, z) = part(me);
                 // SAFETY: our result area b has SLOT ≥ z bytes; peers read it only after our
                 // `reduced = k` below and stop before their `done ≥ k`, which `enter` of
                 // round k + 2 awaits before anything here is written again.
                 let res =
                     unsafe { std::slice::from_raw_parts_mut(self.result(me, b).add(a), z - a) };
-                fold(res, a, z).map_err(ProtoError::Fatal)?;
+                fold_into(combine, res, n, |j| input(j, a, z)).map_err(ProtoError::Fatal)?;
                 self.publish(Flag::Reduced, k);
                 self.wait_all(Flag::Reduced, k)?;
                 for j in 0..n {
@@ -860,7 +921,7 @@ impl Proto<'_> {
         recv: &mut [u8],
         elem: usize,
         sig: u64,
-        combine: &Combine<'_>,
+        combine: &dyn Combine,
     ) -> PResult<()> {
         let (me, n) = (self.me, self.n());
         let blk = recv.len();
@@ -893,13 +954,7 @@ impl Proto<'_> {
             let piece = |j: usize| unsafe {
                 std::slice::from_raw_parts(self.slot(j, b).add(me * len).cast_const(), len)
             };
-            let out = &mut recv[lo..hi];
-            out.copy_from_slice(piece(n - 1));
-            let mut res = Ok(());
-            for j in (0..n - 1).rev() {
-                res = res.and_then(|()| combine(out, piece(j)));
-            }
-            res.map_err(ProtoError::Fatal)?;
+            fold_into(combine, &mut recv[lo..hi], n, piece).map_err(ProtoError::Fatal)?;
         }
         Ok(())
     }
@@ -1267,7 +1322,7 @@ impl NodeShm {
         input: Option<&[u8]>,
         elem: usize,
         sig: u64,
-        combine: &Combine<'_>,
+        combine: &dyn Combine,
         checked: Checked,
     ) -> Result<()> {
         if input.is_some_and(|i| i.len() != data.len()) {
@@ -1306,7 +1361,7 @@ impl NodeShm {
         total: usize,
         elem: usize,
         sig: u64,
-        combine: &Combine<'_>,
+        combine: &dyn Combine,
         zc: &ZeroCopy,
         checked: Checked,
     ) -> Result<()> {
@@ -1363,7 +1418,7 @@ impl NodeShm {
         recv: &mut [u8],
         elem: usize,
         sig: u64,
-        combine: &Combine<'_>,
+        combine: &dyn Combine,
         checked: Checked,
     ) -> Result<()> {
         self.run(
@@ -1391,11 +1446,8 @@ impl NodeShm {
 /// The reduction step of `op` on `T`, as `combine(acc, left)`. rcomm's ops are commutative
 /// (bitwise, also for floats: IEEE addition and multiplication are), so `acc ⊕ left` is
 /// `left ⊕ acc`.
-pub(crate) fn combiner<T: Element>(op: Op) -> impl Fn(&mut [u8], &[u8]) -> Result<()> {
-    move |acc: &mut [u8], left: &[u8]| {
-        rcomm_kernels::reduce_into(op, T::DTYPE, acc, left)
-            .map_err(|e| CommError::InvalidArg(e.to_string()))
-    }
+pub(crate) fn combiner<T: Element>(op: Op) -> Reducer {
+    Reducer::Builtin(op, T::DTYPE)
 }
 
 /// What ranks must agree on besides the element size: op and type.
@@ -1581,6 +1633,63 @@ mod tests {
                 let want = reference(n, count, it);
                 for (r, o) in out.iter().enumerate() {
                     assert!(o[it] == want, "n {n} count {count} rank {r}");
+                }
+            }
+        }
+    }
+
+    /// Out of place the input stays where it is and only the output is written; a split fold
+    /// reads its own part from the input itself (never from the slot, where that part is not
+    /// copied). Both with the test's non-associative fold and with a built-in op, whose fold
+    /// reads both operands in one pass.
+    #[test]
+    fn out_of_place_and_built_in_folds_read_the_own_part_from_the_input() {
+        for n in [2usize, 3] {
+            let counts = [7usize, 4099, 200_003];
+            let out = ranks(n, |r, p, round| {
+                let mut res = Vec::new();
+                for (it, &count) in counts.iter().enumerate() {
+                    let src: Vec<u32> = (0..count).map(|i| input(r, i, it)).collect();
+                    let mut user = vec![u32::MAX; count];
+                    let mut sum = vec![u32::MAX; count];
+                    for (dst, how) in [(&mut user, None), (&mut sum, Some(Op::Sum))] {
+                        let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
+                        let sum_op = how.map(|op| Reducer::Builtin(op, u32::DTYPE));
+                        let comb: &dyn Combine = match &sum_op {
+                            Some(r) => r,
+                            None => &combine,
+                        };
+                        // SAFETY: `bytes` is ours for the call; `src` is as long and apart.
+                        unsafe {
+                            p.allreduce(
+                                round,
+                                bytes.as_mut_ptr(),
+                                bytes.len(),
+                                4,
+                                0,
+                                comb,
+                                Some(bytemuck::cast_slice::<u32, u8>(&src).as_ptr()),
+                                None,
+                            )
+                        }
+                        .unwrap();
+                    }
+                    assert!(
+                        src.iter().enumerate().all(|(i, &v)| v == input(r, i, it)),
+                        "the input changed"
+                    );
+                    res.push((user, sum));
+                }
+                res
+            });
+            for (it, &count) in counts.iter().enumerate() {
+                let want = reference(n, count, it);
+                let want_sum: Vec<u32> = (0..count)
+                    .map(|i| (0..n).fold(0u32, |a, j| a.wrapping_add(input(j, i, it))))
+                    .collect();
+                for (r, o) in out.iter().enumerate() {
+                    assert!(o[it].0 == want, "n {n} count {count} rank {r}: user op");
+                    assert!(o[it].1 == want_sum, "n {n} count {count} rank {r}: sum");
                 }
             }
         }
