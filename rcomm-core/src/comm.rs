@@ -95,6 +95,8 @@ impl WaitPolicy {
 }
 
 thread_local! {
+    /// A scope's emptied list of live requests, kept for this thread's next scope.
+    static SPARE_LIVE: std::cell::Cell<std::collections::VecDeque<ReqId>> = const { std::cell::Cell::new(std::collections::VecDeque::new()) };
     static SLEEP_FDS: std::cell::RefCell<rcomm_transport::os::PollSet> = std::cell::RefCell::new(rcomm_transport::os::PollSet::default());
 }
 
@@ -388,6 +390,11 @@ impl Shared {
     /// (`RCOMM_TIMEOUT` inside a collective, else `RCOMM_P2P_TIMEOUT`) is cancelled and fails
     /// with `Timeout`; sends are not timed out (a peer may still read their buffer).
     pub(crate) fn wait(&self, req: ReqId) -> Result<Status> {
+        // Done already (a window's waits after the first, whose progress took every message
+        // in): its flag says so without the lock, and one lock takes the result.
+        if self.done.get(req) {
+            return self.lock().take(req);
+        }
         let mut w = crate::fr::Watch::new();
         let slot = crate::fr::P2pSlot::new();
         self.block_on_ticked(
@@ -939,19 +946,22 @@ impl Communicator {
     /// Runs `f` with a scope in which requests may borrow buffers; the scope waits for every
     /// request started in it before returning, so borrowed buffers are never used after.
     pub fn scope<'env, R>(&self, f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> R) -> R {
+        // The list of live requests is this thread's spare one when there is one: a scope per
+        // window of messages must not allocate and grow a new list each time.
         let scope = Scope {
             comm: self,
-            live: Mutex::new(Default::default()),
+            live: Mutex::new(SPARE_LIVE.take()),
             _env: PhantomData,
         };
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&scope)));
-        let live = std::mem::take(&mut *scope.live.lock().unwrap_or_else(|p| p.into_inner()));
-        for req in live {
+        let mut live = std::mem::take(&mut *scope.live.lock().unwrap_or_else(|p| p.into_inner()));
+        for req in live.drain(..) {
             let done_or_cancelled = self.shared.lock().cancel(req);
             if !done_or_cancelled {
                 let _ = self.shared.wait(req);
             }
         }
+        SPARE_LIVE.set(live);
         match out {
             Ok(r) => r,
             Err(p) => std::panic::resume_unwind(p),
@@ -1587,11 +1597,11 @@ impl ScopedRequest<'_, '_> {
         }
         {
             let mut live = self.scope.live.lock().unwrap_or_else(|p| p.into_inner());
-            // In-order waits find theirs at the front: a pop, not a general remove.
-            match live.iter().position(|&r| r == self.req) {
-                Some(0) => drop(live.pop_front()),
-                Some(i) => drop(live.remove(i)),
-                None => {}
+            // In-order waits find theirs at the front: a pop, not a search.
+            if live.front() == Some(&self.req) {
+                live.pop_front();
+            } else if let Some(i) = live.iter().position(|&r| r == self.req) {
+                live.remove(i);
             }
         }
         let st = self

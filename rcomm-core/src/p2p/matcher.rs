@@ -222,6 +222,32 @@ impl<P> Matcher<P> {
     /// Routes an arriving message with sequence number `seq`. On [`Route::Keep`] the caller must
     /// pass the payload to [`keep`](Self::keep) before the next arrival from that source.
     pub fn arrive(&mut self, env: &Envelope, seq: u32) -> Route {
+        if self.wildcard.is_empty() {
+            // Only the source's own receives can take it, the oldest matching one first: one
+            // table look, and a pop at the front when that one matches (the steady case).
+            let Some(p) = self.peers.get_mut(&env.source) else {
+                // No state: nothing posted from this source.
+                return Route::Keep;
+            };
+            if seq != p.expected {
+                return Route::Keep;
+            }
+            let i = match p.posted.front() {
+                None => return Route::Keep,
+                Some(f) if env.matches(f.src, f.tag) => 0,
+                Some(_) => match p.posted.iter().position(|q| env.matches(q.src, q.tag)) {
+                    Some(i) => i,
+                    None => return Route::Keep,
+                },
+            };
+            let taken = if i == 0 {
+                p.posted.pop_front()
+            } else {
+                p.posted.remove(i)
+            };
+            p.expected = seq.wrapping_add(1);
+            return Route::Deliver(taken.expect("found above").id);
+        }
         if seq != self.peer_mut(env.source).expected {
             return Route::Keep;
         }
@@ -299,6 +325,12 @@ impl<P> Matcher<P> {
             return None;
         }
         Some(peer.map_or(0, |p| p.expected))
+    }
+
+    /// Whether messages that came ahead of their turn are held back (then every arrival must
+    /// be followed by [`release`](Self::release)).
+    pub fn holds_early(&self) -> bool {
+        !self.early.is_empty()
     }
 
     /// Records that the message `seq` from `src` (the one [`direct_seq`](Self::direct_seq)

@@ -63,16 +63,20 @@ impl Engine {
             || !self.reported.is_empty()
             || !self.revoked.is_empty()
             || src >= st.size
-            || self.net.route(src) != Route::Shm
         {
             return Direct::General;
         }
+        // The matcher first: behind receives posted earlier (a window of them) this is one
+        // look, and the ring is not read at all.
         let Some(c) = st.ctx.get_mut(&ctx) else {
             return Direct::General;
         };
         let Some(seq) = c.m.direct_seq(src, tag) else {
             return Direct::General;
         };
+        if self.net.route(src) != Route::Shm {
+            return Direct::General;
+        }
         let mut got = None;
         let took = self.net.pop_from(src, &mut |h, payload| {
             let ok = h.kind == ProtoKind::Eager

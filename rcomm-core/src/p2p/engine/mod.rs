@@ -889,6 +889,7 @@ impl Engine {
         // A lost peer's messages that arrived before it went are still received; only a
         // receive nothing already here can satisfy fails.
         let lost = match peer {
+            _ if self.st.failed.is_empty() => None,
             Some(r) => self.st.failed.get(&r).map(|why| (r, why.clone())),
             None => self
                 .st
@@ -1293,11 +1294,10 @@ impl State {
     }
 
     fn complete(&mut self, req: ReqId, res: Result<Status, CommError>) {
-        let r = self.req_mut(req);
+        let r = self.reqs[req].as_mut().expect("live request");
         if matches!(r.state, ReqState::Active) {
             self.active -= 1;
         }
-        let r = self.req_mut(req);
         r.state = ReqState::Done(res.map_err(Box::new));
         r.posted = None;
         let orphan = r.orphan.is_some();

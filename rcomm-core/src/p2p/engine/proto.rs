@@ -399,6 +399,13 @@ impl State {
                         ),
                     },
                 }
+                if !self
+                    .ctx
+                    .get(&hdr.context)
+                    .is_some_and(|c| c.m.holds_early())
+                {
+                    return;
+                }
                 let mut released = std::mem::take(&mut self.released);
                 if let Some(c) = self.ctx.get_mut(&hdr.context) {
                     c.m.release(peer, &mut |rid, env, s| released.push((rid, env, s)));
@@ -547,7 +554,9 @@ impl State {
     }
 
     pub(super) fn finish_eager(&mut self, req: ReqId, env: Envelope, payload: &[u8]) {
-        let region = self.req_region(req);
+        let r = self.req_mut(req);
+        r.peer = Some(env.source);
+        let region = r.region;
         let res = if (env.len as usize) > region.len() {
             Err(CommError::Truncated {
                 buffer: region.len(),
@@ -567,7 +576,6 @@ impl State {
                 }),
             }
         };
-        self.req_mut(req).peer = Some(env.source);
         self.complete(req, res);
     }
 
