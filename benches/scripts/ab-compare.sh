@@ -12,6 +12,8 @@
 #   shm-bw    pt2pt bandwidth 64 KiB - 4 MiB over shared memory
 #   tcp-lat   pt2pt latency 8 B - 4 KiB with RCOMM_TRANSPORT=tcp
 #   allreduce allreduce f32 8 B - 16 MiB (out of place), 2 ranks
+#   allreduce-ip  allreduce f32 64 KiB - 16 MiB in place, 2 ranks
+#   shm-msgrate   pt2pt window bandwidth 8 B - 64 B (a window of 64 posted receives)
 # AB_GROUPS="shm-lat tcp-lat" runs only those.
 # Raw JSON lines go to target/bench-results/ab-<timestamp>/; the summary is printed.
 set -euo pipefail
@@ -27,6 +29,8 @@ run() { # dir group -> JSON lines on stdout
         shm-bw) timeout 300 "$d/rcomm-run" -n 2 --bind-to core --no-prefix "$d/rcomm-bench" pt2pt bw -m 65536:4194304 --json ;;
         tcp-lat) RCOMM_TRANSPORT=tcp timeout 300 "$d/rcomm-run" -n 2 --bind-to core --no-prefix "$d/rcomm-bench" pt2pt latency -m 8:4096 --json ;;
         allreduce) timeout 300 "$d/rcomm-run" -n 2 --bind-to core --no-prefix "$d/rcomm-bench" coll allreduce -b 8 -e 16M -f 8 -n 50 --json ;;
+        allreduce-ip) timeout 300 "$d/rcomm-run" -n 2 --bind-to core --no-prefix "$d/rcomm-bench" coll allreduce -b 64K -e 16M -f 4 -n 50 --json ;;
+        shm-msgrate) timeout 300 "$d/rcomm-run" -n 2 --bind-to core --no-prefix "$d/rcomm-bench" pt2pt bw -m 8:64 --json ;;
     esac 2>>"$out/stderr.log" | grep '^{' || true
 }
 for g in ${AB_GROUPS:-shm-lat shm-bw tcp-lat allreduce}; do
@@ -43,6 +47,9 @@ python3 - "$out/results.jsonl" <<'PY' | tee "$out/summary.md"
 import json, sys, statistics as st
 rows = [json.loads(l) for l in open(sys.argv[1])]
 def metric(r):
+    if r["group"].endswith("-ip"):
+        ip = r.get("inplace") or {}
+        return ip.get("time_us"), "time"
     for k in ("latency_us", "time_us"):
         if k in r and r[k] is not None:
             return r[k], "time"
