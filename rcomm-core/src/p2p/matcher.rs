@@ -315,6 +315,7 @@ impl<P> Matcher<P> {
     /// `None` when something here has a say first: a stored message from `src` that the
     /// receive would take, held-back arrivals from `src`, or any posted receive that could
     /// match `src` (it was posted earlier, so it takes precedence).
+    #[inline]
     pub fn direct_seq(&self, src: u32, tag: TagSel) -> Option<u32> {
         let peer = self.peer(src);
         if !self.wildcard.is_empty()
@@ -420,10 +421,16 @@ impl<P> Matcher<P> {
     }
 
     /// (source, index) of the earliest stored message matching (`src`, `tag`).
+    #[inline]
     fn find_unexpected(&self, src: Source, tag: TagSel) -> Option<(u32, usize)> {
+        // Nothing stored (a receive posted before its message): no call.
         if self.unexpected_count == 0 {
             return None;
         }
+        self.search_unexpected(src, tag)
+    }
+
+    fn search_unexpected(&self, src: Source, tag: TagSel) -> Option<(u32, usize)> {
         let first_in = |s: u32, q: &VecDeque<Stored<P>>| {
             q.iter()
                 .position(|m| m.env.matches(src, tag))

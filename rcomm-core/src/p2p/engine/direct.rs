@@ -48,6 +48,7 @@ impl Engine {
     /// before it could take it). The payload (at most `room` bytes: a longer message takes the
     /// general path, which reports the truncation) goes to `put`, which copies it out of the
     /// ring: into a buffer, or scattered into a non-contiguous layout.
+    #[inline]
     pub(crate) fn recv_now_into(
         &mut self,
         ctx: u32,
@@ -56,7 +57,18 @@ impl Engine {
         room: usize,
         put: &mut impl FnMut(&[u8]),
     ) -> Direct {
-        let st = &mut self.st;
+        match self.direct_from(ctx, src, tag) {
+            Some(seq) => self.take_head(ctx, src, tag, seq, room, put),
+            None => Direct::General,
+        }
+    }
+
+    /// The sequence number the head of `src`'s ring must carry to be this receive's, when
+    /// the direct path may take it at all. Inlined into every receive being posted: behind
+    /// receives posted earlier (a window of them) it answers in a few loads, with no call.
+    #[inline]
+    fn direct_from(&self, ctx: u32, src: u32, tag: TagSel) -> Option<u32> {
+        let st = &self.st;
         // Failures and checked mode have their own rules.
         if st.hook.is_some()
             || !st.failed.is_empty()
@@ -64,19 +76,24 @@ impl Engine {
             || !self.revoked.is_empty()
             || src >= st.size
         {
-            return Direct::General;
+            return None;
         }
         // The matcher first: behind receives posted earlier (a window of them) this is one
         // look, and the ring is not read at all.
-        let Some(c) = st.ctx.get_mut(&ctx) else {
-            return Direct::General;
-        };
-        let Some(seq) = c.m.direct_seq(src, tag) else {
-            return Direct::General;
-        };
-        if self.net.route(src) != Route::Shm {
-            return Direct::General;
-        }
+        let seq = st.ctx.get(&ctx)?.m.direct_seq(src, tag)?;
+        (self.net.route(src) == Route::Shm).then_some(seq)
+    }
+
+    /// Takes the head of `src`'s ring if it is message `seq` and matches.
+    fn take_head(
+        &mut self,
+        ctx: u32,
+        src: u32,
+        tag: TagSel,
+        seq: u32,
+        room: usize,
+        put: &mut impl FnMut(&[u8]),
+    ) -> Direct {
         let mut got = None;
         let took = self.net.pop_from(src, &mut |h, payload| {
             let ok = h.kind == ProtoKind::Eager
@@ -102,7 +119,9 @@ impl Engine {
         });
         match (took, got) {
             (Some(true), Some(status)) => {
-                c.m.direct_taken(src, seq);
+                if let Some(c) = self.st.ctx.get_mut(&ctx) {
+                    c.m.direct_taken(src, seq);
+                }
                 Direct::Done(status)
             }
             (None, _) => Direct::Empty,

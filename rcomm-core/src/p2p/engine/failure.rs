@@ -6,11 +6,7 @@ use super::*;
 impl Engine {
     /// Unlinks a request from matching and from the rendezvous tables, before it fails.
     pub(super) fn drop_req_state(&mut self, req: ReqId) {
-        if let Some((ctx, rid)) = self.st.req_mut(req).posted.take()
-            && let Some(c) = self.st.ctx.get_mut(&ctx)
-        {
-            c.m.cancel(rid);
-        }
+        self.st.unpost(req);
         self.take_back(|p| p.req == req, |s| s.req == req);
         self.st.rndv_send.retain(|_, s| s.req != req);
         self.st.rndv_recv.retain(|_, s| s.req != req);
@@ -77,11 +73,7 @@ impl Engine {
         }
         let lost = self.st.active_reqs(|r| r.peer == Some(peer) || r.wildcard);
         for req in lost {
-            if let Some((ctx, rid)) = self.st.req_mut(req).posted.take()
-                && let Some(c) = self.st.ctx.get_mut(&ctx)
-            {
-                c.m.cancel(rid);
-            }
+            self.st.unpost(req);
             let op = self.st.req_mut(req).op;
             let e = self.st.lost(peer, op, why.clone());
             self.st.complete(req, Err(e));

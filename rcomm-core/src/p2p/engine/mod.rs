@@ -105,12 +105,18 @@ struct Req {
     state: ReqState,
     /// Context of the communicator it belongs to (`u32::MAX`: none).
     ctx: u32,
-    posted: Option<(u32, RecvId)>,
+    /// A posted receive's place in its matcher (`RecvId::seq`; the owner is the request's id,
+    /// the matcher that of `ctx`): kept to one word so a request stays small to move.
+    posted: Option<u64>,
     /// A send's sequence number (what its cancel names); `None` for a receive.
     seq: Option<u32>,
     /// A buffer the user dropped before completion; freed when the request completes.
     orphan: Option<Box<dyn std::any::Any + Send>>,
 }
+
+// Every request moves into and out of the slab whole: up to 128 bytes that is a few register
+// moves, beyond it a call to memcpy on every post and every completion.
+const _: () = assert!(size_of::<Option<Req>>() <= 128);
 
 /// A send's cancel waiting for the receiver's answer, by its token.
 #[derive(Debug)]
@@ -920,7 +926,7 @@ impl Engine {
                 self.after_protocol();
             }
             // A receive that only waits starts no protocol step: nothing for after_protocol.
-            Posting::Posted(rid) => self.st.req_mut(req).posted = Some((ctx, rid)),
+            Posting::Posted(rid) => self.st.req_mut(req).posted = Some(rid.seq),
         }
         Ok(req)
     }
@@ -1005,8 +1011,8 @@ impl Engine {
         req: ReqId,
     ) -> Option<(&'static str, Option<u32>, u32, usize)> {
         let r = self.st.reqs.get(req)?.as_ref()?;
-        let (ctx, _) = r.posted?;
-        Some((r.op, r.peer, ctx, r.region.len()))
+        r.posted?;
+        Some((r.op, r.peer, r.ctx, r.region.len()))
     }
 
     /// Whether a completed request succeeded (before [`take`](Self::take)).
@@ -1029,7 +1035,7 @@ impl Engine {
 
     /// Cancels a receive not yet matched; true if it was (the request is then freed).
     pub(crate) fn cancel(&mut self, req: ReqId) -> bool {
-        let Some((ctx, rid)) = self.st.reqs[req].as_ref().and_then(|r| r.posted) else {
+        let Some((ctx, rid)) = self.st.posted(req) else {
             return false;
         };
         if self.st.ctx.get_mut(&ctx).is_some_and(|c| c.m.cancel(rid)) {
@@ -1282,6 +1288,29 @@ impl State {
             && data.capacity() <= POOL_BUF_MAX
         {
             self.pool.push(data);
+        }
+    }
+
+    /// Where a posted receive waits: its communicator's context and its id in that matcher.
+    fn posted(&self, req: ReqId) -> Option<(u32, RecvId)> {
+        let r = self.reqs.get(req)?.as_ref()?;
+        let seq = r.posted?;
+        Some((
+            r.ctx,
+            RecvId {
+                seq,
+                owner: req as u64,
+            },
+        ))
+    }
+
+    /// Unlinks a posted receive from its matcher, if it is still there.
+    fn unpost(&mut self, req: ReqId) {
+        if let Some((ctx, rid)) = self.posted(req) {
+            self.req_mut(req).posted = None;
+            if let Some(c) = self.ctx.get_mut(&ctx) {
+                c.m.cancel(rid);
+            }
         }
     }
 
