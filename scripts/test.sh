@@ -65,6 +65,9 @@ if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
 cargo test --workspace --locked --no-fail-fast --features rcomm-transport/hwloc "$@" || status=$?
 RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
     cargo test --locked -p rcomm-transport --lib --release shm::loom || status=$?
+# A user's project with its own lockfile: rcomm, rcomm-mpi and the launcher built with every
+# direct dependency at the lowest version the manifests declare, then run as 2 ranks.
+scripts/downstream-check.sh || status=$?
 if [ -s "$skips" ]; then
     echo
     echo "=== $(wc -l <"$skips") test(s) skipped (CI=${CI:-unset}):"

@@ -144,9 +144,19 @@ pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
 
 /// Descriptors a rank sleeps on: some for data to read, some for room to write. Reused
 /// between sleeps, so a steady exchange does not allocate.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct PollSet {
     fds: Vec<libc::pollfd>,
+}
+
+// By hand: libc's types are `Debug` only with its `extra_traits` feature, which rcomm does not
+// ask for (nothing else needs it, and it is slow to build).
+impl std::fmt::Debug for PollSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.fds.iter().map(|p| (p.fd, p.events)))
+            .finish()
+    }
 }
 
 impl PollSet {

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds tests/downstream — a project with its own workspace and lockfile that adds rcomm and
+# rcomm-mpi — the way a user's project with an older lockfile would: every direct dependency of
+# rcomm's library crates pinned to the lowest version their manifests declare (`cargo update
+# --precise`), then `cargo build --locked`. A declared minimum the code has outgrown (an API or
+# a feature it uses that the declared version lacks) fails here.
+#
+#   scripts/downstream-check.sh            # pin, build, run it as 2 ranks
+#   DOWNSTREAM_KEEP_LATEST=1 …             # build with the newest versions instead
+#
+# Cargo's -Z direct-minimal-versions would do the pinning, but needs a nightly toolchain; this
+# does the same with stable cargo. The target dir is target/downstream (its own: the pinned
+# versions would otherwise rebuild the workspace's).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+dir=$root/tests/downstream
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}/downstream"
+# Its own workspace, so not the workspace's profile: keep the build as small as that one.
+export CARGO_PROFILE_DEV_DEBUG=line-tables-only CARGO_INCREMENTAL=0
+manifest=$dir/Cargo.toml
+rm -f "$dir/Cargo.lock"
+cargo generate-lockfile -q --manifest-path "$manifest"
+if [ -z "${DOWNSTREAM_KEEP_LATEST:-}" ]; then
+    # NAME LOCKED LOWEST for each direct registry dependency of the library crates that the
+    # downstream's lockfile holds (optional ones it does not enable are not in it).
+    cargo metadata -q --format-version 1 --manifest-path "$manifest" |
+        python3 "$root/scripts/lowest_versions.py" |
+        while read -r name locked lowest; do
+            if [ "$locked" != "$lowest" ]; then
+                echo "pin $name $locked -> $lowest"
+                cargo update -q --manifest-path "$manifest" -p "$name@$locked" --precise "$lowest"
+            fi
+        done
+fi
+cargo build -q --locked --manifest-path "$manifest"
+# The launcher's binaries, as `cargo install` builds them, against the same pinned versions.
+cargo build -q --locked --manifest-path "$manifest" -p rcomm-launcher --bins
+# It runs: two ranks on this machine, started by the launcher built above.
+"$CARGO_TARGET_DIR/debug/rcomm-run" -n 2 "$CARGO_TARGET_DIR/debug/rcomm-downstream"
+echo "downstream build with the lowest declared versions: ok"

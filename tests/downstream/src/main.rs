@@ -1,0 +1,29 @@
+//! What a downstream user writes with rcomm-mpi, the rsmpi-compatible API (rcomm's own types
+//! under it). Only built by scripts/downstream-check.sh; `rcomm-run -n 2` runs it.
+
+use mpi::traits::*;
+
+#[derive(Equivalence, Clone, Copy, Default)]
+struct Pair {
+    a: i32,
+    b: f64,
+}
+
+fn main() {
+    let universe = mpi::initialize().expect("rcomm-mpi init");
+    let world = universe.world();
+    let mut p = Pair::default();
+    if world.rank() == 0 {
+        p = Pair { a: 7, b: 0.5 };
+    }
+    world.process_at_rank(0).broadcast_into(&mut p);
+    let status: Option<rcomm::Status> = None;
+    println!(
+        "rank {} of {} has ({}, {}){}",
+        world.rank(),
+        world.size(),
+        p.a,
+        p.b,
+        status.map_or(String::new(), |s| format!(", {s:?}"))
+    );
+}
