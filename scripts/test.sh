@@ -65,6 +65,16 @@ if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
 cargo test --workspace --locked --no-fail-fast --features rcomm-transport/hwloc "$@" || status=$?
 RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
     cargo test --locked -p rcomm-transport --lib --release shm::loom || status=$?
+# The book: built with mdBook (installed once into target/tools when the machine lacks it; its
+# Rust samples ran above as rcomm-core's doctests).
+mdbook=$(command -v mdbook || true)
+if [ -z "$mdbook" ]; then
+    tools="${CARGO_TARGET_DIR:-target}/tools"
+    [ -x "$tools/bin/mdbook" ] ||
+        cargo install -q --locked --no-default-features --version 0.4.52 --root "$tools" mdbook || status=$?
+    mdbook="$tools/bin/mdbook"
+fi
+"$mdbook" build book || status=$?
 # A user's project with its own lockfile: rcomm, rcomm-mpi and the launcher built with every
 # direct dependency at the lowest version the manifests declare, then run as 2 ranks.
 scripts/downstream-check.sh || status=$?

@@ -1,4 +1,4 @@
-//! The collectives part of the README, as a program (built by `cargo test`, so the README's
+//! The collectives part of the book's using.md, as a program (built by `cargo test`, so the book's
 //! example keeps compiling): `rcomm-run -n 4 target/release/examples/collectives`.
 
 use rcomm::{Op, SplitType, UserOp};

@@ -1,4 +1,4 @@
-//! The README's groups and meshes part, as a program (built by `cargo test`, so it keeps
+//! The book's groups and meshes chapter (book/src/guide/groups-and-meshes.md), as a program (built by `cargo test`, so it keeps
 //! compiling): `rcomm-run -n 8 target/release/examples/mesh`. Any rank count works: the mesh
 //! is dp × pp × tp with tp and pp of 2 where they divide it.
 

@@ -14,6 +14,20 @@
 //! ```
 #![warn(missing_docs)]
 
+// The README's and the book's Rust samples, compiled (and where one rank can, run) as this
+// crate's doctests: a sample that stops compiling fails `cargo test`.
+#[cfg(doctest)]
+mod book {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../book/src/using.md")]
+    struct Using;
+    #[doc = include_str!("../../book/src/guide/groups-and-meshes.md")]
+    struct GroupsAndMeshes;
+    #[doc = include_str!("../../book/src/guide/gpu.md")]
+    struct Gpu;
+}
+
 mod attr;
 mod bsend;
 pub mod coll;

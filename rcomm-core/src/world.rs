@@ -154,7 +154,7 @@ fn init_with(cfg: &Config) -> Result<World> {
         rlog!(
             Warn,
             "INIT",
-            "unknown variable {name} ignored (a typo? the README lists every RCOMM_ variable)"
+            "unknown variable {name} ignored (a typo? book/src/reference/environment.md lists every RCOMM_ variable)"
         );
     }
     let (boot, notices, secret) = choose_bootstrap(cfg)?;

@@ -322,15 +322,18 @@ fn price_gives_one_collective_by_the_planners_formula() {
 }
 
 #[test]
-fn the_readme_shows_what_the_issue_command_prints() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+fn the_book_shows_what_the_issue_command_prints() {
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../book/src/tools/plan.md"
+    ))
+    .unwrap();
     let args: Vec<&str> = [CLUSTER, MODEL, &["--top", "6"]].concat();
     let out = stdout(&plan(&args));
     for line in out.lines() {
         assert!(
             readme.contains(&format!("\n{line}\n")),
-            "README.md's rcomm-plan example lacks the line {line:?}: paste the output again"
+            "book/src/tools/plan.md's rcomm-plan example lacks the line {line:?}: paste the output again"
         );
     }
 }

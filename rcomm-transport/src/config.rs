@@ -1,6 +1,6 @@
 //! The one place that reads `RCOMM_*` environment variables.
 //!
-//! Every variable rcomm understands is listed in [`VARIABLES`] (the README's table is checked
+//! Every variable rcomm understands is listed in [`VARIABLES`] (the book's table, book/src/reference/environment.md, is checked
 //! against it by a test). Variables marked protocol-relevant must agree on every rank: their
 //! values travel in each rank's [`PeerInfo`](crate::identity::PeerInfo), and a mismatch is an
 //! init error naming the variable and the ranks, instead of a hang later.

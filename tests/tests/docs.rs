@@ -1,14 +1,17 @@
-//! The README is the front door: it must list every variable rcomm reads. And the layering
+//! The book's environment table lists every variable rcomm reads. And the layering
 //! holds: the protocol core names no transport.
 
 #[test]
 fn readme_lists_every_rcomm_variable() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../book/src/reference/environment.md"
+    ))
+    .unwrap();
     for v in rcomm_transport::config::VARIABLES {
         assert!(
             readme.contains(&format!("| `{}` |", v.name)),
-            "README.md lacks a table row for {}",
+            "book/src/reference/environment.md lacks a table row for {}",
             v.name
         );
     }
