@@ -120,3 +120,20 @@ fn a_short_flight_dump_announcing_many_names_reserves_little() {
     input.push(255); // 255 names announced, none present
     fuzzing::check(fuzzing::target("flight_dump").unwrap(), &input);
 }
+
+/// Found by the in-CI fuzzer: an ib connection blob announcing 787 QP number runs, cut short
+/// after the count, reserved room for all of them (6 KiB) before reading one.
+#[test]
+fn a_short_ib_blob_announcing_many_runs_reserves_little() {
+    let (_, _, blob) = fuzzing::seeds()
+        .into_iter()
+        .find(|(name, _, _)| *name == "ib_blob")
+        .expect("an ib_blob seed");
+    // magic, version, rail count; 24 bytes per rail; PSN, ring address, slots, slot bytes,
+    // QPs per peer, ranks: then the run count.
+    let at = 4 + 24 * usize::from(blob[3]) + 4 + 8 + 2 + 4 + 1 + 4;
+    let mut input = blob[..at].to_vec();
+    input.extend_from_slice(&1000u16.to_le_bytes());
+    input.extend_from_slice(&[0, 0, 0, 1, 1, 0, 0, 0]); // one run, then the input ends
+    fuzzing::check(fuzzing::target("ib_blob").unwrap(), &input);
+}

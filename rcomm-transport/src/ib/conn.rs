@@ -214,7 +214,9 @@ impl ConnBlob {
         if nruns > MAX_RUNS {
             return Err(format!("{nruns} QP number runs (at most {MAX_RUNS})"));
         }
-        let mut runs = Vec::with_capacity(nruns);
+        // Room for the runs the input can still hold (8 bytes each), not for the count it
+        // claims: a short blob must not make the decoder allocate for 1 024 runs.
+        let mut runs = Vec::with_capacity(nruns.min((b.len() - d.at) / 8));
         let mut total = 0u64;
         for _ in 0..nruns {
             let (first, n) = (d.u32()?, d.u32()?);
