@@ -1,7 +1,7 @@
 //! Memory that every rank of a communicator on one node maps: [`Communicator::alloc_shared`]
 //! and [`SharedBuf`].
 
-use crate::coll::shm::{NodeShm, ZeroCopy, all_on_node, combiner, exchange_segments, signature};
+use crate::coll::shm::{NodeShm, ZeroCopy, all_on_node, exchange_segments};
 use crate::comm::Communicator;
 use crate::{CommError, Result};
 use bytemuck::Pod;
@@ -169,22 +169,13 @@ impl Communicator {
             ids: buf.segs.iter().map(|(_, id, _)| *id).collect(),
         };
         let total = buf.segs[buf.rank].2;
-        let combine = combiner::<T>(op);
+        // rcomm's built-in ops are commutative bit for bit, so any fold order gives one result.
+        let r = crate::coll::Reducer::Builtin(op, T::DTYPE);
         // SAFETY: every base maps a rank's buffer; a rank whose buffer is shorter than ours
         // publishes its length, which differs, so every rank stops in the first round before
         // reading any input; with equal lengths every base holds `total` bytes. Ours is
         // borrowed exclusively (`&mut buf`) for the call.
-        unsafe {
-            node.allreduce_zc(
-                self,
-                total,
-                size_of::<T>(),
-                signature::<T>(op),
-                &combine,
-                &zc,
-                chk,
-            )?
-        };
+        unsafe { node.allreduce_zc(self, total, size_of::<T>(), r.signature(), &r, &zc, chk)? };
         if op == Op::Avg {
             rcomm_kernels::finalize_avg_typed(&mut buf[..], self.size as usize)
                 .map_err(|e| CommError::InvalidArg(e.to_string()))?;

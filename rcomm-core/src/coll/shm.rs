@@ -197,9 +197,19 @@ pub(crate) trait Combine {
     /// `out = left ⊕ right` element-wise. The default copies `right` first; a built-in op
     /// reads both operands in one pass, which saves a pass over `out` per fold.
     fn into(&self, out: &mut [u8], left: &[u8], right: &[u8]) -> Result<()> {
-        out.copy_from_slice(right);
-        self.acc(out, left)
+        copy_then_acc(self, out, left, right)
     }
+}
+
+/// [`Combine::into`] by a copy and an [`acc`](Combine::acc): what any reduction can do.
+fn copy_then_acc<C: Combine + ?Sized>(
+    c: &C,
+    out: &mut [u8],
+    left: &[u8],
+    right: &[u8],
+) -> Result<()> {
+    out.copy_from_slice(right);
+    c.acc(out, left)
 }
 
 impl<F: Fn(&mut [u8], &[u8]) -> Result<()>> Combine for F {
@@ -218,10 +228,7 @@ impl Combine for Reducer {
             // Built-in ops are commutative bit for bit, so one fused pass gives the same bits.
             Reducer::Builtin(op, d) => rcomm_kernels::reduce3(*op, *d, out, left, right)
                 .map_err(|e| CommError::InvalidArg(e.to_string())),
-            Reducer::User { .. } => {
-                out.copy_from_slice(right);
-                self.acc(out, left)
-            }
+            Reducer::User { .. } => copy_then_acc(self, out, left, right),
         }
     }
 }
@@ -1448,18 +1455,6 @@ impl NodeShm {
     }
 }
 
-/// The reduction step of `op` on `T`, as `combine(acc, left)`. rcomm's ops are commutative
-/// (bitwise, also for floats: IEEE addition and multiplication are), so `acc ⊕ left` is
-/// `left ⊕ acc`.
-pub(crate) fn combiner<T: Element>(op: Op) -> Reducer {
-    Reducer::Builtin(op, T::DTYPE)
-}
-
-/// What ranks must agree on besides the element size: op and type.
-pub(crate) fn signature<T: Element>(op: Op) -> u64 {
-    (op as u64) << 8 | T::DTYPE as u64
-}
-
 impl Communicator {
     /// Allreduce through the node's shared memory, without messages, when every rank of the
     /// communicator runs on this node: each rank reads its peers' inputs from their shared
@@ -1485,14 +1480,13 @@ impl Communicator {
         let Some(node) = NodeShm::get_or_setup(self, chk)? else {
             return Ok(false);
         };
-        let combine = combiner::<T>(op);
         node.allreduce_sig(
             self,
             bytemuck::cast_slice_mut(buf),
             None,
             size_of::<T>(),
-            signature::<T>(op),
-            &combine,
+            r.signature(),
+            &r,
             chk,
         )?;
         if op == Op::Avg {

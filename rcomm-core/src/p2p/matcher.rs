@@ -100,6 +100,20 @@ struct Posted {
 }
 
 /// What the matcher keeps per source, found by its rank.
+/// Index of the oldest receive in `q` that `env` matches: the front in the steady case (one
+/// compare), else a search.
+fn first_match(q: &VecDeque<Posted>, env: &Envelope) -> Option<usize> {
+    match q.front() {
+        Some(f) if env.matches(f.src, f.tag) => Some(0),
+        _ => q.iter().position(|p| env.matches(p.src, p.tag)),
+    }
+}
+
+/// Removes receive `i` of `q` (found by [`first_match`]): a pop at the front when it is first.
+fn take_at(q: &mut VecDeque<Posted>, i: usize) -> Posted {
+    if i == 0 { q.pop_front() } else { q.remove(i) }.expect("an index from first_match")
+}
+
 #[derive(Debug)]
 struct Peer<P> {
     /// Next expected sequence number.
@@ -232,21 +246,11 @@ impl<P> Matcher<P> {
             if seq != p.expected {
                 return Route::Keep;
             }
-            let i = match p.posted.front() {
-                None => return Route::Keep,
-                Some(f) if env.matches(f.src, f.tag) => 0,
-                Some(_) => match p.posted.iter().position(|q| env.matches(q.src, q.tag)) {
-                    Some(i) => i,
-                    None => return Route::Keep,
-                },
-            };
-            let taken = if i == 0 {
-                p.posted.pop_front()
-            } else {
-                p.posted.remove(i)
+            let Some(i) = first_match(&p.posted, env) else {
+                return Route::Keep;
             };
             p.expected = seq.wrapping_add(1);
-            return Route::Deliver(taken.expect("found above").id);
+            return Route::Deliver(take_at(&mut p.posted, i).id);
         }
         if seq != self.peer_mut(env.source).expected {
             return Route::Keep;
@@ -406,16 +410,13 @@ impl<P> Matcher<P> {
         };
         let posted = self.peers.get_mut(&env.source).map(|p| &mut p.posted);
         let specific = posted.and_then(|q| {
-            let i = q.iter().position(|p| env.matches(p.src, p.tag))?;
+            let i = first_match(q, env)?;
             Some((q, i))
         });
-        let take_front = |q: &mut VecDeque<Posted>, i: usize| {
-            if i == 0 { q.pop_front() } else { q.remove(i) }.map(|p| p.id)
-        };
         match (specific, wild) {
-            (Some((q, i)), Some((_, b))) if q[i].id < b => take_front(q, i),
-            (_, Some((j, _))) => take_front(&mut self.wildcard, j),
-            (Some((q, i)), None) => take_front(q, i),
+            (Some((q, i)), Some((_, b))) if q[i].id < b => Some(take_at(q, i).id),
+            (_, Some((j, _))) => Some(take_at(&mut self.wildcard, j).id),
+            (Some((q, i)), None) => Some(take_at(q, i).id),
             (None, None) => None,
         }
     }
