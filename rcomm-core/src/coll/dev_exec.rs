@@ -21,6 +21,7 @@
 //! User-defined ops never reach this executor: a user function cannot run on device memory.
 
 use super::check::Stamp;
+use super::exec::{complete, post};
 use super::reduce::{Order, Reducer};
 use super::schedule::{Buf, Chunk, Schedule, Step};
 use crate::comm::Communicator;
@@ -494,10 +495,11 @@ impl Communicator {
         let mut region =
             |c: &Chunk| -> Result<Region> { Ok(Region::device(at(c)?, c.len, device)) };
         let mut list = Vec::new();
+        let mut port = self.port(op, tag, stamp, chk);
         let res = (|| {
             for ph in &s.phases {
-                let reqs = self.post_phase_with(op, ph, tag, stamp, &mut region, list)?;
-                list = self.await_phase(op, reqs, chk)?;
+                post(&mut port, ph, &mut region, &mut list)?;
+                complete(&mut port, &mut list)?;
                 for st in &ph.local {
                     match *st {
                         Step::Copy { dst, src } if dst.len > 0 => {

@@ -1,12 +1,16 @@
 //! The schedule executor: runs a [`Schedule`] over point-to-point on the communicator's
 //! internal context, blocking over borrowed buffers or step by step over owned ones (the
-//! non-blocking requests, which the progress thread may advance).
+//! non-blocking requests, which the progress thread may advance). The stepping code
+//! ([`advance`], [`post`], [`complete`]) is written over a [`Port`]: the communicator's
+//! ([`CommPort`]) here, engines on the simulated fabric in the tests (`coll::simtests`).
 
 use super::check::Stamp;
+use super::port::{Batch, Pending, Port};
 use super::reduce::{Order, Reducer};
 use super::schedule::{Buf, Chunk, Phase, Schedule, Step};
 pub(crate) use crate::coll_state::{Advance, ChoiceKey, CollShared, SchedKey};
 use crate::comm::{Communicator, Tag};
+use crate::p2p::engine::{Engine, ReqId};
 use crate::p2p::matcher::Source;
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
@@ -159,20 +163,12 @@ impl CollShared {
     }
 }
 
-/// What `finish_phase`'s wait reports for a failed check (not a world rank).
+/// What [`CommPort::wait`] reports for a failed check (not a world rank).
 const CHECK_FAILED: u32 = u32::MAX;
 
 thread_local! {
     /// See `run_schedule_untimed`.
-    static PHASE_REQS: std::cell::Cell<Vec<Pending>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// A request of a phase in flight.
-#[derive(Debug)]
-pub(crate) struct Pending {
-    req: crate::p2p::engine::ReqId,
-    want: Option<usize>,
-    peer: u32,
+    static PHASE_REQS: std::cell::Cell<Vec<Pending<ReqId>>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// The operand order of a reduction step.
@@ -258,6 +254,316 @@ fn local_step(
     }
 }
 
+/// Where a run of a schedule stands: the phase it is in and that phase's messages in flight.
+#[derive(Debug)]
+pub(crate) struct Cursor<R> {
+    pub(crate) phase: usize,
+    pub(crate) pending: Vec<Pending<R>>,
+}
+
+impl<R> Cursor<R> {
+    /// At the first phase, with `list` (empty) for the phases' messages.
+    pub(crate) fn new(list: Vec<Pending<R>>) -> Self {
+        debug_assert!(list.is_empty());
+        Self {
+            phase: 0,
+            pending: list,
+        }
+    }
+}
+
+/// Runs `s` from where `cur` stands over the buffers: posts each phase's messages, completes
+/// them, runs its local steps. With `block` it runs to the end; without, it returns `Ok(false)`
+/// at the first phase whose messages are still in flight. Ok(true) once every phase ran. After
+/// an error nothing is in flight and `cur.pending` is empty.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn advance<P: Port>(
+    port: &mut P,
+    s: &Schedule,
+    cur: &mut Cursor<P::Req>,
+    data: &mut [u8],
+    input: &[u8],
+    tmp: &mut [u8],
+    reduce: Option<&Reducer>,
+    block: bool,
+) -> Result<bool> {
+    while let Some(ph) = s.phases.get(cur.phase) {
+        if cur.pending.is_empty() {
+            post_host(port, ph, data, input, tmp, &mut cur.pending)?;
+        }
+        if !block && !cur.pending.is_empty() && !port.ready(&cur.pending) {
+            return Ok(false);
+        }
+        complete(port, &mut cur.pending)?;
+        for st in &ph.local {
+            local_step(st, data, input, tmp, reduce)?;
+        }
+        cur.phase += 1;
+    }
+    Ok(true)
+}
+
+/// [`post`] with chunks of host buffers.
+fn post_host<P: Port>(
+    port: &mut P,
+    ph: &Phase,
+    data: &mut [u8],
+    input: &[u8],
+    tmp: &mut [u8],
+    reqs: &mut Vec<Pending<P::Req>>,
+) -> Result<()> {
+    let region = |c: &Chunk| -> Result<Region> {
+        let (base, len) = match c.buf {
+            Buf::Data => (data.as_mut_ptr(), data.len()),
+            Buf::Tmp => (tmp.as_mut_ptr(), tmp.len()),
+            Buf::Input => (input.as_ptr().cast_mut(), input.len()),
+        };
+        if c.off + c.len > len {
+            return Err(CommError::InvalidArg(
+                "schedule chunk outside its buffer".into(),
+            ));
+        }
+        // SAFETY: the chunk lies inside its buffer (checked), the chunks of one phase do
+        // not overlap where one is written, `Input` chunks are only sent (never written),
+        // and every request of the phase completes (or is abandoned) before the buffers are
+        // touched again or released (`complete`, and `CollRequest`'s drop).
+        Ok(unsafe { Region::from_raw(base.add(c.off), c.len) })
+    };
+    post(port, ph, region, reqs)
+}
+
+/// Posts a phase's receives, then its sends, each chunk at `region(chunk)` (an executor's
+/// buffers: host slices, or device memory), into `reqs` (empty). On error, the messages
+/// already posted are waited for (so no buffer is used after), `reqs` is emptied and the first
+/// error is returned.
+pub(crate) fn post<P: Port>(
+    port: &mut P,
+    ph: &Phase,
+    mut region: impl FnMut(&Chunk) -> Result<Region>,
+    reqs: &mut Vec<Pending<P::Req>>,
+) -> Result<()> {
+    debug_assert!(reqs.is_empty());
+    reqs.reserve(ph.xfers.len());
+    let mut err = None;
+    {
+        let mut b = port.batch();
+        for st in &ph.xfers {
+            if let Step::Recv { peer, dst } = st {
+                if dst.buf == Buf::Input {
+                    err = err.or(Some(CommError::InvalidArg(
+                        "schedule receives into the read-only input".into(),
+                    )));
+                    continue;
+                }
+                match region(dst).and_then(|r| b.recv(*peer, r)) {
+                    Ok(req) => reqs.push(Pending {
+                        req,
+                        want: Some(dst.len),
+                        peer: *peer,
+                    }),
+                    Err(x) => err = err.or(Some(x)),
+                }
+            }
+        }
+        for st in &ph.xfers {
+            if let Step::Send { peer, src } = st {
+                match region(src).and_then(|r| b.send(*peer, r)) {
+                    Ok(req) => reqs.push(Pending {
+                        req,
+                        want: None,
+                        peer: *peer,
+                    }),
+                    Err(x) => err = err.or(Some(x)),
+                }
+            }
+        }
+    }
+    if let Some(x) = err {
+        port.drain(reqs);
+        reqs.clear();
+        return Err(x);
+    }
+    Ok(())
+}
+
+/// Waits for every message of a phase and takes their results, leaving `reqs` empty (for
+/// the next phase); the local steps are the executor's. A receive that brought another size
+/// than its chunk's is a mismatch between the ranks' calls.
+pub(crate) fn complete<P: Port>(port: &mut P, reqs: &mut Vec<Pending<P::Req>>) -> Result<()> {
+    if let Err(e) = port.wait(reqs) {
+        reqs.clear();
+        return Err(e);
+    }
+    // Every request is done: their results, in one batch.
+    let mut err = None;
+    let mut b = port.batch();
+    for p in reqs.drain(..) {
+        match b.take(p.req) {
+            Ok(bytes) => {
+                if let Some(len) = p.want
+                    && bytes != len
+                {
+                    err = err.or(Some(CommError::Mismatch {
+                        what: "collective message size (do all ranks pass the same count?)".into(),
+                        rank: p.peer,
+                        theirs: bytes as u64,
+                        ours: len as u64,
+                    }));
+                }
+            }
+            Err(x) => err = err.or(Some(x)),
+        }
+    }
+    drop(b);
+    if let Some(x) = err {
+        return Err(port.failure(x));
+    }
+    Ok(())
+}
+
+/// A communicator as the [`Port`] of one collective (see [`Communicator::port`]).
+pub(crate) struct CommPort<'c> {
+    comm: &'c Communicator,
+    op: &'static str,
+    tag: Tag,
+    stamp: Stamp,
+    chk: Option<Tag>,
+}
+
+/// Posts and results under one hold of the engine's lock.
+pub(crate) struct CommBatch<'b> {
+    comm: &'b Communicator,
+    e: std::sync::MutexGuard<'b, Engine>,
+    op: &'static str,
+    tag: Tag,
+    stamp: Stamp,
+}
+
+impl Batch for CommBatch<'_> {
+    type Req = ReqId;
+
+    fn recv(&mut self, peer: u32, dst: Region) -> Result<ReqId> {
+        let w = self.comm.world_rank(peer)?;
+        self.e.irecv(
+            self.comm.ctx + 1,
+            Source::Rank(w),
+            self.tag.sel(),
+            dst,
+            self.op,
+        )
+    }
+
+    fn send(&mut self, peer: u32, src: Region) -> Result<ReqId> {
+        let w = self.comm.world_rank(peer)?;
+        self.e
+            .isend_stamped(self.comm.ctx + 1, w, self.tag.0, src, self.op, self.stamp)
+    }
+
+    fn take(&mut self, req: ReqId) -> Result<usize> {
+        self.e.take(req).map(|st| st.bytes)
+    }
+}
+
+impl Port for CommPort<'_> {
+    type Req = ReqId;
+    type Batch<'b>
+        = CommBatch<'b>
+    where
+        Self: 'b;
+
+    fn batch(&mut self) -> CommBatch<'_> {
+        CommBatch {
+            comm: self.comm,
+            e: self.comm.shared.lock(),
+            op: self.op,
+            tag: self.tag,
+            stamp: self.stamp,
+        }
+    }
+
+    fn ready(&mut self, reqs: &[Pending<ReqId>]) -> bool {
+        let mut e = self.comm.shared.lock();
+        e.progress();
+        self.chk.is_some_and(|t| self.comm.check_failed(&e, t))
+            || reqs.iter().all(|p| e.is_done(p.req))
+    }
+
+    fn wait(&mut self, reqs: &[Pending<ReqId>]) -> Result<()> {
+        let (comm, chk, op) = (self.comm, self.chk, self.op);
+        // Wait for the phase, or for news that a member of the communicator (or of the one it
+        // serves, see `failure_scope`) failed: then this collective cannot complete anywhere,
+        // and waiting on a live but stuck neighbour would last until the launcher's grace
+        // ends. The requests still in flight are abandoned (they go on over private buffers).
+        // The watchdog (RCOMM_TIMEOUT): no request of the phase completing for that long.
+        let mut watch = crate::fr::Watch::new();
+        let mut completed = 0;
+        let lost = comm.shared.block_on_ticked(
+            |e| {
+                if let Some(t) = chk
+                    && comm.check_failed(e, t)
+                {
+                    return Some(Ok(Some(CHECK_FAILED)));
+                }
+                if reqs.iter().all(|p| e.is_done(p.req)) {
+                    return Some(Ok(None));
+                }
+                comm.failed_member(e).map(|w| Ok(Some(w)))
+            },
+            |e, now| {
+                let n = reqs.iter().filter(|p| e.is_done(p.req)).count();
+                if n != completed {
+                    completed = n;
+                    watch.progress(now);
+                }
+                watch
+                    .expired(now)
+                    .map(|waited| Err(watch.error(waited, None)))
+            },
+        );
+        let abandon = || {
+            let mut e = comm.shared.lock();
+            for p in reqs {
+                e.abandon(p.req);
+            }
+            e
+        };
+        let lost = match lost {
+            Ok(lost) => lost,
+            Err(err) => {
+                drop(abandon());
+                comm.shared.report_hang(&err);
+                return Err(err);
+            }
+        };
+        if let (Some(CHECK_FAILED), Some(t)) = (lost, chk) {
+            drop(abandon());
+            return Err(comm.check_error(t));
+        }
+        if let Some(w) = lost {
+            let e = abandon();
+            let err = e.lost_error(w, op).unwrap_or(CommError::PeerLost {
+                rank: w,
+                host: e.host_of(w).to_string(),
+                op,
+                why: "failed".into(),
+            });
+            drop(e);
+            return Err(comm.with_other_losses(err));
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self, reqs: &[Pending<ReqId>]) {
+        for p in reqs {
+            let _ = self.comm.shared.wait(p.req);
+        }
+    }
+
+    fn failure(&mut self, e: CommError) -> CommError {
+        self.comm.with_other_losses(e)
+    }
+}
+
 impl Communicator {
     /// The tag of the next collective on this communicator.
     pub(crate) fn next_coll_tag(&self) -> Tag {
@@ -300,35 +606,13 @@ impl Communicator {
         }
         let coll = &self.shared.coll;
         let mut tmp = coll.take_scratch(s.tmp_len);
-        let mut res = Ok(());
         // The phases' request list, kept per thread so that a steady stream of collectives
         // does not allocate one per phase (a nested collective finds it taken and makes its own).
-        let mut list = PHASE_REQS.take();
-        for ph in &s.phases {
-            match self
-                .post_phase(s.op_name(), ph, tag, stamp, data, input, &mut tmp, list)
-                .and_then(|reqs| {
-                    self.finish_phase(
-                        s.op_name(),
-                        ph,
-                        reqs,
-                        data,
-                        input,
-                        &mut tmp,
-                        reduce,
-                        true,
-                        chk,
-                    )
-                }) {
-                Ok(done) => list = done,
-                Err(e) => {
-                    res = Err(e);
-                    list = Vec::new();
-                    break;
-                }
-            }
-        }
-        PHASE_REQS.set(list);
+        let mut cur = Cursor::new(PHASE_REQS.take());
+        let mut port = self.port(s.op_name(), tag, stamp, chk);
+        let res = advance(&mut port, s, &mut cur, data, input, &mut tmp, reduce, true).map(drop);
+        cur.pending.clear();
+        PHASE_REQS.set(cur.pending);
         coll.put_scratch(tmp);
         let res = res.map_err(|e| self.in_sequence(e, tag));
         crate::fr::end_coll(self.ctx, &res);
@@ -372,235 +656,23 @@ impl Communicator {
         }
     }
 
-    /// Posts a phase's receives, then its sends. On error, requests already posted are waited
-    /// for (so no buffer is used after) and the first error is returned.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn post_phase(
+    /// This communicator as the [`Port`] of one collective: messages on the internal context
+    /// with the collective's tag (and checked mode's stamp; `chk`: its call number, whose
+    /// failed check ends a wait).
+    pub(crate) fn port(
         &self,
         op: &'static str,
-        ph: &Phase,
         tag: Tag,
         stamp: Stamp,
-        data: &mut [u8],
-        input: &[u8],
-        tmp: &mut [u8],
-        reqs: Vec<Pending>,
-    ) -> Result<Vec<Pending>> {
-        let mut region = |c: &Chunk| -> Result<Region> {
-            let (base, len) = match c.buf {
-                Buf::Data => (data.as_mut_ptr(), data.len()),
-                Buf::Tmp => (tmp.as_mut_ptr(), tmp.len()),
-                Buf::Input => (input.as_ptr().cast_mut(), input.len()),
-            };
-            if c.off + c.len > len {
-                return Err(CommError::InvalidArg(
-                    "schedule chunk outside its buffer".into(),
-                ));
-            }
-            // SAFETY: the chunk lies inside its buffer (checked), the chunks of one phase do
-            // not overlap where one is written, `Input` chunks are only sent (never written),
-            // and every request of the phase completes (or is removed) before the buffers are
-            // touched again or released (`finish_phase`, and `CollRequest`'s drop).
-            Ok(unsafe { Region::from_raw(base.add(c.off), c.len) })
-        };
-        self.post_phase_with(op, ph, tag, stamp, &mut region, reqs)
-    }
-
-    /// [`post_phase`](Self::post_phase) with the buffers behind `region` (an executor's: host
-    /// slices, or device memory).
-    pub(crate) fn post_phase_with(
-        &self,
-        op: &'static str,
-        ph: &Phase,
-        tag: Tag,
-        stamp: Stamp,
-        region: &mut dyn FnMut(&Chunk) -> Result<Region>,
-        mut reqs: Vec<Pending>,
-    ) -> Result<Vec<Pending>> {
-        debug_assert!(reqs.is_empty());
-        let ctx = self.ctx + 1;
-        reqs.reserve(ph.xfers.len());
-        let mut err = None;
-        {
-            let mut e = self.shared.lock();
-            for st in &ph.xfers {
-                if let Step::Recv { peer, dst } = st {
-                    if dst.buf == Buf::Input {
-                        err = err.or(Some(CommError::InvalidArg(
-                            "schedule receives into the read-only input".into(),
-                        )));
-                        continue;
-                    }
-                    let posted = self.world_rank(*peer).and_then(|w| {
-                        let reg = region(dst)?;
-                        e.irecv(ctx, Source::Rank(w), tag.sel(), reg, op)
-                    });
-                    match posted {
-                        Ok(r) => reqs.push(Pending {
-                            req: r,
-                            want: Some(dst.len),
-                            peer: *peer,
-                        }),
-                        Err(x) => err = err.or(Some(x)),
-                    }
-                }
-            }
-            for st in &ph.xfers {
-                if let Step::Send { peer, src } = st {
-                    let posted = self.world_rank(*peer).and_then(|w| {
-                        let reg = region(src)?;
-                        e.isend_stamped(ctx, w, tag.0, reg, op, stamp)
-                    });
-                    match posted {
-                        Ok(r) => reqs.push(Pending {
-                            req: r,
-                            want: None,
-                            peer: *peer,
-                        }),
-                        Err(x) => err = err.or(Some(x)),
-                    }
-                }
-            }
-        }
-        if let Some(x) = err {
-            for p in reqs {
-                let _ = self.shared.wait(p.req);
-            }
-            return Err(x);
-        }
-        Ok(reqs)
-    }
-
-    /// Completes a phase: waits for (or, with `block` false, checks) its requests, then runs
-    /// its local steps. Returns the requests still pending when not blocking. `chk`: checked
-    /// mode's call number (a failed check ends the wait).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn finish_phase(
-        &self,
-        op: &'static str,
-        ph: &Phase,
-        reqs: Vec<Pending>,
-        data: &mut [u8],
-        input: &[u8],
-        tmp: &mut [u8],
-        reduce: Option<&Reducer>,
-        block: bool,
         chk: Option<Tag>,
-    ) -> Result<Vec<Pending>> {
-        if !block && !reqs.is_empty() {
-            let mut e = self.shared.lock();
-            e.progress();
-            let failed = chk.is_some_and(|t| self.check_failed(&e, t));
-            if !failed && !reqs.iter().all(|p| e.is_done(p.req)) {
-                return Ok(reqs);
-            }
+    ) -> CommPort<'_> {
+        CommPort {
+            comm: self,
+            op,
+            tag,
+            stamp,
+            chk,
         }
-        let reqs = self.await_phase(op, reqs, chk)?;
-        for st in &ph.local {
-            local_step(st, data, input, tmp, reduce)?;
-        }
-        Ok(reqs)
-    }
-
-    /// Waits for every request of a phase (see [`finish_phase`](Self::finish_phase)) and
-    /// returns the emptied list; the local steps are the executor's.
-    pub(crate) fn await_phase(
-        &self,
-        op: &'static str,
-        mut reqs: Vec<Pending>,
-        chk: Option<Tag>,
-    ) -> Result<Vec<Pending>> {
-        // Wait for the phase, or for news that a member of the communicator (or of the one it
-        // serves, see `failure_scope`) failed: then this collective cannot complete anywhere,
-        // and waiting on a live but stuck neighbour would last until the launcher's grace
-        // ends. The requests still in flight are abandoned (they go on over private buffers).
-        // The watchdog (RCOMM_TIMEOUT): no request of the phase completing for that long.
-        let mut watch = crate::fr::Watch::new();
-        let mut completed = 0;
-        let lost = self.shared.block_on_ticked(
-            |e| {
-                if let Some(t) = chk
-                    && self.check_failed(e, t)
-                {
-                    return Some(Ok(Some(CHECK_FAILED)));
-                }
-                if reqs.iter().all(|p| e.is_done(p.req)) {
-                    return Some(Ok(None));
-                }
-                self.failed_member(e).map(|w| Ok(Some(w)))
-            },
-            |e, now| {
-                let n = reqs.iter().filter(|p| e.is_done(p.req)).count();
-                if n != completed {
-                    completed = n;
-                    watch.progress(now);
-                }
-                watch
-                    .expired(now)
-                    .map(|waited| Err(watch.error(waited, None)))
-            },
-        );
-        let lost = match lost {
-            Ok(lost) => lost,
-            Err(err) => {
-                let mut e = self.shared.lock();
-                for p in &reqs {
-                    e.abandon(p.req);
-                }
-                drop(e);
-                self.shared.report_hang(&err);
-                return Err(err);
-            }
-        };
-        if let (Some(CHECK_FAILED), Some(t)) = (lost, chk) {
-            let mut e = self.shared.lock();
-            for p in &reqs {
-                e.abandon(p.req);
-            }
-            drop(e);
-            return Err(self.check_error(t));
-        }
-        if let Some(w) = lost {
-            let mut e = self.shared.lock();
-            for p in &reqs {
-                e.abandon(p.req);
-            }
-            let err = e.lost_error(w, op).unwrap_or(CommError::PeerLost {
-                rank: w,
-                host: e.host_of(w).to_string(),
-                op,
-                why: "failed".into(),
-            });
-            drop(e);
-            return Err(self.with_other_losses(err));
-        }
-        // Every request is done: their results, under one lock (and the list, emptied, goes
-        // back to the caller for the next phase).
-        let mut err = None;
-        let mut e = self.shared.lock();
-        for p in reqs.drain(..) {
-            match e.take(p.req) {
-                Ok(st) => {
-                    if let Some(len) = p.want
-                        && st.bytes != len
-                    {
-                        err = err.or(Some(CommError::Mismatch {
-                            what: "collective message size (do all ranks pass the same count?)"
-                                .into(),
-                            rank: p.peer,
-                            theirs: st.bytes as u64,
-                            ours: len as u64,
-                        }));
-                    }
-                }
-                Err(x) => err = err.or(Some(x)),
-            }
-        }
-        drop(e);
-        if let Some(x) = err {
-            return Err(self.with_other_losses(x));
-        }
-        Ok(reqs)
     }
 
     /// A world rank the launcher reported failed whose failure fails this communicator's
@@ -698,8 +770,7 @@ pub(crate) struct NbState<T: bytemuck::Pod + Send> {
     data: Vec<T>,
     input: Vec<T>,
     tmp: Vec<u8>,
-    phase: usize,
-    pending: Vec<Pending>,
+    cur: Cursor<ReqId>,
     reduce: Option<Reducer>,
     post: Post,
     failed: Option<CommError>,
@@ -711,42 +782,22 @@ pub(crate) struct NbState<T: bytemuck::Pod + Send> {
 
 impl<T: bytemuck::Pod + Send> NbState<T> {
     fn step(&mut self, block: bool) -> Result<bool> {
-        while self.phase < self.sched.phases.len() {
-            let sched = self.sched.clone();
-            let ph = &sched.phases[self.phase];
-            let data: &mut [u8] = bytemuck::cast_slice_mut(&mut self.data);
-            let input: &[u8] = bytemuck::cast_slice(&self.input);
-            if self.pending.is_empty() {
-                self.pending = self.comm.post_phase(
-                    sched.op_name(),
-                    ph,
-                    self.tag,
-                    self.stamp,
-                    data,
-                    input,
-                    &mut self.tmp,
-                    Vec::new(),
-                )?;
-            }
-            let reqs = std::mem::take(&mut self.pending);
-            let left = self.comm.finish_phase(
-                sched.op_name(),
-                ph,
-                reqs,
-                data,
-                input,
-                &mut self.tmp,
-                self.reduce.as_ref(),
-                block,
-                self.comm.shared.check.then_some(self.tag),
-            )?;
-            if !left.is_empty() {
-                self.pending = left;
-                return Ok(false);
-            }
-            self.phase += 1;
-        }
-        Ok(true)
+        let mut port = self.comm.port(
+            self.sched.op_name(),
+            self.tag,
+            self.stamp,
+            self.comm.shared.check.then_some(self.tag),
+        );
+        advance(
+            &mut port,
+            &self.sched,
+            &mut self.cur,
+            bytemuck::cast_slice_mut(&mut self.data),
+            bytemuck::cast_slice(&self.input),
+            &mut self.tmp,
+            self.reduce.as_ref(),
+            block,
+        )
     }
 
     /// Advances to completion (or failure). While other non-blocking collectives are in
@@ -810,12 +861,12 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
     fn time_out(&mut self, err: CommError) {
         {
             let mut e = self.comm.shared.lock();
-            for p in self.pending.drain(..) {
+            for p in self.cur.pending.drain(..) {
                 e.abandon(p.req);
             }
         }
         self.comm.shared.report_hang(&err);
-        self.phase = self.sched.phases.len();
+        self.cur.phase = self.sched.phases.len();
         self.release_scratch();
         crate::fr::end(self.fr, Some(&err));
         self.fr = rcomm_transport::flight::Handle::NONE;
@@ -842,9 +893,9 @@ impl<T: bytemuck::Pod + Send> Advance for NbState<T> {
             }
             Ok(false) => Ok(false),
             Err(e) => {
-                // Nothing is in flight after an error (post/finish wait for what they posted).
-                self.pending.clear();
-                self.phase = self.sched.phases.len();
+                // Nothing is in flight after an error (`advance` waits for what it posted).
+                self.cur.pending.clear();
+                self.cur.phase = self.sched.phases.len();
                 self.release_scratch();
                 crate::fr::end(self.fr, Some(&e));
                 self.fr = rcomm_transport::flight::Handle::NONE;
@@ -855,11 +906,11 @@ impl<T: bytemuck::Pod + Send> Advance for NbState<T> {
     }
 
     fn finished(&self) -> bool {
-        self.phase >= self.sched.phases.len() || self.failed.is_some() || self.reported
+        self.cur.phase >= self.sched.phases.len() || self.failed.is_some() || self.reported
     }
 
     fn pending_reqs(&self, out: &mut Vec<crate::p2p::engine::ReqId>) {
-        out.extend(self.pending.iter().map(|p| p.req));
+        out.extend(self.cur.pending.iter().map(|p| p.req));
     }
 }
 
@@ -907,8 +958,7 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
             data,
             input,
             tmp,
-            phase: 0,
-            pending: Vec::new(),
+            cur: Cursor::new(Vec::new()),
             reduce,
             post,
             failed: None,

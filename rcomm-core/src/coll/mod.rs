@@ -12,10 +12,13 @@ mod elem_op;
 mod exec;
 pub(crate) mod hier;
 mod lateness;
+mod port;
 pub(crate) mod progress;
 pub(crate) mod reduce;
 pub mod schedule;
 pub(crate) mod shm;
+#[cfg(test)]
+mod simtests;
 pub(crate) mod tuner;
 
 pub use elem_op::ElemOp;
