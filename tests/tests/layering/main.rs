@@ -46,6 +46,23 @@ fn every_crate_s_modules_form_layers() {
     );
 }
 
+/// Every sibling edge of one crate with its witness, to plan a fix:
+/// `LAYERING_EDGES=rcomm-core cargo test -p rcomm-tests --test layering -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn print_edges() {
+    let ws = workspace();
+    let name = std::env::var("LAYERING_EDGES").unwrap_or_else(|_| "rcomm-core".into());
+    for root in layers::target_roots(&ws.join(&name)) {
+        let tree = tree::Tree::load(&root);
+        for (parent, edges) in layers::levels(&tree, &ws) {
+            for ((a, b), w) in edges {
+                println!("{} [{}] {a} -> {b}  {w}", root.display(), parent.join("::"));
+            }
+        }
+    }
+}
+
 /// A synthetic crate in a fresh temporary directory, removed on drop.
 struct Scratch(PathBuf);
 
