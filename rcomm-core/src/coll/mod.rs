@@ -7,16 +7,17 @@
 //! [`CollRequest`] that hands the result back from `wait`.
 
 pub(crate) mod check;
-pub(crate) mod dev_exec;
 mod elem_op;
 mod exec;
 pub(crate) mod hier;
 mod lateness;
 pub(crate) mod progress;
 pub(crate) mod reduce;
-pub mod schedule;
 pub(crate) mod shm;
 pub(crate) mod tuner;
+
+/// The schedules, a leaf of the crate (`crate::schedule`), under their old path.
+pub use crate::schedule;
 
 pub use elem_op::ElemOp;
 pub use exec::CollRequest;
