@@ -33,6 +33,7 @@ mod bsend;
 pub mod coll;
 mod coll_state;
 mod comm;
+mod comm_attr;
 mod ctxid;
 pub mod datatype;
 mod elems;

@@ -170,7 +170,7 @@ pub use cudarc_impls::stream_of;
 
 /// This process's rank in its world as the launcher gave it (0 when started alone), for
 /// errors of calls that have no communicator.
-fn launch_rank() -> u32 {
+pub(super) fn launch_rank() -> u32 {
     rcomm_transport::config::global()
         .as_ref()
         .ok()
@@ -340,56 +340,6 @@ pub fn stats() -> Option<GpuStats> {
 /// Which device backend runs: `"cuda"`, `"stand-in"`, or the reason there is none.
 pub fn backend_name() -> std::result::Result<&'static str, String> {
     dev::gpu().map(Gpu::backend_name).map_err(|e| e.to_string())
-}
-
-/// Queues the element-wise reduction `out = a ⊕ b` of `T`s on `stream`: the kernel the device
-/// collectives run (NVRTC-compiled for the device's architecture on first use; on the
-/// stand-in, a host function). `out` may be `a` or `b`; all three have the same length and
-/// lie on the stream's device. Returns once queued: wait with [`stream_synchronize`].
-pub fn reduce_local<T: crate::Element>(
-    out: &mut impl DeviceMemMut,
-    a: &impl DeviceMem,
-    b: &impl DeviceMem,
-    op: crate::Op,
-    stream: Stream,
-) -> Result<()> {
-    let me = launch_rank();
-    let (o, a, b) = (out.device_mut(), a.device_ref(), b.device_ref());
-    if a.len() != o.len() || b.len() != o.len() || !o.len().is_multiple_of(size_of::<T>()) {
-        return Err(CommError::InvalidArg(format!(
-            "reduce_local: out, a and b have {}, {} and {} bytes: equal whole numbers of elements",
-            o.len(),
-            a.len(),
-            b.len()
-        )));
-    }
-    for (addr, len) in [
-        (o.addr(), o.len()),
-        (a.addr(), a.len()),
-        (b.addr(), b.len()),
-    ] {
-        let r = region_of("reduce_local", me, addr, len)?;
-        if len > 0
-            && r.mem_ref().kind
-                != (rcomm_transport::mem::MemKind::Cuda {
-                    device: stream.device,
-                })
-        {
-            return Err(CommError::InvalidArg(format!(
-                "reduce_local: a buffer is not on the stream's device {}",
-                stream.device
-            )));
-        }
-    }
-    super::exec::reduce_local(
-        stream.device,
-        stream,
-        op,
-        T::DTYPE,
-        (o.addr(), a.addr(), b.addr()),
-        o.len(),
-        me,
-    )
 }
 
 /// A new stream on `device` (for code that has none of its own).

@@ -40,6 +40,59 @@ pub use exec::{ptx_file, scratch_bytes};
 pub use mem::stream_of;
 pub use mem::{
     DevMut, DevRef, DeviceBuffer, DeviceInfo, DeviceMem, DeviceMemMut, GpuError, GpuStats, Stream,
-    backend_name, devices, reduce_local, stats, stream_create, stream_destroy, stream_synchronize,
+    backend_name, devices, stats, stream_create, stream_destroy, stream_synchronize,
 };
 pub(crate) use mem::{backend, check_range, dev_err, region_of};
+
+use crate::{CommError, Result};
+use mem::launch_rank;
+
+/// Queues the element-wise reduction `out = a ⊕ b` of `T`s on `stream`: the kernel the device
+/// collectives run (NVRTC-compiled for the device's architecture on first use; on the
+/// stand-in, a host function). `out` may be `a` or `b`; all three have the same length and
+/// lie on the stream's device. Returns once queued: wait with [`stream_synchronize`].
+pub fn reduce_local<T: crate::Element>(
+    out: &mut impl DeviceMemMut,
+    a: &impl DeviceMem,
+    b: &impl DeviceMem,
+    op: crate::Op,
+    stream: Stream,
+) -> Result<()> {
+    let me = launch_rank();
+    let (o, a, b) = (out.device_mut(), a.device_ref(), b.device_ref());
+    if a.len() != o.len() || b.len() != o.len() || !o.len().is_multiple_of(size_of::<T>()) {
+        return Err(CommError::InvalidArg(format!(
+            "reduce_local: out, a and b have {}, {} and {} bytes: equal whole numbers of elements",
+            o.len(),
+            a.len(),
+            b.len()
+        )));
+    }
+    for (addr, len) in [
+        (o.addr(), o.len()),
+        (a.addr(), a.len()),
+        (b.addr(), b.len()),
+    ] {
+        let r = region_of("reduce_local", me, addr, len)?;
+        if len > 0
+            && r.mem_ref().kind
+                != (rcomm_transport::mem::MemKind::Cuda {
+                    device: stream.device,
+                })
+        {
+            return Err(CommError::InvalidArg(format!(
+                "reduce_local: a buffer is not on the stream's device {}",
+                stream.device
+            )));
+        }
+    }
+    exec::reduce_local(
+        stream.device,
+        stream,
+        op,
+        T::DTYPE,
+        (o.addr(), a.addr(), b.addr()),
+        o.len(),
+        me,
+    )
+}
