@@ -51,7 +51,6 @@ pub mod plan;
 mod reqset;
 pub mod schedule;
 mod shared_buf;
-mod spawn;
 pub mod straggler;
 mod topo;
 mod world;
@@ -80,9 +79,9 @@ pub use reqset::{
     Pending, test_all_of, test_any_of, test_some_of, wait_all_of, wait_any_of, wait_some_of,
 };
 pub use shared_buf::SharedBuf;
-pub use spawn::{InterComm, SpawnCommand};
 pub use straggler::{RankLateness, StragglerReport};
 pub use topo::{CartComm, dims_create};
+pub use world::spawn::{InterComm, SpawnCommand};
 pub use world::{World, init};
 
 /// The collective algorithms rcomm has for `op` (`allreduce`, `bcast`, …), as `RCOMM_ALGO`
