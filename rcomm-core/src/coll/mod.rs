@@ -13,6 +13,7 @@ pub(crate) mod hier;
 mod lateness;
 pub(crate) mod progress;
 pub(crate) mod reduce;
+mod seq;
 pub(crate) mod shm;
 pub(crate) mod tuner;
 

@@ -1,4 +1,6 @@
-//! `init()` and the world: bootstrap, identity exchange and the settings check.
+//! `init()` and the world: bootstrap, identity exchange and the settings check. Spawning
+//! (`spawn`) is part of a world's life: a spawned process's world holds the intercommunicator
+//! to its parents, whose joint world is a `World`, and a primary world's end finalizes them.
 
 pub(crate) mod spawn;
 
