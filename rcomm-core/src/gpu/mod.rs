@@ -23,7 +23,7 @@
 //! `RCOMM_DEBUG=INFO` logs the choice per peer.
 //!
 //! With no CUDA driver (and no `RCOMM_GPU_STANDIN=1`) every device call returns
-//! [`CommError::Device`](crate::CommError::Device) saying why; nothing panics.
+//! [`CommError::Device`] saying why; nothing panics.
 //!
 //! Layers, from the bottom: `mem` (device references and buffers, streams, point-to-point),
 //! `exec` (the schedule executor on device memory), `nccl` (the NCCL backend), `coll` (the
