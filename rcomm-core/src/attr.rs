@@ -1,13 +1,14 @@
 //! Communicator attributes (MPI's keyvals: `MPI_Comm_create_keyval`, `MPI_Comm_set_attr`,
 //! `MPI_Comm_get_attr`, `MPI_Comm_delete_attr`), typed.
 //!
-//! A [`Keyval<T>`] names an attribute of type `T` and says what [`Communicator::dup`] does
-//! with it ([`AttrCopy`]) and what runs when a value goes ([`Keyval::with_delete`]): when it is
-//! replaced, deleted, or when the last handle of its communicator is dropped. Clones of a
-//! communicator are handles of the same communicator and share its attributes; `split`,
-//! `create` and the like start with none, as in MPI.
+//! A [`Keyval<T>`] names an attribute of type `T` and says what
+//! [`Communicator::dup`](crate::Communicator::dup) does with it ([`AttrCopy`]) and what runs
+//! when a value goes ([`Keyval::with_delete`]): when it is replaced, deleted, or when the last
+//! handle of its communicator is dropped. Clones of a communicator are handles of the same
+//! communicator and share its attributes; `split`, `create` and the like start with none, as
+//! in MPI. The calls on a communicator are in `comm_attr`; this module, below `comm`, keeps
+//! the values.
 
-use crate::comm::Communicator;
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,7 +18,8 @@ type AnyBox = Box<dyn Any + Send + Sync>;
 type CopyFn = Arc<dyn Fn(&(dyn Any + Send + Sync)) -> Option<AnyBox> + Send + Sync>;
 type DeleteFn = Arc<dyn Fn(AnyBox) + Send + Sync>;
 
-/// What [`Communicator::dup`] does with an attribute (MPI's copy callback).
+/// What [`Communicator::dup`](crate::Communicator::dup) does with an attribute (MPI's copy
+/// callback).
 pub enum AttrCopy<T> {
     /// Not copied: the new communicator does not have it (`MPI_COMM_NULL_COPY_FN`).
     Never,
@@ -162,11 +164,10 @@ impl Drop for Attrs {
     }
 }
 
-impl Communicator {
-    /// Sets the attribute of `key` to `value` (`MPI_Comm_set_attr`); a value it replaces goes
-    /// to the key's delete callback. Seen by every handle (clone) of this communicator.
-    pub fn set_attr<T: Any + Send + Sync + Clone>(&self, key: &Keyval<T>, value: T) {
-        let old = self.attrs.lock().insert(
+impl Attrs {
+    /// Sets the value of `key`; a value it replaces goes to the key's delete callback.
+    pub(crate) fn set<T: Any + Send + Sync + Clone>(&self, key: &Keyval<T>, value: T) {
+        let old = self.lock().insert(
             key.id,
             Entry {
                 value: Box::new(value),
@@ -179,82 +180,22 @@ impl Communicator {
         }
     }
 
-    /// A copy of the attribute of `key`, `None` when not set (`MPI_Comm_get_attr`).
-    pub fn get_attr<T: Any + Send + Sync + Clone>(&self, key: &Keyval<T>) -> Option<T> {
-        self.attrs
-            .lock()
+    /// A copy of the value of `key`, `None` when not set.
+    pub(crate) fn get<T: Any + Send + Sync + Clone>(&self, key: &Keyval<T>) -> Option<T> {
+        self.lock()
             .get(&key.id)
             .and_then(|e| e.value.downcast_ref::<T>())
             .cloned()
     }
 
-    /// Deletes the attribute of `key` (`MPI_Comm_delete_attr`), running the key's delete
-    /// callback; whether it was set.
-    pub fn delete_attr<T: Any + Send + Sync + Clone>(&self, key: &Keyval<T>) -> bool {
-        let old = self.attrs.lock().remove(&key.id);
-        match old {
+    /// Deletes the value of `key`, running the key's delete callback; whether it was set.
+    pub(crate) fn delete<T: Any + Send + Sync + Clone>(&self, key: &Keyval<T>) -> bool {
+        match self.lock().remove(&key.id) {
             Some(e) => {
                 e.drop_value();
                 true
             }
             None => false,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn attributes_follow_their_copy_policy_on_dup_and_deletes_run_once_per_value() {
-        let w = crate::init().unwrap();
-        let deleted = Arc::new(Mutex::new(Vec::<String>::new()));
-        let d2 = deleted.clone();
-        let named = Keyval::new(AttrCopy::Clone)
-            .with_delete(move |s: String| d2.lock().unwrap_or_else(|p| p.into_inner()).push(s));
-        let never: Keyval<u32> = Keyval::new(AttrCopy::Never);
-        let doubled: Keyval<u64> = Keyval::new(AttrCopy::With(Arc::new(|v: &u64| {
-            (*v < 50).then_some(v * 2)
-        })));
-        let c = w.dup().unwrap();
-        assert_eq!(c.get_attr(&named), None);
-        c.set_attr(&named, "a".to_string());
-        c.set_attr(&named, "b".to_string());
-        assert_eq!(*deleted.lock().unwrap(), ["a"], "replaced value deleted");
-        c.set_attr(&never, 5);
-        c.set_attr(&doubled, 21);
-        // A clone is the same communicator.
-        assert_eq!(c.clone().get_attr(&never), Some(5));
-        let d = c.dup().unwrap();
-        assert_eq!(d.get_attr(&named).as_deref(), Some("b"));
-        assert_eq!(d.get_attr(&never), None, "Never is not copied");
-        assert_eq!(d.get_attr(&doubled), Some(42));
-        let e = d.dup().unwrap();
-        assert_eq!(e.get_attr(&doubled), Some(84));
-        // A dup dropped at once: its copy of "b" goes to the delete callback.
-        assert_eq!(
-            e.dup().unwrap().get_attr(&doubled),
-            None,
-            "the copy fn said None"
-        );
-        assert_eq!(*deleted.lock().unwrap(), ["a", "b"]);
-        assert!(d.delete_attr(&named));
-        assert!(!d.delete_attr(&named));
-        assert_eq!(deleted.lock().unwrap().len(), 3);
-        let e2 = e.clone();
-        drop(e);
-        assert_eq!(deleted.lock().unwrap().len(), 3, "a handle is left");
-        drop(e2);
-        drop(c);
-        // e's copy of "b" and c's own went with their last handles.
-        assert_eq!(deleted.lock().unwrap().len(), 5);
-        // A split starts with none.
-        d.set_attr(&named, "s".into());
-        let s = d.split(Some(0), 0).unwrap().unwrap();
-        assert_eq!(s.get_attr(&named), None);
-        // Another key of the same type is another attribute.
-        let other: Keyval<String> = Keyval::new(AttrCopy::Clone);
-        assert_eq!(d.get_attr(&other), None);
     }
 }

@@ -5,7 +5,7 @@
 //! `coll::tuner`).
 
 use crate::Result;
-use crate::coll::schedule::Schedule;
+use crate::schedule::Schedule;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;

@@ -33,6 +33,7 @@ mod bsend;
 pub mod coll;
 mod coll_state;
 mod comm;
+mod comm_attr;
 mod ctxid;
 pub mod datatype;
 mod elems;
@@ -40,8 +41,6 @@ mod environment;
 mod error;
 mod fr;
 pub mod gpu;
-mod gpu_coll;
-mod gpu_nccl;
 mod graph;
 mod group;
 pub mod mesh;
@@ -50,8 +49,8 @@ mod nvtx;
 pub mod p2p;
 pub mod plan;
 mod reqset;
+pub mod schedule;
 mod shared_buf;
-mod spawn;
 pub mod straggler;
 mod topo;
 mod world;
@@ -80,9 +79,9 @@ pub use reqset::{
     Pending, test_all_of, test_any_of, test_some_of, wait_all_of, wait_any_of, wait_some_of,
 };
 pub use shared_buf::SharedBuf;
-pub use spawn::{InterComm, SpawnCommand};
 pub use straggler::{RankLateness, StragglerReport};
 pub use topo::{CartComm, dims_create};
+pub use world::spawn::{InterComm, SpawnCommand};
 pub use world::{World, init};
 
 /// The collective algorithms rcomm has for `op` (`allreduce`, `bcast`, …), as `RCOMM_ALGO`

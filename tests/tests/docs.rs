@@ -1,5 +1,5 @@
-//! The book's environment table lists every variable rcomm reads. And the layering
-//! holds: the protocol core names no transport.
+//! The book's environment table lists every variable rcomm reads. And the protocol core names
+//! no transport (the import layering of every crate is `tests/tests/layering/`).
 
 #[test]
 fn readme_lists_every_rcomm_variable() {
@@ -62,77 +62,4 @@ fn rcomm_core_names_no_transport() {
         "rcomm-core names transports:\n{}",
         found.join("\n")
     );
-}
-
-/// `rcomm-core` has no import cycle: its modules form layers, and no layer names a module
-/// above it. From the bottom: `p2p` (checked mode reaches it through `p2p::hook`); `fr`,
-/// `straggler`, `ctxid` and `coll_state` (plain state and records; `coll_state` may use the
-/// schedules, `coll::schedule`, a leaf); `comm` (the communicator); then `group`, `coll`,
-/// `mesh`, `world`, `shared_buf`. Only code counts, not unit tests (which may start a world).
-#[test]
-fn rcomm_core_has_no_import_cycle_its_layers_do_not_reach_up() {
-    const ABOVE_COMM: &[&str] = &[
-        "crate::coll::",
-        "crate::coll;",
-        "crate::group",
-        "crate::mesh",
-        "crate::world",
-        "crate::shared_buf",
-        "crate::init",
-    ];
-    const ABOVE_STATE: &[&str] = &["crate::comm", "crate::Communicator"];
-    let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../rcomm-core/src"));
-    let mut rules: Vec<(std::path::PathBuf, Vec<&str>)> = Vec::new();
-    let both: Vec<&str> = ABOVE_COMM.iter().chain(ABOVE_STATE).copied().collect();
-    for f in ["fr.rs", "straggler.rs", "ctxid.rs", "coll_state.rs"] {
-        rules.push((src.join(f), both.clone()));
-    }
-    rules.push((src.join("comm.rs"), ABOVE_COMM.to_vec()));
-    for dir in ["p2p", "p2p/engine"] {
-        for e in std::fs::read_dir(src.join(dir)).unwrap().flatten() {
-            let p = e.path();
-            // The sim test bed starts engines of its own; it is a test, not a layer.
-            if p.extension().is_some_and(|x| x == "rs") && !p.ends_with("simtests.rs") {
-                let mut forbidden = both.clone();
-                forbidden.extend(["crate::fr", "crate::straggler", "crate::coll_state"]);
-                rules.push((p, forbidden));
-            }
-        }
-    }
-    assert!(rules.len() >= 12, "{rules:?}");
-    let mut found = Vec::new();
-    for (f, forbidden) in &rules {
-        let text = std::fs::read_to_string(f).unwrap();
-        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
-        for (i, line) in code.lines().enumerate() {
-            if line.trim_start().starts_with("//") {
-                continue;
-            }
-            // The schedules are a leaf (they name nothing of the crate).
-            let line = line.replace("crate::coll::schedule", "");
-            for a in forbidden {
-                if line.contains(a) {
-                    found.push(format!("{}:{}: {a}", f.display(), i + 1));
-                }
-            }
-        }
-    }
-    assert!(
-        found.is_empty(),
-        "layers of rcomm-core reach up:\n{}",
-        found.join("\n")
-    );
-    // The schedules stay a leaf.
-    for e in std::fs::read_dir(src.join("coll/schedule"))
-        .unwrap()
-        .flatten()
-    {
-        let text = std::fs::read_to_string(e.path()).unwrap();
-        let code = text.split("#[cfg(test)]").next().unwrap_or("");
-        assert!(
-            !code.contains("crate::"),
-            "{} names the crate: the schedules must stay a leaf",
-            e.path().display()
-        );
-    }
 }

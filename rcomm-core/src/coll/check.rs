@@ -28,6 +28,8 @@
 //! of the mismatch gets the error from its next collective on that communicator.
 
 use super::reduce::Reducer;
+use super::seq::later;
+pub(crate) use super::seq::seq_of;
 use crate::comm::{Communicator, Tag};
 use crate::p2p::engine::Engine;
 use crate::{CommError, Result};
@@ -49,8 +51,6 @@ pub(crate) const FLAG_VOTE: u8 = 0xc2;
 const HIST: usize = 64;
 /// Arrivals kept for calls this rank has not started yet.
 const EARLY_MAX: usize = 4096;
-/// Collective tags run over `TAG_COLL_BASE + seq mod 2³⁰`.
-const SEQ_MOD: i64 = 1 << 30;
 /// Set once any communicator of this process failed a check: from then on shared-memory
 /// calls record theirs before they start (otherwise only once they wait long).
 static ANY_FAILED: AtomicBool = AtomicBool::new(false);
@@ -319,17 +319,6 @@ pub(crate) fn take() -> Call {
 }
 
 pub(crate) use crate::p2p::hook::Stamp;
-
-/// Whether tag `a` names a later call than tag `b` (sequence numbers wrap).
-fn later(a: i32, b: i32) -> bool {
-    let d = (i64::from(a) - i64::from(b)).rem_euclid(SEQ_MOD);
-    d != 0 && d < SEQ_MOD / 2
-}
-
-/// The call number a tag stands for.
-pub(crate) fn seq_of(tag: i32) -> u32 {
-    (i64::from(tag) - i64::from(super::exec::TAG_COLL_BASE)).rem_euclid(SEQ_MOD) as u32
-}
 
 /// One member's answer: its signature (0: it does not know the call) and its call.
 pub(crate) type Vote = Option<(u64, Option<Call>)>;

@@ -16,8 +16,7 @@ use crate::p2p::region::Region;
 use crate::{CommError, Result};
 use std::sync::{Arc, Mutex};
 
-/// Collective tags start here on the internal context (below: barrier, allgather of ids, ...).
-pub(crate) const TAG_COLL_BASE: i32 = 16;
+pub(crate) use super::seq::TAG_COLL_BASE;
 
 /// Above this many cached schedules the cache starts over (a job cycles through few shapes).
 const CACHE_MAX: usize = 256;

@@ -7,19 +7,21 @@
 //! [`CollRequest`] that hands the result back from `wait`.
 
 pub(crate) mod check;
-pub(crate) mod dev_exec;
 mod elem_op;
-mod exec;
+pub(crate) mod exec;
 pub(crate) mod hier;
 mod lateness;
 mod port;
 pub(crate) mod progress;
 pub(crate) mod reduce;
-pub mod schedule;
+mod seq;
 pub(crate) mod shm;
 #[cfg(test)]
 mod simtests;
 pub(crate) mod tuner;
+
+/// The schedules, a leaf of the crate (`crate::schedule`), under their old path.
+pub use crate::schedule;
 
 pub use elem_op::ElemOp;
 pub use exec::CollRequest;

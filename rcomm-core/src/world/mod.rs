@@ -1,4 +1,8 @@
-//! `init()` and the world: bootstrap, identity exchange and the settings check.
+//! `init()` and the world: bootstrap, identity exchange and the settings check. Spawning
+//! (`spawn`) is part of a world's life: a spawned process's world holds the intercommunicator
+//! to its parents, whose joint world is a `World`, and a primary world's end finalizes them.
+
+pub(crate) mod spawn;
 
 use crate::coll::check::CheckedEngine;
 use crate::comm::{Communicator, Shared, WaitPolicy};
@@ -38,7 +42,7 @@ pub struct World {
     /// The world `init` made (not one joining spawned processes): its end ends those too.
     primary: bool,
     /// In a spawned process: the intercommunicator to the parents.
-    parent: Option<crate::spawn::InterComm>,
+    parent: Option<spawn::InterComm>,
 }
 
 impl std::fmt::Debug for World {
@@ -161,7 +165,7 @@ fn init_with(cfg: &Config) -> Result<World> {
     let mut world = build(cfg, boot, notices, secret)?;
     world.primary = true;
     if let Some(p) = &cfg.parent {
-        world.parent = Some(crate::spawn::join_parents(cfg, p)?);
+        world.parent = Some(spawn::join_parents(cfg, p)?);
     }
     Ok(world)
 }
@@ -431,7 +435,7 @@ impl World {
 
     /// In a process started by [`Communicator::spawn`]: the intercommunicator to the parents
     /// (`MPI_Comm_get_parent`); `None` elsewhere.
-    pub fn parent(&self) -> Option<&crate::spawn::InterComm> {
+    pub fn parent(&self) -> Option<&spawn::InterComm> {
         self.parent.as_ref()
     }
 
@@ -476,7 +480,7 @@ impl Drop for World {
             // MPI_Finalize is collective over connected processes: parents and children end
             // together, before this world says it has finished.
             self.parent = None;
-            crate::spawn::finalize();
+            spawn::finalize();
         }
         self.straggler_at_finalize();
         if let Some(p) = &self.comm.shared.coll.progress {

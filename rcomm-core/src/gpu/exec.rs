@@ -20,13 +20,13 @@
 //!
 //! User-defined ops never reach this executor: a user function cannot run on device memory.
 
-use super::check::Stamp;
-use super::exec::{complete, post};
-use super::reduce::{Order, Reducer};
-use super::schedule::{Buf, Chunk, Schedule, Step};
+use super::mem::{backend, dev_err};
+use crate::coll::check::Stamp;
+use crate::coll::exec::{complete, post};
+use crate::coll::reduce::{Order, Reducer};
 use crate::comm::Communicator;
-use crate::gpu::{backend, dev_err};
 use crate::p2p::region::Region;
+use crate::schedule::{Buf, Chunk, Schedule, Step};
 use crate::{CommError, Result};
 use rcomm_transport::gpu::{Gpu, Stream};
 use std::sync::Mutex;

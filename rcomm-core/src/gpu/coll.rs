@@ -21,7 +21,7 @@
 //! [`Communicator::on_stream`] gives the stream-ordered forms, which wait on the host for the
 //! stream's earlier work and return when done (as the point-to-point `*_on` calls).
 
-use crate::coll::dev_exec::{DevSpan, Scratch};
+use super::exec::{DevSpan, Scratch};
 use crate::coll::schedule::{self as sch, Schedule};
 use crate::coll::tuner::{self, DevLink};
 use crate::gpu::{DevRef, DeviceMem, DeviceMemMut, Stream, backend, check_range, dev_err};
@@ -141,11 +141,11 @@ impl Communicator {
     /// The stream for an NCCL call when `RCOMM_GPU_BACKEND=nccl` (the executor's: a plain or
     /// stream-ordered call has waited for the caller's stream already), else `None`.
     fn nccl(&self, op: &'static str, device: u32) -> Result<Option<Stream>> {
-        if !crate::gpu_nccl::nccl_enabled() {
+        if !super::nccl::nccl_enabled() {
             return Ok(None);
         }
         let me = self.world_me();
-        crate::coll::dev_exec::stream(backend(op, me)?, device, op, me).map(Some)
+        super::exec::stream(backend(op, me)?, device, op, me).map(Some)
     }
 
     /// Runs `e` on the device executor as one recorded collective.
@@ -397,7 +397,7 @@ impl Communicator {
         op: Op,
         root: u32,
     ) -> Result<()> {
-        if crate::gpu_nccl::nccl_enabled() {
+        if super::nccl::nccl_enabled() {
             let (s, sd) = self.dev_span("reduce", send.device_ref())?;
             let (r, rd) = self.dev_span("reduce", recv.device_mut().device_ref())?;
             let device = self.one_device("reduce", &[sd, rd])?;
@@ -760,7 +760,7 @@ impl Communicator {
     /// it makes the NCCL communicator, which [`group_device`](Self::group_device) needs;
     /// otherwise it agrees the device link class the tuner uses.
     pub fn device_setup(&self, device: u32) -> Result<()> {
-        if crate::gpu_nccl::nccl_enabled() {
+        if super::nccl::nccl_enabled() {
             return self.nccl_setup(device);
         }
         if self.size > 1 {
@@ -783,12 +783,12 @@ impl Communicator {
         tag: crate::Tag,
     ) -> Result<()> {
         const OP: &str = "sendrecv";
-        if crate::gpu_nccl::nccl_enabled() {
+        if super::nccl::nccl_enabled() {
             let mut devs = Vec::new();
-            let mut bufs = |b: DevRef<'_>, peer: u32| -> Result<crate::gpu_nccl::NcclPeerBuf> {
+            let mut bufs = |b: DevRef<'_>, peer: u32| -> Result<super::nccl::NcclPeerBuf> {
                 let (sp, d) = self.dev_span(OP, b)?;
                 devs.push(d);
-                Ok(crate::gpu_nccl::NcclPeerBuf {
+                Ok(super::nccl::NcclPeerBuf {
                     addr: sp.addr,
                     bytes: sp.len,
                     peer,

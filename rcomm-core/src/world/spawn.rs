@@ -20,8 +20,8 @@
 //! the world `init` returned) first ends every joint world with a barrier, and the root then
 //! waits for its children to exit.
 
+use super::World;
 use crate::comm::Communicator;
-use crate::world::World;
 use crate::{CommError, Result};
 use rcomm_transport::auth::{SECRET_LEN, Secret};
 use rcomm_transport::bootstrap::{KvsClient, KvsServer};
@@ -547,7 +547,7 @@ fn join(cfg: &Config, env: LaunchEnv, secret: &Secret) -> Result<Arc<World>> {
         Some(cfg.bootstrap_timeout),
     )?;
     let notices = client.notices();
-    let w = Arc::new(crate::world::build(
+    let w = Arc::new(super::build(
         cfg,
         Box::new(client),
         Some(notices),

@@ -29,8 +29,8 @@
 //!
 //! Written without a GPU: never run against a real libnccl.
 
+use super::mem::{Stream, backend, dev_err};
 use crate::attr::{AttrCopy, Keyval};
-use crate::gpu::{Stream, backend, dev_err};
 use crate::{CommError, Communicator, Result, fr};
 use rcomm_kernels::{Dtype, Op};
 use rcomm_transport::os::dl_error;
