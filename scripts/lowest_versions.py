@@ -9,6 +9,7 @@ LIBS = {
     "rcomm-core",
     "rcomm-transport",
     "rcomm-kernels",
+    "rcomm-planner",
     "rcomm-mpi",
     "rcomm-mpi-derive",
     "rcomm-launcher",

@@ -47,7 +47,6 @@ pub mod mesh;
 pub mod neighbor;
 mod nvtx;
 pub mod p2p;
-pub mod plan;
 mod reqset;
 pub mod schedule;
 mod shared_buf;
@@ -73,6 +72,8 @@ pub use group::{Comparison, Group, SplitType};
 pub use mesh::{Mesh, MeshBuilder};
 pub use p2p::engine::Status;
 pub use p2p::matcher::Source;
+/// The layout planner behind `rcomm-plan` (crate `rcomm-planner`), at its old path.
+pub use rcomm_planner as plan;
 pub use rcomm_transport::identity::PeerInfo;
 pub use rcomm_transport::net::NetCounters;
 pub use reqset::{

@@ -6,7 +6,7 @@
 //! A job id is resolved through the job's watchdog process (`rcomm-run-watchdog
 //! --internal-watchdog JOB_ID`, a child of the launcher): its parent is the launcher.
 
-use crate::job::say;
+use crate::output::say;
 use crate::watchdog::INTERNAL_FLAG;
 
 /// The launcher's exit status for `--dump TARGET`.

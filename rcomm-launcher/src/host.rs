@@ -85,7 +85,7 @@ pub fn start_rank(
             done.clone(),
         ) {
             Ok(_) => streams += 1,
-            Err(e) => crate::job::say(format_args!(
+            Err(e) => crate::output::say(format_args!(
                 "warning: cannot forward rank {rank}'s output: {e}"
             )),
         }

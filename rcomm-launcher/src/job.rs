@@ -22,7 +22,7 @@ use crate::ctl::{DaemonJob, FromDaemon, ToDaemon};
 use crate::host::{self, HostSetup};
 use crate::hosts::{self, HostSpec};
 use crate::os::{self, Ending};
-use crate::output::{self, Dest};
+use crate::output::{self, Dest, say};
 use crate::remote::{Daemon, DaemonEvent};
 use crate::signals::{self, Signals};
 use crate::spawn::{self, JobSpec};
@@ -123,13 +123,6 @@ struct Supervisor {
     reports: u64,
     /// When the last hang report was printed.
     last_report: Option<Instant>,
-}
-
-/// One line of the launcher's own on stderr. Never panics (unlike `eprintln!`): a closed
-/// stderr must not bring the launcher down while ranks run.
-pub(crate) fn say(msg: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(io::stderr().lock(), "rcomm-run: {msg}");
 }
 
 fn new_job_id() -> io::Result<String> {

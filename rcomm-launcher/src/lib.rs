@@ -112,7 +112,7 @@ pub fn main_entry() -> i32 {
     match job::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            job::say(format_args!("{e}"));
+            output::say(format_args!("{e}"));
             e.exit_code()
         }
     }

@@ -1,4 +1,4 @@
-//! Forwarding the ranks' output and the launcher's stdin.
+//! Forwarding the ranks' output and the launcher's stdin, and the launcher's own lines on stderr.
 //!
 //! One thread per rank stream: ranks are few, and a thread blocked on one rank's pipe cannot
 //! delay another's. Lines are written whole under the destination's lock, so lines of
@@ -9,6 +9,12 @@
 use std::io::{self, Read, Write};
 use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
+
+/// One line of the launcher's own on stderr. Never panics (unlike `eprintln!`): a closed
+/// stderr must not bring the launcher down while ranks run.
+pub(crate) fn say(msg: std::fmt::Arguments<'_>) {
+    let _ = writeln!(io::stderr().lock(), "rcomm-run: {msg}");
+}
 
 /// Which of the launcher's streams a rank stream goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

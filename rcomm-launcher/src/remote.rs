@@ -113,7 +113,7 @@ impl Daemon {
                 for line in BufReader::new(stderr).lines() {
                     let Ok(line) = line else { break };
                     if e2.load(Ordering::Relaxed) {
-                        crate::job::say(format_args!("[{host}] {line}"));
+                        crate::output::say(format_args!("[{host}] {line}"));
                     }
                     let mut t = t2.lock().unwrap_or_else(|p| p.into_inner());
                     if t.len() == TAIL_LINES {
@@ -132,7 +132,7 @@ impl Daemon {
                             output::emit(if stderr { Dest::Stderr } else { Dest::Stdout }, &bytes)
                         }
                         Ok(FromDaemon::Say { msg }) => {
-                            crate::job::say(format_args!("[{host}] {msg}"));
+                            crate::output::say(format_args!("[{host}] {msg}"));
                             // Still a sign of life.
                             let _ = tx.send((idx, DaemonEvent::Msg(FromDaemon::Heartbeat)));
                         }

@@ -1047,12 +1047,12 @@ pub fn cached_derived(
     build: impl FnOnce() -> UserDatatype,
 ) -> DatatypeRef<'static> {
     if let Some(d) = cell.get() {
-        if crate::environment::is_finalized() {
+        if crate::job::is_finalized() {
             panic!("rcomm-mpi: a derived datatype was used after the universe was dropped");
         }
         return d.as_ref();
     }
-    crate::environment::check_may_build_datatype();
+    crate::job::check_may_build_datatype();
     cell.get_or_init(build).as_ref()
 }
 

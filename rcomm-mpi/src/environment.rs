@@ -3,17 +3,11 @@
 use std::cmp::Ordering;
 use std::os::raw::{c_double, c_int};
 use std::string::FromUtf8Error;
-use std::sync::atomic::{AtomicU8, Ordering as AO};
-use std::sync::{Arc, Mutex, RwLock};
-use std::thread::ThreadId;
+use std::sync::Arc;
 
+use crate::job;
+pub use crate::job::{is_finalized, is_initialized};
 use crate::topology::{CommHandle, SimpleCommunicator};
-
-/// Global state: 0 = never initialised, 1 = running, 2 = finalised.
-static STATE: AtomicU8 = AtomicU8::new(0);
-static WORLD: RwLock<Option<Arc<rcomm::World>>> = RwLock::new(None);
-/// The thread that initialised (the level is rcomm's: `rcomm::query_thread`).
-static INIT: Mutex<Option<ThreadId>> = Mutex::new(None);
 
 /// The job's environment; dropping it finalises (rsmpi's `Universe`): a barrier of all ranks,
 /// as `MPI_Finalize`.
@@ -84,8 +78,7 @@ impl Drop for Universe {
         {
             eprintln!("rcomm-mpi: finalize: {e}");
         }
-        STATE.store(2, AO::SeqCst);
-        *WORLD.write().unwrap_or_else(|p| p.into_inner()) = None;
+        job::finished();
     }
 }
 
@@ -147,16 +140,6 @@ impl Ord for Threading {
     }
 }
 
-/// Whether `initialize` has been called.
-pub fn is_initialized() -> bool {
-    STATE.load(AO::SeqCst) != 0
-}
-
-/// Whether the universe has been dropped.
-pub fn is_finalized() -> bool {
-    STATE.load(AO::SeqCst) == 2
-}
-
 /// Initialises rcomm (`MPI_Init`); `None` if it was initialised before.
 pub fn initialize() -> Option<Universe> {
     initialize_with_threading(Threading::Single).map(|x| x.0)
@@ -166,10 +149,7 @@ pub fn initialize() -> Option<Universe> {
 /// `rcomm::init_thread`). rcomm is thread-safe, so the level asked for is granted; `None` if
 /// initialised before.
 pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Threading)> {
-    if STATE
-        .compare_exchange(0, 1, AO::SeqCst, AO::SeqCst)
-        .is_err()
-    {
+    if !job::claim() {
         return None;
     }
     let (world, provided) = match rcomm::init_thread(threading.into()) {
@@ -179,8 +159,7 @@ pub fn initialize_with_threading(threading: Threading) -> Option<(Universe, Thre
             std::process::exit(1);
         }
     };
-    *WORLD.write().unwrap_or_else(|p| p.into_inner()) = Some(world.clone());
-    *INIT.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
+    job::started(world.clone());
     Some((Universe { world, buffer: 0 }, provided))
 }
 
@@ -218,47 +197,4 @@ pub fn time() -> c_double {
 /// The resolution of [`time`] in seconds (`MPI_Wtick`).
 pub fn time_resolution() -> c_double {
     rcomm::wtick()
-}
-
-/// The world, while the universe lives.
-pub(crate) fn world() -> Option<Arc<rcomm::World>> {
-    WORLD.read().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-/// This rank's place in the world (0 before initialisation).
-pub(crate) fn world_rank() -> u32 {
-    world().map(|w| w.rank()).unwrap_or(0)
-}
-
-/// Ends the whole job with `msg` (panics when there is no job to end).
-pub(crate) fn abort_job(code: i32, msg: &str) -> ! {
-    match world() {
-        Some(w) => {
-            eprintln!("{msg}");
-            w.abort(code, msg)
-        }
-        None => panic!("{msg}"),
-    }
-}
-
-/// Panics unless a derived datatype may be built now (as rsmpi: after initialisation, before
-/// finalisation, and on the initialising thread unless the level is `Multiple`).
-pub(crate) fn check_may_build_datatype() {
-    match STATE.load(AO::SeqCst) {
-        0 => panic!("rcomm-mpi: a derived datatype was built before mpi::initialize"),
-        2 => panic!("rcomm-mpi: a derived datatype was built after the universe was dropped"),
-        _ => {}
-    }
-    let init = *INIT.lock().unwrap_or_else(|p| p.into_inner());
-    let level = threading_support();
-    if let Some(tid) = init
-        && level < Threading::Multiple
-        && std::thread::current().id() != tid
-    {
-        panic!(
-            "rcomm-mpi: a derived datatype was first built on a thread other than the one that \
-             initialised, at thread level {level:?} (build it on the main thread first, or ask \
-             for Threading::Multiple)"
-        );
-    }
 }

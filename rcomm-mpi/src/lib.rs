@@ -19,8 +19,10 @@ pub mod collective;
 pub mod datatype;
 pub mod environment;
 pub mod ffi;
+mod job;
 pub mod point_to_point;
 pub mod request;
+mod status;
 pub mod topology;
 
 pub use environment::{
@@ -76,7 +78,7 @@ pub mod internal {
 #[track_caller]
 pub fn fail(e: &dyn std::fmt::Display) -> ! {
     let msg = format!("rcomm-mpi: {e} (at {})", std::panic::Location::caller());
-    environment::abort_job(1, &msg)
+    job::abort_job(1, &msg)
 }
 
 /// Unwraps an rcomm result, failing the job on error.

@@ -4,48 +4,12 @@ use std::mem::MaybeUninit;
 
 use rcomm::Tag as CoreTag;
 
-use crate::datatype::{
-    Buffer, BufferMut, Datatype, Dst, Equivalence, UncommittedDatatype, dst_of, src_of,
-};
+use crate::datatype::{Buffer, BufferMut, Dst, Equivalence, UncommittedDatatype, dst_of, src_of};
 use crate::request::{self, Pending, Request, Scope};
 use crate::topology::{AnyProcess, AsHandle, CommHandle, Process, Rank};
-use crate::{Count, Tag, check, fail};
+use crate::{Tag, check, fail};
 
-/// The outcome of a receive or probe (`MPI_Status`).
-#[derive(Copy, Clone)]
-pub struct Status(pub(crate) rcomm::Status);
-
-impl Status {
-    /// The sender's rank.
-    pub fn source_rank(&self) -> Rank {
-        self.0.source as Rank
-    }
-
-    /// The message's tag.
-    pub fn tag(&self) -> Tag {
-        self.0.tag
-    }
-
-    /// Number of whole elements of `d` in the message.
-    pub fn count<D: Datatype>(&self, d: D) -> Count {
-        self.0.bytes.checked_div(d.dt().size()).unwrap_or(0) as Count
-    }
-
-    /// rcomm's status underneath.
-    pub fn rcomm(&self) -> rcomm::Status {
-        self.0
-    }
-}
-
-impl std::fmt::Debug for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Status {{ source_rank: {}, tag: {}, bytes: {} }}",
-            self.0.source, self.0.tag, self.0.bytes
-        )
-    }
-}
+pub use crate::status::Status;
 
 fn tag_sel(tag: Tag) -> CoreTag {
     if tag < 0 { CoreTag::Any } else { CoreTag(tag) }

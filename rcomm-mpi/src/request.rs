@@ -9,7 +9,7 @@ use std::marker::PhantomData;
 
 use crate::check;
 use crate::datatype::Dst;
-use crate::point_to_point::Status;
+use crate::status::Status;
 
 /// One operation in flight.
 pub(crate) trait Op {

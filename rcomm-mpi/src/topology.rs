@@ -128,7 +128,7 @@ impl SimpleCommunicator {
 
     /// The communicator of all ranks, while the universe lives.
     pub fn world() -> SimpleCommunicator {
-        match crate::environment::world() {
+        match crate::job::world() {
             Some(w) => SimpleCommunicator(CommHandle::world(w)),
             None => fail(&"SimpleCommunicator::world called outside a universe"),
         }
@@ -446,7 +446,7 @@ pub trait Communicator: AsHandle {
 
     /// In a spawned process, the intercommunicator to the parents (`MPI_Comm_get_parent`).
     fn parent(&self) -> Option<InterCommunicator> {
-        let w = crate::environment::world()?;
+        let w = crate::job::world()?;
         let ic = w.parent()?.clone();
         Some(InterCommunicator(CommHandle::new(Inner::Inter(ic))))
     }
@@ -582,7 +582,7 @@ pub trait Group {
     /// This process's rank in the group, if it is a member.
     fn rank(&self) -> Option<Rank> {
         self.raw()
-            .rank_of(crate::environment::world_rank())
+            .rank_of(crate::job::world_rank())
             .map(|r| r as Rank)
     }
 

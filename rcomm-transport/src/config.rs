@@ -1411,7 +1411,7 @@ pub fn log_line(level: Level, subsys: &str, msg: std::fmt::Arguments<'_>) {
         Err(_) => level == Level::Warn,
     };
     if on {
-        let host = crate::identity::hostname();
+        let host = crate::os::hostname();
         let rank = std::env::var("RCOMM_RANK").unwrap_or_else(|_| "-".into());
         eprintln!(
             "{host}:{}:{rank} rcomm {level:?} {subsys} {msg}",

@@ -4,7 +4,6 @@
 //! fake hosts made of network namespaces share `/dev/shm`, PIDs and the boot id, yet cannot
 //! reach each other's abstract Unix sockets; and two real hosts can share a hostname by mistake.
 
-use crate::wire::{Dec, Enc, MAX_SETTINGS, MAX_TEXT_LEN, WireError};
 use std::os::unix::fs::MetadataExt;
 
 /// One rank's identity, published in its address record.
@@ -110,51 +109,6 @@ impl PeerInfo {
             }
         }
         h
-    }
-
-    pub(crate) fn encode_into(&self, e: &mut Enc) {
-        e.str(&self.hostname)
-            .str(&self.boot_id)
-            .u64(self.netns)
-            .u32(self.uid)
-            .u32(self.pid)
-            .str(&self.version);
-        e.u16(self.settings.len() as u16);
-        for (k, v) in &self.settings {
-            e.str(k).str(v);
-        }
-    }
-
-    pub(crate) fn decode_from(d: &mut Dec<'_>) -> Result<Self, WireError> {
-        let hostname = d.str(MAX_TEXT_LEN, "hostname")?;
-        let boot_id = d.str(MAX_TEXT_LEN, "boot id")?;
-        let netns = d.u64("netns")?;
-        let uid = d.u32("uid")?;
-        let pid = d.u32("pid")?;
-        let version = d.str(MAX_TEXT_LEN, "version")?;
-        let n = d.u16("settings count")? as usize;
-        if n > MAX_SETTINGS {
-            return Err(WireError::TooLong {
-                len: n,
-                limit: MAX_SETTINGS,
-            });
-        }
-        let mut settings = Vec::with_capacity(n);
-        for _ in 0..n {
-            settings.push((
-                d.str(MAX_TEXT_LEN, "setting name")?,
-                d.str(MAX_TEXT_LEN, "setting value")?,
-            ));
-        }
-        Ok(Self {
-            hostname,
-            boot_id,
-            netns,
-            uid,
-            pid,
-            version,
-            settings,
-        })
     }
 }
 

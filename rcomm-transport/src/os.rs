@@ -252,6 +252,28 @@ pub fn usable_cpus() -> usize {
         .unwrap_or(1)
 }
 
+/// Parses Linux's CPU/node list form (`0-3,8-11`, empty for none).
+pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
+    let mut v = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?),
+            None => {
+                let a = part.parse::<u32>().ok()?;
+                (a, a)
+            }
+        };
+        // A bound on one range keeps a corrupt list from asking for billions of CPUs.
+        if b < a || b - a > 1 << 16 {
+            return None;
+        }
+        v.extend(a..=b);
+    }
+    v.sort_unstable();
+    v.dedup();
+    Some(v)
+}
+
 /// Number of CPUs the ranks of a job on this machine share: the CPUs of this process's cgroup
 /// cpuset (a container's or a batch job's allocation, which binding a rank with
 /// `sched_setaffinity` does not narrow), else the online CPUs, limited by a cgroup CPU quota.
@@ -265,7 +287,7 @@ pub fn job_cpus() -> usize {
 /// the online count is the running machine's.
 pub fn job_cpus_under(root: &std::path::Path) -> usize {
     let read = |p: &str| std::fs::read_to_string(root.join(p.trim_start_matches('/'))).ok();
-    let count = |list: &str| crate::topo::sysfs::parse_list(list.trim()).map(|v| v.len());
+    let count = |list: &str| parse_cpu_list(list.trim()).map(|v| v.len());
     let groups = read("proc/self/cgroup").unwrap_or_default();
     // cgroup v2: "0::/path"; v1: "N:cpuset:/path" and "N:cpu,cpuacct:/path".
     let path_of = |ctrl: &str| -> Option<String> {

@@ -6,6 +6,7 @@
 //! [`WireError`] on any input — it never panics and never allocates more than the frame limit.
 //! All integers are little-endian.
 
+use crate::identity::PeerInfo;
 use std::io::{self, Read, Write};
 
 /// Two bytes every frame starts with; a peer speaking anything else is dropped at once.
@@ -21,7 +22,7 @@ pub const MAX_FRAME_PAYLOAD: usize = 1 << 20;
 pub const MAX_KEY_LEN: usize = 256;
 /// Longest free-text string (error messages, hostnames) accepted in a frame.
 pub const MAX_TEXT_LEN: usize = 4096;
-/// Most protocol-relevant settings a [`PeerInfo`](crate::identity::PeerInfo) may carry.
+/// Most protocol-relevant settings a [`PeerInfo`] may carry.
 pub const MAX_SETTINGS: usize = 64;
 /// Most endpoint addresses an [`AddrRecord`] may carry.
 pub const MAX_ENDPOINTS: usize = 16;
@@ -747,7 +748,7 @@ pub enum EndpointAddr {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddrRecord {
     /// Identity and settings.
-    pub info: crate::identity::PeerInfo,
+    pub info: PeerInfo,
     /// Listeners, one per transport that accepts connections.
     pub endpoints: Vec<EndpointAddr>,
 }
@@ -757,7 +758,7 @@ impl AddrRecord {
     pub fn encode(&self) -> Vec<u8> {
         let mut e = Enc::new();
         e.u8(WIRE_VERSION);
-        self.info.encode_into(&mut e);
+        encode_peer_info(&self.info, &mut e);
         e.u16(self.endpoints.len() as u16);
         for ep in &self.endpoints {
             match ep {
@@ -776,7 +777,7 @@ impl AddrRecord {
         if v != WIRE_VERSION {
             return Err(WireError::Version { got: v });
         }
-        let info = crate::identity::PeerInfo::decode_from(&mut d)?;
+        let info = decode_peer_info(&mut d)?;
         let n = d.u16("endpoint count")? as usize;
         if n > MAX_ENDPOINTS {
             return Err(WireError::TooLong {
@@ -798,6 +799,52 @@ impl AddrRecord {
         d.end()?;
         Ok(Self { info, endpoints })
     }
+}
+
+// The identity's byte form lives here with every other format; `identity` stays free of the codec.
+fn encode_peer_info(p: &PeerInfo, e: &mut Enc) {
+    e.str(&p.hostname)
+        .str(&p.boot_id)
+        .u64(p.netns)
+        .u32(p.uid)
+        .u32(p.pid)
+        .str(&p.version);
+    e.u16(p.settings.len() as u16);
+    for (k, v) in &p.settings {
+        e.str(k).str(v);
+    }
+}
+
+fn decode_peer_info(d: &mut Dec<'_>) -> Result<PeerInfo, WireError> {
+    let hostname = d.str(MAX_TEXT_LEN, "hostname")?;
+    let boot_id = d.str(MAX_TEXT_LEN, "boot id")?;
+    let netns = d.u64("netns")?;
+    let uid = d.u32("uid")?;
+    let pid = d.u32("pid")?;
+    let version = d.str(MAX_TEXT_LEN, "version")?;
+    let n = d.u16("settings count")? as usize;
+    if n > MAX_SETTINGS {
+        return Err(WireError::TooLong {
+            len: n,
+            limit: MAX_SETTINGS,
+        });
+    }
+    let mut settings = Vec::with_capacity(n);
+    for _ in 0..n {
+        settings.push((
+            d.str(MAX_TEXT_LEN, "setting name")?,
+            d.str(MAX_TEXT_LEN, "setting value")?,
+        ));
+    }
+    Ok(PeerInfo {
+        hostname,
+        boot_id,
+        netns,
+        uid,
+        pid,
+        version,
+        settings,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

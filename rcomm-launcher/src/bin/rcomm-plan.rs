@@ -1,10 +1,11 @@
 //! `rcomm-plan`: ranks the TP × PP × DP (× EP) layouts of a model on a cluster by the
-//! communication (or step) time and memory `rcomm::plan` estimates for them; or, with
-//! `--price`, prices one collective by the same formulas. The formulas are in `rcomm::plan`'s
-//! documentation; this file only reads the command line and prints.
+//! communication (or step) time and memory `rcomm-planner` estimates for them; or, with
+//! `--price`, prices one collective by the same formulas. The formulas are in
+//! `rcomm-planner`'s documentation (also `rcomm::plan`); this file only reads the command line
+//! and prints.
 
 use clap::Parser;
-use rcomm::plan::{self, Cluster, Collective, Estimate, Model, PlanError};
+use rcomm_planner::{self as plan, Cluster, Collective, Estimate, Model, PlanError};
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
@@ -23,7 +24,8 @@ b·s·h·bytes per layer and micro-batch; PP activations forward and gradients b
 (α + S/β each); DP a ring all-reduce of params/(tp·pp)·bytes; bubble (pp−1)/(m+pp−1); \
 comm time = (TP + PP + EP time)/(1 − bubble) + DP time. Memory: 16 B per parameter \
 (mixed-precision Adam) before ZeRO sharding, plus activations. Layouts that fit rank first, then by \
-step time with --tflops, else by comm time. Full formulas: the rcomm::plan documentation.";
+step time with --tflops, else by comm time. Full formulas: the rcomm-planner documentation \
+(rcomm::plan).";
 
 /// Rank the TP × PP × DP layouts of a model on a cluster by estimated communication time.
 #[derive(Debug, Parser)]

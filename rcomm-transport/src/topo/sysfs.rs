@@ -32,27 +32,8 @@ pub fn read(root: &Path) -> Result<Topology, TopoError> {
     Ok(t)
 }
 
-/// Parses Linux's CPU/node list form (`0-3,8-11`, empty for none).
-pub fn parse_list(s: &str) -> Option<Vec<u32>> {
-    let mut v = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?),
-            None => {
-                let a = part.parse::<u32>().ok()?;
-                (a, a)
-            }
-        };
-        // A bound on one range keeps a corrupt list from asking for billions of CPUs.
-        if b < a || b - a > 1 << 16 {
-            return None;
-        }
-        v.extend(a..=b);
-    }
-    v.sort_unstable();
-    v.dedup();
-    Some(v)
-}
+/// Linux's CPU/node list form; `os` owns the parser because its cgroup reader needs it too.
+pub use crate::os::parse_cpu_list as parse_list;
 
 /// Files under the root.
 struct Reader<'a> {

@@ -21,6 +21,8 @@ fn main() {
     assert_eq!((p.a, p.b), (7, 0.5), "rank {}: the broadcast", world.rank());
     // rcomm's own types are there beside rsmpi's.
     let none: Option<rcomm::Status> = None;
+    // The planner alone is the same crate rcomm re-exports as `rcomm::plan`.
+    let _same: Option<rcomm_planner::Link> = None::<rcomm::plan::Link>;
     println!(
         "rank {} of {} has ({}, {}){}",
         world.rank(),

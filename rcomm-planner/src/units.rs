@@ -54,8 +54,8 @@ fn checked(what: &str, input: &str, v: f64) -> Result<f64, PlanError> {
 /// (either case): `70B` is 7·10¹⁰, `1.3T` 1.3·10¹², `512` is 512.
 ///
 /// ```
-/// assert_eq!(rcomm::plan::parse_count("--params", "70B").unwrap(), 70e9);
-/// assert!(rcomm::plan::parse_count("--params", "70X").is_err());
+/// assert_eq!(rcomm_planner::parse_count("--params", "70B").unwrap(), 70e9);
+/// assert!(rcomm_planner::parse_count("--params", "70X").is_err());
 /// ```
 pub fn parse_count(what: &str, input: &str) -> Result<f64, PlanError> {
     const FORMS: &str =
@@ -98,8 +98,8 @@ fn byte_unit(unit: &str) -> Option<f64> {
 /// (powers of 10) or `KiB`, `MiB`, `GiB`, `TiB` (powers of 2): `80GB` is 8·10¹⁰.
 ///
 /// ```
-/// assert_eq!(rcomm::plan::parse_bytes("--gpu-mem", "80GB").unwrap(), 80e9);
-/// assert_eq!(rcomm::plan::parse_bytes("--bytes", "1MiB").unwrap(), 1048576.0);
+/// assert_eq!(rcomm_planner::parse_bytes("--gpu-mem", "80GB").unwrap(), 80e9);
+/// assert_eq!(rcomm_planner::parse_bytes("--bytes", "1MiB").unwrap(), 1048576.0);
 /// ```
 pub fn parse_bytes(what: &str, input: &str) -> Result<f64, PlanError> {
     const FORMS: &str = "bytes, optionally with B, KB, MB, GB, TB (10^3 steps) or KiB, MiB, GiB, TiB \
@@ -119,8 +119,8 @@ pub fn parse_bytes(what: &str, input: &str) -> Result<f64, PlanError> {
 /// per second — `GB/s` is bytes and `Gb/s` bits. Must be above zero.
 ///
 /// ```
-/// assert_eq!(rcomm::plan::parse_bandwidth("--inter-bw", "50GB/s").unwrap(), 50e9);
-/// assert_eq!(rcomm::plan::parse_bandwidth("--inter-bw", "400Gb/s").unwrap(), 50e9);
+/// assert_eq!(rcomm_planner::parse_bandwidth("--inter-bw", "50GB/s").unwrap(), 50e9);
+/// assert_eq!(rcomm_planner::parse_bandwidth("--inter-bw", "400Gb/s").unwrap(), 50e9);
 /// ```
 pub fn parse_bandwidth(what: &str, input: &str) -> Result<f64, PlanError> {
     const FORMS: &str = "bytes or bits per second, per direction, e.g. 900GB/s, 25GiB/s, 400Gb/s, \
@@ -160,8 +160,8 @@ pub fn parse_bandwidth(what: &str, input: &str) -> Result<f64, PlanError> {
 /// number is refused (is `5` seconds or microseconds?).
 ///
 /// ```
-/// assert_eq!(rcomm::plan::parse_duration("--inter-lat", "5us").unwrap(), 5e-6);
-/// assert!(rcomm::plan::parse_duration("--inter-lat", "5").is_err());
+/// assert_eq!(rcomm_planner::parse_duration("--inter-lat", "5us").unwrap(), 5e-6);
+/// assert!(rcomm_planner::parse_duration("--inter-lat", "5").is_err());
 /// ```
 pub fn parse_duration(what: &str, input: &str) -> Result<f64, PlanError> {
     const FORMS: &str = "a time with a unit: s, ms, us (or µs), ns, e.g. 1us, 2.5us, 0.5ms";
@@ -184,7 +184,7 @@ pub fn parse_duration(what: &str, input: &str) -> Result<f64, PlanError> {
 /// to refuse; a line without `=` is an error naming its number.
 ///
 /// ```
-/// let kv = rcomm::plan::parse_key_values("# DGX-like\nnodes = 8\ngpus_per_node=8\n").unwrap();
+/// let kv = rcomm_planner::parse_key_values("# DGX-like\nnodes = 8\ngpus_per_node=8\n").unwrap();
 /// assert_eq!(kv, [("nodes".to_string(), "8".to_string()), ("gpus-per-node".into(), "8".into())]);
 /// ```
 pub fn parse_key_values(text: &str) -> Result<Vec<(String, String)>, PlanError> {

@@ -3,8 +3,11 @@
 //! layouts and says what is wrong with them. Pure computation: no I/O, no clock, no rcomm
 //! world; the same inputs always give the same list.
 //!
+//! A crate of its own so that `rcomm-plan` and a site's tools link the planner without rcomm's
+//! runtime; `rcomm::plan` is this crate re-exported.
+//!
 //! ```
-//! use rcomm::plan::{Cluster, Link, Model};
+//! use rcomm_planner::{Cluster, Link, Model};
 //! let cluster = Cluster {
 //!     nodes: 8,
 //!     gpus_per_node: 8,
@@ -13,11 +16,11 @@
 //!     gpu_mem_bytes: 80e9,
 //! };
 //! let model = Model::new(70e9, 80, 8192, 4096, 512);
-//! let plan = rcomm::plan::plan(&cluster, &model)?;
+//! let plan = rcomm_planner::plan(&cluster, &model)?;
 //! let best = &plan.ranked[0];
 //! assert!(best.fits && best.layout.tp <= 8);
 //! println!("{}: {:.2} s of communication per step", best.layout, best.comm_time_s);
-//! # Ok::<(), rcomm::plan::PlanError>(())
+//! # Ok::<(), rcomm_planner::PlanError>(())
 //! ```
 //!
 //! # Inputs
@@ -122,6 +125,7 @@
 //! warnings: TP (or EP) crossing nodes (`TP=16 crosses nodes: every layer's all-reduce rides
 //! the inter-node link`), memory over the budget, a bubble over 50 %. DP and PP crossing nodes
 //! is how large jobs are laid out and draws no warning.
+#![warn(missing_docs)]
 
 mod units;
 
@@ -230,12 +234,12 @@ impl Cluster {
     /// defaults to [`DEFAULT_GPU_MEM`]; the others are required.
     ///
     /// ```
-    /// let c = rcomm::plan::Cluster::from_pairs([
+    /// let c = rcomm_planner::Cluster::from_pairs([
     ///     ("nodes", "2"), ("gpus-per-node", "8"), ("intra-bw", "900GB/s"),
     ///     ("inter-bw", "400Gb/s"), ("intra-lat", "1us"), ("inter-lat", "5us"),
     /// ])?;
     /// assert_eq!((c.gpus(), c.inter.bandwidth), (16, 50e9));
-    /// # Ok::<(), rcomm::plan::PlanError>(())
+    /// # Ok::<(), rcomm_planner::PlanError>(())
     /// ```
     pub fn from_pairs<K: AsRef<str>, V: AsRef<str>>(
         pairs: impl IntoIterator<Item = (K, V)>,
@@ -686,7 +690,7 @@ impl std::str::FromStr for Collective {
 /// bytes).
 ///
 /// ```
-/// use rcomm::plan::{price, Collective, Link};
+/// use rcomm_planner::{price, Collective, Link};
 /// let nvlink = Link { latency_s: 1e-6, bandwidth: 100e9 };
 /// // 2·3·1 µs + 2·3/4 · 16 MiB / 100 GB/s
 /// let t = price(Collective::Allreduce, 4, 16.0 * 1048576.0, nvlink);
@@ -700,7 +704,7 @@ pub fn price(op: Collective, n: u64, bytes: f64, link: Link) -> f64 {
 /// γ = `reduce_bw` in bytes folded per second (`None`, or infinite: no term).
 ///
 /// ```
-/// use rcomm::plan::{price, price_with, Collective, Link};
+/// use rcomm_planner::{price, price_with, Collective, Link};
 /// let l = Link { latency_s: 1e-6, bandwidth: 10e9 };
 /// let s = 1048576.0;
 /// let with = price_with(Collective::Allreduce, 2, s, l, Some(20e9));
@@ -736,7 +740,7 @@ pub struct Local {
 /// there is something to do: n ≥ 2 and S > 0).
 ///
 /// ```
-/// use rcomm::plan::{price, price_local, Collective, Link, Local};
+/// use rcomm_planner::{price, price_local, Collective, Link, Local};
 /// let l = Link { latency_s: 1e-6, bandwidth: 10e9 };
 /// let s = 1048576.0;
 /// let loc = Local { reduce_bw: None, copy_bw: Some(5e9), call_overhead_s: 2e-7 };
