@@ -63,6 +63,62 @@ impl std::fmt::Debug for Ops {
     }
 }
 
+/// What a transport does beyond its operations, as a set: everything the layers above would
+/// otherwise ask of one transport by name.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct Features(u8);
+
+impl Features {
+    /// No feature.
+    pub const NONE: Features = Features(0);
+    /// A message's payload can be written straight into the transport by the sender
+    /// ([`crate::transport::Transport::try_send_with`]: a gather, no packing copy).
+    pub const GATHER: Features = Features(1);
+    /// The oldest message from a peer can be offered to a receive in place
+    /// ([`crate::transport::Transport::pop_from`]: the direct receive path).
+    pub const DIRECT_POP: Features = Features(2);
+    /// Keys from `register` pin memory until handed back with `release`.
+    pub const RELEASES_KEYS: Features = Features(4);
+    /// Output waiting for room waits on something a sleeping rank can poll (a socket, a
+    /// completion channel), not on a peer that only spinning notices.
+    pub const POLLABLE_OUTPUT: Features = Features(8);
+    /// Reaches only peers on this node, whose memory this CPU copies itself (GET is single
+    /// copy, done when it returns); a device lane beside it may reach the peer's devices.
+    pub const NODE_LOCAL: Features = Features(16);
+
+    /// Whether every feature of `f` is in this set.
+    pub const fn contains(self, f: Features) -> bool {
+        self.0 & f.0 == f.0
+    }
+
+    /// Both sets.
+    pub const fn with(self, f: Features) -> Features {
+        Features(self.0 | f.0)
+    }
+}
+
+impl std::fmt::Debug for Features {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = [
+            (Features::GATHER, "GATHER"),
+            (Features::DIRECT_POP, "DIRECT_POP"),
+            (Features::RELEASES_KEYS, "RELEASES_KEYS"),
+            (Features::POLLABLE_OUTPUT, "POLLABLE_OUTPUT"),
+            (Features::NODE_LOCAL, "NODE_LOCAL"),
+        ];
+        let set: Vec<&str> = names
+            .iter()
+            .filter(|(x, _)| self.contains(*x))
+            .map(|(_, n)| *n)
+            .collect();
+        if set.is_empty() {
+            f.write_str("NONE")
+        } else {
+            f.write_str(&set.join("|"))
+        }
+    }
+}
+
 /// The kinds of memory a transport reads and writes, as a set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Kinds {
@@ -78,6 +134,29 @@ impl Kinds {
         host: true,
         cuda: false,
     };
+    /// Device memory only.
+    pub const CUDA: Kinds = Kinds {
+        host: false,
+        cuda: true,
+    };
+    /// No memory.
+    pub const NONE: Kinds = Kinds {
+        host: false,
+        cuda: false,
+    };
+
+    /// Whether memory of `kind` is in the set.
+    pub const fn has(self, kind: crate::mem::MemKind) -> bool {
+        match kind {
+            crate::mem::MemKind::Host => self.host,
+            crate::mem::MemKind::Cuda { .. } => self.cuda,
+        }
+    }
+
+    /// Whether every kind of `k` is in this set.
+    pub const fn contains(self, k: Kinds) -> bool {
+        (self.host || !k.host) && (self.cuda || !k.cuda)
+    }
 }
 
 /// What a transport can do, for the protocol layer's choices and the cost model
@@ -101,6 +180,8 @@ pub struct Caps {
     pub needs_reg: bool,
     /// Bytes of a packed remote key (at most [`crate::mem::RKEY_MAX`]).
     pub rkey_len: usize,
+    /// What it does beyond its operations.
+    pub features: Features,
 }
 
 #[cfg(test)]

@@ -1,124 +1,30 @@
-//! The transport table: which transport reaches each peer, the lanes it offers, and one
-//! interface over all of them.
+//! One interface over every transport of a process, and each peer's lanes.
 //!
-//! The choice is made in one place, [`select`], a symmetric function of both peers' identities
-//! and the shared settings, so two ranks always agree on how they talk; [`Net`] then fixes each
-//! peer's lanes from the chosen transport's capabilities: an ordered message lane, and a bulk
-//! lane per memory kind whose operations (STREAM, GET, PUT) the protocol layer in `rcomm-core`
-//! chooses its rendezvous by. The transports are the arms of [`Endpoint`] (static dispatch, no
-//! `dyn`); a peer's lanes name endpoints by index, so a call finds its transport by two array
-//! reads.
+//! The route to each peer is chosen in one place, [`select`] (a symmetric function of both
+//! peers' records and the shared settings, over the table of [`crate::table`]), so two ranks
+//! always agree on how they talk; [`Net`] then fixes each peer's lanes from the chosen
+//! transport's capabilities: an ordered message lane, and a bulk lane per memory kind whose
+//! operations (STREAM, GET, PUT) the protocol layer in `rcomm-core` chooses its rendezvous by
+//! — the route's own for host memory, and for device memory a bulk-only lane beside it (CUDA
+//! IPC) where one reaches the peer. Every call goes through the contract of
+//! [`crate::transport::Transport`] by static dispatch ([`Endpoint`] is an enum); a peer's
+//! lanes name endpoints by index, so a call finds its transport by two array reads, and no
+//! caller asks for a transport by name.
 
-use crate::caps::{Caps, Kinds, Ops};
+use crate::caps::{Caps, Features, Kinds, Ops};
 use crate::error::TransportError;
 use crate::mem::{MemKind, MemRef, RKey};
 use crate::os::PollSet;
-use crate::shmnet::{Counters, Incoming, ShmNet};
-use crate::sim_ep::{SimEndpoint, SimFabric};
-use crate::tcp::TcpNet;
-use crate::wire::{AddrRecord, Header};
+use crate::sim_ep::SimFabric;
+use crate::table::{Member, TABLE};
+use crate::transport::{Counters, unsupported};
+use crate::wire::Header;
 
-use crate::config::TransportChoice;
-use crate::cuda_ep::CudaEndpoint;
-use crate::ib::IbNet;
-
-/// How one peer is reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// This process.
-    SelfLoop,
-    /// Shared memory on this node.
-    Shm,
-    /// TCP.
-    Tcp,
-    /// The in-process simulated network (tests).
-    Sim,
-    /// InfiniBand / RoCE verbs (RC queue pairs).
-    Ib,
-}
-
-impl Route {
-    /// Short name for logs and counters.
-    pub fn name(self) -> &'static str {
-        match self {
-            Route::SelfLoop => "self",
-            Route::Shm => "shm",
-            Route::Tcp => "tcp",
-            Route::Sim => "sim",
-            Route::Ib => "ib",
-        }
-    }
-}
-
-/// Whether a transport reaches between two ranks, from both address records: identities and
-/// the connection blobs each transport published (`EndpointAddr`: a kind byte and bytes; a
-/// transport added later publishes `EndpointAddr::Other` with its own kind).
-type Reaches = fn(&AddrRecord, &AddrRecord) -> bool;
-
-/// The transport table, in order of preference: each transport and whether it reaches a peer,
-/// judged from both records alone (NCCL's `canConnect`), so the judgement is symmetric and
-/// the same on both ranks. A transport added later adds its row here.
-const TABLE: &[(Route, Reaches)] = &[
-    (Route::Shm, crate::shmnet::can_connect),
-    (Route::Ib, crate::ib::can_connect),
-    (Route::Tcp, crate::tcp::can_connect),
-];
-
-/// Picks the transport between the ranks of records `ra` and `rb`: the first of the table
-/// that reaches the peer and that `choice` allows. Symmetric: `select(a, b) == select(b, a)`.
-pub fn select(ra: &AddrRecord, rb: &AddrRecord, choice: TransportChoice) -> Result<Route, String> {
-    let (a, b) = (&ra.info, &rb.info);
-    if a.same_node(b) && a.pid == b.pid {
-        return Ok(Route::SelfLoop);
-    }
-    let allowed = |r: Route| match choice {
-        TransportChoice::Auto => true,
-        TransportChoice::Tcp => r == Route::Tcp,
-        TransportChoice::Shm => r == Route::Shm,
-        TransportChoice::Ib => r == Route::Ib,
-    };
-    TABLE
-        .iter()
-        .find(|(r, reaches)| allowed(*r) && reaches(ra, rb))
-        .map(|(r, _)| *r)
-        .ok_or_else(|| match choice {
-            TransportChoice::Shm => format!(
-                "RCOMM_TRANSPORT=shm, but pid {} on {} and pid {} on {} cannot share memory (other node or user); use auto or tcp",
-                a.pid, a.hostname, b.pid, b.hostname
-            ),
-            TransportChoice::Ib => {
-                let has = |r: &AddrRecord| crate::ib::blob_of(r).is_some();
-                let why = |r: &AddrRecord| {
-                    if has(r) {
-                        "has an active RDMA port"
-                    } else {
-                        "has no usable RDMA device (see its log under RCOMM_DEBUG_SUBSYS=NET, or rcomm-topo)"
-                    }
-                };
-                format!(
-                    "RCOMM_TRANSPORT=ib, but pid {} on {} {} and pid {} on {} {}{}; use auto or tcp",
-                    a.pid,
-                    a.hostname,
-                    why(ra),
-                    b.pid,
-                    b.hostname,
-                    why(rb),
-                    if has(ra) && has(rb) {
-                        ", on another fabric (link layer or subnet prefix)"
-                    } else {
-                        ""
-                    }
-                )
-            }
-            _ => format!(
-                "no transport reaches pid {} on {} from pid {} on {}",
-                b.pid, b.hostname, a.pid, a.hostname
-            ),
-        })
-}
+pub use crate::table::{Endpoint, Route, select};
+pub use crate::transport::{Deliver, Tx};
 
 /// Byte counters of every transport, keyed by the transport's name ([`Route::name`]), so tests
-/// and tools can prove which one carried the traffic; a transport added later adds its row.
+/// and tools can prove which one carried the traffic.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct NetCounters {
     rows: Vec<(&'static str, Counters)>,
@@ -141,102 +47,6 @@ impl NetCounters {
     }
 }
 
-/// One transport of a process. Every arm implements the same operations; [`Net`] dispatches
-/// by `match`, so the compiler sees every call.
-#[derive(Debug)]
-pub enum Endpoint {
-    /// Shared memory with the peers on this node.
-    Shm(ShmNet),
-    /// TCP.
-    Tcp(TcpNet),
-    /// The simulated network of a test.
-    Sim(SimEndpoint),
-    /// InfiniBand / RoCE verbs (or the simulated verbs fabric of a test).
-    Ib(Box<IbNet>),
-}
-
-impl Endpoint {
-    /// The transport's name (its counters' key).
-    pub fn name(&self) -> &'static str {
-        self.route().name()
-    }
-
-    fn route(&self) -> Route {
-        match self {
-            Endpoint::Shm(_) => Route::Shm,
-            Endpoint::Tcp(_) => Route::Tcp,
-            Endpoint::Sim(_) => Route::Sim,
-            Endpoint::Ib(_) => Route::Ib,
-        }
-    }
-
-    /// What it offers.
-    pub fn caps(&self) -> Caps {
-        match self {
-            Endpoint::Shm(s) => s.caps(),
-            Endpoint::Tcp(t) => t.caps(),
-            Endpoint::Sim(s) => s.caps(),
-            Endpoint::Ib(i) => i.caps(),
-        }
-    }
-
-    fn counters(&self) -> Counters {
-        match self {
-            Endpoint::Shm(s) => s.counters(),
-            Endpoint::Tcp(t) => t.counters(),
-            Endpoint::Sim(s) => s.counters(),
-            Endpoint::Ib(i) => i.counters(),
-        }
-    }
-
-    fn try_send(
-        &mut self,
-        peer: u32,
-        hdr: &Header,
-        payload: &[u8],
-    ) -> Result<bool, TransportError> {
-        match self {
-            Endpoint::Shm(s) => s.try_send(peer, hdr, payload),
-            Endpoint::Tcp(t) => t.try_send(peer, hdr, payload),
-            Endpoint::Sim(s) => s.try_send(peer, hdr, payload),
-            Endpoint::Ib(i) => i.try_send(peer, hdr, payload),
-        }
-    }
-
-    fn send_chunk(
-        &mut self,
-        peer: u32,
-        token: u64,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<usize, TransportError> {
-        match self {
-            Endpoint::Shm(s) => s.send_chunk(peer, token, offset, data),
-            Endpoint::Tcp(t) => t.send_chunk(peer, token, offset, data),
-            Endpoint::Sim(s) => s.send_chunk(peer, token, offset, data),
-            Endpoint::Ib(i) => i.send_chunk(peer, token, offset, data),
-        }
-    }
-
-    fn progress(&mut self, budget: usize, out: &mut dyn Deliver) -> Result<usize, TransportError> {
-        match self {
-            Endpoint::Shm(s) => s.progress(budget, &mut |peer, inc| out.incoming(peer, inc)),
-            Endpoint::Tcp(t) => t.progress(out),
-            Endpoint::Sim(s) => s.progress(budget, out),
-            Endpoint::Ib(i) => i.progress(budget, out),
-        }
-    }
-
-    fn wait_fds(&self, set: &mut PollSet) {
-        match self {
-            Endpoint::Shm(s) => s.wait_fds(set),
-            Endpoint::Tcp(t) => t.wait_fds(set),
-            Endpoint::Ib(i) => i.wait_fds(set),
-            Endpoint::Sim(_) => {}
-        }
-    }
-}
-
 /// No endpoint (a lane this peer does not have).
 const NO_EP: u8 = u8::MAX;
 
@@ -244,22 +54,26 @@ const NO_EP: u8 = u8::MAX;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Lanes {
     /// The transport chosen by [`select`].
-    pub route: Route,
+    route: Route,
     /// Endpoint of the ordered message lane.
     msg: u8,
     /// Endpoint of the bulk lane for host memory.
     host: u8,
+    /// Endpoint of the bulk-only lane for device memory beside the route, if one reaches.
+    dev: u8,
+    /// What the message lane does beyond its operations (read per message: kept here).
+    features: Features,
     /// Largest eager payload on the message lane.
-    pub eager_limit: usize,
+    eager_limit: usize,
 }
 
-/// How an asynchronous operation went when it was started.
+/// Which of a peer's bulk lanes an operation uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tx {
-    /// Done already: the buffer is free again (a synchronous mover, such as single copy).
-    Done,
-    /// Under way: [`Deliver::completed`] reports it with its token.
-    Pending,
+pub enum Lane {
+    /// The route's own (host memory, and device memory where its NIC reaches it).
+    Route,
+    /// The bulk-only lane for device memory beside the route (CUDA IPC on this node).
+    Device,
 }
 
 /// Every transport of one process, and each peer's lanes.
@@ -267,12 +81,6 @@ pub struct Net {
     me: u32,
     lanes: Vec<Lanes>,
     eps: Vec<Endpoint>,
-    /// Peers whose device memory the device lane may reach (on this node; on `sim` when the
-    /// fabric says so). Whether a given pair of devices can copy is decided per message.
-    dev_reach: Vec<bool>,
-    /// The device lane, made on first use: a process that never touches device memory never
-    /// loads the CUDA driver.
-    dev: Option<CudaEndpoint>,
 }
 
 impl std::fmt::Debug for Net {
@@ -284,106 +92,22 @@ impl std::fmt::Debug for Net {
     }
 }
 
-/// Where [`Net::progress`] hands what arrives and what completed: the protocol layer.
-pub trait Deliver {
-    /// A message, or a chunk of rendezvous data to copy where it belongs.
-    fn incoming(&mut self, peer: u32, inc: Incoming<'_>);
-
-    /// Where `len` bytes of `peer`'s rendezvous data for the receive `token`, at `offset` in the
-    /// message, should go: exactly `len` bytes of the receive's buffer, which a transport then
-    /// fills in place (TCP reads large chunks straight from the socket there). `None`: the
-    /// bytes are dropped — the receive is unknown, or the chunk does not fit it, which the
-    /// implementation reports as it would for [`Incoming::Chunk`].
-    fn place(&mut self, peer: u32, token: u64, offset: u64, len: usize) -> Option<&mut [u8]>;
-
-    /// `len` bytes were written in place at what [`place`](Self::place) returned.
-    fn placed(&mut self, peer: u32, token: u64, offset: u64, len: usize);
-
-    /// The asynchronous operation `tok` with `peer` ([`Net::get`], [`Net::put`]) completed:
-    /// its buffer is free again.
-    fn completed(&mut self, peer: u32, tok: u64, res: Result<(), TransportError>);
-}
-
-fn no_lane(peer: u32, what: &'static str) -> TransportError {
-    TransportError::Unsupported {
-        peer,
-        op: what,
-        why: "no transport lane offers it to this peer".into(),
-    }
-}
-
 impl Net {
-    /// Assembles the table from the route of every peer ([`select`]) and the endpoints that
-    /// were set up for them: the message lane and the host-memory bulk lane of a peer are its
-    /// route's endpoint (a transport added later may give a peer a bulk lane of another
-    /// endpoint — RDMA beside TCP messages, CUDA IPC beside shared memory — here).
-    pub fn build(
-        me: u32,
-        routes: Vec<Route>,
-        shm: Option<ShmNet>,
-        ib: Option<IbNet>,
-        tcp: TcpNet,
-    ) -> Self {
-        let mut eps = Vec::with_capacity(3);
-        if let Some(s) = shm {
-            eps.push(Endpoint::Shm(s));
-        }
-        if let Some(i) = ib {
-            eps.push(Endpoint::Ib(Box::new(i)));
-        }
-        eps.push(Endpoint::Tcp(tcp));
-        // Device memory of a peer is reachable directly only on this node (CUDA IPC).
-        let dev_reach = routes.iter().map(|r| *r == Route::Shm).collect();
-        Self::assemble(me, routes, eps, dev_reach)
-    }
-
-    /// The table of rank `me` on a simulated network: every other rank over `sim`.
-    pub fn sim(me: u32, fabric: &SimFabric) -> Self {
-        let n = fabric.config().net.ranks as u32;
-        let routes = (0..n)
-            .map(|r| if r == me { Route::SelfLoop } else { Route::Sim })
-            .collect();
-        let dev_reach = (0..n)
-            .map(|r| r != me && fabric.config().device_ipc)
-            .collect();
-        Self::assemble(
-            me,
-            routes,
-            vec![Endpoint::Sim(fabric.endpoint(me))],
-            dev_reach,
-        )
-    }
-
-    /// The table of rank `me` whose every peer is reached over `ib` (a test on the simulated
-    /// verbs fabric: the endpoint is connected to its peers already).
-    pub fn ib_only(me: u32, ranks: u32, ib: IbNet) -> Self {
-        let routes = (0..ranks)
-            .map(|r| if r == me { Route::SelfLoop } else { Route::Ib })
-            .collect();
-        let dev_reach = vec![false; ranks as usize];
-        Self::assemble(me, routes, vec![Endpoint::Ib(Box::new(ib))], dev_reach)
-    }
-
-    /// The `ib` endpoint's rails (device, port, bytes given to move); empty without one.
-    pub fn ib_rails(&self) -> Vec<(String, u8, u64)> {
-        self.eps
+    /// Assembles the lanes from the route of every peer ([`select`]) and the endpoints set up
+    /// for them: a peer's message lane and host-memory bulk lane are its route's endpoint; its
+    /// device lane is the endpoint without messages (a bulk-only row of the table) for the
+    /// peers of `dev_reach`.
+    pub fn new(me: u32, routes: Vec<Route>, mut eps: Vec<Endpoint>, dev_reach: Vec<bool>) -> Self {
+        assert!(
+            eps.len() < NO_EP as usize,
+            "endpoints are indexed by a byte"
+        );
+        // Bulk-only lanes first: their completions are reported before new arrivals.
+        eps.sort_by_key(|e| e.caps().ops.contains(Ops::AM));
+        let dev = eps
             .iter()
-            .find_map(|e| match e {
-                Endpoint::Ib(i) => Some(i.rails()),
-                _ => None,
-            })
-            .unwrap_or_default()
-    }
-
-    /// The `ib` endpoint, if this process has one.
-    pub fn ib_mut(&mut self) -> Option<&mut IbNet> {
-        self.eps.iter_mut().find_map(|e| match e {
-            Endpoint::Ib(i) => Some(&mut **i),
-            _ => None,
-        })
-    }
-
-    fn assemble(me: u32, routes: Vec<Route>, eps: Vec<Endpoint>, dev_reach: Vec<bool>) -> Self {
+            .position(|e| !e.caps().ops.contains(Ops::AM))
+            .map_or(NO_EP, |i| i as u8);
         let lanes = routes
             .iter()
             .enumerate()
@@ -393,6 +117,11 @@ impl Net {
                     .position(|e| e.route() == route)
                     .map_or(NO_EP, |i| i as u8);
                 let caps = (ep != NO_EP).then(|| eps[ep as usize].caps());
+                let dev = if dev_reach.get(peer).copied().unwrap_or(false) {
+                    dev
+                } else {
+                    NO_EP
+                };
                 let l = Lanes {
                     route,
                     msg: ep,
@@ -401,6 +130,8 @@ impl Net {
                     } else {
                         NO_EP
                     },
+                    dev,
+                    features: caps.map_or(Features::NONE, |c| c.features),
                     eager_limit: match route {
                         Route::SelfLoop => usize::MAX,
                         _ => caps.map_or(0, |c| c.eager_limit),
@@ -413,9 +144,10 @@ impl Net {
                         "rank {me} -> rank {peer}: messages over {}, host memory by {:?}, device memory by {}",
                         route.name(),
                         c.ops.without(Ops::AM),
-                        if dev_reach[peer] {
+                        if dev != NO_EP {
                             format!(
-                                "CUDA IPC where the two GPUs reach each other, else host staging over {}",
+                                "{} where the two GPUs reach each other, else host staging over {}",
+                                eps[dev as usize].name(),
                                 route.name()
                             )
                         } else {
@@ -426,74 +158,105 @@ impl Net {
                 l
             })
             .collect();
-        Self {
-            me,
-            lanes,
-            eps,
-            dev_reach,
-            dev: None,
+        Self { me, lanes, eps }
+    }
+
+    /// The lanes of the three transports setup once named by hand.
+    #[deprecated(note = "setup::Listening builds a Net from the table; use Net::new")]
+    pub fn build(
+        me: u32,
+        routes: Vec<Route>,
+        shm: Option<crate::shmnet::ShmNet>,
+        ib: Option<crate::ib::IbNet>,
+        tcp: crate::tcp::TcpNet,
+    ) -> Self {
+        let mut eps: Vec<Endpoint> = shm.into_iter().map(Endpoint::Shm).collect();
+        eps.extend(ib.map(|i| Endpoint::Ib(Box::new(i))));
+        eps.push(Endpoint::Tcp(tcp));
+        let dev_reach = routes.iter().map(|r| *r == Route::Shm).collect();
+        Self::new(me, routes, eps, dev_reach)
+    }
+
+    /// The table of rank `me` on a simulated network: every other rank over `sim`, and a
+    /// device lane where the fabric says so.
+    pub fn sim(me: u32, fabric: &SimFabric) -> Self {
+        let n = fabric.config().net.ranks as u32;
+        let routes = (0..n)
+            .map(|r| if r == me { Route::SelfLoop } else { Route::Sim })
+            .collect();
+        let ipc = fabric.config().device_ipc;
+        let dev_reach = (0..n).map(|r| r != me && ipc).collect();
+        let mut eps = vec![Endpoint::Sim(fabric.endpoint(me))];
+        if ipc {
+            eps.push(Endpoint::Cuda(crate::cuda_ep::CudaEndpoint::lazy()));
         }
+        Self::new(me, routes, eps, dev_reach)
     }
 
-    /// Whether the device lane may pull `peer`'s device memory directly (CUDA IPC on this
-    /// node); the device pair may still refuse, per message.
-    pub fn dev_get(&self, peer: u32) -> bool {
-        self.dev_reach.get(peer as usize).copied().unwrap_or(false)
-            && crate::config::p2p_level() != crate::config::P2pLevel::Off
-            && crate::gpu::gpu_if_present().is_some()
+    /// The table of rank `me` whose every peer is reached over `ib` (a test on the simulated
+    /// verbs fabric: the endpoint is connected to its peers already).
+    pub fn ib_only(me: u32, ranks: u32, ib: crate::ib::IbNet) -> Self {
+        let routes = (0..ranks)
+            .map(|r| if r == me { Route::SelfLoop } else { Route::Ib })
+            .collect();
+        let dev_reach = vec![false; ranks as usize];
+        Self::new(me, routes, vec![Endpoint::Ib(Box::new(ib))], dev_reach)
     }
 
-    fn dev_ep(&mut self, peer: u32) -> Result<&mut CudaEndpoint, TransportError> {
-        if !self.dev_reach.get(peer as usize).copied().unwrap_or(false) {
-            return Err(no_lane(peer, "device get"));
-        }
-        if self.dev.is_none() {
-            let g = crate::gpu::gpu().map_err(|e| TransportError::Unsupported {
-                peer,
-                op: "device get",
-                why: e.to_string(),
-            })?;
-            self.dev = Some(CudaEndpoint::new(g));
-        }
-        Ok(self.dev.as_mut().expect("made above"))
+    /// This process's endpoint of transport `T`, if it has one (tests and diagnostics).
+    pub fn transport<T: Member>(&self) -> Option<&T> {
+        self.eps.iter().find_map(T::of)
     }
 
-    /// The key through which `peer` pulls the device memory `m` (exported once per
-    /// allocation).
-    pub fn register_dev(&mut self, peer: u32, m: &MemRef) -> Result<RKey, TransportError> {
-        self.dev_ep(peer)?.register(peer, m)
+    /// This process's endpoint of transport `T`, if it has one (tests and diagnostics).
+    pub fn transport_mut<T: Member>(&mut self) -> Option<&mut T> {
+        self.eps.iter_mut().find_map(T::of_mut)
     }
 
-    /// Starts pulling `peer`'s device memory named by `key` into `dst` (device or host);
-    /// [`Deliver::completed`] reports `tok`. Unsupported: stage through the host instead.
-    pub fn get_dev(
+    /// The `ib` endpoint's rails (device, port, bytes given to move); empty without one.
+    #[deprecated(note = "use transport::<IbNet>() and its rails()")]
+    pub fn ib_rails(&self) -> Vec<(String, u8, u64)> {
+        self.transport::<crate::ib::IbNet>()
+            .map(|i| i.rails())
+            .unwrap_or_default()
+    }
+
+    /// The `ib` endpoint, if this process has one.
+    #[deprecated(note = "use transport_mut::<IbNet>()")]
+    pub fn ib_mut(&mut self) -> Option<&mut crate::ib::IbNet> {
+        self.transport_mut::<crate::ib::IbNet>()
+    }
+
+    fn lane_of(&self, lane: Lane, peer: u32) -> u8 {
+        self.lanes.get(peer as usize).map_or(NO_EP, |l| match lane {
+            Lane::Route => l.host,
+            Lane::Device => l.dev,
+        })
+    }
+
+    fn lane_ep(
         &mut self,
+        lane: Lane,
         peer: u32,
-        dst: MemRef,
-        key: &RKey,
-        tok: u64,
-    ) -> Result<Tx, TransportError> {
-        self.dev_ep(peer)?
-            .get(peer, dst, key, tok)
-            .map(|()| Tx::Pending)
-    }
-
-    /// Whether device copies are under way (progress must poll them even with nothing to
-    /// read).
-    pub fn dev_busy(&self) -> bool {
-        self.dev.as_ref().is_some_and(|d| d.busy())
-    }
-
-    /// Closes the device memory imported from a lost peer.
-    pub fn forget_dev_peer(&mut self, peer: u32) {
-        if let Some(d) = &mut self.dev {
-            d.forget_peer(peer);
+        what: &'static str,
+    ) -> Result<&mut Endpoint, TransportError> {
+        match self.lane_of(lane, peer) {
+            NO_EP => Err(unsupported(peer, what)),
+            i => Ok(&mut self.eps[i as usize]),
         }
     }
 
     /// The route to `peer`.
     pub fn route(&self, peer: u32) -> Route {
         self.lanes[peer as usize].route
+    }
+
+    /// What the message lane to `peer` does beyond its operations (none to this process).
+    #[inline]
+    pub fn features(&self, peer: u32) -> Features {
+        self.lanes
+            .get(peer as usize)
+            .map_or(Features::NONE, |l| l.features)
     }
 
     /// Largest eager payload to `peer` (fixed when the table was built).
@@ -514,37 +277,45 @@ impl Net {
                 kinds: Kinds::HOST,
                 needs_reg: false,
                 rkey_len: 0,
+                features: Features::NONE,
             },
             i => self.eps[i as usize].caps(),
         }
     }
 
-    /// The bulk operations that reach `peer`'s memory of kind `kind` now (a peer whose kernel
-    /// refused single copy has no GET any more).
+    /// The bulk operations on `lane` that reach `peer`'s memory of kind `kind` now (a peer
+    /// whose kernel refused single copy has no GET any more; device memory only where the
+    /// lane reaches it). Asking the device lane loads the device backend: ask it only for
+    /// device memory.
+    pub fn lane_ops(&self, lane: Lane, peer: u32, kind: MemKind) -> Ops {
+        match self.lane_of(lane, peer) {
+            NO_EP => Ops::NONE,
+            i => self.eps[i as usize].bulk_ops(peer, kind),
+        }
+    }
+
+    /// What `lane` to `peer` does beyond its operations (none where there is no such lane).
+    pub fn lane_features(&self, lane: Lane, peer: u32) -> Features {
+        match self.lane_of(lane, peer) {
+            NO_EP => Features::NONE,
+            i => self.eps[i as usize].row().features,
+        }
+    }
+
+    /// The route's bulk operations that reach `peer`'s memory of kind `kind` now
+    /// ([`lane_ops`](Self::lane_ops) of [`Lane::Route`]).
     pub fn bulk_ops(&self, peer: u32, kind: MemKind) -> Ops {
-        let i = self.lanes[peer as usize].host;
-        if i == NO_EP {
-            return Ops::NONE;
-        }
-        // Device memory only where the lane's NIC reaches it (GPUDirect RDMA); else staged.
-        if matches!(kind, MemKind::Cuda { .. }) && !self.eps[i as usize].caps().kinds.cuda {
-            return Ops::NONE;
-        }
-        match &self.eps[i as usize] {
-            Endpoint::Shm(s) if !s.get_ok(peer) => s.caps().ops.without(Ops::AM).without(Ops::GET),
-            e => e.caps().ops.without(Ops::AM),
-        }
+        self.lane_ops(Lane::Route, peer, kind)
     }
 
     /// Byte counters.
     pub fn counters(&self) -> NetCounters {
-        let mut rows: Vec<_> = self.eps.iter().map(|e| (e.name(), e.counters())).collect();
-        if let Some(d) = &self.dev {
-            rows.push(("cuda", d.counters()));
+        NetCounters {
+            rows: self.eps.iter().map(|e| (e.name(), e.counters())).collect(),
         }
-        NetCounters { rows }
     }
 
+    #[inline]
     fn msg_ep(&mut self, peer: u32) -> Result<&mut Endpoint, TransportError> {
         match self.lanes.get(peer as usize).map(|l| l.msg) {
             Some(i) if i != NO_EP => Ok(&mut self.eps[i as usize]),
@@ -552,13 +323,6 @@ impl Net {
                 peer,
                 why: "self messages never reach the transport".into(),
             }),
-        }
-    }
-
-    fn bulk_ep(&mut self, peer: u32, what: &'static str) -> Result<&mut Endpoint, TransportError> {
-        match self.lanes.get(peer as usize).map(|l| l.host) {
-            Some(i) if i != NO_EP => Ok(&mut self.eps[i as usize]),
-            _ => Err(no_lane(peer, what)),
         }
     }
 
@@ -574,9 +338,10 @@ impl Net {
     }
 
     /// Sends one message whose `len` payload bytes `fill` writes straight into the transport
-    /// (a gather) when `peer`'s message lane is shared memory and its ring has room now:
-    /// `Ok(true)`. `Ok(false)` (and `fill` not run) when the ring is full or the lane cannot
-    /// gather; the caller then packs and sends as usual.
+    /// (a gather) when `peer`'s message lane has [`Features::GATHER`] and room now:
+    /// `Ok(true)`. `Ok(false)` (and `fill` not run) when there is no room or no gather; the
+    /// caller then packs and sends as usual.
+    #[inline]
     pub fn try_send_with(
         &mut self,
         peer: u32,
@@ -584,24 +349,18 @@ impl Net {
         len: usize,
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> Result<bool, TransportError> {
-        match self.msg_ep(peer)? {
-            Endpoint::Shm(s) => s.try_send_with(peer, hdr, len, fill),
-            _ => Ok(false),
-        }
+        self.msg_ep(peer)?.try_send_with(peer, hdr, len, fill)
     }
 
-    /// Offers the oldest message from `peer` to `take` when its message lane is shared memory
-    /// (see [`ShmNet::pop_from`]); `None` on other lanes and when nothing is there.
+    /// Offers the oldest message from `peer` to `take` when its message lane has
+    /// [`Features::DIRECT_POP`]; `None` on other lanes and when nothing is there.
     #[inline]
     pub fn pop_from(
         &mut self,
         peer: u32,
         take: &mut dyn FnMut(&Header, &[u8]) -> bool,
     ) -> Option<bool> {
-        match self.msg_ep(peer).ok()? {
-            Endpoint::Shm(s) => s.pop_from(peer, take),
-            _ => None,
-        }
+        self.msg_ep(peer).ok()?.pop_from(peer, take)
     }
 
     /// Sends a chunk of a rendezvous payload over the bulk lane (STREAM); returns the bytes
@@ -613,41 +372,59 @@ impl Net {
         offset: u64,
         data: &[u8],
     ) -> Result<usize, TransportError> {
-        self.bulk_ep(peer, "stream")?
+        self.lane_ep(Lane::Route, peer, "stream")?
             .send_chunk(peer, token, offset, data)
     }
 
-    /// The remote key through which `peer` reaches `m` by GET or PUT, registering `m` with the
-    /// bulk lane's transport where it needs that (a transport caches its registrations).
+    /// The remote key through which `peer` reaches `m` by GET or PUT on `lane`, registering
+    /// `m` with the lane's transport where it needs that (a transport caches its
+    /// registrations).
+    pub fn register_on(
+        &mut self,
+        lane: Lane,
+        peer: u32,
+        m: &MemRef,
+    ) -> Result<RKey, TransportError> {
+        self.lane_ep(lane, peer, "register")?.register(peer, m)
+    }
+
+    /// [`register_on`](Self::register_on) the route's lane.
     pub fn register(&mut self, peer: u32, m: &MemRef) -> Result<RKey, TransportError> {
-        match self.bulk_ep(peer, "register")? {
-            Endpoint::Shm(s) => Ok(s.rkey(m)),
-            Endpoint::Sim(s) => Ok(s.register(m)),
-            Endpoint::Ib(i) => i.register(peer, m),
-            Endpoint::Tcp(_) => Err(no_lane(peer, "register")),
-        }
+        self.register_on(Lane::Route, peer, m)
     }
 
     /// Whether keys from [`register`](Self::register) for `peer` must be handed back with
-    /// [`release`](Self::release) when the peer is done with them (a transport that pins
-    /// memory per registration: `ib`).
+    /// [`release`](Self::release) when the peer is done with them
+    /// ([`Features::RELEASES_KEYS`]).
+    #[deprecated(note = "ask lane_features(Lane::Route, peer) for Features::RELEASES_KEYS")]
     pub fn releases(&self, peer: u32) -> bool {
-        match self.lanes.get(peer as usize).map(|l| l.host) {
-            Some(i) if i != NO_EP => matches!(self.eps[i as usize], Endpoint::Ib(_)),
-            _ => false,
-        }
+        self.lane_features(Lane::Route, peer)
+            .contains(Features::RELEASES_KEYS)
     }
 
     /// `peer` is done with the key [`register`](Self::register) gave for `m`.
     pub fn release(&mut self, peer: u32, m: &MemRef) {
-        if let Ok(Endpoint::Ib(i)) = self.bulk_ep(peer, "release") {
-            i.release(m);
+        if let Ok(e) = self.lane_ep(Lane::Route, peer, "release") {
+            e.release(peer, m);
         }
     }
 
-    /// Reads `dst.len` bytes of `peer`'s memory named by `key` into `dst`. [`Tx::Done`]: done
-    /// already; [`Tx::Pending`]: `dst` is the transport's until [`Deliver::completed`] reports
-    /// `tok`. [`TransportError::Unsupported`]: nothing moved, use another protocol.
+    /// Reads `dst.len` bytes of `peer`'s memory named by `key` into `dst` over `lane`.
+    /// [`Tx::Done`]: done already; [`Tx::Pending`]: `dst` is the transport's until
+    /// [`Deliver::completed`] reports `tok`. [`TransportError::Unsupported`]: nothing moved,
+    /// use another protocol.
+    pub fn get_on(
+        &mut self,
+        lane: Lane,
+        peer: u32,
+        dst: MemRef,
+        key: &RKey,
+        tok: u64,
+    ) -> Result<Tx, TransportError> {
+        self.lane_ep(lane, peer, "get")?.get(peer, dst, key, tok)
+    }
+
+    /// [`get_on`](Self::get_on) the route's lane.
     pub fn get(
         &mut self,
         peer: u32,
@@ -655,12 +432,32 @@ impl Net {
         key: &RKey,
         tok: u64,
     ) -> Result<Tx, TransportError> {
-        match self.bulk_ep(peer, "get")? {
-            Endpoint::Shm(s) => s.get(peer, dst, key).map(|()| Tx::Done),
-            Endpoint::Sim(s) => s.get(peer, dst, key, tok).map(|()| Tx::Pending),
-            Endpoint::Ib(i) => i.get(peer, dst, key, tok),
-            Endpoint::Tcp(_) => Err(no_lane(peer, "get")),
-        }
+        self.get_on(Lane::Route, peer, dst, key, tok)
+    }
+
+    /// Whether the device lane may pull `peer`'s device memory directly.
+    #[deprecated(note = "ask lane_ops(Lane::Device, peer, kind) for Ops::GET")]
+    pub fn dev_get(&self, peer: u32) -> bool {
+        self.lane_ops(Lane::Device, peer, MemKind::Cuda { device: 0 })
+            .contains(Ops::GET)
+    }
+
+    /// The key through which `peer` pulls the device memory `m`.
+    #[deprecated(note = "use register_on(Lane::Device, ..)")]
+    pub fn register_dev(&mut self, peer: u32, m: &MemRef) -> Result<RKey, TransportError> {
+        self.register_on(Lane::Device, peer, m)
+    }
+
+    /// Starts pulling `peer`'s device memory named by `key` into `dst`.
+    #[deprecated(note = "use get_on(Lane::Device, ..)")]
+    pub fn get_dev(
+        &mut self,
+        peer: u32,
+        dst: MemRef,
+        key: &RKey,
+        tok: u64,
+    ) -> Result<Tx, TransportError> {
+        self.get_on(Lane::Device, peer, dst, key, tok)
     }
 
     /// Writes `src` into `peer`'s memory named by `key` (after the peer's CTS). As
@@ -672,24 +469,18 @@ impl Net {
         key: &RKey,
         tok: u64,
     ) -> Result<Tx, TransportError> {
-        match self.bulk_ep(peer, "put")? {
-            Endpoint::Sim(s) => s.put(peer, src, key, tok).map(|()| Tx::Pending),
-            Endpoint::Ib(i) => i.put(peer, src, key, tok),
-            Endpoint::Shm(_) | Endpoint::Tcp(_) => Err(no_lane(peer, "put")),
-        }
+        self.lane_ep(Lane::Route, peer, "put")?
+            .put(peer, src, key, tok)
     }
 
     /// Makes sure the asynchronous operation `tok` with `peer` no longer touches its local
     /// buffer when this returns; its completion is then never reported. (A synchronous mover
     /// has nothing to do; a DMA or RDMA engine waits for or flushes the operation.)
     pub fn quiesce(&mut self, peer: u32, tok: u64) {
-        if let Some(d) = &mut self.dev {
-            d.quiesce(tok);
-        }
-        match self.bulk_ep(peer, "quiesce") {
-            Ok(Endpoint::Sim(s)) => s.quiesce(tok),
-            Ok(Endpoint::Ib(i)) => i.quiesce(peer, tok),
-            _ => {}
+        for lane in [Lane::Device, Lane::Route] {
+            if let Ok(e) = self.lane_ep(lane, peer, "quiesce") {
+                e.quiesce(peer, tok);
+            }
         }
     }
 
@@ -703,9 +494,6 @@ impl Net {
     ) -> Result<usize, TransportError> {
         let mut n = 0;
         let mut failed = None;
-        if let Some(d) = &mut self.dev {
-            n += d.progress(out);
-        }
         for e in self.eps.iter_mut() {
             match e.progress(budget, out) {
                 Ok(k) => n += k,
@@ -720,30 +508,44 @@ impl Net {
         }
     }
 
-    fn shm(&self) -> Option<&ShmNet> {
-        self.eps.iter().find_map(|e| match e {
-            Endpoint::Shm(s) => Some(s),
-            _ => None,
-        })
+    /// Whether operations are under way that complete without a descriptor to wait on (device
+    /// copies): progress must poll them even with nothing to read.
+    pub fn needs_polling(&self) -> bool {
+        self.eps.iter().any(|e| e.busy())
     }
 
-    /// Marks this process as about to sleep (see [`ShmNet::begin_sleep`]).
-    pub fn begin_sleep(&self) {
-        if let Some(s) = self.shm() {
-            s.begin_sleep();
+    /// See [`needs_polling`](Self::needs_polling).
+    #[deprecated(note = "use needs_polling")]
+    pub fn dev_busy(&self) -> bool {
+        self.needs_polling()
+    }
+
+    /// Closes what every transport imported from a lost peer (device memory).
+    pub fn forget_peer(&mut self, peer: u32) {
+        for e in &mut self.eps {
+            e.forget_peer(peer);
         }
+    }
+
+    /// See [`forget_peer`](Self::forget_peer).
+    #[deprecated(note = "use forget_peer")]
+    pub fn forget_dev_peer(&mut self, peer: u32) {
+        self.forget_peer(peer)
+    }
+
+    /// Marks this process as about to sleep: peers then wake it, completion channels are
+    /// armed. Call [`progress`](Self::progress) once more afterwards and sleep only if it
+    /// found nothing.
+    pub fn begin_sleep(&self) {
         for e in &self.eps {
-            if let Endpoint::Ib(i) = e {
-                i.arm();
-            }
+            e.begin_sleep();
         }
     }
 
     /// Clears the sleep mark and drains doorbells.
     pub fn end_sleep(&self) {
-        if let Some(s) = self.shm() {
-            s.end_sleep();
-            s.drain_bell();
+        for e in &self.eps {
+            e.end_sleep();
         }
     }
 
@@ -756,55 +558,35 @@ impl Net {
         }
     }
 
-    /// Whether output to `peer` waits on something a sleeping rank can poll (a TCP socket with
-    /// room to come; on `ib` the credits, which arrive as completions on an armed CQ's
-    /// channel), rather than on a peer that only spinning notices.
+    /// Whether output to `peer` waits on something a sleeping rank can poll
+    /// ([`Features::POLLABLE_OUTPUT`]), rather than on a peer that only spinning notices.
     pub fn output_pollable(&self, peer: u32) -> bool {
-        matches!(self.route(peer), Route::Tcp | Route::Ib)
+        self.features(peer).contains(Features::POLLABLE_OUTPUT)
     }
 
     /// System calls a progress pass makes when nothing arrives (a read per TCP connection;
     /// the shared-memory rings are memory reads): what a poll of this `Net` costs in time.
     pub fn progress_syscalls(&self) -> usize {
-        self.eps
-            .iter()
-            .map(|e| match e {
-                Endpoint::Tcp(t) => t.progress_syscalls(),
-                _ => 0,
-            })
-            .sum()
+        self.eps.iter().map(|e| e.progress_syscalls()).sum()
     }
 
     /// Whether output is still queued in a transport (progress must continue to flush it).
     pub fn has_queued_output(&self) -> bool {
-        self.eps.iter().any(|e| match e {
-            Endpoint::Tcp(t) => t.has_queued_output(),
-            _ => false,
-        })
+        self.eps.iter().any(|e| e.has_queued_output())
     }
 
-    /// Creates a node-local shared window of `len` bytes of memory of `kind` (a capability of
-    /// the shared-memory transport: host memory as a memfd; device windows come with the CUDA
-    /// transport). Its descriptor is opaque: peers on this node map it with
-    /// [`window_map`](Self::window_map).
+    /// Creates a node-local shared window of `len` bytes of memory of `kind`, by the first
+    /// transport of the table that makes windows of that kind. Its descriptor is opaque: peers
+    /// on this node map it with [`window_map`](Self::window_map).
     pub fn window_create(
         &self,
         name: &str,
         len: usize,
         kind: MemKind,
     ) -> Result<crate::window::Window, TransportError> {
-        match kind {
-            MemKind::Host => {
-                crate::window::Window::create(name, len).map_err(|e| TransportError::Io {
-                    what: "creating a shared window",
-                    source: std::io::Error::other(e.to_string()),
-                })
-            }
-            MemKind::Cuda { .. } => Err(TransportError::Unsupported {
-                peer: self.me,
-                op: "device window",
-                why: "no CUDA transport in this build".into(),
-            }),
+        match TABLE.iter().find(|d| d.windows.has(kind)) {
+            Some(d) => (d.window_create)(name, len, kind),
+            None => Err(self.no_windows(kind)),
         }
     }
 
@@ -815,32 +597,32 @@ impl Net {
         blob: &[u8],
         kind: MemKind,
     ) -> Result<crate::local::Segment, TransportError> {
-        match kind {
-            MemKind::Host => crate::window::map_window(blob).map_err(|e| TransportError::Io {
-                what: "mapping a peer's shared window",
-                source: std::io::Error::other(e.to_string()),
-            }),
-            MemKind::Cuda { .. } => Err(TransportError::Unsupported {
-                peer: self.me,
-                op: "device window",
-                why: "no CUDA transport in this build".into(),
-            }),
+        match TABLE.iter().find(|d| d.windows.has(kind)) {
+            Some(d) => (d.window_map)(blob, kind),
+            None => Err(self.no_windows(kind)),
         }
     }
 
-    /// The first shared-memory peer seen dead (its local-channel connection hung up).
+    fn no_windows(&self, kind: MemKind) -> TransportError {
+        TransportError::Unsupported {
+            peer: self.me,
+            op: "window",
+            why: format!("no transport in this build makes shared windows of {kind:?} memory"),
+        }
+    }
+
+    /// The first peer a transport saw dead (its connection hung up).
     pub fn dead_peer(&mut self) -> Option<u32> {
-        self.eps.iter_mut().find_map(|e| match e {
-            Endpoint::Shm(s) => s.dead_peer(),
-            _ => None,
-        })
+        self.eps.iter_mut().find_map(|e| e.dead_peer())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::TransportChoice;
     use crate::identity::PeerInfo;
+    use crate::wire::AddrRecord;
 
     fn info(host: &str, netns: u64, pid: u32) -> AddrRecord {
         AddrRecord {

@@ -150,47 +150,9 @@ struct Peer {
     tx_prefaulted: bool,
 }
 
-/// Something that arrived from a peer.
-#[derive(Debug)]
-pub enum Incoming<'a> {
-    /// A message: header and payload (eager data or a protocol record).
-    Msg(&'a Header, &'a [u8]),
-    /// A chunk of a rendezvous payload for the receive named by `token`.
-    Chunk {
-        /// The receiver's token from its CTS.
-        token: u64,
-        /// Offset of the chunk in the message.
-        offset: u64,
-        /// The bytes.
-        data: &'a [u8],
-    },
-}
-
-/// Byte counters of one transport, for tests and diagnostics.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Counters {
-    /// Messages sent.
-    pub msgs_sent: u64,
-    /// Payload bytes sent (eager payloads and chunks).
-    pub bytes_sent: u64,
-    /// Messages received.
-    pub msgs_recv: u64,
-    /// Payload bytes received.
-    pub bytes_recv: u64,
-    /// Bytes read from peers by single copy.
-    pub bytes_cma: u64,
-    /// Of `msgs_recv`, those a receive took straight from the ring ([`ShmNet::pop_from`]: a
-    /// blocking one waiting there, a non-blocking one posted after its message): shows that
-    /// the direct path runs.
-    pub msgs_direct: u64,
-    /// Looks at the peers' connections for one that closed ([`ShmNet::dead_peer`], a system
-    /// call per peer): waits take one per period of waiting, never one per wait.
-    pub liveness_polls: u64,
-    /// Progress passes that read the connections and found nothing (TCP: a system call per
-    /// connection each): with shared cores a wait makes a few before it sleeps, not a spin
-    /// budget's worth.
-    pub empty_polls: u64,
-}
+// Their home is the contract; kept here for the paths that named them.
+use crate::transport::{ConnectCx, Deliver, ListenCx, ListenError, Transport, Tx};
+pub use crate::transport::{Counters, Incoming};
 
 /// The shared-memory transport of one process.
 pub struct ShmNet {
@@ -690,6 +652,7 @@ impl ShmNet {
             kinds: Kinds::HOST,
             needs_reg: false,
             rkey_len: 8,
+            features: <Self as Transport>::OFFERS.2,
         }
     }
 
@@ -1106,6 +1069,199 @@ impl ShmNet {
             .get(&peer)
             .and_then(|p| p.tx.as_ref())
             .is_none_or(|t| t.is_drained())
+    }
+}
+
+/// The contract: a message lane with gather and direct pop, pipelined copy, and single copy
+/// (GET by address) where the kernel allows it; host windows.
+impl Transport for ShmNet {
+    const NAME: &'static str = "shm";
+    const ADDR_KIND: u8 = crate::transport::ADDR_LOCAL;
+    const OFFERS: (crate::caps::Ops, crate::caps::Kinds, crate::caps::Features) = {
+        use crate::caps::{Features, Kinds, Ops};
+        (
+            Ops::AM.with(Ops::STREAM).with(Ops::GET),
+            Kinds::HOST,
+            Features::GATHER
+                .with(Features::DIRECT_POP)
+                .with(Features::NODE_LOCAL),
+        )
+    };
+    const WINDOWS: crate::caps::Kinds = crate::caps::Kinds::HOST;
+    type Listener = LocalListener;
+
+    fn can_connect(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> bool {
+        can_connect(a, b)
+    }
+
+    fn refusal(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> String {
+        format!(
+            "RCOMM_TRANSPORT=shm, but pid {} on {} and pid {} on {} cannot share memory (other node or user); use auto or tcp",
+            a.info.pid, a.info.hostname, b.info.pid, b.info.hostname
+        )
+    }
+
+    /// The node-local channel, named by the job and the local rank.
+    fn listen(cx: &ListenCx<'_>) -> Result<Option<LocalListener>, ListenError> {
+        LocalListener::bind(cx.job_id, cx.local_rank, cx.secret.clone())
+            .map(Some)
+            .map_err(|e| ListenError::Env(format!("local channel: {e}")))
+    }
+
+    fn address(l: &LocalListener) -> Option<Vec<u8>> {
+        Some(l.name().as_bytes().to_vec())
+    }
+
+    /// Every node peer is connected now, each one waited for; the channel's name then goes
+    /// (the listener is dropped).
+    fn connect(
+        l: Option<LocalListener>,
+        cx: &ConnectCx<'_>,
+    ) -> Result<Option<Self>, TransportError> {
+        let peers: Vec<LocalPeer> = cx
+            .peers()
+            .map(|r| {
+                let rec = &cx.records[r as usize];
+                LocalPeer {
+                    rank: r,
+                    pid: rec.info.pid,
+                    name: crate::transport::published(rec, Self::ADDR_KIND)
+                        .map(|b| String::from_utf8_lossy(b).into_owned())
+                        .unwrap_or_default(),
+                }
+            })
+            .collect();
+        let (Some(l), false) = (l, peers.is_empty()) else {
+            return Ok(None);
+        };
+        let cfg = ShmConfig {
+            cma: cx.cfg.shm_cma,
+            membarrier: cx.cfg.shm_membarrier,
+            ..ShmConfig::default()
+        };
+        ShmNet::connect(cx.rank, &l, &peers, cx.secret, cfg).map(Some)
+    }
+
+    fn window_create(
+        name: &str,
+        len: usize,
+        _kind: crate::mem::MemKind,
+    ) -> Result<crate::window::Window, TransportError> {
+        crate::window::Window::create(name, len).map_err(|e| TransportError::Io {
+            what: "creating a shared window",
+            source: io::Error::other(e.to_string()),
+        })
+    }
+
+    fn window_map(blob: &[u8], _kind: crate::mem::MemKind) -> Result<Segment, TransportError> {
+        crate::window::map_window(blob).map_err(|e| TransportError::Io {
+            what: "mapping a peer's shared window",
+            source: io::Error::other(e.to_string()),
+        })
+    }
+
+    #[inline]
+    fn caps(&self) -> crate::caps::Caps {
+        ShmNet::caps(self)
+    }
+
+    fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    #[inline]
+    fn try_send(
+        &mut self,
+        peer: u32,
+        hdr: &Header,
+        payload: &[u8],
+    ) -> Result<bool, TransportError> {
+        ShmNet::try_send(self, peer, hdr, payload)
+    }
+
+    #[inline]
+    fn try_send_with(
+        &mut self,
+        peer: u32,
+        hdr: &Header,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<bool, TransportError> {
+        ShmNet::try_send_with(self, peer, hdr, len, fill)
+    }
+
+    #[inline]
+    fn pop_from(
+        &mut self,
+        peer: u32,
+        take: &mut dyn FnMut(&Header, &[u8]) -> bool,
+    ) -> Option<bool> {
+        ShmNet::pop_from(self, peer, take)
+    }
+
+    fn send_chunk(
+        &mut self,
+        peer: u32,
+        token: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<usize, TransportError> {
+        ShmNet::send_chunk(self, peer, token, offset, data)
+    }
+
+    /// A peer whose kernel refused single copy has no GET any more.
+    fn bulk_ops(&self, peer: u32, kind: crate::mem::MemKind) -> crate::caps::Ops {
+        use crate::caps::Ops;
+        let c = ShmNet::caps(self);
+        if !c.kinds.has(kind) {
+            return Ops::NONE;
+        }
+        let ops = c.ops.without(Ops::AM);
+        if self.get_ok(peer) {
+            ops
+        } else {
+            ops.without(Ops::GET)
+        }
+    }
+
+    fn register(
+        &mut self,
+        _peer: u32,
+        m: &crate::mem::MemRef,
+    ) -> Result<crate::mem::RKey, TransportError> {
+        Ok(self.rkey(m))
+    }
+
+    /// Single copy: done when it returns.
+    fn get(
+        &mut self,
+        peer: u32,
+        dst: crate::mem::MemRef,
+        key: &crate::mem::RKey,
+        _tok: u64,
+    ) -> Result<Tx, TransportError> {
+        ShmNet::get(self, peer, dst, key).map(|()| Tx::Done)
+    }
+
+    fn progress(&mut self, budget: usize, out: &mut dyn Deliver) -> Result<usize, TransportError> {
+        ShmNet::progress(self, budget, &mut |peer, inc| out.incoming(peer, inc))
+    }
+
+    fn wait_fds(&self, set: &mut crate::os::PollSet) {
+        ShmNet::wait_fds(self, set)
+    }
+
+    fn begin_sleep(&self) {
+        ShmNet::begin_sleep(self)
+    }
+
+    fn end_sleep(&self) {
+        ShmNet::end_sleep(self);
+        self.drain_bell();
+    }
+
+    fn dead_peer(&mut self) -> Option<u32> {
+        ShmNet::dead_peer(self)
     }
 }
 

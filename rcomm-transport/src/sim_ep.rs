@@ -14,7 +14,7 @@
 //! One-sided operations are carried out by the fabric, not by the target's engine, as a NIC
 //! would: a GET request reaches the target, the fabric reads the target's memory there and
 //! sends the data back; a PUT carries the data to the target, where the fabric writes it and
-//! acknowledges. The initiator sees a completion ([`crate::net::Deliver::completed`]) when the
+//! acknowledges. The initiator sees a completion ([`Deliver::completed`]) when the
 //! data or the acknowledgement arrives.
 //!
 //! Memory is reached by address (every rank is in this process); the engine's rule that a
@@ -24,9 +24,8 @@
 use crate::caps::{Caps, Kinds, Ops};
 use crate::error::TransportError;
 use crate::mem::{MemRef, RKey, RegCache};
-use crate::net::Deliver;
-use crate::shmnet::{Counters, Incoming};
 use crate::sim::{SimConfig, SimError, SimEvent, SimNet};
+use crate::transport::{ConnectCx, Counters, Deliver, Incoming, Transport, Tx};
 use crate::wire::Header;
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -428,6 +427,7 @@ impl SimEndpoint {
             kinds: Kinds::HOST,
             needs_reg: c.needs_reg,
             rkey_len: 16,
+            features: <Self as Transport>::OFFERS.2,
         }
     }
 
@@ -673,5 +673,74 @@ impl SimEndpoint {
             }
         }
         Ok(n)
+    }
+}
+
+/// The contract, as the smallest transport shows it: messages and whichever bulk operations
+/// the fabric's configuration offers, all completing through progress. It is never chosen
+/// from address records (`can_connect` is false, setup makes none): a test builds its
+/// endpoints from a [`SimFabric`] ([`crate::net::Net::sim`]).
+impl Transport for SimEndpoint {
+    const NAME: &'static str = "sim";
+    const OFFERS: (Ops, Kinds, crate::caps::Features) = (
+        Ops::AM.with(Ops::STREAM).with(Ops::GET).with(Ops::PUT),
+        Kinds::HOST,
+        crate::caps::Features::NONE,
+    );
+    type Listener = ();
+
+    fn can_connect(_: &crate::wire::AddrRecord, _: &crate::wire::AddrRecord) -> bool {
+        false
+    }
+
+    fn connect(_: Option<()>, _: &ConnectCx<'_>) -> Result<Option<Self>, TransportError> {
+        Ok(None)
+    }
+
+    fn caps(&self) -> Caps {
+        SimEndpoint::caps(self)
+    }
+
+    fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    fn try_send(
+        &mut self,
+        peer: u32,
+        hdr: &Header,
+        payload: &[u8],
+    ) -> Result<bool, TransportError> {
+        SimEndpoint::try_send(self, peer, hdr, payload)
+    }
+
+    fn send_chunk(
+        &mut self,
+        peer: u32,
+        token: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<usize, TransportError> {
+        SimEndpoint::send_chunk(self, peer, token, offset, data)
+    }
+
+    fn register(&mut self, _peer: u32, m: &MemRef) -> Result<RKey, TransportError> {
+        Ok(SimEndpoint::register(self, m))
+    }
+
+    fn get(&mut self, peer: u32, dst: MemRef, key: &RKey, tok: u64) -> Result<Tx, TransportError> {
+        SimEndpoint::get(self, peer, dst, key, tok).map(|()| Tx::Pending)
+    }
+
+    fn put(&mut self, peer: u32, src: MemRef, key: &RKey, tok: u64) -> Result<Tx, TransportError> {
+        SimEndpoint::put(self, peer, src, key, tok).map(|()| Tx::Pending)
+    }
+
+    fn quiesce(&mut self, _peer: u32, tok: u64) {
+        SimEndpoint::quiesce(self, tok)
+    }
+
+    fn progress(&mut self, budget: usize, out: &mut dyn Deliver) -> Result<usize, TransportError> {
+        SimEndpoint::progress(self, budget, out)
     }
 }

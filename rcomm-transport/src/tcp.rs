@@ -100,6 +100,7 @@ pub use receiver::{READ_BUDGET, TcpReceiver, TcpSink};
 pub use sender::TcpSender;
 
 use crate::error::{Caps, TransportError};
+use crate::transport::{ConnectCx, Deliver, ListenCx, ListenError, Transport};
 use crate::wire::{Dec, Enc, Header, WireError};
 use std::io;
 use std::net::TcpStream;
@@ -204,6 +205,7 @@ impl TcpConfig {
             kinds: crate::caps::Kinds::HOST,
             needs_reg: false,
             rkey_len: 0,
+            features: <TcpNet as Transport>::OFFERS.2,
         }
     }
 }
@@ -355,4 +357,136 @@ fn tune(s: &TcpStream, cfg: &TcpConfig) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The TCP listener's interface: `RCOMM_SOCKET_IFNAME`'s when set; else the network interface
+/// the topology puts nearest this rank's GPU or NUMA node (rail-aligned, see
+/// [`crate::topo::choose`]) when it is up with an IPv4 address here; else the default rule.
+/// The topology only ever narrows the default, so a machine it cannot read, or a fake host
+/// (network namespace) that lacks the chosen interface, behaves as before.
+pub fn tcp_address(
+    cfg: &crate::config::Config,
+    local_rank: u32,
+) -> Result<(String, std::net::IpAddr), String> {
+    use crate::ifaddr;
+    if cfg.socket_ifname.is_none()
+        && let Some((_, choice)) = crate::topo::choose::for_this_process(cfg, local_rank)
+        && let Some(net) = choice.net
+        && let Some(spec) = ifaddr::IfSpec::parse(&format!("={}", net.name))
+        && let Ok(ifs) = ifaddr::interfaces()
+        && let Ok(found) = ifaddr::choose(Some(&spec), &ifs)
+    {
+        return Ok(found);
+    }
+    ifaddr::local_address(cfg.socket_ifname.as_ref())
+}
+
+fn tcp_config(cfg: &crate::config::Config) -> TcpConfig {
+    TcpConfig {
+        streams: cfg.tcp_streams,
+        user_timeout_ms: cfg.tcp_timeout_ms,
+        ..TcpConfig::default()
+    }
+}
+
+/// The contract: ordered messages and streamed chunks of host memory, to any peer that
+/// published a listener; output waits on sockets a sleeping rank polls.
+impl Transport for TcpNet {
+    const NAME: &'static str = "tcp";
+    const ADDR_KIND: u8 = crate::transport::ADDR_TCP;
+    const OFFERS: (crate::caps::Ops, crate::caps::Kinds, crate::caps::Features) = (
+        crate::caps::Ops::AM.with(crate::caps::Ops::STREAM),
+        crate::caps::Kinds::HOST,
+        crate::caps::Features::POLLABLE_OUTPUT,
+    );
+    type Listener = TcpAcceptor;
+
+    fn can_connect(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> bool {
+        can_connect(a, b)
+    }
+
+    fn refusal(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> String {
+        format!(
+            "no transport reaches pid {} on {} from pid {} on {}",
+            b.info.pid, b.info.hostname, a.info.pid, a.info.hostname
+        )
+    }
+
+    /// On the interface of [`tcp_address`], not the address that reached the launcher: that
+    /// is loopback under a single-host launcher, which ranks in other network namespaces or on
+    /// other hosts cannot reach.
+    fn listen(cx: &ListenCx<'_>) -> Result<Option<TcpAcceptor>, ListenError> {
+        let (ifname, ip) = tcp_address(cx.cfg, cx.local_rank).map_err(ListenError::Env)?;
+        let a = TcpAcceptor::bind(ip, cx.rank, cx.size, cx.secret, &tcp_config(cx.cfg))?;
+        crate::rlog!(Info, "NET", "TCP listener on {} ({ifname})", a.addr());
+        Ok(Some(a))
+    }
+
+    fn address(l: &TcpAcceptor) -> Option<Vec<u8>> {
+        Some(l.addr().to_string().into_bytes())
+    }
+
+    /// Always made (in a world of one too): peers are connected to when first used, from
+    /// every rank's published address.
+    fn connect(l: Option<TcpAcceptor>, cx: &ConnectCx<'_>) -> Result<Option<Self>, TransportError> {
+        let addrs = cx
+            .records
+            .iter()
+            .map(|r| {
+                crate::transport::published(r, Self::ADDR_KIND)
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+            })
+            .collect();
+        Ok(Some(TcpNet::new(
+            cx.rank,
+            l,
+            addrs,
+            tcp_config(cx.cfg),
+            cx.secret.clone(),
+        )))
+    }
+
+    fn caps(&self) -> Caps {
+        TcpNet::caps(self)
+    }
+
+    fn counters(&self) -> crate::transport::Counters {
+        TcpNet::counters(self)
+    }
+
+    #[inline]
+    fn try_send(
+        &mut self,
+        peer: u32,
+        hdr: &Header,
+        payload: &[u8],
+    ) -> Result<bool, TransportError> {
+        TcpNet::try_send(self, peer, hdr, payload)
+    }
+
+    fn send_chunk(
+        &mut self,
+        peer: u32,
+        token: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<usize, TransportError> {
+        TcpNet::send_chunk(self, peer, token, offset, data)
+    }
+
+    fn progress(&mut self, _budget: usize, out: &mut dyn Deliver) -> Result<usize, TransportError> {
+        TcpNet::progress(self, out)
+    }
+
+    fn has_queued_output(&self) -> bool {
+        TcpNet::has_queued_output(self)
+    }
+
+    fn progress_syscalls(&self) -> usize {
+        TcpNet::progress_syscalls(self)
+    }
+
+    fn wait_fds(&self, set: &mut crate::os::PollSet) {
+        TcpNet::wait_fds(self, set)
+    }
 }

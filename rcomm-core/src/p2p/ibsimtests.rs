@@ -150,14 +150,19 @@ impl Cluster {
     }
 
     fn kill(&mut self, r: usize) {
-        let rails = self.engines[r].net().ib_rails().len();
+        let rails = self.engines[r]
+            .net()
+            .transport::<IbEndpoint<AnyVerbs>>()
+            .unwrap()
+            .rails()
+            .len();
         for i in 0..rails {
             self.fabric.kill_hca(&rail_hca(r, i));
         }
         self.dead[r] = true;
     }
 
-    fn ib(&mut self, r: usize) -> rcomm_transport::shmnet::Counters {
+    fn ib(&mut self, r: usize) -> rcomm_transport::transport::Counters {
         self.engines[r].net().counters().get("ib")
     }
 }
@@ -211,7 +216,10 @@ fn every_size_arrives_exactly_over_ib_at_2_to_16_ranks() {
         let mut cl = all_to_all(n, params(4, 256, 1), SimConfig::default(), false);
         for r in 0..n {
             // Host registrations live as long as their rendezvous: none is left pinned.
-            let ep = cl.engines[r].net_mut().ib_mut().unwrap();
+            let ep = cl.engines[r]
+                .net_mut()
+                .transport_mut::<IbEndpoint<AnyVerbs>>()
+                .unwrap();
             assert_eq!(ep.registrations(), 0, "rank {r} of {n}: registrations left");
             let c = cl.engines[r].net().counters().get("ib");
             // Sizes above 256 bytes went by RDMA READ: 3 per peer.
@@ -427,7 +435,12 @@ fn a_qp_in_error_mid_transfer_fails_only_its_peer() {
     }
     // Rank 2's QPs to rank 0 go to error, as after a local fault.
     let v = cl.fabric.host(&[&hca(2)]);
-    let qps = cl.engines[2].net_mut().ib_mut().unwrap().qps_of(0).to_vec();
+    let qps = cl.engines[2]
+        .net_mut()
+        .transport_mut::<IbEndpoint<AnyVerbs>>()
+        .unwrap()
+        .qps_of(0)
+        .to_vec();
     for q in qps {
         v.modify_qp(q, &QpModify::Err).unwrap();
     }
@@ -752,7 +765,10 @@ fn a_registration_invalidated_after_free_is_made_anew_and_the_old_key_is_refused
     let mut cl = Cluster::new(2, p, SimConfig::default(), false);
     let buf = vec![7u8; 4096];
     let m = rcomm_transport::mem::MemRef::host(buf.as_ptr() as u64, buf.len());
-    let ep = cl.engines[0].net_mut().ib_mut().unwrap();
+    let ep = cl.engines[0]
+        .net_mut()
+        .transport_mut::<IbEndpoint<AnyVerbs>>()
+        .unwrap();
     let k1 = ep.register(1, &m).unwrap();
     let k2 = ep.register(1, &m).unwrap();
     assert_eq!(
@@ -779,7 +795,7 @@ fn a_registration_invalidated_after_free_is_made_anew_and_the_old_key_is_refused
     let d = rcomm_transport::mem::MemRef::host(dst.as_mut_ptr() as u64, dst.len());
     struct Sink(Vec<(u32, u64, bool)>);
     impl rcomm_transport::net::Deliver for Sink {
-        fn incoming(&mut self, _: u32, _: rcomm_transport::shmnet::Incoming<'_>) {}
+        fn incoming(&mut self, _: u32, _: rcomm_transport::transport::Incoming<'_>) {}
         fn place(&mut self, _: u32, _: u64, _: u64, _: usize) -> Option<&mut [u8]> {
             None
         }
@@ -794,14 +810,17 @@ fn a_registration_invalidated_after_free_is_made_anew_and_the_old_key_is_refused
         }
     }
     let mut sink = Sink(Vec::new());
-    let ep1 = cl.engines[1].net_mut().ib_mut().unwrap();
+    let ep1 = cl.engines[1]
+        .net_mut()
+        .transport_mut::<IbEndpoint<AnyVerbs>>()
+        .unwrap();
     ep1.get(0, d, &k1, 42).unwrap();
     let mut err = None;
     for _ in 0..1000 {
         cl.fabric.step();
         if let Err(e) = cl.engines[1]
             .net_mut()
-            .ib_mut()
+            .transport_mut::<IbEndpoint<AnyVerbs>>()
             .unwrap()
             .progress(64, &mut sink)
         {
@@ -950,7 +969,11 @@ fn two_rails_stripe_every_size_and_keep_mpi_order_across_rails_and_qps() {
         assert!(recvs[k] == sends[k], "message {k}: out of order or corrupt");
     }
     for r in 0..3 {
-        let rails = cl.engines[r].net().ib_rails();
+        let rails = cl.engines[r]
+            .net()
+            .transport::<IbEndpoint<AnyVerbs>>()
+            .unwrap()
+            .rails();
         assert_eq!(rails.len(), 2);
         for (dev, _, bytes) in &rails {
             assert!(
@@ -997,9 +1020,20 @@ fn ranks_with_different_rail_counts_use_the_rails_they_share() {
     }
     assert_eq!((b, b2), (m, m2));
     // No peer has a third rail: rank 2's third HCA carries nothing; rank 0 read the 50 kB.
-    let rails = cl.engines[2].net().ib_rails();
+    let rails = cl.engines[2]
+        .net()
+        .transport::<IbEndpoint<AnyVerbs>>()
+        .unwrap()
+        .rails();
     assert!(rails[0].2 > 0 && rails[2].2 == 0, "{rails:?}");
-    let r0: u64 = cl.engines[0].net().ib_rails().iter().map(|r| r.2).sum();
+    let r0: u64 = cl.engines[0]
+        .net()
+        .transport::<IbEndpoint<AnyVerbs>>()
+        .unwrap()
+        .rails()
+        .iter()
+        .map(|r| r.2)
+        .sum();
     assert!(r0 >= 50_000, "{r0}");
 }
 
@@ -1022,7 +1056,10 @@ fn a_freed_device_buffer_is_never_served_from_the_registration_cache() {
         len: 8192,
         kind: MemKind::Cuda { device: 0 },
     };
-    let ep = cl.engines[0].net_mut().ib_mut().unwrap();
+    let ep = cl.engines[0]
+        .net_mut()
+        .transport_mut::<IbEndpoint<AnyVerbs>>()
+        .unwrap();
     let k1 = ep.register(1, &m).unwrap();
     assert_eq!(
         ep.register(1, &m).unwrap().as_bytes(),

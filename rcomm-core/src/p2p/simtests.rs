@@ -66,7 +66,7 @@ impl Cluster {
                 }
             }
             // Device copies complete outside virtual time: polled until they do.
-            let copying = self.engines.iter().any(|e| e.net().dev_busy());
+            let copying = self.engines.iter().any(|e| e.net().needs_polling());
             if work == 0 && !copying && !self.fabric.advance() {
                 return if done(self) {
                     Ok(())

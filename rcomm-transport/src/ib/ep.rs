@@ -37,8 +37,7 @@ use super::verbs::{
 use crate::caps::{Caps, Kinds, Ops};
 use crate::error::TransportError;
 use crate::mem::{MemRef, RKey};
-use crate::net::{Deliver, Tx};
-use crate::shmnet::{Counters, Incoming};
+use crate::transport::{Counters, Deliver, Incoming, Transport, Tx};
 use crate::wire::Header;
 use std::collections::{HashMap, VecDeque};
 
@@ -707,6 +706,7 @@ impl<V: Verbs> IbEndpoint<V> {
             },
             needs_reg: true,
             rkey_len: 16 + 4 * self.rails.len(),
+            features: <super::IbNet as Transport>::OFFERS.2,
         }
     }
 

@@ -8,6 +8,7 @@
 
 pub mod any;
 pub mod conn;
+mod contract;
 pub mod ep;
 #[cfg(feature = "ib")]
 pub mod libverbs;

@@ -7,9 +7,8 @@ use super::{
 use crate::auth::Secret;
 use crate::error::TransportError;
 use crate::fastmap::FastMap;
-use crate::net::Deliver;
 use crate::os::PollSet;
-use crate::shmnet::{Counters, Incoming};
+use crate::transport::{Counters, Deliver, Incoming};
 use crate::wire::{Header, ProtoKind};
 
 /// Every TCP connection of one process.

@@ -8,7 +8,7 @@
 
 use super::{Engine, Status};
 use crate::p2p::matcher::TagSel;
-use rcomm_transport::net::Route;
+use rcomm_transport::caps::Features;
 use rcomm_transport::wire::ProtoKind;
 
 /// What one look at the peer's ring found.
@@ -81,7 +81,10 @@ impl Engine {
         // The matcher first: behind receives posted earlier (a window of them) this is one
         // look, and the ring is not read at all.
         let seq = st.ctx.get(&ctx)?.m.direct_seq(src, tag)?;
-        (self.net.route(src) == Route::Shm).then_some(seq)
+        self.net
+            .features(src)
+            .contains(Features::DIRECT_POP)
+            .then_some(seq)
     }
 
     /// Takes the head of `src`'s ring if it is message `seq` and matches.

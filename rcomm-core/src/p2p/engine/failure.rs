@@ -80,7 +80,7 @@ impl Engine {
         }
         self.take_back(|p| p.peer == peer, |s| s.peer == peer);
         // Its device memory may be gone: close what was imported from it.
-        self.net.forget_dev_peer(peer);
+        self.net.forget_peer(peer);
         self.st.rndv_send.retain(|_, s| s.peer != peer);
         self.st.rndv_recv.retain(|_, s| s.peer != peer);
         self.st.pulls.retain(|p| p.peer != peer);

@@ -30,13 +30,12 @@ use super::matcher::{
 };
 use super::region::Region;
 use crate::CommError;
-use rcomm_transport::caps::Ops;
+use rcomm_transport::caps::{Features, Ops};
 use rcomm_transport::error::TransportError;
 use rcomm_transport::fastmap::FastMap;
 use rcomm_transport::mem::{MemKind, MemRef, RKey};
-use rcomm_transport::net::Deliver;
-use rcomm_transport::net::{Net, NetCounters, Route, Tx};
-use rcomm_transport::shmnet::Incoming;
+use rcomm_transport::net::{Lane, Net, NetCounters, Route};
+use rcomm_transport::transport::{Deliver, Incoming, Tx};
 use rcomm_transport::wire::{Header, ProtoKind};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -451,7 +450,10 @@ impl Engine {
                 hung: Vec::new(),
                 bulk: (0..size).map(|p| net.bulk_ops(p, MemKind::Host)).collect(),
                 releases: Default::default(),
-                any_releases: (0..size).any(|p| net.releases(p)),
+                any_releases: (0..size).any(|p| {
+                    net.lane_features(Lane::Route, p)
+                        .contains(Features::RELEASES_KEYS)
+                }),
                 gdr: (0..size)
                     .map(|p| {
                         net.bulk_ops(p, MemKind::Cuda { device: 0 })
@@ -669,8 +671,13 @@ impl Engine {
             let mut net_key = false;
             let mut registered = None;
             let key = if region.is_device() {
-                if self.net.dev_get(dest) {
-                    match self.net.register_dev(dest, &region.mem_ref()) {
+                let kind = region.mem_ref().kind;
+                if self
+                    .net
+                    .lane_ops(Lane::Device, dest, kind)
+                    .contains(Ops::GET)
+                {
+                    match self.net.register_on(Lane::Device, dest, &region.mem_ref()) {
                         Ok(k) => Some(k),
                         Err(e) => {
                             rcomm_transport::rlog!(
@@ -732,7 +739,11 @@ impl Engine {
                     putting: None,
                     stage: None,
                     _exposed: registered
-                        .filter(|_| self.net.releases(dest))
+                        .filter(|_| {
+                            self.net
+                                .lane_features(Lane::Route, dest)
+                                .contains(Features::RELEASES_KEYS)
+                        })
                         .map(|m| Exposed {
                             peer: dest,
                             m,

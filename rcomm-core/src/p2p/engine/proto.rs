@@ -38,7 +38,7 @@ impl Engine {
                 ..region.mem_ref()
             };
             let started = if p.dev {
-                self.net.get_dev(p.peer, dst, &p.key, tok)
+                self.net.get_on(Lane::Device, p.peer, dst, &p.key, tok)
             } else {
                 self.net.get(p.peer, dst, &p.key, tok)
             };
@@ -91,7 +91,11 @@ impl Engine {
             let m = MemRef::host(region.addr(), env.len as usize);
             match self.net.register(peer, &m) {
                 Ok(key) => {
-                    let exposed = self.net.releases(peer).then(|| Exposed {
+                    let releases = self
+                        .net
+                        .lane_features(Lane::Route, peer)
+                        .contains(Features::RELEASES_KEYS);
+                    let exposed = releases.then(|| Exposed {
                         peer,
                         m,
                         q: self.st.releases.clone(),
@@ -246,7 +250,7 @@ impl Engine {
 
     /// Whether anything is queued that needs progress even with nothing arriving.
     pub(crate) fn busy(&self) -> bool {
-        self.net.dev_busy()
+        self.net.needs_polling()
             || !self.st.streaming.is_empty()
             || self.st.out_len > 0
             || !self.st.pulls.is_empty()
@@ -269,7 +273,7 @@ impl Engine {
 
     /// Whether this rank can read `peer`'s memory by single copy (a GET on shared memory).
     pub(crate) fn single_copy_with(&self, peer: u32) -> bool {
-        self.net.route(peer) == Route::Shm
+        self.net.features(peer).contains(Features::NODE_LOCAL)
             && self
                 .st
                 .bulk
@@ -285,7 +289,7 @@ impl Engine {
         let net = &self.net;
         // Device copies complete without a descriptor to wait on: they are polled (the
         // device lane's reads, and staging copies of device memory being streamed).
-        net.dev_busy()
+        net.needs_polling()
             || self
                 .st
                 .streaming
