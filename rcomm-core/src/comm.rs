@@ -5,7 +5,7 @@ use crate::p2p::matcher::{Envelope, Source, TagSel};
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
 use bytemuck::Pod;
-use rcomm_transport::algo::{Algo, Coll};
+use rcomm_transport::algo::{Algo, Coll, Forced};
 use rcomm_transport::bootstrap::kvs::NoticeBoard;
 use rcomm_transport::net::NetCounters;
 use std::marker::PhantomData;
@@ -109,7 +109,7 @@ pub(crate) struct Shared {
     /// For each world rank, the lowest world rank on its node (a node's colour).
     pub(crate) node_of: Vec<u32>,
     /// `RCOMM_ALGO`, checked equal on every rank at init.
-    pub(crate) algo: Vec<(Coll, Option<Algo>)>,
+    pub(crate) algo: Vec<Forced>,
     /// The collective cost model's constants: rank 0's, broadcast at init, so every rank's
     /// tuner chooses alike. Set once by `init` after the transports are up.
     pub(crate) tuning: std::sync::OnceLock<crate::coll_state::Tuning>,
@@ -151,7 +151,7 @@ impl Shared {
         notices: Option<Arc<NoticeBoard>>,
         policy: WaitPolicy,
         node_of: Vec<u32>,
-        algo: Vec<(Coll, Option<Algo>)>,
+        algo: Vec<Forced>,
     ) -> Self {
         // The initialising thread is usually the one that waits: size its sleep list now.
         SLEEP_FDS.with_borrow_mut(|f| f.reserve(64));
@@ -437,7 +437,7 @@ pub struct Communicator {
     pub(crate) memo: Arc<crate::coll_state::ChoiceMemo>,
     pub(crate) shared: Arc<Shared>,
     /// Algorithms forced on this handle ([`Communicator::with_algo`]), before `RCOMM_ALGO`.
-    pub(crate) algo_force: Option<Arc<Vec<(Coll, Option<Algo>)>>>,
+    pub(crate) algo_force: Option<Arc<Vec<Forced>>>,
     /// World ranks whose failure fails this communicator's collectives, when more than its
     /// members: the parent's, for the sub-communicators a hierarchical collective runs on.
     pub(crate) failure_scope: Option<Arc<Vec<u32>>>,

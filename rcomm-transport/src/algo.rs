@@ -240,10 +240,13 @@ impl fmt::Display for Coll {
     }
 }
 
+/// One operation's forced algorithm (`None`: `auto`, the tuner's choice).
+pub type Forced = (Coll, Option<Algo>);
+
 /// Parses `op:algo,op:algo` (case and spaces ignored) into (operation, forced algorithm;
 /// `None` for `auto`), checking every name against the table; the error says what was
 /// expected.
-pub fn parse_forced(v: &str) -> Result<Vec<(Coll, Option<Algo>)>, String> {
+pub fn parse_forced(v: &str) -> Result<Vec<Forced>, String> {
     let mut out = Vec::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (op, algo) = item

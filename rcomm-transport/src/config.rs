@@ -325,9 +325,7 @@ pub const DEVICE_ALGOS: &[(&str, &[&str])] = crate::algo::DEVICE_NAMES;
 
 /// Parses `RCOMM_ALGO` (`op:algo,op:algo`) into (operation, algorithm; `None` for `auto`),
 /// checking every name against [`crate::algo`]'s table.
-pub fn parse_forced(
-    v: &str,
-) -> Result<Vec<(crate::algo::Coll, Option<crate::algo::Algo>)>, ConfigError> {
+pub fn parse_forced(v: &str) -> Result<Vec<crate::algo::Forced>, ConfigError> {
     crate::algo::parse_forced(v).map_err(|expected| ConfigError {
         name: "RCOMM_ALGO",
         value: v.to_string(),
@@ -1052,7 +1050,7 @@ fn parse_torch(env: &BTreeMap<String, String>) -> Result<Option<TorchEnv>, Confi
 impl Config {
     /// [`algo`](Self::algo) as (operation, algorithm; `None` for `auto`); names the registry
     /// does not know are left out.
-    pub fn forced_algos(&self) -> Vec<(crate::algo::Coll, Option<crate::algo::Algo>)> {
+    pub fn forced_algos(&self) -> Vec<crate::algo::Forced> {
         self.algo
             .iter()
             .filter_map(|(o, a)| {

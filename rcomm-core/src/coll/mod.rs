@@ -104,7 +104,7 @@ impl Communicator {
     /// where `RCOMM_ALGO` forces one).
     pub(crate) fn with_forced(&self, op: Coll, algo: Option<Algo>) -> Communicator {
         let mut c = self.clone();
-        let mut list: Vec<(Coll, Option<Algo>)> = c
+        let mut list: Vec<rcomm_transport::algo::Forced> = c
             .algo_force
             .as_deref()
             .cloned()
