@@ -6,6 +6,7 @@
 
 use crate::Result;
 use crate::schedule::Schedule;
+use rcomm_transport::algo::{Algo, Coll};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -27,9 +28,9 @@ pub(crate) struct CollShared {
     /// its lock) when there is none.
     pub(crate) any_inflight: std::sync::atomic::AtomicBool,
     /// The tuner's choices by what they are a pure function of.
-    pub(crate) choices: Mutex<rcomm_transport::fastmap::FastMap<ChoiceKey, &'static str>>,
+    pub(crate) choices: Mutex<rcomm_transport::fastmap::FastMap<ChoiceKey, Algo>>,
     /// Choices already logged: (op, ranks, bytes, algorithm).
-    pub(crate) logged: Mutex<std::collections::HashSet<(&'static str, u32, usize, &'static str)>>,
+    pub(crate) logged: Mutex<std::collections::HashSet<(Coll, u32, usize, Algo)>>,
 }
 
 impl std::fmt::Debug for CollShared {
@@ -40,10 +41,10 @@ impl std::fmt::Debug for CollShared {
 
 /// What a cached schedule was built from (v-variants are not cached: their block tables
 /// would make the key as big as the schedule).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct SchedKey {
     pub op: &'static str,
-    pub algo: &'static str,
+    pub algo: Algo,
     pub rank: u32,
     pub n: u32,
     pub root: u32,
@@ -54,14 +55,14 @@ pub(crate) struct SchedKey {
 /// What an algorithm choice depends on besides the process-wide tuning and settings.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct ChoiceKey {
-    pub op: &'static str,
+    pub op: Coll,
     pub n: u32,
     pub bytes: usize,
     pub elem: usize,
     pub commutative: bool,
     pub one_node: bool,
     pub nodes: u32,
-    pub forced: Option<&'static str>,
+    pub forced: Option<Algo>,
 }
 
 /// What the progress thread sees of a request.
@@ -157,7 +158,7 @@ pub(crate) struct ChoiceMemo([std::sync::atomic::AtomicU64; MEMO_KINDS]);
 pub(crate) const MEMO_KINDS: usize = 9;
 
 /// Word layout: bytes (bits 0–39), element size (40–47), commutative (48), the algorithm's
-/// index in its kind's list (49–55), valid (63). A word is complete in itself, so Relaxed
+/// code (49–55), valid (63). A word is complete in itself, so Relaxed
 /// loads and stores suffice.
 const MEMO_VALID: u64 = 1 << 63;
 const MEMO_KEY: u64 = (1 << 49) - 1;
@@ -168,8 +169,8 @@ impl ChoiceMemo {
             .then(|| bytes as u64 | (elem as u64) << 40 | u64::from(commutative) << 48)
     }
 
-    /// The index of the algorithm remembered for `kind` (its `CollKind` number) with this
-    /// key, if any.
+    /// The code of the algorithm remembered for `kind` (its `Coll` number) with this key, if
+    /// any.
     pub(crate) fn get(
         &self,
         kind: usize,

@@ -5,6 +5,7 @@ use crate::p2p::matcher::{Envelope, Source, TagSel};
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
 use bytemuck::Pod;
+use rcomm_transport::algo::{Algo, Coll, Forced};
 use rcomm_transport::bootstrap::kvs::NoticeBoard;
 use rcomm_transport::net::NetCounters;
 use std::marker::PhantomData;
@@ -108,7 +109,7 @@ pub(crate) struct Shared {
     /// For each world rank, the lowest world rank on its node (a node's colour).
     pub(crate) node_of: Vec<u32>,
     /// `RCOMM_ALGO`, checked equal on every rank at init.
-    pub(crate) algo: Vec<(String, String)>,
+    pub(crate) algo: Vec<Forced>,
     /// The collective cost model's constants: rank 0's, broadcast at init, so every rank's
     /// tuner chooses alike. Set once by `init` after the transports are up.
     pub(crate) tuning: std::sync::OnceLock<crate::coll_state::Tuning>,
@@ -150,7 +151,7 @@ impl Shared {
         notices: Option<Arc<NoticeBoard>>,
         policy: WaitPolicy,
         node_of: Vec<u32>,
-        algo: Vec<(String, String)>,
+        algo: Vec<Forced>,
     ) -> Self {
         // The initialising thread is usually the one that waits: size its sleep list now.
         SLEEP_FDS.with_borrow_mut(|f| f.reserve(64));
@@ -174,11 +175,11 @@ impl Shared {
     }
 
     /// The algorithm `RCOMM_ALGO` forces for `op`, if any (`auto` counts as none).
-    pub(crate) fn forced_algo(&self, op: &str) -> Option<&str> {
+    pub(crate) fn forced_algo(&self, op: Coll) -> Option<Algo> {
         self.algo
             .iter()
-            .find(|(o, a)| o == op && a != "auto")
-            .map(|(_, a)| a.as_str())
+            .find(|(o, _)| *o == op)
+            .and_then(|(_, a)| *a)
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
@@ -436,7 +437,7 @@ pub struct Communicator {
     pub(crate) memo: Arc<crate::coll_state::ChoiceMemo>,
     pub(crate) shared: Arc<Shared>,
     /// Algorithms forced on this handle ([`Communicator::with_algo`]), before `RCOMM_ALGO`.
-    pub(crate) algo_force: Option<Arc<Vec<(String, String)>>>,
+    pub(crate) algo_force: Option<Arc<Vec<Forced>>>,
     /// World ranks whose failure fails this communicator's collectives, when more than its
     /// members: the parent's, for the sub-communicators a hierarchical collective runs on.
     pub(crate) failure_scope: Option<Arc<Vec<u32>>>,
@@ -1716,7 +1717,7 @@ impl Communicator {
             .find(|r| r.ctx == self.ctx && r.seq > 0)
             .map(|r| crate::fr::CollRecord {
                 op: r.op,
-                algo: r.algo,
+                algo: r.algo.map_or("", Algo::name),
                 seq: r.seq,
                 bytes: r.bytes,
                 ended: r.state.ended(),

@@ -21,6 +21,7 @@
 //! clock is read only where the waits already read it (after spinning, every 20 ms).
 
 use crate::{CommError, Result};
+use rcomm_transport::algo::Algo;
 use rcomm_transport::bootstrap::kvs::NoticeBoard;
 use rcomm_transport::flight::{self, Begin, Handle, NO_PEER, State};
 use std::cell::Cell;
@@ -68,7 +69,13 @@ fn state_of(err: Option<&CommError>) -> State {
 
 /// Begins the record of a collective on context `ctx` and makes it this thread's current one;
 /// `codes` are the element type's and the reduction's flight-recorder codes (0: none).
-pub(crate) fn begin_coll(ctx: u32, op: &'static str, algo: &str, bytes: usize, codes: (u8, u8)) {
+pub(crate) fn begin_coll(
+    ctx: u32,
+    op: &'static str,
+    algo: Option<Algo>,
+    bytes: usize,
+    codes: (u8, u8),
+) {
     if !active() {
         return;
     }
@@ -112,7 +119,7 @@ pub(crate) fn set_root(ctx: u32, root: u32) {
 /// Records that the current collective on context `ctx` runs `algo` after all: the chosen
 /// algorithm's fallback (a non-blocking or irregular call of one only a blocking regular call
 /// can run), so the record — and the hang report — say what really ran.
-pub(crate) fn ran(ctx: u32, algo: &str) {
+pub(crate) fn ran(ctx: u32, algo: Algo) {
     if let Some(h) = current().filter(|h| h.ctx() == ctx) {
         flight::recorder().set_algo(h, algo);
     }
@@ -202,7 +209,7 @@ impl Drop for Scope {
 pub(crate) fn record<R>(
     ctx: u32,
     op: &'static str,
-    algo: &'static str,
+    algo: Option<Algo>,
     f: impl FnOnce() -> Result<R>,
 ) -> Result<R> {
     if current().is_some_and(|h| h.ctx() == ctx) {
@@ -338,7 +345,7 @@ impl Watch {
             op: what.op,
             dtype: 0,
             redop: 0,
-            algo: "",
+            algo: None,
             bytes: what.bytes as u64,
             peer: what.peer.unwrap_or(NO_PEER),
             state: State::Waiting,
@@ -571,7 +578,7 @@ mod tests {
                 begin_coll(
                     w.ctx,
                     "allreduce",
-                    "ring",
+                    Some(Algo::Ring),
                     8,
                     std::hint::black_box(&r).codes(),
                 );

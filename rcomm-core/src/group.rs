@@ -12,6 +12,7 @@ use crate::comm::{Communicator, Members, Tag};
 use crate::ctxid::{CtxGuard, MAX_IDS, WORDS};
 use crate::p2p::matcher::Source;
 use crate::{CommError, Result};
+use rcomm_transport::algo::Algo;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -79,7 +80,7 @@ impl Communicator {
     /// ⌈log₂ n⌉ rounds of one message each way).
     pub fn barrier(&self) -> Result<()> {
         let t0 = self.straggler_start();
-        let res = crate::fr::record(self.ctx, "barrier", "dissemination", || {
+        let res = crate::fr::record(self.ctx, "barrier", Some(Algo::Dissemination), || {
             self.barrier_untimed()
         });
         self.straggler_end(t0);
@@ -310,7 +311,7 @@ impl Communicator {
     /// A communicator with the same ranks and a separate message space (collective). Its
     /// attributes are copied as each key's [`AttrCopy`](crate::AttrCopy) says.
     pub fn dup(&self) -> Result<Communicator> {
-        let guard = crate::fr::record(self.ctx, "dup", "", || self.alloc_id())?;
+        let guard = crate::fr::record(self.ctx, "dup", None, || self.alloc_id())?;
         let mut c = self.child(guard, self.members(), self.rank);
         c.attrs = Arc::new(self.attrs.copied());
         Ok(c)
@@ -320,7 +321,7 @@ impl Communicator {
     /// this communicator); `None` opts out (MPI_UNDEFINED) and returns `None`. Collective.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
         let me = [color.unwrap_or(u32::MAX).to_le_bytes(), key.to_le_bytes()].concat();
-        let (guard, all) = crate::fr::record(self.ctx, "split", "", || {
+        let (guard, all) = crate::fr::record(self.ctx, "split", None, || {
             Ok((self.alloc_id()?, self.allgather_bytes(&me)?))
         })?;
         let Some(c) = color else { return Ok(None) };
@@ -403,7 +404,7 @@ impl Communicator {
             .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
                 (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
             });
-        let (guard, all) = crate::fr::record(self.ctx, "create", "", || {
+        let (guard, all) = crate::fr::record(self.ctx, "create", None, || {
             self.alloc_id_with(&hash.to_le_bytes())
         })?;
         if let Some(&w) = group

@@ -88,11 +88,7 @@ pub use world::{World, init};
 /// The collective algorithms rcomm has for `op` (`allreduce`, `bcast`, …), as `RCOMM_ALGO`
 /// and [`Communicator::with_algo`] name them, `auto` first; empty for an unknown op.
 pub fn algorithms(op: &str) -> &'static [&'static str] {
-    rcomm_transport::config::ALGOS
-        .iter()
-        .chain(rcomm_transport::config::DEVICE_ALGOS)
-        .find(|(o, _)| *o == op)
-        .map_or(&[], |(_, a)| a)
+    rcomm_transport::algo::Coll::from_name(op).map_or(&[], |c| c.algo_names())
 }
 
 /// `Result` with [`CommError`].

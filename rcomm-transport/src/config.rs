@@ -315,89 +315,35 @@ pub const VARIABLES: &[VarSpec] = &[
     },
 ];
 
-/// Collective algorithm names `RCOMM_ALGO` accepts, per operation.
-pub const ALGOS: &[(&str, &[&str])] = &[
-    (
-        "allreduce",
-        &[
-            "auto",
-            "ring",
-            "rd",
-            "rabenseifner",
-            "direct",
-            "shm",
-            "hier",
-        ],
-    ),
-    (
-        "bcast",
-        &[
-            "auto",
-            "tree",
-            "scatter_allgather",
-            "pipeline",
-            "shm",
-            "hier",
-        ],
-    ),
-    ("reduce", &["auto", "tree", "direct"]),
-    ("allgather", &["auto", "ring", "bruck", "shm", "hier"]),
-    ("reduce_scatter", &["auto", "ring", "direct", "shm", "hier"]),
-    ("alltoall", &["auto", "pairwise", "bruck", "shm"]),
-    ("gather", &["auto", "linear", "tree"]),
-    ("scatter", &["auto", "linear", "tree"]),
-    ("scan", &["auto", "chain"]),
-];
+/// Collective algorithm names `RCOMM_ALGO` accepts, per operation (`auto` first): a view of
+/// [`crate::algo`]'s table.
+pub const ALGOS: &[(&str, &[&str])] = crate::algo::HOST_NAMES;
 
-/// Algorithm names of the collectives on device buffers `RCOMM_ALGO` accepts (rcomm's own
-/// algorithms run by the device executor; `staged`: the host collective over host copies).
-pub const DEVICE_ALGOS: &[(&str, &[&str])] = &[
-    (
-        "allreduce_device",
-        &["auto", "one_shot", "two_shot", "ring", "hier", "staged"],
-    ),
-    (
-        "reduce_scatter_device",
-        &["auto", "direct", "ring", "staged"],
-    ),
-    ("allgather_device", &["auto", "direct", "ring", "staged"]),
-    ("bcast_device", &["auto", "tree", "staged"]),
-    ("alltoall_device", &["auto", "pairwise", "staged"]),
-];
+/// Algorithm names of the collectives on device buffers `RCOMM_ALGO` accepts: a view of
+/// [`crate::algo`]'s table.
+pub const DEVICE_ALGOS: &[(&str, &[&str])] = crate::algo::DEVICE_NAMES;
 
-/// Parses `RCOMM_ALGO` (`op:algo,op:algo`), checking every name against [`ALGOS`] and
-/// [`DEVICE_ALGOS`].
+/// Parses `RCOMM_ALGO` (`op:algo,op:algo`) into (operation, algorithm; `None` for `auto`),
+/// checking every name against [`crate::algo`]'s table.
+pub fn parse_forced(v: &str) -> Result<Vec<crate::algo::Forced>, ConfigError> {
+    crate::algo::parse_forced(v).map_err(|expected| ConfigError {
+        name: "RCOMM_ALGO",
+        value: v.to_string(),
+        expected,
+    })
+}
+
+/// [`parse_forced`], spelled as names (`op`, `algo`; `auto` kept).
 pub fn parse_algo(v: &str) -> Result<Vec<(String, String)>, ConfigError> {
-    let mut out = Vec::new();
-    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let err = |why: String| ConfigError {
-            name: "RCOMM_ALGO",
-            value: v.to_string(),
-            expected: why,
-        };
-        let (op, algo) = item
-            .split_once(':')
-            .ok_or_else(|| err(format!("op:algo pairs; `{item}` has no `:`")))?;
-        let (op, algo) = (
-            op.trim().to_ascii_lowercase(),
-            algo.trim().to_ascii_lowercase(),
-        );
-        let Some((_, valid)) = ALGOS.iter().chain(DEVICE_ALGOS).find(|(o, _)| *o == op) else {
-            let ops: Vec<&str> = ALGOS.iter().chain(DEVICE_ALGOS).map(|(o, _)| *o).collect();
-            return Err(err(format!(
-                "an operation among {}; `{op}` is not one",
-                ops.join(", ")
-            )));
-        };
-        if !valid.contains(&algo.as_str()) {
-            return Err(err(format!(
-                "for {op} one of {}; `{algo}` is not one",
-                valid.join(", ")
-            )));
-        }
-        out.push((op, algo));
-    }
-    Ok(out)
+    Ok(parse_forced(v)?
+        .into_iter()
+        .map(|(c, a)| {
+            (
+                c.name().to_string(),
+                crate::algo::forced_name(a).to_string(),
+            )
+        })
+        .collect())
 }
 
 /// A parsing error, naming the variable and the accepted values.
@@ -515,6 +461,24 @@ pub enum TransportChoice {
     Tcp,
     /// InfiniBand / RoCE verbs for every peer (no device is an init error).
     Ib,
+}
+
+impl TransportChoice {
+    /// Every choice, with the word `RCOMM_TRANSPORT` takes for it.
+    pub const ALL: [(&'static str, TransportChoice); 4] = [
+        ("auto", TransportChoice::Auto),
+        ("shm", TransportChoice::Shm),
+        ("tcp", TransportChoice::Tcp),
+        ("ib", TransportChoice::Ib),
+    ];
+
+    /// The word `RCOMM_TRANSPORT` takes for this choice (a transport's name, or `auto`).
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, c)| *c == self)
+            .map_or("auto", |(n, _)| n)
+    }
 }
 
 /// How the collective cost model gets its constants (`RCOMM_TUNE`).
@@ -706,7 +670,8 @@ pub struct Config {
     pub heartbeat: Option<Heartbeat>,
     /// `RCOMM_RESTART_COUNT` (0 when unset).
     pub restart_count: u32,
-    /// Forced collective algorithms, (op, algo).
+    /// Forced collective algorithms, (op, algo) as named ([`Config::forced_algos`] reads them
+    /// as the registry's values).
     pub algo: Vec<(String, String)>,
     /// Forced kernel instruction set, as given.
     pub kernel_isa: Option<String>,
@@ -1101,6 +1066,21 @@ fn parse_torch(env: &BTreeMap<String, String>) -> Result<Option<TorchEnv>, Confi
 }
 
 impl Config {
+    /// [`algo`](Self::algo) as (operation, algorithm; `None` for `auto`); names the registry
+    /// does not know are left out.
+    pub fn forced_algos(&self) -> Vec<crate::algo::Forced> {
+        self.algo
+            .iter()
+            .filter_map(|(o, a)| {
+                let coll = crate::algo::Coll::from_name(o)?;
+                if a == crate::algo::AUTO {
+                    return Some((coll, None));
+                }
+                Some((coll, Some(crate::algo::Algo::from_name(a)?)))
+            })
+            .collect()
+    }
+
     /// Parses the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_map(&std::env::vars().collect())
@@ -1128,12 +1108,7 @@ impl Config {
             env,
             "RCOMM_TRANSPORT",
             TransportChoice::Auto,
-            &[
-                ("auto", TransportChoice::Auto),
-                ("shm", TransportChoice::Shm),
-                ("tcp", TransportChoice::Tcp),
-                ("ib", TransportChoice::Ib),
-            ],
+            &TransportChoice::ALL,
         )?;
         let (shm_cma, shm_cma_probe) = choice(
             env,
@@ -1360,12 +1335,7 @@ impl Config {
     /// The protocol-relevant settings as (name, value) pairs, in [`VARIABLES`] order; these must
     /// be equal on every rank.
     pub fn protocol_settings(&self) -> Vec<(String, String)> {
-        let transport = match self.transport {
-            TransportChoice::Auto => "auto",
-            TransportChoice::Shm => "shm",
-            TransportChoice::Tcp => "tcp",
-            TransportChoice::Ib => "ib",
-        };
+        let transport = self.transport.name();
         let algo: Vec<String> = self.algo.iter().map(|(o, a)| format!("{o}:{a}")).collect();
         vec![
             ("RCOMM_TRANSPORT".to_string(), transport.to_string()),

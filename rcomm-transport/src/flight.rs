@@ -21,6 +21,7 @@
 //! The end of an operation changes only its state and end time, which a reader may see in any
 //! combination — harmless for a diagnostic.
 
+use crate::algo::Algo;
 use crate::wire::{DumpRecord, FlightDump, MAX_COMM_NAME, MAX_DUMP_RECORDS};
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::sync::{Mutex, OnceLock};
@@ -112,26 +113,6 @@ pub const DTYPES: &[&str] = &[
 pub const REDOPS: &[&str] = &[
     "sum", "prod", "min", "max", "band", "bor", "bxor", "avg", "user op",
 ];
-/// Algorithm names (those `RCOMM_ALGO` accepts and the variants schedules are cached under).
-const ALGOS: &[&str] = &[
-    "ring",
-    "rd",
-    "rabenseifner",
-    "direct",
-    "shm",
-    "hier",
-    "tree",
-    "tree-ordered",
-    "scatter_allgather",
-    "pipeline",
-    "bruck",
-    "pairwise",
-    "linear",
-    "chain",
-    "exscan-chain",
-    "dissemination",
-];
-
 fn code(table: &[&str], s: &str) -> u64 {
     table
         .iter()
@@ -168,8 +149,8 @@ pub struct Begin<'a> {
     pub dtype: u8,
     /// Reduction, as a code ([`redop_code`]; 0 for none).
     pub redop: u8,
-    /// Algorithm, or "".
-    pub algo: &'a str,
+    /// Algorithm, if one is chosen.
+    pub algo: Option<Algo>,
     /// Bytes of the vector or message.
     pub bytes: u64,
     /// Root or peer (world rank), or [`NO_PEER`].
@@ -270,7 +251,7 @@ pub struct Record {
     /// Reduction.
     pub redop: &'static str,
     /// Algorithm.
-    pub algo: &'static str,
+    pub algo: Option<Algo>,
     /// Bytes.
     pub bytes: u64,
     /// Root or peer.
@@ -397,7 +378,7 @@ impl Recorder {
             | (b.state as u64) << 32
             | op << 40
             | u64::from(b.dtype) << 48
-            | code(ALGOS, b.algo) << 56;
+            | u64::from(b.algo.map_or(0, Algo::code)) << 56;
         s[1].store(w1, Ordering::Relaxed);
         s[2].store(seq, Ordering::Relaxed);
         s[3].store(b.bytes, Ordering::Relaxed);
@@ -445,9 +426,9 @@ impl Recorder {
     }
 
     /// Records the algorithm an operation runs.
-    pub fn set_algo(&self, h: Handle, algo: &str) {
+    pub fn set_algo(&self, h: Handle, algo: Algo) {
         if let Some(s) = self.slot(h) {
-            Self::set_field(s, 56, code(ALGOS, algo));
+            Self::set_field(s, 56, u64::from(algo.code()));
         }
     }
 
@@ -497,7 +478,7 @@ impl Recorder {
                 op: name(OPS, w[1] >> 40 & 0xff),
                 dtype: name(DTYPES, w[1] >> 48 & 0xff),
                 redop: name(REDOPS, w[4] >> 32 & 0xff),
-                algo: name(ALGOS, w[1] >> 56),
+                algo: Algo::from_code((w[1] >> 56) as u8),
                 bytes: w[3],
                 peer: w[4] as u32,
                 state,
@@ -532,7 +513,7 @@ impl Recorder {
                     op: r.op.into(),
                     dtype: r.dtype.into(),
                     redop: r.redop.into(),
-                    algo: r.algo.into(),
+                    algo: r.algo.map_or("", Algo::name).into(),
                     bytes: r.bytes,
                     peer: r.peer,
                     state: r.state.name().into(),
@@ -548,13 +529,13 @@ impl Recorder {
 mod tests {
     use super::*;
 
-    fn coll<'a>(ctx: u32, op: &'a str, algo: &'a str) -> Begin<'a> {
+    fn coll(ctx: u32, op: &str, algo: Algo) -> Begin<'_> {
         Begin {
             ctx,
             op,
             dtype: dtype_code("f32"),
             redop: redop_code("sum"),
-            algo,
+            algo: Some(algo),
             bytes: 4096,
             peer: NO_PEER,
             state: State::Waiting,
@@ -572,7 +553,7 @@ mod tests {
         let mut hs = Vec::new();
         for i in 0..6u32 {
             let ctx = if i % 2 == 0 { 0 } else { 4 };
-            let h = r.begin(&coll(ctx, "allreduce", "ring"));
+            let h = r.begin(&coll(ctx, "allreduce", Algo::Ring));
             hs.push(h);
             if i == 2 {
                 r.mark_slow(h);
@@ -594,7 +575,7 @@ mod tests {
         let last = snap.last().unwrap();
         assert_eq!(
             (last.op, last.algo, last.dtype, last.redop, last.state),
-            ("allreduce", "ring", "f32", "sum", State::Waiting)
+            ("allreduce", Some(Algo::Ring), "f32", "sum", State::Waiting)
         );
         assert_eq!((last.comm_first, last.comm_size, last.end_us), (4, 4, 0));
         assert!(snap[0].state == State::Done && snap[0].end_us > 0); // marked slow
@@ -604,8 +585,8 @@ mod tests {
         // Fast and done: not timed; slow: timed.
         let t = Recorder::new(2);
         let (fast, slow) = (
-            t.begin(&coll(0, "bcast", "tree")),
-            t.begin(&coll(0, "bcast", "tree")),
+            t.begin(&coll(0, "bcast", Algo::Tree)),
+            t.begin(&coll(0, "bcast", Algo::Tree)),
         );
         t.mark_slow(slow);
         t.end(fast, State::Done);
@@ -619,7 +600,7 @@ mod tests {
         assert_eq!(r.name(4), "tp");
         // A new communicator on a freed context id starts over.
         r.comm_created(4, 0, 2, "");
-        assert_eq!(r.begin(&coll(4, "bcast", "tree")).seq(), 1);
+        assert_eq!(r.begin(&coll(4, "bcast", Algo::Tree)).seq(), 1);
         assert_eq!(r.name(4), "");
     }
 
@@ -627,8 +608,8 @@ mod tests {
     fn a_recorder_of_size_zero_records_nothing_but_numbers_collectives() {
         let r = Recorder::new(0);
         r.comm_created(2, 0, 2, "x");
-        let a = r.begin(&coll(2, "barrier", "dissemination"));
-        let b = r.begin(&coll(2, "barrier", "dissemination"));
+        let a = r.begin(&coll(2, "barrier", Algo::Dissemination));
+        let b = r.begin(&coll(2, "barrier", Algo::Dissemination));
         assert_eq!((a.id, a.seq(), b.seq()), (0, 1, 2));
         assert_eq!(b.op_name(), "barrier");
         r.end(b, State::Done);
@@ -650,7 +631,7 @@ mod tests {
                             op: "send",
                             dtype: 0,
                             redop: 0,
-                            algo: "",
+                            algo: None,
                             bytes: u64::from(t) << 32 | i,
                             peer: t,
                             state: State::Waiting,

@@ -693,7 +693,7 @@ fn sample_dump() -> wire::FlightDump {
         op: op.into(),
         dtype: "f32".into(),
         redop: if op == "allreduce" { "sum" } else { "" }.into(),
-        algo: "ring".into(),
+        algo: crate::algo::Algo::Ring.name().into(),
         bytes: 4096,
         peer: if seq > 0 { u32::MAX } else { 2 },
         state: state.into(),

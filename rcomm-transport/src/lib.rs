@@ -2,6 +2,7 @@
 //! transports. `rcomm-core` sees transports only through this crate's types.
 #![warn(missing_docs)]
 
+pub mod algo;
 pub mod auth;
 pub mod bootstrap;
 pub mod caps;

@@ -325,12 +325,7 @@ impl std::fmt::Debug for Listener {
 
 /// The transport `RCOMM_TRANSPORT` insists on, by name (`None`: any).
 fn forced(choice: TransportChoice) -> Option<&'static str> {
-    match choice {
-        TransportChoice::Auto => None,
-        TransportChoice::Shm => Some("shm"),
-        TransportChoice::Tcp => Some("tcp"),
-        TransportChoice::Ib => Some("ib"),
-    }
+    (choice != TransportChoice::Auto).then(|| choice.name())
 }
 
 /// Picks the transport between the ranks of records `ra` and `rb`: the first of the table

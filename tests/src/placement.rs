@@ -67,7 +67,9 @@ pub fn ran_hier(c: &Communicator, op: &str, what: &str, f: impl FnOnce() -> rcom
         .collect();
     let top = new
         .iter()
-        .position(|r| r.op == op && r.algo == "hier" && r.seq == rec.seq)
+        .position(|r| {
+            r.op == op && r.algo == Some(rcomm_transport::algo::Algo::Hier) && r.seq == rec.seq
+        })
         .unwrap_or_else(|| panic!("{what}: not among the new records {new:?}"));
     assert!(
         new[top + 1..].iter().any(|r| r.ctx != new[top].ctx),

@@ -14,6 +14,7 @@ use crate::p2p::engine::{Engine, ReqId};
 use crate::p2p::matcher::Source;
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
+use rcomm_transport::algo::{Algo, Coll};
 use std::sync::{Arc, Mutex};
 
 pub(crate) use super::seq::TAG_COLL_BASE;
@@ -31,12 +32,12 @@ impl CollShared {
         }
     }
 
-    pub(crate) fn cached_choice(&self, key: &ChoiceKey) -> Option<&'static str> {
+    pub(crate) fn cached_choice(&self, key: &ChoiceKey) -> Option<Algo> {
         let c = self.choices.lock().unwrap_or_else(|p| p.into_inner());
         c.get(key).copied()
     }
 
-    pub(crate) fn remember_choice(&self, key: ChoiceKey, algo: &'static str) {
+    pub(crate) fn remember_choice(&self, key: ChoiceKey, algo: Algo) {
         let mut c = self.choices.lock().unwrap_or_else(|p| p.into_inner());
         if c.len() >= CACHE_MAX {
             c.clear();
@@ -45,13 +46,7 @@ impl CollShared {
     }
 
     /// Whether this choice is logged for the first time (and remembers it).
-    pub(crate) fn first_choice(
-        &self,
-        op: &'static str,
-        n: u32,
-        bytes: usize,
-        algo: &'static str,
-    ) -> bool {
+    pub(crate) fn first_choice(&self, op: Coll, n: u32, bytes: usize, algo: Algo) -> bool {
         let mut l = self.logged.lock().unwrap_or_else(|p| p.into_inner());
         l.len() < 4096 && l.insert((op, n, bytes, algo))
     }

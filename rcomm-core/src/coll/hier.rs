@@ -36,15 +36,16 @@ static CACHE: Mutex<Cache> = Mutex::new(Vec::new());
 
 /// Forces `auto` for the collectives a hierarchical one runs on its sub-communicators.
 fn unforced(c: Communicator) -> Result<Communicator> {
-    [
-        "allreduce",
-        "bcast",
-        "reduce",
-        "reduce_scatter",
-        "allgather",
+    use rcomm_transport::algo::Coll;
+    Ok([
+        Coll::Allreduce,
+        Coll::Bcast,
+        Coll::Reduce,
+        Coll::ReduceScatter,
+        Coll::Allgather,
     ]
     .into_iter()
-    .try_fold(c, |c, op| c.with_algo(op, "auto"))
+    .fold(c, |c, op| c.with_forced(op, None)))
 }
 
 impl Hier {

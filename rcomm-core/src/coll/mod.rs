@@ -36,6 +36,7 @@ use crate::comm::Communicator;
 use crate::{CommError, Result};
 use bytemuck::Pod;
 use check::{Call, Kind};
+use rcomm_transport::algo::{Algo, Coll};
 use std::sync::Arc;
 
 /// How a blocking collective runs: a schedule over messages, or the node's shared memory.
@@ -97,29 +98,37 @@ impl Communicator {
     /// as in `RCOMM_ALGO`) use algorithm `algo`. Not collective, but every rank must force the
     /// same algorithm for the same collectives (as with `RCOMM_ALGO`). `auto` removes a force.
     pub fn with_algo(&self, op: &str, algo: &str) -> Result<Communicator> {
-        let parsed = rcomm_transport::config::parse_algo(&format!("{op}:{algo}"))
+        let parsed = rcomm_transport::config::parse_forced(&format!("{op}:{algo}"))
             .map_err(|e| CommError::InvalidArg(e.to_string()))?;
+        Ok(parsed
+            .into_iter()
+            .fold(self.clone(), |c, (op, algo)| c.with_forced(op, algo)))
+    }
+
+    /// A handle whose collectives of kind `op` use `algo` (`None`: the tuner's choice, even
+    /// where `RCOMM_ALGO` forces one).
+    pub(crate) fn with_forced(&self, op: Coll, algo: Option<Algo>) -> Communicator {
         let mut c = self.clone();
-        let mut list: Vec<(String, String)> = c
+        let mut list: Vec<rcomm_transport::algo::Forced> = c
             .algo_force
             .as_deref()
             .cloned()
             .unwrap_or_default()
             .into_iter()
-            .filter(|(o, _)| *o != parsed[0].0)
+            .filter(|(o, _)| *o != op)
             .collect();
-        list.extend(parsed);
+        list.push((op, algo));
         c.algo_force = Some(Arc::new(list));
         c.memo = Default::default();
-        Ok(c)
+        c
     }
 
     /// The algorithm forced for `op` on this handle or by `RCOMM_ALGO`.
-    pub(crate) fn forced(&self, op: &str) -> Option<&str> {
+    pub(crate) fn forced(&self, op: Coll) -> Option<Algo> {
         if let Some(list) = &self.algo_force
-            && let Some((_, a)) = list.iter().find(|(o, _)| o == op)
+            && let Some((_, a)) = list.iter().find(|(o, _)| *o == op)
         {
-            return (a != "auto").then_some(a.as_str());
+            return *a;
         }
         self.shared.forced_algo(op)
     }
@@ -130,51 +139,57 @@ impl Communicator {
     /// `RCOMM_ALGO`/`RCOMM_DETERMINISTIC`, checked equal at init), so ranks never disagree.
     /// A forced algorithm that cannot run this reduction is an error naming the ones that can.
     /// Every collective chooses once: its flight-recorder record begins here.
-    fn choose(
-        &self,
-        kind: tuner::CollKind,
-        bytes: usize,
-        elem: usize,
-        r: Option<&Reducer>,
-    ) -> Result<&'static str> {
-        let op = kind.name();
+    fn choose(&self, kind: Coll, bytes: usize, elem: usize, r: Option<&Reducer>) -> Result<Algo> {
         let commutative = r.is_none_or(|r| r.commutative());
-        let algos = tuner::algos_of(kind);
-        let algo = match self.memo.get(kind as usize, bytes, elem, commutative) {
-            Some(i) => algos[i],
+        let algo = match self
+            .memo
+            .get(kind as usize, bytes, elem, commutative)
+            .and_then(|c| Algo::from_code(c as u8))
+        {
+            Some(a) => a,
             None => {
                 let algo = self.choose_algo(kind, bytes, elem, r)?;
-                if let Some(i) = algos.iter().position(|a| *a == algo) {
-                    self.memo.put(kind as usize, bytes, elem, commutative, i);
-                }
+                self.memo.put(
+                    kind as usize,
+                    bytes,
+                    elem,
+                    commutative,
+                    usize::from(algo.code()),
+                );
                 algo
             }
         };
-        crate::fr::begin_coll(self.ctx, op, algo, bytes, r.map_or((0, 0), Reducer::codes));
+        crate::fr::begin_coll(
+            self.ctx,
+            kind.name(),
+            Some(algo),
+            bytes,
+            r.map_or((0, 0), Reducer::codes),
+        );
         Ok(algo)
     }
 
     fn choose_algo(
         &self,
-        kind: tuner::CollKind,
+        kind: Coll,
         bytes: usize,
         elem: usize,
         r: Option<&Reducer>,
-    ) -> Result<&'static str> {
+    ) -> Result<Algo> {
         let op = kind.name();
-        let forced = self.forced(op);
+        let forced = self.forced(kind);
         let commutative = r.is_none_or(|r| r.commutative());
         // The choice is a pure function of the key (the tuning and RCOMM_DETERMINISTIC are
         // fixed for the process): computing the model costs more than a small collective.
         let key = ChoiceKey {
-            op,
+            op: kind,
             n: self.size,
             bytes,
             elem,
             commutative,
             one_node: self.one_node,
             nodes: self.nodes,
-            forced: forced.and_then(|f| crate::algorithms(op).iter().copied().find(|a| *a == f)),
+            forced,
         };
         if let Some(a) = self.shared.coll.cached_choice(&key) {
             return Ok(a);
@@ -201,7 +216,7 @@ impl Communicator {
             && self
                 .shared
                 .coll
-                .first_choice(op, self.size, bytes, choice.algo)
+                .first_choice(kind, self.size, bytes, choice.algo)
         {
             rcomm_transport::rlog!(
                 Info,
@@ -214,14 +229,7 @@ impl Communicator {
         Ok(choice.algo)
     }
 
-    fn key(
-        &self,
-        op: &'static str,
-        algo: &'static str,
-        root: u32,
-        count: usize,
-        elem: usize,
-    ) -> SchedKey {
+    fn key(&self, op: &'static str, algo: Algo, root: u32, count: usize, elem: usize) -> SchedKey {
         SchedKey {
             op,
             algo,
@@ -262,8 +270,8 @@ impl Communicator {
                 .reducer(r),
         );
         r.check()?;
-        let mut algo = self.choose(tuner::CollKind::Allreduce, count * elem, elem, Some(r))?;
-        if algo == "shm" {
+        let mut algo = self.choose(Coll::Allreduce, count * elem, elem, Some(r))?;
+        if algo == Algo::Shm {
             if blocking {
                 // Checked mode registers the call before the windows' setup (collective on
                 // first use), so a rank that planned otherwise cannot leave the others in it.
@@ -272,45 +280,41 @@ impl Communicator {
                     return Ok(Plan::Shm(node, chk));
                 }
             }
-            algo = "direct";
+            algo = tuner::fallback(Coll::Allreduce, algo);
             crate::fr::ran(self.ctx, algo);
         }
-        if algo == "hier" {
+        if algo == Algo::Hier {
             if blocking {
                 self.check_composite(true)?;
                 return Ok(Plan::Hier(hier::Hier::get_or_setup(self)?));
             }
             // A composition of blocking collectives cannot be resumed step by step.
-            algo = "ring";
+            algo = tuner::fallback(Coll::Allreduce, algo);
             crate::fr::ran(self.ctx, algo);
         }
-        let (rank, n) = (self.rank, self.size);
-        Ok(Plan::Sched(self.shared.coll.schedule(
-            self.key("allreduce", algo, 0, count, elem),
-            || match algo {
-                "ring" => schedule::ring_allreduce(rank, n, count, elem),
-                "rabenseifner" => schedule::rabenseifner_allreduce(rank, n, count, elem),
-                "direct" => schedule::direct_allreduce(rank, n, count, elem),
-                _ => schedule::recursive_doubling_allreduce(rank, n, count, elem),
-            },
-        )))
+        let key = self.key("allreduce", algo, 0, count, elem);
+        Ok(Plan::Sched(
+            self.shared
+                .coll
+                .schedule(key, || tuner::build(Coll::Allreduce, &key)),
+        ))
     }
 
     fn bcast_plan(&self, bytes: usize, root: u32, blocking: bool) -> Result<Plan> {
         self.check_root(root)?;
-        let mut algo = self.choose(tuner::CollKind::Bcast, bytes, 1, None)?;
+        let mut algo = self.choose(Coll::Bcast, bytes, 1, None)?;
         crate::fr::set_root(self.ctx, root);
-        if algo == "shm" {
+        if algo == Algo::Shm {
             if blocking {
                 let chk = self.check_shm_call()?;
                 if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
                     return Ok(Plan::Shm(node, chk));
                 }
             }
-            algo = "tree";
+            algo = tuner::fallback(Coll::Bcast, algo);
             crate::fr::ran(self.ctx, algo);
         }
-        if algo == "hier" {
+        if algo == Algo::Hier {
             if blocking {
                 self.check_composite(true)?;
                 let h = hier::Hier::get_or_setup(self)?;
@@ -318,20 +322,15 @@ impl Communicator {
                     return Ok(Plan::Hier(h));
                 }
             }
-            algo = "tree";
+            algo = tuner::fallback(Coll::Bcast, algo);
             crate::fr::ran(self.ctx, algo);
         }
-        let (rank, n) = (self.rank, self.size);
-        Ok(Plan::Sched(self.shared.coll.schedule(
-            self.key("bcast", algo, root, bytes, 1),
-            || match algo {
-                "scatter_allgather" => schedule::scatter_allgather_bcast(rank, n, root, bytes),
-                "pipeline" => {
-                    schedule::pipeline_bcast(rank, n, root, bytes, pipeline_segment(bytes))
-                }
-                _ => schedule::binomial_bcast(rank, n, root, bytes),
-            },
-        )))
+        let key = self.key("bcast", algo, root, bytes, 1);
+        Ok(Plan::Sched(
+            self.shared
+                .coll
+                .schedule(key, || tuner::build(Coll::Bcast, &key)),
+        ))
     }
 
     /// Reduce to `root` over a working buffer of `count` elements (the result lands in the
@@ -352,23 +351,19 @@ impl Communicator {
         );
         self.check_root(root)?;
         r.check()?;
-        let algo = self.choose(tuner::CollKind::Reduce, count * elem, elem, Some(r))?;
+        let algo = self.choose(Coll::Reduce, count * elem, elem, Some(r))?;
         crate::fr::set_root(self.ctx, root);
-        let (rank, n) = (self.rank, self.size);
         // The plain tree combines in rotated order from the root: fine for commutative ops.
-        let algo = if algo == "tree" && !r.commutative() {
-            "tree-ordered"
+        let algo = if algo == Algo::Tree && !r.commutative() {
+            Algo::TreeOrdered
         } else {
             algo
         };
+        let key = self.key("reduce", algo, root, count, elem);
         Ok(self
             .shared
             .coll
-            .schedule(self.key("reduce", algo, root, count, elem), || match algo {
-                "direct" => schedule::direct_reduce(rank, n, root, count, elem),
-                "tree-ordered" => schedule::binomial_reduce_ordered(rank, n, root, count * elem),
-                _ => schedule::binomial_reduce(rank, n, root, count * elem),
-            }))
+            .schedule(key, || tuner::build(Coll::Reduce, &key)))
     }
 
     /// The plan of an allgather into a buffer laid out as `counts`: shared memory or the
@@ -388,15 +383,15 @@ impl Communicator {
                 cs.iter().all(|&c| c == cs[0]).then(|| cs[0])
             }
         };
-        let chosen = self.choose(tuner::CollKind::Allgather, counts.of(0) * elem, elem, None)?;
+        let chosen = self.choose(Coll::Allgather, counts.of(0) * elem, elem, None)?;
         if blocking && equal.is_some() {
-            if chosen == "shm" {
+            if chosen == Algo::Shm {
                 let chk = self.check_shm_call()?;
                 if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
                     return Ok(Plan::Shm(node, chk));
                 }
             }
-            if chosen == "hier" {
+            if chosen == Algo::Hier {
                 self.check_composite(true)?;
                 let h = hier::Hier::get_or_setup(self)?;
                 if h.regular() {
@@ -404,21 +399,20 @@ impl Communicator {
                 }
             }
         }
-        let algo = if chosen == "bruck" { "bruck" } else { "ring" };
-        // Bruck needs equal blocks; everything else (shm, hier when they cannot run) is the ring.
-        let ran = if equal.is_some() { algo } else { "ring" };
+        // shm and hier when they cannot run are the ring.
+        let algo = tuner::fallback(Coll::Allgather, chosen);
+        // Bruck needs equal blocks; unequal ones run the ring.
+        let ran = if equal.is_some() { algo } else { Algo::Ring };
         if ran != chosen {
             crate::fr::ran(self.ctx, ran);
         }
         if let Some(count) = equal {
-            let (rank, b) = (self.rank, count * elem);
-            return Ok(Plan::Sched(self.shared.coll.schedule(
-                self.key("allgather", algo, 0, count, elem),
-                || match algo {
-                    "bruck" => schedule::bruck_allgather(rank, n as u32, b),
-                    _ => schedule::ring_allgather(rank, n as u32, b),
-                },
-            )));
+            let key = self.key("allgather", algo, 0, count, elem);
+            return Ok(Plan::Sched(
+                self.shared
+                    .coll
+                    .schedule(key, || tuner::build(Coll::Allgather, &key)),
+            ));
         }
         let Counts::Each(cs) = counts else {
             unreachable!("equal counts returned above")
@@ -431,12 +425,7 @@ impl Communicator {
     }
 
     /// The algorithm of a reduce-scatter over `counts` (the call's checks first).
-    fn reduce_scatter_algo(
-        &self,
-        counts: &[usize],
-        elem: usize,
-        r: &Reducer,
-    ) -> Result<&'static str> {
+    fn reduce_scatter_algo(&self, counts: &[usize], elem: usize, r: &Reducer) -> Result<Algo> {
         self.check_note(
             Call::new(Kind::ReduceScatter)
                 .elem(elem)
@@ -447,24 +436,21 @@ impl Communicator {
         let n = self.size as usize;
         check_len("reduce_scatter counts", counts.len(), n)?;
         let total: usize = counts.iter().sum();
-        self.choose(tuner::CollKind::ReduceScatter, total * elem, elem, Some(r))
+        self.choose(Coll::ReduceScatter, total * elem, elem, Some(r))
     }
 
     /// The schedule of a reduce-scatter over a working buffer laid out as `counts` (block
     /// `rank` ends reduced), built only when one runs. `hier` and `shm` are run by the blocking
     /// call itself when it can (and says so); the schedule is their fallback: `direct` for
     /// `shm` (both combine in rank order), else the ring.
-    fn reduce_scatter_sched(&self, counts: &[usize], elem: usize, algo: &str) -> Arc<Schedule> {
-        let fallback = match algo {
-            "direct" | "shm" => "direct",
-            _ => "ring",
-        };
+    fn reduce_scatter_sched(&self, counts: &[usize], elem: usize, algo: Algo) -> Arc<Schedule> {
+        let fallback = tuner::fallback(Coll::ReduceScatter, algo);
         crate::fr::ran(self.ctx, fallback);
         let blocks = schedule::packed_blocks(counts, elem);
         uncached(
             "reduce_scatter",
             match fallback {
-                "direct" => schedule::direct_reduce_scatter_v(self.rank, &blocks),
+                Algo::Direct => schedule::direct_reduce_scatter_v(self.rank, &blocks),
                 _ => schedule::ring_reduce_scatter_v(self.rank, &blocks),
             },
         )
@@ -484,25 +470,26 @@ impl Communicator {
         self.check_note(Call::new(Kind::Alltoall).elem(elem));
         check_len("alltoall send counts", send_counts.len(), n)?;
         check_len("alltoall recv counts", recv_counts.len(), n)?;
-        let algo = self.choose(tuner::CollKind::Alltoall, send_counts[0] * elem, elem, None)?;
+        let algo = self.choose(Coll::Alltoall, send_counts[0] * elem, elem, None)?;
         let equal = send_counts
             .iter()
             .chain(recv_counts)
             .all(|&c| c == send_counts[0]);
-        if algo == "shm" && windows {
+        if algo == Algo::Shm && windows {
             let chk = self.check_shm_call()?;
             if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
                 return Ok(Plan::Shm(node, chk));
             }
         }
-        if algo == "bruck" && equal {
-            let (rank, n, b) = (self.rank, self.size, send_counts[0] * elem);
-            return Ok(Plan::Sched(self.shared.coll.schedule(
-                self.key("alltoall", algo, 0, send_counts[0], elem),
-                || schedule::bruck_alltoall(rank, n, b),
-            )));
+        if algo == Algo::Bruck && equal {
+            let key = self.key("alltoall", algo, 0, send_counts[0], elem);
+            return Ok(Plan::Sched(
+                self.shared
+                    .coll
+                    .schedule(key, || tuner::build(Coll::Alltoall, &key)),
+            ));
         }
-        crate::fr::ran(self.ctx, "pairwise");
+        crate::fr::ran(self.ctx, Algo::Pairwise);
         Ok(Plan::Sched(uncached(
             "alltoall",
             schedule::pairwise_alltoall_v(
@@ -526,15 +513,13 @@ impl Communicator {
             return Err(CommError::InvalidArg("scan with Avg is not defined".into()));
         }
         r.check()?;
-        let algo = self.choose(tuner::CollKind::Scan, count * elem, elem, Some(r))?;
-        let (rank, n) = (self.rank, self.size);
-        let name = if exclusive { "exscan-chain" } else { algo };
+        let algo = self.choose(Coll::Scan, count * elem, elem, Some(r))?;
+        let algo = if exclusive { Algo::ExscanChain } else { algo };
+        let key = self.key("scan", algo, 0, count, elem);
         Ok(self
             .shared
             .coll
-            .schedule(self.key("scan", name, 0, count, elem), || {
-                schedule::chain_scan(rank, n, count * elem, exclusive)
-            }))
+            .schedule(key, || tuner::build(Coll::Scan, &key)))
     }
 
     // ---------------------------------------------------------------- allreduce
@@ -875,7 +860,7 @@ impl Communicator {
         let algo = self.reduce_scatter_algo(counts, size_of::<T>(), &r)?;
         // The counts are the same on every rank (MPI's contract), so all take the same branch.
         let equal = counts.iter().all(|&c| c == counts[0]);
-        if algo == "shm" && equal {
+        if algo == Algo::Shm && equal {
             let chk = self.check_shm_call()?;
             if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
                 crate::fr::ran(self.ctx, algo);
@@ -892,7 +877,7 @@ impl Communicator {
                 return r.finalize(out, n);
             }
         }
-        if algo == "hier" && equal {
+        if algo == Algo::Hier && equal {
             self.check_composite(true)?;
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
@@ -907,7 +892,7 @@ impl Communicator {
             }
         }
         let sched = self.reduce_scatter_sched(counts, size_of::<T>(), algo);
-        if algo == "direct" || algo == "shm" {
+        if tuner::fallback(Coll::ReduceScatter, algo) == Algo::Direct {
             // Straight from the input into the output block: no working copy (the direct
             // schedule, which is also the windows' fallback).
             let off = elems::<T>(counts[..me].iter().sum());
@@ -1008,28 +993,19 @@ impl Communicator {
         self.check_root(root)?;
         check_len(op, counts.len(), self.size as usize)?;
         let tk = if op == "gather" {
-            tuner::CollKind::Gather
+            Coll::Gather
         } else {
-            tuner::CollKind::Scatter
+            Coll::Scatter
         };
         let algo = self.choose(tk, counts[0] * elem, elem, None)?;
         crate::fr::set_root(self.ctx, root);
         let gather = op == "gather";
-        if algo == "tree" && counts.iter().all(|&c| c == counts[0]) {
-            let (rank, n, b) = (self.rank, self.size, counts[0] * elem);
-            return Ok(self.shared.coll.schedule(
-                self.key(op, algo, root, counts[0], elem),
-                || {
-                    if gather {
-                        schedule::binomial_gather(rank, n, root, b)
-                    } else {
-                        schedule::binomial_scatter(rank, n, root, b)
-                    }
-                },
-            ));
+        if algo == Algo::Tree && counts.iter().all(|&c| c == counts[0]) {
+            let key = self.key(op, algo, root, counts[0], elem);
+            return Ok(self.shared.coll.schedule(key, || tuner::build(tk, &key)));
         }
         let blocks = schedule::packed_blocks(counts, elem);
-        crate::fr::ran(self.ctx, "linear");
+        crate::fr::ran(self.ctx, Algo::Linear);
         Ok(uncached(
             op,
             if gather {
@@ -1377,13 +1353,13 @@ impl Communicator {
     /// Starts a barrier; `wait` returns once every rank has started it.
     pub fn ibarrier(&self) -> Result<CollRequest<u8>> {
         let _fr = crate::fr::Scope::enter();
-        crate::fr::begin_coll(self.ctx, "barrier", "dissemination", 0, (0, 0));
+        crate::fr::begin_coll(self.ctx, "barrier", Some(Algo::Dissemination), 0, (0, 0));
         self.check_note(Call::new(Kind::Barrier));
         let (rank, n) = (self.rank, self.size);
         let sched = self
             .shared
             .coll
-            .schedule(self.key("barrier", "dissemination", 0, 0, 0), || {
+            .schedule(self.key("barrier", Algo::Dissemination, 0, 0, 0), || {
                 dissemination_barrier(rank, n)
             });
         CollRequest::start(self, sched, Vec::new(), Vec::new(), None, Post::Nothing)

@@ -59,6 +59,7 @@ use super::reduce::{Order, Reducer};
 use crate::comm::Communicator;
 use crate::{CommError, Result};
 use rcomm_kernels::{Element, Op};
+use rcomm_transport::algo::Algo;
 use rcomm_transport::local::Segment;
 use rcomm_transport::mem::MemKind;
 use rcomm_transport::rlog;
@@ -1469,7 +1470,13 @@ impl Communicator {
             .map_err(|e| CommError::InvalidArg(e.to_string()))?;
         let _fr = crate::fr::Scope::enter();
         let r = super::Reducer::Builtin(op, T::DTYPE);
-        crate::fr::begin_coll(self.ctx, "allreduce", "shm", size_of_val(buf), r.codes());
+        crate::fr::begin_coll(
+            self.ctx,
+            "allreduce",
+            Some(Algo::Shm),
+            size_of_val(buf),
+            r.codes(),
+        );
         self.check_note(
             super::check::Call::new(super::check::Kind::Allreduce)
                 .elem(size_of::<T>())
@@ -1500,7 +1507,7 @@ impl Communicator {
     /// that path is unusable, as for [`allreduce_shm`](Self::allreduce_shm). Collective.
     pub fn bcast_shm<T: bytemuck::Pod>(&self, buf: &mut [T], root: u32) -> Result<bool> {
         let _fr = crate::fr::Scope::enter();
-        crate::fr::begin_coll(self.ctx, "bcast", "shm", size_of_val(buf), (0, 0));
+        crate::fr::begin_coll(self.ctx, "bcast", Some(Algo::Shm), size_of_val(buf), (0, 0));
         crate::fr::set_root(self.ctx, root);
         self.check_note(
             super::check::Call::new(super::check::Kind::Bcast)

@@ -9,13 +9,14 @@ use super::exec::{Cursor, advance};
 use super::port::{Batch, Pending, Port};
 use super::reduce::{ReduceOp, Reducer, UserOp};
 use super::schedule::{self as sch, Blocks, Schedule};
-use super::tuner::{self, CollKind, Query};
+use super::tuner::{self, Query};
 use crate::coll_state::Tuning;
 use crate::p2p::engine::{Engine, ProtoConfig, ReqId};
 use crate::p2p::matcher::{Source, TagSel};
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
 use rcomm_kernels::{Dtype, Op};
+use rcomm_transport::algo::{Algo, Coll};
 use rcomm_transport::caps::Ops;
 use rcomm_transport::net::Net;
 use rcomm_transport::sim::SimConfig;
@@ -511,11 +512,11 @@ fn total(blocks: &Blocks) -> usize {
 
 /// The algorithms the tests know to be schedules; `shm` and `hier` are not (the node's
 /// shared memory, compositions of collectives) and are tested elsewhere.
-const NOT_SCHEDULES: [&str; 2] = ["shm", "hier"];
+const NOT_SCHEDULES: [Algo; 2] = [Algo::Shm, Algo::Hier];
 
 /// The cases of algorithm `algo` of `kind` at `s`; empty for [`NOT_SCHEDULES`]. Panics for an
 /// algorithm this table does not know: a new one needs its case here.
-fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
+fn cases(kind: Coll, algo: Algo, s: Shape) -> Vec<Case> {
     if NOT_SCHEDULES.contains(&algo) {
         return Vec::new();
     }
@@ -525,15 +526,15 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
     let red = || Some(ar.reducer());
     let mut out = Vec::new();
     match kind {
-        CollKind::Allreduce => {
+        Coll::Allreduce => {
             let mk: fn(u32, u32, usize, usize) -> Schedule = match algo {
-                "ring" => sch::ring_allreduce,
-                "rd" => sch::recursive_doubling_allreduce,
-                "rabenseifner" => sch::rabenseifner_allreduce,
-                "direct" => sch::direct_allreduce,
+                Algo::Ring => sch::ring_allreduce,
+                Algo::Rd => sch::recursive_doubling_allreduce,
+                Algo::Rabenseifner => sch::rabenseifner_allreduce,
+                Algo::Direct => sch::direct_allreduce,
                 // The device executor's, host-runnable all the same.
-                "one_shot" => sch::one_shot_allreduce,
-                "two_shot" => sch::two_shot_allreduce,
+                Algo::OneShot => sch::one_shot_allreduce,
+                Algo::TwoShot => sch::two_shot_allreduce,
                 _ => panic!("allreduce algorithm `{algo}` has no case here: add one"),
             };
             let data = s.vectors(count, 0);
@@ -547,18 +548,18 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
                 reduce: red(),
             });
         }
-        CollKind::Bcast => {
+        Coll::Bcast => {
             let bytes = count * e;
             let mut variants: Vec<(&str, Vec<Schedule>)> = Vec::new();
             match algo {
-                "tree" => {
+                Algo::Tree => {
                     variants.push(("", s.per_rank(|r| sch::binomial_bcast(r, nn, rt, bytes))))
                 }
-                "scatter_allgather" => variants.push((
+                Algo::ScatterAllgather => variants.push((
                     "",
                     s.per_rank(|r| sch::scatter_allgather_bcast(r, nn, rt, bytes)),
                 )),
-                "pipeline" => {
+                Algo::Pipeline => {
                     let seg = super::pipeline_segment(bytes);
                     variants.push((
                         "",
@@ -592,14 +593,14 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
                 });
             }
         }
-        CollKind::Reduce => {
+        Coll::Reduce => {
             let scheds = match algo {
                 // As the communicator runs it: the plain tree combines in rotated order.
-                "tree" if ar == Arith::Mat => {
+                Algo::Tree if ar == Arith::Mat => {
                     s.per_rank(|r| sch::binomial_reduce_ordered(r, nn, rt, count * e))
                 }
-                "tree" => s.per_rank(|r| sch::binomial_reduce(r, nn, rt, count * e)),
-                "direct" => s.per_rank(|r| sch::direct_reduce(r, nn, rt, count, e)),
+                Algo::Tree => s.per_rank(|r| sch::binomial_reduce(r, nn, rt, count * e)),
+                Algo::Direct => s.per_rank(|r| sch::direct_reduce(r, nn, rt, count, e)),
                 _ => panic!("reduce algorithm `{algo}` has no case here: add one"),
             };
             let data = s.vectors(count, 2);
@@ -616,11 +617,11 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
                 reduce: red(),
             });
         }
-        CollKind::Allgather => {
+        Coll::Allgather => {
             let mut variants: Vec<(&str, Vec<usize>, Vec<Schedule>)> = Vec::new();
             let b = count * e;
             match algo {
-                "ring" => {
+                Algo::Ring => {
                     variants.push((
                         "",
                         s.counts(false),
@@ -631,7 +632,7 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
                     let sc = s.per_rank(|r| sch::ring_allgather_v(r, &blocks));
                     variants.push((" (v)", cs, sc));
                 }
-                "bruck" => {
+                Algo::Bruck => {
                     variants.push((
                         "",
                         s.counts(false),
@@ -656,10 +657,10 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
                 });
             }
         }
-        CollKind::ReduceScatter => {
+        Coll::ReduceScatter => {
             let mk: fn(u32, &Blocks) -> Schedule = match algo {
-                "ring" => sch::ring_reduce_scatter_v,
-                "direct" => sch::direct_reduce_scatter_v,
+                Algo::Ring => sch::ring_reduce_scatter_v,
+                Algo::Direct => sch::direct_reduce_scatter_v,
                 _ => panic!("reduce_scatter algorithm `{algo}` has no case here: add one"),
             };
             for (what, uneven) in [("", false), (" (v)", true)] {
@@ -683,12 +684,12 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
                 });
             }
         }
-        CollKind::Alltoall => {
+        Coll::Alltoall => {
             // What rank i sends to rank j: `c(i, j)` elements.
             let c = |i: usize, j: usize, uneven: bool| count + if uneven { (i + j) % 2 } else { 0 };
             let variants: &[(&str, bool)] = match algo {
-                "pairwise" => &[("", false), (" (v)", true)],
-                "bruck" => &[("", false)],
+                Algo::Pairwise => &[("", false), (" (v)", true)],
+                Algo::Bruck => &[("", false)],
                 _ => panic!("alltoall algorithm `{algo}` has no case here: add one"),
             };
             for &(what, uneven) in variants {
@@ -699,7 +700,7 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
                 let want: Vec<Option<(usize, Vec<u8>)>> = (0..n)
                     .map(|j| Some((0, (0..n).flat_map(|i| block(i, j)).collect())))
                     .collect();
-                let (scheds, data) = if algo == "bruck" {
+                let (scheds, data) = if algo == Algo::Bruck {
                     let sc = s.per_rank(|r| sch::bruck_alltoall(r, nn, count * e));
                     (sc, (0..n).map(|_| vec![0xee; n * count * e]).collect())
                 } else {
@@ -731,11 +732,11 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
                 });
             }
         }
-        CollKind::Gather | CollKind::Scatter => {
-            let gather = kind == CollKind::Gather;
+        Coll::Gather | Coll::Scatter => {
+            let gather = kind == Coll::Gather;
             let variants: &[(&str, bool)] = match algo {
-                "linear" => &[("", false), (" (v)", true)],
-                "tree" => &[("", false)],
+                Algo::Linear => &[("", false), (" (v)", true)],
+                Algo::Tree => &[("", false)],
                 _ => panic!(
                     "{} algorithm `{algo}` has no case here: add one",
                     kind.name()
@@ -746,7 +747,7 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
                 let blocks = sch::packed_blocks(&cs, e);
                 let own: Vec<Vec<u8>> = (0..n).map(|r| ar.vector(r, cs[r], 6)).collect();
                 let all = own.concat();
-                let tree = algo == "tree";
+                let tree = algo == Algo::Tree;
                 let b = count * e;
                 let c = if gather {
                     Case {
@@ -792,9 +793,10 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
                 out.push(c);
             }
         }
-        CollKind::Scan => {
+        Coll::Scan => {
             assert_eq!(
-                algo, "chain",
+                algo,
+                Algo::Chain,
                 "scan algorithm `{algo}` has no case here: add one"
             );
             let data = s.vectors(count, 7);
@@ -822,6 +824,10 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
                 });
             }
         }
+        device => panic!(
+            "{} is a device collective: its schedules are the extra cases",
+            device.name()
+        ),
     }
     out
 }
@@ -829,8 +835,8 @@ fn cases(kind: CollKind, algo: &str, s: Shape) -> Vec<Case> {
 /// Schedules the communicator runs that are no algorithm of the tuner's table.
 fn extra_cases(s: Shape) -> Vec<Case> {
     let n = s.n;
-    let mut out = cases(CollKind::Allreduce, "one_shot", s);
-    out.extend(cases(CollKind::Allreduce, "two_shot", s));
+    let mut out = cases(Coll::Allreduce, Algo::OneShot, s);
+    out.extend(cases(Coll::Allreduce, Algo::TwoShot, s));
     out.push(Case {
         name: format!("barrier n={n}"),
         scheds: s.per_rank(|r| super::dissemination_barrier(r, n as u32)),
@@ -888,10 +894,10 @@ fn every_algorithm(ranks: &[usize], seeds: std::ops::Range<u64>, small: bool) {
             } else {
                 (vec![1, large_vec], vec![1, large_block])
             };
-            for kind in CollKind::ALL {
+            for kind in Coll::HOST.iter().copied() {
                 let by_block = matches!(
                     kind,
-                    CollKind::Allgather | CollKind::Alltoall | CollKind::Gather | CollKind::Scatter
+                    Coll::Allgather | Coll::Alltoall | Coll::Gather | Coll::Scatter
                 );
                 for &count in if by_block { &blocks } else { &vecs } {
                     let s = Shape {
@@ -900,13 +906,13 @@ fn every_algorithm(ranks: &[usize], seeds: std::ops::Range<u64>, small: bool) {
                         root: (n / 2 + seed as usize) % n,
                         ar: Arith::Sum,
                     };
-                    for algo in tuner::algos_of(kind) {
+                    for &algo in kind.algos() {
                         for case in cases(kind, algo, s) {
                             check(&mut fab, case, tag, seed);
                             tag += 1;
                         }
                     }
-                    if kind == CollKind::Allreduce {
+                    if kind == Coll::Allreduce {
                         for case in extra_cases(s) {
                             check(&mut fab, case, tag, seed);
                             tag += 1;
@@ -941,7 +947,7 @@ fn every_host_algorithm_matches_its_sequential_reference_at_64_ranks() {
 }
 
 /// Whether the tuner lets `algo` run a non-commutative op of `kind`.
-fn tuner_allows_non_commutative(kind: CollKind, algo: &str, n: usize) -> bool {
+fn tuner_allows_non_commutative(kind: Coll, algo: Algo, n: usize) -> bool {
     let q = Query {
         kind,
         ranks: n as u32,
@@ -960,14 +966,14 @@ fn tuner_allows_non_commutative(kind: CollKind, algo: &str, n: usize) -> bool {
 fn rank_ordered_algorithms_combine_a_non_commutative_op_in_rank_order() {
     // What the schedules document as rank-ordered ("tree" reduce runs the ordered tree for
     // such an op), and everything the tuner would run for one.
-    let documented: [(CollKind, &str); 7] = [
-        (CollKind::Allreduce, "rd"),
-        (CollKind::Allreduce, "rabenseifner"),
-        (CollKind::Allreduce, "direct"),
-        (CollKind::Reduce, "tree"),
-        (CollKind::Reduce, "direct"),
-        (CollKind::ReduceScatter, "direct"),
-        (CollKind::Scan, "chain"),
+    let documented: [(Coll, Algo); 7] = [
+        (Coll::Allreduce, Algo::Rd),
+        (Coll::Allreduce, Algo::Rabenseifner),
+        (Coll::Allreduce, Algo::Direct),
+        (Coll::Reduce, Algo::Tree),
+        (Coll::Reduce, Algo::Direct),
+        (Coll::ReduceScatter, Algo::Direct),
+        (Coll::Scan, Algo::Chain),
     ];
     for (i, n) in [2usize, 3, 5, 8, 16, 33].into_iter().enumerate() {
         let seed = i as u64;
@@ -975,12 +981,12 @@ fn rank_ordered_algorithms_combine_a_non_commutative_op_in_rank_order() {
         let mut tag = 16;
         let mut ran = 0;
         for kind in [
-            CollKind::Allreduce,
-            CollKind::Reduce,
-            CollKind::ReduceScatter,
-            CollKind::Scan,
+            Coll::Allreduce,
+            Coll::Reduce,
+            Coll::ReduceScatter,
+            Coll::Scan,
         ] {
-            for &algo in tuner::algos_of(kind) {
+            for &algo in kind.algos() {
                 let tuner_says = tuner_allows_non_commutative(kind, algo, n);
                 if !tuner_says && !documented.contains(&(kind, algo)) {
                     continue;
@@ -1034,12 +1040,12 @@ fn the_table_has_a_case_for_every_algorithm_and_the_references_see_order() {
         root: 1,
         ar: Arith::Sum,
     };
-    for kind in CollKind::ALL {
-        for algo in tuner::algos_of(kind) {
+    for kind in Coll::HOST.iter().copied() {
+        for &algo in kind.algos() {
             let c = cases(kind, algo, s);
             assert_eq!(
                 c.is_empty(),
-                NOT_SCHEDULES.contains(algo),
+                NOT_SCHEDULES.contains(&algo),
                 "{}/{algo}",
                 kind.name()
             );
@@ -1064,7 +1070,7 @@ struct Loss {
 
 /// An allreduce at `n` ranks with `dead` failing at virtual time `at` after the collective
 /// started (`None`: never).
-fn lose_mid_allreduce(n: usize, dead: usize, at: Option<u64>, notices: bool, algo: &str) -> Loss {
+fn lose_mid_allreduce(n: usize, dead: usize, at: Option<u64>, notices: bool, algo: Algo) -> Loss {
     let mut fab = Fab::new(n, Ops::GET, 2_000, 1, 5);
     fab.notices = notices;
     let s = Shape {
@@ -1073,7 +1079,7 @@ fn lose_mid_allreduce(n: usize, dead: usize, at: Option<u64>, notices: bool, alg
         root: 0,
         ar: Arith::Sum,
     };
-    let mut case = cases(CollKind::Allreduce, algo, s).remove(0);
+    let mut case = cases(Coll::Allreduce, algo, s).remove(0);
     let want = case.want[0].clone().unwrap().1;
     let t0 = fab.now();
     if let Some(at) = at {
@@ -1099,7 +1105,7 @@ fn lose_mid_allreduce(n: usize, dead: usize, at: Option<u64>, notices: bool, alg
 fn a_peer_lost_mid_collective_fails_the_survivors_in_bounded_virtual_time() {
     let n = 8;
     let dead = 3;
-    for algo in ["ring", "rd", "rabenseifner", "direct"] {
+    for algo in [Algo::Ring, Algo::Rd, Algo::Rabenseifner, Algo::Direct] {
         // How long the collective takes without failure.
         let clean = lose_mid_allreduce(n, dead, None, true, algo);
         let span = clean.took;

@@ -24,12 +24,15 @@
 //! rank computes the same choice without talking, and never runs a different schedule from
 //! its peers.
 
+use super::schedule::{self, Schedule};
+use crate::coll_state::SchedKey;
 pub(crate) use crate::coll_state::{Link, Origin, Tuning};
 use crate::comm::{Communicator, Tag};
 use crate::p2p::matcher::{Source, TagSel};
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
-use rcomm_transport::config::{ALGOS, TuneMode};
+use rcomm_transport::algo::{Algo, Coll};
+use rcomm_transport::config::TuneMode;
 use rcomm_transport::rlog;
 use std::fmt;
 use std::time::Instant;
@@ -221,92 +224,424 @@ impl fmt::Display for Tuning {
     }
 }
 
-/// `kind.algos()` of every kind, by `kind as usize`, computed once (the names are searched
-/// for in [`ALGOS`]).
-pub(crate) fn algos_of(kind: CollKind) -> &'static [&'static str] {
-    static TABLE: std::sync::OnceLock<[&'static [&'static str]; CollKind::ALL.len()]> =
-        std::sync::OnceLock::new();
-    TABLE.get_or_init(|| CollKind::ALL.map(CollKind::algos))[kind as usize]
+const _: () = assert!(Coll::HOST.len() == crate::coll_state::MEMO_KINDS);
+
+/// How an algorithm combines contributions, which decides when it may run a reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Combine {
+    /// It combines nothing (the kind does not reduce).
+    Nothing,
+    /// In one canonical order whatever the rank count and placement (`RCOMM_DETERMINISTIC=1`).
+    Canonical,
+    /// In rank order (valid for non-commutative ops), but not canonically.
+    RankOrder,
+    /// In an order of its own.
+    Any,
 }
 
-const _: () = assert!(CollKind::ALL.len() == crate::coll_state::MEMO_KINDS);
-
-/// A collective operation, as the tuner knows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum CollKind {
-    Allreduce,
-    Bcast,
-    Reduce,
-    Allgather,
-    ReduceScatter,
-    Alltoall,
-    Gather,
-    Scatter,
-    Scan,
+/// The modelled time of one algorithm.
+#[derive(Clone, Copy)]
+enum Cost {
+    /// Not a choice (a schedule variant another choice runs).
+    None,
+    /// A host algorithm: µs from the call's terms (see [`cost`]).
+    Host(fn(&Terms) -> f64),
+    /// A device allreduce on `nf` ranks of `s` kB each: (kB each rank receives, kB it reduces,
+    /// steps), see [`device_allreduce_us`].
+    Device(fn(f64, f64) -> (f64, f64, f64)),
 }
 
-impl CollKind {
-    /// Every kind.
-    pub(crate) const ALL: [CollKind; 9] = [
-        CollKind::Allreduce,
-        CollKind::Bcast,
-        CollKind::Reduce,
-        CollKind::Allgather,
-        CollKind::ReduceScatter,
-        CollKind::Alltoall,
-        CollKind::Gather,
-        CollKind::Scatter,
-        CollKind::Scan,
-    ];
+/// What rcomm knows of one (operation, algorithm) pair: its cost model, when it may run, how
+/// its schedule is built, and what runs when its own path cannot.
+struct Spec {
+    coll: Coll,
+    algo: Algo,
+    combine: Combine,
+    cost: Cost,
+    /// The cached schedule of an equal-block call, from its key; `None`: the algorithm runs
+    /// on a path of its own (`shm`, `hier`, `staged`) or over per-rank block tables.
+    build: Option<fn(&SchedKey) -> Schedule>,
+    /// What a call that cannot take the algorithm's own path (a non-blocking one) runs.
+    fallback: Option<Algo>,
+}
 
-    /// The operation's name in `RCOMM_ALGO` (and [`ALGOS`]).
-    pub(crate) const fn name(self) -> &'static str {
-        match self {
-            CollKind::Allreduce => "allreduce",
-            CollKind::Bcast => "bcast",
-            CollKind::Reduce => "reduce",
-            CollKind::Allgather => "allgather",
-            CollKind::ReduceScatter => "reduce_scatter",
-            CollKind::Alltoall => "alltoall",
-            CollKind::Gather => "gather",
-            CollKind::Scatter => "scatter",
-            CollKind::Scan => "scan",
+/// The terms of one call's host cost formulas (see [`cost`]).
+struct Terms<'a> {
+    t: &'a Tuning,
+    q: &'a Query,
+    /// α and β of the link crossed, β shared by the ranks of a node in a flat algorithm.
+    a: f64,
+    bw: f64,
+    g: f64,
+    mu: f64,
+    n: f64,
+    l: f64,
+    lg_p: f64,
+    p: f64,
+    x: f64,
+    b: f64,
+    frac: f64,
+    sync: f64,
+}
+
+fn ring_like(c: &Terms) -> f64 {
+    2.0 * (c.n - 1.0) * c.a + 2.0 * c.frac * c.b / c.bw + c.frac * c.b / c.g
+}
+
+fn one_per_peer(c: &Terms) -> f64 {
+    (c.n - 1.0) * (c.a + c.b / c.bw)
+}
+
+fn gather_tree(c: &Terms) -> f64 {
+    c.l * c.a + (c.n - 1.0) * c.b / c.bw + (c.n - 1.0) * c.b / c.mu
+}
+
+/// The registry's table: every algorithm of every operation rcomm runs (the operations' lists
+/// and their order are [`Coll::algos`]'s; `tests` checks the two agree).
+const SPECS: &[Spec] = {
+    use Algo::*;
+    use Coll::*;
+    use Combine::{Any, Canonical, Nothing, RankOrder};
+    const fn spec(coll: Coll, algo: Algo, combine: Combine, cost: Cost) -> Spec {
+        Spec {
+            coll,
+            algo,
+            combine,
+            cost,
+            build: None,
+            fallback: None,
         }
     }
-
-    /// The algorithms of this kind, in [`ALGOS`] order without `auto`. The order breaks ties of
-    /// predicted time, so equal-cost alternatives resolve alike on every rank.
-    pub(crate) fn algos(self) -> &'static [&'static str] {
-        ALGOS
-            .iter()
-            .find(|(op, _)| *op == self.name())
-            .map_or(&[][..], |(_, a)| a.strip_prefix(&["auto"][..]).unwrap_or(a))
-    }
-
-    /// The algorithms that combine contributions in rank order (valid for non-commutative
-    /// ops); `None` when the kind does not reduce.
-    fn rank_ordered(self) -> Option<&'static [&'static str]> {
-        match self {
-            CollKind::Allreduce => Some(&["rd", "direct", "shm"]),
-            CollKind::Reduce => Some(&["direct"]),
-            CollKind::ReduceScatter => Some(&["direct", "shm"]),
-            CollKind::Scan => Some(&["chain"]),
-            _ => None,
+    const fn sched(s: Spec, build: fn(&SchedKey) -> Schedule) -> Spec {
+        Spec {
+            build: Some(build),
+            ..s
         }
     }
-
-    /// The algorithms that combine in one canonical order whatever the rank count and
-    /// placement (`RCOMM_DETERMINISTIC=1`); `None` when the kind does not reduce.
-    fn canonical(self) -> Option<&'static [&'static str]> {
-        match self {
-            CollKind::Allreduce => Some(&["direct", "shm"]),
-            CollKind::Reduce => Some(&["direct"]),
-            CollKind::ReduceScatter => Some(&["direct", "shm"]),
-            // The chain is rank order by construction.
-            CollKind::Scan => Some(&["chain"]),
-            _ => None,
+    const fn falls_to(s: Spec, to: Algo) -> Spec {
+        Spec {
+            fallback: Some(to),
+            ..s
         }
     }
+    &[
+        sched(spec(Allreduce, Ring, Any, Cost::Host(ring_like)), |k| {
+            schedule::ring_allreduce(k.rank, k.n, k.count, k.elem)
+        }),
+        sched(
+            spec(
+                Allreduce,
+                Rd,
+                RankOrder,
+                Cost::Host(|c| {
+                    let s = c.lg_p + 2.0 * c.x;
+                    s * c.a + s * c.b / c.bw + (c.lg_p + c.x) * c.b / c.g
+                }),
+            ),
+            |k| schedule::recursive_doubling_allreduce(k.rank, k.n, k.count, k.elem),
+        ),
+        sched(
+            spec(
+                Allreduce,
+                Rabenseifner,
+                Any,
+                Cost::Host(|c| {
+                    let pf = (c.p - 1.0) / c.p;
+                    (2.0 * c.lg_p + 2.0 * c.x) * c.a
+                        + (2.0 * pf + 2.0 * c.x) * c.b / c.bw
+                        + (pf + c.x) * c.b / c.g
+                }),
+            ),
+            |k| schedule::rabenseifner_allreduce(k.rank, k.n, k.count, k.elem),
+        ),
+        sched(
+            spec(Allreduce, Direct, Canonical, Cost::Host(ring_like)),
+            |k| schedule::direct_allreduce(k.rank, k.n, k.count, k.elem),
+        ),
+        falls_to(
+            spec(
+                Allreduce,
+                Shm,
+                Canonical,
+                Cost::Host(|c| 2.0 * c.sync + 2.0 * c.b / c.mu + c.frac * c.b / c.g),
+            ),
+            Direct,
+        ),
+        falls_to(
+            spec(
+                Allreduce,
+                Hier,
+                Any,
+                Cost::Host(|c| hier_allreduce(c.t, c.q)),
+            ),
+            Ring,
+        ),
+        sched(
+            spec(
+                Bcast,
+                Tree,
+                Nothing,
+                Cost::Host(|c| c.l * (c.a + c.b / c.bw)),
+            ),
+            |k| schedule::binomial_bcast(k.rank, k.n, k.root, k.count * k.elem),
+        ),
+        sched(
+            spec(
+                Bcast,
+                ScatterAllgather,
+                Nothing,
+                Cost::Host(|c| (c.l + c.n - 1.0) * c.a + 2.0 * c.frac * c.b / c.bw),
+            ),
+            |k| schedule::scatter_allgather_bcast(k.rank, k.n, k.root, k.count * k.elem),
+        ),
+        sched(
+            spec(
+                Bcast,
+                Pipeline,
+                Nothing,
+                Cost::Host(|c| {
+                    // Segments hold whole elements, so there are at most `count` of them.
+                    let count = (c.q.bytes / c.q.elem.max(1)).max(1);
+                    let k = c.q.bytes.div_ceil(PIPELINE_SEGMENT).clamp(1, count) as f64;
+                    (c.n - 2.0 + k) * (c.a + c.b / k / c.bw)
+                }),
+            ),
+            |k| {
+                let bytes = k.count * k.elem;
+                schedule::pipeline_bcast(k.rank, k.n, k.root, bytes, super::pipeline_segment(bytes))
+            },
+        ),
+        falls_to(
+            spec(
+                Bcast,
+                Shm,
+                Nothing,
+                Cost::Host(|c| 2.0 * c.sync + 2.0 * c.b / c.mu),
+            ),
+            Tree,
+        ),
+        falls_to(
+            spec(Bcast, Hier, Nothing, Cost::Host(|c| hier_bcast(c.t, c.q))),
+            Tree,
+        ),
+        sched(
+            spec(
+                Reduce,
+                Tree,
+                Any,
+                Cost::Host(|c| c.l * (c.a + c.b / c.bw + c.b / c.g)),
+            ),
+            |k| schedule::binomial_reduce(k.rank, k.n, k.root, k.count * k.elem),
+        ),
+        sched(spec(Reduce, TreeOrdered, RankOrder, Cost::None), |k| {
+            schedule::binomial_reduce_ordered(k.rank, k.n, k.root, k.count * k.elem)
+        }),
+        sched(
+            spec(Reduce, Direct, Canonical, Cost::Host(ring_like)),
+            |k| schedule::direct_reduce(k.rank, k.n, k.root, k.count, k.elem),
+        ),
+        sched(
+            spec(Allgather, Ring, Nothing, Cost::Host(one_per_peer)),
+            |k| schedule::ring_allgather(k.rank, k.n, k.count * k.elem),
+        ),
+        sched(
+            spec(
+                Allgather,
+                Bruck,
+                Nothing,
+                Cost::Host(|c| c.l * c.a + (c.n - 1.0) * c.b / c.bw + c.n * c.b / c.mu),
+            ),
+            |k| schedule::bruck_allgather(k.rank, k.n, k.count * k.elem),
+        ),
+        // Every rank copies its block into its slot and every block out.
+        falls_to(
+            spec(
+                Allgather,
+                Shm,
+                Nothing,
+                Cost::Host(|c| 2.0 * c.sync + (c.n + 1.0) * c.b / c.mu),
+            ),
+            Ring,
+        ),
+        falls_to(
+            spec(
+                Allgather,
+                Hier,
+                Nothing,
+                Cost::Host(|c| {
+                    // Across nodes among this local index (p of them share the link), then
+                    // the parts in the node, then the reordering copy.
+                    let (t, (pp, m)) = (c.t, shape(c.q));
+                    (m - 1.0) * (t.inter.alpha_us + c.b * pp / t.inter.beta)
+                        + (pp - 1.0) * (t.intra.alpha_us + m * c.b / t.intra.beta)
+                        + c.n * c.b / c.mu
+                }),
+            ),
+            Ring,
+        ),
+        // Out of place, the ring works on a copy of the input and copies its block out; the
+        // direct algorithm reads the input where it lies and copies only its own block.
+        spec(
+            ReduceScatter,
+            Ring,
+            Any,
+            Cost::Host(|c| {
+                (c.n - 1.0) * c.a
+                    + c.frac * c.b / c.bw
+                    + c.frac * c.b / c.g
+                    + (c.b + c.b / c.n) / c.mu
+            }),
+        ),
+        spec(
+            ReduceScatter,
+            Direct,
+            Canonical,
+            Cost::Host(|c| {
+                (c.n - 1.0) * c.a + c.frac * c.b / c.bw + c.frac * c.b / c.g + c.b / c.n / c.mu
+            }),
+        ),
+        // Every rank copies its input into its slot and folds its block of every slot.
+        falls_to(
+            spec(
+                ReduceScatter,
+                Shm,
+                Canonical,
+                Cost::Host(|c| 2.0 * c.sync + c.b / c.mu + c.frac * c.b / c.g),
+            ),
+            Direct,
+        ),
+        falls_to(
+            spec(
+                ReduceScatter,
+                Hier,
+                Any,
+                Cost::Host(|c| {
+                    let (t, (pp, m)) = (c.t, shape(c.q));
+                    let (ai, bi, ae, be) = (
+                        t.intra.alpha_us,
+                        t.intra.beta,
+                        t.inter.alpha_us,
+                        t.inter.beta,
+                    );
+                    let (b, part) = (c.b, c.b / pp);
+                    (pp - 1.0) * ai
+                        + (pp - 1.0) / pp * b / bi
+                        + (pp - 1.0) / pp * b / c.g
+                        + b / c.mu
+                        + (m - 1.0) * ae
+                        + (m - 1.0) / m * part / (be / pp)
+                        + (m - 1.0) / m * part / c.g
+                }),
+            ),
+            Ring,
+        ),
+        spec(Alltoall, Pairwise, Nothing, Cost::Host(one_per_peer)),
+        sched(
+            spec(
+                Alltoall,
+                Bruck,
+                Nothing,
+                Cost::Host(|c| c.l * c.a + c.l * (c.n / 2.0) * c.b / c.bw + 2.0 * c.n * c.b / c.mu),
+            ),
+            |k| schedule::bruck_alltoall(k.rank, k.n, k.count * k.elem),
+        ),
+        // Every rank copies its n blocks into its slot and n blocks out.
+        falls_to(
+            spec(
+                Alltoall,
+                Shm,
+                Nothing,
+                Cost::Host(|c| 2.0 * c.sync + 2.0 * c.n * c.b / c.mu),
+            ),
+            Pairwise,
+        ),
+        spec(Gather, Linear, Nothing, Cost::Host(one_per_peer)),
+        sched(spec(Gather, Tree, Nothing, Cost::Host(gather_tree)), |k| {
+            schedule::binomial_gather(k.rank, k.n, k.root, k.count * k.elem)
+        }),
+        spec(Scatter, Linear, Nothing, Cost::Host(one_per_peer)),
+        sched(spec(Scatter, Tree, Nothing, Cost::Host(gather_tree)), |k| {
+            schedule::binomial_scatter(k.rank, k.n, k.root, k.count * k.elem)
+        }),
+        sched(
+            spec(
+                Scan,
+                Chain,
+                Canonical,
+                Cost::Host(|c| (c.n - 1.0) * (c.a + c.b / c.bw + c.b / c.g)),
+            ),
+            |k| schedule::chain_scan(k.rank, k.n, k.count * k.elem, false),
+        ),
+        sched(spec(Scan, ExscanChain, Canonical, Cost::None), |k| {
+            schedule::chain_scan(k.rank, k.n, k.count * k.elem, true)
+        }),
+        sched(
+            spec(
+                AllreduceDevice,
+                OneShot,
+                Any,
+                Cost::Device(|nf, s| ((nf - 1.0) * s, (nf - 1.0) * s, 1.0)),
+            ),
+            |k| schedule::one_shot_allreduce(k.rank, k.n, k.count, k.elem),
+        ),
+        sched(
+            spec(
+                AllreduceDevice,
+                TwoShot,
+                Any,
+                Cost::Device(|nf, s| (2.0 * (nf - 1.0) / nf * s, (nf - 1.0) / nf * s, 2.0)),
+            ),
+            |k| schedule::two_shot_allreduce(k.rank, k.n, k.count, k.elem),
+        ),
+        sched(
+            spec(
+                AllreduceDevice,
+                Ring,
+                Any,
+                Cost::Device(|nf, s| {
+                    (
+                        2.0 * (nf - 1.0) / nf * s,
+                        (nf - 1.0) / nf * s,
+                        2.0 * (nf - 1.0),
+                    )
+                }),
+            ),
+            |k| schedule::ring_allreduce(k.rank, k.n, k.count, k.elem),
+        ),
+        spec(AllreduceDevice, Hier, Any, Cost::None),
+        spec(AllreduceDevice, Staged, Any, Cost::None),
+        spec(ReduceScatterDevice, Direct, Canonical, Cost::None),
+        spec(ReduceScatterDevice, Ring, Any, Cost::None),
+        spec(ReduceScatterDevice, Staged, Any, Cost::None),
+        spec(AllgatherDevice, Direct, Nothing, Cost::None),
+        spec(AllgatherDevice, Ring, Nothing, Cost::None),
+        spec(AllgatherDevice, Staged, Nothing, Cost::None),
+        sched(spec(BcastDevice, Tree, Nothing, Cost::None), |k| {
+            schedule::binomial_bcast(k.rank, k.n, k.root, k.count * k.elem)
+        }),
+        spec(BcastDevice, Staged, Nothing, Cost::None),
+        spec(AlltoallDevice, Pairwise, Nothing, Cost::None),
+        spec(AlltoallDevice, Staged, Nothing, Cost::None),
+    ]
+};
+
+fn spec(coll: Coll, algo: Algo) -> Option<&'static Spec> {
+    SPECS.iter().find(|s| s.coll == coll && s.algo == algo)
+}
+
+/// The schedule of `algo` for `coll` (a schedule algorithm: the fallback applied already),
+/// shaped by `key`.
+pub(crate) fn build(coll: Coll, key: &SchedKey) -> Schedule {
+    match spec(coll, key.algo).and_then(|s| s.build) {
+        Some(b) => b(key),
+        None => unreachable!("{coll}:{} builds no cached schedule", key.algo),
+    }
+}
+
+/// What runs instead of `algo` where its own path cannot (`shm` and `hier` in a non-blocking
+/// call): `algo` itself if it has no such path.
+pub(crate) fn fallback(coll: Coll, algo: Algo) -> Algo {
+    spec(coll, algo).and_then(|s| s.fallback).unwrap_or(algo)
 }
 
 /// What the tuner needs to know about one collective call. Every field must be the same on
@@ -314,7 +649,7 @@ impl CollKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Query {
     /// The operation.
-    pub kind: CollKind,
+    pub kind: Coll,
     /// Ranks in the communicator.
     pub ranks: u32,
     /// Bytes, as count × element size of the MPI call: the whole vector for allreduce, bcast,
@@ -339,8 +674,8 @@ pub(crate) struct Query {
 /// The tuner's answer.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Choice {
-    /// An algorithm name from [`ALGOS`] for the query's kind.
-    pub algo: &'static str,
+    /// One of the query's kind's algorithms.
+    pub algo: Algo,
     /// The model's time for it, µs (0 for a one-rank communicator).
     pub predicted_us: f64,
 }
@@ -397,96 +732,41 @@ fn ceil_log2(n: u32) -> u32 {
 /// memory is most of α; we charge the upper bound, α per message. Its bytes equal the ring's
 /// (a block to each owner, the owners' blocks back), so it ties with the ring and is chosen
 /// only where it is the one allowed (non-commutative ops, `RCOMM_DETERMINISTIC`).
-fn cost(t: &Tuning, q: &Query, algo: &str) -> Option<f64> {
-    use CollKind::*;
+fn cost(t: &Tuning, q: &Query, algo: Algo) -> Option<f64> {
+    let Cost::Host(formula) = spec(q.kind, algo)?.cost else {
+        return None;
+    };
     let link = if q.inter_node { t.inter } else { t.intra };
-    let (a, mut bw, g, mu) = (link.alpha_us, link.beta, t.gamma, t.memcpy);
+    let mut bw = link.beta;
     if q.inter_node && q.nodes > 1 {
         // Contention: in a flat algorithm every rank of a node may be on the wire at once, so
         // they share the node's link.
         bw /= (f64::from(q.ranks) / f64::from(q.nodes)).max(1.0);
     }
     let n = f64::from(q.ranks.max(1));
-    let l = f64::from(ceil_log2(q.ranks));
     let lg_p = f64::from(q.ranks.max(1).ilog2());
     let p = lg_p.exp2();
-    let x = if n == p { 0.0 } else { 1.0 };
-    let b = q.bytes as f64;
-    let frac = (n - 1.0) / n;
-    let sync = SHM_SYNC_FRACTION * t.intra.alpha_us * l;
-    let time = match (q.kind, algo) {
-        (Allreduce, "rd") => {
-            let s = lg_p + 2.0 * x;
-            s * a + s * b / bw + (lg_p + x) * b / g
-        }
-        (Allreduce, "ring" | "direct") | (Reduce, "direct") => {
-            2.0 * (n - 1.0) * a + 2.0 * frac * b / bw + frac * b / g
-        }
-        (Allreduce, "rabenseifner") => {
-            let pf = (p - 1.0) / p;
-            (2.0 * lg_p + 2.0 * x) * a + (2.0 * pf + 2.0 * x) * b / bw + (pf + x) * b / g
-        }
-        (Allreduce, "shm") => 2.0 * sync + 2.0 * b / mu + frac * b / g,
-        (Bcast, "tree") => l * (a + b / bw),
-        (Bcast, "scatter_allgather") => (l + n - 1.0) * a + 2.0 * frac * b / bw,
-        (Bcast, "pipeline") => {
-            // Segments hold whole elements, so there are at most `count` of them.
-            let count = (q.bytes / q.elem.max(1)).max(1);
-            let k = q.bytes.div_ceil(PIPELINE_SEGMENT).clamp(1, count) as f64;
-            (n - 2.0 + k) * (a + b / k / bw)
-        }
-        (Bcast, "shm") => 2.0 * sync + 2.0 * b / mu,
-        (Reduce, "tree") => l * (a + b / bw + b / g),
-        (Allgather, "ring") | (Alltoall, "pairwise") | (Gather | Scatter, "linear") => {
-            (n - 1.0) * (a + b / bw)
-        }
-        (Allgather, "bruck") => l * a + (n - 1.0) * b / bw + n * b / mu,
-        // Every rank copies its block into its slot and every block out.
-        (Allgather, "shm") => 2.0 * sync + (n + 1.0) * b / mu,
-        // Every rank copies its n blocks into its slot and n blocks out.
-        (Alltoall, "shm") => 2.0 * sync + 2.0 * n * b / mu,
-        // Out of place, the ring works on a copy of the input and copies its block out; the
-        // direct algorithm reads the input where it lies and copies only its own block.
-        (ReduceScatter, "ring") => (n - 1.0) * a + frac * b / bw + frac * b / g + (b + b / n) / mu,
-        (ReduceScatter, "direct") => (n - 1.0) * a + frac * b / bw + frac * b / g + b / n / mu,
-        // Every rank copies its input into its slot and folds its block of every slot.
-        (ReduceScatter, "shm") => 2.0 * sync + b / mu + frac * b / g,
-        (Alltoall, "bruck") => l * a + l * (n / 2.0) * b / bw + 2.0 * n * b / mu,
-        (Gather | Scatter, "tree") => l * a + (n - 1.0) * b / bw + (n - 1.0) * b / mu,
-        (Scan, "chain") => (n - 1.0) * (a + b / bw + b / g),
-        (Allreduce, "hier") => hier_allreduce(t, q),
-        (Bcast, "hier") => hier_bcast(t, q),
-        (Allgather, "hier") => {
-            // Across nodes among this local index (p of them share the link), then the parts
-            // in the node, then the reordering copy.
-            let (pp, m) = shape(q);
-            (m - 1.0) * (t.inter.alpha_us + b * pp / t.inter.beta)
-                + (pp - 1.0) * (t.intra.alpha_us + m * b / t.intra.beta)
-                + n * b / mu
-        }
-        (ReduceScatter, "hier") => {
-            let (pp, m) = shape(q);
-            let (ai, bi, ae, be) = (
-                t.intra.alpha_us,
-                t.intra.beta,
-                t.inter.alpha_us,
-                t.inter.beta,
-            );
-            let part = b / pp;
-            (pp - 1.0) * ai
-                + (pp - 1.0) / pp * b / bi
-                + (pp - 1.0) / pp * b / g
-                + b / mu
-                + (m - 1.0) * ae
-                + (m - 1.0) / m * part / (be / pp)
-                + (m - 1.0) / m * part / g
-        }
-        _ => return None,
-    };
+    let l = f64::from(ceil_log2(q.ranks));
+    let time = formula(&Terms {
+        t,
+        q,
+        a: link.alpha_us,
+        bw,
+        g: t.gamma,
+        mu: t.memcpy,
+        n,
+        l,
+        lg_p,
+        p,
+        x: if n == p { 0.0 } else { 1.0 },
+        b: q.bytes as f64,
+        frac: (n - 1.0) / n,
+        sync: SHM_SYNC_FRACTION * t.intra.alpha_us * l,
+    });
     // A call through the schedule runner (and a composition of them) also pays its own
     // software: schedule lookup, tag, requests, completion — measured at about half a
     // node-local α (benches/scripts/plan-validate.sh's o). The shared-memory algorithms skip it.
-    let call = if algo == "shm" {
+    let call = if algo == Algo::Shm {
         0.0
     } else {
         SCHED_CALL_FRACTION * t.intra.alpha_us
@@ -529,47 +809,63 @@ fn hier_bcast(t: &Tuning, q: &Query) -> f64 {
     lm * (t.inter.alpha_us + b / t.inter.beta) + lp * (t.intra.alpha_us + b / t.intra.beta)
 }
 
-/// Why `algo` may not run `q`, or `None` if it may. `algo` is one of the kind's names.
-fn forbidden(q: &Query, algo: &str) -> Option<String> {
-    let kind = q.kind.name();
-    if !q.commutative
-        && let Some(ok) = q.kind.rank_ordered()
-        && !ok.contains(&algo)
-    {
+/// The kind's algorithms that `ok` admits, as a message lists them.
+fn listed(kind: Coll, ok: fn(Combine) -> bool) -> String {
+    let names: Vec<&str> = kind
+        .algos()
+        .iter()
+        .filter(|a| spec(kind, **a).is_some_and(|s| ok(s.combine)))
+        .map(|a| a.name())
+        .collect();
+    names.join(", ")
+}
+
+impl Combine {
+    fn rank_ordered(self) -> bool {
+        self != Combine::Any
+    }
+
+    fn canonical(self) -> bool {
+        matches!(self, Combine::Nothing | Combine::Canonical)
+    }
+}
+
+/// Why `algo` may not run `q`, or `None` if it may. `algo` is one of the kind's algorithms.
+fn forbidden(q: &Query, algo: Algo) -> Option<String> {
+    let kind = q.kind;
+    let combine = spec(kind, algo).map_or(Combine::Any, |s| s.combine);
+    if !q.commutative && !combine.rank_ordered() {
         return Some(format!(
             "{kind}:{algo} combines contributions out of rank order, which a non-commutative op \
              does not allow; with this op {kind} may use {}",
-            ok.join(", ")
+            listed(kind, Combine::rank_ordered)
         ));
     }
-    if q.deterministic
-        && let Some(ok) = q.kind.canonical()
-        && !ok.contains(&algo)
-    {
+    if q.deterministic && !combine.canonical() {
         return Some(format!(
             "{kind}:{algo} does not combine in one canonical order, which RCOMM_DETERMINISTIC=1 \
              requires; {kind} may then use {}",
-            ok.join(", ")
+            listed(kind, Combine::canonical)
         ));
     }
-    if algo == "shm" && (!q.shm || q.inter_node) {
+    if algo == Algo::Shm && (!q.shm || q.inter_node) {
         return Some(format!(
-            "{kind}:shm needs every rank on one node with the shared-memory path available"
+            "{kind}:{algo} needs every rank on one node with the shared-memory path available"
         ));
     }
     None
 }
 
-/// Picks the algorithm for `q`: `forced` (from `RCOMM_ALGO`; `None` or `"auto"` to choose) if
-/// it is allowed, else the allowed algorithm of least modelled time (ties: [`ALGOS`] order).
+/// Picks the algorithm for `q`: `forced` (from `RCOMM_ALGO`; `None` to choose) if it is
+/// allowed, else the allowed algorithm of least modelled time (ties: [`Coll::algos`] order).
 ///
 /// Errors (a message for the user) when `forced` is not an algorithm of the kind or is not
 /// allowed for this call (non-commutative op, `RCOMM_DETERMINISTIC`, no shared memory). A pure
 /// function: equal inputs give equal choices on every rank.
-pub(crate) fn choose(t: &Tuning, q: &Query, forced: Option<&str>) -> Result<Choice, String> {
+pub(crate) fn choose(t: &Tuning, q: &Query, forced: Option<Algo>) -> Result<Choice, String> {
     let algos = q.kind.algos();
-    let kind = q.kind.name();
-    let price = |algo: &'static str| Choice {
+    let kind = q.kind;
+    let price = |algo: Algo| Choice {
         algo,
         // A one-rank collective is a local copy at most.
         predicted_us: if q.ranks <= 1 {
@@ -578,13 +874,13 @@ pub(crate) fn choose(t: &Tuning, q: &Query, forced: Option<&str>) -> Result<Choi
             cost(t, q, algo).unwrap_or(f64::INFINITY)
         },
     };
-    if let Some(f) = forced.filter(|f| *f != "auto") {
-        let Some(&algo) = algos.iter().find(|a| **a == f) else {
+    if let Some(algo) = forced {
+        if !kind.accepts(algo) {
             return Err(format!(
-                "{kind} has no algorithm `{f}`; valid: auto, {}",
-                algos.join(", ")
+                "{kind} has no algorithm `{algo}`; valid: {}",
+                kind.algo_names().join(", ")
             ));
-        };
+        }
         return match forbidden(q, algo) {
             Some(why) => Err(why),
             None => Ok(price(algo)),
@@ -592,11 +888,11 @@ pub(crate) fn choose(t: &Tuning, q: &Query, forced: Option<&str>) -> Result<Choi
     }
     algos
         .iter()
-        .filter(|a| forbidden(q, a).is_none())
+        .copied()
+        .filter(|a| forbidden(q, *a).is_none())
         // On one node the hierarchical algorithms are their node phase: valid when forced,
         // never a choice.
-        .filter(|a| **a != "hier" || q.nodes > 1)
-        .copied()
+        .filter(|a| *a != Algo::Hier || q.nodes > 1)
         .map(price)
         // Strictly less: the first of equal costs wins. NaN cannot arise from valid constants,
         // but total_cmp keeps the order total whatever happens.
@@ -929,7 +1225,7 @@ fn log_choices(t: &Tuning, n: u32, inter_node: bool, one_node: bool) {
     if !on {
         return;
     }
-    for kind in CollKind::ALL {
+    for &kind in Coll::HOST {
         let picks: Vec<String> = [8usize, 64 << 10, 16 << 20]
             .iter()
             .map(|&bytes| {
@@ -1006,20 +1302,14 @@ impl DevLink {
 
 /// Modelled µs of the device allreduce `algo` on `n` ranks, `bytes` each, over `link`: steps
 /// cost α, bytes cost what each GPU moves over β (on one GPU, what all ranks move together).
-pub(crate) fn device_allreduce_us(algo: &str, n: u32, bytes: usize, link: DevLink) -> f64 {
+pub(crate) fn device_allreduce_us(algo: Algo, n: u32, bytes: usize, link: DevLink) -> f64 {
+    let Some(Cost::Device(terms)) = spec(Coll::AllreduceDevice, algo).map(|s| s.cost) else {
+        return f64::INFINITY;
+    };
     let (a, b) = link.alpha_beta();
     let (nf, s) = (f64::from(n.max(1)), bytes as f64 / 1e3);
     // Bytes each rank receives, bytes it reduces, and steps.
-    let (recv, reduced, steps) = match algo {
-        "one_shot" => ((nf - 1.0) * s, (nf - 1.0) * s, 1.0),
-        "two_shot" => (2.0 * (nf - 1.0) / nf * s, (nf - 1.0) / nf * s, 2.0),
-        "ring" => (
-            2.0 * (nf - 1.0) / nf * s,
-            (nf - 1.0) / nf * s,
-            2.0 * (nf - 1.0),
-        ),
-        _ => return f64::INFINITY,
-    };
+    let (recv, reduced, steps) = terms(nf, s);
     let shared = if link == DevLink::SameGpu { nf } else { 1.0 };
     // A reduction reads two operands and writes one at the GPU's memory bandwidth
     // (`DEV_MEM_GBPS`).
@@ -1035,26 +1325,20 @@ const DEV_MEM_GBPS: f64 = 3790.0;
 /// through the host collective). Over host staging (`Staged`) every message crosses the host
 /// while the reductions stay on the device; the model still prefers two-shot for large
 /// buffers (fewer steps than the ring at the same bytes).
-pub(crate) fn device_allreduce(
-    n: u32,
-    bytes: usize,
-    link: DevLink,
-    forced: Option<&str>,
-) -> &'static str {
-    if let Some(f) = forced {
-        for a in ["one_shot", "two_shot", "ring", "staged"] {
-            if a == f {
-                return a;
-            }
-        }
+pub(crate) fn device_allreduce(n: u32, bytes: usize, link: DevLink, forced: Option<Algo>) -> Algo {
+    if let Some(f) = forced.filter(|f| *f != Algo::Hier && Coll::AllreduceDevice.accepts(*f)) {
+        return f;
     }
-    ["one_shot", "two_shot", "ring"]
-        .into_iter()
+    // The modelled ones, in the table's order (the first of equal costs wins).
+    Coll::AllreduceDevice
+        .algos()
+        .iter()
+        .copied()
+        .filter(|a| matches!(spec(Coll::AllreduceDevice, *a), Some(s) if matches!(s.cost, Cost::Device(_))))
         .min_by(|x, y| {
-            device_allreduce_us(x, n, bytes, link)
-                .total_cmp(&device_allreduce_us(y, n, bytes, link))
+            device_allreduce_us(*x, n, bytes, link).total_cmp(&device_allreduce_us(*y, n, bytes, link))
         })
-        .unwrap_or("ring")
+        .unwrap_or(Algo::Ring)
 }
 
 #[cfg(test)]
@@ -1062,7 +1346,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn q(kind: CollKind, ranks: u32, bytes: usize) -> Query {
+    fn q(kind: Coll, ranks: u32, bytes: usize) -> Query {
         Query {
             kind,
             ranks,
@@ -1076,56 +1360,65 @@ mod tests {
         }
     }
 
-    fn pick(query: &Query) -> &'static str {
+    fn pick(query: &Query) -> Algo {
         choose(&Tuning::defaults(), query, None).unwrap().algo
     }
 
     #[test]
     fn every_listed_algorithm_has_a_cost_and_every_kind_is_in_algos() {
         let t = Tuning::defaults();
-        for kind in CollKind::ALL {
+        for &kind in Coll::HOST {
             assert!(!kind.algos().is_empty(), "{kind:?}");
-            assert!(!kind.algos().contains(&"auto"));
-            for a in kind.algos() {
+            for &a in kind.algos() {
                 let c = cost(&t, &q(kind, 8, 1 << 20), a);
                 assert!(c.is_some_and(|c| c.is_finite() && c > 0.0), "{kind:?} {a}");
             }
-            for list in [kind.rank_ordered(), kind.canonical()]
-                .into_iter()
-                .flatten()
-            {
-                for a in list {
-                    assert!(kind.algos().contains(a), "{kind:?} {a}");
-                }
+        }
+        // The table holds every pair the registry lists, and no other choice.
+        for s in SPECS {
+            let listed = s.coll.accepts(s.algo);
+            assert_eq!(
+                listed,
+                !matches!(s.cost, Cost::None) || s.coll.is_device(),
+                "{}:{}",
+                s.coll,
+                s.algo
+            );
+        }
+        for c in Coll::all() {
+            for &a in c.algos() {
+                assert!(spec(c, a).is_some(), "{c}:{a} missing from the table");
             }
         }
-        assert_eq!(ALGOS.len(), CollKind::ALL.len());
     }
 
     #[test]
     fn device_allreduce_is_one_shot_when_small_and_two_shot_when_large_on_one_gpu() {
         for n in [2, 4, 8] {
-            assert_eq!(device_allreduce(n, 8, DevLink::SameGpu, None), "one_shot");
+            assert_eq!(
+                device_allreduce(n, 8, DevLink::SameGpu, None),
+                Algo::OneShot
+            );
             assert_eq!(
                 device_allreduce(n, 256 << 20, DevLink::SameGpu, None),
-                "two_shot"
+                Algo::TwoShot
             );
             assert_eq!(
                 device_allreduce(n, 256 << 20, DevLink::NvLink, None),
-                "two_shot"
+                Algo::TwoShot
             );
         }
         assert_eq!(
             device_allreduce(64, 256 << 20, DevLink::Staged, None),
-            "two_shot"
+            Algo::TwoShot
         );
         assert_eq!(
-            device_allreduce(4, 8, DevLink::SameGpu, Some("ring")),
-            "ring"
+            device_allreduce(4, 8, DevLink::SameGpu, Some(Algo::Ring)),
+            Algo::Ring
         );
         assert_eq!(
-            device_allreduce(4, 8, DevLink::SameGpu, Some("staged")),
-            "staged"
+            device_allreduce(4, 8, DevLink::SameGpu, Some(Algo::Staged)),
+            Algo::Staged
         );
         for link in [
             DevLink::SameGpu,
@@ -1163,7 +1456,7 @@ mod tests {
     #[test]
     fn choose_is_pure() {
         let t = Tuning::defaults();
-        for kind in CollKind::ALL {
+        for &kind in Coll::HOST {
             for bytes in [0, 8, 4096, 1 << 20, 1 << 30] {
                 let query = q(kind, 6, bytes);
                 assert_eq!(choose(&t, &query, None), choose(&t, &query, None));
@@ -1173,37 +1466,41 @@ mod tests {
 
     #[test]
     fn small_messages_pick_latency_algorithms_and_large_ones_bandwidth_algorithms() {
-        use CollKind::*;
+        use Coll::*;
         for n in [4, 8, 16] {
-            assert_eq!(pick(&q(Allreduce, n, 8)), "rd", "n={n}");
-            assert_eq!(pick(&q(Allreduce, n, 64 << 20)), "rabenseifner", "n={n}");
-            assert_eq!(pick(&q(Bcast, n, 8)), "tree", "n={n}");
-            assert_ne!(pick(&q(Bcast, n, 64 << 20)), "tree", "n={n}");
-            assert_eq!(pick(&q(Reduce, n, 8)), "tree", "n={n}");
-            assert_eq!(pick(&q(Reduce, n, 64 << 20)), "direct", "n={n}");
-            assert_eq!(pick(&q(Allgather, n, 8)), "bruck", "n={n}");
-            assert_eq!(pick(&q(Alltoall, n, 8)), "bruck", "n={n}");
-            assert_eq!(pick(&q(Alltoall, n, 1 << 20)), "pairwise", "n={n}");
-            assert_eq!(pick(&q(Gather, n, 8)), "tree", "n={n}");
-            assert_eq!(pick(&q(Scatter, n, 1 << 20)), "linear", "n={n}");
-            assert_eq!(pick(&q(Scan, n, 1 << 20)), "chain", "n={n}");
+            assert_eq!(pick(&q(Allreduce, n, 8)), Algo::Rd, "n={n}");
+            assert_eq!(
+                pick(&q(Allreduce, n, 64 << 20)),
+                Algo::Rabenseifner,
+                "n={n}"
+            );
+            assert_eq!(pick(&q(Bcast, n, 8)), Algo::Tree, "n={n}");
+            assert_ne!(pick(&q(Bcast, n, 64 << 20)), Algo::Tree, "n={n}");
+            assert_eq!(pick(&q(Reduce, n, 8)), Algo::Tree, "n={n}");
+            assert_eq!(pick(&q(Reduce, n, 64 << 20)), Algo::Direct, "n={n}");
+            assert_eq!(pick(&q(Allgather, n, 8)), Algo::Bruck, "n={n}");
+            assert_eq!(pick(&q(Alltoall, n, 8)), Algo::Bruck, "n={n}");
+            assert_eq!(pick(&q(Alltoall, n, 1 << 20)), Algo::Pairwise, "n={n}");
+            assert_eq!(pick(&q(Gather, n, 8)), Algo::Tree, "n={n}");
+            assert_eq!(pick(&q(Scatter, n, 1 << 20)), Algo::Linear, "n={n}");
+            assert_eq!(pick(&q(Scan, n, 1 << 20)), Algo::Chain, "n={n}");
         }
         // Not a power of two: Rabenseifner pays a whole-buffer fold, the ring does not.
-        assert_eq!(pick(&q(Allreduce, 6, 64 << 20)), "ring");
+        assert_eq!(pick(&q(Allreduce, 6, 64 << 20)), Algo::Ring);
         // Two ranks: recursive doubling is one exchange, at every size.
-        assert_eq!(pick(&q(Allreduce, 2, 8)), "rd");
+        assert_eq!(pick(&q(Allreduce, 2, 8)), Algo::Rd);
         // Between nodes with one rank each the same shape holds with the slower link.
         let inter = Query {
             inter_node: true,
             nodes: 8,
             ..q(Allreduce, 8, 8)
         };
-        assert_eq!(pick(&inter), "rd");
+        assert_eq!(pick(&inter), Algo::Rd);
         let inter = Query {
             bytes: 64 << 20,
             ..inter
         };
-        assert_eq!(pick(&inter), "rabenseifner");
+        assert_eq!(pick(&inter), Algo::Rabenseifner);
         // Four ranks on each of two nodes: the hierarchical algorithms cross the slow link
         // less often (small) and share it better (large); never on one node.
         let two = Query {
@@ -1211,13 +1508,13 @@ mod tests {
             nodes: 2,
             ..q(Allreduce, 8, 8)
         };
-        assert_eq!(pick(&two), "hier");
+        assert_eq!(pick(&two), Algo::Hier);
         assert_eq!(
             pick(&Query {
                 bytes: 64 << 20,
                 ..two
             }),
-            "hier"
+            Algo::Hier
         );
         assert_eq!(
             pick(&Query {
@@ -1225,7 +1522,7 @@ mod tests {
                 bytes: 64 << 20,
                 ..two
             }),
-            "hier"
+            Algo::Hier
         );
         // The splits of tests/tests/coll_table.rs (3 and 4 ranks on 2 nodes, 4 MiB) and
         // checked.rs (4 ranks, 300000 f32), with the built-in constants: those launches assert
@@ -1237,27 +1534,27 @@ mod tests {
                     bytes,
                     ..two
                 }),
-                "hier",
+                Algo::Hier,
                 "{n} ranks on 2 nodes, {bytes} B"
             );
         }
         for kind in [Allreduce, Bcast] {
             for bytes in [8, 64 << 20] {
-                assert_ne!(pick(&q(kind, 8, bytes)), "hier");
+                assert_ne!(pick(&q(kind, 8, bytes)), Algo::Hier);
             }
         }
     }
 
     #[test]
     fn shm_is_chosen_only_where_available() {
-        let mut query = q(CollKind::Allreduce, 8, 1 << 20);
-        assert_ne!(pick(&query), "shm");
+        let mut query = q(Coll::Allreduce, 8, 1 << 20);
+        assert_ne!(pick(&query), Algo::Shm);
         query.shm = true;
-        assert_eq!(pick(&query), "shm");
+        assert_eq!(pick(&query), Algo::Shm);
         // An inconsistent query (shm but inter-node) never gets shm.
         query.inter_node = true;
-        assert_ne!(pick(&query), "shm");
-        let e = choose(&Tuning::defaults(), &query, Some("shm")).unwrap_err();
+        assert_ne!(pick(&query), Algo::Shm);
+        let e = choose(&Tuning::defaults(), &query, Some(Algo::Shm)).unwrap_err();
         assert!(e.contains("one node"), "{e}");
     }
 
@@ -1267,32 +1564,29 @@ mod tests {
             .into_iter()
             .flat_map(|n| {
                 [
-                    (CollKind::Allgather, n, 8),
-                    (CollKind::Alltoall, n, 8),
-                    (CollKind::ReduceScatter, n, 8 * n as usize),
+                    (Coll::Allgather, n, 8),
+                    (Coll::Alltoall, n, 8),
+                    (Coll::ReduceScatter, n, 8 * n as usize),
                 ]
             })
-            .chain([
-                (CollKind::Allgather, 8, 4096),
-                (CollKind::Alltoall, 8, 4096),
-            ])
+            .chain([(Coll::Allgather, 8, 4096), (Coll::Alltoall, 8, 4096)])
         {
             let mut query = q(kind, n, bytes);
             assert_ne!(
                 pick(&query),
-                "shm",
+                Algo::Shm,
                 "{kind:?} {n} ranks, {bytes} B, no shared memory"
             );
             query.shm = true;
             assert_eq!(
                 pick(&query),
-                "shm",
+                Algo::Shm,
                 "{kind:?} {n} ranks, {bytes} B on one node"
             );
             query.inter_node = true;
             assert_ne!(
                 pick(&query),
-                "shm",
+                Algo::Shm,
                 "{kind:?} {n} ranks, {bytes} B across nodes"
             );
         }
@@ -1301,12 +1595,11 @@ mod tests {
     #[test]
     fn forcing_is_respected_and_auto_means_choose() {
         let t = Tuning::defaults();
-        let query = q(CollKind::Allreduce, 8, 8);
-        for a in CollKind::Allreduce.algos().iter().filter(|a| **a != "shm") {
-            assert_eq!(choose(&t, &query, Some(a)).unwrap().algo, *a);
+        let query = q(Coll::Allreduce, 8, 8);
+        for &a in Coll::Allreduce.algos().iter().filter(|a| **a != Algo::Shm) {
+            assert_eq!(choose(&t, &query, Some(a)).unwrap().algo, a);
         }
-        assert_eq!(choose(&t, &query, Some("auto")), choose(&t, &query, None));
-        let e = choose(&t, &query, Some("tree")).unwrap_err();
+        let e = choose(&t, &query, Some(Algo::Tree)).unwrap_err();
         assert!(
             e.contains("allreduce has no algorithm `tree`; valid: auto, ring, rd"),
             "{e}"
@@ -1316,68 +1609,68 @@ mod tests {
     #[test]
     fn non_commutative_ops_get_rank_ordered_algorithms_only() {
         let t = Tuning::defaults();
-        let mut query = q(CollKind::Allreduce, 8, 64 << 20);
+        let mut query = q(Coll::Allreduce, 8, 64 << 20);
         query.commutative = false;
-        assert_eq!(pick(&query), "direct");
+        assert_eq!(pick(&query), Algo::Direct);
         query.bytes = 8;
-        assert_eq!(pick(&query), "rd");
-        let e = choose(&t, &query, Some("ring")).unwrap_err();
+        assert_eq!(pick(&query), Algo::Rd);
+        let e = choose(&t, &query, Some(Algo::Ring)).unwrap_err();
         assert!(e.contains("non-commutative"), "{e}");
         assert!(e.contains("allreduce may use rd, direct, shm"), "{e}");
-        for kind in [CollKind::Reduce, CollKind::ReduceScatter] {
+        for kind in [Coll::Reduce, Coll::ReduceScatter] {
             let query = Query {
                 commutative: false,
                 ..q(kind, 8, 8)
             };
-            assert_eq!(pick(&query), "direct", "{kind:?}");
+            assert_eq!(pick(&query), Algo::Direct, "{kind:?}");
         }
         // Operations that do not reduce ignore commutativity.
         let query = Query {
             commutative: false,
-            ..q(CollKind::Bcast, 8, 8)
+            ..q(Coll::Bcast, 8, 8)
         };
-        assert_eq!(pick(&query), "tree");
+        assert_eq!(pick(&query), Algo::Tree);
     }
 
     #[test]
     fn deterministic_allows_canonical_order_only() {
         let t = Tuning::defaults();
-        let mut query = q(CollKind::Allreduce, 8, 8);
+        let mut query = q(Coll::Allreduce, 8, 8);
         query.deterministic = true;
-        assert_eq!(pick(&query), "direct");
+        assert_eq!(pick(&query), Algo::Direct);
         query.shm = true;
-        assert_eq!(pick(&query), "shm");
-        let e = choose(&t, &query, Some("rd")).unwrap_err();
+        assert_eq!(pick(&query), Algo::Shm);
+        let e = choose(&t, &query, Some(Algo::Rd)).unwrap_err();
         assert!(e.contains("RCOMM_DETERMINISTIC=1"), "{e}");
         assert!(e.contains("direct, shm"), "{e}");
-        for kind in [CollKind::Reduce, CollKind::ReduceScatter] {
+        for kind in [Coll::Reduce, Coll::ReduceScatter] {
             let query = Query {
                 deterministic: true,
                 ..q(kind, 8, 8)
             };
-            assert_eq!(pick(&query), "direct", "{kind:?}");
+            assert_eq!(pick(&query), Algo::Direct, "{kind:?}");
         }
         assert_eq!(
             pick(&Query {
                 deterministic: true,
-                ..q(CollKind::Scan, 8, 8)
+                ..q(Coll::Scan, 8, 8)
             }),
-            "chain"
+            Algo::Chain
         );
     }
 
     #[test]
     fn one_rank_is_trivial_but_still_checks_forcing() {
         let t = Tuning::defaults();
-        let c = choose(&t, &q(CollKind::Allreduce, 1, 1 << 20), None).unwrap();
+        let c = choose(&t, &q(Coll::Allreduce, 1, 1 << 20), None).unwrap();
         assert_eq!(c.predicted_us, 0.0);
-        let c = choose(&t, &q(CollKind::Allreduce, 1, 1 << 20), Some("ring")).unwrap();
-        assert_eq!((c.algo, c.predicted_us), ("ring", 0.0));
+        let c = choose(&t, &q(Coll::Allreduce, 1, 1 << 20), Some(Algo::Ring)).unwrap();
+        assert_eq!((c.algo, c.predicted_us), (Algo::Ring, 0.0));
         let query = Query {
             commutative: false,
-            ..q(CollKind::Allreduce, 1, 8)
+            ..q(Coll::Allreduce, 1, 8)
         };
-        assert!(choose(&t, &query, Some("ring")).is_err());
+        assert!(choose(&t, &query, Some(Algo::Ring)).is_err());
     }
 
     #[test]
@@ -1386,9 +1679,12 @@ mod tests {
         let slow = Tuning::defaults();
         let mut fast = slow;
         fast.intra.alpha_us = 50.0; // high latency: latency algorithms win longer
-        let query = q(CollKind::Allreduce, 8, 256 << 10);
-        assert_eq!(choose(&slow, &query, None).unwrap().algo, "rabenseifner");
-        assert_eq!(choose(&fast, &query, None).unwrap().algo, "rd");
+        let query = q(Coll::Allreduce, 8, 256 << 10);
+        assert_eq!(
+            choose(&slow, &query, None).unwrap().algo,
+            Algo::Rabenseifner
+        );
+        assert_eq!(choose(&fast, &query, None).unwrap().algo, Algo::Rd);
     }
 
     #[test]
@@ -1417,7 +1713,7 @@ mod tests {
     #[test]
     fn choice_and_tuning_display() {
         let c = Choice {
-            algo: "ring",
+            algo: Algo::Ring,
             predicted_us: 12.345,
         };
         assert_eq!(c.to_string(), "ring (predicted 12.3 µs)");
@@ -1428,8 +1724,8 @@ mod tests {
         );
     }
 
-    fn any_kind() -> impl Strategy<Value = CollKind> {
-        (0..CollKind::ALL.len()).prop_map(|i| CollKind::ALL[i])
+    fn any_kind() -> impl Strategy<Value = Coll> {
+        (0..Coll::HOST.len()).prop_map(|i| Coll::HOST[i])
     }
 
     fn any_tuning() -> impl Strategy<Value = Tuning> {
@@ -1452,12 +1748,10 @@ mod tests {
         })
     }
 
-    fn any_forced() -> impl Strategy<Value = Option<String>> {
-        let names: Vec<&'static str> = ALGOS.iter().flat_map(|(_, a)| a.iter().copied()).collect();
+    fn any_forced() -> impl Strategy<Value = Option<Algo>> {
         prop_oneof![
             Just(None),
-            proptest::sample::select(names).prop_map(|s| Some(s.to_string())),
-            "[a-z_]{0,12}".prop_map(Some),
+            proptest::sample::select(Algo::ALL.to_vec()).prop_map(Some),
         ]
     }
 
@@ -1477,19 +1771,19 @@ mod tests {
                 commutative: flags[0], deterministic: flags[1], shm: flags[2], inter_node: flags[3],
                 nodes: if flags[3] { 1 + ranks.min(8) / 2 } else { 1 },
             };
-            let res = choose(&t, &query, forced.as_deref());
-            if forced.as_deref().is_none_or(|f| f == "auto") {
+            let res = choose(&t, &query, forced);
+            if forced.is_none() {
                 prop_assert!(res.is_ok(), "{res:?}");
             }
             if let Ok(c) = res {
                 prop_assert!(kind.algos().contains(&c.algo));
                 prop_assert!(forbidden(&query, c.algo).is_none(), "{c:?} for {query:?}");
                 prop_assert!(c.predicted_us >= 0.0 && !c.predicted_us.is_nan(), "{c:?}");
-                if let Some(f) = forced.as_deref().filter(|f| *f != "auto") {
+                if let Some(f) = forced {
                     prop_assert_eq!(c.algo, f);
                 }
             }
-            prop_assert_eq!(res, choose(&t, &query, forced.as_deref()));
+            prop_assert_eq!(res, choose(&t, &query, forced));
         }
     }
 }

@@ -27,12 +27,13 @@ use crate::coll::tuner::{self, DevLink};
 use crate::gpu::{DevRef, DeviceMem, DeviceMemMut, Stream, backend, check_range, dev_err};
 use crate::{CommError, Communicator, Element, Op, Result};
 use bytemuck::Pod;
+use rcomm_transport::algo::{Algo, Coll};
 use rcomm_transport::config::P2pLevel;
 
 /// What the executor runs: the schedule, its name for the record, its op.
 struct Exec {
     op: &'static str,
-    algo: &'static str,
+    algo: Algo,
     sched: Schedule,
     device: u32,
     data: DevSpan,
@@ -119,23 +120,21 @@ impl Communicator {
         Ok(link)
     }
 
-    /// The algorithm of device collective `kind` (`allreduce_device`, …): forced, or `auto`'s.
+    /// The algorithm of device collective `kind`: forced, or `auto`'s (on one rank, the
+    /// kind's first).
     fn dev_algo(
         &self,
-        kind: &'static str,
+        kind: Coll,
         device: u32,
-        auto: impl FnOnce(DevLink) -> &'static str,
-        names: &[&'static str],
-    ) -> Result<&'static str> {
-        if let Some(f) = self.forced(kind)
-            && let Some(&a) = names.iter().find(|a| **a == f)
-        {
-            return Ok(a);
+        auto: impl FnOnce(DevLink) -> Algo,
+    ) -> Result<Algo> {
+        if let Some(f) = self.forced(kind).filter(|f| kind.accepts(*f)) {
+            return Ok(f);
         }
         if self.size < 2 {
-            return Ok(names[0]);
+            return Ok(kind.algos()[0]);
         }
-        Ok(auto(self.dev_link(kind, device)?))
+        Ok(auto(self.dev_link(kind.name(), device)?))
     }
 
     /// The stream for an NCCL call when `RCOMM_GPU_BACKEND=nccl` (the executor's: a plain or
@@ -151,7 +150,7 @@ impl Communicator {
     /// Runs `e` on the device executor as one recorded collective.
     fn exec(&self, e: Exec) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
-        crate::fr::begin_coll(self.ctx, e.op, e.algo, e.data.len, e.codes);
+        crate::fr::begin_coll(self.ctx, e.op, Some(e.algo), e.data.len, e.codes);
         let mut s = e.sched;
         s.op = e.op;
         self.run_schedule_device(&s, e.device, e.data, e.input, e.reduce.as_ref())
@@ -256,33 +255,34 @@ impl Communicator {
         if let Some(st) = self.nccl(OP, device)? {
             return self.nccl_allreduce(s.addr, r.addr, count, T::DTYPE, op, st);
         }
-        let algo = self.dev_algo(
-            "allreduce_device",
-            device,
-            |link| {
-                if self.nodes > 1 {
-                    "hier"
-                } else {
-                    tuner::device_allreduce(self.size, r.len, link, None)
-                }
-            },
-            &["one_shot", "two_shot", "ring", "hier", "staged"],
-        )?;
-        if algo == "staged" {
+        let algo = self.dev_algo(Coll::AllreduceDevice, device, |link| {
+            if self.nodes > 1 {
+                Algo::Hier
+            } else {
+                tuner::device_allreduce(self.size, r.len, link, None)
+            }
+        })?;
+        if algo == Algo::Staged {
             let mut v = self.stage_in::<T>(OP, send)?;
             self.allreduce_in_place(&mut v, op)?;
             return self.stage_out(OP, r.addr, &v);
         }
         self.dev_copy(OP, r.addr, s.addr, r.len)?;
-        if algo == "hier" {
+        if algo == Algo::Hier {
             return self.allreduce_dev_hier::<T>(recv, count, op);
         }
-        let (rank, n, elem) = (self.rank, self.size, size_of::<T>());
-        let sched = match algo {
-            "one_shot" => sch::one_shot_allreduce(rank, n, count, elem),
-            "two_shot" => sch::two_shot_allreduce(rank, n, count, elem),
-            _ => sch::ring_allreduce(rank, n, count, elem),
-        };
+        let sched = tuner::build(
+            Coll::AllreduceDevice,
+            &crate::coll_state::SchedKey {
+                op: OP,
+                algo,
+                rank: self.rank,
+                n: self.size,
+                root: 0,
+                count,
+                elem: size_of::<T>(),
+            },
+        );
         let red = crate::coll::reduce::Reducer::Builtin(op, T::DTYPE);
         self.exec(Exec {
             op: OP,
@@ -306,12 +306,14 @@ impl Communicator {
         let h = crate::coll::hier::Hier::get_or_setup(self)?;
         // The node level runs its own choice (one node: never `hier`); the cross level spans
         // nodes, so it is forced to the ring, or it would compose again.
-        let node = h.node().with_algo("allreduce_device", "auto")?;
-        let cross = h.cross().with_algo("allreduce_device", "ring")?;
+        let node = h.node().with_forced(Coll::AllreduceDevice, None);
+        let cross = h
+            .cross()
+            .with_forced(Coll::AllreduceDevice, Some(Algo::Ring));
         let elem = size_of::<T>();
         if !h.regular() || node.size() == 1 {
             return self
-                .with_algo("allreduce_device", "ring")?
+                .with_forced(Coll::AllreduceDevice, Some(Algo::Ring))
                 .allreduce_dev::<T>(buf, buf, op);
         }
         let p = node.size() as usize;
@@ -362,8 +364,8 @@ impl Communicator {
         if let Some(st) = self.nccl(OP, device)? {
             return self.nccl_bcast(d.addr, d.len, root, st);
         }
-        let algo = self.dev_algo("bcast_device", device, |_| "tree", &["tree", "staged"])?;
-        if algo == "staged" {
+        let algo = self.dev_algo(Coll::BcastDevice, device, |_| Algo::Tree)?;
+        if algo == Algo::Staged {
             let mut v = if self.rank == root {
                 self.stage_in::<u8>(OP, b.device_ref())?
             } else {
@@ -507,17 +509,12 @@ impl Communicator {
             };
             return self.nccl_allgather(src, r.addr, counts[me], st);
         }
-        let algo = self.dev_algo(
-            "allgather_device",
-            device,
-            |link| match link {
-                DevLink::Staged => "ring",
-                _ => "direct",
-            },
-            &["direct", "ring", "staged"],
-        )?;
+        let algo = self.dev_algo(Coll::AllgatherDevice, device, |link| match link {
+            DevLink::Staged => Algo::Ring,
+            _ => Algo::Direct,
+        })?;
         let own = r.addr + blocks[me].0 as u64;
-        if algo == "staged" {
+        if algo == Algo::Staged {
             let mine = match send {
                 Some(b) => self.stage_in::<u8>(OP, b)?,
                 None => {
@@ -538,7 +535,7 @@ impl Communicator {
             self.dev_copy(OP, own, s.addr, s.len)?;
         }
         let sched = match algo {
-            "direct" => sch::direct_allgather_v(self.rank, &blocks),
+            Algo::Direct => sch::direct_allgather_v(self.rank, &blocks),
             _ => sch::ring_allgather_v(self.rank, &blocks),
         };
         self.exec(Exec {
@@ -619,16 +616,11 @@ impl Communicator {
         {
             return self.nccl_reduce_scatter(s.addr, r.addr, counts[me], T::DTYPE, op, st);
         }
-        let algo = self.dev_algo(
-            "reduce_scatter_device",
-            device,
-            |link| match link {
-                DevLink::Staged => "ring",
-                _ => "direct",
-            },
-            &["direct", "ring", "staged"],
-        )?;
-        if algo == "staged" {
+        let algo = self.dev_algo(Coll::ReduceScatterDevice, device, |link| match link {
+            DevLink::Staged => Algo::Ring,
+            _ => Algo::Direct,
+        })?;
+        if algo == Algo::Staged {
             return self.staged::<T, T>(OP, send, recv, |s, r| {
                 self.reduce_scatter_v(s, r, counts, op)
             });
@@ -644,7 +636,7 @@ impl Communicator {
         self.dev_copy(OP, w.addr, s.addr, s.len)?;
         let blocks = sch::packed_blocks(counts, elem);
         let sched = match algo {
-            "direct" => sch::direct_reduce_scatter_v(self.rank, &blocks),
+            Algo::Direct => sch::direct_reduce_scatter_v(self.rank, &blocks),
             _ => sch::ring_reduce_scatter_v(self.rank, &blocks),
         };
         let red = crate::coll::reduce::Reducer::Builtin(op, T::DTYPE);
@@ -722,13 +714,8 @@ impl Communicator {
         {
             return self.nccl_alltoall(s.addr, r.addr, send_counts[0], st);
         }
-        let algo = self.dev_algo(
-            "alltoall_device",
-            device,
-            |_| "pairwise",
-            &["pairwise", "staged"],
-        )?;
-        if algo == "staged" {
+        let algo = self.dev_algo(Coll::AlltoallDevice, device, |_| Algo::Pairwise)?;
+        if algo == Algo::Staged {
             return self.staged::<u8, u8>(OP, send, recv, |s, r| {
                 self.alltoallv(s, send_counts, r, recv_counts)
             });

@@ -476,7 +476,8 @@ impl Communicator {
         }
         let comm = self.nccl_comm(op, stream.device)?;
         let _fr = fr::Scope::enter();
-        fr::begin_coll(self.ctx, op, "nccl", bytes, codes);
+        // NCCL chooses its own algorithm: the record names none.
+        fr::begin_coll(self.ctx, op, None, bytes, codes);
         if let Some(r) = root {
             fr::set_root(self.ctx, r);
         }

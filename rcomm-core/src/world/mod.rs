@@ -242,7 +242,7 @@ pub(crate) fn build(
         .iter()
         .map(|p| infos.iter().position(|q| q.same_node(p)).unwrap_or(0) as u32)
         .collect();
-    let mut shared = Shared::new(engine, notices.clone(), policy, node_of, cfg.algo.clone());
+    let mut shared = Shared::new(engine, notices.clone(), policy, node_of, cfg.forced_algos());
     shared.deterministic = cfg.deterministic;
     shared.check = cfg.check;
     shared.straggler = cfg.straggler.then(Default::default);
