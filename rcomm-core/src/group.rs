@@ -494,7 +494,7 @@ impl Communicator {
     /// members in the same order with another context (a `dup`), [`Comparison::Similar`] for
     /// the same members in another order, [`Comparison::Unequal`] otherwise.
     pub fn compare(&self, other: &Communicator) -> Comparison {
-        if Arc::ptr_eq(&self.shared(), &other.shared()) && self.ctx() == other.ctx() {
+        if Arc::ptr_eq(self.shared(), other.shared()) && self.ctx() == other.ctx() {
             return Comparison::Ident;
         }
         match self.group().compare(&other.group()) {

@@ -371,7 +371,7 @@ pub(crate) fn start<T: Pod + Send>(
     // With a progress thread (`RCOMM_ASYNC_PROGRESS=1`), it moves the blocks on while the
     // caller computes, as it does for the other non-blocking collectives.
     let watch = Arc::new(Mutex::new(Watch {
-        shared: Arc::downgrade(&c.shared()),
+        shared: Arc::downgrade(c.shared()),
         reqs: (p.recvs.iter().map(|x| x.0))
             .chain(p.sends.iter().copied())
             .collect(),
@@ -380,7 +380,7 @@ pub(crate) fn start<T: Pod + Send>(
     if let Some(pr) = &c.shared().coll.progress
         && !(p.recvs.is_empty() && p.sends.is_empty())
     {
-        pr.register(watch.clone(), &c.shared());
+        pr.register(watch.clone(), c.shared());
     }
     Ok(NeighborRequest {
         comm: c.clone(),

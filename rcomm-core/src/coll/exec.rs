@@ -967,7 +967,7 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
             let item: Arc<Mutex<dyn Advance>> = state.clone();
             comm.shared().coll.register_inflight(&item);
             if let Some(p) = &comm.shared().coll.progress {
-                p.register(item, &comm.shared());
+                p.register(item, comm.shared());
             }
         }
         Ok(Self { state, done: false })
