@@ -130,23 +130,6 @@ pub(crate) struct Tuning {
     pub single_copy_off: bool,
 }
 
-/// What the handles of one communicator share beyond its collective count: the node's
-/// shared-memory windows, once set up, found without a process-wide lock or a search.
-#[derive(Default)]
-pub(crate) struct CommColl {
-    /// `None` inside: set up and unusable (agreed by every rank). The collective layer's
-    /// window type, erased: this layer names nothing above it.
-    pub(crate) node: std::sync::OnceLock<Option<Arc<dyn std::any::Any + Send + Sync>>>,
-    /// The device link class of the communicator (`gpu_coll`'s code), agreed on first use.
-    pub(crate) dev_link: std::sync::OnceLock<u8>,
-}
-
-impl std::fmt::Debug for CommColl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CommColl").finish_non_exhaustive()
-    }
-}
-
 /// The last algorithm chosen for each collective kind on one handle (a handle's forced
 /// algorithms are part of what a choice depends on, so `with_algo` gets a memo of its own):
 /// one word per kind, read without a lock. A training loop repeats the same few collectives,

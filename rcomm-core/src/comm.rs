@@ -1,5 +1,16 @@
 //! Communicators and the point-to-point API.
 
+pub(crate) mod coll_part;
+mod device_part;
+mod topo_part;
+
+pub(crate) use coll_part::CollPart;
+pub use coll_part::Collectives;
+pub use device_part::Device;
+pub(crate) use device_part::{DevLink, DevicePart, DeviceState, SCRATCH_HELD};
+pub(crate) use topo_part::Members;
+pub use topo_part::TopoPart;
+
 use crate::p2p::engine::{Direct, Engine, ReqId, Status, Stored};
 use crate::p2p::matcher::{Envelope, Source, TagSel};
 use crate::p2p::region::Region;
@@ -106,8 +117,9 @@ pub(crate) struct Shared {
     engine: Mutex<Engine>,
     /// Context ids in use in this process.
     pub(crate) ctx_ids: Arc<crate::ctxid::CtxIds>,
-    /// For each world rank, the lowest world rank on its node (a node's colour).
-    pub(crate) node_of: Vec<u32>,
+    /// For each world rank, the lowest world rank on its node (a node's colour); every
+    /// communicator's topology part shares it.
+    pub(crate) node_of: Arc<[u32]>,
     /// `RCOMM_ALGO`, checked equal on every rank at init.
     pub(crate) algo: Vec<Forced>,
     /// The collective cost model's constants: rank 0's, broadcast at init, so every rank's
@@ -131,6 +143,8 @@ pub(crate) struct Shared {
     pub(crate) check: bool,
     /// `RCOMM_STRAGGLER`: the blocking collectives' waits, per communicator.
     pub(crate) straggler: Option<crate::straggler::Waits>,
+    /// Device scratch, streams and kernels, kept for the process's device collectives.
+    device: DeviceState,
 }
 
 impl std::fmt::Debug for Shared {
@@ -150,7 +164,7 @@ impl Shared {
         engine: Engine,
         notices: Option<Arc<NoticeBoard>>,
         policy: WaitPolicy,
-        node_of: Vec<u32>,
+        node_of: Arc<[u32]>,
         algo: Vec<Forced>,
     ) -> Self {
         // The initialising thread is usually the one that waits: size its sleep list now.
@@ -171,7 +185,14 @@ impl Shared {
             shrinks: Mutex::new(std::collections::HashMap::new()),
             check: false,
             straggler: None,
+            device: DeviceState::default(),
         }
+    }
+
+    /// The process's device state.
+    #[inline]
+    pub(crate) fn device(&self) -> &DeviceState {
+        &self.device
     }
 
     /// The algorithm `RCOMM_ALGO` forces for `op`, if any (`auto` counts as none).
@@ -413,54 +434,27 @@ impl Shared {
 /// A group of ranks with its own message space: messages on one communicator never match
 /// receives on another. Ranks given to and reported by a communicator are its own (0..size);
 /// errors about lost peers name world ranks.
+///
+/// Besides its identity a communicator is made of parts, each owning one concern: its
+/// [`topology`](Self::topology) (members and nodes), its [`collectives`](Self::collectives)
+/// (count, choices, forced algorithms, what the first collectives set up) and its
+/// [`device`](Self::device) facts.
 #[derive(Debug, Clone)]
 pub struct Communicator {
     /// Context id of user messages; `ctx + 1` carries this communicator's internal traffic.
-    pub(crate) ctx: u32,
-    pub(crate) rank: u32,
-    pub(crate) size: u32,
-    /// Every member runs on this node (shared-memory algorithms are possible).
-    pub(crate) one_node: bool,
-    /// How many nodes the members run on.
-    pub(crate) nodes: u32,
-    /// Members by communicator rank (world ranks); `None` for the world itself.
-    pub(crate) group: Option<Arc<Members>>,
+    ctx: u32,
+    rank: u32,
+    size: u32,
+    topo: TopoPart,
+    coll: CollPart,
+    device: DevicePart,
     /// Frees the context id when the last clone goes (absent for the world).
-    pub(crate) _ctx_guard: Option<Arc<crate::ctxid::CtxGuard>>,
-    /// Collectives started on this communicator (shared by its clones): every rank starts
-    /// collectives in the same order, so the count names a collective alike everywhere and
-    /// gives each one its own tag — concurrent non-blocking collectives never mix messages.
-    pub(crate) coll_seq: Arc<std::sync::atomic::AtomicU32>,
-    /// The windows and whatever else the clones share per communicator.
-    pub(crate) coll: Arc<crate::coll_state::CommColl>,
-    /// The last choice per collective kind (this handle's: `with_algo` starts a new one).
-    pub(crate) memo: Arc<crate::coll_state::ChoiceMemo>,
-    pub(crate) shared: Arc<Shared>,
-    /// Algorithms forced on this handle ([`Communicator::with_algo`]), before `RCOMM_ALGO`.
-    pub(crate) algo_force: Option<Arc<Vec<Forced>>>,
-    /// World ranks whose failure fails this communicator's collectives, when more than its
-    /// members: the parent's, for the sub-communicators a hierarchical collective runs on.
-    pub(crate) failure_scope: Option<Arc<Vec<u32>>>,
-    /// Attributes (keyvals), shared by the handles of this communicator.
-    pub(crate) attrs: Arc<crate::attr::Attrs>,
-}
-
-/// The members of a communicator, as world ranks, with the reverse map.
-#[derive(Debug)]
-pub(crate) struct Members {
-    pub(crate) world: Vec<u32>,
-    pub(crate) local: rcomm_transport::fastmap::FastMap<u32, u32>,
-}
-
-impl Members {
-    pub(crate) fn new(world: Vec<u32>) -> Self {
-        let local = world
-            .iter()
-            .enumerate()
-            .map(|(i, &w)| (w, i as u32))
-            .collect();
-        Self { world, local }
-    }
+    ctx_guard: Option<Arc<crate::ctxid::CtxGuard>>,
+    /// Attributes (keyvals), shared by the handles of this communicator. Before `shared`:
+    /// fields drop in order, and an attribute (an NCCL communicator) may use the process
+    /// state's device streams as it goes.
+    attrs: Arc<crate::attr::Attrs>,
+    shared: Arc<Shared>,
 }
 
 /// World rank → communicator rank in a status.
@@ -491,16 +485,133 @@ fn check_elems<T>(st: &Status) -> Result<Status> {
     Ok(*st)
 }
 
+/// Making communicators, and their parts for the layers above (plain field reads).
+impl Communicator {
+    /// A communicator on context `ctx` of the members `topo` places, with fresh collective,
+    /// device and attribute state.
+    pub(crate) fn new(
+        ctx: u32,
+        rank: u32,
+        topo: TopoPart,
+        ctx_guard: Option<Arc<crate::ctxid::CtxGuard>>,
+        shared: Arc<Shared>,
+    ) -> Self {
+        Communicator {
+            ctx,
+            rank,
+            size: topo.size(),
+            topo,
+            coll: CollPart::default(),
+            device: DevicePart::default(),
+            ctx_guard,
+            shared,
+            attrs: Default::default(),
+        }
+    }
+
+    /// The same communicator seen by `rank` of the members `world` (world ranks): for the
+    /// members of a group agreeing on a context over this communicator's internal context.
+    /// Fresh collective, device and attribute state.
+    pub(crate) fn regrouped(&self, rank: u32, world: Vec<u32>) -> Self {
+        let topo = TopoPart::new(Some(world), self.shared.node_of.clone());
+        Communicator::new(
+            self.ctx,
+            rank,
+            topo,
+            self.ctx_guard.clone(),
+            self.shared.clone(),
+        )
+    }
+
+    /// The context id of user messages.
+    #[inline]
+    pub(crate) fn ctx(&self) -> u32 {
+        self.ctx
+    }
+
+    /// The process's engine and settings.
+    #[inline]
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The attributes of this communicator (shared by its handles).
+    #[inline]
+    pub(crate) fn attrs(&self) -> &crate::attr::Attrs {
+        &self.attrs
+    }
+
+    /// Gives this handle attributes of its own (a `dup`'s copies).
+    pub(crate) fn set_attrs(&mut self, attrs: crate::attr::Attrs) {
+        self.attrs = Arc::new(attrs);
+    }
+
+    /// The context id's guard (absent for the world).
+    #[inline]
+    pub(crate) fn ctx_guard(&self) -> Option<&crate::ctxid::CtxGuard> {
+        self.ctx_guard.as_deref()
+    }
+
+    /// The collective part.
+    #[inline]
+    pub(crate) fn coll_part(&self) -> &CollPart {
+        &self.coll
+    }
+
+    /// The collective part, to widen its failure scope.
+    pub(crate) fn coll_part_mut(&mut self) -> &mut CollPart {
+        &mut self.coll
+    }
+
+    /// This handle with collective part `coll` (a `with_algo` handle).
+    pub(crate) fn with_coll_part(&self, coll: CollPart) -> Communicator {
+        Communicator {
+            coll,
+            ..self.clone()
+        }
+    }
+
+    /// The device part.
+    #[inline]
+    pub(crate) fn device_part(&self) -> &DevicePart {
+        &self.device
+    }
+
+    /// Where the ranks are: members and nodes.
+    #[inline]
+    pub fn topology(&self) -> &TopoPart {
+        &self.topo
+    }
+
+    /// The collective part: how many collectives ran, what is forced, what the first ones set
+    /// up, the last one recorded.
+    pub fn collectives(&self) -> Collectives<'_> {
+        Collectives {
+            part: &self.coll,
+            ctx: self.ctx,
+            process: &self.shared.algo,
+        }
+    }
+
+    /// The device part: the link class of the ranks' devices and the process's device scratch.
+    pub fn device(&self) -> Device<'_> {
+        Device {
+            part: &self.device,
+            state: &self.shared.device,
+        }
+    }
+}
+
 impl Communicator {
     /// Whether every rank of the communicator runs on this node (so the shared-memory
     /// collective algorithms can run).
     pub fn on_one_node(&self) -> bool {
-        self.one_node
+        self.topo.one_node()
     }
 
     /// How many nodes the ranks of the communicator run on.
     pub fn nodes(&self) -> u32 {
-        self.nodes
+        self.topo.nodes()
     }
 
     /// This process's rank in the communicator.
@@ -521,7 +632,7 @@ impl Communicator {
                 size: self.size,
             });
         }
-        Ok(match &self.group {
+        Ok(match self.topo.members() {
             Some(g) => g.world[r as usize],
             None => r,
         })
@@ -529,7 +640,7 @@ impl Communicator {
 
     /// Whether world rank `w` failing fails this communicator's collectives.
     pub(crate) fn in_failure_scope(&self, w: u32) -> bool {
-        match &self.failure_scope {
+        match self.coll.failure_scope() {
             Some(s) => s.binary_search(&w).is_ok(),
             None => self.local_rank_of(w).is_some(),
         }
@@ -537,7 +648,7 @@ impl Communicator {
 
     /// This communicator's rank of world rank `w`, if it is a member.
     pub(crate) fn local_rank_of(&self, w: u32) -> Option<u32> {
-        match &self.group {
+        match self.topo.members() {
             Some(g) => g.local.get(&w).copied(),
             None => (w < self.size).then_some(w),
         }
@@ -551,7 +662,7 @@ impl Communicator {
     }
 
     fn local(&self, st: Status) -> Status {
-        localize(&self.group, st)
+        localize(self.topo.members(), st)
     }
 
     /// Sends a region (host or device memory) and waits; for the device calls.
@@ -677,7 +788,7 @@ impl Communicator {
     pub(crate) fn sent_request<T: Pod + Send>(&self, tag: Tag, bytes: usize) -> Request<T> {
         Request {
             shared: self.shared.clone(),
-            group: self.group.clone(),
+            group: self.topo.members().clone(),
             req: None,
             buf: Some(Vec::new()),
             recv: false,
@@ -712,7 +823,7 @@ impl Communicator {
             .ssend(self.ctx, wdest, tag.0, region, "issend")?;
         Ok(Request {
             shared: self.shared.clone(),
-            group: self.group.clone(),
+            group: self.topo.members().clone(),
             req: Some(req),
             buf: Some(buf),
             recv: false,
@@ -894,7 +1005,7 @@ impl Communicator {
             .then(|| self.sent_status(tag, size_of_val(buf.as_slice())));
         Ok(Request {
             shared: self.shared.clone(),
-            group: self.group.clone(),
+            group: self.topo.members().clone(),
             req,
             buf: Some(buf),
             recv: false,
@@ -935,7 +1046,7 @@ impl Communicator {
         drop(e);
         Ok(Request {
             shared: self.shared.clone(),
-            group: self.group.clone(),
+            group: self.topo.members().clone(),
             req,
             buf: Some(buf),
             recv: true,
@@ -1004,7 +1115,7 @@ impl Communicator {
         let (env, stored) = res?;
         Ok(Message {
             shared: self.shared.clone(),
-            group: self.group.clone(),
+            group: self.topo.members().clone(),
             env,
             stored: Some(stored),
         })
@@ -1031,7 +1142,7 @@ impl Communicator {
         Ok(e.mprobe(self.ctx, src, tag.sel())?
             .map(|(env, stored)| Message {
                 shared: self.shared.clone(),
-                group: self.group.clone(),
+                group: self.topo.members().clone(),
                 env,
                 stored: Some(stored),
             }))
@@ -1170,7 +1281,7 @@ impl<T: Pod + Send> Request<T> {
     pub(crate) fn completed(comm: &Communicator, buf: Vec<T>, st: Status) -> Self {
         Request {
             shared: comm.shared.clone(),
-            group: comm.group.clone(),
+            group: comm.topo.members().clone(),
             req: None,
             buf: Some(buf),
             recv: false,
@@ -1709,19 +1820,7 @@ impl Communicator {
     ///
     /// [`with_algo`]: Self::with_algo
     pub fn last_collective(&self) -> Option<crate::fr::CollRecord> {
-        rcomm_transport::flight::recorder()
-            .snapshot()
-            .into_iter()
-            .rev()
-            // Point-to-point records have no collective number.
-            .find(|r| r.ctx == self.ctx && r.seq > 0)
-            .map(|r| crate::fr::CollRecord {
-                op: r.op,
-                algo: r.algo.map_or("", Algo::name),
-                seq: r.seq,
-                bytes: r.bytes,
-                ended: r.state.ended(),
-            })
+        crate::fr::last_collective(self.ctx)
     }
 
     /// Tells the flight recorder a communicator was made on this context id.

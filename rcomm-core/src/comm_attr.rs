@@ -10,18 +10,18 @@ impl Communicator {
     /// Sets the attribute of `key` to `value` (`MPI_Comm_set_attr`); a value it replaces goes
     /// to the key's delete callback. Seen by every handle (clone) of this communicator.
     pub fn set_attr<T: Any + Send + Sync + Clone>(&self, key: &Keyval<T>, value: T) {
-        self.attrs.set(key, value);
+        self.attrs().set(key, value);
     }
 
     /// A copy of the attribute of `key`, `None` when not set (`MPI_Comm_get_attr`).
     pub fn get_attr<T: Any + Send + Sync + Clone>(&self, key: &Keyval<T>) -> Option<T> {
-        self.attrs.get(key)
+        self.attrs().get(key)
     }
 
     /// Deletes the attribute of `key` (`MPI_Comm_delete_attr`), running the key's delete
     /// callback; whether it was set.
     pub fn delete_attr<T: Any + Send + Sync + Clone>(&self, key: &Keyval<T>) -> bool {
-        self.attrs.delete(key)
+        self.attrs().delete(key)
     }
 }
 

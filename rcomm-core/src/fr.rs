@@ -507,6 +507,24 @@ pub(crate) fn report_why(notices: Option<&NoticeBoard>, why: &str) {
     );
 }
 
+/// The last collective this process recorded on context `ctx` (see
+/// [`crate::Communicator::last_collective`]).
+pub(crate) fn last_collective(ctx: u32) -> Option<CollRecord> {
+    flight::recorder()
+        .snapshot()
+        .into_iter()
+        .rev()
+        // Point-to-point records have no collective number.
+        .find(|r| r.ctx == ctx && r.seq > 0)
+        .map(|r| CollRecord {
+            op: r.op,
+            algo: r.algo.map_or("", Algo::name),
+            seq: r.seq,
+            bytes: r.bytes,
+            ended: r.state.ended(),
+        })
+}
+
 /// A collective as the flight recorder keeps it ([`crate::Communicator::last_collective`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CollRecord {
@@ -576,13 +594,13 @@ mod tests {
             for _ in 0..n {
                 let _s = Scope::enter();
                 begin_coll(
-                    w.ctx,
+                    w.ctx(),
                     "allreduce",
                     Some(Algo::Ring),
                     8,
                     std::hint::black_box(&r).codes(),
                 );
-                end_coll(w.ctx, &Ok::<(), CommError>(()));
+                end_coll(w.ctx(), &Ok::<(), CommError>(()));
             }
             let ns = (cpu() - t0) as f64 / f64::from(n);
             println!("round {round}: {ns:.1} ns (CPU) per recorded collective");

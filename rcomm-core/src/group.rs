@@ -8,7 +8,7 @@
 //! any process that belongs to both. User messages travel on context `2·id`, the
 //! communicator's internal traffic on `2·id + 1`, so a user's tags can never meet rcomm's.
 
-use crate::comm::{Communicator, Members, Tag};
+use crate::comm::{Communicator, Tag, TopoPart};
 use crate::ctxid::{CtxGuard, MAX_IDS, WORDS};
 use crate::p2p::matcher::Source;
 use crate::{CommError, Result};
@@ -30,12 +30,12 @@ fn nonce() -> u64 {
 impl Communicator {
     /// The context of this communicator's internal traffic (collectives, agreements).
     pub(crate) fn internal(&self) -> u32 {
-        self.ctx + 1
+        self.ctx() + 1
     }
 
     /// The generation of this communicator (0 for the world), see [`CtxGuard::epoch`].
     pub(crate) fn check_gen(&self) -> u32 {
-        self._ctx_guard.as_ref().map_or(0, |g| g.epoch)
+        self.ctx_guard().map_or(0, |g| g.epoch)
     }
 
     /// Gathers `mine` (the same length on every rank) from every rank, in rank order: a ring,
@@ -46,7 +46,7 @@ impl Communicator {
 
     /// [`allgather_bytes`](Self::allgather_bytes) with its own tag.
     fn allgather_bytes_tagged(&self, mine: &[u8], tag: Tag) -> Result<Vec<u8>> {
-        let (n, r, len) = (self.size as usize, self.rank as usize, mine.len());
+        let (n, r, len) = (self.size() as usize, self.rank() as usize, mine.len());
         let mut all = vec![0u8; n * len];
         all[r * len..(r + 1) * len].copy_from_slice(mine);
         let right = ((r + 1) % n) as u32;
@@ -80,7 +80,7 @@ impl Communicator {
     /// ⌈log₂ n⌉ rounds of one message each way).
     pub fn barrier(&self) -> Result<()> {
         let t0 = self.straggler_start();
-        let res = crate::fr::record(self.ctx, "barrier", Some(Algo::Dissemination), || {
+        let res = crate::fr::record(self.ctx(), "barrier", Some(Algo::Dissemination), || {
             self.barrier_untimed()
         });
         self.straggler_end(t0);
@@ -88,15 +88,15 @@ impl Communicator {
     }
 
     fn barrier_untimed(&self) -> Result<()> {
-        if self.shared.check {
+        if self.shared().check {
             // Checked: a collective with its own call number and signature.
             return self.ibarrier()?.wait().map(drop);
         }
-        let n = self.size;
+        let n = self.size();
         let mut k = 1;
         while k < n {
-            let to = (self.rank + k) % n;
-            let from = (self.rank + n - k) % n;
+            let to = (self.rank() + k) % n;
+            let from = (self.rank() + n - k) % n;
             self.sendrecv_ctx(
                 self.internal(),
                 &[],
@@ -124,7 +124,7 @@ impl Communicator {
 
     /// [`alloc_id_with`](Self::alloc_id_with), its exchange under `tag`.
     fn alloc_id_tagged(&self, extra: &[u8], tag: Tag) -> Result<(Arc<CtxGuard>, Vec<u8>)> {
-        let ids = self.shared.ctx_ids.clone();
+        let ids = self.shared().ctx_ids.clone();
         let mut mine: Vec<u8> = ids
             .free_mask()
             .iter()
@@ -134,7 +134,7 @@ impl Communicator {
         mine.extend_from_slice(extra);
         let all = self.allgather_bytes_tagged(&mine, tag)?;
         let mut common = [u64::MAX; WORDS];
-        let mut extras = Vec::with_capacity(extra.len() * self.size as usize);
+        let mut extras = Vec::with_capacity(extra.len() * self.size() as usize);
         for rank in all.chunks(WORDS * 8 + 8 + extra.len()) {
             let (mask, x) = rank.split_at(WORDS * 8);
             let x = &x[8..];
@@ -156,45 +156,25 @@ impl Communicator {
     }
 
     fn child(&self, guard: Arc<CtxGuard>, world: Vec<u32>, rank: u32) -> Communicator {
-        let node = &self.shared.node_of;
-        let one_node = world
-            .iter()
-            .all(|&w| node[w as usize] == node[world[0] as usize]);
-        let mut colours: Vec<u32> = world.iter().map(|&w| node[w as usize]).collect();
-        colours.sort_unstable();
-        colours.dedup();
-        self.shared
+        self.shared()
             .lock()
             .register_comm(2 * guard.id as u32, Some(world.as_slice().into()));
         // Shrinks are counted per communicator: a reused context id starts again at 0 on every
         // member alike, so their agreement keys match.
-        self.shared
+        self.shared()
             .shrinks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&(2 * guard.id as u32));
-        let c = Communicator {
-            ctx: 2 * guard.id as u32,
-            rank,
-            size: world.len() as u32,
-            one_node,
-            nodes: colours.len() as u32,
-            group: Some(Arc::new(Members::new(world))),
-            _ctx_guard: Some(guard),
-            coll_seq: Default::default(),
-            coll: Default::default(),
-            memo: Default::default(),
-            algo_force: None,
-            failure_scope: None,
-            attrs: Default::default(),
-            shared: self.shared.clone(),
-        };
+        let ctx = 2 * guard.id as u32;
+        let topo = TopoPart::new(Some(world), self.shared().node_of.clone());
+        let c = Communicator::new(ctx, rank, topo, Some(guard), self.shared().clone());
         c.fr_created("");
         c
     }
 
     fn members(&self) -> Vec<u32> {
-        (0..self.size)
+        (0..self.size())
             .map(|r| self.world_rank(r).expect("in range"))
             .collect()
     }
@@ -205,15 +185,15 @@ impl Communicator {
     /// it through their next progress (each passes it on, so a revoker that dies right after
     /// still reaches everyone alive). The usual next step is [`shrink`](Self::shrink).
     pub fn revoke(&self) {
-        let me = self.world_rank(self.rank).expect("in range");
-        self.shared.lock().revoke(self.ctx, me);
+        let me = self.world_rank(self.rank()).expect("in range");
+        self.shared().lock().revoke(self.ctx(), me);
     }
 
     /// Whether the communicator was revoked (by any rank, as far as this one has heard).
     pub fn is_revoked(&self) -> bool {
-        let mut e = self.shared.lock();
+        let mut e = self.shared().lock();
         e.progress();
-        e.is_revoked(self.ctx)
+        e.is_revoked(self.ctx())
     }
 
     /// A communicator of the members that have not failed (MPI's `MPIX_Comm_shrink`), ranks in
@@ -224,22 +204,22 @@ impl Communicator {
     /// launcher declared hung was killed and cannot come back. Needs `rcomm-run` (its store
     /// holds the agreement); under other launchers it is an error.
     pub fn shrink(&self) -> Result<Communicator> {
-        let boot = self.shared.boot.get().cloned().ok_or_else(|| {
+        let boot = self.shared().boot.get().cloned().ok_or_else(|| {
             CommError::InvalidArg("shrink: this world has no launcher to agree with".into())
         })?;
         let members = self.members();
         let round = {
             let mut m = self
-                .shared
+                .shared()
                 .shrinks
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            let c = m.entry(self.ctx).or_default();
+            let c = m.entry(self.ctx()).or_default();
             *c += 1;
             *c
         };
-        let key = format!("shrink/{}/{round}", self.ctx);
-        let ids = self.shared.ctx_ids.clone();
+        let key = format!("shrink/{}/{round}", self.ctx());
+        let ids = self.shared().ctx_ids.clone();
         let mask: Vec<u8> = ids
             .free_mask()
             .iter()
@@ -254,7 +234,7 @@ impl Communicator {
             .copied()
             .filter(|m| !failed.contains(m))
             .collect();
-        let me = self.world_rank(self.rank)?;
+        let me = self.world_rank(self.rank())?;
         let rank = survivors.iter().position(|&w| w == me).ok_or_else(|| {
             CommError::InvalidArg(format!(
                 "shrink: the launcher counts this rank ({me}) among the failed"
@@ -276,7 +256,7 @@ impl Communicator {
             Info,
             "COMM",
             "shrink of communicator {}: {} of {} members survive (lost: {failed:?})",
-            self.ctx,
+            self.ctx(),
             survivors.len(),
             members.len()
         );
@@ -292,7 +272,7 @@ impl Communicator {
     /// Ends the whole job through the launcher, with exit status `code` and `msg` shown to the
     /// user (MPI's `MPI_Abort`): every rank is stopped, on every host.
     pub fn abort(&self, code: i32, msg: &str) -> ! {
-        match self.shared.boot.get() {
+        match self.shared().boot.get() {
             Some(b) => {
                 let r = b.lock().unwrap_or_else(|p| p.into_inner()).abort(code, msg);
                 match r {
@@ -311,9 +291,9 @@ impl Communicator {
     /// A communicator with the same ranks and a separate message space (collective). Its
     /// attributes are copied as each key's [`AttrCopy`](crate::AttrCopy) says.
     pub fn dup(&self) -> Result<Communicator> {
-        let guard = crate::fr::record(self.ctx, "dup", None, || self.alloc_id())?;
-        let mut c = self.child(guard, self.members(), self.rank);
-        c.attrs = Arc::new(self.attrs.copied());
+        let guard = crate::fr::record(self.ctx(), "dup", None, || self.alloc_id())?;
+        let mut c = self.child(guard, self.members(), self.rank());
+        c.set_attrs(self.attrs().copied());
         Ok(c)
     }
 
@@ -321,7 +301,7 @@ impl Communicator {
     /// this communicator); `None` opts out (MPI_UNDEFINED) and returns `None`. Collective.
     pub fn split(&self, color: Option<u32>, key: i32) -> Result<Option<Communicator>> {
         let me = [color.unwrap_or(u32::MAX).to_le_bytes(), key.to_le_bytes()].concat();
-        let (guard, all) = crate::fr::record(self.ctx, "split", None, || {
+        let (guard, all) = crate::fr::record(self.ctx(), "split", None, || {
             Ok((self.alloc_id()?, self.allgather_bytes(&me)?))
         })?;
         let Some(c) = color else { return Ok(None) };
@@ -339,7 +319,7 @@ impl Communicator {
         mine.sort_unstable();
         let rank = mine
             .iter()
-            .position(|&(_, r)| r == self.rank)
+            .position(|&(_, r)| r == self.rank())
             .expect("we chose this color") as u32;
         let world = mine
             .iter()
@@ -351,8 +331,8 @@ impl Communicator {
     /// Splits by locality, ranks in this communicator's order. Collective. See [`SplitType`]
     /// for what each kind groups.
     pub fn split_type(&self, kind: SplitType) -> Result<Communicator> {
-        let me = self.world_rank(self.rank)?;
-        let node = self.shared.node_of[me as usize];
+        let me = self.world_rank(self.rank())?;
+        let node = self.shared().node_of[me as usize];
         let color = match kind {
             SplitType::Node => node,
             SplitType::Numa => {
@@ -366,7 +346,7 @@ impl Communicator {
             }
         };
         Ok(self
-            .split(Some(color), self.rank as i32)?
+            .split(Some(color), self.rank() as i32)?
             .expect("a color was given"))
     }
 
@@ -404,7 +384,7 @@ impl Communicator {
             .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
                 (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
             });
-        let (guard, all) = crate::fr::record(self.ctx, "create", None, || {
+        let (guard, all) = crate::fr::record(self.ctx(), "create", None, || {
             self.alloc_id_with(&hash.to_le_bytes())
         })?;
         if let Some(&w) = group
@@ -415,7 +395,7 @@ impl Communicator {
             return Err(CommError::InvalidArg(format!(
                 "create: world rank {w} of the group is not a member of the communicator \
                  (it has {} ranks)",
-                self.size
+                self.size()
             )));
         }
         // Disjoint groups (MPI 2.2): every member of the group this rank passed must have
@@ -434,7 +414,7 @@ impl Communicator {
                 });
             }
         }
-        let me = self.world_rank(self.rank)?;
+        let me = self.world_rank(self.rank())?;
         let Some(rank) = group.rank_of(me) else {
             return Ok(None);
         };
@@ -471,7 +451,7 @@ impl Communicator {
         if tag.0 < 0 {
             return Err(CommError::InvalidTag { tag: tag.0 });
         }
-        let me = self.world_rank(self.rank)?;
+        let me = self.world_rank(self.rank())?;
         let Some(rank) = group.rank_of(me) else {
             return Err(CommError::InvalidArg(format!(
                 "create_group: this rank (world rank {me}) is not in the group; only its \
@@ -486,23 +466,12 @@ impl Communicator {
             return Err(CommError::InvalidArg(format!(
                 "create_group: world rank {w} of the group is not a member of the \
                  communicator (it has {} ranks)",
-                self.size
+                self.size()
             )));
         }
         // The members agree on an id among themselves, over this communicator's internal
         // context, as a communicator of just them would.
-        let members = Communicator {
-            rank,
-            size: group.size(),
-            group: Some(Arc::new(Members::new(group.ranks.clone()))),
-            coll_seq: Default::default(),
-            coll: Default::default(),
-            memo: Default::default(),
-            algo_force: None,
-            failure_scope: None,
-            attrs: Default::default(),
-            ..self.clone()
-        };
+        let members = self.regrouped(rank, group.ranks.clone());
         let hash = group_hash(group);
         let t = Tag(TAG_CREATE_GROUP_BASE + tag.0 % CREATE_GROUP_TAGS);
         let (guard, all) = members.alloc_id_tagged(&hash.to_le_bytes(), t)?;
@@ -525,7 +494,7 @@ impl Communicator {
     /// members in the same order with another context (a `dup`), [`Comparison::Similar`] for
     /// the same members in another order, [`Comparison::Unequal`] otherwise.
     pub fn compare(&self, other: &Communicator) -> Comparison {
-        if Arc::ptr_eq(&self.shared, &other.shared) && self.ctx == other.ctx {
+        if Arc::ptr_eq(self.shared(), other.shared()) && self.ctx() == other.ctx() {
             return Comparison::Ident;
         }
         match self.group().compare(&other.group()) {

@@ -132,7 +132,7 @@ impl<'a> MeshBuilder<'a> {
             )));
         }
         let node: Vec<u32> = (0..parent.size())
-            .map(|r| Ok(parent.shared.node_of[parent.world_rank(r)? as usize]))
+            .map(|r| parent.topology().node_of(r))
             .collect::<Result<_>>()?;
         let order = placement(&node);
         let mut mesh_rank = vec![0u32; order.len()];

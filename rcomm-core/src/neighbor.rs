@@ -263,7 +263,7 @@ fn post<'a>(
     let ctx = c.internal();
     let mut p = Posted::default();
     let mut err = None;
-    let mut e = c.shared.lock();
+    let mut e = c.shared().lock();
     for (src, tag, blk) in inb {
         let want = blk.len();
         let posted = c.world_rank(src).and_then(|w| {
@@ -306,7 +306,7 @@ fn post<'a>(
 fn finish(c: &Communicator, p: Posted, err: Option<CommError>, op: &str) -> Result<()> {
     let mut first = err;
     for (r, src, want) in p.recvs {
-        match c.shared.wait(r) {
+        match c.shared().wait(r) {
             Ok(st) if st.bytes != want => {
                 first.get_or_insert(CommError::InvalidArg(format!(
                     "{op}: rank {src} sent {} bytes where {want} were expected",
@@ -320,7 +320,7 @@ fn finish(c: &Communicator, p: Posted, err: Option<CommError>, op: &str) -> Resu
         }
     }
     for r in p.sends {
-        if let Err(x) = c.shared.wait(r) {
+        if let Err(x) = c.shared().wait(r) {
             first.get_or_insert(x);
         }
     }
@@ -371,16 +371,16 @@ pub(crate) fn start<T: Pod + Send>(
     // With a progress thread (`RCOMM_ASYNC_PROGRESS=1`), it moves the blocks on while the
     // caller computes, as it does for the other non-blocking collectives.
     let watch = Arc::new(Mutex::new(Watch {
-        shared: Arc::downgrade(&c.shared),
+        shared: Arc::downgrade(c.shared()),
         reqs: (p.recvs.iter().map(|x| x.0))
             .chain(p.sends.iter().copied())
             .collect(),
         over: false,
     }));
-    if let Some(pr) = &c.shared.coll.progress
+    if let Some(pr) = &c.shared().coll.progress
         && !(p.recvs.is_empty() && p.sends.is_empty())
     {
-        pr.register(watch.clone(), &c.shared);
+        pr.register(watch.clone(), c.shared());
     }
     Ok(NeighborRequest {
         comm: c.clone(),
@@ -469,7 +469,7 @@ impl<T: Pod + Send> NeighborRequest<T> {
     /// Whether every block has completed (progressing once); errors show in
     /// [`wait`](Self::wait), which then returns at once.
     pub fn test(&mut self) -> bool {
-        let s = &self.comm.shared;
+        let s = &self.comm.shared();
         let mut all = true;
         // Every request is tested (not stopping at the first pending one): each test
         // progresses.
@@ -503,7 +503,7 @@ impl<T: Pod + Send> Drop for NeighborRequest<T> {
         }
         // Every request still in flight keeps both buffers alive; the last to finish frees them.
         let keep = Arc::new(Mutex::new(self.bufs.take()));
-        let mut e = self.comm.shared.lock();
+        let mut e = self.comm.shared().lock();
         for (r, _, _) in p.recvs {
             if !e.cancel(r) {
                 e.orphan(r, Box::new(keep.clone()));

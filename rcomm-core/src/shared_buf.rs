@@ -123,7 +123,7 @@ impl Communicator {
                 .into_iter()
                 .map(|(s, id, b)| (s, id, b as usize))
                 .collect(),
-            rank: self.rank as usize,
+            rank: self.rank() as usize,
             world,
             _t: PhantomData,
         })
@@ -137,10 +137,10 @@ impl Communicator {
     pub fn allreduce_shared<T: Element>(&self, buf: &mut SharedBuf<T>, op: Op) -> Result<()> {
         op.check(T::DTYPE)
             .map_err(|e| CommError::InvalidArg(e.to_string()))?;
-        let members: Vec<u32> = (0..self.size)
+        let members: Vec<u32> = (0..self.size())
             .map(|r| self.world_rank(r))
             .collect::<Result<_>>()?;
-        if members != buf.world || buf.rank != self.rank as usize {
+        if members != buf.world || buf.rank != self.rank() as usize {
             return Err(CommError::InvalidArg(
                 "allreduce_shared: the buffer was allocated on a communicator with other ranks"
                     .into(),
@@ -177,7 +177,7 @@ impl Communicator {
         // borrowed exclusively (`&mut buf`) for the call.
         unsafe { node.allreduce_zc(self, total, size_of::<T>(), r.signature(), &r, &zc, chk)? };
         if op == Op::Avg {
-            rcomm_kernels::finalize_avg_typed(&mut buf[..], self.size as usize)
+            rcomm_kernels::finalize_avg_typed(&mut buf[..], self.size() as usize)
                 .map_err(|e| CommError::InvalidArg(e.to_string()))?;
         }
         Ok(())

@@ -948,7 +948,7 @@ fn start_bad(st: &mut CtxState, ctx: u32, world: u32, tag: i32, out: &mut Vec<Ou
 impl Communicator {
     /// Notes the call about to run, in checked mode.
     pub(crate) fn check_note(&self, call: Call) {
-        if self.shared.check {
+        if self.shared().check {
             note(call);
         }
     }
@@ -964,10 +964,10 @@ impl Communicator {
         tag: Tag,
         sched: &super::schedule::Schedule,
     ) -> Result<(Stamp, Option<Tag>)> {
-        if !self.shared.check {
+        if !self.shared().check {
             return Ok((Stamp::default(), None));
         }
-        let next = (self.rank + 1) % self.size;
+        let next = (self.rank() + 1) % self.size();
         let sends_next = sched.phases.first().is_some_and(|ph| {
             ph.xfers
                 .iter()
@@ -983,7 +983,7 @@ impl Communicator {
     /// whose exchanges then fail instead of waiting for a rank that planned otherwise
     /// ([`check_wait`](Self::check_wait)). Returns the call number and the call.
     pub(crate) fn check_composite(&self, token: bool) -> Result<Option<(Tag, Call)>> {
-        if !self.shared.check {
+        if !self.shared().check {
             return Ok(None);
         }
         let tag = self.next_coll_tag();
@@ -1003,7 +1003,7 @@ impl Communicator {
     /// runs another algorithm sends messages, which the engine matches against it), or at
     /// once after any check failed in this process (a failed communicator fails at once).
     pub(crate) fn check_shm_call(&self) -> Result<Option<(Tag, Call)>> {
-        if !self.shared.check {
+        if !self.shared().check {
             return Ok(None);
         }
         let tag = self.next_coll_tag();
@@ -1028,22 +1028,22 @@ impl Communicator {
     fn check_begin(&self, tag: Tag, token: bool) -> Result<Stamp> {
         let call = take();
         let epoch = self.check_gen();
-        let right = if token && self.size > 1 {
-            Some(self.world_rank((self.rank + 1) % self.size)?)
+        let right = if token && self.size() > 1 {
+            Some(self.world_rank((self.rank() + 1) % self.size())?)
         } else {
             None
         };
         let members = || {
-            (0..self.size)
+            (0..self.size())
                 .map(|r| self.world_rank(r).unwrap_or(u32::MAX))
                 .collect()
         };
-        let failed = self.shared.lock().check_register(
-            self.ctx + 1,
+        let failed = self.shared().lock().check_register(
+            self.ctx() + 1,
             epoch,
             tag.0,
             call,
-            self.rank,
+            self.rank(),
             &members,
             right,
         );
@@ -1060,8 +1060,8 @@ impl Communicator {
     /// (setting up windows or sub-communicators for a call), failing if the communicator fails
     /// a check meanwhile — a rank that planned another call never takes part.
     pub(crate) fn check_wait(&self, req: crate::p2p::engine::ReqId) -> Result<crate::Status> {
-        let (ctx, epoch) = (self.ctx + 1, self.check_gen());
-        let r = self.shared.block_on(|e| {
+        let (ctx, epoch) = (self.ctx() + 1, self.check_gen());
+        let r = self.shared().block_on(|e| {
             if e.is_done(req) {
                 return Some(Ok(e.take(req)));
             }
@@ -1070,7 +1070,7 @@ impl Communicator {
         match r {
             Ok(st) => st,
             Err(tag) => {
-                self.shared.lock().abandon(req);
+                self.shared().lock().abandon(req);
                 Err(self.check_error(Tag(tag)))
             }
         }
@@ -1078,20 +1078,22 @@ impl Communicator {
 
     /// Whether call `tag` fails a check (see [`Checks::failed`]).
     pub(crate) fn check_failed(&self, e: &Engine, tag: Tag) -> bool {
-        e.check_failed(self.ctx + 1, self.check_gen(), tag.0)
+        e.check_failed(self.ctx() + 1, self.check_gen(), tag.0)
     }
 
     /// The error of a call that failed a check, once the votes are in (at most
     /// [`VOTE_WAIT`]). Progresses the engine meanwhile (the caller holds no lock).
     pub(crate) fn check_error(&self, tag: Tag) -> CommError {
-        let (ctx, epoch) = (self.ctx + 1, self.check_gen());
-        let (v, members) = self.shared.block_on(|e| e.check_verdict(ctx, epoch, tag.0));
+        let (ctx, epoch) = (self.ctx() + 1, self.check_gen());
+        let (v, members) = self
+            .shared()
+            .block_on(|e| e.check_verdict(ctx, epoch, tag.0));
         self.verdict_error(&v, &members)
     }
 
     /// The error of a verdict on this communicator's call (shared-memory descriptors).
     pub(crate) fn check_verdict_error(&self, v: &Verdict) -> CommError {
-        let members: Vec<u32> = (0..self.size)
+        let members: Vec<u32> = (0..self.size())
             .map(|r| self.world_rank(r).unwrap_or(u32::MAX))
             .collect();
         self.verdict_error(v, &members)
@@ -1099,7 +1101,7 @@ impl Communicator {
 
     /// `v`'s error, naming ranks with their world ranks (`members`) and hosts.
     fn verdict_error(&self, v: &Verdict, members: &[u32]) -> CommError {
-        let e = self.shared.lock();
+        let e = self.shared().lock();
         let who = |r: u32| match members.get(r as usize) {
             Some(&w) if w == r => format!("{r} (on {})", e.host_of(w)),
             Some(&w) => format!("{r} (world rank {w} on {})", e.host_of(w)),
@@ -1113,7 +1115,7 @@ impl Communicator {
     /// the token it sent). Progresses nothing itself.
     pub(crate) fn check_shm_wait(&self, tag: Option<Tag>) -> Result<()> {
         let Some(t) = tag else { return Ok(()) };
-        let failed = self.check_failed(&self.shared.lock(), t);
+        let failed = self.check_failed(&self.shared().lock(), t);
         if failed {
             return Err(self.check_error(t));
         }

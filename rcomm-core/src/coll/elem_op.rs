@@ -112,17 +112,17 @@ impl Communicator {
         let count = op.count("reduce", send.len())?;
         let r = op.reducer();
         let sched = self.reduce_plan(count, op.elem, &r, root)?;
-        if self.rank == root {
+        if self.rank() == root {
             let recv = need(recv, "reduce")?;
             check_len("reduce recv", recv.len(), send.len())?;
             recv.copy_from_slice(send);
             self.run_schedule(&sched, recv, &[], Some(&r))
         } else {
-            let mut work = self.shared.coll.take_scratch(send.len());
+            let mut work = self.shared().coll.take_scratch(send.len());
             let bytes = &mut work[..send.len()];
             bytes.copy_from_slice(send);
             let res = self.run_schedule(&sched, bytes, &[], Some(&r));
-            self.shared.coll.put_scratch(work);
+            self.shared().coll.put_scratch(work);
             res
         }
     }
@@ -148,13 +148,13 @@ impl Communicator {
         let r = op.reducer();
         let sched = self.scan_plan(count, op.elem, &r, true)?;
         let len = send.len();
-        let mut work = self.shared.coll.take_scratch(len);
+        let mut work = self.shared().coll.take_scratch(len);
         work[..len].copy_from_slice(send);
         let res = self.run_schedule(&sched, &mut work[..len], &[], Some(&r));
-        if res.is_ok() && self.rank > 0 {
+        if res.is_ok() && self.rank() > 0 {
             recv.copy_from_slice(&work[..len]);
         }
-        self.shared.coll.put_scratch(work);
+        self.shared().coll.put_scratch(work);
         res
     }
 
@@ -163,7 +163,7 @@ impl Communicator {
     /// lands in `recv`.
     pub fn reduce_scatter_elems(&self, send: &[u8], recv: &mut [u8], op: &ElemOp) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
-        let (n, me) = (self.size as usize, self.rank as usize);
+        let (n, me) = (self.size() as usize, self.rank() as usize);
         let block = op.count("reduce_scatter recv", recv.len())?;
         check_len("reduce_scatter send", send.len(), n * recv.len())?;
         let r = op.reducer();
@@ -173,14 +173,14 @@ impl Communicator {
         let algo = self.reduce_scatter_algo(&counts, op.elem, &r)?;
         let sched = self.reduce_scatter_sched(&counts, op.elem, algo);
         let len = send.len();
-        let mut work = self.shared.coll.take_scratch(len);
+        let mut work = self.shared().coll.take_scratch(len);
         work[..len].copy_from_slice(send);
         let res = self.run_schedule(&sched, &mut work[..len], &[], Some(&r));
         if res.is_ok() {
             let off = me * recv.len();
             recv.copy_from_slice(&work[off..off + recv.len()]);
         }
-        self.shared.coll.put_scratch(work);
+        self.shared().coll.put_scratch(work);
         res
     }
 
@@ -202,7 +202,7 @@ impl Communicator {
         let count = op.count("reduce", send.len())?;
         let r = op.reducer();
         let sched = self.reduce_plan(count, op.elem, &r, root)?;
-        let post = if self.rank == root {
+        let post = if self.rank() == root {
             Post::Whole
         } else {
             Post::Nothing
@@ -233,7 +233,7 @@ impl Communicator {
     /// blocks); `wait` hands back this rank's reduced block.
     pub fn ireduce_scatter_elems(&self, send: Vec<u8>, op: &ElemOp) -> Result<CollRequest<u8>> {
         let _fr = crate::fr::Scope::enter();
-        let (n, me) = (self.size as usize, self.rank as usize);
+        let (n, me) = (self.size() as usize, self.rank() as usize);
         let count = op.count("reduce_scatter", send.len())?;
         if !count.is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(

@@ -439,7 +439,7 @@ impl Batch for CommBatch<'_> {
     fn recv(&mut self, peer: u32, dst: Region) -> Result<ReqId> {
         let w = self.comm.world_rank(peer)?;
         self.e.irecv(
-            self.comm.ctx + 1,
+            self.comm.ctx() + 1,
             Source::Rank(w),
             self.tag.sel(),
             dst,
@@ -450,7 +450,7 @@ impl Batch for CommBatch<'_> {
     fn send(&mut self, peer: u32, src: Region) -> Result<ReqId> {
         let w = self.comm.world_rank(peer)?;
         self.e
-            .isend_stamped(self.comm.ctx + 1, w, self.tag.0, src, self.op, self.stamp)
+            .isend_stamped(self.comm.ctx() + 1, w, self.tag.0, src, self.op, self.stamp)
     }
 
     fn take(&mut self, req: ReqId) -> Result<usize> {
@@ -468,7 +468,7 @@ impl Port for CommPort<'_> {
     fn batch(&mut self) -> CommBatch<'_> {
         CommBatch {
             comm: self.comm,
-            e: self.comm.shared.lock(),
+            e: self.comm.shared().lock(),
             op: self.op,
             tag: self.tag,
             stamp: self.stamp,
@@ -476,7 +476,7 @@ impl Port for CommPort<'_> {
     }
 
     fn ready(&mut self, reqs: &[Pending<ReqId>]) -> bool {
-        let mut e = self.comm.shared.lock();
+        let mut e = self.comm.shared().lock();
         e.progress();
         self.chk.is_some_and(|t| self.comm.check_failed(&e, t))
             || reqs.iter().all(|p| e.is_done(p.req))
@@ -491,7 +491,7 @@ impl Port for CommPort<'_> {
         // The watchdog (RCOMM_TIMEOUT): no request of the phase completing for that long.
         let mut watch = crate::fr::Watch::new();
         let mut completed = 0;
-        let lost = comm.shared.block_on_ticked(
+        let lost = comm.shared().block_on_ticked(
             |e| {
                 if let Some(t) = chk
                     && comm.check_failed(e, t)
@@ -515,7 +515,7 @@ impl Port for CommPort<'_> {
             },
         );
         let abandon = || {
-            let mut e = comm.shared.lock();
+            let mut e = comm.shared().lock();
             for p in reqs {
                 e.abandon(p.req);
             }
@@ -525,7 +525,7 @@ impl Port for CommPort<'_> {
             Ok(lost) => lost,
             Err(err) => {
                 drop(abandon());
-                comm.shared.report_hang(&err);
+                comm.shared().report_hang(&err);
                 return Err(err);
             }
         };
@@ -549,7 +549,7 @@ impl Port for CommPort<'_> {
 
     fn drain(&mut self, reqs: &[Pending<ReqId>]) {
         for p in reqs {
-            let _ = self.comm.shared.wait(p.req);
+            let _ = self.comm.shared().wait(p.req);
         }
     }
 
@@ -562,7 +562,8 @@ impl Communicator {
     /// The tag of the next collective on this communicator.
     pub(crate) fn next_coll_tag(&self) -> Tag {
         let seq = self
-            .coll_seq
+            .coll_part()
+            .seq()
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Tag(TAG_COLL_BASE + (seq % (1 << 30)) as i32)
     }
@@ -595,10 +596,10 @@ impl Communicator {
         let tag = self.next_coll_tag();
         let (stamp, chk) = self.check_start(tag, s)?;
         if s.phases.is_empty() {
-            crate::fr::end_coll(self.ctx, &Ok::<(), CommError>(()));
+            crate::fr::end_coll(self.ctx(), &Ok::<(), CommError>(()));
             return Ok(());
         }
-        let coll = &self.shared.coll;
+        let coll = &self.shared().coll;
         let mut tmp = coll.take_scratch(s.tmp_len);
         // The phases' request list, kept per thread so that a steady stream of collectives
         // does not allocate one per phase (a nested collective finds it taken and makes its own).
@@ -609,7 +610,7 @@ impl Communicator {
         PHASE_REQS.set(cur.pending);
         coll.put_scratch(tmp);
         let res = res.map_err(|e| self.in_sequence(e, tag));
-        crate::fr::end_coll(self.ctx, &res);
+        crate::fr::end_coll(self.ctx(), &res);
         res
     }
 
@@ -620,7 +621,7 @@ impl Communicator {
         let note = |why: String| {
             format!(
                 "{why} (in collective #{seq} of communicator {})",
-                self.ctx / 2
+                self.ctx() / 2
             )
         };
         match e {
@@ -690,8 +691,8 @@ impl Communicator {
             return err;
         };
         let (rank, op) = (*rank, *op);
-        let mut e = self.shared.lock();
-        self.shared.apply_notices(&mut e);
+        let mut e = self.shared().lock();
+        self.shared().apply_notices(&mut e);
         let (first, also_peer) = match self
             .failed_member(&e)
             .filter(|&w| w != rank)
@@ -780,7 +781,7 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
             self.sched.op_name(),
             self.tag,
             self.stamp,
-            self.comm.shared.check.then_some(self.tag),
+            self.comm.shared().check.then_some(self.tag),
         );
         advance(
             &mut port,
@@ -798,7 +799,7 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
     /// flight it advances them too, waking whenever one of them (or this one) can take a step:
     /// another rank may be waiting for one of them before it takes part in this one again.
     fn advance_blocking(&mut self) -> Result<bool> {
-        let shared = self.comm.shared.clone();
+        let shared = self.comm.shared().clone();
         // Its waits are watched, and its errors named, as this collective's.
         let _current = crate::fr::enter(self.fr);
         let mut groups = Vec::new();
@@ -854,12 +855,12 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
     /// on over private buffers), and the launcher is asked for a hang report.
     fn time_out(&mut self, err: CommError) {
         {
-            let mut e = self.comm.shared.lock();
+            let mut e = self.comm.shared().lock();
             for p in self.cur.pending.drain(..) {
                 e.abandon(p.req);
             }
         }
-        self.comm.shared.report_hang(&err);
+        self.comm.shared().report_hang(&err);
         self.cur.phase = self.sched.phases.len();
         self.release_scratch();
         crate::fr::end(self.fr, Some(&err));
@@ -869,7 +870,7 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
 
     fn release_scratch(&mut self) {
         let tmp = std::mem::take(&mut self.tmp);
-        self.comm.shared.coll.put_scratch(tmp);
+        self.comm.shared().coll.put_scratch(tmp);
     }
 }
 
@@ -942,8 +943,8 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
         );
         let tag = comm.next_coll_tag();
         let (stamp, _) = comm.check_start(tag, &sched)?;
-        let fr = crate::fr::adopt(comm.ctx);
-        let tmp = comm.shared.coll.take_scratch(sched.tmp_len);
+        let fr = crate::fr::adopt(comm.ctx());
+        let tmp = comm.shared().coll.take_scratch(sched.tmp_len);
         let mut st = NbState {
             comm: comm.clone(),
             tag,
@@ -964,9 +965,9 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
         let state = Arc::new(Mutex::new(st));
         if !finished {
             let item: Arc<Mutex<dyn Advance>> = state.clone();
-            comm.shared.coll.register_inflight(&item);
-            if let Some(p) = &comm.shared.coll.progress {
-                p.register(item, &comm.shared);
+            comm.shared().coll.register_inflight(&item);
+            if let Some(p) = &comm.shared().coll.progress {
+                p.register(item, comm.shared());
             }
         }
         Ok(Self { state, done: false })
@@ -997,7 +998,7 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
         let _ = st.advance(false);
         if !st.finished() {
             // Others may wait for this rank's part in another collective.
-            st.comm.shared.coll.advance_others(&mut Vec::new());
+            st.comm.shared().coll.advance_others(&mut Vec::new());
             let _ = st.advance(false);
         }
         st.finished()
@@ -1024,7 +1025,7 @@ impl<T: bytemuck::Pod + Send + 'static> CollRequest<T> {
         }
         let mut data = std::mem::take(&mut st.data);
         if let Some(r) = &st.reduce {
-            let n = st.comm.size as usize;
+            let n = st.comm.size() as usize;
             let (lo, hi) = match st.post {
                 Post::Range(s, l) => (s, s + l),
                 _ => (0, data.len()),

@@ -12,27 +12,11 @@ use super::{ReduceOp, Reducer};
 use crate::coll::check::CheckedEngine;
 use crate::comm::Communicator;
 use crate::{CommError, Result};
-use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
-/// The two levels of a communicator.
-#[derive(Debug)]
-pub(crate) struct Hier {
-    /// The ranks of this node, in the parent's order.
-    node: Communicator,
-    /// Ranks with this rank's local index, one per node that has that many ranks, in the
-    /// parent's order.
-    cross: Communicator,
-    /// Every node has the same number of ranks (the striped algorithms need it).
-    regular: bool,
-    /// Each parent rank's index within its node.
-    local_index: Vec<u32>,
-    /// Each parent rank's rank in its cross-node communicator.
-    cross_rank: Vec<u32>,
-}
-
-type Cache = Vec<(Weak<AtomicU32>, Arc<Hier>)>;
-static CACHE: Mutex<Cache> = Mutex::new(Vec::new());
+/// The levels' data is the collective part's (`comm::coll_part`): made once per communicator,
+/// shared by its clones and `with_algo` handles, dropped with the last of them.
+pub(crate) use crate::comm::coll_part::Hier;
 
 /// Forces `auto` for the collectives a hierarchical one runs on its sub-communicators.
 fn unforced(c: Communicator) -> Result<Communicator> {
@@ -51,20 +35,15 @@ fn unforced(c: Communicator) -> Result<Communicator> {
 impl Hier {
     /// The levels of `comm`, made on first use. Collective on first use.
     pub(crate) fn get_or_setup(comm: &Communicator) -> Result<Arc<Hier>> {
-        let key = Arc::as_ptr(&comm.coll_seq);
-        {
-            let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-            cache.retain(|(w, _)| w.strong_count() > 0);
-            if let Some((_, h)) = cache.iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), key)) {
-                return Ok(h.clone());
-            }
+        let levels = comm.coll_part().levels();
+        if let Some(h) = levels.get() {
+            return Ok(h.clone());
         }
-        let node_of =
-            |r: u32| -> Result<u32> { Ok(comm.shared.node_of[comm.world_rank(r)? as usize]) };
-        let mine = node_of(comm.rank)?;
+        let node_of = |r: u32| comm.topology().node_of(r);
+        let mine = node_of(comm.rank())?;
         let mut per_node: Vec<(u32, u32)> = Vec::new();
-        let mut local_index = Vec::with_capacity(comm.size as usize);
-        for r in 0..comm.size {
+        let mut local_index = Vec::with_capacity(comm.size() as usize);
+        for r in 0..comm.size() {
             let c = node_of(r)?;
             match per_node.iter_mut().find(|(n, _)| *n == c) {
                 Some(e) => {
@@ -87,31 +66,31 @@ impl Hier {
             })
             .collect();
         let node = comm
-            .split(Some(mine), comm.rank as i32)?
+            .split(Some(mine), comm.rank() as i32)?
             .ok_or_else(|| CommError::InvalidArg("node split opted out".into()))?;
         let cross = comm
-            .split(Some(node.rank()), comm.rank as i32)?
+            .split(Some(node.rank()), comm.rank() as i32)?
             .ok_or_else(|| CommError::InvalidArg("cross-node split opted out".into()))?;
         // A failure anywhere in the parent fails the parts: a rank waiting in the node phase
         // for a neighbour stuck in the cross-node phase names the lost rank, not the neighbour.
-        let mut scope: Vec<u32> = (0..comm.size)
+        let mut scope: Vec<u32> = (0..comm.size())
             .map(|r| comm.world_rank(r))
             .collect::<Result<_>>()?;
         scope.sort_unstable();
-        let scope = Some(Arc::new(scope));
+        let scope = Arc::new(scope);
         let (mut node, mut cross) = (unforced(node)?, unforced(cross)?);
-        let parent = crate::fr::comm_label(comm.ctx);
+        let parent = crate::fr::comm_label(comm.ctx());
         node.set_name(&format!("{parent}/node"));
         cross.set_name(&format!("{parent}/cross"));
-        if comm.shared.check {
+        if comm.shared().check {
             // A mismatch of the parent's call fails the parts' collectives too.
-            let mut e = comm.shared.lock();
-            let parent = (comm.ctx + 1, comm.check_gen());
-            e.check_link((node.ctx + 1, node.check_gen()), parent);
-            e.check_link((cross.ctx + 1, cross.check_gen()), parent);
+            let mut e = comm.shared().lock();
+            let parent = (comm.ctx() + 1, comm.check_gen());
+            e.check_link((node.ctx() + 1, node.check_gen()), parent);
+            e.check_link((cross.ctx() + 1, cross.check_gen()), parent);
         }
-        node.failure_scope = scope.clone();
-        cross.failure_scope = scope;
+        node.coll_part_mut().set_failure_scope(scope.clone());
+        cross.coll_part_mut().set_failure_scope(scope);
         let h = Arc::new(Hier {
             node,
             cross,
@@ -119,11 +98,9 @@ impl Hier {
             local_index,
             cross_rank,
         });
-        CACHE
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((Arc::downgrade(&comm.coll_seq), h.clone()));
-        Ok(h)
+        // Two threads setting up at once would be two concurrent collectives on one
+        // communicator (erroneous); the first one's levels stay.
+        Ok(levels.get_or_init(|| h).clone())
     }
 
     /// Allreduce of `data` (elements of `elem` bytes) with the sum-form of `r` (an average is

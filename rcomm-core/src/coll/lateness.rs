@@ -11,13 +11,13 @@ use std::time::Instant;
 impl Communicator {
     /// The start of a blocking collective, when waits are recorded.
     pub(crate) fn straggler_start(&self) -> Option<Instant> {
-        self.shared.straggler.as_ref().map(|_| Instant::now())
+        self.shared().straggler.as_ref().map(|_| Instant::now())
     }
 
     /// The end of a blocking collective started at `t0`.
     pub(crate) fn straggler_end(&self, t0: Option<Instant>) {
-        if let (Some(t0), Some(w)) = (t0, &self.shared.straggler) {
-            w.record(self.ctx + 1, self.check_gen(), t0.elapsed().as_secs_f64());
+        if let (Some(t0), Some(w)) = (t0, &self.shared().straggler) {
+            w.record(self.ctx() + 1, self.check_gen(), t0.elapsed().as_secs_f64());
         }
     }
 
@@ -26,13 +26,13 @@ impl Communicator {
     /// limits). Collective; every rank gets the same report. With `RCOMM_STRAGGLER=1` rank 0
     /// also prints the world's report to stderr at finalize.
     pub fn straggler_report(&self) -> Result<StragglerReport> {
-        let Some(w) = &self.shared.straggler else {
+        let Some(w) = &self.shared().straggler else {
             return Err(CommError::InvalidArg(
                 "straggler_report needs RCOMM_STRAGGLER=1 (no collective waits were recorded)"
                     .into(),
             ));
         };
-        let (ctx, epoch) = (self.ctx + 1, self.check_gen());
+        let (ctx, epoch) = (self.ctx() + 1, self.check_gen());
         let (next, secs) = w.snapshot(ctx, epoch, true);
         let res = self.straggler_compute(next, &secs);
         w.snapshot(ctx, epoch, false);
@@ -70,11 +70,11 @@ impl Communicator {
             .unzip();
         let (mean, p99, max) = summary(&late);
         let mean_wait = summary(&waits).0;
-        let n = self.size as usize;
+        let n = self.size() as usize;
         let mut all = vec![0f64; 4 * n];
         self.allgather(&[mean, p99, max, mean_wait], &mut all)?;
         let mut ranks: Vec<RankLateness> = {
-            let e = self.shared.lock();
+            let e = self.shared().lock();
             all.chunks(4)
                 .enumerate()
                 .map(|(r, s)| RankLateness {

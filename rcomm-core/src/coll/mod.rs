@@ -108,29 +108,15 @@ impl Communicator {
     /// A handle whose collectives of kind `op` use `algo` (`None`: the tuner's choice, even
     /// where `RCOMM_ALGO` forces one).
     pub(crate) fn with_forced(&self, op: Coll, algo: Option<Algo>) -> Communicator {
-        let mut c = self.clone();
-        let mut list: Vec<rcomm_transport::algo::Forced> = c
-            .algo_force
-            .as_deref()
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(o, _)| *o != op)
-            .collect();
-        list.push((op, algo));
-        c.algo_force = Some(Arc::new(list));
-        c.memo = Default::default();
-        c
+        self.with_coll_part(self.coll_part().with_forced(op, algo))
     }
 
     /// The algorithm forced for `op` on this handle or by `RCOMM_ALGO`.
     pub(crate) fn forced(&self, op: Coll) -> Option<Algo> {
-        if let Some(list) = &self.algo_force
-            && let Some((_, a)) = list.iter().find(|(o, _)| *o == op)
-        {
-            return *a;
+        match self.coll_part().forced_here(op) {
+            Some(a) => a,
+            None => self.shared().forced_algo(op),
         }
-        self.shared.forced_algo(op)
     }
 
     /// The algorithm for a collective of kind `op` moving `bytes` (the vector, or one block
@@ -142,14 +128,15 @@ impl Communicator {
     fn choose(&self, kind: Coll, bytes: usize, elem: usize, r: Option<&Reducer>) -> Result<Algo> {
         let commutative = r.is_none_or(|r| r.commutative());
         let algo = match self
-            .memo
+            .coll_part()
+            .memo()
             .get(kind as usize, bytes, elem, commutative)
             .and_then(|c| Algo::from_code(c as u8))
         {
             Some(a) => a,
             None => {
                 let algo = self.choose_algo(kind, bytes, elem, r)?;
-                self.memo.put(
+                self.coll_part().memo().put(
                     kind as usize,
                     bytes,
                     elem,
@@ -160,7 +147,7 @@ impl Communicator {
             }
         };
         crate::fr::begin_coll(
-            self.ctx,
+            self.ctx(),
             kind.name(),
             Some(algo),
             bytes,
@@ -183,46 +170,46 @@ impl Communicator {
         // fixed for the process): computing the model costs more than a small collective.
         let key = ChoiceKey {
             op: kind,
-            n: self.size,
+            n: self.size(),
             bytes,
             elem,
             commutative,
-            one_node: self.one_node,
-            nodes: self.nodes,
+            one_node: self.on_one_node(),
+            nodes: self.nodes(),
             forced,
         };
-        if let Some(a) = self.shared.coll.cached_choice(&key) {
+        if let Some(a) = self.shared().coll.cached_choice(&key) {
             return Ok(a);
         }
-        let one_node = self.one_node;
+        let one_node = self.on_one_node();
         let q = tuner::Query {
             kind,
-            ranks: self.size,
+            ranks: self.size(),
             bytes,
             elem,
             commutative,
-            deterministic: self.shared.deterministic,
+            deterministic: self.shared().deterministic,
             shm: one_node,
             inter_node: !one_node,
-            nodes: self.nodes,
+            nodes: self.nodes(),
         };
         let choice = tuner::choose(&self.tuning(), &q, forced).map_err(CommError::InvalidArg)?;
-        self.shared.coll.remember_choice(key, choice.algo);
+        self.shared().coll.remember_choice(key, choice.algo);
         let logging = rcomm_transport::config::global()
             .as_ref()
             .is_ok_and(|c| c.logs(rcomm_transport::config::Level::Info, "COLL"));
         // Once per shape: a training loop repeats the same collectives millions of times.
         if logging
             && self
-                .shared
+                .shared()
                 .coll
-                .first_choice(kind, self.size, bytes, choice.algo)
+                .first_choice(kind, self.size(), bytes, choice.algo)
         {
             rcomm_transport::rlog!(
                 Info,
                 "COLL",
                 "{op} of {bytes} B on {} ranks{}: {choice}",
-                self.size,
+                self.size(),
                 r.map(|r| format!(" ({})", r.name())).unwrap_or_default()
             );
         }
@@ -233,8 +220,8 @@ impl Communicator {
         SchedKey {
             op,
             algo,
-            rank: self.rank,
-            n: self.size,
+            rank: self.rank(),
+            n: self.size(),
             root,
             count,
             elem,
@@ -242,10 +229,10 @@ impl Communicator {
     }
 
     fn check_root(&self, root: u32) -> Result<()> {
-        if root >= self.size {
+        if root >= self.size() {
             return Err(CommError::InvalidRank {
                 rank: root,
-                size: self.size,
+                size: self.size(),
             });
         }
         Ok(())
@@ -281,7 +268,7 @@ impl Communicator {
                 }
             }
             algo = tuner::fallback(Coll::Allreduce, algo);
-            crate::fr::ran(self.ctx, algo);
+            crate::fr::ran(self.ctx(), algo);
         }
         if algo == Algo::Hier {
             if blocking {
@@ -290,11 +277,11 @@ impl Communicator {
             }
             // A composition of blocking collectives cannot be resumed step by step.
             algo = tuner::fallback(Coll::Allreduce, algo);
-            crate::fr::ran(self.ctx, algo);
+            crate::fr::ran(self.ctx(), algo);
         }
         let key = self.key("allreduce", algo, 0, count, elem);
         Ok(Plan::Sched(
-            self.shared
+            self.shared()
                 .coll
                 .schedule(key, || tuner::build(Coll::Allreduce, &key)),
         ))
@@ -303,7 +290,7 @@ impl Communicator {
     fn bcast_plan(&self, bytes: usize, root: u32, blocking: bool) -> Result<Plan> {
         self.check_root(root)?;
         let mut algo = self.choose(Coll::Bcast, bytes, 1, None)?;
-        crate::fr::set_root(self.ctx, root);
+        crate::fr::set_root(self.ctx(), root);
         if algo == Algo::Shm {
             if blocking {
                 let chk = self.check_shm_call()?;
@@ -312,7 +299,7 @@ impl Communicator {
                 }
             }
             algo = tuner::fallback(Coll::Bcast, algo);
-            crate::fr::ran(self.ctx, algo);
+            crate::fr::ran(self.ctx(), algo);
         }
         if algo == Algo::Hier {
             if blocking {
@@ -323,11 +310,11 @@ impl Communicator {
                 }
             }
             algo = tuner::fallback(Coll::Bcast, algo);
-            crate::fr::ran(self.ctx, algo);
+            crate::fr::ran(self.ctx(), algo);
         }
         let key = self.key("bcast", algo, root, bytes, 1);
         Ok(Plan::Sched(
-            self.shared
+            self.shared()
                 .coll
                 .schedule(key, || tuner::build(Coll::Bcast, &key)),
         ))
@@ -352,7 +339,7 @@ impl Communicator {
         self.check_root(root)?;
         r.check()?;
         let algo = self.choose(Coll::Reduce, count * elem, elem, Some(r))?;
-        crate::fr::set_root(self.ctx, root);
+        crate::fr::set_root(self.ctx(), root);
         // The plain tree combines in rotated order from the root: fine for commutative ops.
         let algo = if algo == Algo::Tree && !r.commutative() {
             Algo::TreeOrdered
@@ -361,7 +348,7 @@ impl Communicator {
         };
         let key = self.key("reduce", algo, root, count, elem);
         Ok(self
-            .shared
+            .shared()
             .coll
             .schedule(key, || tuner::build(Coll::Reduce, &key)))
     }
@@ -371,7 +358,7 @@ impl Communicator {
     /// ring unless Bruck was chosen for equal blocks; the record says which ran) that expects
     /// the own block already in place.
     fn allgather_plan(&self, counts: Counts<'_>, elem: usize, blocking: bool) -> Result<Plan> {
-        let n = self.size as usize;
+        let n = self.size() as usize;
         let equal = match counts {
             Counts::Equal(c) => {
                 self.check_note(Call::new(Kind::Allgather).elem(elem).count(c));
@@ -404,12 +391,12 @@ impl Communicator {
         // Bruck needs equal blocks; unequal ones run the ring.
         let ran = if equal.is_some() { algo } else { Algo::Ring };
         if ran != chosen {
-            crate::fr::ran(self.ctx, ran);
+            crate::fr::ran(self.ctx(), ran);
         }
         if let Some(count) = equal {
             let key = self.key("allgather", algo, 0, count, elem);
             return Ok(Plan::Sched(
-                self.shared
+                self.shared()
                     .coll
                     .schedule(key, || tuner::build(Coll::Allgather, &key)),
             ));
@@ -420,7 +407,7 @@ impl Communicator {
         let blocks = schedule::packed_blocks(cs, elem);
         Ok(Plan::Sched(uncached(
             "allgather",
-            schedule::ring_allgather_v(self.rank, &blocks),
+            schedule::ring_allgather_v(self.rank(), &blocks),
         )))
     }
 
@@ -433,7 +420,7 @@ impl Communicator {
                 .reducer(r),
         );
         r.check()?;
-        let n = self.size as usize;
+        let n = self.size() as usize;
         check_len("reduce_scatter counts", counts.len(), n)?;
         let total: usize = counts.iter().sum();
         self.choose(Coll::ReduceScatter, total * elem, elem, Some(r))
@@ -445,13 +432,13 @@ impl Communicator {
     /// `shm` (both combine in rank order), else the ring.
     fn reduce_scatter_sched(&self, counts: &[usize], elem: usize, algo: Algo) -> Arc<Schedule> {
         let fallback = tuner::fallback(Coll::ReduceScatter, algo);
-        crate::fr::ran(self.ctx, fallback);
+        crate::fr::ran(self.ctx(), fallback);
         let blocks = schedule::packed_blocks(counts, elem);
         uncached(
             "reduce_scatter",
             match fallback {
-                Algo::Direct => schedule::direct_reduce_scatter_v(self.rank, &blocks),
-                _ => schedule::ring_reduce_scatter_v(self.rank, &blocks),
+                Algo::Direct => schedule::direct_reduce_scatter_v(self.rank(), &blocks),
+                _ => schedule::ring_reduce_scatter_v(self.rank(), &blocks),
             },
         )
     }
@@ -465,7 +452,7 @@ impl Communicator {
         elem: usize,
         windows: bool,
     ) -> Result<Plan> {
-        let n = self.size as usize;
+        let n = self.size() as usize;
         // Per-pair counts differ between ranks by design: only the element size must agree.
         self.check_note(Call::new(Kind::Alltoall).elem(elem));
         check_len("alltoall send counts", send_counts.len(), n)?;
@@ -484,16 +471,16 @@ impl Communicator {
         if algo == Algo::Bruck && equal {
             let key = self.key("alltoall", algo, 0, send_counts[0], elem);
             return Ok(Plan::Sched(
-                self.shared
+                self.shared()
                     .coll
                     .schedule(key, || tuner::build(Coll::Alltoall, &key)),
             ));
         }
-        crate::fr::ran(self.ctx, Algo::Pairwise);
+        crate::fr::ran(self.ctx(), Algo::Pairwise);
         Ok(Plan::Sched(uncached(
             "alltoall",
             schedule::pairwise_alltoall_v(
-                self.rank,
+                self.rank(),
                 &schedule::packed_blocks(send_counts, elem),
                 &schedule::packed_blocks(recv_counts, elem),
             ),
@@ -517,7 +504,7 @@ impl Communicator {
         let algo = if exclusive { Algo::ExscanChain } else { algo };
         let key = self.key("scan", algo, 0, count, elem);
         Ok(self
-            .shared
+            .shared()
             .coll
             .schedule(key, || tuner::build(Coll::Scan, &key)))
     }
@@ -579,11 +566,11 @@ impl Communicator {
                 let t0 = self.straggler_start();
                 let res = h.allreduce(data, elem, &r.sum_form());
                 self.straggler_end(t0);
-                crate::fr::end_coll(self.ctx, &res);
+                crate::fr::end_coll(self.ctx(), &res);
                 res?
             }
         }
-        r.finalize(data, self.size as usize)
+        r.finalize(data, self.size() as usize)
     }
 
     /// Starts an allreduce of `buf` and returns at once; `wait` hands back the result (see
@@ -620,7 +607,7 @@ impl Communicator {
                 let t0 = self.straggler_start();
                 let res = h.bcast(bytemuck::cast_slice_mut(buf), root);
                 self.straggler_end(t0);
-                crate::fr::end_coll(self.ctx, &res);
+                crate::fr::end_coll(self.ctx(), &res);
                 res
             }
         }
@@ -654,19 +641,19 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let r = op.into().0;
         let sched = self.reduce_plan(send.len(), size_of::<T>(), &r, root)?;
-        if self.rank == root {
+        if self.rank() == root {
             let recv = need(recv, "reduce")?;
             check_len("reduce recv", recv.len(), send.len())?;
             recv.copy_from_slice(send);
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(recv);
             self.run_schedule(&sched, bytes, &[], Some(&r))?;
-            r.finalize(bytes, self.size as usize)
+            r.finalize(bytes, self.size() as usize)
         } else {
-            let mut work = self.shared.coll.take_scratch(size_of_val(send));
+            let mut work = self.shared().coll.take_scratch(size_of_val(send));
             let bytes = &mut work[..size_of_val(send)];
             bytes.copy_from_slice(bytemuck::cast_slice(send));
             let res = self.run_schedule(&sched, bytes, &[], Some(&r));
-            self.shared.coll.put_scratch(work);
+            self.shared().coll.put_scratch(work);
             res
         }
     }
@@ -680,12 +667,12 @@ impl Communicator {
         root: u32,
     ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
-        if self.rank == root {
+        if self.rank() == root {
             let r = op.into().0;
             let sched = self.reduce_plan(buf.len(), size_of::<T>(), &r, root)?;
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
             self.run_schedule(&sched, bytes, &[], Some(&r))?;
-            r.finalize(bytes, self.size as usize)
+            r.finalize(bytes, self.size() as usize)
         } else {
             self.reduce(buf, None, op, root)
         }
@@ -702,7 +689,7 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let r = op.into().0;
         let sched = self.reduce_plan(send.len(), size_of::<T>(), &r, root)?;
-        let post = if self.rank == root {
+        let post = if self.rank() == root {
             Post::Whole
         } else {
             Post::Nothing
@@ -721,7 +708,7 @@ impl Communicator {
     /// In-place allgather: `buf` holds `size` blocks and this rank's block is already in place.
     pub fn allgather_in_place<T: Pod>(&self, buf: &mut [T]) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
-        let n = self.size as usize;
+        let n = self.size() as usize;
         if !buf.len().is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(
                 "allgather: {} elements are not {n} equal blocks",
@@ -739,7 +726,7 @@ impl Communicator {
     /// Like [`allgather`](Self::allgather) with `counts[i]` elements from rank i, packed in rank
     /// order in `recv` (every rank passes the same `counts`). Collective.
     pub fn allgatherv<T: Pod>(&self, send: &[T], recv: &mut [T], counts: &[usize]) -> Result<()> {
-        check_len("allgatherv counts", counts.len(), self.size as usize)?;
+        check_len("allgatherv counts", counts.len(), self.size() as usize)?;
         self.allgather_counts(send, recv, Counts::Each(counts))
     }
 
@@ -750,7 +737,7 @@ impl Communicator {
         counts: Counts<'_>,
     ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
-        let (n, r) = (self.size as usize, self.rank as usize);
+        let (n, r) = (self.size() as usize, self.rank() as usize);
         check_len("allgatherv send", send.len(), counts.of(r))?;
         check_len("allgatherv recv", recv.len(), counts.total(n))?;
         match self.allgather_plan(counts, size_of::<T>(), true)? {
@@ -764,7 +751,7 @@ impl Communicator {
                 let t0 = self.straggler_start();
                 let res = h.allgather(bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
                 self.straggler_end(t0);
-                crate::fr::end_coll(self.ctx, &res);
+                crate::fr::end_coll(self.ctx(), &res);
                 res
             }
             Plan::Sched(sched) => {
@@ -777,7 +764,7 @@ impl Communicator {
 
     /// Starts an allgather; `wait` hands back the `size × send.len()` elements.
     pub fn iallgather<T: Pod + Send + 'static>(&self, send: Vec<T>) -> Result<CollRequest<T>> {
-        let counts = vec![send.len(); self.size as usize];
+        let counts = vec![send.len(); self.size() as usize];
         self.iallgatherv(send, &counts)
     }
 
@@ -788,7 +775,7 @@ impl Communicator {
         counts: &[usize],
     ) -> Result<CollRequest<T>> {
         let _fr = crate::fr::Scope::enter();
-        let (n, r) = (self.size as usize, self.rank as usize);
+        let (n, r) = (self.size() as usize, self.rank() as usize);
         check_len("allgatherv counts", counts.len(), n)?;
         check_len("allgatherv send", send.len(), counts[r])?;
         let off: usize = counts[..r].iter().sum();
@@ -812,7 +799,7 @@ impl Communicator {
         recv: &mut [T],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
-        let n = self.size as usize;
+        let n = self.size() as usize;
         check_len("reduce_scatter send", send.len(), n * recv.len())?;
         self.reduce_scatter_v(send, recv, &vec![recv.len(); n], op)
     }
@@ -825,7 +812,7 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
-        let n = self.size as usize;
+        let n = self.size() as usize;
         if !buf.len().is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(
                 "reduce_scatter: {} elements are not {n} equal blocks",
@@ -838,7 +825,7 @@ impl Communicator {
         let algo = self.reduce_scatter_algo(&counts, size_of::<T>(), &r)?;
         let sched = self.reduce_scatter_sched(&counts, size_of::<T>(), algo);
         self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], Some(&r))?;
-        let me = self.rank as usize;
+        let me = self.rank() as usize;
         r.finalize(bytemuck::cast_slice_mut(&mut buf[me * b..(me + 1) * b]), n)
     }
 
@@ -853,7 +840,7 @@ impl Communicator {
     ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
         let r = op.into().0;
-        let (n, me) = (self.size as usize, self.rank as usize);
+        let (n, me) = (self.size() as usize, self.rank() as usize);
         check_len("reduce_scatter_v counts", counts.len(), n)?;
         check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
         check_len("reduce_scatter_v recv", recv.len(), counts[me])?;
@@ -863,7 +850,7 @@ impl Communicator {
         if algo == Algo::Shm && equal {
             let chk = self.check_shm_call()?;
             if let Some(node) = shm::NodeShm::get_or_setup(self, chk)? {
-                crate::fr::ran(self.ctx, algo);
+                crate::fr::ran(self.ctx(), algo);
                 let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
                 node.reduce_scatter(
                     self,
@@ -881,12 +868,12 @@ impl Communicator {
             self.check_composite(true)?;
             let h = hier::Hier::get_or_setup(self)?;
             if h.regular() {
-                crate::fr::ran(self.ctx, algo);
+                crate::fr::ran(self.ctx(), algo);
                 let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
                 let t0 = self.straggler_start();
                 let res = h.reduce_scatter(bytemuck::cast_slice(send), out, &r.sum_form());
                 self.straggler_end(t0);
-                crate::fr::end_coll(self.ctx, &res);
+                crate::fr::end_coll(self.ctx(), &res);
                 res?;
                 return r.finalize(out, n);
             }
@@ -902,7 +889,7 @@ impl Communicator {
             return r.finalize(out, n);
         }
         let len = size_of_val(send);
-        let mut work = self.shared.coll.take_scratch(len);
+        let mut work = self.shared().coll.take_scratch(len);
         work[..len].copy_from_slice(bytemuck::cast_slice(send));
         let res = self.run_schedule(&sched, &mut work[..len], &[], Some(&r));
         if res.is_ok() {
@@ -910,7 +897,7 @@ impl Communicator {
             let out: &mut [u8] = bytemuck::cast_slice_mut(recv);
             out.copy_from_slice(&work[off..off + out.len()]);
         }
-        self.shared.coll.put_scratch(work);
+        self.shared().coll.put_scratch(work);
         res?;
         r.finalize(bytemuck::cast_slice_mut(recv), n)
     }
@@ -922,7 +909,7 @@ impl Communicator {
         send: Vec<T>,
         op: impl Into<ReduceOp<T>>,
     ) -> Result<CollRequest<T>> {
-        let n = self.size as usize;
+        let n = self.size() as usize;
         if !send.len().is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(
                 "reduce_scatter: {} elements are not {n} equal blocks",
@@ -942,7 +929,7 @@ impl Communicator {
     ) -> Result<CollRequest<T>> {
         let _fr = crate::fr::Scope::enter();
         let r = op.into().0;
-        let (n, me) = (self.size as usize, self.rank as usize);
+        let (n, me) = (self.size() as usize, self.rank() as usize);
         check_len("reduce_scatter_v counts", counts.len(), n)?;
         check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
         let algo = self.reduce_scatter_algo(counts, size_of::<T>(), &r)?;
@@ -963,7 +950,7 @@ impl Communicator {
     /// Every rank's `send` block, in rank order, into `recv` on `root` (`size × send.len()`
     /// elements; other ranks pass `None`). Collective.
     pub fn gather<T: Pod>(&self, send: &[T], recv: Option<&mut [T]>, root: u32) -> Result<()> {
-        self.gatherv(send, recv, &vec![send.len(); self.size as usize], root)
+        self.gatherv(send, recv, &vec![send.len(); self.size() as usize], root)
     }
 
     fn gather_plan(&self, counts: &[usize], elem: usize, root: u32) -> Result<Arc<Schedule>> {
@@ -991,27 +978,27 @@ impl Communicator {
         };
         self.check_note(Call::new(kind).elem(elem).root(root));
         self.check_root(root)?;
-        check_len(op, counts.len(), self.size as usize)?;
+        check_len(op, counts.len(), self.size() as usize)?;
         let tk = if op == "gather" {
             Coll::Gather
         } else {
             Coll::Scatter
         };
         let algo = self.choose(tk, counts[0] * elem, elem, None)?;
-        crate::fr::set_root(self.ctx, root);
+        crate::fr::set_root(self.ctx(), root);
         let gather = op == "gather";
         if algo == Algo::Tree && counts.iter().all(|&c| c == counts[0]) {
             let key = self.key(op, algo, root, counts[0], elem);
-            return Ok(self.shared.coll.schedule(key, || tuner::build(tk, &key)));
+            return Ok(self.shared().coll.schedule(key, || tuner::build(tk, &key)));
         }
         let blocks = schedule::packed_blocks(counts, elem);
-        crate::fr::ran(self.ctx, Algo::Linear);
+        crate::fr::ran(self.ctx(), Algo::Linear);
         Ok(uncached(
             op,
             if gather {
-                schedule::linear_gather_v(self.rank, root, &blocks)
+                schedule::linear_gather_v(self.rank(), root, &blocks)
             } else {
-                schedule::linear_scatter_v(self.rank, root, &blocks)
+                schedule::linear_scatter_v(self.rank(), root, &blocks)
             },
         ))
     }
@@ -1027,9 +1014,9 @@ impl Communicator {
     ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
         let sched = self.gather_plan(counts, size_of::<T>(), root)?;
-        let r = self.rank as usize;
+        let r = self.rank() as usize;
         check_len("gatherv send", send.len(), counts[r])?;
-        if self.rank == root {
+        if self.rank() == root {
             let recv = need(recv, "gatherv")?;
             check_len("gatherv recv", recv.len(), counts.iter().sum())?;
             let off: usize = counts[..r].iter().sum();
@@ -1053,7 +1040,7 @@ impl Communicator {
         send: Vec<T>,
         root: u32,
     ) -> Result<CollRequest<T>> {
-        let counts = vec![send.len(); self.size as usize];
+        let counts = vec![send.len(); self.size() as usize];
         self.igatherv(send, &counts, root)
     }
 
@@ -1066,9 +1053,9 @@ impl Communicator {
     ) -> Result<CollRequest<T>> {
         let _fr = crate::fr::Scope::enter();
         let sched = self.gather_plan(counts, size_of::<T>(), root)?;
-        let r = self.rank as usize;
+        let r = self.rank() as usize;
         check_len("gatherv send", send.len(), counts[r])?;
-        if self.rank == root {
+        if self.rank() == root {
             let off: usize = counts[..r].iter().sum();
             let mut data = vec![T::zeroed(); counts.iter().sum()];
             data[off..off + send.len()].copy_from_slice(&send);
@@ -1081,7 +1068,7 @@ impl Communicator {
     /// Block `rank` of the root's `send` (`size × recv.len()` elements; other ranks pass
     /// `None`) into every rank's `recv`. Collective.
     pub fn scatter<T: Pod>(&self, send: Option<&[T]>, recv: &mut [T], root: u32) -> Result<()> {
-        self.scatterv(send, &vec![recv.len(); self.size as usize], recv, root)
+        self.scatterv(send, &vec![recv.len(); self.size() as usize], recv, root)
     }
 
     /// Like [`scatter`](Self::scatter) with `counts[i]` elements to rank i. Collective.
@@ -1094,9 +1081,9 @@ impl Communicator {
     ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
         let sched = self.scatter_plan(counts, size_of::<T>(), root)?;
-        let r = self.rank as usize;
+        let r = self.rank() as usize;
         check_len("scatterv recv", recv.len(), counts[r])?;
-        if self.rank == root {
+        if self.rank() == root {
             let send = send.ok_or_else(|| {
                 CommError::InvalidArg("scatterv: the root must pass a send buffer".into())
             })?;
@@ -1122,7 +1109,7 @@ impl Communicator {
         count: usize,
         root: u32,
     ) -> Result<CollRequest<T>> {
-        let counts = vec![count; self.size as usize];
+        let counts = vec![count; self.size() as usize];
         self.iscatterv(send, &counts, root)
     }
 
@@ -1135,9 +1122,9 @@ impl Communicator {
     ) -> Result<CollRequest<T>> {
         let _fr = crate::fr::Scope::enter();
         let sched = self.scatter_plan(counts, size_of::<T>(), root)?;
-        let r = self.rank as usize;
+        let r = self.rank() as usize;
         let mut data = vec![T::zeroed(); counts[r]];
-        if self.rank == root {
+        if self.rank() == root {
             let send = send.ok_or_else(|| {
                 CommError::InvalidArg("scatterv: the root must pass a send buffer".into())
             })?;
@@ -1155,7 +1142,7 @@ impl Communicator {
     /// Block `j` of every rank's `send` goes to rank `j`, landing as block `rank of sender`
     /// in `recv` (both `size × block` elements). Collective.
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let n = self.size as usize;
+        let n = self.size() as usize;
         check_len("alltoall recv", recv.len(), send.len())?;
         if !send.len().is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(
@@ -1199,7 +1186,7 @@ impl Communicator {
     ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
         let plan = self.alltoall_plan(send_counts, recv_counts, size_of::<T>(), equal_call)?;
-        let r = self.rank as usize;
+        let r = self.rank() as usize;
         check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
         check_len("alltoallv recv", recv.len(), recv_counts.iter().sum())?;
         check_len("alltoallv own block", recv_counts[r], send_counts[r])?;
@@ -1229,7 +1216,7 @@ impl Communicator {
     /// Starts an all-to-all of `send` (`size` equal blocks); `wait` hands back the received
     /// blocks.
     pub fn ialltoall<T: Pod + Send + 'static>(&self, send: Vec<T>) -> Result<CollRequest<T>> {
-        let n = self.size as usize;
+        let n = self.size() as usize;
         if !send.len().is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(
                 "alltoall: {} elements are not {n} equal blocks",
@@ -1253,7 +1240,7 @@ impl Communicator {
         else {
             unreachable!("non-blocking plans are schedules")
         };
-        let r = self.rank as usize;
+        let r = self.rank() as usize;
         check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
         check_len("alltoallv own block", recv_counts[r], send_counts[r])?;
         let (so, ro): (usize, usize) =
@@ -1302,13 +1289,13 @@ impl Communicator {
         let r = op.into().0;
         let sched = self.scan_plan(send.len(), size_of::<T>(), &r, true)?;
         let len = size_of_val(send);
-        let mut work = self.shared.coll.take_scratch(len);
+        let mut work = self.shared().coll.take_scratch(len);
         work[..len].copy_from_slice(bytemuck::cast_slice(send));
         let res = self.run_schedule(&sched, &mut work[..len], &[], Some(&r));
-        if res.is_ok() && self.rank > 0 {
+        if res.is_ok() && self.rank() > 0 {
             bytemuck::cast_slice_mut::<T, u8>(recv).copy_from_slice(&work[..len]);
         }
-        self.shared.coll.put_scratch(work);
+        self.shared().coll.put_scratch(work);
         res
     }
 
@@ -1353,11 +1340,11 @@ impl Communicator {
     /// Starts a barrier; `wait` returns once every rank has started it.
     pub fn ibarrier(&self) -> Result<CollRequest<u8>> {
         let _fr = crate::fr::Scope::enter();
-        crate::fr::begin_coll(self.ctx, "barrier", Some(Algo::Dissemination), 0, (0, 0));
+        crate::fr::begin_coll(self.ctx(), "barrier", Some(Algo::Dissemination), 0, (0, 0));
         self.check_note(Call::new(Kind::Barrier));
-        let (rank, n) = (self.rank, self.size);
+        let (rank, n) = (self.rank(), self.size());
         let sched = self
-            .shared
+            .shared()
             .coll
             .schedule(self.key("barrier", Algo::Dissemination, 0, 0, 0), || {
                 dissemination_barrier(rank, n)

@@ -1001,42 +1001,8 @@ fn next_round(round: &mut u64, c: usize, chunk: usize, total: usize) -> (u64, us
     (*round, (*round & 1) as usize, lo, hi)
 }
 
-/// Mapped windows of every rank of one communicator.
-pub(crate) struct NodeShm {
-    /// By communicator rank; ours included (the segment we created).
-    segs: Vec<Segment>,
-    bases: Vec<NonNull<u8>>,
-    /// World ranks of the members, for liveness checks.
-    world: Vec<u32>,
-    me: usize,
-    state: Mutex<State>,
-}
-
-// SAFETY: the raw pointers in `bases` point into `segs`, owned alongside and valid for the
-// NodeShm's life; every access through them is synchronised by the protocol (atomics in the
-// windows), and a call holds `state` for its whole duration, so one thread at a time drives it.
-unsafe impl Send for NodeShm {}
-// SAFETY: as above: shared use goes through `state`.
-unsafe impl Sync for NodeShm {}
-
-impl std::fmt::Debug for NodeShm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeShm")
-            .field("ranks", &self.segs.len())
-            .field("me", &self.me)
-            .finish_non_exhaustive()
-    }
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// Rounds run so far (the same on every rank between calls).
-    round: u64,
-    /// [`Proto::seen`] between calls.
-    seen: u64,
-    /// Why the windows can no longer be trusted to be in step.
-    broken: Option<String>,
-}
+/// The windows' data is the collective part's (`comm::coll_part`); what they do is here.
+pub(crate) use crate::comm::coll_part::{NodeShm, WindowState};
 
 /// Checked mode's registration of a shared-memory call: its number and what it is.
 pub(crate) type Checked = Option<(crate::comm::Tag, super::check::Call)>;
@@ -1044,11 +1010,11 @@ pub(crate) type Checked = Option<(crate::comm::Tag, super::check::Call)>;
 /// Whether every rank of `comm` is on this node (a pure function of init's identity exchange,
 /// so every rank gets the same answer without talking).
 pub(crate) fn all_on_node(comm: &Communicator) -> Result<Vec<u32>> {
-    let world: Vec<u32> = (0..comm.size)
+    let world: Vec<u32> = (0..comm.size())
         .map(|r| comm.world_rank(r))
         .collect::<Result<_>>()?;
-    let node_of = &comm.shared.node_of;
-    let mine = node_of[world[comm.rank as usize] as usize];
+    let node_of = &comm.shared().node_of;
+    let mine = node_of[world[comm.rank() as usize] as usize];
     if let Some(&w) = world.iter().find(|&&w| node_of[w as usize] != mine) {
         return Err(CommError::InvalidArg(format!(
             "world rank {w} is on another node than this rank: shared memory needs every rank of the communicator on one node"
@@ -1067,9 +1033,9 @@ pub(crate) fn exchange_segments(
     len: usize,
     tag: u64,
 ) -> Result<Option<Vec<(Segment, u64, u64)>>> {
-    let (n, me) = (comm.size as usize, comm.rank as usize);
+    let (n, me) = (comm.size() as usize, comm.rank() as usize);
     let own = comm
-        .shared
+        .shared()
         .lock()
         .net()
         .window_create(name, len, MemKind::Host);
@@ -1103,7 +1069,7 @@ pub(crate) fn exchange_segments(
             }
             continue;
         }
-        let mapped = comm.shared.lock().net().window_map(blob, MemKind::Host);
+        let mapped = comm.shared().lock().net().window_map(blob, MemKind::Host);
         match mapped {
             Ok(s) => segs.push((s, t, bytes)),
             Err(e) => {
@@ -1127,30 +1093,30 @@ impl NodeShm {
         checked: Checked,
     ) -> Result<Option<Arc<NodeShm>>> {
         // Kept with the communicator's clones, so the windows go with the last of them.
-        if let Some(e) = comm.coll.node.get() {
-            return Ok(e.clone().and_then(|a| a.downcast::<NodeShm>().ok()));
+        let windows = comm.coll_part().node_windows();
+        if let Some(e) = windows.get() {
+            return Ok(e.clone());
         }
         if let Some((tag, call)) = checked {
             comm.check_register(tag, call)?;
         }
-        let made = Self::setup(comm)?.map(|n| Arc::new(n) as Arc<dyn std::any::Any + Send + Sync>);
+        let made = Self::setup(comm)?.map(Arc::new);
         // Two threads setting up at once would be two concurrent collectives on one
         // communicator (erroneous); the first one's windows stay.
-        let kept = comm.coll.node.get_or_init(|| made).clone();
-        Ok(kept.and_then(|a| a.downcast::<NodeShm>().ok()))
+        Ok(windows.get_or_init(|| made).clone())
     }
 
     fn setup(comm: &Communicator) -> Result<Option<NodeShm>> {
         let Ok(world) = all_on_node(comm) else {
             return Ok(None);
         };
-        let name = format!("rcomm-coll-ctx{}", comm.ctx);
+        let name = format!("rcomm-coll-ctx{}", comm.ctx());
         let Some(segs) = exchange_segments(comm, &name, WINDOW, 0)? else {
             rlog!(
                 Info,
                 "COLL",
                 "shared-memory collectives unusable on context {}: a rank could not map the windows",
-                comm.ctx
+                comm.ctx()
             );
             return Ok(None);
         };
@@ -1163,8 +1129,8 @@ impl NodeShm {
             segs,
             bases,
             world,
-            me: comm.rank as usize,
-            state: Mutex::new(State::default()),
+            me: comm.rank() as usize,
+            state: Mutex::new(WindowState::default()),
         }))
     }
 
@@ -1189,7 +1155,7 @@ impl NodeShm {
         f: impl FnOnce(&mut Proto<'_>, &mut u64) -> PResult<()>,
     ) -> Result<()> {
         let res = self.run_rounds(comm, op, checked, f);
-        crate::fr::end_coll(comm.ctx, &res);
+        crate::fr::end_coll(comm.ctx(), &res);
         res
     }
 
@@ -1203,13 +1169,13 @@ impl NodeShm {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(why) = &st.broken {
             return Err(CommError::Protocol {
-                rank: comm.rank,
+                rank: comm.rank(),
                 why: format!(
                     "{op}: an earlier shared-memory collective on this communicator failed ({why}); its windows are out of step"
                 ),
             });
         }
-        let shared = &comm.shared;
+        let shared = &comm.shared();
         let world = &self.world;
         // Checked mode: this call's number and what it is (the descriptors carry it); recorded
         // with the engine once we wait long (a rank running another algorithm for another call
@@ -1235,7 +1201,7 @@ impl NodeShm {
                 );
             }
             let e = shared.lock();
-            if let Some(err) = e.revoked_error(comm.ctx, op) {
+            if let Some(err) = e.revoked_error(comm.ctx(), op) {
                 return Err(err);
             }
             match comm.failed_member(&e) {
@@ -1259,11 +1225,11 @@ impl NodeShm {
             }
         };
         let mut p = Proto::new(self.me, &self.bases, &mut check)
-            .with_spin(comm.shared.policy.spin.min(SPIN))
-            .with_sleep(comm.shared.policy.sleep)
+            .with_spin(comm.shared().policy.spin.min(SPIN))
+            .with_sleep(comm.shared().policy.sleep)
             .with_check(checked.map(|(t, c)| (super::check::seq_of(t.0), c)));
         p.seen = st.seen;
-        let State {
+        let WindowState {
             round,
             seen,
             broken,
@@ -1398,10 +1364,10 @@ impl NodeShm {
         root: u32,
         checked: Checked,
     ) -> Result<()> {
-        if root >= comm.size {
+        if root >= comm.size() {
             return Err(CommError::InvalidRank {
                 rank: root,
-                size: comm.size,
+                size: comm.size(),
             });
         }
         self.run(comm, "bcast (shared memory)", checked, |p, round| {
@@ -1471,7 +1437,7 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let r = super::Reducer::Builtin(op, T::DTYPE);
         crate::fr::begin_coll(
-            self.ctx,
+            self.ctx(),
             "allreduce",
             Some(Algo::Shm),
             size_of_val(buf),
@@ -1497,7 +1463,7 @@ impl Communicator {
             chk,
         )?;
         if op == Op::Avg {
-            rcomm_kernels::finalize_avg_typed(buf, self.size as usize)
+            rcomm_kernels::finalize_avg_typed(buf, self.size() as usize)
                 .map_err(|e| CommError::InvalidArg(e.to_string()))?;
         }
         Ok(true)
@@ -1507,8 +1473,14 @@ impl Communicator {
     /// that path is unusable, as for [`allreduce_shm`](Self::allreduce_shm). Collective.
     pub fn bcast_shm<T: bytemuck::Pod>(&self, buf: &mut [T], root: u32) -> Result<bool> {
         let _fr = crate::fr::Scope::enter();
-        crate::fr::begin_coll(self.ctx, "bcast", Some(Algo::Shm), size_of_val(buf), (0, 0));
-        crate::fr::set_root(self.ctx, root);
+        crate::fr::begin_coll(
+            self.ctx(),
+            "bcast",
+            Some(Algo::Shm),
+            size_of_val(buf),
+            (0, 0),
+        );
+        crate::fr::set_root(self.ctx(), root);
         self.check_note(
             super::check::Call::new(super::check::Kind::Bcast)
                 .elem(size_of::<T>())

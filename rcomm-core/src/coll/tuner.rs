@@ -906,7 +906,7 @@ pub(crate) fn choose(t: &Tuning, q: &Query, forced: Option<Algo>) -> Result<Choi
 impl Communicator {
     /// The tuning constants every communicator of the process shares (rank 0's, set at init).
     pub(crate) fn tuning(&self) -> Tuning {
-        self.shared
+        self.shared()
             .tuning
             .get()
             .copied()
@@ -915,8 +915,8 @@ impl Communicator {
 
     /// Blocking send on the internal context (world ranks: `measure` runs on the world).
     fn tune_send(&self, buf: &[u8], dest: u32, tag: Tag) -> Result<()> {
-        let req = self.shared.lock().send(
-            self.ctx + 1,
+        let req = self.shared().lock().send(
+            self.ctx() + 1,
             dest,
             tag.0,
             Region::from_ref(buf),
@@ -924,7 +924,7 @@ impl Communicator {
             true,
         )?;
         match req {
-            Some(req) => self.shared.wait(req).map(drop),
+            Some(req) => self.shared().wait(req).map(drop),
             None => Ok(()),
         }
     }
@@ -932,14 +932,14 @@ impl Communicator {
     /// Blocking receive of exactly `buf.len()` bytes on the internal context.
     fn tune_recv(&self, buf: &mut [u8], src: u32, tag: Tag) -> Result<()> {
         let want = buf.len();
-        let req = self.shared.lock().irecv(
-            self.ctx + 1,
+        let req = self.shared().lock().irecv(
+            self.ctx() + 1,
             Source::Rank(src),
             TagSel::Tag(tag.0),
             Region::from_mut(buf),
             "tune",
         )?;
-        let st = self.shared.wait(req)?;
+        let st = self.shared().wait(req)?;
         if st.bytes != want {
             return Err(CommError::Mismatch {
                 what: "tuning message size".into(),
@@ -1044,10 +1044,10 @@ fn ping(
 /// it. Both sides of the probe call it at the same point of their exchange, between two
 /// blocking calls, so no message straddles the switch.
 fn without_single_copy<R>(world: &Communicator, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    let saved = world.shared.lock().single_copy_max();
-    world.shared.lock().set_single_copy_max(0);
+    let saved = world.shared().lock().single_copy_max();
+    world.shared().lock().set_single_copy_max(0);
     let r = f();
-    world.shared.lock().set_single_copy_max(saved);
+    world.shared().lock().set_single_copy_max(saved);
     r
 }
 
@@ -1140,12 +1140,12 @@ pub(crate) fn measure(
 }
 
 fn measure_on(world: &Communicator, mode: TuneMode, probe_single_copy: bool) -> Result<Tuning> {
-    let (n, me) = (world.size, world.rank);
+    let (n, me) = (world.size(), world.rank());
     if n == 1 {
         return Ok(Tuning::defaults());
     }
     let t0 = Instant::now();
-    let node_of = &world.shared.node_of;
+    let node_of = &world.shared().node_of;
     // The same choice on every rank: node_of is identical everywhere.
     let intra_peer = (1..n).find(|&r| node_of[r as usize] == node_of[0]);
     let inter_peer = (1..n).find(|&r| node_of[r as usize] != node_of[0]);
@@ -1164,7 +1164,7 @@ fn measure_on(world: &Communicator, mode: TuneMode, probe_single_copy: bool) -> 
             let Some(peer) = peer else { continue };
             if mode == TuneMode::Measure {
                 let probe =
-                    on_node && probe_single_copy && world.shared.lock().single_copy_with(peer);
+                    on_node && probe_single_copy && world.shared().lock().single_copy_with(peer);
                 let off;
                 (*link, off) = ping(world, peer, bytes, small, probe)?;
                 tuning.single_copy_off |= off;
@@ -1200,7 +1200,7 @@ fn measure_on(world: &Communicator, mode: TuneMode, probe_single_copy: bool) -> 
     }
     let tuning = Tuning::from_bytes(&buf).map_err(|why| CommError::Protocol { rank: 0, why })?;
     if tuning.single_copy_off {
-        world.shared.lock().set_single_copy_max(0);
+        world.shared().lock().set_single_copy_max(0);
     }
     if me == 0 {
         rlog!(
@@ -1259,21 +1259,8 @@ fn log_choices(t: &Tuning, n: u32, inter_node: bool, one_node: bool) {
 // ---------------------------------------------------------------------------------------
 // Collectives on device buffers.
 
-/// How the devices of a communicator's ranks reach each other, the worst pair deciding. The
-/// class sets the α (per step: the host rendezvous, the copy's launch, the stream wait) and β
-/// of the device executor's cost model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DevLink {
-    /// Every rank on one GPU: copies read and write the same memory, so the ranks of a step
-    /// share its bandwidth.
-    SameGpu,
-    /// GPUs of one node joined by NVLink.
-    NvLink,
-    /// GPUs of one node over PCIe (or a link not known to be NVLink).
-    Pcie,
-    /// Through host memory: ranks on other nodes, or `RCOMM_P2P_LEVEL=off`.
-    Staged,
-}
+/// The device link class is the device part's (`comm::device_part`); its cost is the tuner's.
+pub(crate) use crate::comm::DevLink;
 
 impl DevLink {
     /// (α in µs per step, β in GB/s). `SameGpu` is measured on one H200 (P11's point-to-point:
@@ -1286,16 +1273,6 @@ impl DevLink {
             DevLink::NvLink => (40.0, 370.0),
             DevLink::Pcie => (40.0, 45.0),
             DevLink::Staged => (60.0, 10.0),
-        }
-    }
-
-    /// The name in logs and records.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            DevLink::SameGpu => "same GPU",
-            DevLink::NvLink => "NVLink",
-            DevLink::Pcie => "PCIe",
-            DevLink::Staged => "host staging",
         }
     }
 }

@@ -78,14 +78,8 @@ impl Communicator {
     /// an allgather of the device UUIDs (every rank reaches its first device collective on a
     /// communicator at the same point, so all of them take part) and kept per communicator.
     fn dev_link(&self, op: &'static str, device: u32) -> Result<DevLink> {
-        const CODES: [DevLink; 4] = [
-            DevLink::SameGpu,
-            DevLink::NvLink,
-            DevLink::Pcie,
-            DevLink::Staged,
-        ];
-        if let Some(&c) = self.coll.dev_link.get() {
-            return Ok(CODES[c as usize]);
+        if let Some(l) = self.device_part().link() {
+            return Ok(l);
         }
         let me = self.world_me();
         let uuid = backend(op, me)?
@@ -94,27 +88,26 @@ impl Communicator {
             .into_iter()
             .find(|d| d.ordinal == device)
             .map_or([0u8; 16], |d| d.uuid);
-        let mut all = vec![0u8; 16 * self.size as usize];
+        let mut all = vec![0u8; 16 * self.size() as usize];
         self.allgather(&uuid, &mut all)?;
         let level = rcomm_transport::config::p2p_level();
         let same = all.chunks(16).all(|u| u == uuid);
-        let link = if !self.one_node || level == P2pLevel::Off || (!same && level == P2pLevel::Loc)
-        {
-            DevLink::Staged
-        } else if same {
-            DevLink::SameGpu
-        } else {
-            // Which link joins two GPUs is not looked up yet (NVML): assume the slower.
-            DevLink::Pcie
-        };
-        let code = CODES.iter().position(|&l| l == link).unwrap_or(3) as u8;
-        let _ = self.coll.dev_link.set(code);
+        let link =
+            if !self.on_one_node() || level == P2pLevel::Off || (!same && level == P2pLevel::Loc) {
+                DevLink::Staged
+            } else if same {
+                DevLink::SameGpu
+            } else {
+                // Which link joins two GPUs is not looked up yet (NVML): assume the slower.
+                DevLink::Pcie
+            };
+        self.device_part().set_link(link);
         rcomm_transport::rlog!(
             Info,
             "COLL",
             "device collectives on {}: {} ranks, link class {}",
-            crate::fr::comm_label(self.ctx),
-            self.size,
+            crate::fr::comm_label(self.ctx()),
+            self.size(),
             link.name()
         );
         Ok(link)
@@ -131,7 +124,7 @@ impl Communicator {
         if let Some(f) = self.forced(kind).filter(|f| kind.accepts(*f)) {
             return Ok(f);
         }
-        if self.size < 2 {
+        if self.size() < 2 {
             return Ok(kind.algos()[0]);
         }
         Ok(auto(self.dev_link(kind.name(), device)?))
@@ -144,13 +137,13 @@ impl Communicator {
             return Ok(None);
         }
         let me = self.world_me();
-        super::exec::stream(backend(op, me)?, device, op, me).map(Some)
+        super::exec::stream(self.shared().device(), backend(op, me)?, device, op, me).map(Some)
     }
 
     /// Runs `e` on the device executor as one recorded collective.
     fn exec(&self, e: Exec) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
-        crate::fr::begin_coll(self.ctx, e.op, Some(e.algo), e.data.len, e.codes);
+        crate::fr::begin_coll(self.ctx(), e.op, Some(e.algo), e.data.len, e.codes);
         let mut s = e.sched;
         s.op = e.op;
         self.run_schedule_device(&s, e.device, e.data, e.input, e.reduce.as_ref())
@@ -256,10 +249,10 @@ impl Communicator {
             return self.nccl_allreduce(s.addr, r.addr, count, T::DTYPE, op, st);
         }
         let algo = self.dev_algo(Coll::AllreduceDevice, device, |link| {
-            if self.nodes > 1 {
+            if self.nodes() > 1 {
                 Algo::Hier
             } else {
-                tuner::device_allreduce(self.size, r.len, link, None)
+                tuner::device_allreduce(self.size(), r.len, link, None)
             }
         })?;
         if algo == Algo::Staged {
@@ -276,8 +269,8 @@ impl Communicator {
             &crate::coll_state::SchedKey {
                 op: OP,
                 algo,
-                rank: self.rank,
-                n: self.size,
+                rank: self.rank(),
+                n: self.size(),
                 root: 0,
                 count,
                 elem: size_of::<T>(),
@@ -323,6 +316,7 @@ impl Communicator {
         let me = node.rank() as usize;
         let w = self.world_me();
         let stripe = Scratch::take(
+            self.shared().device(),
             backend(OP, w)?,
             self.dev_span(OP, buf)?.1.unwrap_or(0),
             counts[me] * elem,
@@ -353,10 +347,10 @@ impl Communicator {
     pub fn bcast_device(&self, buf: &mut impl DeviceMemMut, root: u32) -> Result<()> {
         const OP: &str = "bcast";
         let b = buf.device_mut();
-        if root >= self.size {
+        if root >= self.size() {
             return Err(CommError::InvalidRank {
                 rank: root,
-                size: self.size,
+                size: self.size(),
             });
         }
         let (d, dev) = self.dev_span(OP, b.device_ref())?;
@@ -366,22 +360,22 @@ impl Communicator {
         }
         let algo = self.dev_algo(Coll::BcastDevice, device, |_| Algo::Tree)?;
         if algo == Algo::Staged {
-            let mut v = if self.rank == root {
+            let mut v = if self.rank() == root {
                 self.stage_in::<u8>(OP, b.device_ref())?
             } else {
                 vec![0u8; d.len]
             };
             self.bcast(&mut v, root)?;
-            if self.rank != root {
+            if self.rank() != root {
                 self.stage_out(OP, d.addr, &v)?;
             }
             return Ok(());
         }
-        crate::fr::set_root(self.ctx, root);
+        crate::fr::set_root(self.ctx(), root);
         self.exec(Exec {
             op: OP,
             algo,
-            sched: sch::binomial_bcast(self.rank, self.size, root, d.len),
+            sched: sch::binomial_bcast(self.rank(), self.size(), root, d.len),
             device,
             data: d,
             input: DevSpan::EMPTY,
@@ -404,7 +398,7 @@ impl Communicator {
             let (r, rd) = self.dev_span("reduce", recv.device_mut().device_ref())?;
             let device = self.one_device("reduce", &[sd, rd])?;
             // NCCL writes `count` elements at the root: its buffer must hold them.
-            if self.rank == root && r.len != s.len {
+            if self.rank() == root && r.len != s.len {
                 return Err(CommError::InvalidArg(format!(
                     "reduce: send has {} bytes, the root's recv {}",
                     s.len, r.len
@@ -417,7 +411,7 @@ impl Communicator {
                 return self.nccl_reduce(s.addr, r.addr, count, T::DTYPE, op, root, st);
             }
         }
-        if self.rank == root {
+        if self.rank() == root {
             self.staged::<T, T>(
                 "reduce",
                 send.device_ref(),
@@ -437,7 +431,7 @@ impl Communicator {
         recv: &mut impl DeviceMemMut,
     ) -> Result<()> {
         let r = recv.device_mut();
-        let n = self.size as usize;
+        let n = self.size() as usize;
         let counts = vec![send.device_ref().len(); n];
         self.allgather_dev(Some(send.device_ref()), r.device_ref(), &counts)
     }
@@ -446,7 +440,7 @@ impl Communicator {
     /// `rank · len / size` and gets every block. Collective.
     pub fn allgather_device_in_place(&self, buf: &mut impl DeviceMemMut) -> Result<()> {
         let b = buf.device_mut();
-        let n = self.size as usize;
+        let n = self.size() as usize;
         if !b.len().is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(
                 "allgather: {} bytes do not split into {n} blocks",
@@ -477,7 +471,7 @@ impl Communicator {
         counts: &[usize],
     ) -> Result<()> {
         const OP: &str = "allgather";
-        let (n, me) = (self.size as usize, self.rank as usize);
+        let (n, me) = (self.size() as usize, self.rank() as usize);
         check_counts(OP, counts, n)?;
         let blocks = sch::packed_blocks(counts, 1);
         let (r, rd) = self.dev_span(OP, recv)?;
@@ -535,8 +529,8 @@ impl Communicator {
             self.dev_copy(OP, own, s.addr, s.len)?;
         }
         let sched = match algo {
-            Algo::Direct => sch::direct_allgather_v(self.rank, &blocks),
-            _ => sch::ring_allgather_v(self.rank, &blocks),
+            Algo::Direct => sch::direct_allgather_v(self.rank(), &blocks),
+            _ => sch::ring_allgather_v(self.rank(), &blocks),
         };
         self.exec(Exec {
             op: OP,
@@ -568,7 +562,7 @@ impl Communicator {
         op: Op,
     ) -> Result<()> {
         let r = recv.device_mut();
-        let counts = vec![r.len() / size_of::<T>().max(1); self.size as usize];
+        let counts = vec![r.len() / size_of::<T>().max(1); self.size() as usize];
         self.reduce_scatter_dev::<T>(send.device_ref(), r.device_ref(), &counts, op)
     }
 
@@ -594,7 +588,7 @@ impl Communicator {
         op: Op,
     ) -> Result<()> {
         const OP: &str = "reduce_scatter";
-        let (n, me) = (self.size as usize, self.rank as usize);
+        let (n, me) = (self.size() as usize, self.rank() as usize);
         op.check(T::DTYPE)
             .map_err(|e| CommError::InvalidArg(e.to_string()))?;
         check_counts(OP, counts, n)?;
@@ -628,7 +622,7 @@ impl Communicator {
         // The schedules reduce in place over the whole input: work on a copy of `send`.
         let me_w = self.world_me();
         let gpu = backend(OP, me_w)?;
-        let work = Scratch::take(gpu, device, s.len, OP, me_w)?;
+        let work = Scratch::take(self.shared().device(), gpu, device, s.len, OP, me_w)?;
         let w = DevSpan {
             addr: work.addr(),
             len: s.len,
@@ -636,8 +630,8 @@ impl Communicator {
         self.dev_copy(OP, w.addr, s.addr, s.len)?;
         let blocks = sch::packed_blocks(counts, elem);
         let sched = match algo {
-            Algo::Direct => sch::direct_reduce_scatter_v(self.rank, &blocks),
-            _ => sch::ring_reduce_scatter_v(self.rank, &blocks),
+            Algo::Direct => sch::direct_reduce_scatter_v(self.rank(), &blocks),
+            _ => sch::ring_reduce_scatter_v(self.rank(), &blocks),
         };
         let red = crate::coll::reduce::Reducer::Builtin(op, T::DTYPE);
         self.exec(Exec {
@@ -661,7 +655,7 @@ impl Communicator {
         recv: &mut impl DeviceMemMut,
     ) -> Result<()> {
         let r = recv.device_mut();
-        let n = self.size as usize;
+        let n = self.size() as usize;
         let counts = vec![send.device_ref().len() / n.max(1); n];
         self.alltoall_dev(send.device_ref(), &counts, r.device_ref(), &counts)
     }
@@ -687,7 +681,7 @@ impl Communicator {
         recv_counts: &[usize],
     ) -> Result<()> {
         const OP: &str = "alltoall";
-        let (n, me) = (self.size as usize, self.rank as usize);
+        let (n, me) = (self.size() as usize, self.rank() as usize);
         check_counts(OP, send_counts, n)?;
         check_counts(OP, recv_counts, n)?;
         let (s, sd) = self.dev_span(OP, send)?;
@@ -733,7 +727,7 @@ impl Communicator {
         self.exec(Exec {
             op: OP,
             algo,
-            sched: sch::pairwise_alltoall_v(self.rank, &sb, &rb),
+            sched: sch::pairwise_alltoall_v(self.rank(), &sb, &rb),
             device,
             data: r,
             input: s,
@@ -750,7 +744,7 @@ impl Communicator {
         if super::nccl::nccl_enabled() {
             return self.nccl_setup(device);
         }
-        if self.size > 1 {
+        if self.size() > 1 {
             self.dev_link("setup", device)?;
         }
         Ok(())

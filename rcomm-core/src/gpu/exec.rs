@@ -14,9 +14,10 @@
 //!   result as soon as the message is announced. The synchronisation between ranks is the
 //!   engine's (host-memory rendezvous messages), not flags in device memory; so a call blocks
 //!   the host until it is done, as the point-to-point `*_on` calls do.
-//! - **Scratch**: the schedule's `Tmp` is device memory from a per-process pool (plain
-//!   allocations, so they can be exported to peers), kept across calls and counted in
-//!   [`scratch_bytes`].
+//! - **Scratch**: the schedule's `Tmp` is device memory from the process state's pool (plain
+//!   allocations, so they can be exported to peers; `comm::device_part::DeviceState`), kept
+//!   across calls, counted in [`Device::scratch_bytes`](crate::Device::scratch_bytes) and
+//!   freed with the process state.
 //!
 //! User-defined ops never reach this executor: a user function cannot run on device memory.
 
@@ -25,25 +26,18 @@ use crate::coll::check::Stamp;
 use crate::coll::exec::{complete, post};
 use crate::coll::reduce::{Order, Reducer};
 use crate::comm::Communicator;
+use crate::comm::DeviceState;
 use crate::p2p::region::Region;
 use crate::schedule::{Buf, Chunk, Schedule, Step};
 use crate::{CommError, Result};
 use rcomm_transport::gpu::{Gpu, Stream};
 use std::sync::Mutex;
 
-/// Device scratch buffers kept per process: (device, address, bytes).
-static SCRATCH: Mutex<Vec<(u32, u64, usize)>> = Mutex::new(Vec::new());
-/// The executor's stream per device (made on first use, kept).
-static STREAMS: Mutex<Vec<(u32, Stream)>> = Mutex::new(Vec::new());
-
-/// Bytes of device scratch the executor holds (for leak accounting: it is kept for reuse).
+/// Bytes of device scratch the executor holds in this process (for leak accounting: it is
+/// kept for reuse), over every initialised world.
+#[deprecated(note = "use `Communicator::device().scratch_bytes()`")]
 pub fn scratch_bytes() -> usize {
-    SCRATCH
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .map(|s| s.2)
-        .sum()
+    crate::comm::SCRATCH_HELD.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A device range of the executor: address and length.
@@ -58,20 +52,22 @@ impl DevSpan {
 }
 
 /// A scratch buffer on loan from the pool; back to it when dropped.
-pub(crate) struct Scratch {
+pub(crate) struct Scratch<'a> {
+    pool: &'a DeviceState,
     device: u32,
     addr: u64,
     len: usize,
 }
 
-impl Scratch {
+impl<'a> Scratch<'a> {
     /// Its address.
     pub(crate) fn addr(&self) -> u64 {
         self.addr
     }
 
-    /// At least `len` bytes on `device`, from the pool or newly allocated.
+    /// At least `len` bytes on `device`, from `state`'s pool or newly allocated.
     pub(crate) fn take(
+        state: &'a DeviceState,
         gpu: &Gpu,
         device: u32,
         len: usize,
@@ -80,21 +76,29 @@ impl Scratch {
     ) -> Result<Self> {
         if len == 0 {
             return Ok(Self {
+                pool: state,
                 device,
                 addr: 0,
                 len: 0,
             });
         }
-        let mut pool = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = state.scratch.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = pool.iter().position(|s| s.0 == device && s.2 >= len) {
             let (device, addr, len) = pool.swap_remove(i);
-            return Ok(Self { device, addr, len });
+            return Ok(Self {
+                pool: state,
+                device,
+                addr,
+                len,
+            });
         }
         drop(pool);
         // Round up so that a run of growing sizes does not allocate every time.
         let want = len.next_power_of_two().max(1 << 16);
         let addr = gpu.alloc(device, want).map_err(dev_err(op, me))?;
+        state.count_scratch(want, true);
         Ok(Self {
+            pool: state,
             device,
             addr,
             len: want,
@@ -102,21 +106,51 @@ impl Scratch {
     }
 }
 
-impl Drop for Scratch {
+impl Drop for Scratch<'_> {
     fn drop(&mut self) {
         if self.len > 0 {
-            SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).push((
-                self.device,
-                self.addr,
-                self.len,
-            ));
+            self.pool
+                .scratch
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((self.device, self.addr, self.len));
         }
     }
 }
 
-/// The executor's stream on `device` (also the NCCL backend's for plain calls).
-pub(crate) fn stream(gpu: &Gpu, device: u32, op: &'static str, me: u32) -> Result<Stream> {
-    let mut ss = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+/// The process state's device memory and streams go with it: a later world in the same
+/// process starts its own.
+impl Drop for DeviceState {
+    fn drop(&mut self) {
+        let scratch = std::mem::take(self.scratch.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(|e| e.into_inner()));
+        if scratch.is_empty() && streams.is_empty() {
+            return;
+        }
+        let Ok(gpu) = backend("finalize", 0) else {
+            return;
+        };
+        for (_, addr, len) in scratch {
+            // A failure here leaves the memory to the process's end: nothing else to do.
+            let _ = gpu.free(addr);
+            self.count_scratch(len, false);
+        }
+        for (_, s) in streams {
+            let _ = gpu.stream_destroy(s);
+        }
+    }
+}
+
+/// The executor's stream on `device` (also the NCCL backend's for plain calls), kept in
+/// `state`.
+pub(crate) fn stream(
+    state: &DeviceState,
+    gpu: &Gpu,
+    device: u32,
+    op: &'static str,
+    me: u32,
+) -> Result<Stream> {
+    let mut ss = state.streams.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(s) = ss.iter().find(|s| s.0 == device) {
         return Ok(s.1);
     }
@@ -449,7 +483,7 @@ impl Communicator {
         let t0 = self.straggler_start();
         let res = self.run_device_untimed(s, device, data, input, reduce);
         self.straggler_end(t0);
-        crate::fr::end_coll(self.ctx, &res);
+        crate::fr::end_coll(self.ctx(), &res);
         res
     }
 
@@ -472,12 +506,13 @@ impl Communicator {
             return Ok(());
         }
         let gpu = backend(op, me)?;
-        let tmp = Scratch::take(gpu, device, s.tmp_len, op, me)?;
+        let state = self.shared().device();
+        let tmp = Scratch::take(state, gpu, device, s.tmp_len, op, me)?;
         let tmp_span = DevSpan {
             addr: tmp.addr,
             len: s.tmp_len,
         };
-        let k = Kernels::new(gpu, device, stream(gpu, device, op, me)?, op, me)?;
+        let k = Kernels::new(gpu, device, stream(state, gpu, device, op, me)?, op, me)?;
         let span = |b: Buf| match b {
             Buf::Data => data,
             Buf::Input => input,
@@ -534,7 +569,7 @@ impl Communicator {
         res?;
         waited?;
         if let Some(r) = reduce {
-            k.finalize(r, data.addr, data.len, self.size as usize)?;
+            k.finalize(r, data.addr, data.len, self.size() as usize)?;
             k.wait()?;
         }
         Ok(())

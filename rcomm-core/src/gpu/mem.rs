@@ -365,7 +365,7 @@ pub fn stream_synchronize(s: Stream) -> Result<()> {
 
 impl Communicator {
     pub(crate) fn world_me(&self) -> u32 {
-        self.world_rank(self.rank).unwrap_or(self.rank)
+        self.world_rank(self.rank()).unwrap_or(self.rank())
     }
 
     /// Sends device memory `buf` to `dest` with `tag`; returns when `buf` may be reused

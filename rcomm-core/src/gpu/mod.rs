@@ -35,7 +35,9 @@ mod mem;
 mod nccl;
 
 pub use coll::OnStream;
-pub use exec::{ptx_file, scratch_bytes};
+pub use exec::ptx_file;
+#[allow(deprecated)]
+pub use exec::scratch_bytes;
 #[cfg(feature = "cuda")]
 pub use mem::stream_of;
 pub use mem::{

@@ -395,7 +395,7 @@ impl Communicator {
             }
             make_current(op, me, device)?;
             let mut id = UniqueId([0; 128]);
-            if self.rank == 0 {
+            if self.rank() == 0 {
                 // SAFETY: writes 128 bytes.
                 let r = unsafe { (lib.unique_id)(&mut id) };
                 check(lib, std::ptr::null_mut(), op, me, "ncclGetUniqueId", r)?;
@@ -419,7 +419,8 @@ impl Communicator {
         let mut raw: Raw = std::ptr::null_mut();
         // SAFETY: writes one communicator handle; every rank passes the same id and size and
         // its own rank.
-        let r = unsafe { (lib.init_rank)(&mut raw, self.size as c_int, id, self.rank as c_int) };
+        let r =
+            unsafe { (lib.init_rank)(&mut raw, self.size() as c_int, id, self.rank() as c_int) };
         check(lib, raw, op, me, "ncclCommInitRank", r)?;
         let c = Arc::new(NcclComm {
             raw: Mutex::new(raw as usize),
@@ -432,8 +433,8 @@ impl Communicator {
             "COLL",
             "NCCL {} communicator of {} ranks on comm {} (device {device})",
             version_text(lib.version),
-            self.size,
-            fr::comm_label(self.ctx)
+            self.size(),
+            fr::comm_label(self.ctx())
         );
         Ok(c)
     }
@@ -468,21 +469,21 @@ impl Communicator {
         stream: Stream,
         enqueue: impl FnOnce(&Lib, Raw, Raw) -> Result<()>,
     ) -> Result<()> {
-        if let Some(r) = root.filter(|&r| r >= self.size) {
+        if let Some(r) = root.filter(|&r| r >= self.size()) {
             return Err(CommError::InvalidArg(format!(
                 "{op}: root {r} of a communicator of {} ranks",
-                self.size
+                self.size()
             )));
         }
         let comm = self.nccl_comm(op, stream.device)?;
         let _fr = fr::Scope::enter();
         // NCCL chooses its own algorithm: the record names none.
-        fr::begin_coll(self.ctx, op, None, bytes, codes);
+        fr::begin_coll(self.ctx(), op, None, bytes, codes);
         if let Some(r) = root {
-            fr::set_root(self.ctx, r);
+            fr::set_root(self.ctx(), r);
         }
         let res = self.nccl_run(op, &comm, stream, enqueue);
-        fr::end_coll(self.ctx, &res);
+        fr::end_coll(self.ctx(), &res);
         res
     }
 
@@ -611,7 +612,7 @@ impl Communicator {
         stream: Stream,
     ) -> Result<()> {
         let me = self.world_me();
-        let n = self.size as usize;
+        let n = self.size() as usize;
         self.nccl_coll("alltoall", bytes, (0, 0), None, stream, |lib, c, s| {
             let at = |base: u64, j: usize| base + (j * bytes) as u64;
             grouped(lib, c, "alltoall", me, |lib| {
@@ -644,10 +645,11 @@ impl Communicator {
     ) -> Result<()> {
         let me = self.world_me();
         let op = "sendrecv";
-        if let Some(b) = sends.iter().chain(recvs).find(|b| b.peer >= self.size) {
+        if let Some(b) = sends.iter().chain(recvs).find(|b| b.peer >= self.size()) {
             return Err(CommError::InvalidArg(format!(
                 "{op}: peer {} of a communicator of {} ranks",
-                b.peer, self.size
+                b.peer,
+                self.size()
             )));
         }
         lib().map_err(|why| unusable(op, me, why))?;

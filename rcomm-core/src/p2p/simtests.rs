@@ -687,7 +687,7 @@ fn a_completed_request_tests_done_while_another_thread_holds_the_engine() {
     // Rank 1's engine in the shared state init builds; a thread's wait spinning holds its lock.
     let e1 = cl.engines.remove(1);
     let policy = WaitPolicy::for_sharing(1, 2);
-    let shared = std::sync::Arc::new(Shared::new(e1, None, policy, vec![0, 0], Vec::new()));
+    let shared = std::sync::Arc::new(Shared::new(e1, None, policy, vec![0, 0].into(), Vec::new()));
     let held = shared.lock();
     let sh = shared.clone();
     let (tx, rx) = std::sync::mpsc::channel();

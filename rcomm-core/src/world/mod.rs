@@ -146,6 +146,12 @@ fn sharing_cpus(infos: &[PeerInfo], me: usize) -> usize {
     infos.iter().filter(|p| p.same_kernel(me)).count()
 }
 
+/// A world of this process alone, as without a launcher, for unit tests.
+#[cfg(test)]
+pub(crate) fn init_singleton() -> Result<World> {
+    init_with(&Config::from_map(&Default::default()).expect("default settings"))
+}
+
 fn init_with(cfg: &Config) -> Result<World> {
     if let Some(isa) = &cfg.kernel_isa {
         let isa: rcomm_kernels::Isa = isa.parse().map_err(|e: rcomm_kernels::KernelError| {
@@ -238,7 +244,7 @@ pub(crate) fn build(
     }
     let sharing = sharing_cpus(&infos, rank as usize);
     let policy = WaitPolicy::for_sharing(sharing, rcomm_transport::os::job_cpus());
-    let node_of = infos
+    let node_of: Arc<[u32]> = infos
         .iter()
         .map(|p| infos.iter().position(|q| q.same_node(p)).unwrap_or(0) as u32)
         .collect();
@@ -248,31 +254,13 @@ pub(crate) fn build(
     shared.straggler = cfg.straggler.then(Default::default);
     shared.coll = crate::coll::CollShared::new(cfg.async_progress);
     let shared = Arc::new(shared);
-    let one_node = shared.node_of.iter().all(|&c| c == shared.node_of[0]);
-    let mut colours = shared.node_of.clone();
-    colours.sort_unstable();
-    colours.dedup();
-    let comm = Communicator {
-        ctx: 0,
-        rank,
-        size,
-        one_node,
-        nodes: colours.len() as u32,
-        group: None,
-        _ctx_guard: None,
-        coll_seq: Default::default(),
-        coll: Default::default(),
-        memo: Default::default(),
-        algo_force: None,
-        failure_scope: None,
-        attrs: Default::default(),
-        shared,
-    };
+    let topo = crate::comm::TopoPart::new(None, shared.node_of.clone());
+    let comm = Communicator::new(0, rank, topo, None, shared);
     comm.fr_created("world");
     // Collective: every rank takes part (rank 0 measures, all receive its values), so the
     // tuner's choices agree everywhere.
     let tuning = crate::coll::tuner::measure(&comm, cfg.tune, cfg.shm_cma_probe)?;
-    let _ = comm.shared.tuning.set(tuning);
+    let _ = comm.shared().tuning.set(tuning);
     rlog!(
         Info,
         "INIT",
@@ -286,7 +274,7 @@ pub(crate) fn build(
         boot.job_id().to_string(),
     );
     let boot = Arc::new(Mutex::new(boot));
-    let _ = comm.shared.boot.set(boot.clone());
+    let _ = comm.shared().boot.set(boot.clone());
     Ok(World {
         comm,
         rank,
@@ -456,7 +444,7 @@ impl World {
     /// `RCOMM_STRAGGLER=1`: the world's straggler report, printed by rank 0 (collective: every
     /// rank finalizes). Not while panicking: the other ranks may be elsewhere.
     fn straggler_at_finalize(&self) {
-        if self.comm.shared.straggler.is_none() || std::thread::panicking() {
+        if self.comm.shared().straggler.is_none() || std::thread::panicking() {
             return;
         }
         match self.comm.straggler_report() {
@@ -483,13 +471,13 @@ impl Drop for World {
             spawn::finalize();
         }
         self.straggler_at_finalize();
-        if let Some(p) = &self.comm.shared.coll.progress {
+        if let Some(p) = &self.comm.shared().coll.progress {
             p.stop();
         }
         // Finish sends still queued in the transports (bounded: a dead peer must not hang exit).
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         self.comm
-            .shared
+            .shared()
             .block_on(|e| (!e.busy() || std::time::Instant::now() > deadline).then_some(()));
         let mut b = self.boot.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = b.finalize() {

@@ -480,7 +480,7 @@ fn table(w: &World, big: bool) {
     ring(w, big);
     ok(w, "sizes-first");
     // The device collectives' pooled scratch is kept for reuse, not leaked: count it as free.
-    let base = free_mem() + rcomm::gpu::scratch_bytes();
+    let base = free_mem() + w.device().scratch_bytes();
     ring(w, big);
     ok(w, "sizes");
     mixed(w);
@@ -502,7 +502,7 @@ fn table(w: &World, big: bool) {
         g.forget_peer(p);
     }
     w.barrier().expect("barrier");
-    let after = free_mem() + rcomm::gpu::scratch_bytes();
+    let after = free_mem() + w.device().scratch_bytes();
     let tol = 64usize << 20;
     println!(
         "rank {} free device memory: {base} after warm-up, {after} at the end",

@@ -459,7 +459,7 @@ fn main() {
             .0
     };
     allreduce_of::<f32>(&w, big);
-    let base = free() + rcomm::gpu::scratch_bytes();
+    let base = free() + w.device().scratch_bytes();
     let ipc0 = rcomm::gpu::stats().map_or(0, |s| s.ipc_bytes);
     ok(&w, "allreduce-f32");
     allreduce_of::<bf16>(&w, big);
@@ -493,7 +493,7 @@ fn main() {
         g.forget_peer(p);
     }
     w.barrier().expect("barrier");
-    let after = free() + rcomm::gpu::scratch_bytes();
+    let after = free() + w.device().scratch_bytes();
     let tol = 64usize << 20;
     assert!(
         after + tol >= base,

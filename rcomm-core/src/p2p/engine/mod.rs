@@ -110,7 +110,17 @@ struct Req {
     /// A send's sequence number (what its cancel names); `None` for a receive.
     seq: Option<u32>,
     /// A buffer the user dropped before completion; freed when the request completes.
-    orphan: Option<Box<dyn std::any::Any + Send>>,
+    orphan: Option<Orphan>,
+}
+
+/// A buffer owned until its request completes, then dropped; never read, so only its owner
+/// type is kept.
+struct Orphan(#[allow(dead_code)] Box<dyn Send>);
+
+impl std::fmt::Debug for Orphan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Orphan")
+    }
 }
 
 // Every request moves into and out of the slab whole: up to 128 bytes that is a few register
@@ -1176,15 +1186,15 @@ impl Engine {
                 }
             }
         }
-        st.req_mut(req).orphan = Some(Box::new(spare));
+        st.req_mut(req).orphan = Some(Orphan(Box::new(spare)));
     }
 
     /// Lets an active request finish in the background, keeping `buf` alive until then.
-    pub(crate) fn orphan(&mut self, req: ReqId, buf: Box<dyn std::any::Any + Send>) {
+    pub(crate) fn orphan(&mut self, req: ReqId, buf: Box<dyn Send>) {
         if self.is_done(req) {
             let _ = self.take(req);
         } else {
-            self.st.req_mut(req).orphan = Some(buf);
+            self.st.req_mut(req).orphan = Some(Orphan(buf));
         }
     }
 
