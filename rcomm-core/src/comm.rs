@@ -1,3 +1,5 @@
+//! Why one file: the communicator's calls and requests share one borrow-and-wait protocol.
+//!
 //! Communicators and the point-to-point API.
 
 use crate::p2p::engine::{Direct, Engine, ReqId, Status, Stored};

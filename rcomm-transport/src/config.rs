@@ -1,3 +1,5 @@
+//! Why one file: the one reader of `RCOMM_*`: the variables table and its parsers, one edit each.
+//!
 //! The one place that reads `RCOMM_*` environment variables.
 //!
 //! Every variable rcomm understands is listed in [`VARIABLES`] (the book's table, book/src/reference/environment.md, is checked

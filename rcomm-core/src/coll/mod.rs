@@ -1,3 +1,5 @@
+//! Why one file: the public collective calls, one plan each; the machinery is in the children.
+//!
 //! Collectives. Every algorithm produces a [`schedule::Schedule`] (plain data, cached per
 //! shape); one executor runs schedules over point-to-point on the communicator's internal
 //! context, so collective traffic never meets user messages. Which algorithm runs is a pure
