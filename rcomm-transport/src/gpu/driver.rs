@@ -25,4 +25,3 @@ mod cuda;
 pub use absent::Driver;
 #[cfg(feature = "cuda")]
 pub use cuda::Driver;
-

@@ -47,11 +47,7 @@ impl Driver {
     pub(in crate::gpu) fn export(&self, _ptr: u64, _len: usize) -> Result<RKey, GpuError> {
         match self._never {}
     }
-    pub(in crate::gpu) fn dmabuf(
-        &self,
-        _ptr: u64,
-        _len: usize,
-    ) -> Result<(i32, u64), GpuError> {
+    pub(in crate::gpu) fn dmabuf(&self, _ptr: u64, _len: usize) -> Result<(i32, u64), GpuError> {
         match self._never {}
     }
     pub(in crate::gpu) fn get(

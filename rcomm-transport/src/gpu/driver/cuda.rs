@@ -389,8 +389,7 @@ impl Driver {
                 ptr,
             )
         };
-        if r != cu::CUresult::CUDA_SUCCESS
-            || mt != cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as c_uint
+        if r != cu::CUresult::CUDA_SUCCESS || mt != cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as c_uint
         {
             return Err(not_dev());
         }
@@ -478,8 +477,7 @@ impl Driver {
                 let mut p: *mut c_void = std::ptr::null_mut();
                 // SAFETY: allocates BOUNCE bytes of pinned host memory (portable: pinned
                 // for every context), kept for the life of the process.
-                let r =
-                    unsafe { cu::cuMemHostAlloc(&mut p, BOUNCE, cu::CU_MEMHOSTALLOC_PORTABLE) };
+                let r = unsafe { cu::cuMemHostAlloc(&mut p, BOUNCE, cu::CU_MEMHOSTALLOC_PORTABLE) };
                 if r == cu::CUresult::CUDA_SUCCESS && !p.is_null() {
                     st.bounce = p as usize;
                 }
@@ -514,12 +512,7 @@ impl Driver {
         Ok(())
     }
 
-    pub(in crate::gpu) fn copy_dtod(
-        &self,
-        dst: u64,
-        src: u64,
-        len: usize,
-    ) -> Result<(), GpuError> {
+    pub(in crate::gpu) fn copy_dtod(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
         let d = self.range(dst, len)?;
         self.range(src, len)?;
         self.cur(d.device)?;
@@ -675,10 +668,7 @@ impl Driver {
             // SAFETY: writes one stream handle (current context: `device`'s).
             check(
                 unsafe {
-                    cu::cuStreamCreate(
-                        &mut s,
-                        cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint,
-                    )
+                    cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint)
                 },
                 "cuStreamCreate",
                 device as i32,
@@ -781,9 +771,9 @@ impl Driver {
                 m
             }
             None => {
-                let stale =
-                    st.imports
-                        .take_stale(peer, k.pid, k.buffer_id, k.base, k.alloc_size);
+                let stale = st
+                    .imports
+                    .take_stale(peer, k.pid, k.buffer_id, k.base, k.alloc_size);
                 st.stats.import_evictions += stale.len() as u64;
                 self.close(st, stale);
                 self.cur(copy_dev)?;
@@ -894,9 +884,8 @@ impl Driver {
         // SAFETY: the source lies in a device allocation (checked); `dst` is a pinned
         // staging buffer of STAGE_BYTES (checked above) owned by the caller until the copy
         // is finished.
-        let r = unsafe {
-            cu::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, s as cu::CUstream)
-        };
+        let r =
+            unsafe { cu::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, s as cu::CUstream) };
         if let Err(err) = check(r, "cuMemcpyDtoHAsync_v2", i.device as i32) {
             st.events[i.device as usize].push(e);
             return Err(err);
