@@ -1,4 +1,6 @@
 //! Communicators and the point-to-point API.
+//!
+//! Why one file: the communicator's calls and requests share one borrow-and-wait protocol.
 
 pub(crate) mod coll_part;
 mod device_part;

@@ -9,6 +9,9 @@
 //! memory image (`extent` bytes, zero where the datatype has no data), so the operation sees
 //! its elements as they lie in memory and combines them in rank order, as MPI's user
 //! operations do.
+//!
+//! Why one file: the facade keeps rsmpi's layout, one module per rsmpi module; this is
+//! `mpi::collective` (operations, the collective traits and the root's calls), as in rsmpi.
 
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;

@@ -1,5 +1,7 @@
 //! The one place that reads `RCOMM_*` environment variables.
 //!
+//! Why one file: the one reader of `RCOMM_*`: the variables table and its parsers, one edit each.
+//!
 //! Every variable rcomm understands is listed in [`VARIABLES`] (the book's table, book/src/reference/environment.md, is checked
 //! against it by a test). Variables marked protocol-relevant must agree on every rank: their
 //! values travel in each rank's [`PeerInfo`](crate::identity::PeerInfo), and a mismatch is an

@@ -27,6 +27,9 @@
 //!   one of the two sees the other's store, and a busy receiver costs senders nothing but a
 //!   read of a line that rarely changes.
 //! - A peer's death is end-of-file on its local-channel connection.
+//!
+//! Why one file: one transport whose ordering argument (above) spans setup, send, progress and
+//! sleep; the rings themselves are `shm`.
 
 use crate::auth::Secret;
 use crate::error::TransportError;

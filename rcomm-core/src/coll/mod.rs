@@ -3,6 +3,8 @@
 //! context, so collective traffic never meets user messages. Which algorithm runs is a pure
 //! function of inputs every rank shares, so ranks never disagree.
 //!
+//! Why one file: the public collective calls, one plan each; the machinery is in the children.
+//!
 //! Blocking calls borrow their buffers; the `i`-calls own theirs and return a
 //! [`CollRequest`] that hands the result back from `wait`.
 

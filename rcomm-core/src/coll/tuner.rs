@@ -1,5 +1,8 @@
 //! The collective tuner: a cost model that picks an algorithm per call, the same on every rank.
 //!
+//! Why one file: the cost formulas, the table of (operation, algorithm) and the measurements
+//! that feed them are one model; a change to one cost touches all three.
+//!
 //! # Model
 //!
 //! Every algorithm is costed NCCL-style as

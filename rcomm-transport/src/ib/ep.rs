@@ -26,6 +26,9 @@
 //!
 //! Sans-IO in the sense that matters: everything happens inside verbs calls and the
 //! completions they return, so on the simulated fabric a test decides every interleaving.
+//!
+//! Why one file: one endpoint's state machine over verbs: connections, credits, eager slots and
+//! rendezvous share the work-request ids and the per-peer state that a completion updates.
 
 use super::conn::ConnBlob;
 use super::regcache::Registrations;

@@ -37,6 +37,10 @@
 //!
 //! Only loading and device listing have run (on a machine with rdma-core and no RDMA devices):
 //! nothing past `ibv_get_device_list` has met a device.
+//!
+//! Why one file: the mirror of one C ABI (libibverbs'): the `#[repr(C)]` copies, the symbols
+//! looked up and the calls through them change together when `verbs.h` does, and `abi_layout`
+//! checks them as one.
 
 use crate::os::dl_error;
 use std::collections::HashMap;

@@ -3,6 +3,9 @@
 //! message of 2 GiB + 1 between ranks 0 and 1. `rt_p2p die` kills rank 1 while the others wait
 //! on it. Data depends on (source, destination, case, index, iteration), so a stale, crossed or
 //! permuted message fails its check.
+//!
+//! Why one file: the point-to-point table, one case per method of one harness (`T`) run in
+//! order by `main`; the cases share its patterns, checks and barrier.
 use rcomm::{CommError, Communicator, Source, Tag};
 use std::time::{Duration, Instant};
 

@@ -220,7 +220,7 @@ const ITEM_WORDS: &[&str] = &[
 /// End (exclusive) of the item starting at `i`: its further attributes, then through its `;`
 /// or its body's closing brace. Not an item (a field, an arm, a statement): through the next
 /// `,` or `;` at its depth.
-fn skip_item(toks: &[Tok], mut i: usize) -> usize {
+pub fn skip_item(toks: &[Tok], mut i: usize) -> usize {
     while toks.get(i).is_some_and(|t| t.is_punct(b'#'))
         && toks.get(i + 1).is_some_and(|t| t.is_punct(b'['))
     {
@@ -265,7 +265,7 @@ fn skip_item(toks: &[Tok], mut i: usize) -> usize {
 }
 
 /// `cfg(..)` whose predicate cannot hold without `test` (or `doctest`).
-fn cfg_needs_test(attr: &[Tok]) -> bool {
+pub fn cfg_needs_test(attr: &[Tok]) -> bool {
     if !(attr.first().is_some_and(|t| t.is_ident("cfg"))
         && attr.get(1).is_some_and(|t| t.is_punct(b'(')))
     {

@@ -23,6 +23,9 @@
 //!
 //! This module holds the requests and the calls that make them; `proto` the protocols,
 //! `failure` lost peers, `registry` the communicators, revocation and checked mode's hook.
+//!
+//! Why one file: the request table and the calls that move a request through its states; the
+//! protocols, lost peers and the registry are already the children named above.
 
 use super::hook::{Hook, Stamp};
 use super::matcher::{

@@ -1,0 +1,1140 @@
+//! The backend on the CUDA driver API (see the parent module for contexts, streams and peers).
+
+use super::super::STAGE_BYTES;
+use super::super::cache::{ExportCache, ImportCache, KeyParts, decode_key, encode_key};
+use super::*;
+use crate::config::P2pLevel;
+use cudarc::driver::sys as cu;
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// Every driver entry this backend calls (checked in [`Driver::load`]).
+const ENTRIES: &[&str] = &[
+    "cuInit",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoD_v2",
+    "cuMemcpyAsync",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemGetInfo_v2",
+    "cuMemGetAddressRange_v2",
+    "cuIpcGetMemHandle",
+    "cuIpcOpenMemHandle_v2",
+    "cuIpcCloseMemHandle",
+    "cuPointerGetAttribute",
+    "cuDevicePrimaryCtxRetain",
+    "cuCtxSetCurrent",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuMemHostAlloc",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuEventDestroy_v2",
+    "cuDeviceGetName",
+    "cuDeviceGetUuid",
+    "cuDeviceGetPCIBusId",
+    "cuDeviceTotalMem_v2",
+    "cuDeviceGetAttribute",
+    "cuDeviceCanAccessPeer",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuMemcpyDtoDAsync_v2",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuLaunchKernel",
+];
+
+/// Most imports held per process.
+const IMPORT_CAP: usize = 256;
+
+fn err_text(r: cu::CUresult) -> String {
+    let mut name: *const c_char = std::ptr::null();
+    let mut text: *const c_char = std::ptr::null();
+    // SAFETY: both calls write a pointer to a static string (or leave it null on failure).
+    let (a, b) = unsafe {
+        (
+            cu::cuGetErrorName(r, &mut name),
+            cu::cuGetErrorString(r, &mut text),
+        )
+    };
+    let s = |ok: cu::CUresult, p: *const c_char| {
+        if ok == cu::CUresult::CUDA_SUCCESS && !p.is_null() {
+            // SAFETY: the driver returned a NUL-terminated static string.
+            Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        } else {
+            None
+        }
+    };
+    match (s(a, name), s(b, text)) {
+        (Some(n), Some(t)) => format!("{n}: {t}"),
+        (Some(n), None) => n,
+        _ => format!("{r:?}"),
+    }
+}
+
+fn check(r: cu::CUresult, call: &'static str, device: i32) -> Result<(), GpuError> {
+    if r == cu::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(GpuError::Call {
+            call,
+            device,
+            code: err_text(r),
+        })
+    }
+}
+
+/// One visible device. Raw handles are kept as integers.
+#[derive(Debug)]
+struct Dev {
+    dev: cu::CUdevice,
+    uuid: [u8; 16],
+    pci: String,
+    /// The retained primary context (`CUcontext` as an integer).
+    ctx: OnceLock<Result<usize, GpuError>>,
+}
+
+#[derive(Debug)]
+struct State {
+    exports: ExportCache<[u8; 64]>,
+    /// The mapping: (device whose context opened it, mapped base).
+    imports: ImportCache<(u32, u64)>,
+    /// Per device, the copy stream (`CUstream` as an integer; 0: not made yet).
+    copy_streams: Vec<usize>,
+    /// Per device, idle events (`CUevent` as integers).
+    events: Vec<Vec<usize>>,
+    logged: HashSet<u32>,
+    stats: GpuStats,
+    /// Idle pinned staging buffers of `STAGE_BYTES`.
+    pinned: Vec<usize>,
+    /// A pinned host bounce buffer (address, or 0 before first use) for small copies:
+    /// from pinned memory a copy to the device is complete on return, so no stream wait.
+    bounce: usize,
+    /// Loaded modules: (device, address of the PTX text) → `CUmodule` as an integer. The
+    /// text is NVRTC's cached PTX, alive for the process, so its address names it.
+    modules: HashMap<(u32, usize), usize>,
+    /// Kernels: (device, PTX address, name) → `CUfunction` as an integer.
+    functions: HashMap<(u32, usize, String), usize>,
+}
+
+/// Bytes of the pinned bounce buffer; larger copies go from pageable memory and wait.
+const BOUNCE: usize = 256 << 10;
+
+/// The CUDA driver, loaded at run time.
+#[derive(Debug)]
+pub struct Driver {
+    devs: Vec<Dev>,
+    pid: u32,
+    /// The driver has `cuMemGetHandleForAddressRange` (CUDA 11.7+): dma-bufs for
+    /// GPUDirect RDMA. Optional, so older drivers still load.
+    has_dmabuf: bool,
+    /// Boxed: keeps [`Gpu`] small.
+    state: Box<Mutex<State>>,
+}
+
+impl Driver {
+    pub(in crate::gpu) fn load() -> Result<Self, GpuError> {
+        std::panic::catch_unwind(Self::load_inner).unwrap_or_else(|p| {
+            let why = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic".into());
+            Err(GpuError::NoDevice {
+                why: format!("loading the CUDA driver failed: {why}"),
+            })
+        })
+    }
+
+    fn load_inner() -> Result<Self, GpuError> {
+        let no = |why: String| GpuError::NoDevice { why };
+        // SAFETY: only tries to open the library (no symbol is called).
+        if !unsafe { cu::is_culib_present() } {
+            return Err(no(
+                "the CUDA driver library (libcuda.so) is not found".into()
+            ));
+        }
+        // SAFETY: the library is present (checked above); `get` only looks symbols up.
+        let lib = unsafe { cu::culib() };
+        for name in ENTRIES {
+            // SAFETY: looking a symbol up does not call it.
+            if unsafe { lib.get::<*const c_void>(name.as_bytes()) }.is_err() {
+                return Err(no(format!(
+                    "the CUDA driver has no {name} (driver too old or too new)"
+                )));
+            }
+        }
+        // SAFETY: looking a symbol up does not call it.
+        let has_dmabuf =
+            unsafe { lib.get::<*const c_void>(b"cuMemGetHandleForAddressRange") }.is_ok();
+        // SAFETY: plain driver call.
+        let r = unsafe { cu::cuInit(0) };
+        if r != cu::CUresult::CUDA_SUCCESS {
+            return Err(no(format!("cuInit failed: {}", err_text(r))));
+        }
+        let mut n: c_int = 0;
+        // SAFETY: writes one int.
+        check(
+            unsafe { cu::cuDeviceGetCount(&mut n) },
+            "cuDeviceGetCount",
+            -1,
+        )
+        .map_err(|e| no(e.to_string()))?;
+        if n <= 0 {
+            return Err(no("the CUDA driver sees no device".into()));
+        }
+        let mut devs = Vec::new();
+        for i in 0..n {
+            let mut dev: cu::CUdevice = 0;
+            // SAFETY: writes one device handle.
+            check(unsafe { cu::cuDeviceGet(&mut dev, i) }, "cuDeviceGet", i)?;
+            let mut uuid = cu::CUuuid { bytes: [0; 16] };
+            // SAFETY: writes 16 bytes.
+            check(
+                unsafe { cu::cuDeviceGetUuid(&mut uuid, dev) },
+                "cuDeviceGetUuid",
+                i,
+            )?;
+            let mut bus = [0 as c_char; 64];
+            // SAFETY: writes at most 64 bytes, NUL-terminated.
+            check(
+                unsafe { cu::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, dev) },
+                "cuDeviceGetPCIBusId",
+                i,
+            )?;
+            devs.push(Dev {
+                dev,
+                uuid: uuid.bytes.map(|b| b as u8),
+                pci: pci_id(&c_string(&bus)),
+                ctx: OnceLock::new(),
+            });
+        }
+        let nd = devs.len();
+        Ok(Self {
+            devs,
+            pid: std::process::id(),
+            has_dmabuf,
+            state: Box::new(Mutex::new(State {
+                exports: ExportCache::new(4096),
+                imports: ImportCache::new(IMPORT_CAP),
+                copy_streams: vec![0; nd],
+                events: vec![Vec::new(); nd],
+                logged: HashSet::new(),
+                stats: GpuStats::default(),
+                bounce: 0,
+                modules: HashMap::new(),
+                functions: HashMap::new(),
+                pinned: Vec::new(),
+            })),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn dev(&self, device: u32) -> Result<&Dev, GpuError> {
+        self.devs.get(device as usize).ok_or_else(|| {
+            GpuError::Invalid(format!(
+                "no CUDA device {device} (this process sees {})",
+                self.devs.len()
+            ))
+        })
+    }
+
+    /// Makes `device`'s primary context current on this thread (retaining it on first use).
+    fn cur(&self, device: u32) -> Result<(), GpuError> {
+        let d = self.dev(device)?;
+        let ctx = d
+            .ctx
+            .get_or_init(|| {
+                let mut c: cu::CUcontext = std::ptr::null_mut();
+                // SAFETY: writes one context handle; the retain is kept for the process.
+                check(
+                    unsafe { cu::cuDevicePrimaryCtxRetain(&mut c, d.dev) },
+                    "cuDevicePrimaryCtxRetain",
+                    device as i32,
+                )?;
+                Ok(c as usize)
+            })
+            .clone()?;
+        // SAFETY: a retained primary context, never released.
+        check(
+            unsafe { cu::cuCtxSetCurrent(ctx as cu::CUcontext) },
+            "cuCtxSetCurrent",
+            device as i32,
+        )
+    }
+
+    /// Makes some context current (for calls that need one but no particular one).
+    fn any_cur(&self) -> Result<(), GpuError> {
+        let i = self
+            .devs
+            .iter()
+            .position(|d| d.ctx.get().is_some_and(|c| c.is_ok()));
+        self.cur(i.unwrap_or(0) as u32)
+    }
+
+    pub(in crate::gpu) fn devices(&self) -> Result<Vec<DeviceInfo>, GpuError> {
+        let mut out = Vec::new();
+        for (i, d) in self.devs.iter().enumerate() {
+            let o = i as i32;
+            let mut name = [0 as c_char; 256];
+            // SAFETY: writes at most 256 bytes, NUL-terminated.
+            check(
+                unsafe { cu::cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, d.dev) },
+                "cuDeviceGetName",
+                o,
+            )?;
+            let mut mem: usize = 0;
+            // SAFETY: writes one size.
+            check(
+                unsafe { cu::cuDeviceTotalMem_v2(&mut mem, d.dev) },
+                "cuDeviceTotalMem_v2",
+                o,
+            )?;
+            let attr = |a: cu::CUdevice_attribute| -> Result<u32, GpuError> {
+                let mut v: c_int = 0;
+                // SAFETY: writes one int.
+                check(
+                    unsafe { cu::cuDeviceGetAttribute(&mut v, a, d.dev) },
+                    "cuDeviceGetAttribute",
+                    o,
+                )?;
+                Ok(v.max(0) as u32)
+            };
+            use cu::CUdevice_attribute::*;
+            out.push(DeviceInfo {
+                ordinal: i as u32,
+                name: c_string(&name),
+                uuid: d.uuid,
+                pci_bus_id: d.pci.clone(),
+                total_mem: mem,
+                sm_count: attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+                cc: (
+                    attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                    attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+                ),
+            });
+        }
+        Ok(out)
+    }
+
+    pub(in crate::gpu) fn alloc(&self, device: u32, len: usize) -> Result<u64, GpuError> {
+        self.cur(device)?;
+        let mut p: cu::CUdeviceptr = 0;
+        // SAFETY: writes one device pointer.
+        check(
+            unsafe { cu::cuMemAlloc_v2(&mut p, len.max(1)) },
+            "cuMemAlloc_v2",
+            device as i32,
+        )?;
+        Ok(p)
+    }
+
+    pub(in crate::gpu) fn free(&self, ptr: u64) -> Result<(), GpuError> {
+        let i = self.ptr_info(ptr)?;
+        if i.base != ptr {
+            return Err(GpuError::Invalid(format!(
+                "free of 0x{ptr:x}: not the start of its allocation (0x{:x})",
+                i.base
+            )));
+        }
+        self.cur(i.device)?;
+        // SAFETY: `ptr` is the base of a live device allocation of this process.
+        check(
+            unsafe { cu::cuMemFree_v2(ptr) },
+            "cuMemFree_v2",
+            i.device as i32,
+        )
+    }
+
+    pub(in crate::gpu) fn mem_info(&self, device: u32) -> Result<(usize, usize), GpuError> {
+        self.cur(device)?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: writes two sizes.
+        check(
+            unsafe { cu::cuMemGetInfo_v2(&mut free, &mut total) },
+            "cuMemGetInfo_v2",
+            device as i32,
+        )?;
+        Ok((free, total))
+    }
+
+    pub(in crate::gpu) fn ptr_info(&self, ptr: u64) -> Result<PtrInfo, GpuError> {
+        let not_dev = || {
+            GpuError::Invalid(format!(
+                "address 0x{ptr:x} is not device memory of this process"
+            ))
+        };
+        if ptr == 0 {
+            return Err(not_dev());
+        }
+        self.any_cur()?;
+        let mut mt: c_uint = 0;
+        // SAFETY: MEMORY_TYPE writes one `CUmemorytype` (a 32-bit enum, read as u32). The
+        // driver checks `ptr` itself (an unknown address is an error, not a fault).
+        let r = unsafe {
+            cu::cuPointerGetAttribute(
+                &mut mt as *mut c_uint as *mut c_void,
+                cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                ptr,
+            )
+        };
+        if r != cu::CUresult::CUDA_SUCCESS || mt != cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as c_uint
+        {
+            return Err(not_dev());
+        }
+        let mut ord: c_int = -1;
+        // SAFETY: DEVICE_ORDINAL writes one int.
+        check(
+            unsafe {
+                cu::cuPointerGetAttribute(
+                    &mut ord as *mut c_int as *mut c_void,
+                    cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    ptr,
+                )
+            },
+            "cuPointerGetAttribute",
+            -1,
+        )?;
+        let mut id: u64 = 0;
+        // SAFETY: BUFFER_ID writes one unsigned long long.
+        check(
+            unsafe {
+                cu::cuPointerGetAttribute(
+                    &mut id as *mut u64 as *mut c_void,
+                    cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                    ptr,
+                )
+            },
+            "cuPointerGetAttribute",
+            ord,
+        )?;
+        let (mut base, mut size): (cu::CUdeviceptr, usize) = (0, 0);
+        // SAFETY: writes a pointer and a size.
+        check(
+            unsafe { cu::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) },
+            "cuMemGetAddressRange_v2",
+            ord,
+        )?;
+        if ord < 0 || ord as usize >= self.devs.len() {
+            return Err(GpuError::Invalid(format!(
+                "address 0x{ptr:x} is on device {ord}, which this process does not see"
+            )));
+        }
+        Ok(PtrInfo {
+            device: ord as u32,
+            base,
+            size,
+            buffer_id: id,
+        })
+    }
+
+    /// `ptr..ptr+len` within one allocation.
+    fn range(&self, ptr: u64, len: usize) -> Result<PtrInfo, GpuError> {
+        let i = self.ptr_info(ptr)?;
+        if ptr
+            .checked_add(len as u64)
+            .is_none_or(|e| e > i.base + i.size as u64)
+        {
+            return Err(GpuError::Invalid(format!(
+                "0x{ptr:x}+{len} runs past its allocation (0x{:x}+{})",
+                i.base, i.size
+            )));
+        }
+        Ok(i)
+    }
+
+    pub(in crate::gpu) fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> Result<(), GpuError> {
+        let i = self.range(src, dst.len())?;
+        self.cur(i.device)?;
+        // SAFETY: the source lies in a device allocation (checked); `dst` is a Rust slice of
+        // that length; the copy is synchronous.
+        check(
+            unsafe { cu::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len()) },
+            "cuMemcpyDtoH_v2",
+            i.device as i32,
+        )?;
+        self.lock().stats.staged_bytes += dst.len() as u64;
+        Ok(())
+    }
+
+    pub(in crate::gpu) fn copy_htod(&self, dst: u64, src: &[u8]) -> Result<(), GpuError> {
+        let i = self.range(dst, src.len())?;
+        self.cur(i.device)?;
+        if src.len() <= BOUNCE {
+            let mut st = self.lock();
+            if st.bounce == 0 {
+                let mut p: *mut c_void = std::ptr::null_mut();
+                // SAFETY: allocates BOUNCE bytes of pinned host memory (portable: pinned
+                // for every context), kept for the life of the process.
+                let r = unsafe { cu::cuMemHostAlloc(&mut p, BOUNCE, cu::CU_MEMHOSTALLOC_PORTABLE) };
+                if r == cu::CUresult::CUDA_SUCCESS && !p.is_null() {
+                    st.bounce = p as usize;
+                }
+            }
+            if st.bounce != 0 {
+                let b = st.bounce as *mut u8;
+                // SAFETY: `b` is BOUNCE bytes of pinned memory, used under the state lock
+                // only; `src` fits it (checked above) and does not overlap it.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), b, src.len()) };
+                // SAFETY: the destination lies in a device allocation (checked); from
+                // pinned memory the copy is synchronous with respect to the host.
+                check(
+                    unsafe { cu::cuMemcpyHtoD_v2(dst, b as *const c_void, src.len()) },
+                    "cuMemcpyHtoD_v2",
+                    i.device as i32,
+                )?;
+                st.stats.staged_bytes += src.len() as u64;
+                return Ok(());
+            }
+        }
+        // SAFETY: the destination lies in a device allocation (checked); `src` is a Rust
+        // slice of that length, read before the call returns.
+        check(
+            unsafe { cu::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len()) },
+            "cuMemcpyHtoD_v2",
+            i.device as i32,
+        )?;
+        // From pageable memory the call returns once the source is staged, before the DMA
+        // lands; a peer's IPC read (another stream, another process) must see the bytes.
+        self.legacy_sync(i.device)?;
+        self.lock().stats.staged_bytes += src.len() as u64;
+        Ok(())
+    }
+
+    pub(in crate::gpu) fn copy_dtod(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
+        let d = self.range(dst, len)?;
+        self.range(src, len)?;
+        self.cur(d.device)?;
+        // SAFETY: both ranges lie in device allocations of this process (checked).
+        check(
+            unsafe { cu::cuMemcpyDtoD_v2(dst, src, len) },
+            "cuMemcpyDtoD_v2",
+            d.device as i32,
+        )?;
+        // Device-to-device copies return at once: wait, as the interface promises.
+        self.legacy_sync(d.device)
+    }
+
+    /// Waits for the legacy default stream (where the synchronous-looking copies run).
+    fn legacy_sync(&self, device: u32) -> Result<(), GpuError> {
+        // SAFETY: the null stream is the legacy default stream of the current context.
+        check(
+            unsafe { cu::cuStreamSynchronize(std::ptr::null_mut()) },
+            "cuStreamSynchronize",
+            device as i32,
+        )
+    }
+
+    pub(in crate::gpu) fn export(&self, ptr: u64, len: usize) -> Result<RKey, GpuError> {
+        let i = self.range(ptr, len)?;
+        let mut st = self.lock();
+        let handle = match st.exports.lookup(i.base, i.buffer_id) {
+            Some(h) => {
+                st.stats.export_hits += 1;
+                h
+            }
+            None => {
+                self.cur(i.device)?;
+                let mut h = cu::CUipcMemHandle { reserved: [0; 64] };
+                // SAFETY: `i.base` is the base of a live cuMemAlloc allocation; writes 64
+                // bytes.
+                check(
+                    unsafe { cu::cuIpcGetMemHandle(&mut h, i.base) },
+                    "cuIpcGetMemHandle",
+                    i.device as i32,
+                )?;
+                let h = h.reserved.map(|b| b as u8);
+                st.exports.insert(i.base, i.buffer_id, h);
+                st.stats.exports += 1;
+                h
+            }
+        };
+        let uuid = self.devs[i.device as usize].uuid;
+        Ok(encode_key(&KeyParts::of(
+            &i, ptr, len, self.pid, handle, uuid,
+        )))
+    }
+
+    pub(in crate::gpu) fn dmabuf(&self, ptr: u64, len: usize) -> Result<(i32, u64), GpuError> {
+        let i = self.ptr_info(ptr)?;
+        if !self.has_dmabuf {
+            return Err(GpuError::Unreachable(
+                "the CUDA driver has no cuMemGetHandleForAddressRange (dma-buf export)".into(),
+            ));
+        }
+        if ptr + len as u64 > i.base + i.size as u64 {
+            return Err(GpuError::Invalid(format!(
+                "0x{ptr:x}+{len} runs past its allocation"
+            )));
+        }
+        // The whole allocation (cuMemAlloc allocations are page-aligned and sized in
+        // pages), so one dma-buf serves every range of it.
+        self.cur(i.device)?;
+        let mut fd: c_int = -1;
+        // SAFETY: `i.base`/`i.size` describe a live allocation of this process; the call
+        // writes one int.
+        check(
+            unsafe {
+                cu::cuMemGetHandleForAddressRange(
+                    (&mut fd as *mut c_int).cast(),
+                    i.base,
+                    i.size,
+                    cu::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                    0,
+                )
+            },
+            "cuMemGetHandleForAddressRange",
+            i.device as i32,
+        )?;
+        Ok((fd, ptr - i.base))
+    }
+
+    /// Waits until everything queued on `device`'s copy stream is done (before closing a
+    /// mapping a copy may still read).
+    fn drain_copies(&self, st: &mut State, device: u32) -> Result<(), GpuError> {
+        let s = st.copy_streams[device as usize];
+        if s == 0 {
+            return Ok(());
+        }
+        let e = self.event(st, device)?;
+        // SAFETY: a live event and the live copy stream of the current context.
+        check(
+            unsafe { cu::cuEventRecord(e as cu::CUevent, s as cu::CUstream) },
+            "cuEventRecord",
+            device as i32,
+        )?;
+        // SAFETY: a recorded event.
+        check(
+            unsafe { cu::cuEventSynchronize(e as cu::CUevent) },
+            "cuEventSynchronize",
+            device as i32,
+        )?;
+        st.events[device as usize].push(e);
+        Ok(())
+    }
+
+    /// Closes imported mappings (waiting for copies that may read them first).
+    fn close(&self, st: &mut State, gone: Vec<(u32, u64)>) {
+        for (dev, mapped) in gone {
+            let r = self
+                .cur(dev)
+                .and_then(|()| self.drain_copies(st, dev))
+                .and_then(|()| {
+                    // SAFETY: a mapping opened by cuIpcOpenMemHandle_v2 in this context, closed
+                    // once (it was just removed from the cache).
+                    check(
+                        unsafe { cu::cuIpcCloseMemHandle(mapped) },
+                        "cuIpcCloseMemHandle",
+                        dev as i32,
+                    )
+                });
+            if let Err(e) = r {
+                crate::rlog!(Warn, "NET", "closing an imported device allocation: {e}");
+            }
+        }
+    }
+
+    /// An idle event of `device` (the device's context is current).
+    fn event(&self, st: &mut State, device: u32) -> Result<usize, GpuError> {
+        if let Some(e) = st.events[device as usize].pop() {
+            return Ok(e);
+        }
+        let mut e: cu::CUevent = std::ptr::null_mut();
+        // SAFETY: writes one event handle.
+        check(
+            unsafe {
+                cu::cuEventCreate(&mut e, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint)
+            },
+            "cuEventCreate",
+            device as i32,
+        )?;
+        Ok(e as usize)
+    }
+
+    fn copy_stream(&self, st: &mut State, device: u32) -> Result<usize, GpuError> {
+        if st.copy_streams[device as usize] == 0 {
+            let mut s: cu::CUstream = std::ptr::null_mut();
+            // SAFETY: writes one stream handle (current context: `device`'s).
+            check(
+                unsafe {
+                    cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint)
+                },
+                "cuStreamCreate",
+                device as i32,
+            )?;
+            st.copy_streams[device as usize] = s as usize;
+        }
+        Ok(st.copy_streams[device as usize])
+    }
+
+    pub(in crate::gpu) fn get(
+        &self,
+        peer: u32,
+        key: &RKey,
+        dst: u64,
+        len: usize,
+    ) -> Result<Pending, GpuError> {
+        let k = decode_key(key.as_bytes())?;
+        if len as u64 > k.len {
+            return Err(GpuError::Invalid(format!(
+                "get of {len} bytes from a key of {}",
+                k.len
+            )));
+        }
+        if k.pid == self.pid {
+            return Err(GpuError::Unreachable("same process: no IPC".into()));
+        }
+        let level = crate::config::p2p_level();
+        if level == P2pLevel::Off {
+            return Err(GpuError::Unreachable(
+                "RCOMM_P2P_LEVEL=off: no direct device copies".into(),
+            ));
+        }
+        let src_dev = self
+            .devs
+            .iter()
+            .position(|d| d.uuid == k.uuid)
+            .map(|i| i as u32);
+        let copy_dev = match self.ptr_info(dst) {
+            Ok(i) => {
+                if dst
+                    .checked_add(len as u64)
+                    .is_none_or(|e| e > i.base + i.size as u64)
+                {
+                    return Err(GpuError::Invalid(format!(
+                        "get of {len} bytes to 0x{dst:x} runs past its allocation"
+                    )));
+                }
+                i.device
+            }
+            Err(GpuError::Invalid(_)) => src_dev.ok_or_else(|| {
+                GpuError::Unreachable(format!(
+                    "the GPU of rank {peer} ({}) is not visible in this process",
+                    uuid_text(&k.uuid)
+                ))
+            })?,
+            Err(e) => return Err(e),
+        };
+        let how = match src_dev {
+            Some(s) if s == copy_dev => format!("same GPU (GPU {})", self.devs[s as usize].pci),
+            Some(s) => {
+                let mut can: c_int = 0;
+                // SAFETY: writes one int.
+                check(
+                    unsafe {
+                        cu::cuDeviceCanAccessPeer(
+                            &mut can,
+                            self.devs[copy_dev as usize].dev,
+                            self.devs[s as usize].dev,
+                        )
+                    },
+                    "cuDeviceCanAccessPeer",
+                    copy_dev as i32,
+                )?;
+                if can == 0 || level < P2pLevel::Nvl {
+                    return Err(GpuError::Unreachable(format!(
+                        "GPU {} cannot copy from GPU {} directly (peer access {}, RCOMM_P2P_LEVEL {level:?})",
+                        self.devs[copy_dev as usize].pci,
+                        self.devs[s as usize].pci,
+                        if can == 0 { "no" } else { "yes" }
+                    )));
+                }
+                format!(
+                    "peer copy GPU {} -> GPU {}",
+                    self.devs[s as usize].pci, self.devs[copy_dev as usize].pci
+                )
+            }
+            None => {
+                return Err(GpuError::Unreachable(format!(
+                    "the GPU of rank {peer} ({}) is not visible in this process",
+                    uuid_text(&k.uuid)
+                )));
+            }
+        };
+        let mut st = self.lock();
+        let st = &mut *st;
+        self.cur(copy_dev)?;
+        let mapped = match st.imports.lookup(peer, k.pid, k.buffer_id) {
+            Some((_, m)) => {
+                st.stats.import_hits += 1;
+                m
+            }
+            None => {
+                let stale = st
+                    .imports
+                    .take_stale(peer, k.pid, k.buffer_id, k.base, k.alloc_size);
+                st.stats.import_evictions += stale.len() as u64;
+                self.close(st, stale);
+                self.cur(copy_dev)?;
+                let mut m: cu::CUdeviceptr = 0;
+                let h = cu::CUipcMemHandle {
+                    reserved: k.handle.map(|b| b as c_char),
+                };
+                // SAFETY: writes one device pointer; the driver validates the handle (a
+                // bad or stale one is an error).
+                check(
+                    unsafe {
+                        cu::cuIpcOpenMemHandle_v2(
+                            &mut m,
+                            h,
+                            cu::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint,
+                        )
+                    },
+                    "cuIpcOpenMemHandle_v2",
+                    copy_dev as i32,
+                )?;
+                let full = st.imports.insert(
+                    peer,
+                    k.pid,
+                    k.buffer_id,
+                    k.base,
+                    k.alloc_size,
+                    (copy_dev, m),
+                );
+                st.stats.import_evictions += full.len() as u64;
+                self.close(st, full);
+                self.cur(copy_dev)?;
+                st.stats.imports += 1;
+                if st.logged.insert(peer) {
+                    crate::rlog!(
+                        Info,
+                        "NET",
+                        "device memory from rank {peer}: CUDA IPC, {how}"
+                    );
+                }
+                m
+            }
+        };
+        let s = self.copy_stream(st, copy_dev)?;
+        let e = self.event(st, copy_dev)?;
+        // SAFETY: the source lies in the imported allocation (`decode_key` checked the
+        // range against its size); `dst` is device memory checked above or host memory the
+        // caller handed us for `len` bytes.
+        let r = unsafe { cu::cuMemcpyAsync(dst, mapped + k.offset, len, s as cu::CUstream) };
+        if let Err(err) = check(r, "cuMemcpyAsync", copy_dev as i32) {
+            st.events[copy_dev as usize].push(e);
+            return Err(err);
+        }
+        // SAFETY: a live event and stream of the current context.
+        let r = unsafe { cu::cuEventRecord(e as cu::CUevent, s as cu::CUstream) };
+        if let Err(err) = check(r, "cuEventRecord", copy_dev as i32) {
+            st.events[copy_dev as usize].push(e);
+            return Err(err);
+        }
+        st.stats.ipc_bytes += len as u64;
+        Ok(Pending {
+            device: copy_dev,
+            handle: e as u64,
+        })
+    }
+
+    /// A pinned staging buffer of `STAGE_BYTES`, from a pool (allocating pinned memory
+    /// costs a kernel call and page pinning: once per buffer per process).
+    pub(in crate::gpu) fn pinned_take(&self) -> Result<u64, GpuError> {
+        let mut st = self.lock();
+        if let Some(p) = st.pinned.pop() {
+            return Ok(p as u64);
+        }
+        self.any_cur()?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: allocates STAGE_BYTES of portable pinned host memory, pooled for the
+        // life of the process.
+        check(
+            unsafe { cu::cuMemHostAlloc(&mut p, STAGE_BYTES, cu::CU_MEMHOSTALLOC_PORTABLE) },
+            "cuMemHostAlloc",
+            -1,
+        )?;
+        Ok(p as u64)
+    }
+
+    /// Returns a staging buffer to the pool.
+    pub(in crate::gpu) fn pinned_give(&self, p: u64) {
+        self.lock().pinned.push(p as usize);
+    }
+
+    /// Starts copying `len` bytes of device memory at `src` into the pinned staging
+    /// buffer `dst`, on the device's copy stream; poll it with `query`.
+    pub(in crate::gpu) fn copy_dtoh_async(
+        &self,
+        dst: u64,
+        src: u64,
+        len: usize,
+    ) -> Result<Pending, GpuError> {
+        if len > STAGE_BYTES {
+            return Err(GpuError::Invalid(format!(
+                "{len} bytes do not fit a staging buffer"
+            )));
+        }
+        let i = self.range(src, len)?;
+        self.cur(i.device)?;
+        let mut st = self.lock();
+        let s = self.copy_stream(&mut st, i.device)?;
+        let e = self.event(&mut st, i.device)?;
+        // SAFETY: the source lies in a device allocation (checked); `dst` is a pinned
+        // staging buffer of STAGE_BYTES (checked above) owned by the caller until the copy
+        // is finished.
+        let r =
+            unsafe { cu::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, s as cu::CUstream) };
+        if let Err(err) = check(r, "cuMemcpyDtoHAsync_v2", i.device as i32) {
+            st.events[i.device as usize].push(e);
+            return Err(err);
+        }
+        // SAFETY: a live event and stream of the current context.
+        let r = unsafe { cu::cuEventRecord(e as cu::CUevent, s as cu::CUstream) };
+        if let Err(err) = check(r, "cuEventRecord", i.device as i32) {
+            st.events[i.device as usize].push(e);
+            return Err(err);
+        }
+        st.stats.staged_bytes += len as u64;
+        Ok(Pending {
+            device: i.device,
+            handle: e as u64,
+        })
+    }
+
+    pub(in crate::gpu) fn query(&self, p: &Pending) -> Result<bool, GpuError> {
+        self.cur(p.device)?;
+        // SAFETY: an event recorded by `get` and not finished yet.
+        let r = unsafe { cu::cuEventQuery(p.handle as usize as cu::CUevent) };
+        match r {
+            cu::CUresult::CUDA_SUCCESS => Ok(true),
+            cu::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            r => check(r, "cuEventQuery", p.device as i32).map(|()| false),
+        }
+    }
+
+    pub(in crate::gpu) fn finish(&self, p: Pending) -> Result<(), GpuError> {
+        self.cur(p.device)?;
+        // SAFETY: an event recorded by `get`, finished once (`p` is consumed).
+        check(
+            unsafe { cu::cuEventSynchronize(p.handle as usize as cu::CUevent) },
+            "cuEventSynchronize",
+            p.device as i32,
+        )?;
+        self.lock().events[p.device as usize].push(p.handle as usize);
+        Ok(())
+    }
+
+    pub(in crate::gpu) fn forget_peer(&self, peer: u32) {
+        let mut st = self.lock();
+        let gone = st.imports.remove_peer(peer);
+        st.logged.remove(&peer);
+        self.close(&mut st, gone);
+    }
+
+    pub(in crate::gpu) fn copy_dtod_on(
+        &self,
+        s: Stream,
+        dst: u64,
+        src: u64,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        let d = self.range(dst, len)?;
+        self.range(src, len)?;
+        self.cur(d.device)?;
+        // SAFETY: both ranges lie in device allocations of this process (checked); the
+        // caller keeps them alive until the stream has run the copy.
+        check(
+            unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, len, s.raw as usize as cu::CUstream) },
+            "cuMemcpyDtoDAsync_v2",
+            d.device as i32,
+        )
+    }
+
+    /// The kernel `func` of module `ptx` on `device`, loading the module on first use.
+    fn function(
+        &self,
+        device: u32,
+        ptx: &std::sync::Arc<str>,
+        func: &str,
+    ) -> Result<usize, GpuError> {
+        let key = ptx.as_ptr() as usize;
+        let mut st = self.lock();
+        if let Some(&f) = st.functions.get(&(device, key, func.to_string())) {
+            return Ok(f);
+        }
+        let d = device as i32;
+        let module = match st.modules.get(&(device, key)) {
+            Some(&m) => m,
+            None => {
+                let text = std::ffi::CString::new(ptx.as_bytes())
+                    .map_err(|_| GpuError::Invalid("PTX text with a NUL byte inside".into()))?;
+                let mut m: cu::CUmodule = std::ptr::null_mut();
+                // SAFETY: a NUL-terminated PTX image; the driver JIT-compiles it for the
+                // current context's device and writes one module handle.
+                check(
+                    unsafe { cu::cuModuleLoadData(&mut m, text.as_ptr().cast()) },
+                    "cuModuleLoadData",
+                    d,
+                )?;
+                st.modules.insert((device, key), m as usize);
+                m as usize
+            }
+        };
+        let name = std::ffi::CString::new(func)
+            .map_err(|_| GpuError::Invalid(format!("kernel name {func:?}")))?;
+        let mut f: cu::CUfunction = std::ptr::null_mut();
+        // SAFETY: a loaded module and a NUL-terminated name; writes one function handle.
+        check(
+            unsafe { cu::cuModuleGetFunction(&mut f, module as cu::CUmodule, name.as_ptr()) },
+            "cuModuleGetFunction",
+            d,
+        )?;
+        st.functions
+            .insert((device, key, func.to_string()), f as usize);
+        Ok(f as usize)
+    }
+
+    pub(in crate::gpu) fn launch(
+        &self,
+        s: Stream,
+        ptx: &std::sync::Arc<str>,
+        func: &str,
+        grid: u32,
+        block: u32,
+        args: &[u64],
+    ) -> Result<(), GpuError> {
+        self.cur(s.device)?;
+        let f = self.function(s.device, ptx, func)?;
+        // The driver reads each parameter through a pointer to its value.
+        let mut vals: Vec<u64> = args.to_vec();
+        let mut ptrs: Vec<*mut c_void> = vals
+            .iter_mut()
+            .map(|v| (v as *mut u64).cast::<c_void>())
+            .collect();
+        // SAFETY: `f` is a kernel of a loaded module whose parameters are all 8 bytes wide
+        // (the caller's contract, as the reductions of kernels/cuda are); `ptrs` points at
+        // `vals`, both alive across the call (the driver copies the values at launch).
+        check(
+            unsafe {
+                cu::cuLaunchKernel(
+                    f as cu::CUfunction,
+                    grid.max(1),
+                    1,
+                    1,
+                    block.max(1),
+                    1,
+                    1,
+                    0,
+                    s.raw as usize as cu::CUstream,
+                    ptrs.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel",
+            s.device as i32,
+        )
+    }
+
+    pub(in crate::gpu) fn stream_create(&self, device: u32) -> Result<Stream, GpuError> {
+        self.cur(device)?;
+        let mut s: cu::CUstream = std::ptr::null_mut();
+        // SAFETY: writes one stream handle.
+        check(
+            unsafe {
+                cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint)
+            },
+            "cuStreamCreate",
+            device as i32,
+        )?;
+        Ok(Stream {
+            device,
+            raw: s as usize as u64,
+        })
+    }
+
+    pub(in crate::gpu) fn stream_destroy(&self, s: Stream) -> Result<(), GpuError> {
+        if s.raw == 0 {
+            return Err(GpuError::Invalid(
+                "the default stream cannot be destroyed".into(),
+            ));
+        }
+        self.cur(s.device)?;
+        // SAFETY: a stream made by `stream_create`, destroyed once by the caller's contract.
+        check(
+            unsafe { cu::cuStreamDestroy_v2(s.raw as usize as cu::CUstream) },
+            "cuStreamDestroy_v2",
+            s.device as i32,
+        )
+    }
+
+    pub(in crate::gpu) fn stream_wait_host(&self, s: Stream) -> Result<(), GpuError> {
+        self.cur(s.device)?;
+        let e = {
+            let mut st = self.lock();
+            self.event(&mut st, s.device)?
+        };
+        let d = s.device as i32;
+        // SAFETY: a live event; `s.raw` is a stream of this device's context (0: the legacy
+        // default stream).
+        let r = check(
+            unsafe { cu::cuEventRecord(e as cu::CUevent, s.raw as usize as cu::CUstream) },
+            "cuEventRecord",
+            d,
+        )
+        // SAFETY: a recorded event.
+        .and_then(|()| {
+            check(
+                unsafe { cu::cuEventSynchronize(e as cu::CUevent) },
+                "cuEventSynchronize",
+                d,
+            )
+        });
+        self.lock().events[s.device as usize].push(e);
+        r
+    }
+
+    pub(in crate::gpu) fn stats(&self) -> GpuStats {
+        self.lock().stats
+    }
+}
+
+fn c_string(b: &[c_char]) -> String {
+    let bytes: Vec<u8> = b
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `00000000:3B:00.0` or `0000:3b:00.0` → `0000:3b:00.0`.
+fn pci_id(s: &str) -> String {
+    let s = s.trim().to_ascii_lowercase();
+    match s.split_once(':') {
+        Some((dom, rest)) if dom.len() > 4 => format!("{}:{rest}", &dom[dom.len() - 4..]),
+        _ => s,
+    }
+}
+
+fn uuid_text(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pci_ids_are_normalized() {
+        assert_eq!(super::pci_id("00000000:3B:00.0"), "0000:3b:00.0");
+        assert_eq!(super::pci_id("0000:3B:00.0"), "0000:3b:00.0");
+    }
+}
