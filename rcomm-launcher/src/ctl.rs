@@ -425,7 +425,9 @@ pub fn write(w: &mut impl Write, frame: &[u8]) -> std::io::Result<()> {
 }
 
 /// Fuzzing entry points of the control channel, in the shape of
-/// [`rcomm_transport::fuzzing`] (used by `fuzz/` and `tests/ctl_decoders.rs`). Not API.
+/// [`rcomm_transport::fuzzing`] (used by `fuzz/` and `tests/ctl_decoders.rs`; feature
+/// `fuzzing`). Not API.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing {
     use super::*;

@@ -1021,6 +1021,7 @@ impl AsFd for Doorbell {
 /// `data` as one socket buffer holds (at least 64 KiB, one largest frame) arrives on a Unix
 /// socket, then end-of-file; messages are received until an error, each within the limits.
 /// No second thread: a fuzzer must not leave threads behind.
+#[cfg(feature = "fuzzing")]
 pub(crate) fn fuzz_recv(data: &[u8]) {
     use std::io::Write;
     let Ok((mut tx, rx)) = UnixStream::pair() else {

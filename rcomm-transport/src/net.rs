@@ -15,7 +15,6 @@ use crate::caps::{Caps, Features, Kinds, Ops};
 use crate::error::TransportError;
 use crate::mem::{MemKind, MemRef, RKey};
 use crate::os::PollSet;
-use crate::sim_ep::SimFabric;
 use crate::table::{Member, TABLE};
 use crate::transport::{Counters, unsupported};
 use crate::wire::Header;
@@ -178,8 +177,9 @@ impl Net {
     }
 
     /// The table of rank `me` on a simulated network: every other rank over `sim`, and a
-    /// device lane where the fabric says so.
-    pub fn sim(me: u32, fabric: &SimFabric) -> Self {
+    /// device lane where the fabric says so (feature `sim`: tests).
+    #[cfg(feature = "sim")]
+    pub fn sim(me: u32, fabric: &crate::sim_ep::SimFabric) -> Self {
         let n = fabric.config().net.ranks as u32;
         let routes = (0..n)
             .map(|r| if r == me { Route::SelfLoop } else { Route::Sim })
@@ -194,7 +194,8 @@ impl Net {
     }
 
     /// The table of rank `me` whose every peer is reached over `ib` (a test on the simulated
-    /// verbs fabric: the endpoint is connected to its peers already).
+    /// verbs fabric: the endpoint is connected to its peers already; feature `sim`).
+    #[cfg(feature = "sim")]
     pub fn ib_only(me: u32, ranks: u32, ib: crate::ib::IbNet) -> Self {
         let routes = (0..ranks)
             .map(|r| if r == me { Route::SelfLoop } else { Route::Ib })

@@ -11,6 +11,7 @@ use crate::ib::IbNet;
 use crate::mem::{MemKind, MemRef, RKey};
 use crate::os::PollSet;
 use crate::shmnet::ShmNet;
+#[cfg(feature = "sim")]
 use crate::sim_ep::SimEndpoint;
 use crate::tcp::TcpNet;
 use crate::transport::{Counters, Deliver, Descriptor, Transport, Tx, publish};
@@ -29,22 +30,24 @@ pub trait Member: Transport {
     fn of_mut(e: &mut Endpoint) -> Option<&mut Self>;
 }
 
+// A row's doc comments, then the `cfg`s under which it exists (a test-only transport's
+// feature): every item and arm the row makes carries them.
 macro_rules! table {
-    ($( $(#[$doc:meta])* $v:ident: $t:ty => $held:ty ),* $(,)?) => {
+    ($( $(#[doc = $doc:literal])* $(#[cfg($cfg:meta)])* $v:ident: $t:ty => $held:ty ),* $(,)?) => {
         /// How one peer is reached: this process, or a transport of the table.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub enum Route {
             /// This process.
             SelfLoop,
-            $( $(#[$doc])* $v, )*
+            $( $(#[doc = $doc])* $(#[cfg($cfg)])* $v, )*
         }
 
-        const ROUTES: &[Route] = &[$(Route::$v),*];
+        const ROUTES: &[Route] = &[$( $(#[cfg($cfg)])* Route::$v ),*];
 
         /// One transport of a process (static dispatch: a `match`, no `dyn`).
         #[derive(Debug)]
         pub enum Endpoint {
-            $( $(#[$doc])* $v($held), )*
+            $( $(#[doc = $doc])* $(#[cfg($cfg)])* $v($held), )*
         }
 
         /// What a transport's `listen` left for its `connect`.
@@ -52,12 +55,13 @@ macro_rules! table {
         // difference (the `ib` endpoint is made at listen) is moot.
         #[allow(clippy::large_enum_variant)]
         pub enum Listener {
-            $( $(#[$doc])* $v(<$t as Transport>::Listener), )*
+            $( $(#[doc = $doc])* $(#[cfg($cfg)])* $v(<$t as Transport>::Listener), )*
         }
 
         /// Every transport, in order of preference: the first that reaches a peer (and that
         /// the settings allow) is its route.
         pub static TABLE: &[Row] = &[$(
+            $(#[cfg($cfg)])*
             Descriptor {
                 name: <$t as Transport>::NAME,
                 ops: <$t as Transport>::OFFERS.0,
@@ -86,6 +90,7 @@ macro_rules! table {
         )*];
 
         $(
+            $(#[cfg($cfg)])*
             impl Member for $t {
                 const ROUTE: Route = Route::$v;
                 fn of(e: &Endpoint) -> Option<&Self> {
@@ -112,7 +117,7 @@ macro_rules! table {
             pub fn name(self) -> &'static str {
                 match self {
                     Route::SelfLoop => "self",
-                    $( Route::$v => <$t as Transport>::NAME, )*
+                    $( $(#[cfg($cfg)])* Route::$v => <$t as Transport>::NAME, )*
                 }
             }
         }
@@ -120,18 +125,18 @@ macro_rules! table {
         impl Endpoint {
             /// Its transport's route.
             pub fn route(&self) -> Route {
-                match self { $( Endpoint::$v(_) => Route::$v, )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(_) => Route::$v, )* }
             }
 
             /// What it offers.
             #[inline]
             pub fn caps(&self) -> Caps {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::caps(x), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::caps(x), )* }
             }
 
             /// Byte counters.
             pub fn counters(&self) -> Counters {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::counters(x), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::counters(x), )* }
             }
 
             /// See [`Transport::try_send`].
@@ -143,7 +148,7 @@ macro_rules! table {
                 payload: &[u8],
             ) -> Result<bool, TransportError> {
                 match self {
-                    $( Endpoint::$v(x) => <$t as Transport>::try_send(x, peer, hdr, payload), )*
+                    $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::try_send(x, peer, hdr, payload), )*
                 }
             }
 
@@ -157,7 +162,7 @@ macro_rules! table {
                 fill: &mut dyn FnMut(&mut [u8]),
             ) -> Result<bool, TransportError> {
                 match self {
-                    $( Endpoint::$v(x) => <$t as Transport>::try_send_with(x, peer, hdr, len, fill), )*
+                    $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::try_send_with(x, peer, hdr, len, fill), )*
                 }
             }
 
@@ -169,7 +174,7 @@ macro_rules! table {
                 take: &mut dyn FnMut(&Header, &[u8]) -> bool,
             ) -> Option<bool> {
                 match self {
-                    $( Endpoint::$v(x) => <$t as Transport>::pop_from(x, peer, take), )*
+                    $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::pop_from(x, peer, take), )*
                 }
             }
 
@@ -182,23 +187,23 @@ macro_rules! table {
                 data: &[u8],
             ) -> Result<usize, TransportError> {
                 match self {
-                    $( Endpoint::$v(x) => <$t as Transport>::send_chunk(x, peer, token, offset, data), )*
+                    $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::send_chunk(x, peer, token, offset, data), )*
                 }
             }
 
             /// See [`Transport::bulk_ops`].
             pub fn bulk_ops(&self, peer: u32, kind: MemKind) -> Ops {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::bulk_ops(x, peer, kind), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::bulk_ops(x, peer, kind), )* }
             }
 
             /// See [`Transport::register`].
             pub fn register(&mut self, peer: u32, m: &MemRef) -> Result<RKey, TransportError> {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::register(x, peer, m), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::register(x, peer, m), )* }
             }
 
             /// See [`Transport::release`].
             pub fn release(&mut self, peer: u32, m: &MemRef) {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::release(x, peer, m), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::release(x, peer, m), )* }
             }
 
             /// See [`Transport::get`].
@@ -209,7 +214,7 @@ macro_rules! table {
                 key: &RKey,
                 tok: u64,
             ) -> Result<Tx, TransportError> {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::get(x, peer, dst, key, tok), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::get(x, peer, dst, key, tok), )* }
             }
 
             /// See [`Transport::put`].
@@ -220,12 +225,12 @@ macro_rules! table {
                 key: &RKey,
                 tok: u64,
             ) -> Result<Tx, TransportError> {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::put(x, peer, src, key, tok), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::put(x, peer, src, key, tok), )* }
             }
 
             /// See [`Transport::quiesce`].
             pub fn quiesce(&mut self, peer: u32, tok: u64) {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::quiesce(x, peer, tok), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::quiesce(x, peer, tok), )* }
             }
 
             /// See [`Transport::progress`].
@@ -234,47 +239,47 @@ macro_rules! table {
                 budget: usize,
                 out: &mut dyn Deliver,
             ) -> Result<usize, TransportError> {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::progress(x, budget, out), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::progress(x, budget, out), )* }
             }
 
             /// See [`Transport::busy`].
             pub fn busy(&self) -> bool {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::busy(x), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::busy(x), )* }
             }
 
             /// See [`Transport::has_queued_output`].
             pub fn has_queued_output(&self) -> bool {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::has_queued_output(x), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::has_queued_output(x), )* }
             }
 
             /// See [`Transport::progress_syscalls`].
             pub fn progress_syscalls(&self) -> usize {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::progress_syscalls(x), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::progress_syscalls(x), )* }
             }
 
             /// See [`Transport::wait_fds`].
             pub fn wait_fds(&self, set: &mut PollSet) {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::wait_fds(x, set), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::wait_fds(x, set), )* }
             }
 
             /// See [`Transport::begin_sleep`].
             pub fn begin_sleep(&self) {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::begin_sleep(x), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::begin_sleep(x), )* }
             }
 
             /// See [`Transport::end_sleep`].
             pub fn end_sleep(&self) {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::end_sleep(x), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::end_sleep(x), )* }
             }
 
             /// See [`Transport::dead_peer`].
             pub fn dead_peer(&mut self) -> Option<u32> {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::dead_peer(x), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::dead_peer(x), )* }
             }
 
             /// See [`Transport::forget_peer`].
             pub fn forget_peer(&mut self, peer: u32) {
-                match self { $( Endpoint::$v(x) => <$t as Transport>::forget_peer(x, peer), )* }
+                match self { $( $(#[cfg($cfg)])* Endpoint::$v(x) => <$t as Transport>::forget_peer(x, peer), )* }
             }
         }
     };
@@ -287,7 +292,8 @@ table! {
     Ib: IbNet => Box<IbNet>,
     /// TCP.
     Tcp: TcpNet => TcpNet,
-    /// The in-process simulated network (tests; never chosen from records).
+    /// The in-process simulated network (feature `sim`: tests; never chosen from records).
+    #[cfg(feature = "sim")]
     Sim: SimEndpoint => SimEndpoint,
     /// CUDA IPC: device memory of the peers on this node, a bulk lane beside their route.
     Cuda: CudaEndpoint => CudaEndpoint,

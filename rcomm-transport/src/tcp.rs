@@ -93,6 +93,7 @@ mod sys;
 mod tests;
 
 pub use acceptor::{Incoming, TcpAcceptor};
+#[cfg(feature = "fuzzing")]
 pub(crate) use frame::fuzz_frames;
 pub use frame::{CHUNK_PREFIX, decode_chunk_prefix};
 pub use peers::TcpNet;

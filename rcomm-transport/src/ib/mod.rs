@@ -1,10 +1,10 @@
 //! InfiniBand / RoCE (P13): the verbs interface the RC protocol is written against
-//! ([`verbs`]), a deterministic simulated fabric implementing it ([`sim`]), the trait's backend
-//! on the system's libibverbs loaded at run time ([`libverbs`], feature `ib`), HCA discovery
-//! from sysfs ([`sysfs`]), the endpoint ([`ep`]) with its connection blob ([`conn`]) and
-//! registration cache ([`regcache`]), and the choice of device ([`setup`]). Nothing past device
-//! listing has met a device: no machine it was built on has one (docs/architecture.md,
-//! "InfiniBand / RoCE (P13)").
+//! ([`verbs`]), a deterministic simulated fabric implementing it (`sim`, feature `sim`: tests),
+//! the trait's backend on the system's libibverbs loaded at run time ([`libverbs`], feature
+//! `ib`), HCA discovery from sysfs ([`sysfs`]), the endpoint ([`ep`]) with its connection blob
+//! ([`conn`]) and registration cache ([`regcache`]), and the choice of device ([`setup`]).
+//! Nothing past device listing has met a device: no machine it was built on has one
+//! (docs/architecture.md, "InfiniBand / RoCE (P13)").
 
 pub mod any;
 pub mod conn;
@@ -14,6 +14,7 @@ pub mod ep;
 pub mod libverbs;
 pub mod regcache;
 pub mod setup;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod sysfs;
 pub mod verbs;

@@ -1,9 +1,9 @@
 //! The subset of libibverbs that rcomm's RC protocol needs, as plain Rust types.
 //!
-//! Semantics follow libibverbs (`ibv_*`), so that the simulated fabric ([`super::sim`]) and a
-//! later libibverbs backend are interchangeable under the protocol core: objects are handles
-//! (a backend keeps the pointers), errors returned by a call are what the C call would return,
-//! and what happens on the wire is reported by work completions and async events.
+//! Semantics follow libibverbs (`ibv_*`), so that the simulated fabric (`ib::sim`, feature
+//! `sim`) and a later libibverbs backend are interchangeable under the protocol core: objects
+//! are handles (a backend keeps the pointers), errors returned by a call are what the C call
+//! would return, and what happens on the wire is reported by work completions and async events.
 
 use std::fmt;
 use std::net::Ipv4Addr;

@@ -207,6 +207,7 @@ impl FrameBuf {
 /// the frame limit (up to 64 KiB), the third seeds how the rest is cut into reads and whether
 /// large data frames are taken in place, as the receiver does. Every frame that comes out must
 /// respect the limit, and the buffer must never grow.
+#[cfg(feature = "fuzzing")]
 pub(crate) fn fuzz_frames(data: &[u8]) {
     let [a, b, c, rest @ ..] = data else {
         return;

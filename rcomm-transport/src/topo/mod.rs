@@ -6,6 +6,7 @@
 mod build;
 pub mod choose;
 mod error;
+#[cfg(feature = "sim")]
 #[doc(hidden)]
 pub mod fixture;
 #[cfg(feature = "hwloc")]
@@ -15,6 +16,7 @@ mod jsonv;
 pub mod model;
 pub mod path;
 pub mod sysfs;
+#[cfg(feature = "sim")]
 #[doc(hidden)]
 pub mod testkit;
 
