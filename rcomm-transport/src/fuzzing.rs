@@ -17,9 +17,9 @@
 //! PMI helpers, text (`pmi_value`: chunks separated by newlines; `pmi_mapping`: two bytes of
 //! job size and rank, then the mapping).
 
-use crate::auth::{self, Deadline, Secret};
-use crate::identity::PeerInfo;
-use crate::wire::{
+use rcomm_runtime::auth::{self, Deadline, Secret};
+use rcomm_runtime::identity::PeerInfo;
+use rcomm_runtime::wire::{
     self, AddrRecord, AuthResponse, EndpointAddr, Header, KvsReply, KvsRequest, MAX_FRAME_PAYLOAD,
     ProtoKind, pmi,
 };
@@ -436,7 +436,7 @@ pub fn topo_json(data: &[u8]) {
 /// A small machine for the `topo_json` seed: a package, a NUMA node, a core with two PUs, a
 /// cache, and a NIC on a host bridge.
 fn sample_topology() -> crate::topo::Topology {
-    use crate::topo::{Cache, ObjKind, OsDevKind, PciAddr, PcieLink, Source, Topology};
+    use rcomm_runtime::topo::{Cache, ObjKind, OsDevKind, PciAddr, PcieLink, Source, Topology};
     let mut t = Topology::new(Source::Manual, "node1");
     let p = t.add(Topology::MACHINE, ObjKind::Package, Some(0), "");
     let n = t.add(

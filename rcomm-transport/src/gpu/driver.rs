@@ -141,8 +141,8 @@ mod imp {
     use super::super::STAGE_BYTES;
     use super::super::cache::{ExportCache, ImportCache, KeyParts, decode_key, encode_key};
     use super::*;
-    use crate::config::P2pLevel;
     use cudarc::driver::sys as cu;
+    use rcomm_runtime::config::P2pLevel;
     use std::collections::{HashMap, HashSet};
     use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
     use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -785,7 +785,7 @@ mod imp {
                         )
                     });
                 if let Err(e) = r {
-                    crate::rlog!(Warn, "NET", "closing an imported device allocation: {e}");
+                    rcomm_runtime::rlog!(Warn, "NET", "closing an imported device allocation: {e}");
                 }
             }
         }
@@ -843,7 +843,7 @@ mod imp {
             if k.pid == self.pid {
                 return Err(GpuError::Unreachable("same process: no IPC".into()));
             }
-            let level = crate::config::p2p_level();
+            let level = rcomm_runtime::config::p2p_level();
             if level == P2pLevel::Off {
                 return Err(GpuError::Unreachable(
                     "RCOMM_P2P_LEVEL=off: no direct device copies".into(),
@@ -955,7 +955,7 @@ mod imp {
                     self.cur(copy_dev)?;
                     st.stats.imports += 1;
                     if st.logged.insert(peer) {
-                        crate::rlog!(
+                        rcomm_runtime::rlog!(
                             Info,
                             "NET",
                             "device memory from rank {peer}: CUDA IPC, {how}"
