@@ -27,8 +27,8 @@ use crate::remote::{Daemon, DaemonEvent};
 use crate::signals::{self, Signals};
 use crate::spawn::{self, JobSpec};
 use crate::watchdog::Watchdog;
-use rcomm_transport::auth::Secret;
-use rcomm_transport::bootstrap::{KvsEvent, KvsServer};
+use rcomm_runtime::auth::Secret;
+use rcomm_runtime::bootstrap::{KvsEvent, KvsServer};
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io;
@@ -78,7 +78,7 @@ struct Collect {
     id: u64,
     why: String,
     asked: Vec<u32>,
-    got: std::collections::BTreeMap<u32, Result<rcomm_transport::wire::FlightDump, String>>,
+    got: std::collections::BTreeMap<u32, Result<rcomm_runtime::wire::FlightDump, String>>,
     deadline: Instant,
     /// What the launcher knows of ranks that cannot answer (declared hung).
     notes: std::collections::BTreeMap<u32, String>,
@@ -114,7 +114,7 @@ struct Supervisor {
     /// When heartbeats were last sent to the daemons.
     last_beat: Instant,
     /// The ranks' liveness settings (`RCOMM_HEARTBEAT`), `None` when off.
-    heartbeat: Option<rcomm_transport::config::Heartbeat>,
+    heartbeat: Option<rcomm_runtime::config::Heartbeat>,
     /// Hosts whose daemon was lost while ranks ran there.
     lost_hosts: Vec<String>,
     /// The hang report being collected, if any.
@@ -127,7 +127,7 @@ struct Supervisor {
 
 fn new_job_id() -> io::Result<String> {
     let mut b = [0u8; 8];
-    rcomm_transport::os::random_bytes(&mut b)?;
+    rcomm_runtime::os::random_bytes(&mut b)?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
@@ -363,7 +363,7 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
             return Err(LaunchError::Hosts("every host was lost".into()));
         }
     }
-    let me = rcomm_transport::identity::hostname();
+    let me = rcomm_runtime::identity::hostname();
     let is_local: Vec<bool> = hosts
         .iter()
         .map(|h| hosts::is_local(&h.name, &me))
@@ -395,13 +395,13 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
                 env.insert(e.name.clone(), v.to_string());
             }
         }
-        rcomm_transport::config::Heartbeat::from_env(&env)
+        rcomm_runtime::config::Heartbeat::from_env(&env)
             .map_err(|e| LaunchError::Config(e.to_string()))?
     };
     let job_id = new_job_id().map_err(|e| LaunchError::Secret(e.to_string()))?;
     let secret = Secret::random().map_err(|e| LaunchError::Secret(e.to_string()))?;
     let secret_bytes = *secret.as_bytes();
-    let secret_fd = rcomm_transport::os::sealed_memfd("rcomm-job-secret", secret.as_bytes(), false)
+    let secret_fd = rcomm_runtime::os::sealed_memfd("rcomm-job-secret", secret.as_bytes(), false)
         .map_err(|e| LaunchError::Secret(format!("memfd: {e}")))?;
     let watchdog = Watchdog::spawn(&job_id).map_err(LaunchError::Watchdog)?;
 
@@ -416,7 +416,7 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
             .ssh
             .clone()
             .or_else(|| {
-                rcomm_transport::config::global()
+                rcomm_runtime::config::global()
                     .as_ref()
                     .ok()
                     .and_then(|c| c.ssh.clone())
@@ -438,7 +438,7 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
             Err(sig) => {
                 say(format_args!(
                     "received {} while connecting to the hosts; stopping",
-                    rcomm_transport::os::signal_name(sig)
+                    rcomm_runtime::os::signal_name(sig)
                 ));
                 shut_down_daemons(&mut daemons, Duration::from_secs(2));
                 watchdog.release();
@@ -777,7 +777,7 @@ impl Supervisor {
         if self.multi {
             self.hosts[self.ranks[i].host].name.clone()
         } else {
-            rcomm_transport::identity::hostname()
+            rcomm_runtime::identity::hostname()
         }
     }
 
@@ -920,7 +920,7 @@ impl Supervisor {
                     say(format_args!(
                         "host {}: lost the connection to its rcomm-run daemon ({why}); its ranks {} are lost",
                         self.hosts[h].name,
-                        rcomm_transport::identity::rank_list(
+                        rcomm_runtime::identity::rank_list(
                             &lost.iter().map(|&i| i as u32).collect::<Vec<_>>()
                         )
                     ));
@@ -1126,7 +1126,7 @@ impl Supervisor {
                 say(format_args!(
                     "{running} rank{} still running; sending {}",
                     if running == 1 { "" } else { "s" },
-                    rcomm_transport::os::signal_name(sig)
+                    rcomm_runtime::os::signal_name(sig)
                 ));
                 stop.next_at = Instant::now()
                     + if sig == libc::SIGKILL {
@@ -1188,7 +1188,7 @@ impl Supervisor {
     /// A rank's flight recorder: an answer to the collection `id`, or (`id` 0) sent by a rank
     /// whose watchdog fired, which starts a report unless one was just printed.
     fn on_dump(&mut self, rank: u32, id: u64, why: String, dump: Vec<u8>) {
-        let decoded = rcomm_transport::wire::FlightDump::decode(&dump)
+        let decoded = rcomm_runtime::wire::FlightDump::decode(&dump)
             .map_err(|e| format!("its flight recorder is unreadable: {e}"));
         if id == 0 {
             let recent = self.last_report.is_some_and(|t| t.elapsed() < REPORT_QUIET);
@@ -1257,7 +1257,7 @@ impl Supervisor {
     }
 
     fn on_signal(&mut self, sig: i32) {
-        let name = rcomm_transport::os::signal_name(sig);
+        let name = rcomm_runtime::os::signal_name(sig);
         if sig == signals::REPORT {
             // Not forwarded: a rank's default action for SIGUSR1 is to die.
             self.start_report(format!("{name} to rcomm-run"));
@@ -1274,7 +1274,7 @@ impl Supervisor {
             let again = if first == sig {
                 "again".to_string()
             } else {
-                format!("after {}", rcomm_transport::os::signal_name(first))
+                format!("after {}", rcomm_runtime::os::signal_name(first))
             };
             say(format_args!("received {name} {again}; killing every rank"));
             self.signalled = true;
@@ -1309,11 +1309,11 @@ impl Supervisor {
 /// value that matches nothing here is the ranks' error to report (they name the variable and
 /// the interfaces); the KVS then stays on loopback.
 fn kvs_ip() -> std::net::IpAddr {
-    let spec = rcomm_transport::config::global()
+    let spec = rcomm_runtime::config::global()
         .as_ref()
         .ok()
         .and_then(|c| c.socket_ifname.as_ref());
-    match spec.map(|s| rcomm_transport::ifaddr::local_address(Some(s))) {
+    match spec.map(|s| rcomm_runtime::ifaddr::local_address(Some(s))) {
         Some(Ok((_, ip))) => ip,
         _ => Ipv4Addr::LOCALHOST.into(),
     }

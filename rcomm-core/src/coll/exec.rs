@@ -14,7 +14,7 @@ use crate::p2p::engine::{Engine, ReqId};
 use crate::p2p::matcher::Source;
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
-use rcomm_transport::algo::{Algo, Coll};
+use rcomm_runtime::algo::{Algo, Coll};
 use std::sync::{Arc, Mutex};
 
 pub(crate) use super::seq::TAG_COLL_BASE;

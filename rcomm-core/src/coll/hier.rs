@@ -36,7 +36,7 @@ static CACHE: Mutex<Cache> = Mutex::new(Vec::new());
 
 /// Forces `auto` for the collectives a hierarchical one runs on its sub-communicators.
 fn unforced(c: Communicator) -> Result<Communicator> {
-    use rcomm_transport::algo::Coll;
+    use rcomm_runtime::algo::Coll;
     Ok([
         Coll::Allreduce,
         Coll::Bcast,

@@ -36,7 +36,7 @@ use crate::comm::Communicator;
 use crate::{CommError, Result};
 use bytemuck::Pod;
 use check::{Call, Kind};
-use rcomm_transport::algo::{Algo, Coll};
+use rcomm_runtime::algo::{Algo, Coll};
 use std::sync::Arc;
 
 /// How a blocking collective runs: a schedule over messages, or the node's shared memory.

@@ -31,9 +31,9 @@ use crate::comm::{Communicator, Tag};
 use crate::p2p::matcher::{Source, TagSel};
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
-use rcomm_transport::algo::{Algo, Coll};
-use rcomm_transport::config::TuneMode;
-use rcomm_transport::rlog;
+use rcomm_runtime::algo::{Algo, Coll};
+use rcomm_runtime::config::TuneMode;
+use rcomm_runtime::rlog;
 use std::fmt;
 use std::time::Instant;
 
