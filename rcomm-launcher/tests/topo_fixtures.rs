@@ -31,7 +31,7 @@ fn both(name: &str) -> Vec<(&'static str, Topology)> {
         Ok(t) => v.push(("hwloc", t)),
         // Under CI this fails the test: CI's test line enables `hwloc`.
         Err(e) => rcomm_testkit::skip(&format!(
-            "the hwloc half for {name} ({}): {e}; build with --features rcomm-transport/hwloc",
+            "the hwloc half for {name} ({}): {e}; build with --features rcomm-runtime/hwloc",
             xml(name).display()
         )),
     }
