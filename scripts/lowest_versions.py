@@ -7,6 +7,7 @@ import sys
 
 LIBS = {
     "rcomm-core",
+    "rcomm-runtime",
     "rcomm-transport",
     "rcomm-kernels",
     "rcomm-planner",

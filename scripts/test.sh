@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # System packages the suite needs: MPICH's mpiexec for tests/tests/launchers.rs (Slurm, munge are
 # installed below by the launcher tests' own script, which keeps the packages from starting system
 # daemons); the multi-host tests (tests/tests/multihost.rs) make fake hosts of network namespaces,
-# each with its own sshd (tests/cluster.sh); hwloc's library and tools for rcomm-transport's
+# each with its own sshd (tests/cluster.sh); hwloc's library and tools for rcomm-runtime's
 # feature `hwloc` (its topology tests compare rcomm's sysfs reader with hwloc); rdma-core's
 # libibverbs and verbs.h for the ib backend's tests (rcomm-transport/tests/ib_abi.rs compares
 # its struct copies with the header and loads the run-time-loaded libibverbs.so.1).
@@ -50,7 +50,7 @@ if [ "$(uname -m)" = x86_64 ] && [ ! -e "$nvrtc_dir/nvidia/cuda_nvrtc/lib/libnvr
 fi
 export LD_LIBRARY_PATH="$(cd "$nvrtc_dir" 2>/dev/null && pwd)/nvidia/cuda_nvrtc/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-# The suite (rcomm-transport with its feature hwloc; a plain `cargo build` needs no hwloc), then
+# The suite (rcomm-runtime with its feature hwloc; a plain `cargo build` needs no hwloc), then
 # loom's model checks of the shared-memory ring protocol (rcomm-transport's shm::loom tests). `--cfg loom` changes every crate's flags, so those build in their own target
 # dir; release, because loom explores ~170,000 executions. Both run; the script fails if either does.
 # Every skipped test says so on the terminal (rcomm-testkit writes past libtest's capture) and
@@ -62,7 +62,7 @@ export RCOMMTEST_SKIP_LOG="$skips"
 status=0
 # A fresh clone under CI rebuilds everything once: incremental state would only fill the disk.
 if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
-cargo test --workspace --locked --no-fail-fast --features rcomm-transport/hwloc "$@" || status=$?
+cargo test --workspace --locked --no-fail-fast --features rcomm-runtime/hwloc "$@" || status=$?
 RUSTFLAGS="${RUSTFLAGS:-} --cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
     cargo test --locked -p rcomm-transport --lib --release shm::loom || status=$?
 # The book: built with mdBook (installed once into target/tools when the machine lacks it; its
@@ -77,8 +77,8 @@ fi
 "$mdbook" build book || status=$?
 # Every library crate packages: versions on its path dependencies, metadata, README (the
 # packaged crates' own build was checked once without --no-verify; it rebuilds the world).
-cargo package -q --no-verify --allow-dirty -p rcomm-kernels -p rcomm-transport -p rcomm-planner \
-    -p rcomm-core -p rcomm-mpi -p rcomm-mpi-derive -p rcomm-launcher || status=$?
+cargo package -q --no-verify --allow-dirty -p rcomm-kernels -p rcomm-runtime -p rcomm-transport \
+    -p rcomm-planner -p rcomm-core -p rcomm-mpi -p rcomm-mpi-derive -p rcomm-launcher || status=$?
 # A user's project with its own lockfile: rcomm, rcomm-mpi and the launcher built with every
 # direct dependency at the lowest version the manifests declare, then run as 2 ranks.
 scripts/downstream-check.sh || status=$?

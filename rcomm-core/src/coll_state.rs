@@ -6,7 +6,7 @@
 
 use crate::Result;
 use crate::schedule::Schedule;
-use rcomm_transport::algo::{Algo, Coll};
+use rcomm_runtime::algo::{Algo, Coll};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -18,7 +18,7 @@ pub(crate) struct CollShared {
     /// megabytes of fresh memory each call.
     pub(crate) scratch: Mutex<Vec<Vec<u8>>>,
     /// Schedules by what they are a pure function of.
-    pub(crate) cache: Mutex<rcomm_transport::fastmap::FastMap<SchedKey, Arc<Schedule>>>,
+    pub(crate) cache: Mutex<rcomm_runtime::fastmap::FastMap<SchedKey, Arc<Schedule>>>,
     pub(crate) progress: Option<Arc<Progress>>,
     /// Non-blocking collectives started and not known to be finished, on every communicator:
     /// a rank blocked waiting for one advances the others too, so collectives started or
@@ -28,7 +28,7 @@ pub(crate) struct CollShared {
     /// its lock) when there is none.
     pub(crate) any_inflight: std::sync::atomic::AtomicBool,
     /// The tuner's choices by what they are a pure function of.
-    pub(crate) choices: Mutex<rcomm_transport::fastmap::FastMap<ChoiceKey, Algo>>,
+    pub(crate) choices: Mutex<rcomm_runtime::fastmap::FastMap<ChoiceKey, Algo>>,
     /// Choices already logged: (op, ranks, bytes, algorithm).
     pub(crate) logged: Mutex<std::collections::HashSet<(Coll, u32, usize, Algo)>>,
 }

@@ -18,8 +18,8 @@ use crate::p2p::matcher::{Envelope, Source, TagSel};
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
 use bytemuck::Pod;
-use rcomm_transport::algo::{Algo, Coll, Forced};
-use rcomm_transport::bootstrap::kvs::NoticeBoard;
+use rcomm_runtime::algo::{Algo, Coll, Forced};
+use rcomm_runtime::bootstrap::kvs::NoticeBoard;
 use rcomm_transport::net::NetCounters;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,7 +111,7 @@ impl WaitPolicy {
 thread_local! {
     /// A scope's emptied list of live requests, kept for this thread's next scope.
     static SPARE_LIVE: std::cell::Cell<std::collections::VecDeque<ReqId>> = const { std::cell::Cell::new(std::collections::VecDeque::new()) };
-    static SLEEP_FDS: std::cell::RefCell<rcomm_transport::os::PollSet> = std::cell::RefCell::new(rcomm_transport::os::PollSet::default());
+    static SLEEP_FDS: std::cell::RefCell<rcomm_runtime::os::PollSet> = std::cell::RefCell::new(rcomm_runtime::os::PollSet::default());
 }
 
 /// The engine shared by every communicator of a process, with what waiting needs.
@@ -137,8 +137,7 @@ pub(crate) struct Shared {
     /// `RCOMM_DETERMINISTIC`: allreduce in the canonical order whatever the size.
     pub(crate) deterministic: bool,
     /// The bootstrap (the launcher's store), for abort and for agreeing on failures.
-    pub(crate) boot:
-        std::sync::OnceLock<Arc<Mutex<Box<dyn rcomm_transport::bootstrap::Bootstrap>>>>,
+    pub(crate) boot: std::sync::OnceLock<Arc<Mutex<Box<dyn rcomm_runtime::bootstrap::Bootstrap>>>>,
     /// Shrinks done per communicator context: names each agreement alike on every survivor.
     pub(crate) shrinks: Mutex<std::collections::HashMap<u32, u32>>,
     /// `RCOMM_CHECK`: collectives verify that every rank makes the same call.
@@ -1796,12 +1795,12 @@ impl Communicator {
     /// the world is `world`, a [`Mesh`](crate::Mesh)'s communicators are named by their
     /// dimension. At most 256 bytes are kept.
     pub fn set_name(&self, name: &str) {
-        rcomm_transport::flight::recorder().set_name(self.ctx, name);
+        rcomm_runtime::flight::recorder().set_name(self.ctx, name);
     }
 
     /// The communicator's name ("" if it has none).
     pub fn name(&self) -> String {
-        rcomm_transport::flight::recorder().name(self.ctx)
+        rcomm_runtime::flight::recorder().name(self.ctx)
     }
 
     /// The last collective this process recorded on this communicator (its clones, such as
@@ -1831,6 +1830,6 @@ impl Communicator {
             .filter_map(|r| self.world_rank(r).ok())
             .min()
             .unwrap_or(0);
-        rcomm_transport::flight::recorder().comm_created(self.ctx, first, self.size, name);
+        rcomm_runtime::flight::recorder().comm_created(self.ctx, first, self.size, name);
     }
 }

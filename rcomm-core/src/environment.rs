@@ -42,7 +42,7 @@ pub fn standard_version() -> (u32, u32) {
 /// host name, as [`World::hostname`](crate::World::hostname) reports it (callable before
 /// init).
 pub fn processor_name() -> String {
-    rcomm_transport::identity::hostname()
+    rcomm_runtime::identity::hostname()
 }
 
 /// Thread support levels (`MPI_THREAD_*`), ordered from least to most.

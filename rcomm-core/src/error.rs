@@ -1,9 +1,9 @@
 //! Errors a user of rcomm can see. Each says what happened, to which rank or host, and what
 //! to try.
 
-use rcomm_transport::bootstrap::BootstrapError;
-use rcomm_transport::config::ConfigError;
-use rcomm_transport::identity::SettingsMismatch;
+use rcomm_runtime::bootstrap::BootstrapError;
+use rcomm_runtime::config::ConfigError;
+use rcomm_runtime::identity::SettingsMismatch;
 
 /// An error from an rcomm call.
 #[derive(Debug, thiserror::Error)]
@@ -174,7 +174,7 @@ pub enum CommError {
         /// The rank.
         rank: u32,
         /// Why.
-        err: rcomm_transport::wire::WireError,
+        err: rcomm_runtime::wire::WireError,
     },
     /// An operation made no progress for `RCOMM_TIMEOUT` (collectives: `seq` > 0) or
     /// `RCOMM_P2P_TIMEOUT` (receives, probes: `seq` 0): a rank never arrived, or is stuck.

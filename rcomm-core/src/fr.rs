@@ -1,4 +1,4 @@
-//! The flight recorder's hooks ([`rcomm_transport::flight`] keeps the ring) and the
+//! The flight recorder's hooks ([`rcomm_runtime::flight`] keeps the ring) and the
 //! no-progress watchdogs: `RCOMM_TIMEOUT` for collectives, `RCOMM_P2P_TIMEOUT` for receives
 //! and probes.
 //!
@@ -21,9 +21,9 @@
 //! clock is read only where the waits already read it (after spinning, every 20 ms).
 
 use crate::{CommError, Result};
-use rcomm_transport::algo::Algo;
-use rcomm_transport::bootstrap::kvs::NoticeBoard;
-use rcomm_transport::flight::{self, Begin, Handle, NO_PEER, State};
+use rcomm_runtime::algo::Algo;
+use rcomm_runtime::bootstrap::kvs::NoticeBoard;
+use rcomm_runtime::flight::{self, Begin, Handle, NO_PEER, State};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -101,11 +101,9 @@ pub(crate) fn begin_coll(
 fn active() -> bool {
     static ACTIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ACTIVE.get_or_init(|| {
-        rcomm_transport::config::global()
-            .as_ref()
-            .map_or(true, |c| {
-                c.fr_size > 0 || c.coll_timeout.is_some() || c.p2p_timeout.is_some()
-            })
+        rcomm_runtime::config::global().as_ref().map_or(true, |c| {
+            c.fr_size > 0 || c.coll_timeout.is_some() || c.p2p_timeout.is_some()
+        })
     })
 }
 
@@ -296,7 +294,7 @@ impl Watch {
     /// The limit of this wait (`None`: no watchdog): `RCOMM_TIMEOUT` in a collective, else
     /// `RCOMM_P2P_TIMEOUT`.
     pub(crate) fn limit(&self) -> Option<Duration> {
-        let cfg = rcomm_transport::config::global().as_ref().ok();
+        let cfg = rcomm_runtime::config::global().as_ref().ok();
         match self.coll() {
             Some(_) => cfg.map_or(Some(Duration::from_secs(600)), |c| c.coll_timeout),
             None => cfg.and_then(|c| c.p2p_timeout),
@@ -499,7 +497,7 @@ pub(crate) fn report_why(notices: Option<&NoticeBoard>, why: &str) {
             )
         })
         .collect();
-    rcomm_transport::rlog!(
+    rcomm_runtime::rlog!(
         Warn,
         "COLL",
         "{why}; no launcher to print a hang report; this rank's last operations, newest first: {}",
@@ -583,12 +581,12 @@ mod tests {
     #[test]
     #[ignore]
     fn hook_cost() {
-        let cfg = rcomm_transport::config::Config::from_map(&Default::default()).unwrap();
+        let cfg = rcomm_runtime::config::Config::from_map(&Default::default()).unwrap();
         let w = crate::world::init_for_test(&cfg);
         let r = Reducer::Builtin(rcomm_kernels::Op::Sum, rcomm_kernels::Dtype::F32);
         let n = 10_000_000u32;
         // CPU time: on a busy machine wall time counts other processes' slices too.
-        let cpu = rcomm_transport::os::thread_cpu_ns;
+        let cpu = rcomm_runtime::os::thread_cpu_ns;
         for round in 0..3 {
             let t0 = cpu();
             for _ in 0..n {

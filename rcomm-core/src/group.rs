@@ -12,7 +12,7 @@ use crate::comm::{Communicator, Tag, TopoPart};
 use crate::ctxid::{CtxGuard, MAX_IDS, WORDS};
 use crate::p2p::matcher::Source;
 use crate::{CommError, Result};
-use rcomm_transport::algo::Algo;
+use rcomm_runtime::algo::Algo;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -252,7 +252,7 @@ impl Communicator {
                 "a context id was taken meanwhile by another thread: shrink from one thread at a time".into(),
             ));
         }
-        rcomm_transport::rlog!(
+        rcomm_runtime::rlog!(
             Info,
             "COMM",
             "shrink of communicator {}: {} of {} members survive (lost: {failed:?})",
@@ -522,15 +522,15 @@ pub enum SplitType {
 
 /// The NUMA nodes (numbers) this process's allowed CPUs touch; empty when unknown.
 fn numa_places_of_this_process() -> Vec<u32> {
-    let Ok(topo) = rcomm_transport::topo::detect() else {
+    let Ok(topo) = rcomm_runtime::topo::detect() else {
         return Vec::new();
     };
-    let cpus = rcomm_transport::os::allowed_cpus().unwrap_or_default();
+    let cpus = rcomm_runtime::os::allowed_cpus().unwrap_or_default();
     numa_set(&topo, &cpus)
 }
 
 /// The numbers of the NUMA nodes of `topo` whose CPUs intersect `cpus`, sorted.
-pub(crate) fn numa_set(topo: &rcomm_transport::topo::Topology, cpus: &[u32]) -> Vec<u32> {
+pub(crate) fn numa_set(topo: &rcomm_runtime::topo::Topology, cpus: &[u32]) -> Vec<u32> {
     let mut v: Vec<u32> = topo
         .numa_nodes_touching(cpus)
         .into_iter()
@@ -765,7 +765,7 @@ mod tests {
 
     #[test]
     fn numa_split_keys_on_the_two_socket_machines() {
-        use rcomm_transport::topo::testkit::{dgx, server2s};
+        use rcomm_runtime::topo::testkit::{dgx, server2s};
         for t in [server2s(), dgx()] {
             // Bound to one core or one node: that node alone.
             assert_eq!(numa_set(&t, &[3]), [0]);

@@ -74,7 +74,7 @@ pub use p2p::engine::Status;
 pub use p2p::matcher::Source;
 /// The layout planner behind `rcomm-plan` (crate `rcomm-planner`), at its old path.
 pub use rcomm_planner as plan;
-pub use rcomm_transport::identity::PeerInfo;
+pub use rcomm_runtime::identity::PeerInfo;
 pub use rcomm_transport::net::NetCounters;
 pub use reqset::{
     Pending, test_all_of, test_any_of, test_some_of, wait_all_of, wait_any_of, wait_some_of,
@@ -88,7 +88,7 @@ pub use world::{World, init};
 /// The collective algorithms rcomm has for `op` (`allreduce`, `bcast`, …), as `RCOMM_ALGO`
 /// and [`Communicator::with_algo`] name them, `auto` first; empty for an unknown op.
 pub fn algorithms(op: &str) -> &'static [&'static str] {
-    rcomm_transport::algo::Coll::from_name(op).map_or(&[], |c| c.algo_names())
+    rcomm_runtime::algo::Coll::from_name(op).map_or(&[], |c| c.algo_names())
 }
 
 /// `Result` with [`CommError`].

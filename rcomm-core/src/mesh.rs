@@ -37,7 +37,7 @@
 
 use crate::comm::Communicator;
 use crate::{CommError, Result};
-use rcomm_transport::rlog;
+use rcomm_runtime::rlog;
 
 /// Dimensions chatty without being marked so.
 const CHATTY_BY_NAME: &[&str] = &["tp"];

@@ -63,7 +63,7 @@ fn load() -> Option<Fns> {
 fn fns() -> Option<&'static Fns> {
     let f = FNS
         .get_or_init(|| {
-            if rcomm_transport::config::nvtx() {
+            if rcomm_runtime::config::nvtx() {
                 load()
             } else {
                 None
@@ -176,7 +176,7 @@ mod tests {
 
     #[test]
     fn without_the_library_ranges_are_no_ops_and_the_hooks_are_hit() {
-        let cfg = rcomm_transport::config::Config::from_map(&Default::default()).unwrap();
+        let cfg = rcomm_runtime::config::Config::from_map(&Default::default()).unwrap();
         let w = crate::world::init_for_test(&cfg);
         seen::take();
         {

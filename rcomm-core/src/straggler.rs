@@ -18,7 +18,7 @@
 //! includes the caller's computation). Only calls every rank still keeps are compared (the
 //! last [`KEEP`] per communicator).
 
-use rcomm_transport::fastmap::FastMap;
+use rcomm_runtime::fastmap::FastMap;
 use std::sync::Mutex;
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Where a host's ranks are bound, planned from the topology model (`rcomm_transport::topo`)
+//! Where a host's ranks are bound, planned from the topology model (`rcomm_runtime::topo`)
 //! restricted to the CPUs the launcher may use.
 //!
 //! Places are cores (all hardware threads of one core), NUMA nodes and packages, each listed
@@ -22,7 +22,7 @@
 
 use crate::cli::BindTo;
 use crate::hosts::PprUnit;
-use rcomm_transport::topo::{ObjId, ObjKind, Topology};
+use rcomm_runtime::topo::{ObjId, ObjKind, Topology};
 
 /// One core's usable CPUs and where it sits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -288,14 +288,14 @@ pub fn boot_id() -> String {
 
 /// This machine's model, or an empty one (every allowed CPU its own core) when unreadable.
 pub fn this_machine() -> Topology {
-    rcomm_transport::topo::detect()
-        .unwrap_or_else(|_| Topology::new(rcomm_transport::topo::Source::Manual, String::new()))
+    rcomm_runtime::topo::detect()
+        .unwrap_or_else(|_| Topology::new(rcomm_runtime::topo::Source::Manual, String::new()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rcomm_transport::topo::{Source, testkit};
+    use rcomm_runtime::topo::{Source, testkit};
 
     fn all(n: usize) -> Vec<usize> {
         (0..n).collect()

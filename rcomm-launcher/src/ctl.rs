@@ -18,8 +18,8 @@
 //! trusted blindly either.
 
 use crate::os::Ending;
-use rcomm_transport::auth::SECRET_LEN;
-use rcomm_transport::wire::{self, Dec, Enc, FrameIoError, WireError};
+use rcomm_runtime::auth::SECRET_LEN;
+use rcomm_runtime::wire::{self, Dec, Enc, FrameIoError, WireError};
 use std::io::{Read, Write};
 
 /// How often each side of a control channel sends a heartbeat.

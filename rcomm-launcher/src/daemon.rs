@@ -14,7 +14,7 @@ use crate::os::{self, Ending};
 use crate::signals::{self, Signals};
 use crate::spawn::{self, JobSpec};
 use crate::watchdog::Watchdog;
-use rcomm_transport::wire::FrameIoError;
+use rcomm_runtime::wire::FrameIoError;
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -97,7 +97,7 @@ fn say(msg: std::fmt::Arguments<'_>) {
     let _ = writeln!(
         io::stderr().lock(),
         "rcomm-run --daemon on {}: {msg}",
-        rcomm_transport::identity::hostname()
+        rcomm_runtime::identity::hostname()
     );
 }
 
@@ -117,7 +117,7 @@ pub fn run() -> i32 {
     let allowed = os::allowed_cpus().unwrap_or_default();
     let places = binding::Places::new(&allowed, &binding::this_machine());
     let hello = FromDaemon::Hello {
-        hostname: rcomm_transport::identity::hostname(),
+        hostname: rcomm_runtime::identity::hostname(),
         head_ip: head_ip(),
         cores: places.cores() as u32,
         numas: places.numas() as u32,
@@ -207,7 +207,7 @@ fn run_job(
             ),
         ));
     }
-    let secret_fd = rcomm_transport::os::sealed_memfd("rcomm-job-secret", &job.secret, false)
+    let secret_fd = rcomm_runtime::os::sealed_memfd("rcomm-job-secret", &job.secret, false)
         .map_err(|e| (1, format!("cannot create the job secret's memfd: {e}")))?;
     let watchdog =
         Watchdog::spawn(&job.job_id).map_err(|e| (1, format!("cannot start the watchdog: {e}")))?;

@@ -1,6 +1,6 @@
 //! The hang report: what `rcomm-run` prints when a rank's watchdog fires (`RCOMM_TIMEOUT`), on
 //! SIGUSR1 or on `rcomm-run --dump`. Every rank sends its flight recorder (its last
-//! operations, see `rcomm_transport::flight`); this module compares them, a pure function of
+//! operations, see `rcomm_runtime::flight`); this module compares them, a pure function of
 //! the dumps so that it is tested on its own.
 //!
 //! Per communicator (known by context id, lowest world rank and size, which tell apart the
@@ -9,8 +9,8 @@
 //! #41 on comm tp (done; in no rcomm call since); ranks 4,6,7 wait in allreduce #42 for
 //! 3.0 s". Ranks that did not answer are listed with why (a stopped process cannot answer).
 
-use rcomm_transport::identity::rank_list;
-use rcomm_transport::wire::{DumpRecord, FlightDump};
+use rcomm_runtime::identity::rank_list;
+use rcomm_runtime::wire::{DumpRecord, FlightDump};
 use std::collections::BTreeMap;
 
 /// What one rank contributed to the report.

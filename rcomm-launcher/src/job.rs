@@ -27,8 +27,8 @@ use crate::remote::{Daemon, DaemonEvent};
 use crate::signals::{self, Signals};
 use crate::spawn::{self, JobSpec};
 use crate::watchdog::Watchdog;
-use rcomm_transport::auth::Secret;
-use rcomm_transport::bootstrap::{KvsEvent, KvsServer};
+use rcomm_runtime::auth::Secret;
+use rcomm_runtime::bootstrap::{KvsEvent, KvsServer};
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io;
@@ -80,7 +80,7 @@ struct Collect {
     id: u64,
     why: String,
     asked: Vec<u32>,
-    got: std::collections::BTreeMap<u32, Result<rcomm_transport::wire::FlightDump, String>>,
+    got: std::collections::BTreeMap<u32, Result<rcomm_runtime::wire::FlightDump, String>>,
     deadline: Instant,
     /// What the launcher knows of ranks that cannot answer (declared hung).
     notes: std::collections::BTreeMap<u32, String>,
@@ -116,7 +116,7 @@ struct Supervisor {
     /// When heartbeats were last sent to the daemons.
     last_beat: Instant,
     /// The ranks' liveness settings (`RCOMM_HEARTBEAT`), `None` when off.
-    heartbeat: Option<rcomm_transport::config::Heartbeat>,
+    heartbeat: Option<rcomm_runtime::config::Heartbeat>,
     /// Hosts whose daemon was lost while ranks ran there.
     lost_hosts: Vec<String>,
     /// The hang report being collected, if any.
@@ -129,7 +129,7 @@ struct Supervisor {
 
 fn new_job_id() -> io::Result<String> {
     let mut b = [0u8; 8];
-    rcomm_transport::os::random_bytes(&mut b)?;
+    rcomm_runtime::os::random_bytes(&mut b)?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
@@ -365,7 +365,7 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
             return Err(LaunchError::Hosts("every host was lost".into()));
         }
     }
-    let me = rcomm_transport::identity::hostname();
+    let me = rcomm_runtime::identity::hostname();
     let is_local: Vec<bool> = hosts
         .iter()
         .map(|h| hosts::is_local(&h.name, &me))
@@ -397,13 +397,13 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
                 env.insert(e.name.clone(), v.to_string());
             }
         }
-        rcomm_transport::config::Heartbeat::from_env(&env)
+        rcomm_runtime::config::Heartbeat::from_env(&env)
             .map_err(|e| LaunchError::Config(e.to_string()))?
     };
     let job_id = new_job_id().map_err(|e| LaunchError::Secret(e.to_string()))?;
     let secret = Secret::random().map_err(|e| LaunchError::Secret(e.to_string()))?;
     let secret_bytes = *secret.as_bytes();
-    let secret_fd = rcomm_transport::os::sealed_memfd("rcomm-job-secret", secret.as_bytes(), false)
+    let secret_fd = rcomm_runtime::os::sealed_memfd("rcomm-job-secret", secret.as_bytes(), false)
         .map_err(|e| LaunchError::Secret(format!("memfd: {e}")))?;
     let watchdog = Watchdog::spawn(&job_id).map_err(LaunchError::Watchdog)?;
 
@@ -418,7 +418,7 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
             .ssh
             .clone()
             .or_else(|| {
-                rcomm_transport::config::global()
+                rcomm_runtime::config::global()
                     .as_ref()
                     .ok()
                     .and_then(|c| c.ssh.clone())
@@ -440,7 +440,7 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
             Err(sig) => {
                 say(format_args!(
                     "received {} while connecting to the hosts; stopping",
-                    rcomm_transport::os::signal_name(sig)
+                    rcomm_runtime::os::signal_name(sig)
                 ));
                 shut_down_daemons(&mut daemons, Duration::from_secs(2));
                 watchdog.release();
@@ -766,11 +766,11 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
 /// value that matches nothing here is the ranks' error to report (they name the variable and
 /// the interfaces); the KVS then stays on loopback.
 fn kvs_ip() -> std::net::IpAddr {
-    let spec = rcomm_transport::config::global()
+    let spec = rcomm_runtime::config::global()
         .as_ref()
         .ok()
         .and_then(|c| c.socket_ifname.as_ref());
-    match spec.map(|s| rcomm_transport::ifaddr::local_address(Some(s))) {
+    match spec.map(|s| rcomm_runtime::ifaddr::local_address(Some(s))) {
         Some(Ok((_, ip))) => ip,
         _ => Ipv4Addr::LOCALHOST.into(),
     }

@@ -55,7 +55,7 @@ impl Ending {
             Ending::Signaled(s) => {
                 format!(
                     "was killed by signal {s} ({})",
-                    rcomm_transport::os::signal_name(s)
+                    rcomm_runtime::os::signal_name(s)
                 )
             }
         }

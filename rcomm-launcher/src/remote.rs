@@ -141,7 +141,7 @@ impl Daemon {
                                 return;
                             }
                         }
-                        Err(rcomm_transport::wire::FrameIoError::Closed) => {
+                        Err(rcomm_runtime::wire::FrameIoError::Closed) => {
                             let _ = tx.send((idx, DaemonEvent::Closed(None)));
                             return;
                         }

@@ -9,7 +9,7 @@ use std::process::Command;
 
 /// The variables the launcher sets for each rank. Any inherited value (from an outer job) is
 /// removed first, so a rank never mixes two jobs' settings.
-pub use rcomm_transport::config::LAUNCHER_VARS;
+pub use rcomm_runtime::config::LAUNCHER_VARS;
 
 /// Everything that is the same for every rank of the job.
 #[derive(Debug, Clone)]
@@ -94,9 +94,7 @@ mod tests {
     fn launcher_vars_are_documented_in_the_transport_config() {
         for v in LAUNCHER_VARS {
             assert!(
-                rcomm_transport::config::VARIABLES
-                    .iter()
-                    .any(|s| s.name == v),
+                rcomm_runtime::config::VARIABLES.iter().any(|s| s.name == v),
                 "{v}"
             );
         }

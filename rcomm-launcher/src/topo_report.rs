@@ -2,9 +2,9 @@
 //! NICs in `nvidia-smi topo -m`'s words — as text or JSON, and the model as a file; and, for
 //! this machine, the GPUs the CUDA driver sees ([`cuda_devices`]).
 
+use rcomm_runtime::topo::choose;
+use rcomm_runtime::topo::{ObjId, ObjKind, OsDevKind, PathClass, Topology};
 use rcomm_transport::gpu::{self, DeviceInfo, GpuError};
-use rcomm_transport::topo::choose;
-use rcomm_transport::topo::{ObjId, ObjKind, OsDevKind, PathClass, Topology};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 

@@ -3,9 +3,9 @@
 //! [`helper_rank`]). Every wait is bounded, so a launcher bug fails a test instead of hanging
 //! the suite.
 
-use rcomm_transport::auth::Secret;
-use rcomm_transport::bootstrap::{Bootstrap, KvsClient};
-use rcomm_transport::config::Config;
+use rcomm_runtime::auth::Secret;
+use rcomm_runtime::bootstrap::{Bootstrap, KvsClient};
+use rcomm_runtime::config::Config;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

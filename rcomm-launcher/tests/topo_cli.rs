@@ -1,7 +1,7 @@
 //! `rcomm-topo` as a user runs it: the DGX-like testkit machine through `--file` (text matrix
 //! and `--json`), `--dump` round trip, bad input, and under `rcomm-run` (one report per host).
 
-use rcomm_transport::topo::testkit;
+use rcomm_runtime::topo::testkit;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -150,12 +150,12 @@ fn dump_writes_a_file_that_reads_back_and_bad_files_are_refused() {
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut back: rcomm_transport::topo::Topology =
+    let mut back: rcomm_runtime::topo::Topology =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     // --file records where the model came from; the rest is the machine, unchanged.
     assert_eq!(
         back.source,
-        rcomm_transport::topo::Source::File {
+        rcomm_runtime::topo::Source::File {
             path: f.to_str().unwrap().into()
         }
     );
@@ -200,7 +200,7 @@ fn under_rcomm_run_each_host_reports_once_with_its_name() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8(o.stdout).unwrap();
-    let host = rcomm_transport::identity::hostname();
+    let host = rcomm_runtime::identity::hostname();
     assert_eq!(out.matches("host dgx:").count(), 1, "{out}");
     assert!(
         out.lines().all(|l| l.starts_with(&format!("{host}: "))),

@@ -1,7 +1,7 @@
 //! The topology decisions on machines this one cannot be: a 2-socket CPU server and a DGX-like
 //! node (2 sockets, 8 GPUs behind 4 PCIe switches, a ConnectX HCA per switch), each read two
 //! ways — rcomm's sysfs reader over a fixture tree (`topo::fixture`) and hwloc over hwloc's own
-//! XML export of that tree (`rcomm-transport/tests/fixtures/topo/`, made by `make-xml.sh`) —
+//! XML export of that tree (`rcomm-runtime/tests/fixtures/topo/`, made by `make-xml.sh`) —
 //! and the same answers asserted for both: path classes, the NIC each of 8 local ranks picks,
 //! the NUMA split's view of affinity masks, and the launcher's binding plans.
 //!
@@ -11,12 +11,12 @@
 use rcomm_launcher::binding::{self, Places, Share};
 use rcomm_launcher::cli::BindTo;
 use rcomm_launcher::hosts::PprUnit;
-use rcomm_transport::topo::{self, PathClass, Topology, choose};
+use rcomm_runtime::topo::{self, PathClass, Topology, choose};
 use std::path::{Path, PathBuf};
 
 fn xml(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../rcomm-transport/tests/fixtures/topo")
+        .join("../rcomm-runtime/tests/fixtures/topo")
         .join(format!("{name}.xml"))
 }
 
@@ -31,7 +31,7 @@ fn both(name: &str) -> Vec<(&'static str, Topology)> {
         Ok(t) => v.push(("hwloc", t)),
         // Under CI this fails the test: CI's test line enables `hwloc`.
         Err(e) => rcomm_testkit::skip(&format!(
-            "the hwloc half for {name} ({}): {e}; build with --features rcomm-transport/hwloc",
+            "the hwloc half for {name} ({}): {e}; build with --features rcomm-runtime/hwloc",
             xml(name).display()
         )),
     }

@@ -8,11 +8,11 @@
 
 use crate::caps::{Caps, Features, Kinds, Ops};
 use crate::error::TransportError;
-use crate::fastmap::FastMap;
 use crate::gpu::{Gpu, GpuError, Pending};
 use crate::mem::{MemKind, MemRef, RKey};
 use crate::transport::{ConnectCx, Counters, Deliver, Transport, Tx};
-use crate::wire::{AddrRecord, Header};
+use rcomm_runtime::fastmap::FastMap;
+use rcomm_runtime::wire::{AddrRecord, Header};
 
 /// The device lane of one process.
 #[derive(Debug)]
@@ -190,7 +190,7 @@ impl Transport for CudaEndpoint {
     /// backend loads (which this asks for: only device memory asks).
     fn bulk_ops(&self, _peer: u32, kind: MemKind) -> Ops {
         let on = matches!(kind, MemKind::Cuda { .. })
-            && crate::config::p2p_level() != crate::config::P2pLevel::Off
+            && rcomm_runtime::config::p2p_level() != rcomm_runtime::config::P2pLevel::Off
             && crate::gpu::gpu_if_present().is_some();
         if on { Ops::GET } else { Ops::NONE }
     }

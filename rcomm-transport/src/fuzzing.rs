@@ -17,9 +17,9 @@
 //! PMI helpers, text (`pmi_value`: chunks separated by newlines; `pmi_mapping`: two bytes of
 //! job size and rank, then the mapping).
 
-use crate::auth::{self, Deadline, Secret};
-use crate::identity::PeerInfo;
-use crate::wire::{
+use rcomm_runtime::auth::{self, Deadline, Secret};
+use rcomm_runtime::identity::PeerInfo;
+use rcomm_runtime::wire::{
     self, AddrRecord, AuthResponse, EndpointAddr, Header, KvsReply, KvsRequest, MAX_FRAME_PAYLOAD,
     ProtoKind, pmi,
 };
@@ -425,18 +425,18 @@ pub fn topo_json(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(t) = crate::topo::Topology::from_json(text) {
+    if let Ok(t) = rcomm_runtime::topo::Topology::from_json(text) {
         assert_eq!(t.validate(), Ok(()));
         // Validation refuses non-finite rates, so whatever is accepted writes back.
-        let again = crate::topo::Topology::from_json(&t.to_json());
+        let again = rcomm_runtime::topo::Topology::from_json(&t.to_json());
         assert_eq!(again.expect("an accepted topology re-reads"), t);
     }
 }
 
 /// A small machine for the `topo_json` seed: a package, a NUMA node, a core with two PUs, a
 /// cache, and a NIC on a host bridge.
-fn sample_topology() -> crate::topo::Topology {
-    use crate::topo::{Cache, ObjKind, OsDevKind, PciAddr, PcieLink, Source, Topology};
+fn sample_topology() -> rcomm_runtime::topo::Topology {
+    use rcomm_runtime::topo::{Cache, ObjKind, OsDevKind, PciAddr, PcieLink, Source, Topology};
     let mut t = Topology::new(Source::Manual, "node1");
     let p = t.add(Topology::MACHINE, ObjKind::Package, Some(0), "");
     let n = t.add(
@@ -693,7 +693,7 @@ fn sample_dump() -> wire::FlightDump {
         op: op.into(),
         dtype: "f32".into(),
         redop: if op == "allreduce" { "sum" } else { "" }.into(),
-        algo: crate::algo::Algo::Ring.name().into(),
+        algo: rcomm_runtime::algo::Algo::Ring.name().into(),
         bytes: 4096,
         peer: if seq > 0 { u32::MAX } else { 2 },
         state: state.into(),

@@ -6,15 +6,15 @@
 //! [`socket_name`]) rather than in a directory: the kernel drops the name with the last
 //! descriptor, so nothing is left on disk even when the launcher is SIGKILLed. Abstract names
 //! have no file mode, so access control is done on accept instead: the peer's uid from
-//! `SO_PEERCRED` must be ours, then the job-secret handshake ([`crate::auth`], purpose `"local"`)
+//! `SO_PEERCRED` must be ours, then the job-secret handshake ([`rcomm_runtime::auth`], purpose `"local"`)
 //! must succeed; its authenticated id is the connecting rank's local rank. Abstract sockets are
 //! per network namespace, which matches rcomm's notion of a node (hostname, boot id, netns).
 //!
-//! Messages are [`crate::wire`] frames; descriptors travel as `SCM_RIGHTS` attached to the first
+//! Messages are [`rcomm_runtime::wire`] frames; descriptors travel as `SCM_RIGHTS` attached to the first
 //! bytes of their frame. Segments are memfds, so nothing ever appears in `/dev/shm` either.
 
-use crate::auth::{self, Secret};
-use crate::wire::{self, FRAME_HEADER_LEN, WireError};
+use rcomm_runtime::auth::{self, Secret};
+use rcomm_runtime::wire::{self, FRAME_HEADER_LEN, WireError};
 use std::ffi::CString;
 use std::io;
 use std::mem;
@@ -354,7 +354,7 @@ impl LocalListener {
 
     fn admit(&self, mut s: UnixStream) -> Result<LocalConn, LocalError> {
         let refuse = |who: &str, e: LocalError| {
-            crate::rlog!(
+            rcomm_runtime::rlog!(
                 Warn,
                 "NET",
                 "local channel @{}: refused a connection from {who}: {e}",
@@ -946,7 +946,7 @@ impl Doorbell {
             )));
         }
         // The flag lives on the open file the sender shares with us; both sides want it set.
-        crate::os::set_nonblocking(fd.as_raw_fd())
+        rcomm_runtime::os::set_nonblocking(fd.as_raw_fd())
             .map_err(|e| io_err("making a received doorbell non-blocking", e))?;
         Ok(Self { fd })
     }
@@ -1577,7 +1577,7 @@ mod tests {
         let l = LocalListener::bind(&unique_job(), 0, secret.clone()).unwrap();
         // The secret reaches the child the way the launcher passes it: an inherited memfd.
         let secret_fd =
-            crate::os::sealed_memfd("rcomm-test-secret", secret.as_bytes(), true).unwrap();
+            rcomm_runtime::os::sealed_memfd("rcomm-test-secret", secret.as_bytes(), true).unwrap();
         let full = concat!(
             module_path!(),
             "::descriptors_cross_processes_and_a_sigkilled_child_is_seen_as_peer_closed"

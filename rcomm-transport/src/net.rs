@@ -14,10 +14,10 @@
 use crate::caps::{Caps, Features, Kinds, Ops};
 use crate::error::TransportError;
 use crate::mem::{MemKind, MemRef, RKey};
-use crate::os::PollSet;
 use crate::table::{Member, TABLE};
 use crate::transport::{Counters, unsupported};
-use crate::wire::Header;
+use rcomm_runtime::os::PollSet;
+use rcomm_runtime::wire::Header;
 
 pub use crate::table::{Endpoint, Route, select};
 pub use crate::transport::{Deliver, Tx};
@@ -137,7 +137,7 @@ impl Net {
                     },
                 };
                 if let Some(c) = caps {
-                    crate::rlog!(
+                    rcomm_runtime::rlog!(
                         Info,
                         "NET",
                         "rank {me} -> rank {peer}: messages over {}, host memory by {:?}, device memory by {}",
@@ -621,9 +621,9 @@ impl Net {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::TransportChoice;
-    use crate::identity::PeerInfo;
-    use crate::wire::AddrRecord;
+    use rcomm_runtime::config::TransportChoice;
+    use rcomm_runtime::identity::PeerInfo;
+    use rcomm_runtime::wire::AddrRecord;
 
     fn info(host: &str, netns: u64, pid: u32) -> AddrRecord {
         AddrRecord {
@@ -637,8 +637,8 @@ mod tests {
                 settings: vec![],
             },
             endpoints: vec![
-                crate::wire::EndpointAddr::Local(format!("rcomm.j.{pid}")),
-                crate::wire::EndpointAddr::Tcp(format!("127.0.0.1:{pid}")),
+                rcomm_runtime::wire::EndpointAddr::Local(format!("rcomm.j.{pid}")),
+                rcomm_runtime::wire::EndpointAddr::Tcp(format!("127.0.0.1:{pid}")),
             ],
         }
     }
@@ -686,7 +686,7 @@ mod tests {
         let mut silent = ps[3].clone();
         silent
             .endpoints
-            .retain(|e| !matches!(e, crate::wire::EndpointAddr::Tcp(_)));
+            .retain(|e| !matches!(e, rcomm_runtime::wire::EndpointAddr::Tcp(_)));
         for (x, y) in [(&ps[0], &silent), (&silent, &ps[0])] {
             let e = select(x, y, TransportChoice::Auto).unwrap_err();
             assert!(e.contains("no transport reaches"), "{e}");
@@ -694,7 +694,7 @@ mod tests {
         let mut no_local = ps[1].clone();
         no_local
             .endpoints
-            .retain(|e| !matches!(e, crate::wire::EndpointAddr::Local(_)));
+            .retain(|e| !matches!(e, rcomm_runtime::wire::EndpointAddr::Local(_)));
         assert_eq!(
             select(&ps[0], &no_local, TransportChoice::Auto),
             Ok(Route::Tcp),

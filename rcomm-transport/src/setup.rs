@@ -5,15 +5,15 @@
 //! records through its bootstrap and receives a [`Net`]; it names no transport, and this file
 //! names none either: it loops over [`TABLE`].
 
-use crate::auth::Secret;
 use crate::caps::Features;
-use crate::config::Config;
 use crate::error::TransportError;
 use crate::net::{Net, Route, select};
-use crate::rlog;
 use crate::table::{Listener, TABLE};
 use crate::transport::{ConnectCx, ListenCx, ListenError};
-use crate::wire::{AddrRecord, EndpointAddr};
+use rcomm_runtime::auth::Secret;
+use rcomm_runtime::config::Config;
+use rcomm_runtime::rlog;
+use rcomm_runtime::wire::{AddrRecord, EndpointAddr};
 
 pub use crate::tcp::tcp_address;
 

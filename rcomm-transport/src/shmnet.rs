@@ -31,13 +31,13 @@
 //! Why one file: one transport whose ordering argument (above) spans setup, send, progress and
 //! sleep; the rings themselves are `shm`.
 
-use crate::auth::Secret;
 use crate::error::TransportError;
 use crate::local::{
     Accepted, Doorbell, LocalConn, LocalError, LocalListener, Segment, local_rank_of,
 };
 use crate::shm::{Consumer, Producer, Ring};
-use crate::wire::{Header, ProtoKind};
+use rcomm_runtime::auth::Secret;
+use rcomm_runtime::wire::{Header, ProtoKind};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
@@ -168,7 +168,7 @@ pub struct ShmNet {
     /// The membarrier barrier failed once (logged; sleeps then fall back to their timeouts).
     barrier_failed: std::sync::atomic::AtomicBool,
     /// By rank: looked up on every message.
-    peers: crate::dense::DenseMap<Peer>,
+    peers: rcomm_runtime::dense::DenseMap<Peer>,
     /// Peers with an attached incoming ring, polled in this order.
     rx_list: Vec<u32>,
     /// Where polling resumes, so a busy peer cannot starve the others.
@@ -188,11 +188,14 @@ impl std::fmt::Debug for ShmNet {
 /// Whether shared memory reaches between the ranks of records `a` and `b`: one node (hostname,
 /// boot id and network namespace), one user (the local channel checks the peer's uid), and
 /// both published a local channel.
-pub fn can_connect(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> bool {
-    let local = |r: &crate::wire::AddrRecord| {
+pub fn can_connect(
+    a: &rcomm_runtime::wire::AddrRecord,
+    b: &rcomm_runtime::wire::AddrRecord,
+) -> bool {
+    let local = |r: &rcomm_runtime::wire::AddrRecord| {
         r.endpoints
             .iter()
-            .any(|e| matches!(e, crate::wire::EndpointAddr::Local(_)))
+            .any(|e| matches!(e, rcomm_runtime::wire::EndpointAddr::Local(_)))
     };
     a.info.same_node(&b.info) && a.info.uid == b.info.uid && local(a) && local(b)
 }
@@ -272,7 +275,7 @@ fn accept_higher(
             Ok(Accepted::Exited(i)) => {
                 return Err(TransportError::PeerClosed { peer: watched[i].0 });
             }
-            Err(e) => crate::rlog!(Warn, "NET", "local channel: refused a connection: {e}"),
+            Err(e) => rcomm_runtime::rlog!(Warn, "NET", "local channel: refused a connection: {e}"),
         }
     }
     Ok(got)
@@ -292,7 +295,7 @@ impl ShmNet {
         let mailbox =
             Segment::create("rcomm-mailbox", MAILBOX_LEN).map_err(ioerr("creating the mailbox"))?;
         let bell = Doorbell::new().map_err(ioerr("creating the doorbell"))?;
-        let heavy_sleeper = cfg.membarrier && crate::os::membarrier_register();
+        let heavy_sleeper = cfg.membarrier && rcomm_runtime::os::membarrier_register();
         self::mailbox(&mailbox)
             .heavy_sleeper
             .0
@@ -397,7 +400,7 @@ impl ShmNet {
                 why: "some node peers never said hello".into(),
             });
         }
-        crate::rlog!(
+        rcomm_runtime::rlog!(
             Info,
             "NET",
             "shm: wake-ups of {} of {} node peers need no fence per message (membarrier: {})",
@@ -993,12 +996,12 @@ impl ShmNet {
     pub fn begin_sleep(&self) {
         mailbox(&self.mailbox).sleeping.0.store(1, Ordering::SeqCst);
         if self.heavy_sleeper
-            && let Err(e) = crate::os::membarrier_global()
+            && let Err(e) = rcomm_runtime::os::membarrier_global()
             && !self.barrier_failed.swap(true, Ordering::Relaxed)
         {
             // Cannot happen once registered; if it does, a wake-up may be missed and the
             // sleep lasts until its timeout: slow, never stuck.
-            crate::rlog!(
+            rcomm_runtime::rlog!(
                 Warn,
                 "NET",
                 "membarrier failed ({e}): sleeps may run to their timeout; set RCOMM_SHM_MEMBARRIER=0"
@@ -1023,7 +1026,7 @@ impl ShmNet {
 
     /// Descriptors a sleeping rank waits on: its doorbell (readable when rung) and every peer
     /// connection (readable or hung up when the peer dies).
-    pub fn wait_fds(&self, set: &mut crate::os::PollSet) {
+    pub fn wait_fds(&self, set: &mut rcomm_runtime::os::PollSet) {
         set.read(self.bell.fd().as_raw_fd());
         for p in self.peers.values() {
             set.read(p.conn.raw_fd());
@@ -1093,11 +1096,14 @@ impl Transport for ShmNet {
     const WINDOWS: crate::caps::Kinds = crate::caps::Kinds::HOST;
     type Listener = LocalListener;
 
-    fn can_connect(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> bool {
+    fn can_connect(
+        a: &rcomm_runtime::wire::AddrRecord,
+        b: &rcomm_runtime::wire::AddrRecord,
+    ) -> bool {
         can_connect(a, b)
     }
 
-    fn refusal(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> String {
+    fn refusal(a: &rcomm_runtime::wire::AddrRecord, b: &rcomm_runtime::wire::AddrRecord) -> String {
         format!(
             "RCOMM_TRANSPORT=shm, but pid {} on {} and pid {} on {} cannot share memory (other node or user); use auto or tcp",
             a.info.pid, a.info.hostname, b.info.pid, b.info.hostname
@@ -1250,7 +1256,7 @@ impl Transport for ShmNet {
         ShmNet::progress(self, budget, &mut |peer, inc| out.incoming(peer, inc))
     }
 
-    fn wait_fds(&self, set: &mut crate::os::PollSet) {
+    fn wait_fds(&self, set: &mut rcomm_runtime::os::PollSet) {
         ShmNet::wait_fds(self, set)
     }
 
@@ -1353,7 +1359,7 @@ mod tests {
             net.begin_sleep();
             take(net, &mut got);
             if got.is_none() {
-                let mut fds = crate::os::PollSet::default();
+                let mut fds = rcomm_runtime::os::PollSet::default();
                 net.wait_fds(&mut fds);
                 *blocks += 1;
                 let woken = fds.wait(Duration::from_secs(2)).unwrap();
@@ -1380,7 +1386,7 @@ mod tests {
 
     #[test]
     fn a_sleeping_rank_is_woken_by_every_message_with_and_without_the_membarrier_barrier() {
-        let have = crate::os::membarrier_register();
+        let have = rcomm_runtime::os::membarrier_register();
         if !have {
             eprintln!(
                 "SKIPPED (in part): membarrier(2) unavailable here; only the fence is tested"

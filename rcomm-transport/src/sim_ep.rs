@@ -26,7 +26,7 @@ use crate::error::TransportError;
 use crate::mem::{MemRef, RKey, RegCache};
 use crate::sim::{SimConfig, SimError, SimEvent, SimNet};
 use crate::transport::{ConnectCx, Counters, Deliver, Incoming, Transport, Tx};
-use crate::wire::Header;
+use rcomm_runtime::wire::Header;
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -689,7 +689,10 @@ impl Transport for SimEndpoint {
     );
     type Listener = ();
 
-    fn can_connect(_: &crate::wire::AddrRecord, _: &crate::wire::AddrRecord) -> bool {
+    fn can_connect(
+        _: &rcomm_runtime::wire::AddrRecord,
+        _: &rcomm_runtime::wire::AddrRecord,
+    ) -> bool {
         false
     }
 

@@ -4,18 +4,18 @@
 //! is its own module implementing [`Transport`] and a line here.
 
 use crate::caps::{Caps, Features, Ops};
-use crate::config::TransportChoice;
 use crate::cuda_ep::CudaEndpoint;
 use crate::error::TransportError;
 use crate::ib::IbNet;
 use crate::mem::{MemKind, MemRef, RKey};
-use crate::os::PollSet;
 use crate::shmnet::ShmNet;
 #[cfg(feature = "sim")]
 use crate::sim_ep::SimEndpoint;
 use crate::tcp::TcpNet;
 use crate::transport::{Counters, Deliver, Descriptor, Transport, Tx, publish};
-use crate::wire::{AddrRecord, Header};
+use rcomm_runtime::config::TransportChoice;
+use rcomm_runtime::os::PollSet;
+use rcomm_runtime::wire::{AddrRecord, Header};
 
 /// A row of [`TABLE`].
 pub type Row = Descriptor<Listener, Endpoint>;
@@ -400,7 +400,7 @@ mod tests {
     /// fabric, `shm` with no node peers).
     fn endpoints() -> Vec<Endpoint> {
         use crate::ib::sim::{HcaSpec, PortSpec, SimConfig, SimFabric as VerbsFabric};
-        let secret = crate::auth::Secret::random().unwrap();
+        let secret = rcomm_runtime::auth::Secret::random().unwrap();
         let job = format!("table{}", std::process::id());
         let l = crate::local::LocalListener::bind(&job, 0, secret.clone()).unwrap();
         let shm = ShmNet::connect(0, &l, &[], &secret, Default::default()).unwrap();

@@ -9,10 +9,10 @@
 //! connecting to each other at the same moment never race, and apart from the handshake every
 //! socket is either write-only or read-only.
 //!
-//! Opening a stream: TCP connect, the job-secret handshake ([`crate::auth`], purpose `"tcp"`,
+//! Opening a stream: TCP connect, the job-secret handshake ([`rcomm_runtime::auth`], purpose `"tcp"`,
 //! client id = the sender's rank), then one hello frame from the sender ([`Hello`]: the rank it
 //! means to reach, the stream's index and count, its frame limit) answered by the acceptor with
-//! *accepted* or *refused, because …*. Handshake frames are versioned [`crate::wire`] frames;
+//! *accepted* or *refused, because …*. Handshake frames are versioned [`rcomm_runtime::wire`] frames;
 //! once accepted, the stream carries only data frames.
 //!
 //! # Data frames
@@ -28,7 +28,7 @@
 //!
 //! A sender may open several streams to one peer ([`TcpConfig::streams`]) so that bulk data is
 //! not limited by one flow. Messages whose order matters for matching (every kind except
-//! [`ProtoKind::Data`](crate::wire::ProtoKind::Data)) always travel on stream 0, so they arrive
+//! [`ProtoKind::Data`](rcomm_runtime::wire::ProtoKind::Data)) always travel on stream 0, so they arrive
 //! in send order. Data chunks carry their position in their payload (token, offset), so they
 //! go round-robin over all streams and may arrive in any order relative to each other **and
 //! to later stream-0 messages**: a rendezvous receive must complete when all its bytes have
@@ -43,7 +43,7 @@
 //! queue holds [`TcpConfig::max_queued`] bytes. TCP's own window stops a sender whose receiver
 //! does not read, so the transport needs no credits of its own; bounding *unexpected* eager data
 //! at a receiver is the protocol layer's job (it can send
-//! [`ProtoKind::Credit`](crate::wire::ProtoKind::Credit) messages like any other, on stream 0,
+//! [`ProtoKind::Credit`](rcomm_runtime::wire::ProtoKind::Credit) messages like any other, on stream 0,
 //! and honour them before calling `try_send`).
 //!
 //! # Failures
@@ -102,7 +102,7 @@ pub use sender::TcpSender;
 
 use crate::error::{Caps, TransportError};
 use crate::transport::{ConnectCx, Deliver, ListenCx, ListenError, Transport};
-use crate::wire::{Dec, Enc, Header, WireError};
+use rcomm_runtime::wire::{Dec, Enc, Header, WireError};
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -123,7 +123,7 @@ pub const CONTROL_SLACK: usize = 4096;
 pub const MAX_FRAME_LIMIT: usize = 64 << 20;
 
 /// How long the connecting side waits for a listener to start the handshake. Longer than
-/// [`crate::auth::HANDSHAKE_TIMEOUT`] on purpose: a listener flooded by silent clients admits
+/// [`rcomm_runtime::auth::HANDSHAKE_TIMEOUT`] on purpose: a listener flooded by silent clients admits
 /// connections a bounded number at a time, and may be waiting out their deadlines.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -214,11 +214,14 @@ impl TcpConfig {
 /// Whether TCP reaches between the ranks of records `a` and `b`: both published a listener
 /// (connections are one-directional, each side opens its own). Whether the address can be
 /// reached from here only a connection tells; one that fails names the address.
-pub fn can_connect(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> bool {
-    let tcp = |r: &crate::wire::AddrRecord| {
+pub fn can_connect(
+    a: &rcomm_runtime::wire::AddrRecord,
+    b: &rcomm_runtime::wire::AddrRecord,
+) -> bool {
+    let tcp = |r: &rcomm_runtime::wire::AddrRecord| {
         r.endpoints
             .iter()
-            .any(|e| matches!(e, crate::wire::EndpointAddr::Tcp(_)))
+            .any(|e| matches!(e, rcomm_runtime::wire::EndpointAddr::Tcp(_)))
     };
     tcp(a) && tcp(b)
 }
@@ -362,16 +365,16 @@ fn tune(s: &TcpStream, cfg: &TcpConfig) -> io::Result<()> {
 
 /// The TCP listener's interface: `RCOMM_SOCKET_IFNAME`'s when set; else the network interface
 /// the topology puts nearest this rank's GPU or NUMA node (rail-aligned, see
-/// [`crate::topo::choose`]) when it is up with an IPv4 address here; else the default rule.
+/// [`rcomm_runtime::topo::choose`]) when it is up with an IPv4 address here; else the default rule.
 /// The topology only ever narrows the default, so a machine it cannot read, or a fake host
 /// (network namespace) that lacks the chosen interface, behaves as before.
 pub fn tcp_address(
-    cfg: &crate::config::Config,
+    cfg: &rcomm_runtime::config::Config,
     local_rank: u32,
 ) -> Result<(String, std::net::IpAddr), String> {
-    use crate::ifaddr;
+    use rcomm_runtime::ifaddr;
     if cfg.socket_ifname.is_none()
-        && let Some((_, choice)) = crate::topo::choose::for_this_process(cfg, local_rank)
+        && let Some((_, choice)) = rcomm_runtime::topo::choose::for_this_process(cfg, local_rank)
         && let Some(net) = choice.net
         && let Some(spec) = ifaddr::IfSpec::parse(&format!("={}", net.name))
         && let Ok(ifs) = ifaddr::interfaces()
@@ -382,7 +385,7 @@ pub fn tcp_address(
     ifaddr::local_address(cfg.socket_ifname.as_ref())
 }
 
-fn tcp_config(cfg: &crate::config::Config) -> TcpConfig {
+fn tcp_config(cfg: &rcomm_runtime::config::Config) -> TcpConfig {
     TcpConfig {
         streams: cfg.tcp_streams,
         user_timeout_ms: cfg.tcp_timeout_ms,
@@ -402,11 +405,14 @@ impl Transport for TcpNet {
     );
     type Listener = TcpAcceptor;
 
-    fn can_connect(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> bool {
+    fn can_connect(
+        a: &rcomm_runtime::wire::AddrRecord,
+        b: &rcomm_runtime::wire::AddrRecord,
+    ) -> bool {
         can_connect(a, b)
     }
 
-    fn refusal(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> String {
+    fn refusal(a: &rcomm_runtime::wire::AddrRecord, b: &rcomm_runtime::wire::AddrRecord) -> String {
         format!(
             "no transport reaches pid {} on {} from pid {} on {}",
             b.info.pid, b.info.hostname, a.info.pid, a.info.hostname
@@ -419,7 +425,7 @@ impl Transport for TcpNet {
     fn listen(cx: &ListenCx<'_>) -> Result<Option<TcpAcceptor>, ListenError> {
         let (ifname, ip) = tcp_address(cx.cfg, cx.local_rank).map_err(ListenError::Env)?;
         let a = TcpAcceptor::bind(ip, cx.rank, cx.size, cx.secret, &tcp_config(cx.cfg))?;
-        crate::rlog!(Info, "NET", "TCP listener on {} ({ifname})", a.addr());
+        rcomm_runtime::rlog!(Info, "NET", "TCP listener on {} ({ifname})", a.addr());
         Ok(Some(a))
     }
 
@@ -487,7 +493,7 @@ impl Transport for TcpNet {
         TcpNet::progress_syscalls(self)
     }
 
-    fn wait_fds(&self, set: &mut crate::os::PollSet) {
+    fn wait_fds(&self, set: &mut rcomm_runtime::os::PollSet) {
         TcpNet::wait_fds(self, set)
     }
 }

@@ -12,13 +12,13 @@
 //! The transports themselves are listed once, in [`crate::table`]: a line per transport makes
 //! its [`Descriptor`] and its arm of the static dispatch over all of them.
 
-use crate::auth::Secret;
 use crate::caps::{Caps, Features, Kinds, Ops};
-use crate::config::Config;
 use crate::error::TransportError;
 use crate::mem::{MemKind, MemRef, RKey};
-use crate::os::PollSet;
-use crate::wire::{AddrRecord, EndpointAddr, Header};
+use rcomm_runtime::auth::Secret;
+use rcomm_runtime::config::Config;
+use rcomm_runtime::os::PollSet;
+use rcomm_runtime::wire::{AddrRecord, EndpointAddr, Header};
 
 /// Something that arrived from a peer.
 #[derive(Debug)]

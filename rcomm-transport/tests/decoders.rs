@@ -58,7 +58,7 @@ fn a_length_field_never_decides_what_is_allocated() {
     // Each announces far more than it carries; what is allocated follows what arrived.
     let t = fuzzing::target("read_frame").unwrap();
     for len in [1u32 << 16, 1 << 20, u32::MAX] {
-        let mut f = rcomm_transport::wire::encode_frame(1, b"abc");
+        let mut f = rcomm_runtime::wire::encode_frame(1, b"abc");
         f[4..8].copy_from_slice(&len.to_le_bytes());
         check(t, &f);
         check(fuzzing::target("kvs_request").unwrap(), &f);

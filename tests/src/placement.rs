@@ -55,7 +55,7 @@ pub fn check_nodes(world: &rcomm::World, c: &Communicator, nodes: u32) -> String
 /// on `c`, then collectives on other communicators (its node and cross-node parts) before it
 /// ended. `what` says which call, in the panic.
 pub fn ran_hier(c: &Communicator, op: &str, what: &str, f: impl FnOnce() -> rcomm::Result<()>) {
-    use rcomm_transport::flight::recorder;
+    use rcomm_runtime::flight::recorder;
     let after = recorder().snapshot().last().map_or(0, |r| r.id);
     f().unwrap_or_else(|e| panic!("{what}: {e}"));
     let rec = c.last_collective().expect("a record");
@@ -68,7 +68,7 @@ pub fn ran_hier(c: &Communicator, op: &str, what: &str, f: impl FnOnce() -> rcom
     let top = new
         .iter()
         .position(|r| {
-            r.op == op && r.algo == Some(rcomm_transport::algo::Algo::Hier) && r.seq == rec.seq
+            r.op == op && r.algo == Some(rcomm_runtime::algo::Algo::Hier) && r.seq == rec.seq
         })
         .unwrap_or_else(|| panic!("{what}: not among the new records {new:?}"));
     assert!(

@@ -8,7 +8,7 @@ fn readme_lists_every_rcomm_variable() {
         "/../book/src/reference/environment.md"
     ))
     .unwrap();
-    for v in rcomm_transport::config::VARIABLES {
+    for v in rcomm_runtime::config::VARIABLES {
         assert!(
             readme.contains(&format!("| `{}` |", v.name)),
             "book/src/reference/environment.md lacks a table row for {}",

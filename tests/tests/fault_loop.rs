@@ -136,7 +136,7 @@ fn a_rank_killed_before_its_init_is_named_with_its_host_by_every_survivors_init(
         .deadline(Duration::from_secs(30))
         .run();
     assert_ne!(out.code(), 0, "{out}");
-    let host = rcomm_transport::identity::hostname();
+    let host = rcomm_runtime::identity::hostname();
     for r in [0, 1, 3] {
         let msg = out
             .rank_lines(r)

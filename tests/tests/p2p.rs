@@ -284,7 +284,7 @@ fn waits_look_at_peer_liveness_once_per_period_not_once_per_wait() {
 #[test]
 fn oversubscribed_tcp_waits_sleep_after_a_few_empty_passes() {
     // More ranks than the job's CPUs, whatever the machine: the wait policy of shared cores.
-    let n = rcomm_transport::os::job_cpus() as u32 + 1;
+    let n = rcomm_runtime::os::job_cpus() as u32 + 1;
     let out = Job::new(n, &[&test_program("rt_p2p"), "tcp-wait"])
         .env("RCOMM_TRANSPORT", "tcp")
         .deadline(Duration::from_secs(60))

@@ -1,26 +1,27 @@
-//! One algorithm registry: an algorithm's name is spelled in `rcomm_transport::algo` and
+//! One algorithm registry: an algorithm's name is spelled in `rcomm_runtime::algo` and
 //! nowhere else in the library crates' code, so adding, renaming or retiring one is a change in
 //! one table that every parser, chooser, executor and printout follows.
 
-use rcomm_transport::algo::Algo;
+use rcomm_runtime::algo::Algo;
 use std::path::{Path, PathBuf};
 
 /// The library crates whose code must not spell an algorithm's name.
 const CRATES: &[&str] = &[
     "rcomm-core/src",
+    "rcomm-runtime/src",
     "rcomm-transport/src",
     "rcomm-launcher/src",
     "rcomm-mpi/src",
 ];
 
 /// The registry itself.
-const REGISTRY: &str = "rcomm-transport/src/algo.rs";
+const REGISTRY: &str = "rcomm-runtime/src/algo.rs";
 
 /// Literals that are spelled like an algorithm but name something else: (file, literal, a
 /// piece of the line that says what it names, why).
 const ALLOWED: &[(&str, &str, &str, &str)] = &[
     (
-        "rcomm-transport/src/config.rs",
+        "rcomm-runtime/src/config.rs",
         "\"shm\"",
         "TransportChoice::Shm",
         "RCOMM_TRANSPORT's value for the shared-memory transport, not the algorithm",
@@ -158,7 +159,7 @@ fn no_algorithm_name_is_spelled_outside_the_registry() {
     let found = offenders(root);
     assert!(
         found.is_empty(),
-        "algorithm names spelled outside {REGISTRY} (use rcomm_transport::algo::Algo, or \
+        "algorithm names spelled outside {REGISTRY} (use rcomm_runtime::algo::Algo, or \
          allow-list a literal that names something else, with the reason):\n{}",
         found.join("\n")
     );

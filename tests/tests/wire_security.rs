@@ -11,9 +11,9 @@
 //! `/proc/<pid>/net/tcp`. Everything binds to loopback (`RCOMM_SOCKET_IFNAME==lo`), and every
 //! address attacked is checked to be loopback.
 
+use rcomm_runtime::auth::{self, Secret};
+use rcomm_runtime::wire::{self, auth_kind};
 use rcomm_tests::{Job, free_port, processes_with_env, rcomm_run, test_program};
-use rcomm_transport::auth::{self, Secret};
-use rcomm_transport::wire::{self, auth_kind};
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};

@@ -14,7 +14,7 @@ use crate::p2p::engine::{Engine, ReqId};
 use crate::p2p::matcher::Source;
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
-use rcomm_transport::algo::{Algo, Coll};
+use rcomm_runtime::algo::{Algo, Coll};
 use std::sync::{Arc, Mutex};
 
 pub(crate) use super::seq::TAG_COLL_BASE;
@@ -772,7 +772,7 @@ pub(crate) struct NbState<T: bytemuck::Pod + Send> {
     /// The failure was handed to the caller by `test`.
     reported: bool,
     /// Its flight-recorder record, ended when it finishes.
-    fr: rcomm_transport::flight::Handle,
+    fr: rcomm_runtime::flight::Handle,
 }
 
 impl<T: bytemuck::Pod + Send> NbState<T> {
@@ -864,7 +864,7 @@ impl<T: bytemuck::Pod + Send> NbState<T> {
         self.cur.phase = self.sched.phases.len();
         self.release_scratch();
         crate::fr::end(self.fr, Some(&err));
-        self.fr = rcomm_transport::flight::Handle::NONE;
+        self.fr = rcomm_runtime::flight::Handle::NONE;
         self.failed = Some(err);
     }
 
@@ -883,7 +883,7 @@ impl<T: bytemuck::Pod + Send> Advance for NbState<T> {
             Ok(true) => {
                 self.release_scratch();
                 crate::fr::end(self.fr, None);
-                self.fr = rcomm_transport::flight::Handle::NONE;
+                self.fr = rcomm_runtime::flight::Handle::NONE;
                 Ok(true)
             }
             Ok(false) => Ok(false),
@@ -893,7 +893,7 @@ impl<T: bytemuck::Pod + Send> Advance for NbState<T> {
                 self.cur.phase = self.sched.phases.len();
                 self.release_scratch();
                 crate::fr::end(self.fr, Some(&e));
-                self.fr = rcomm_transport::flight::Handle::NONE;
+                self.fr = rcomm_runtime::flight::Handle::NONE;
                 self.failed = Some(e);
                 Ok(true)
             }
@@ -1056,7 +1056,7 @@ impl<T: bytemuck::Pod + Send> Drop for CollRequest<T> {
         // The requests in flight point into our buffers: finish before freeing them.
         let _ = st.advance_blocking();
         if let Some(e) = &st.failed {
-            rcomm_transport::rlog!(Warn, "COLL", "a dropped collective request failed: {e}");
+            rcomm_runtime::rlog!(Warn, "COLL", "a dropped collective request failed: {e}");
         }
     }
 }

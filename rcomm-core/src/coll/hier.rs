@@ -20,7 +20,7 @@ pub(crate) use crate::comm::coll_part::Hier;
 
 /// Forces `auto` for the collectives a hierarchical one runs on its sub-communicators.
 fn unforced(c: Communicator) -> Result<Communicator> {
-    use rcomm_transport::algo::Coll;
+    use rcomm_runtime::algo::Coll;
     Ok([
         Coll::Allreduce,
         Coll::Bcast,

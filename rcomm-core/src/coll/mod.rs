@@ -38,7 +38,7 @@ use crate::comm::Communicator;
 use crate::{CommError, Result};
 use bytemuck::Pod;
 use check::{Call, Kind};
-use rcomm_transport::algo::{Algo, Coll};
+use rcomm_runtime::algo::{Algo, Coll};
 use std::sync::Arc;
 
 /// How a blocking collective runs: a schedule over messages, or the node's shared memory.
@@ -100,7 +100,7 @@ impl Communicator {
     /// as in `RCOMM_ALGO`) use algorithm `algo`. Not collective, but every rank must force the
     /// same algorithm for the same collectives (as with `RCOMM_ALGO`). `auto` removes a force.
     pub fn with_algo(&self, op: &str, algo: &str) -> Result<Communicator> {
-        let parsed = rcomm_transport::config::parse_forced(&format!("{op}:{algo}"))
+        let parsed = rcomm_runtime::config::parse_forced(&format!("{op}:{algo}"))
             .map_err(|e| CommError::InvalidArg(e.to_string()))?;
         Ok(parsed
             .into_iter()
@@ -197,9 +197,9 @@ impl Communicator {
         };
         let choice = tuner::choose(&self.tuning(), &q, forced).map_err(CommError::InvalidArg)?;
         self.shared().coll.remember_choice(key, choice.algo);
-        let logging = rcomm_transport::config::global()
+        let logging = rcomm_runtime::config::global()
             .as_ref()
-            .is_ok_and(|c| c.logs(rcomm_transport::config::Level::Info, "COLL"));
+            .is_ok_and(|c| c.logs(rcomm_runtime::config::Level::Info, "COLL"));
         // Once per shape: a training loop repeats the same collectives millions of times.
         if logging
             && self
@@ -207,7 +207,7 @@ impl Communicator {
                 .coll
                 .first_choice(kind, self.size(), bytes, choice.algo)
         {
-            rcomm_transport::rlog!(
+            rcomm_runtime::rlog!(
                 Info,
                 "COLL",
                 "{op} of {bytes} B on {} ranks{}: {choice}",

@@ -49,7 +49,7 @@ impl Progress {
 
     fn run(&self, shared: Weak<Shared>) {
         let mut idle: u32 = 0;
-        let mut fds = rcomm_transport::os::PollSet::default();
+        let mut fds = rcomm_runtime::os::PollSet::default();
         loop {
             if self.stop.load(Ordering::Acquire) {
                 return;

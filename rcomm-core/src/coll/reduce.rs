@@ -183,12 +183,12 @@ impl Reducer {
         }
     }
 
-    /// Element type and reduction as the flight recorder's codes (`rcomm_transport::flight`
+    /// Element type and reduction as the flight recorder's codes (`rcomm_runtime::flight`
     /// lists the names in the kernels' enum order; a test checks it).
     pub(crate) fn codes(&self) -> (u8, u8) {
         match self {
             Reducer::Builtin(op, d) => (*d as u8 + 1, *op as u8 + 1),
-            Reducer::User { .. } => (0, rcomm_transport::flight::redop_code("user op")),
+            Reducer::User { .. } => (0, rcomm_runtime::flight::redop_code("user op")),
         }
     }
 

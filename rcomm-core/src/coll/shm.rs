@@ -59,10 +59,10 @@ use super::reduce::{Order, Reducer};
 use crate::comm::Communicator;
 use crate::{CommError, Result};
 use rcomm_kernels::{Element, Op};
-use rcomm_transport::algo::Algo;
+use rcomm_runtime::algo::Algo;
+use rcomm_runtime::rlog;
 use rcomm_transport::local::Segment;
 use rcomm_transport::mem::MemKind;
-use rcomm_transport::rlog;
 use rcomm_transport::window::WINDOW_BLOB;
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
@@ -350,7 +350,7 @@ impl<'a> Proto<'a> {
         if self.sleep {
             std::sync::atomic::fence(Ordering::SeqCst);
             if self.hdr(self.me).sleepers.0.load(Ordering::Relaxed) != 0 {
-                rcomm_transport::os::futex_wake(word);
+                rcomm_runtime::os::futex_wake(word);
             }
         }
     }
@@ -362,7 +362,7 @@ impl<'a> Proto<'a> {
         h.sleepers.0.fetch_add(1, Ordering::SeqCst);
         let seen = word.load(Ordering::SeqCst);
         if seen < target {
-            rcomm_transport::os::futex_wait(word, seen, self.sleep_max);
+            rcomm_runtime::os::futex_wait(word, seen, self.sleep_max);
         }
         h.sleepers.0.fetch_sub(1, Ordering::SeqCst);
     }

@@ -16,7 +16,7 @@ use crate::p2p::matcher::{Source, TagSel};
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
 use rcomm_kernels::{Dtype, Op};
-use rcomm_transport::algo::{Algo, Coll};
+use rcomm_runtime::algo::{Algo, Coll};
 use rcomm_transport::caps::Ops;
 use rcomm_transport::net::Net;
 use rcomm_transport::sim::SimConfig;

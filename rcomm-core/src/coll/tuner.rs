@@ -34,9 +34,9 @@ use crate::comm::{Communicator, Tag};
 use crate::p2p::matcher::{Source, TagSel};
 use crate::p2p::region::Region;
 use crate::{CommError, Result};
-use rcomm_transport::algo::{Algo, Coll};
-use rcomm_transport::config::TuneMode;
-use rcomm_transport::rlog;
+use rcomm_runtime::algo::{Algo, Coll};
+use rcomm_runtime::config::TuneMode;
+use rcomm_runtime::rlog;
 use std::fmt;
 use std::time::Instant;
 
@@ -1222,9 +1222,9 @@ fn measure_on(world: &Communicator, mode: TuneMode, probe_single_copy: bool) -> 
 /// With `RCOMM_DEBUG=INFO RCOMM_DEBUG_SUBSYS=COLL`, what the model picks for the world across
 /// sizes: a quick check of the measured constants' effect.
 fn log_choices(t: &Tuning, n: u32, inter_node: bool, one_node: bool) {
-    let on = rcomm_transport::config::global()
+    let on = rcomm_runtime::config::global()
         .as_ref()
-        .is_ok_and(|c| c.logs(rcomm_transport::config::Level::Info, "COLL"));
+        .is_ok_and(|c| c.logs(rcomm_runtime::config::Level::Info, "COLL"));
     if !on {
         return;
     }

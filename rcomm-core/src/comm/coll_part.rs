@@ -11,7 +11,7 @@ pub(crate) use windows::{NodeShm, WindowState};
 
 use crate::coll_state::ChoiceMemo;
 use crate::{CommError, Result};
-use rcomm_transport::algo::{Algo, Coll, Forced};
+use rcomm_runtime::algo::{Algo, Coll, Forced};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -154,7 +154,7 @@ impl Collectives<'_> {
                 .find(|(o, _)| *o == coll)
                 .map(|(_, a)| *a)
         });
-        Ok(forced.map(rcomm_transport::algo::forced_name))
+        Ok(forced.map(rcomm_runtime::algo::forced_name))
     }
 
     /// Whether the hierarchical collectives' levels (a node communicator and a cross-node one)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub(crate) struct Members {
     pub(crate) world: Vec<u32>,
-    pub(crate) local: rcomm_transport::fastmap::FastMap<u32, u32>,
+    pub(crate) local: rcomm_runtime::fastmap::FastMap<u32, u32>,
 }
 
 impl Members {

@@ -27,8 +27,8 @@ use crate::coll::tuner::{self, DevLink};
 use crate::gpu::{DevRef, DeviceMem, DeviceMemMut, Stream, backend, check_range, dev_err};
 use crate::{CommError, Communicator, Element, Op, Result};
 use bytemuck::Pod;
-use rcomm_transport::algo::{Algo, Coll};
-use rcomm_transport::config::P2pLevel;
+use rcomm_runtime::algo::{Algo, Coll};
+use rcomm_runtime::config::P2pLevel;
 
 /// What the executor runs: the schedule, its name for the record, its op.
 struct Exec {
@@ -90,7 +90,7 @@ impl Communicator {
             .map_or([0u8; 16], |d| d.uuid);
         let mut all = vec![0u8; 16 * self.size() as usize];
         self.allgather(&uuid, &mut all)?;
-        let level = rcomm_transport::config::p2p_level();
+        let level = rcomm_runtime::config::p2p_level();
         let same = all.chunks(16).all(|u| u == uuid);
         let link =
             if !self.on_one_node() || level == P2pLevel::Off || (!same && level == P2pLevel::Loc) {
@@ -102,7 +102,7 @@ impl Communicator {
                 DevLink::Pcie
             };
         self.device_part().set_link(link);
-        rcomm_transport::rlog!(
+        rcomm_runtime::rlog!(
             Info,
             "COLL",
             "device collectives on {}: {} ranks, link class {}",

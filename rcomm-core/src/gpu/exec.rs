@@ -402,9 +402,9 @@ fn precompiled_ptx(arch: &str) -> Option<std::sync::Arc<str>> {
         .unwrap_or_else(|e| e.into_inner());
     m.entry(arch.to_string())
         .or_insert_with(|| {
-            let dir = rcomm_transport::config::ptx_dir()?;
+            let dir = rcomm_runtime::config::ptx_dir()?;
             let text = std::fs::read_to_string(dir.join(ptx_file(arch))).ok()?;
-            rcomm_transport::rlog!(
+            rcomm_runtime::rlog!(
                 Info,
                 "COLL",
                 "device kernels for {arch} from {}",

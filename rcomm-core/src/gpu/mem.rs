@@ -171,7 +171,7 @@ pub use cudarc_impls::stream_of;
 /// This process's rank in its world as the launcher gave it (0 when started alone), for
 /// errors of calls that have no communicator.
 pub(super) fn launch_rank() -> u32 {
-    rcomm_transport::config::global()
+    rcomm_runtime::config::global()
         .as_ref()
         .ok()
         .and_then(|c| c.launch.as_ref())

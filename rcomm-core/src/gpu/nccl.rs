@@ -33,7 +33,7 @@ use super::mem::{Stream, backend, dev_err};
 use crate::attr::{AttrCopy, Keyval};
 use crate::{CommError, Communicator, Result, fr};
 use rcomm_kernels::{Dtype, Op};
-use rcomm_transport::os::dl_error;
+use rcomm_runtime::os::dl_error;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -198,7 +198,7 @@ fn unusable(op: &'static str, rank: u32, why: &str) -> CommError {
 /// whether NCCL loads: the calls report that, so that a misconfigured job fails instead of
 /// silently running something else.
 pub(crate) fn nccl_enabled() -> bool {
-    rcomm_transport::config::gpu_backend() == rcomm_transport::config::GpuBackend::Nccl
+    rcomm_runtime::config::gpu_backend() == rcomm_runtime::config::GpuBackend::Nccl
 }
 
 fn nccl_type(d: Dtype) -> Option<c_int> {
@@ -428,7 +428,7 @@ impl Communicator {
             lib,
         });
         self.set_attr(comm_key(), c.clone());
-        rcomm_transport::rlog!(
+        rcomm_runtime::rlog!(
             Info,
             "COLL",
             "NCCL {} communicator of {} ranks on comm {} (device {device})",
@@ -754,7 +754,7 @@ mod tests {
         if lib().is_ok() {
             return; // A machine with NCCL: nothing to check here (scripts/gpu-check.sh).
         }
-        let cfg = rcomm_transport::config::Config::from_map(&Default::default()).unwrap();
+        let cfg = rcomm_runtime::config::Config::from_map(&Default::default()).unwrap();
         let w = crate::world::init_for_test(&cfg);
         let s = Stream { device: 0, raw: 0 };
         type Call<'a> = (&'static str, Box<dyn Fn() -> Result<()> + 'a>);
@@ -842,7 +842,7 @@ mod tests {
             assert!(!nccl_enabled());
         }
         let env = [("RCOMM_GPU_BACKEND".to_string(), "nccl".to_string())].into();
-        let c = rcomm_transport::config::Config::from_map(&env).unwrap();
-        assert_eq!(c.gpu_backend, rcomm_transport::config::GpuBackend::Nccl);
+        let c = rcomm_runtime::config::Config::from_map(&env).unwrap();
+        assert_eq!(c.gpu_backend, rcomm_runtime::config::GpuBackend::Nccl);
     }
 }

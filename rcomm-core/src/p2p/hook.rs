@@ -3,7 +3,7 @@
 //! send. The engine knows only this trait, so `p2p` depends on nothing above it; the hook is
 //! off the hot path (a message without a signature never reaches it).
 
-use rcomm_transport::wire::Header;
+use rcomm_runtime::wire::Header;
 
 /// What a collective's messages carry in their headers for checked mode (all zero when
 /// unchecked).

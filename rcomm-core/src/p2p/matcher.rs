@@ -17,8 +17,8 @@
 //! wait. An eager message matching a posted receive is therefore copied once, straight from the
 //! transport's slot into the user's buffer.
 
-use rcomm_transport::dense::DenseMap;
-use rcomm_transport::fastmap::FastMap;
+use rcomm_runtime::dense::DenseMap;
+use rcomm_runtime::fastmap::FastMap;
 use std::collections::{BTreeMap, VecDeque};
 
 /// Which sources a receive accepts.

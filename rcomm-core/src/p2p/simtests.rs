@@ -605,7 +605,7 @@ fn a_receiver_lost_mid_transfer_fails_the_send() {
 #[test]
 fn a_header_naming_a_context_no_communicator_can_have_is_dropped() {
     use super::engine::MAX_CTX;
-    use rcomm_transport::wire::{Header, ProtoKind};
+    use rcomm_runtime::wire::{Header, ProtoKind};
     let mut cl = Cluster::new(cfg(2, Ops::GET, 0, 6));
     let forged = |context: u32, tag: i32| Header {
         context,
@@ -1104,7 +1104,7 @@ fn cancels_under_reordering_take_back_exactly_what_they_report_and_keep_mpi_orde
 #[test]
 fn forged_or_stray_cancel_messages_change_nothing() {
     use super::engine::{CANCEL_WITHDRAWN, CTL_CANCEL, CTL_CANCEL_REPLY, CancelSend, MAX_CTX};
-    use rcomm_transport::wire::{Header, ProtoKind};
+    use rcomm_runtime::wire::{Header, ProtoKind};
     let ctl = Header {
         context: 0,
         source: 2,

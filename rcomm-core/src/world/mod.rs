@@ -8,16 +8,14 @@ use crate::coll::check::CheckedEngine;
 use crate::comm::{Communicator, Shared, WaitPolicy};
 use crate::p2p::engine::{Engine, ProtoConfig};
 use crate::{CommError, Result};
-use rcomm_transport::auth::Secret;
-use rcomm_transport::bootstrap::kvs::{NoticeBoard, Notices};
-use rcomm_transport::bootstrap::{
-    self, Bootstrap, KvsClient, PmiClient, Singleton, StoreBootstrap,
-};
-use rcomm_transport::config::{self, Config};
-use rcomm_transport::identity::{self, PeerInfo};
-use rcomm_transport::rlog;
+use rcomm_runtime::auth::Secret;
+use rcomm_runtime::bootstrap::kvs::{NoticeBoard, Notices};
+use rcomm_runtime::bootstrap::{self, Bootstrap, KvsClient, PmiClient, Singleton, StoreBootstrap};
+use rcomm_runtime::config::{self, Config};
+use rcomm_runtime::identity::{self, PeerInfo};
+use rcomm_runtime::rlog;
+use rcomm_runtime::wire::AddrRecord;
 use rcomm_transport::setup::{Listening, SetupError};
-use rcomm_transport::wire::AddrRecord;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -243,7 +241,7 @@ pub(crate) fn build(
         engine.check_enable();
     }
     let sharing = sharing_cpus(&infos, rank as usize);
-    let policy = WaitPolicy::for_sharing(sharing, rcomm_transport::os::job_cpus());
+    let policy = WaitPolicy::for_sharing(sharing, rcomm_runtime::os::job_cpus());
     let node_of: Arc<[u32]> = infos
         .iter()
         .map(|p| infos.iter().position(|q| q.same_node(p)).unwrap_or(0) as u32)
@@ -345,13 +343,9 @@ fn exchange_secret(boot: &mut dyn Bootstrap) -> Result<Secret> {
     }
     boot.fence()?;
     let raw = boot.get(0, SECRET_KEY)?;
-    let bytes: [u8; rcomm_transport::auth::SECRET_LEN] =
-        raw.as_slice().try_into().map_err(|_| {
-            bootstrap::BootstrapError::Env(format!(
-                "rank 0 published a {}-byte job secret",
-                raw.len()
-            ))
-        })?;
+    let bytes: [u8; rcomm_runtime::auth::SECRET_LEN] = raw.as_slice().try_into().map_err(|_| {
+        bootstrap::BootstrapError::Env(format!("rank 0 published a {}-byte job secret", raw.len()))
+    })?;
     Ok(Secret::from_bytes(bytes))
 }
 

@@ -23,10 +23,10 @@
 use super::World;
 use crate::comm::Communicator;
 use crate::{CommError, Result};
-use rcomm_transport::auth::{SECRET_LEN, Secret};
-use rcomm_transport::bootstrap::{KvsClient, KvsServer};
-use rcomm_transport::config::{Config, LAUNCHER_VARS, LaunchEnv, ParentEnv};
-use rcomm_transport::rlog;
+use rcomm_runtime::auth::{SECRET_LEN, Secret};
+use rcomm_runtime::bootstrap::{KvsClient, KvsServer};
+use rcomm_runtime::config::{Config, LAUNCHER_VARS, LaunchEnv, ParentEnv};
+use rcomm_runtime::rlog;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -182,7 +182,7 @@ struct Spawned {
     children: Mutex<Vec<Child>>,
     stores: Mutex<[KvsServer; 2]>,
     /// The joint store's events: which children have connected to it.
-    joined: Mutex<std::sync::mpsc::Receiver<rcomm_transport::bootstrap::server::KvsEvent>>,
+    joined: Mutex<std::sync::mpsc::Receiver<rcomm_runtime::bootstrap::server::KvsEvent>>,
     parents: u32,
     finalizing: std::sync::atomic::AtomicBool,
 }
@@ -200,7 +200,7 @@ impl Spawned {
     /// stores, so a join or fence waiting for it fails at once instead of at the bootstrap
     /// timeout. (A child that joined and then vanished is caught by the stores themselves.)
     fn watch(self: Arc<Self>) {
-        use rcomm_transport::bootstrap::server::KvsEvent;
+        use rcomm_runtime::bootstrap::server::KvsEvent;
         use std::sync::atomic::Ordering;
         let n = self.children.lock().map(|c| c.len()).unwrap_or(0);
         let (mut reported, mut joined) = (vec![false; n], vec![false; n]);
@@ -271,7 +271,7 @@ impl Communicator {
                 size: self.size(),
             });
         }
-        let cfg = rcomm_transport::config::global()
+        let cfg = rcomm_runtime::config::global()
             .as_ref()
             .map_err(|e| CommError::Config(e.clone()))?;
         // The root's news, as bytes: 0 and a reason, or 1, the children, the joint store's
@@ -330,7 +330,7 @@ impl World {
     /// In a spawned process: which command of the spawn it runs (`MPI_APPNUM`); `None` in a
     /// process `rcomm-run` started.
     pub fn appnum(&self) -> Option<u32> {
-        let cfg = rcomm_transport::config::global().as_ref().ok()?;
+        let cfg = rcomm_runtime::config::global().as_ref().ok()?;
         cfg.parent.as_ref().map(|p| p.appnum)
     }
 }
@@ -422,7 +422,7 @@ fn start_children(
         .take_events()
         .ok_or("the joint store's events are taken")?;
     let memfd = |s: &Secret| {
-        rcomm_transport::os::sealed_memfd("rcomm-spawn-secret", s.as_bytes(), false)
+        rcomm_runtime::os::sealed_memfd("rcomm-spawn-secret", s.as_bytes(), false)
             .map_err(|e| format!("memfd for a child's secret: {e}"))
     };
     let (own_fd, joint_fd) = (memfd(&own_secret)?, memfd(&joint_secret)?);
@@ -585,7 +585,7 @@ pub(crate) fn finalize() {
         }
     }
     drop(worlds);
-    let limit = rcomm_transport::config::global()
+    let limit = rcomm_runtime::config::global()
         .as_ref()
         .ok()
         .and_then(|c| c.coll_timeout)

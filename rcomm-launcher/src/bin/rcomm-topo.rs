@@ -5,9 +5,9 @@
 
 use clap::Parser;
 use rcomm_launcher::topo_report;
+use rcomm_runtime::topo::Topology;
 use rcomm_transport::ib::LinkLayer;
 use rcomm_transport::ib::sysfs::{self, HcaInfo};
-use rcomm_transport::topo::Topology;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -46,7 +46,7 @@ fn after_help() -> String {
 }
 
 fn load(a: &Args) -> Result<Topology, String> {
-    use rcomm_transport::topo;
+    use rcomm_runtime::topo;
     if let Some(f) = &a.file {
         return Topology::load(f).map_err(|e| e.to_string());
     }
@@ -61,7 +61,7 @@ fn load(a: &Args) -> Result<Topology, String> {
 
 fn main() -> ExitCode {
     let a = Args::parse();
-    let launch = match rcomm_transport::config::global() {
+    let launch = match rcomm_runtime::config::global() {
         Ok(c) => c.launch.as_ref().map(|l| l.local_rank),
         Err(e) => {
             eprintln!("rcomm-topo: {e}");
@@ -85,7 +85,7 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     let prefix = if launch.is_some() {
-        format!("{}: ", rcomm_transport::identity::hostname())
+        format!("{}: ", rcomm_runtime::identity::hostname())
     } else {
         String::new()
     };
@@ -111,7 +111,7 @@ fn main() -> ExitCode {
             v["rdma"] = rdma_json(found);
         }
         if launch.is_some() {
-            v["reported_by"] = rcomm_transport::identity::hostname().into();
+            v["reported_by"] = rcomm_runtime::identity::hostname().into();
         }
         println!("{prefix}{v}");
     } else {

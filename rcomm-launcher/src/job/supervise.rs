@@ -23,7 +23,7 @@ impl Supervisor {
         if self.multi {
             self.hosts[self.ranks[i].host].name.clone()
         } else {
-            rcomm_transport::identity::hostname()
+            rcomm_runtime::identity::hostname()
         }
     }
 
@@ -166,7 +166,7 @@ impl Supervisor {
                     say(format_args!(
                         "host {}: lost the connection to its rcomm-run daemon ({why}); its ranks {} are lost",
                         self.hosts[h].name,
-                        rcomm_transport::identity::rank_list(
+                        rcomm_runtime::identity::rank_list(
                             &lost.iter().map(|&i| i as u32).collect::<Vec<_>>()
                         )
                     ));
@@ -372,7 +372,7 @@ impl Supervisor {
                 say(format_args!(
                     "{running} rank{} still running; sending {}",
                     if running == 1 { "" } else { "s" },
-                    rcomm_transport::os::signal_name(sig)
+                    rcomm_runtime::os::signal_name(sig)
                 ));
                 stop.next_at = Instant::now()
                     + if sig == libc::SIGKILL {
@@ -434,7 +434,7 @@ impl Supervisor {
     /// A rank's flight recorder: an answer to the collection `id`, or (`id` 0) sent by a rank
     /// whose watchdog fired, which starts a report unless one was just printed.
     fn on_dump(&mut self, rank: u32, id: u64, why: String, dump: Vec<u8>) {
-        let decoded = rcomm_transport::wire::FlightDump::decode(&dump)
+        let decoded = rcomm_runtime::wire::FlightDump::decode(&dump)
             .map_err(|e| format!("its flight recorder is unreadable: {e}"));
         if id == 0 {
             let recent = self.last_report.is_some_and(|t| t.elapsed() < REPORT_QUIET);
@@ -503,7 +503,7 @@ impl Supervisor {
     }
 
     fn on_signal(&mut self, sig: i32) {
-        let name = rcomm_transport::os::signal_name(sig);
+        let name = rcomm_runtime::os::signal_name(sig);
         if sig == signals::REPORT {
             // Not forwarded: a rank's default action for SIGUSR1 is to die.
             self.start_report(format!("{name} to rcomm-run"));
@@ -520,7 +520,7 @@ impl Supervisor {
             let again = if first == sig {
                 "again".to_string()
             } else {
-                format!("after {}", rcomm_transport::os::signal_name(first))
+                format!("after {}", rcomm_runtime::os::signal_name(first))
             };
             say(format_args!("received {name} {again}; killing every rank"));
             self.signalled = true;

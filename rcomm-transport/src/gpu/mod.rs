@@ -183,7 +183,7 @@ static GPU: OnceLock<Result<Gpu, GpuError>> = OnceLock::new();
 /// CUDA driver if one loads and has a device. The error says why there is none.
 pub fn gpu() -> Result<&'static Gpu, GpuError> {
     GPU.get_or_init(|| {
-        if crate::config::gpu_standin() {
+        if rcomm_runtime::config::gpu_standin() {
             Ok(Gpu::StandIn(standin::StandIn::new()))
         } else {
             driver::Driver::load().map(Gpu::Cuda)

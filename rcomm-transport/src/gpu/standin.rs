@@ -7,8 +7,8 @@
 //! machines without a GPU (`RCOMM_GPU_STANDIN=1`, CI, in-process tests).
 use super::cache::{ExportCache, ImportCache, KeyParts, decode_key, encode_key};
 use super::*;
-use crate::config::P2pLevel;
 use crate::mem::RKey;
+use rcomm_runtime::config::P2pLevel;
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -87,7 +87,7 @@ impl StandIn {
         st.streams.insert(0, VecDeque::new());
         Self {
             state: Box::new(Mutex::new(st)),
-            p2p: Mutex::new(crate::config::p2p_level()),
+            p2p: Mutex::new(rcomm_runtime::config::p2p_level()),
             pid: std::process::id(),
         }
     }
@@ -266,7 +266,7 @@ impl StandIn {
             Box::new(move || {
                 // A range gone when the queue runs is a bug in the caller; report, skip.
                 if let Err(e) = me.copy_dtod(dst, src, len) {
-                    crate::rlog!(Warn, "NET", "stand-in stream copy skipped: {e}");
+                    rcomm_runtime::rlog!(Warn, "NET", "stand-in stream copy skipped: {e}");
                 }
             }),
         )
@@ -333,7 +333,7 @@ impl StandIn {
             st.stats.import_evictions += (stale.len() + full.len()) as u64;
             st.stats.imports += 1;
             if st.logged.insert(peer) {
-                crate::rlog!(
+                rcomm_runtime::rlog!(
                     Info,
                     "NET",
                     "device memory from rank {peer}: stand-in IPC (host memory, not a GPU), same GPU (GPU 0000:00:00.0)"

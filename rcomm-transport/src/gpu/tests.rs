@@ -2,7 +2,7 @@
 //! where none does, that loading it is an error, not a panic).
 use super::standin::StandIn;
 use super::*;
-use crate::config::P2pLevel;
+use rcomm_runtime::config::P2pLevel;
 use std::sync::{Arc, Mutex};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {

@@ -4,7 +4,7 @@ use crate::caps::{Caps, Features, Kinds, Ops};
 use crate::error::TransportError;
 use crate::mem::{MemRef, RKey};
 use crate::transport::{ConnectCx, Counters, Deliver, ListenCx, ListenError, Transport, Tx};
-use crate::wire::{AddrRecord, Header};
+use rcomm_runtime::wire::{AddrRecord, Header};
 
 use super::{IbNet, blob_of, can_connect, conn, setup};
 
@@ -135,7 +135,7 @@ impl Transport for IbNet {
         IbNet::progress(self, budget, out)
     }
 
-    fn wait_fds(&self, set: &mut crate::os::PollSet) {
+    fn wait_fds(&self, set: &mut rcomm_runtime::os::PollSet) {
         IbNet::wait_fds(self, set)
     }
 

@@ -41,7 +41,7 @@ use crate::caps::{Caps, Kinds, Ops};
 use crate::error::TransportError;
 use crate::mem::{MemRef, RKey};
 use crate::transport::{Counters, Deliver, Incoming, Transport, Tx};
-use crate::wire::Header;
+use rcomm_runtime::wire::Header;
 use std::collections::{HashMap, VecDeque};
 
 /// Settings of one endpoint (from `RCOMM_IB_*`, or a test).
@@ -99,7 +99,7 @@ impl Default for IbParams {
 
 impl IbParams {
     /// From the parsed environment.
-    pub fn from_settings(s: &crate::config::IbSettings) -> Self {
+    pub fn from_settings(s: &rcomm_runtime::config::IbSettings) -> Self {
         Self {
             qps: s.qps_per_connection.clamp(1, 16) as u8,
             timeout: s.timeout,
@@ -1198,7 +1198,7 @@ impl<V: Verbs> IbEndpoint<V> {
                 .try_fold(0, |n, r| Ok(n + self.v.poll_cq(r.cq, 64, &mut got)?));
             match polled {
                 Ok(0) if std::time::Instant::now() > deadline => {
-                    crate::rlog!(
+                    rcomm_runtime::rlog!(
                         Warn,
                         "NET",
                         "ib: an RDMA operation with rank {peer} did not flush within 10 s"
@@ -1254,7 +1254,7 @@ impl<V: Verbs> IbEndpoint<V> {
         if pe.lost.is_some() {
             return;
         }
-        crate::rlog!(Info, "NET", "ib: rank {peer} lost: {why}");
+        rcomm_runtime::rlog!(Info, "NET", "ib: rank {peer} lost: {why}");
         pe.lost = Some(why.clone());
         for &qp in &pe.qps {
             let _ = self.v.modify_qp(qp, &QpModify::Err);
@@ -1584,13 +1584,13 @@ impl<V: Verbs> IbEndpoint<V> {
         self.events_due.set(true);
         for r in &self.rails {
             if let Err(e) = self.v.arm_cq(r.cq) {
-                crate::rlog!(Warn, "NET", "ib: cannot arm the CQ on {}: {e}", r.dev);
+                rcomm_runtime::rlog!(Warn, "NET", "ib: cannot arm the CQ on {}: {e}", r.dev);
             }
         }
     }
 
     /// The completion channels' and the async events' descriptors, for a sleeping rank.
-    pub fn wait_fds(&self, set: &mut crate::os::PollSet) {
+    pub fn wait_fds(&self, set: &mut rcomm_runtime::os::PollSet) {
         for r in &self.rails {
             for fd in self.v.event_fds(r.ctx, r.cq).into_iter().flatten() {
                 set.read(fd);

@@ -42,7 +42,7 @@
 //! looked up and the calls through them change together when `verbs.h` does, and `abi_layout`
 //! checks them as one.
 
-use crate::os::dl_error;
+use rcomm_runtime::os::dl_error;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -1134,7 +1134,7 @@ impl Verbs for LibVerbs {
                 };
                 match attr {
                     Ok(a) => out.push(a),
-                    Err(e) => crate::rlog!(Warn, "NET", "RDMA device {name} skipped: {e}"),
+                    Err(e) => rcomm_runtime::rlog!(Warn, "NET", "RDMA device {name} skipped: {e}"),
                 }
             }
             Ok(out)
@@ -1157,7 +1157,7 @@ impl Verbs for LibVerbs {
         })?;
         // `get_async_event` must never block: the async fd goes non-blocking now.
         // SAFETY: `async_fd` is a field of the context just opened.
-        if let Err(e) = crate::os::set_nonblocking(unsafe { (*ptr).async_fd }) {
+        if let Err(e) = rcomm_runtime::os::set_nonblocking(unsafe { (*ptr).async_fd }) {
             let e = e.raw_os_error().unwrap_or(libc::EIO);
             self.close_ctx(ptr);
             return Err(verbs_error(
@@ -1423,7 +1423,7 @@ impl Verbs for LibVerbs {
             ));
         }
         // SAFETY: `fd` is a field of the channel just created.
-        if let Err(e) = crate::os::set_nonblocking(unsafe { (*channel).fd }) {
+        if let Err(e) = rcomm_runtime::os::set_nonblocking(unsafe { (*channel).fd }) {
             let e = e.raw_os_error().unwrap_or(libc::EIO);
             // SAFETY: the channel just created, no CQ on it.
             unsafe { (self.fns.destroy_comp_channel)(channel) };

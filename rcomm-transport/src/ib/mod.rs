@@ -23,7 +23,10 @@ pub use any::{AnyVerbs, IbNet};
 
 /// Whether `ib` reaches between the ranks of two address records (the transport table's
 /// `canConnect`): both published an `ib` blob, and their ports are on one fabric.
-pub fn can_connect(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> bool {
+pub fn can_connect(
+    a: &rcomm_runtime::wire::AddrRecord,
+    b: &rcomm_runtime::wire::AddrRecord,
+) -> bool {
     match (blob_of(a), blob_of(b)) {
         (Some(x), Some(y)) => x.same_fabric(&y),
         _ => false,
@@ -31,9 +34,9 @@ pub fn can_connect(a: &crate::wire::AddrRecord, b: &crate::wire::AddrRecord) -> 
 }
 
 /// The `ib` blob a record carries, if any (and if it decodes).
-pub fn blob_of(r: &crate::wire::AddrRecord) -> Option<conn::ConnBlob> {
+pub fn blob_of(r: &rcomm_runtime::wire::AddrRecord) -> Option<conn::ConnBlob> {
     r.endpoints.iter().find_map(|e| match e {
-        crate::wire::EndpointAddr::Other { kind, data } if *kind == conn::ENDPOINT_KIND => {
+        rcomm_runtime::wire::EndpointAddr::Other { kind, data } if *kind == conn::ENDPOINT_KIND => {
             conn::ConnBlob::decode(data).ok()
         }
         _ => None,

@@ -8,8 +8,8 @@
 
 use super::any::IbNet;
 use super::verbs::{PortState, Verbs};
-use crate::config::{Config, TransportChoice};
-use crate::ifaddr::IfSpec;
+use rcomm_runtime::config::{Config, TransportChoice};
+use rcomm_runtime::ifaddr::IfSpec;
 
 /// The rails (device, port) a rank uses: among the devices `v` lists that pass `filter`
 /// (`RCOMM_IB_HCA`), `preferred` first (the topology's nearest HCA), then in listing order,
@@ -29,7 +29,7 @@ pub fn choose_ports<V: Verbs>(
     let mut names: Vec<&str> = devs
         .iter()
         .map(|d| d.name.as_str())
-        .filter(|n| filter.is_none_or(|f| crate::topo::choose::hca_matches(f, n)))
+        .filter(|n| filter.is_none_or(|f| rcomm_runtime::topo::choose::hca_matches(f, n)))
         .collect();
     if names.is_empty() {
         return Err(format!(
@@ -80,9 +80,12 @@ pub fn choose_ports<V: Verbs>(
 
 /// Whether GPUDirect RDMA may run over a GPU–HCA path of class `class` under
 /// `RCOMM_NET_GDR_LEVEL` = `level` (as NCCL_NET_GDR_LEVEL; `LOC` means never).
-pub fn gdr_within(level: crate::config::P2pLevel, class: crate::topo::path::PathClass) -> bool {
-    use crate::config::P2pLevel as L;
-    use crate::topo::path::PathClass as C;
+pub fn gdr_within(
+    level: rcomm_runtime::config::P2pLevel,
+    class: rcomm_runtime::topo::path::PathClass,
+) -> bool {
+    use rcomm_runtime::config::P2pLevel as L;
+    use rcomm_runtime::topo::path::PathClass as C;
     let c = match class {
         C::X | C::Nv(_) => 0,
         C::Pix => 1,
@@ -125,7 +128,7 @@ pub fn open_for_rank(
         if forced {
             Err(why)
         } else {
-            crate::rlog!(Info, "NET", "ib not used ({why}); TCP between nodes");
+            rcomm_runtime::rlog!(Info, "NET", "ib not used ({why}); TCP between nodes");
             Ok(None)
         }
     };
@@ -160,7 +163,7 @@ fn open_lib(
         Ok(l) => super::any::AnyVerbs::Lib(l),
         Err(e) => return skip(e.to_string()),
     };
-    let choice = crate::topo::choose::for_this_process(cfg, local_rank).map(|(_, c)| c);
+    let choice = rcomm_runtime::topo::choose::for_this_process(cfg, local_rank).map(|(_, c)| c);
     let preferred = choice
         .as_ref()
         .and_then(|c| c.hca.as_ref())
@@ -186,7 +189,7 @@ fn open_lib(
     };
     match IbEndpoint::open(v, &devs, rank, size, params) {
         Ok(ep) => {
-            crate::rlog!(
+            rcomm_runtime::rlog!(
                 Info,
                 "NET",
                 "ib: rank {rank} uses {}; device memory {}",
@@ -258,8 +261,8 @@ mod tests {
 
     #[test]
     fn gpudirect_follows_the_gdr_level_as_nccl() {
-        use crate::config::P2pLevel as L;
-        use crate::topo::path::PathClass as C;
+        use rcomm_runtime::config::P2pLevel as L;
+        use rcomm_runtime::topo::path::PathClass as C;
         assert!(gdr_within(L::Pxb, C::Pix) && gdr_within(L::Pxb, C::Pxb));
         assert!(!gdr_within(L::Pxb, C::Phb) && !gdr_within(L::Pxb, C::Sys));
         assert!(gdr_within(L::Sys, C::Sys) && gdr_within(L::Phb, C::Phb));

@@ -10,7 +10,7 @@
 //! naming it.
 
 use super::verbs::{GidEntry, GidType, LinkLayer, LinkSpeed, Mtu, PortState};
-use crate::topo::TopoError;
+use rcomm_runtime::topo::TopoError;
 use std::path::{Path, PathBuf};
 
 /// One port as sysfs shows it.

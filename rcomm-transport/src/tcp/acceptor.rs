@@ -1,10 +1,10 @@
 //! The listening side: accepts, authenticates and hands over incoming streams.
 
 use super::{AUTH_PURPOSE, HELLO_TIMEOUT, Hello, MAX_STREAMS, TcpConfig, hello_kind, sys, tune};
-use crate::auth::{self, Secret};
 use crate::error::TransportError;
 use crate::local::Doorbell;
-use crate::wire::{self, MAX_TEXT_LEN};
+use rcomm_runtime::auth::{self, Secret};
+use rcomm_runtime::wire::{self, MAX_TEXT_LEN};
 use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -220,7 +220,7 @@ fn accept_loop(listener: TcpListener, sh: Arc<Shared>, p: Arc<Params>) {
                     .spawn(move || handshake(s, from, &params, slot));
                 if let Err(e) = spawned {
                     // The closure (and with it the slot and the stream) was dropped.
-                    crate::rlog!(
+                    rcomm_runtime::rlog!(
                         Warn,
                         "NET",
                         "tcp listener {}: cannot start a handshake thread for {from}: {e}",
@@ -241,7 +241,7 @@ fn accept_loop(listener: TcpListener, sh: Arc<Shared>, p: Arc<Params>) {
             Err(e) => {
                 // Out of descriptors or memory: the listener stays readable, so pause rather
                 // than spin, and keep serving once resources come back.
-                crate::rlog!(
+                rcomm_runtime::rlog!(
                     Warn,
                     "NET",
                     "tcp listener {}: accept failed: {e} (too many open files?)",
@@ -264,7 +264,7 @@ fn handshake(s: TcpStream, from: SocketAddr, p: &Params, slot: HandshakeSlot) {
             let _ = sh.bell.ring();
         }
         Ok(_) => {} // the acceptor is gone; dropping the stream closes it
-        Err(why) => crate::rlog!(
+        Err(why) => rcomm_runtime::rlog!(
             Warn,
             "NET",
             "tcp listener {} (rank {}): refused a connection from {from}: {why}",

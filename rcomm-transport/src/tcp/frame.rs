@@ -1,7 +1,7 @@
 //! The data-frame format and the receive buffer that cuts a byte stream into frames.
 
 use super::FRAME_HEADER_LEN;
-use crate::wire::{Header, WireError};
+use rcomm_runtime::wire::{Header, WireError};
 use std::ops::Range;
 
 /// Frames at least this large are read into the buffer only up to their end, so the next frame
@@ -176,7 +176,7 @@ impl FrameBuf {
             return None;
         }
         let hdr = Header::decode(&self.buf[self.start..self.start + Header::LEN]).ok()?;
-        if hdr.kind != crate::wire::ProtoKind::Data {
+        if hdr.kind != rcomm_runtime::wire::ProtoKind::Data {
             return None;
         }
         self.start = self.end;
@@ -224,7 +224,7 @@ pub(crate) fn fuzz_frames(data: &[u8]) {
                 Ok(Some((h, r))) => {
                     assert!(r.len() <= max, "frame over the limit");
                     assert_eq!(Header::decode(&h.encode()), Ok(h));
-                    if h.kind == crate::wire::ProtoKind::Data {
+                    if h.kind == rcomm_runtime::wire::ProtoKind::Data {
                         let _ = decode_chunk_prefix(fb.bytes(r));
                     }
                 }
@@ -233,7 +233,7 @@ pub(crate) fn fuzz_frames(data: &[u8]) {
             }
         }
         if in_place && let Some((h, len, r)) = fb.take_partial_data(CHUNK_PREFIX) {
-            assert_eq!(h.kind, crate::wire::ProtoKind::Data);
+            assert_eq!(h.kind, rcomm_runtime::wire::ProtoKind::Data);
             assert!(len <= max && r.len() >= CHUNK_PREFIX && r.len() < len);
             assert!(decode_chunk_prefix(fb.bytes(r.clone())).is_some());
             // The receiver reads the rest of this payload past the buffer.
@@ -262,8 +262,8 @@ pub(crate) fn fuzz_frames(data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::ProtoKind;
     use proptest::prelude::*;
+    use rcomm_runtime::wire::ProtoKind;
 
     fn hdr(seq: u32, kind: ProtoKind) -> Header {
         Header {

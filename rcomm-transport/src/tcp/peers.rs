@@ -4,12 +4,12 @@
 use super::{
     CHUNK_PREFIX, TcpAcceptor, TcpConfig, TcpReceiver, TcpSender, TcpSink, decode_chunk_prefix,
 };
-use crate::auth::Secret;
 use crate::error::TransportError;
-use crate::fastmap::FastMap;
-use crate::os::PollSet;
 use crate::transport::{Counters, Deliver, Incoming};
-use crate::wire::{Header, ProtoKind};
+use rcomm_runtime::auth::Secret;
+use rcomm_runtime::fastmap::FastMap;
+use rcomm_runtime::os::PollSet;
+use rcomm_runtime::wire::{Header, ProtoKind};
 
 /// Every TCP connection of one process.
 pub struct TcpNet {
@@ -123,7 +123,7 @@ impl TcpNet {
                     why: "the peer published no TCP address".into(),
                 })?;
             let s = TcpSender::connect(&addr, self.me, peer, &self.secret, &self.cfg)?;
-            crate::rlog!(Info, "NET", "connected to rank {peer} over TCP at {addr}");
+            rcomm_runtime::rlog!(Info, "NET", "connected to rank {peer} over TCP at {addr}");
             self.tx.insert(peer, s);
         }
         Ok(self.tx.get_mut(&peer).expect("inserted"))
@@ -186,7 +186,7 @@ impl TcpNet {
                 // finished. Whether it failed is for its incoming side (end-of-file after its
                 // last message) or the launcher to say; we just drop the connection.
                 Err(e) if idle => {
-                    crate::rlog!(
+                    rcomm_runtime::rlog!(
                         Trace,
                         "NET",
                         "idle TCP connection to rank {peer} closed: {e}"

@@ -3,7 +3,7 @@
 use super::frame::{BIG_FRAME, CHUNK_PREFIX, FrameBuf, decode_chunk_prefix};
 use super::{FRAME_HEADER_LEN, MAX_STREAMS, TcpConfig, io_error, replay};
 use crate::error::{Caps, TransportError};
-use crate::wire::{Header, ProtoKind};
+use rcomm_runtime::wire::{Header, ProtoKind};
 use std::io::{self, Read};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};

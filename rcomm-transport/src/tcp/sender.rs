@@ -5,9 +5,9 @@ use super::{
     AUTH_PURPOSE, CONNECT_TIMEOUT, FRAME_HEADER_LEN, HELLO_TIMEOUT, Hello, TcpConfig, hello_kind,
     io_error, replay, sys, tune,
 };
-use crate::auth::{self, Secret};
 use crate::error::{Caps, TransportError};
-use crate::wire::{self, Header, MAX_TEXT_LEN, ProtoKind};
+use rcomm_runtime::auth::{self, Secret};
+use rcomm_runtime::wire::{self, Header, MAX_TEXT_LEN, ProtoKind};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};

@@ -2,8 +2,8 @@
 
 use super::frame::encode_header;
 use super::*;
-use crate::auth::{self, Secret};
-use crate::wire::{self, Header, ProtoKind};
+use rcomm_runtime::auth::{self, Secret};
+use rcomm_runtime::wire::{self, Header, ProtoKind};
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, TcpStream};
 use std::os::fd::RawFd;

@@ -4,9 +4,9 @@
 //! partner through the local channel; the pair then ping-pongs `ITERS` messages whose bytes
 //! depend on (rank, index), every one checked. `rt_local ITERS [die]`: with `die`, the odd rank
 //! SIGKILLs itself after the exchange and the even one reports how long it took to see it.
-use rcomm_transport::auth::Secret;
-use rcomm_transport::bootstrap::{Bootstrap, KvsClient};
-use rcomm_transport::config::Config;
+use rcomm_runtime::auth::Secret;
+use rcomm_runtime::bootstrap::{Bootstrap, KvsClient};
+use rcomm_runtime::config::Config;
 use rcomm_transport::local::{Doorbell, LocalConn, LocalError, LocalListener, Segment};
 use rcomm_transport::shm::{Producer, Ring};
 use std::sync::Arc;

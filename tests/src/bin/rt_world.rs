@@ -8,9 +8,9 @@
 //!   and print `saw failure of rank R: HOW` (or `no notice`), then keep running until stopped.
 //! - `exit0`: as `notice`, but rank 1 calls exit(0) without finalizing.
 //! - `abort`: rank 1 calls abort(7, ...); the others sleep.
-use rcomm_transport::auth::Secret;
-use rcomm_transport::bootstrap::{Bootstrap, KvsClient};
-use rcomm_transport::config::Config;
+use rcomm_runtime::auth::Secret;
+use rcomm_runtime::bootstrap::{Bootstrap, KvsClient};
+use rcomm_runtime::config::Config;
 use std::time::{Duration, Instant};
 
 fn env_u32(k: &str) -> u32 {

@@ -498,4 +498,3 @@ impl Communicator {
         Ok(true)
     }
 }
-

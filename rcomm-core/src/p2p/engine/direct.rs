@@ -8,8 +8,8 @@
 
 use super::{Engine, Status};
 use crate::p2p::matcher::TagSel;
+use rcomm_runtime::wire::ProtoKind;
 use rcomm_transport::caps::Features;
-use rcomm_transport::wire::ProtoKind;
 
 /// What one look at the peer's ring found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -55,7 +55,7 @@ impl Engine {
         match peer {
             Some(p) => self.transport_lost(p, why),
             None => {
-                rcomm_transport::rlog!(Warn, "P2P", "transport error: {why}");
+                rcomm_runtime::rlog!(Warn, "P2P", "transport error: {why}");
                 self.st.error = Some((self.st.me, why));
             }
         }
@@ -66,7 +66,7 @@ impl Engine {
         if peer >= self.st.size || self.st.failed.contains_key(&peer) {
             return;
         }
-        rcomm_transport::rlog!(Info, "P2P", "rank {peer} lost: {why}");
+        rcomm_runtime::rlog!(Info, "P2P", "rank {peer} lost: {why}");
         self.st.failed.insert(peer, why.clone());
         if let Some(q) = self.st.out.remove(&peer) {
             self.st.out_len -= q.len();
@@ -153,7 +153,7 @@ impl Engine {
     /// The launcher's notices, so a transport's loss can wait for the launcher's reason.
     pub(crate) fn set_notices(
         &mut self,
-        n: Option<Arc<rcomm_transport::bootstrap::kvs::NoticeBoard>>,
+        n: Option<Arc<rcomm_runtime::bootstrap::kvs::NoticeBoard>>,
     ) {
         self.notices = n;
     }

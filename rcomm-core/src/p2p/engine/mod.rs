@@ -33,13 +33,13 @@ use super::matcher::{
 };
 use super::region::Region;
 use crate::CommError;
+use rcomm_runtime::fastmap::FastMap;
+use rcomm_runtime::wire::{Header, ProtoKind};
 use rcomm_transport::caps::{Features, Ops};
 use rcomm_transport::error::TransportError;
-use rcomm_transport::fastmap::FastMap;
 use rcomm_transport::mem::{MemKind, MemRef, RKey};
 use rcomm_transport::net::{Lane, Net, NetCounters, Route};
 use rcomm_transport::transport::{Deliver, Incoming, Tx};
-use rcomm_transport::wire::{Header, ProtoKind};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -314,7 +314,7 @@ const FIN_PUT_FAILED: u8 = 2;
 struct Ctx {
     m: Matcher<Stored>,
     /// Next sequence number per destination (a checked rank), by rank.
-    send_seq: rcomm_transport::dense::DenseMap<u32>,
+    send_seq: rcomm_runtime::dense::DenseMap<u32>,
 }
 
 /// Protocol thresholds. GET (single copy on shared memory) is used up to `get_max` (it wins
@@ -331,7 +331,7 @@ struct State {
     size: u32,
     cfg: ProtoConfig,
     /// Matching state per context, found by its number (contexts are below [`MAX_CTX`]).
-    ctx: rcomm_transport::dense::DenseMap<Ctx>,
+    ctx: rcomm_runtime::dense::DenseMap<Ctx>,
     reqs: Vec<Option<Req>>,
     free: Vec<ReqId>,
     /// Which requests completed, for readers without the lock (`Shared::test_req`).
@@ -339,7 +339,7 @@ struct State {
     /// Requests not yet completed (the direct receive path runs only when there are none).
     active: usize,
     /// Messages waiting for room in a transport, per destination rank.
-    out: rcomm_transport::dense::DenseMap<VecDeque<Out>>,
+    out: rcomm_runtime::dense::DenseMap<VecDeque<Out>>,
     /// Entries in all of `out`, so an idle progress pass skips the queues in O(1).
     out_len: usize,
     rndv_send: FastMap<u64, RndvSend>,
@@ -395,7 +395,7 @@ pub(crate) struct Engine {
     reported: Vec<u32>,
     /// Members of each live communicator by user context (even): `None` for every rank.
     comms: FastMap<u32, Option<Arc<[u32]>>>,
-    notices: Option<Arc<rcomm_transport::bootstrap::kvs::NoticeBoard>>,
+    notices: Option<Arc<rcomm_runtime::bootstrap::kvs::NoticeBoard>>,
     /// Revoked communicators (user context) and the rank that revoked each.
     revoked: FastMap<u32, u32>,
 }
@@ -693,7 +693,7 @@ impl Engine {
                     match self.net.register_on(Lane::Device, dest, &region.mem_ref()) {
                         Ok(k) => Some(k),
                         Err(e) => {
-                            rcomm_transport::rlog!(
+                            rcomm_runtime::rlog!(
                                 Info,
                                 "P2P",
                                 "no device key for rank {dest} ({e}); staging through host memory"
@@ -714,7 +714,7 @@ impl Engine {
                             Some(k)
                         }
                         Err(e) => {
-                            rcomm_transport::rlog!(
+                            rcomm_runtime::rlog!(
                                 Info,
                                 "P2P",
                                 "no RDMA key for device memory to rank {dest} ({e}); staging through host memory"
@@ -733,7 +733,7 @@ impl Engine {
                         Some(k)
                     }
                     Err(e) => {
-                        rcomm_transport::rlog!(Info, "P2P", "no GET key for rank {dest}: {e}");
+                        rcomm_runtime::rlog!(Info, "P2P", "no GET key for rank {dest}: {e}");
                         None
                     }
                 }

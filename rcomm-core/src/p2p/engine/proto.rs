@@ -50,7 +50,7 @@ impl Engine {
                 Err(TransportError::Unsupported { why, .. }) if p.dev => {
                     // This pair of devices cannot copy directly (or IPC is refused here):
                     // this message stages through host memory; the next one tries again.
-                    rcomm_transport::rlog!(
+                    rcomm_runtime::rlog!(
                         Info,
                         "P2P",
                         "device GET from rank {} refused ({why}); staging through host memory",
@@ -60,7 +60,7 @@ impl Engine {
                         .start_cts(p.req, p.peer, p.env, p.sender_token, false);
                 }
                 Err(TransportError::Unsupported { why, .. }) => {
-                    rcomm_transport::rlog!(
+                    rcomm_runtime::rlog!(
                         Info,
                         "P2P",
                         "GET from rank {} refused ({why}); using the next protocol",
@@ -104,7 +104,7 @@ impl Engine {
                         .start_put_cts(req, peer, env, sender_token, key, exposed)
                 }
                 Err(e) => {
-                    rcomm_transport::rlog!(Info, "P2P", "no PUT key for rank {peer}: {e}");
+                    rcomm_runtime::rlog!(Info, "P2P", "no PUT key for rank {peer}: {e}");
                     let b = &mut self.st.bulk[peer as usize];
                     *b = b.without(Ops::PUT);
                     self.st.start_cts(req, peer, env, sender_token, true);
@@ -330,7 +330,7 @@ impl State {
         match hdr.kind {
             ProtoKind::Eager | ProtoKind::RndvRts => {
                 if hdr.source != peer {
-                    rcomm_transport::rlog!(
+                    rcomm_runtime::rlog!(
                         Warn,
                         "P2P",
                         "rank {peer} sent a header claiming source {}; dropped",
@@ -341,7 +341,7 @@ impl State {
                 // The context is the peer's word: one no communicator can have is dropped
                 // rather than given matching state (a table of at most MAX_CTX entries).
                 if hdr.context >= MAX_CTX {
-                    rcomm_transport::rlog!(
+                    rcomm_runtime::rlog!(
                         Warn,
                         "P2P",
                         "rank {peer} sent a message on context {}, which no communicator has; dropped",
@@ -396,7 +396,7 @@ impl State {
                     }
                     MRoute::Keep => match stored() {
                         Some(s) => c.m.keep(env, hdr.seq, s),
-                        None => rcomm_transport::rlog!(
+                        None => rcomm_runtime::rlog!(
                             Warn,
                             "P2P",
                             "malformed RTS from rank {peer}; dropped"
@@ -433,7 +433,7 @@ impl State {
                             send_token: st,
                             key,
                         }),
-                        _ => rcomm_transport::rlog!(
+                        _ => rcomm_runtime::rlog!(
                             Warn,
                             "P2P",
                             "malformed CTS from rank {peer}; dropped"
@@ -510,7 +510,7 @@ impl State {
                 self.cancel_answered(peer, token, answer);
             }
             ProtoKind::Data | ProtoKind::Credit | ProtoKind::Control => {
-                rcomm_transport::rlog!(Trace, "P2P", "ignored {:?} from rank {peer}", hdr.kind);
+                rcomm_runtime::rlog!(Trace, "P2P", "ignored {:?} from rank {peer}", hdr.kind);
             }
         }
     }
@@ -799,7 +799,7 @@ impl State {
         len: usize,
     ) -> Option<&mut [u8]> {
         let Some(r) = self.rndv_recv.get(&token) else {
-            rcomm_transport::rlog!(
+            rcomm_runtime::rlog!(
                 Trace,
                 "P2P",
                 "chunk for unknown token {token} from rank {peer}"

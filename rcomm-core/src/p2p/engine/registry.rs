@@ -12,7 +12,7 @@ impl Engine {
         if self.revoked.contains_key(&key) {
             return;
         }
-        rcomm_transport::rlog!(Info, "P2P", "communicator {key} revoked by rank {by}");
+        rcomm_runtime::rlog!(Info, "P2P", "communicator {key} revoked by rank {by}");
         self.revoked.insert(key, by);
         let doomed = self.st.active_reqs(|r| r.ctx & !1 == key);
         for req in doomed {

@@ -3,8 +3,8 @@
 use super::super::STAGE_BYTES;
 use super::super::cache::{ExportCache, ImportCache, KeyParts, decode_key, encode_key};
 use super::*;
-use crate::config::P2pLevel;
 use cudarc::driver::sys as cu;
+use rcomm_runtime::config::P2pLevel;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -640,7 +640,7 @@ impl Driver {
                     )
                 });
             if let Err(e) = r {
-                crate::rlog!(Warn, "NET", "closing an imported device allocation: {e}");
+                rcomm_runtime::rlog!(Warn, "NET", "closing an imported device allocation: {e}");
             }
         }
     }
@@ -695,7 +695,7 @@ impl Driver {
         if k.pid == self.pid {
             return Err(GpuError::Unreachable("same process: no IPC".into()));
         }
-        let level = crate::config::p2p_level();
+        let level = rcomm_runtime::config::p2p_level();
         if level == P2pLevel::Off {
             return Err(GpuError::Unreachable(
                 "RCOMM_P2P_LEVEL=off: no direct device copies".into(),
@@ -807,7 +807,7 @@ impl Driver {
                 self.cur(copy_dev)?;
                 st.stats.imports += 1;
                 if st.logged.insert(peer) {
-                    crate::rlog!(
+                    rcomm_runtime::rlog!(
                         Info,
                         "NET",
                         "device memory from rank {peer}: CUDA IPC, {how}"

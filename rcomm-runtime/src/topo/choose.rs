@@ -115,7 +115,8 @@ fn pick(t: &Topology, from: Origin, cands: &[ObjId], local_rank: u32) -> Option<
     })
 }
 
-pub(crate) fn hca_matches(spec: &IfSpec, name: &str) -> bool {
+/// Whether HCA `name` (a `:port` suffix ignored) is one `RCOMM_IB_HCA` admits.
+pub fn hca_matches(spec: &IfSpec, name: &str) -> bool {
     let bare = IfSpec {
         names: spec
             .names

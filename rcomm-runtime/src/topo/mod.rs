@@ -6,7 +6,6 @@
 mod build;
 pub mod choose;
 mod error;
-#[cfg(feature = "sim")]
 #[doc(hidden)]
 pub mod fixture;
 #[cfg(feature = "hwloc")]
@@ -16,7 +15,6 @@ mod jsonv;
 pub mod model;
 pub mod path;
 pub mod sysfs;
-#[cfg(feature = "sim")]
 #[doc(hidden)]
 pub mod testkit;
 

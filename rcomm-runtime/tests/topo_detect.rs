@@ -1,7 +1,7 @@
 //! Topology detection: rcomm's sysfs reader on the fixture trees, its refusals of broken
 //! trees, rcomm's JSON form, and (feature `hwloc`) hwloc's reading of the same fixtures.
 
-use rcomm_transport::topo::{
+use rcomm_runtime::topo::{
     ObjId, ObjKind, OsDevKind, PciAddr, TopoError, Topology, fixture, sysfs,
 };
 use std::path::{Path, PathBuf};
@@ -416,7 +416,7 @@ fn json_round_trips_and_bad_json_is_refused() {
     let inf = format!("{}\"gts\":1e39{}", &text[..at], &text[end..]);
     let e = Topology::from_json(&inf).unwrap_err();
     assert!(e.to_string().contains("PCIe rate"), "{e}");
-    let huge = " ".repeat(rcomm_transport::topo::MAX_JSON + 1);
+    let huge = " ".repeat(rcomm_runtime::topo::MAX_JSON + 1);
     let e = Topology::from_json(&huge).unwrap_err();
     assert!(e.to_string().contains("more than"), "{e}");
     // From a file, the source says which.
@@ -426,7 +426,7 @@ fn json_round_trips_and_bad_json_is_refused() {
     let back = Topology::load(&f).unwrap();
     assert_eq!(back.objects, t.objects);
     assert!(
-        matches!(&back.source, rcomm_transport::topo::Source::File { path } if path.ends_with("t.json"))
+        matches!(&back.source, rcomm_runtime::topo::Source::File { path } if path.ends_with("t.json"))
     );
     std::fs::write(&f, "{}").unwrap();
     let e = Topology::load(&f).unwrap_err();
@@ -435,7 +435,7 @@ fn json_round_trips_and_bad_json_is_refused() {
 
 #[test]
 fn detect_works_on_this_machine() {
-    let t = rcomm_transport::topo::detect().unwrap();
+    let t = rcomm_runtime::topo::detect().unwrap();
     let s = sysfs::read(Path::new("/")).unwrap();
     for k in [
         ObjKind::Package,
@@ -447,7 +447,7 @@ fn detect_works_on_this_machine() {
     }
     #[cfg(feature = "hwloc")]
     {
-        let h = rcomm_transport::topo::hwloc::detect().unwrap();
+        let h = rcomm_runtime::topo::hwloc::detect().unwrap();
         assert_eq!(cpu_signature(&h), cpu_signature(&s));
     }
 }
@@ -528,7 +528,7 @@ fn sysfs_reader_agrees_with_hwloc_on_the_fixtures() {
     for name in fixture::NAMES {
         let xml =
             Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/topo/{name}.xml"));
-        let h = rcomm_transport::topo::hwloc::load_xml(&xml).unwrap();
+        let h = rcomm_runtime::topo::hwloc::load_xml(&xml).unwrap();
         let s = read(name);
         assert_eq!(h.hostname, s.hostname);
         assert_eq!(cpu_signature(&h), cpu_signature(s), "{name}");
@@ -554,10 +554,10 @@ fn hwloc_errors_are_errors() {
     let dir = Tmp::new("xml");
     let f = dir.0.join("bad.xml");
     std::fs::write(&f, "<topology>").unwrap();
-    let e = rcomm_transport::topo::hwloc::load_xml(&f).unwrap_err();
+    let e = rcomm_runtime::topo::hwloc::load_xml(&f).unwrap_err();
     assert!(
         matches!(e, TopoError::Hwloc(_)) && e.to_string().contains("bad.xml"),
         "{e}"
     );
-    assert!(rcomm_transport::topo::hwloc::load_xml(&dir.0.join("missing.xml")).is_err());
+    assert!(rcomm_runtime::topo::hwloc::load_xml(&dir.0.join("missing.xml")).is_err());
 }
