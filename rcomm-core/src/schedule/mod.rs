@@ -21,12 +21,14 @@
 //! Every allreduce leaves bitwise identical bytes on every rank.
 
 mod bruck;
+mod hier;
 mod reduce;
 #[cfg(test)]
 mod tests;
 mod tree;
 
 pub use bruck::*;
+pub use hier::*;
 pub use reduce::*;
 pub use tree::*;
 
