@@ -485,7 +485,7 @@ impl Communicator {
 
     /// Which ranks share a node, for the composed hierarchical schedules (built per call:
     /// the schedule cache's key does not carry the node map).
-    fn node_map(&self) -> Result<schedule::Nodes> {
+    pub(crate) fn node_map(&self) -> Result<schedule::Nodes> {
         let colours = (0..self.size)
             .map(|r| Ok(self.shared.node_of[self.world_rank(r)? as usize]))
             .collect::<Result<Vec<u32>>>()?;

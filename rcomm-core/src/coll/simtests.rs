@@ -533,7 +533,10 @@ fn node_maps(n: usize) -> Vec<(String, Vec<u32>)> {
         if colours.len() >= n {
             break;
         }
-        colours.extend(std::iter::repeat_n(node as u32, size.min(n - colours.len())));
+        colours.extend(std::iter::repeat_n(
+            node as u32,
+            size.min(n - colours.len()),
+        ));
     }
     maps.push(("3+1+4…".to_string(), colours));
     maps
