@@ -625,8 +625,9 @@ impl Communicator {
     /// Starts an allreduce of `buf` and returns at once; `wait` hands back the result (see
     /// [`allreduce_in_place`](Self::allreduce_in_place)). Bitwise equal to the blocking call's
     /// result, except where the blocking call would compose sub-communicator collectives
-    /// (`hier`, across nodes): a non-blocking one then runs the ring, which combines floats in
-    /// another order. Where the blocking call uses shared memory, this one runs `direct`, which
+    /// (`hier`): a non-blocking one runs the same levels as one composed schedule
+    /// (`schedule::hier_allreduce`, rings in the node and across), whose inner algorithms may
+    /// combine floats in another order than the sub-communicators' own choices. Where the blocking call uses shared memory, this one runs `direct`, which
     /// combines in the same canonical order.
     pub fn iallreduce<T: Pod + Send + 'static>(
         &self,

@@ -242,7 +242,8 @@ pub fn hier_allreduce(
     let seg = stripes(mine.len(), count, elem);
     let j = nodes.local(rank);
     let (off, len) = seg[j];
-    let (rs, ag): (fn(u32, &Blocks) -> Schedule, fn(u32, &Blocks) -> Schedule) = match intra {
+    type Builder = fn(u32, &Blocks) -> Schedule;
+    let (rs, ag): (Builder, Builder) = match intra {
         NodeLevel::Ring => (ring_reduce_scatter_v, ring_allgather_v),
         NodeLevel::Direct => (direct_reduce_scatter_v, direct_allgather_v),
     };
