@@ -1811,9 +1811,9 @@ impl Communicator {
     ///
     /// The algorithm is the one that runs: the one chosen — forced ([`with_algo`],
     /// `RCOMM_ALGO`) or the tuner's — or, where the call cannot run the choice, its fallback
-    /// (a non-blocking or in-place call runs `shm` as `direct` and `hier` as `ring` or `tree`;
-    /// `hier` on nodes with different rank counts, `bruck` and `tree` with unequal counts fall
-    /// back too). A non-blocking collective's record begins when it is started, so the
+    /// (a non-blocking or in-place call runs `shm` as `direct` or `tree`; `hier`'s allgather
+    /// and reduce-scatter on nodes with different rank counts, `bruck` and `tree` with unequal
+    /// counts fall back too). A non-blocking collective's record begins when it is started, so the
     /// algorithm is known before `wait`. Local and diagnostic (tests and logs use it to show
     /// which algorithm ran); it copies the recorder, so it does not belong in a hot loop. A
     /// communicator on a reused context id may see its predecessor's last collective until it

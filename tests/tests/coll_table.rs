@@ -110,3 +110,37 @@ fn the_collectives_table_holds_across_two_nodes() {
         out.assert_node_lines(n, 2, "node");
     }
 }
+
+/// The non-blocking hierarchical collectives (one composed schedule) across fake nodes of
+/// unequal sizes (3+1+4) and of equal sizes with interleaved ranks (2×4): forced `hier`,
+/// recorded so, against references (`RT_TABLE=placement`: the placement's checks only).
+#[test]
+fn nonblocking_hier_collectives_hold_on_unequal_and_interleaved_nodes() {
+    for (nodes, host) in [
+        ("3", "$((RCOMM_RANK < 3 ? 0 : RCOMM_RANK < 4 ? 1 : 2))"),
+        ("2", "$((RCOMM_RANK % 2))"),
+    ] {
+        let out = Job::new(
+            8,
+            &[
+                "sh",
+                "-c",
+                &format!("RCOMM_HOSTID=node{host} exec {}", test_program("rt_table")),
+            ],
+        )
+        .env("RT_TABLE", "placement")
+        .env("RT_NODES", nodes)
+        .env("RT_TUNER_FREE", "1")
+        .deadline(Duration::from_secs(300))
+        .run();
+        assert_eq!(out.code(), 0, "8 ranks on {nodes} nodes\n{out}");
+        assert!(recorded(&out, nodes) > 0, "{out}");
+        for r in 0..8 {
+            let prefix = format!("ok nodes {nodes} rank {r} on ");
+            assert!(
+                out.rank_lines(r).iter().any(|l| l.starts_with(&prefix)),
+                "rank {r}: no placement line\n{out}"
+            );
+        }
+    }
+}

@@ -171,7 +171,7 @@ impl Communicator {
         // The schedules only (the plan's shared-memory and hierarchical forms take typed
         // paths): every rank takes the same one, as the algorithm is chosen alike everywhere.
         let algo = self.reduce_scatter_algo(&counts, op.elem, &r)?;
-        let sched = self.reduce_scatter_sched(&counts, op.elem, algo);
+        let sched = self.reduce_scatter_sched(&counts, op.elem, algo)?;
         let len = send.len();
         let mut work = self.shared().coll.take_scratch(len);
         work[..len].copy_from_slice(send);
@@ -243,7 +243,7 @@ impl Communicator {
         let r = op.reducer();
         let counts = vec![count / n; n];
         let algo = self.reduce_scatter_algo(&counts, op.elem, &r)?;
-        let sched = self.reduce_scatter_sched(&counts, op.elem, algo);
+        let sched = self.reduce_scatter_sched(&counts, op.elem, algo)?;
         let block = send.len() / n;
         CollRequest::start(
             self,

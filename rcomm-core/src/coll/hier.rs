@@ -203,11 +203,6 @@ impl Hier {
         &self.node
     }
 
-    /// This rank's cross-node communicator.
-    pub(crate) fn cross(&self) -> &Communicator {
-        &self.cross
-    }
-
     pub(crate) fn regular(&self) -> bool {
         self.regular
     }

@@ -32,7 +32,7 @@ use exec::{ChoiceKey, Post, SchedKey};
 pub use rcomm_kernels::{Dtype, Element, Op};
 pub(crate) use reduce::Reducer;
 pub use reduce::{Order, ReduceOp, UserOp};
-use schedule::Schedule;
+use schedule::{NodeLevel, Schedule};
 
 use crate::comm::Communicator;
 use crate::{CommError, Result};
@@ -277,9 +277,13 @@ impl Communicator {
                 self.check_composite(true)?;
                 return Ok(Plan::Hier(hier::Hier::get_or_setup(self)?));
             }
-            // A composition of blocking collectives cannot be resumed step by step.
-            algo = tuner::fallback(Coll::Allreduce, algo);
-            crate::fr::ran(self.ctx(), algo);
+            // A composition of blocking collectives cannot be resumed step by step; the same
+            // levels as one flat schedule can.
+            let nodes = self.node_map()?;
+            return Ok(Plan::Sched(uncached(
+                "allreduce",
+                schedule::hier_allreduce(self.rank(), &nodes, count, elem, NodeLevel::Ring),
+            )));
         }
         let key = self.key("allreduce", algo, 0, count, elem);
         Ok(Plan::Sched(
@@ -311,8 +315,13 @@ impl Communicator {
                     return Ok(Plan::Hier(h));
                 }
             }
-            algo = tuner::fallback(Coll::Bcast, algo);
-            crate::fr::ran(self.ctx(), algo);
+            // Non-blocking, or nodes of unequal sizes (the composition needs every node to
+            // have a rank of the root's local index; the schedule does not).
+            let nodes = self.node_map()?;
+            return Ok(Plan::Sched(uncached(
+                "bcast",
+                schedule::hier_bcast(self.rank(), &nodes, root, bytes),
+            )));
         }
         let key = self.key("bcast", algo, root, bytes, 1);
         Ok(Plan::Sched(
@@ -388,7 +397,13 @@ impl Communicator {
                 }
             }
         }
-        // shm and hier when they cannot run are the ring.
+        if chosen == Algo::Hier
+            && let Some(count) = equal
+            && let Some(s) = schedule::hier_allgather(self.rank(), &self.node_map()?, count * elem)
+        {
+            return Ok(Plan::Sched(uncached("allgather", s)));
+        }
+        // shm, and hier on nodes of unequal sizes or with unequal blocks, are the ring.
         let algo = tuner::fallback(Coll::Allgather, chosen);
         // Bruck needs equal blocks; unequal ones run the ring.
         let ran = if equal.is_some() { algo } else { Algo::Ring };
@@ -432,17 +447,38 @@ impl Communicator {
     /// `rank` ends reduced), built only when one runs. `hier` and `shm` are run by the blocking
     /// call itself when it can (and says so); the schedule is their fallback: `direct` for
     /// `shm` (both combine in rank order), else the ring.
-    fn reduce_scatter_sched(&self, counts: &[usize], elem: usize, algo: Algo) -> Arc<Schedule> {
+    fn reduce_scatter_sched(
+        &self,
+        counts: &[usize],
+        elem: usize,
+        algo: Algo,
+    ) -> Result<Arc<Schedule>> {
+        if algo == Algo::Hier
+            && counts.iter().all(|&c| c == counts[0])
+            && let Some(s) =
+                schedule::hier_reduce_scatter(self.rank(), &self.node_map()?, counts[0] * elem)
+        {
+            return Ok(uncached("reduce_scatter", s));
+        }
         let fallback = tuner::fallback(Coll::ReduceScatter, algo);
         crate::fr::ran(self.ctx(), fallback);
         let blocks = schedule::packed_blocks(counts, elem);
-        uncached(
+        Ok(uncached(
             "reduce_scatter",
             match fallback {
                 Algo::Direct => schedule::direct_reduce_scatter_v(self.rank(), &blocks),
                 _ => schedule::ring_reduce_scatter_v(self.rank(), &blocks),
             },
-        )
+        ))
+    }
+
+    /// Which ranks share a node, for the composed hierarchical schedules (built per call:
+    /// the schedule cache's key does not carry the node map).
+    pub(crate) fn node_map(&self) -> Result<schedule::Nodes> {
+        let colours = (0..self.size())
+            .map(|r| Ok(self.shared().node_of[self.world_rank(r)? as usize]))
+            .collect::<Result<Vec<u32>>>()?;
+        Ok(schedule::Nodes::from_colours(&colours))
     }
 
     /// The plan of an all-to-all: shared memory only for a blocking `alltoall` (`windows`),
@@ -578,8 +614,9 @@ impl Communicator {
     /// Starts an allreduce of `buf` and returns at once; `wait` hands back the result (see
     /// [`allreduce_in_place`](Self::allreduce_in_place)). Bitwise equal to the blocking call's
     /// result, except where the blocking call would compose sub-communicator collectives
-    /// (`hier`, across nodes): a non-blocking one then runs the ring, which combines floats in
-    /// another order. Where the blocking call uses shared memory, this one runs `direct`, which
+    /// (`hier`): a non-blocking one runs the same levels as one composed schedule
+    /// (`schedule::hier_allreduce`, rings in the node and across), whose inner algorithms may
+    /// combine floats in another order than the sub-communicators' own choices. Where the blocking call uses shared memory, this one runs `direct`, which
     /// combines in the same canonical order.
     pub fn iallreduce<T: Pod + Send + 'static>(
         &self,
@@ -825,7 +862,7 @@ impl Communicator {
         let b = buf.len() / n;
         let counts = vec![b; n];
         let algo = self.reduce_scatter_algo(&counts, size_of::<T>(), &r)?;
-        let sched = self.reduce_scatter_sched(&counts, size_of::<T>(), algo);
+        let sched = self.reduce_scatter_sched(&counts, size_of::<T>(), algo)?;
         self.run_schedule(&sched, bytemuck::cast_slice_mut(buf), &[], Some(&r))?;
         let me = self.rank() as usize;
         r.finalize(bytemuck::cast_slice_mut(&mut buf[me * b..(me + 1) * b]), n)
@@ -880,7 +917,7 @@ impl Communicator {
                 return r.finalize(out, n);
             }
         }
-        let sched = self.reduce_scatter_sched(counts, size_of::<T>(), algo);
+        let sched = self.reduce_scatter_sched(counts, size_of::<T>(), algo)?;
         if tuner::fallback(Coll::ReduceScatter, algo) == Algo::Direct {
             // Straight from the input into the output block: no working copy (the direct
             // schedule, which is also the windows' fallback).
@@ -935,7 +972,7 @@ impl Communicator {
         check_len("reduce_scatter_v counts", counts.len(), n)?;
         check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
         let algo = self.reduce_scatter_algo(counts, size_of::<T>(), &r)?;
-        let sched = self.reduce_scatter_sched(counts, size_of::<T>(), algo);
+        let sched = self.reduce_scatter_sched(counts, size_of::<T>(), algo)?;
         let off = counts[..me].iter().sum();
         CollRequest::start(
             self,

@@ -510,15 +510,138 @@ fn total(blocks: &Blocks) -> usize {
     blocks.last().map_or(0, |(o, l)| o + l)
 }
 
-/// The algorithms the tests know to be schedules; `shm` and `hier` are not (the node's
-/// shared memory, compositions of collectives) and are tested elsewhere.
-const NOT_SCHEDULES: [Algo; 2] = [Algo::Shm, Algo::Hier];
+/// The algorithms the tests know to be schedules; `shm` is not (the node's shared memory)
+/// and is tested elsewhere.
+const NOT_SCHEDULES: [Algo; 1] = [Algo::Shm];
+
+/// Node maps of `n` ranks (a node colour per rank) for the hierarchical cases: one node, one
+/// rank per node, regular (d interleaved nodes for the least divisor 1 < d < n: 2×4 at 8),
+/// and irregular (nodes of 3, 1, 4, 3, 1, … ranks: 3+1+4 at 8).
+fn node_maps(n: usize) -> Vec<(String, Vec<u32>)> {
+    let mut maps = vec![
+        ("one node".to_string(), vec![0; n]),
+        ("one per node".to_string(), (0..n as u32).collect()),
+    ];
+    if let Some(d) = (2..n).find(|d| n.is_multiple_of(*d)) {
+        maps.push((
+            format!("{d}x{}", n / d),
+            (0..n).map(|r| (r % d) as u32).collect(),
+        ));
+    }
+    let mut colours = Vec::with_capacity(n);
+    for (node, size) in [3usize, 1, 4].into_iter().cycle().enumerate() {
+        if colours.len() >= n {
+            break;
+        }
+        colours.extend(std::iter::repeat_n(
+            node as u32,
+            size.min(n - colours.len()),
+        ));
+    }
+    maps.push(("3+1+4…".to_string(), colours));
+    maps
+}
+
+/// The composed hierarchical schedules of `kind` at `s` on every [`node_maps`] map (the
+/// equal-block kinds on the regular maps only: elsewhere the communicator runs the ring).
+fn hier_cases(kind: Coll, s: Shape) -> Vec<Case> {
+    let (n, count, root, ar) = (s.n, s.count, s.root, s.ar);
+    let (e, rt) = (ar.elem(), root as u32);
+    let mut out = Vec::new();
+    for (map, colours) in node_maps(n) {
+        let nodes = sch::Nodes::from_colours(&colours);
+        let name = format!("{}/hier ({map}) n={n} count={count} {ar:?}", kind.name());
+        match kind {
+            Coll::Allreduce => {
+                let data = s.vectors(count, 0);
+                let all = ar.fold(&data);
+                for intra in [sch::NodeLevel::Ring, sch::NodeLevel::Direct] {
+                    out.push(Case {
+                        name: format!("{name} {intra:?}"),
+                        scheds: s.per_rank(|r| sch::hier_allreduce(r, &nodes, count, e, intra)),
+                        data: data.clone(),
+                        input: none(n),
+                        want: vec![Some((0, all.clone())); n],
+                        reduce: Some(ar.reducer()),
+                    });
+                }
+            }
+            Coll::Bcast => {
+                let bytes = count * e;
+                let payload = ar.vector(root, count, 1);
+                out.push(Case {
+                    name,
+                    scheds: s.per_rank(|r| sch::hier_bcast(r, &nodes, rt, bytes)),
+                    data: (0..n)
+                        .map(|r| {
+                            if r == root {
+                                payload.clone()
+                            } else {
+                                vec![0xee; bytes]
+                            }
+                        })
+                        .collect(),
+                    input: none(n),
+                    want: vec![Some((0, payload.clone())); n],
+                    reduce: None,
+                });
+            }
+            Coll::Allgather => {
+                let b = count * e;
+                let Some(scheds) = (0..n as u32)
+                    .map(|r| sch::hier_allgather(r, &nodes, b))
+                    .collect::<Option<Vec<_>>>()
+                else {
+                    continue;
+                };
+                let blocks = sch::equal_blocks(n as u32, b);
+                let own: Vec<Vec<u8>> = (0..n).map(|r| ar.vector(r, count, 3)).collect();
+                out.push(Case {
+                    name,
+                    scheds,
+                    data: (0..n)
+                        .map(|r| with_block(n * b, blocks[r], &own[r]))
+                        .collect(),
+                    input: none(n),
+                    want: vec![Some((0, own.concat())); n],
+                    reduce: None,
+                });
+            }
+            Coll::ReduceScatter => {
+                let b = count * e;
+                let Some(scheds) = (0..n as u32)
+                    .map(|r| sch::hier_reduce_scatter(r, &nodes, b))
+                    .collect::<Option<Vec<_>>>()
+                else {
+                    continue;
+                };
+                let data = s.vectors(n * count, 4);
+                let all = ar.fold(&data);
+                out.push(Case {
+                    name,
+                    scheds,
+                    data,
+                    input: none(n),
+                    want: (0..n)
+                        .map(|r| Some((r * b, all[r * b..(r + 1) * b].to_vec())))
+                        .collect(),
+                    reduce: Some(ar.reducer()),
+                });
+            }
+            _ => panic!("{} has no hierarchical case here: add one", kind.name()),
+        }
+    }
+    out
+}
 
 /// The cases of algorithm `algo` of `kind` at `s`; empty for [`NOT_SCHEDULES`]. Panics for an
 /// algorithm this table does not know: a new one needs its case here.
 fn cases(kind: Coll, algo: Algo, s: Shape) -> Vec<Case> {
     if NOT_SCHEDULES.contains(&algo) {
         return Vec::new();
+    }
+    if algo == Algo::Hier {
+        return hier_cases(kind, s);
     }
     let (n, count, root, ar) = (s.n, s.count, s.root, s.ar);
     let (nn, e, rt) = (n as u32, ar.elem(), root as u32);

@@ -262,9 +262,12 @@ struct Spec {
     combine: Combine,
     cost: Cost,
     /// The cached schedule of an equal-block call, from its key; `None`: the algorithm runs
-    /// on a path of its own (`shm`, `hier`, `staged`) or over per-rank block tables.
+    /// on a path of its own (`shm`, `staged`), over per-rank block tables, or from the node
+    /// map (`hier`: `schedule::hier_*`, which a call runs where the blocking composition of
+    /// sub-communicator collectives cannot).
     build: Option<fn(&SchedKey) -> Schedule>,
-    /// What a call that cannot take the algorithm's own path (a non-blocking one) runs.
+    /// What a call that cannot take the algorithm's own path runs: a non-blocking one for
+    /// `shm`; for `hier`'s allgather and reduce-scatter, unequal nodes or blocks.
     fallback: Option<Algo>,
 }
 
@@ -370,14 +373,13 @@ const SPECS: &[Spec] = {
             ),
             Direct,
         ),
-        falls_to(
-            spec(
-                Allreduce,
-                Hier,
-                Any,
-                Cost::Host(|c| hier_allreduce(c.t, c.q)),
-            ),
-            Ring,
+        // Blocking: the node and cross-node sub-communicators; otherwise the composed
+        // schedule (`schedule::hier_allreduce`), on any placement.
+        spec(
+            Allreduce,
+            Hier,
+            Any,
+            Cost::Host(|c| hier_allreduce(c.t, c.q)),
         ),
         sched(
             spec(
@@ -423,10 +425,7 @@ const SPECS: &[Spec] = {
             ),
             Tree,
         ),
-        falls_to(
-            spec(Bcast, Hier, Nothing, Cost::Host(|c| hier_bcast(c.t, c.q))),
-            Tree,
-        ),
+        spec(Bcast, Hier, Nothing, Cost::Host(|c| hier_bcast(c.t, c.q))),
         sched(
             spec(
                 Reduce,
@@ -641,8 +640,9 @@ pub(crate) fn build(coll: Coll, key: &SchedKey) -> Schedule {
     }
 }
 
-/// What runs instead of `algo` where its own path cannot (`shm` and `hier` in a non-blocking
-/// call): `algo` itself if it has no such path.
+/// What runs instead of `algo` where its own path cannot (`shm` in a non-blocking call,
+/// `hier`'s allgather and reduce-scatter on unequal nodes or blocks): `algo` itself if it has
+/// no such path.
 pub(crate) fn fallback(coll: Coll, algo: Algo) -> Algo {
     spec(coll, algo).and_then(|s| s.fallback).unwrap_or(algo)
 }

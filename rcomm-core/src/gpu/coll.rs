@@ -289,48 +289,41 @@ impl Communicator {
         })
     }
 
-    /// Allreduce of `buf` (`count` `T`s, in place) across nodes as a composition (Open MPI's
-    /// han): a direct reduce-scatter among the ranks of this node (the copy engines over IPC),
-    /// an allreduce of this rank's stripe among the ranks of its local index on every node
-    /// (staged through the host per message), and a direct allgather in the node. Uneven
-    /// placement (nodes with different rank counts) runs the ring instead.
+    /// Allreduce of `buf` (`count` `T`s, in place) across nodes: the composed hierarchical
+    /// schedule ([`sch::hier_allreduce`], Open MPI's han as one schedule) on this executor — a
+    /// reduce-scatter of the stripes among the ranks of this node (one phase over the copy
+    /// engines, or rings where the node's link class is host staging: what the node's own
+    /// device reduce-scatter and allgather choose), a ring allreduce of each stripe among the
+    /// ranks of its local index on every node (staged through the host per message), an
+    /// allgather in the node. Uneven placement (nodes with different rank counts) runs the
+    /// ring instead.
     fn allreduce_dev_hier<T: Element>(&self, buf: DevRef<'_>, count: usize, op: Op) -> Result<()> {
         const OP: &str = "allreduce";
         let h = crate::coll::hier::Hier::get_or_setup(self)?;
-        // The node level runs its own choice (one node: never `hier`); the cross level spans
-        // nodes, so it is forced to the ring, or it would compose again.
-        let node = h.node().with_forced(Coll::AllreduceDevice, None);
-        let cross = h
-            .cross()
-            .with_forced(Coll::AllreduceDevice, Some(Algo::Ring));
-        let elem = size_of::<T>();
-        if !h.regular() || node.size() == 1 {
+        if !h.regular() || h.node().size() == 1 {
             return self
                 .with_forced(Coll::AllreduceDevice, Some(Algo::Ring))
                 .allreduce_dev::<T>(buf, buf, op);
         }
-        let p = node.size() as usize;
-        let counts: Vec<usize> = (0..p)
-            .map(|i| count * (i + 1) / p - count * i / p)
-            .collect();
-        let me = node.rank() as usize;
-        let w = self.world_me();
-        let stripe = Scratch::take(
-            self.shared().device(),
-            backend(OP, w)?,
-            self.dev_span(OP, buf)?.1.unwrap_or(0),
-            counts[me] * elem,
-            OP,
-            w,
-        )?;
-        // SAFETY: the scratch holds at least counts[me] elements and lives to the end.
-        let sref = unsafe { DevRef::from_raw(stripe.addr(), counts[me] * elem) };
-        node.reduce_scatter_dev::<T>(buf, sref, &counts, op)?;
-        if cross.size() > 1 {
-            cross.allreduce_dev::<T>(sref, sref, op)?;
-        }
-        let bytes: Vec<usize> = counts.iter().map(|c| c * elem).collect();
-        node.allgather_dev(Some(sref), buf, &bytes)
+        let (d, dev) = self.dev_span(OP, buf)?;
+        let device = self.one_device(OP, &[dev])?;
+        let intra = match h.node().dev_link(OP, device)? {
+            DevLink::Staged => sch::NodeLevel::Ring,
+            _ => sch::NodeLevel::Direct,
+        };
+        let sched =
+            sch::hier_allreduce(self.rank(), &self.node_map()?, count, size_of::<T>(), intra);
+        let red = crate::coll::reduce::Reducer::Builtin(op, T::DTYPE);
+        self.exec(Exec {
+            op: OP,
+            algo: Algo::Hier,
+            sched,
+            device,
+            data: d,
+            input: DevSpan::EMPTY,
+            codes: red.codes(),
+            reduce: Some(red),
+        })
     }
 
     /// [`allreduce_device`](Self::allreduce_device) ordered on `stream`.

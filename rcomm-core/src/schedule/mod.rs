@@ -15,18 +15,20 @@
 //!
 //! | rank-ordered | commutative ops only | not a reduction |
 //! |---|---|---|
-//! | [`recursive_doubling_allreduce`], [`rabenseifner_allreduce`], [`direct_allreduce`]¹, [`direct_reduce_scatter_v`]¹, [`direct_reduce`]¹, [`binomial_reduce_ordered`], [`binomial_reduce`] with root 0, [`chain_scan`] | [`ring_allreduce`], [`ring_reduce_scatter_v`], [`binomial_reduce`] with root ≠ 0 | allgathers, all-to-alls, broadcasts, scatters, gathers |
+//! | [`recursive_doubling_allreduce`], [`rabenseifner_allreduce`], [`direct_allreduce`]¹, [`direct_reduce_scatter_v`]¹, [`direct_reduce`]¹, [`binomial_reduce_ordered`], [`binomial_reduce`] with root 0, [`chain_scan`] | [`ring_allreduce`], [`ring_reduce_scatter_v`], [`binomial_reduce`] with root ≠ 0, [`hier_allreduce`], [`hier_reduce_scatter`] | allgathers, all-to-alls, broadcasts, scatters, gathers |
 //!
 //! ¹ Deterministic: the canonical right fold `a(0) ⊕ (a(1) ⊕ (… ⊕ a(n−1)))`, bit for bit.
 //! Every allreduce leaves bitwise identical bytes on every rank.
 
 mod bruck;
+mod hier;
 mod reduce;
 #[cfg(test)]
 mod tests;
 mod tree;
 
 pub use bruck::*;
+pub use hier::*;
 pub use reduce::*;
 pub use tree::*;
 

@@ -616,3 +616,166 @@ proptest! {
         for (r, o) in simulate(&sc, vec![vec![0u8; blk]; n], ins, &no_reduce).iter().enumerate() { prop_assert_eq!(o, &blockv(rt, r)); }
     }
 }
+
+// ---------------------------------------------------------------- the hierarchy combinator
+
+/// Node colours: regular 2×4 (interleaved, so nodes are not rank ranges), irregular 3+1+4,
+/// one node, one rank per node.
+fn node_maps() -> Vec<(&'static str, Vec<u32>)> {
+    vec![
+        ("2x4", (0..8).map(|r| r % 2).collect()),
+        ("3+1+4", vec![7, 7, 3, 7, 9, 9, 9, 9]),
+        ("one node", vec![5; 6]),
+        ("one per node", (0..5).map(|r| 10 - r).collect()),
+    ]
+}
+
+#[test]
+fn nodes_group_ranks_by_colour_in_order_of_their_lowest_rank() {
+    let n = Nodes::from_colours(&[7, 7, 3, 7, 9, 9, 9, 9]);
+    assert_eq!((n.ranks(), n.count(), n.regular()), (8, 3, false));
+    assert_eq!(n.node(0), &[0, 1, 3]);
+    assert_eq!(n.node(1), &[2]);
+    assert_eq!(n.node(2), &[4, 5, 6, 7]);
+    assert_eq!((n.node_of(3), n.local(3), n.local(7)), (0, 2, 3));
+    assert_eq!(n.stripe(0), vec![0, 2, 4]);
+    assert_eq!(n.stripe(2), vec![3, 6]);
+    let r = Nodes::from_colours(&[1, 0, 1, 0]);
+    assert!(r.regular());
+    assert_eq!(r.stripe(1), vec![2, 3]);
+}
+
+#[test]
+fn remap_moves_peers_and_at_moves_data_only() {
+    let s = ring_allreduce(1, 3, 6, 4);
+    let members = [10, 20, 30];
+    let m = s.clone().remap(&members).at(100);
+    assert_eq!(m.tmp_len, s.tmp_len);
+    for (a, b) in s.phases.iter().zip(&m.phases) {
+        for (x, y) in a
+            .xfers
+            .iter()
+            .chain(&a.local)
+            .zip(b.xfers.iter().chain(&b.local))
+        {
+            match (x, y) {
+                (Step::Send { peer, src }, Step::Send { peer: q, src: t }) => {
+                    assert_eq!(members[*peer as usize], *q);
+                    assert_eq!((src.buf, src.off + 100, src.len), (t.buf, t.off, t.len));
+                }
+                (Step::Recv { peer, dst }, Step::Recv { peer: q, dst: t }) => {
+                    assert_eq!(members[*peer as usize], *q);
+                    // Receives of the ring land in Tmp, which does not move.
+                    let moved = if dst.buf == Buf::Data { 100 } else { 0 };
+                    assert_eq!(dst.off + moved, t.off);
+                }
+                (Step::Reduce { dst, src, .. }, Step::Reduce { dst: d, src: t, .. }) => {
+                    assert_eq!((dst.off + 100, src.off), (d.off, t.off));
+                }
+                other => panic!("step changed kind: {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn then_runs_in_sequence_and_beside_side_by_side() {
+    let a = ring_reduce_scatter(0, 2, 8);
+    let b = ring_reduce_scatter_v(0, &vec![(16, 8), (24, 8)]);
+    let t = a.clone().then(b.clone());
+    assert_eq!(t.phases.len(), a.phases.len() + b.phases.len());
+    assert_eq!(t.tmp_len, a.tmp_len.max(b.tmp_len));
+    let s = a.clone().beside(b.clone());
+    assert_eq!(s.phases.len(), a.phases.len().max(b.phases.len()));
+    assert_eq!(s.tmp_len, a.tmp_len + b.tmp_len);
+    // b's scratch sits after a's.
+    let tmp_offs: Vec<usize> = s.phases[0]
+        .xfers
+        .iter()
+        .filter_map(|st| match st {
+            Step::Recv { dst, .. } if dst.buf == Buf::Tmp => Some(dst.off),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tmp_offs, vec![0, a.tmp_len]);
+}
+
+#[test]
+fn hierarchical_schedules_match_their_references_on_every_node_map() {
+    let comb = Comb::Kernel(Op::Sum, Dtype::I64);
+    let e = comb.elem();
+    for (name, colours) in node_maps() {
+        let nodes = Nodes::from_colours(&colours);
+        let n = colours.len();
+        let nn = n as u32;
+        let none = || vec![vec![]; n];
+        for count in [0usize, 1, 7, 3 * n + 2] {
+            for intra in [NodeLevel::Ring, NodeLevel::Direct] {
+                let ins: Vec<Vec<u8>> = (0..n).map(|r| comb.operands(9, r, count)).collect();
+                let sc: Vec<_> = (0..nn)
+                    .map(|r| hier_allreduce(r, &nodes, count, e, intra))
+                    .collect();
+                let red = |d: &mut [u8], s: &[u8], o: Order| comb.apply(d, s, o);
+                let out = simulate(&sc, ins.clone(), none(), &red);
+                let want = if count == 0 {
+                    vec![]
+                } else {
+                    comb.fold_left(&ins)
+                };
+                for (r, o) in out.iter().enumerate() {
+                    assert_eq!(o, &want, "{name} {intra:?} allreduce of {count}: rank {r}");
+                }
+            }
+            let bytes = count * e;
+            for root in [0, n - 1, n / 2] {
+                let payload: Vec<u8> = (0..bytes).map(|i| (i * 7 + root) as u8).collect();
+                let datas = (0..n)
+                    .map(|r| {
+                        if r == root {
+                            payload.clone()
+                        } else {
+                            vec![0xee; bytes]
+                        }
+                    })
+                    .collect();
+                let sc: Vec<_> = (0..nn)
+                    .map(|r| hier_bcast(r, &nodes, root as u32, bytes))
+                    .collect();
+                for (r, o) in simulate(&sc, datas, none(), &no_reduce).iter().enumerate() {
+                    assert_eq!(o, &payload, "{name} bcast from {root}: rank {r}");
+                }
+            }
+            // Equal blocks of `count` elements; regular maps only.
+            let ag: Option<Vec<_>> = (0..nn).map(|r| hier_allgather(r, &nodes, bytes)).collect();
+            let rs: Option<Vec<_>> = (0..nn)
+                .map(|r| hier_reduce_scatter(r, &nodes, bytes))
+                .collect();
+            assert_eq!(ag.is_some(), nodes.regular(), "{name}");
+            assert_eq!(rs.is_some(), nodes.regular(), "{name}");
+            if let (Some(ag), Some(rs)) = (ag, rs) {
+                let own: Vec<Vec<u8>> = (0..n).map(|r| comb.operands(3, r, count)).collect();
+                let datas = (0..n)
+                    .map(|r| {
+                        let mut v = vec![0xee; n * bytes];
+                        v[r * bytes..(r + 1) * bytes].copy_from_slice(&own[r]);
+                        v
+                    })
+                    .collect();
+                for (r, o) in simulate(&ag, datas, none(), &no_reduce).iter().enumerate() {
+                    assert_eq!(o, &own.concat(), "{name} allgather of {count}: rank {r}");
+                }
+                let ins: Vec<Vec<u8>> = (0..n).map(|r| comb.operands(5, r, n * count)).collect();
+                let red = |d: &mut [u8], s: &[u8], o: Order| comb.apply(d, s, o);
+                let all = comb.fold_left(&ins);
+                for (r, o) in simulate(&rs, ins, none(), &red).iter().enumerate() {
+                    let b = r * bytes..(r + 1) * bytes;
+                    assert_eq!(
+                        o[b.clone()],
+                        all[b],
+                        "{name} reduce_scatter of {count}: rank {r}"
+                    );
+                }
+            }
+        }
+    }
+}

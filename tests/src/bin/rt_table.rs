@@ -204,7 +204,7 @@ impl Case<'_> {
 static ONE_NODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// Whether every node holds as many ranks as every other (set once in `main`): only then do
-/// the hierarchical bcast, allgather and reduce_scatter run; otherwise they fall back.
+/// the hierarchical allgather and reduce_scatter run; otherwise they fall back to the ring.
 static REGULAR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// Collectives whose recorded algorithm was checked ([`ran`]).
@@ -236,8 +236,8 @@ fn expect_ran(c: &Communicator, before: u64, op: &str, algo: &str) {
         );
     } else {
         let regular = REGULAR.load(std::sync::atomic::Ordering::Relaxed);
-        let want = if algo == "hier" && op != "allreduce" && !regular {
-            fallback(op, algo)
+        let want = if algo == "hier" && matches!(op, "allgather" | "reduce_scatter") && !regular {
+            "ring"
         } else {
             algo
         };
@@ -247,16 +247,15 @@ fn expect_ran(c: &Communicator, before: u64, op: &str, algo: &str) {
 }
 
 /// What a call of `op` forced to `algo` runs when it cannot run `algo` itself — a
-/// non-blocking call, or an in-place one that runs the schedule: the algorithms only a
-/// blocking call can run (`shm`, `hier`) fall back, and the record says so.
+/// non-blocking call, or an in-place one that runs the schedule: `shm`, which only a blocking
+/// call can run, falls back, and the record says so (`hier` runs its composed schedule).
 fn fallback<'a>(op: &str, algo: &'a str) -> &'a str {
     match (op, algo) {
         ("allreduce", "shm") => "direct",
         ("allgather", "shm") => "ring",
         ("alltoall", "shm") => "pairwise",
         ("reduce_scatter", "shm") => "direct",
-        ("allreduce" | "allgather" | "reduce_scatter", "hier") => "ring",
-        ("bcast", "shm" | "hier") => "tree",
+        ("bcast", "shm") => "tree",
         _ => algo,
     }
 }
@@ -802,8 +801,61 @@ fn placement(w: &rcomm::World, nodes: u32) -> String {
             c.allreduce_in_place(&mut small, Op::Sum)
         });
         assert!(small.iter().all(|&x| x == 2 * i64::from(w.size())));
+        nonblocking_hier(w);
     }
     me
+}
+
+/// The non-blocking hierarchical collectives, forced: they run the composed schedule on any
+/// placement (the equal-block kinds on equal nodes only; elsewhere the ring), recorded so,
+/// against references.
+fn nonblocking_hier(w: &rcomm::World) {
+    let (n, r) = (w.size(), w.rank());
+    let c = w.with_algo("allreduce", "hier").unwrap();
+    for count in [1usize, 7, 1000] {
+        let v =
+            |q: u32| -> Vec<i64> { (0..count as i64).map(|i| i64::from(q) * 1000 + i).collect() };
+        let want: Vec<i64> = (0..count as i64)
+            .map(|i| (0..n).map(|q| i64::from(q) * 1000 + i).sum())
+            .collect();
+        let got = ran(&c, "allreduce", "hier", || c.iallreduce(v(r), Op::Sum))
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert!(got == want, "iallreduce/hier of {count}");
+    }
+    let c = w.with_algo("bcast", "hier").unwrap();
+    for root in [0, n / 2, n - 1] {
+        let v: Vec<u32> = (0..777).map(|i| root * 7919 + i).collect();
+        let start = if r == root { v.clone() } else { vec![0; 777] };
+        let got = ran(&c, "bcast", "hier", || c.ibcast(start, root))
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert!(got == v, "ibcast/hier from {root}");
+    }
+    let c = w.with_algo("allgather", "hier").unwrap();
+    let block = |q: u32| -> Vec<u32> { (0..5).map(|i| q * 31 + i).collect() };
+    let got = ran(&c, "allgather", "hier", || c.iallgather(block(r)))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(
+        got == (0..n).flat_map(block).collect::<Vec<_>>(),
+        "iallgather/hier"
+    );
+    let c = w.with_algo("reduce_scatter", "hier").unwrap();
+    let send: Vec<i64> = (0..3 * n as i64).map(|i| i64::from(r) + i).collect();
+    let got = ran(&c, "reduce_scatter", "hier", || {
+        c.ireduce_scatter(send, Op::Sum)
+    })
+    .unwrap()
+    .wait()
+    .unwrap();
+    let want: Vec<i64> = (3 * i64::from(r)..3 * i64::from(r) + 3)
+        .map(|i| (0..n).map(|q| i64::from(q) + i).sum())
+        .collect();
+    assert!(got == want, "ireduce_scatter/hier");
 }
 
 fn main() {
@@ -825,7 +877,7 @@ fn main() {
     // RT_TABLE=det: only the rounding pass (deterministic-mode comparisons between runs);
     // RT_TABLE=nobig: without the 4 Mi count (the TCP launches: the bytes are the same);
     // RT_TABLE=small: counts up to 1023 (the multi-node launch: algorithms and layouts, not
-    // bytes).
+    // bytes); RT_TABLE=placement: only the placement's checks (with RT_NODES).
     let mode = std::env::var("RT_TABLE").unwrap_or_default();
     let mut counts = vec![0usize, 1, 7, 1023];
     if mode != "small" {
@@ -841,7 +893,19 @@ fn main() {
         .ok()
         .map(|v| v.parse().expect("RT_NODES: a number"));
     let key = nodes.map(|k| placement(&w, k));
-    if mode != "det" {
+    if mode == "placement" {
+        // Only the placement's checks, and an all-to-all so that every rank's TCP (checked
+        // below) carries something, whichever ranks the hierarchical algorithms involve.
+        let c = w.with_algo("alltoall", "pairwise").unwrap();
+        let (n, r) = (w.size(), w.rank());
+        let mut out = vec![0u32; n as usize];
+        c.alltoall(&(0..n).map(|q| r * 100 + q).collect::<Vec<_>>(), &mut out)
+            .unwrap();
+        assert!(
+            out == (0..n).map(|q| q * 100 + r).collect::<Vec<_>>(),
+            "alltoall"
+        );
+    } else if mode != "det" {
         dtype::<i32>(&w, &counts, &mut done);
         dtype::<f32>(&w, &counts, &mut done);
         dtype::<bf16>(&w, &counts, &mut done);
@@ -850,7 +914,9 @@ fn main() {
         isolation(&w, &mut done);
         bad_input(&w);
     }
-    rounding(&w, &mut done);
+    if mode != "placement" {
+        rounding(&w, &mut done);
+    }
     if let (Some(k), Some(key)) = (nodes, key) {
         // Between the nodes TCP, within them shared memory.
         let t = placement::tcp_carried(&w, &key);
