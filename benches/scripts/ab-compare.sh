@@ -14,6 +14,7 @@
 #   allreduce allreduce f32 8 B - 16 MiB (out of place), 2 ranks
 #   allreduce-ip  allreduce f32 64 KiB - 16 MiB in place, 2 ranks
 #   shm-msgrate   pt2pt window bandwidth 8 B - 64 B (a window of 64 posted receives)
+#   allreduce-8   allreduce f32 8 B - 16 MiB, 8 ranks sharing the cores (no binding)
 # AB_GROUPS="shm-lat tcp-lat" runs only those.
 # Raw JSON lines go to target/bench-results/ab-<timestamp>/; the summary is printed.
 set -euo pipefail
@@ -31,6 +32,7 @@ run() { # dir group -> JSON lines on stdout
         allreduce) timeout 300 "$d/rcomm-run" -n 2 --bind-to core --no-prefix "$d/rcomm-bench" coll allreduce -b 8 -e 16M -f 8 -n 50 --json ;;
         allreduce-ip) timeout 300 "$d/rcomm-run" -n 2 --bind-to core --no-prefix "$d/rcomm-bench" coll allreduce -b 64K -e 16M -f 4 -n 50 --json ;;
         shm-msgrate) timeout 300 "$d/rcomm-run" -n 2 --bind-to core --no-prefix "$d/rcomm-bench" pt2pt bw -m 8:64 --json ;;
+        allreduce-8) timeout 300 "$d/rcomm-run" -n 8 --no-prefix "$d/rcomm-bench" coll allreduce -b 8 -e 16M -f 8 -n 50 --json ;;
     esac 2>>"$out/stderr.log" | grep '^{' || true
 }
 for g in ${AB_GROUPS:-shm-lat shm-bw tcp-lat allreduce}; do

@@ -88,3 +88,39 @@ fn rcomm_core_names_no_transport() {
         found.join("\n")
     );
 }
+
+/// The project's documents stand alone: none points at a file outside the repository.
+#[test]
+fn the_documents_name_nothing_outside_the_repository() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let mut files = vec![root.join("README.md")];
+    fn md(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                md(&p, out);
+            } else if p.extension().is_some_and(|x| x == "md") {
+                out.push(p);
+            }
+        }
+    }
+    md(&root.join("docs"), &mut files);
+    md(&root.join("book/src"), &mut files);
+    assert!(files.len() > 5, "{files:?}");
+    let found: Vec<String> = files
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| l.contains("../shared") || l.contains("DESIGN.md"))
+                .map(|(i, l)| format!("{}:{}: {l}", f.display(), i + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "documents point outside the repository:\n{}",
+        found.join("\n")
+    );
+}
