@@ -2,11 +2,14 @@
 # Builds tests/downstream — a project with its own workspace and lockfile that adds rcomm and
 # rcomm-mpi — the way a user's project with an older lockfile would: every direct dependency of
 # rcomm's library crates pinned to the lowest version their manifests declare (`cargo update
-# --precise`), then `cargo build --locked`. A declared minimum the code has outgrown (an API or
-# a feature it uses that the declared version lacks) fails here.
+# --precise`), then `cargo build --locked` with the toolchain the workspace declares as its
+# `rust-version` (installed by rustup, minimal profile, when missing). A declared minimum the
+# code has outgrown (an API, a feature or a language construct the declared version lacks)
+# fails here.
 #
 #   scripts/downstream-check.sh            # pin, build, run it as 2 ranks
 #   DOWNSTREAM_KEEP_LATEST=1 …             # build with the newest versions instead
+#   DOWNSTREAM_TOOLCHAIN=stable …          # build with another toolchain than rust-version
 #
 # Cargo's -Z direct-minimal-versions would do the pinning, but needs a nightly toolchain; this
 # does the same with stable cargo. The target dir is target/downstream (its own: the pinned
@@ -33,9 +36,25 @@ if [ -z "${DOWNSTREAM_KEEP_LATEST:-}" ]; then
             fi
         done
 fi
-cargo build -q --locked --manifest-path "$manifest"
+# The oldest toolchain the workspace claims to build with.
+msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n1)
+toolchain=${DOWNSTREAM_TOOLCHAIN:-$msrv}
+if [ -z "$toolchain" ]; then
+    echo "downstream check: no rust-version in $root/Cargo.toml" >&2
+    exit 1
+fi
+if ! rustup run "$toolchain" rustc --version >/dev/null 2>&1; then
+    command -v rustup >/dev/null || {
+        echo "downstream check: rustup is needed to install toolchain $toolchain" >&2
+        exit 1
+    }
+    echo "installing toolchain $toolchain (the declared rust-version)"
+    rustup toolchain install "$toolchain" --profile minimal --no-self-update >/dev/null
+fi
+echo "building with $(rustup run "$toolchain" rustc --version)"
+cargo "+$toolchain" build -q --locked --manifest-path "$manifest"
 # The launcher's binaries, as `cargo install` builds them, against the same pinned versions.
-cargo build -q --locked --manifest-path "$manifest" -p rcomm-launcher --bins
+cargo "+$toolchain" build -q --locked --manifest-path "$manifest" -p rcomm-launcher --bins
 # It runs: two ranks on this machine, started by the launcher built above.
 "$CARGO_TARGET_DIR/debug/rcomm-run" -n 2 "$CARGO_TARGET_DIR/debug/rcomm-downstream"
-echo "downstream build with the lowest declared versions: ok"
+echo "downstream build with the lowest declared versions and Rust $toolchain: ok"

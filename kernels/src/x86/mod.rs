@@ -84,7 +84,13 @@ macro_rules! kernel {
                 // Non-temporal stores are weakly ordered: fence them before returning, so a
                 // later release (a flag another rank polls) cannot overtake the data. Rust's
                 // memory model also requires this fence before the memory is accessed again.
-                ::core::arch::x86_64::_mm_sfence();
+                // SAFETY: SSE is part of x86_64 and the fence has no other precondition.
+                // Rust 1.89 (the declared minimum) still declares the intrinsic unsafe; later
+                // releases declare it safe, hence the allow.
+                #[allow(unused_unsafe)]
+                unsafe {
+                    ::core::arch::x86_64::_mm_sfence()
+                };
             }
         }
     };

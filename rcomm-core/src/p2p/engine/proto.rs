@@ -487,32 +487,40 @@ impl State {
             {
                 self.flush_checks();
             }
-            ProtoKind::Control
-                if u64_at(payload, 0) == Some(CTL_REVOKE)
-                    && let Some(w) = u64_at(payload, 1)
-                    && ((w & 0xffff_ffff) as u32) < self.size =>
-            {
-                self.revokes_in
-                    .push(((w >> 32) as u32, (w & 0xffff_ffff) as u32));
-            }
-            ProtoKind::Control
-                if u64_at(payload, 0) == Some(CTL_CANCEL)
-                    && let (Some(w), Some(token)) = (u64_at(payload, 1), u64_at(payload, 2)) =>
-            {
-                let answer = self.withdraw(peer, (w >> 32) as u32, w as u32);
-                self.send_ctl(peer, ProtoKind::Control, &[CTL_CANCEL_REPLY, token, answer]);
-            }
-            ProtoKind::Control
-                if u64_at(payload, 0) == Some(CTL_CANCEL_REPLY)
-                    && let (Some(token), Some(answer)) =
-                        (u64_at(payload, 1), u64_at(payload, 2)) =>
-            {
-                self.cancel_answered(peer, token, answer);
-            }
+            ProtoKind::Control if self.protocol_control(peer, payload) => {}
             ProtoKind::Data | ProtoKind::Credit | ProtoKind::Control => {
                 rcomm_runtime::rlog!(Trace, "P2P", "ignored {:?} from rank {peer}", hdr.kind);
             }
         }
+    }
+
+    /// Acts on a control message of the protocol itself (revoke, cancel, cancel reply); false
+    /// when `payload` is none of them. (Not match guards with `let`: those need Rust 1.95, and
+    /// the declared minimum is older.)
+    fn protocol_control(&mut self, peer: u32, payload: &[u8]) -> bool {
+        let word = u64_at(payload, 0);
+        if word == Some(CTL_REVOKE)
+            && let Some(w) = u64_at(payload, 1)
+            && ((w & 0xffff_ffff) as u32) < self.size
+        {
+            self.revokes_in
+                .push(((w >> 32) as u32, (w & 0xffff_ffff) as u32));
+            return true;
+        }
+        if word == Some(CTL_CANCEL)
+            && let (Some(w), Some(token)) = (u64_at(payload, 1), u64_at(payload, 2))
+        {
+            let answer = self.withdraw(peer, (w >> 32) as u32, w as u32);
+            self.send_ctl(peer, ProtoKind::Control, &[CTL_CANCEL_REPLY, token, answer]);
+            return true;
+        }
+        if word == Some(CTL_CANCEL_REPLY)
+            && let (Some(token), Some(answer)) = (u64_at(payload, 1), u64_at(payload, 2))
+        {
+            self.cancel_answered(peer, token, answer);
+            return true;
+        }
+        false
     }
 
     /// Asks the receiver of cancel `token`'s send to withdraw its message.
