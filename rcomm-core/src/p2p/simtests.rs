@@ -571,6 +571,102 @@ fn a_sender_lost_in_each_phase_fails_the_receive_naming_it() {
     }
 }
 
+/// Rank 2 left (its connection refuses) because rank 1 failed first; rank 0's blocking send to
+/// rank 2 fails before the launcher's notice of rank 1 has reached it. The send waits for the
+/// notice as a posted request would, and its error names rank 1, the cause, as every other
+/// survivor's does; with no notice coming, it names rank 2 after the grace.
+#[test]
+fn a_blocking_send_to_a_peer_that_left_names_the_rank_the_launcher_reports_failed_first() {
+    use rcomm_runtime::bootstrap::kvs::NoticeBoard;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    for notice in [true, false] {
+        let mut cl = Cluster::new(cfg(3, Ops::GET, 0, 5));
+        let board = Arc::new(NoticeBoard::default());
+        cl.engines[0].set_notices(Some(board.clone()));
+        cl.fabric.fail_at(2, cl.fabric.now()).unwrap();
+        let t0 = Instant::now();
+        let late = notice.then(|| {
+            let b = board.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                b.rank_failed(1, "sim1", "was killed by signal 9 (SIGKILL)".into());
+            })
+        });
+        let msg = [7u8; 8];
+        let res = cl.engines[0].send(0, 2, 0, Region::from_ref(&msg), "send", true);
+        let took = t0.elapsed();
+        if let Some(t) = late {
+            t.join().unwrap();
+        }
+        match (notice, res) {
+            (
+                true,
+                Err(CommError::PeerLost {
+                    rank: 1,
+                    host,
+                    op,
+                    why,
+                }),
+            ) => {
+                assert_eq!((host.as_str(), op), ("sim1", "send"));
+                assert!(why.contains("killed by signal 9"), "{why}");
+                assert!(
+                    took < Duration::from_millis(900),
+                    "waited {took:?} for a notice"
+                );
+            }
+            (
+                false,
+                Err(CommError::PeerLost {
+                    rank: 2, host, op, ..
+                }),
+            ) => {
+                assert_eq!((host.as_str(), op), ("sim2", "send"));
+                assert!(
+                    took >= super::engine::NOTICE_GRACE && took < Duration::from_secs(3),
+                    "gave up after {took:?}"
+                );
+            }
+            (_, other) => panic!("notice {notice}: {other:?}"),
+        }
+        // After the launcher's report the communicator is broken: later operations fail at
+        // once, naming the same rank. A closed connection alone breaks nothing (a rank that
+        // finalized closes its connections too): rank 1 is still reachable.
+        let t1 = Instant::now();
+        let again = cl.engines[0].send(0, 1, 0, Region::from_ref(&msg), "send", true);
+        match (notice, again) {
+            (true, Err(CommError::PeerLost { rank: 1, .. })) | (false, Ok(None)) => {}
+            (_, other) => panic!("notice {notice}: then {other:?}"),
+        }
+        assert!(t1.elapsed() < Duration::from_millis(500));
+    }
+}
+
+/// Rank 0 saw rank 2's connection close while nothing waited on it; the launcher's notice of
+/// rank 1, the cause, arrived after. A send to rank 2 then names rank 1, at once.
+#[test]
+fn a_send_to_a_peer_seen_gone_earlier_names_the_failure_reported_since() {
+    use rcomm_runtime::bootstrap::kvs::NoticeBoard;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let mut cl = Cluster::new(cfg(3, Ops::GET, 0, 5));
+    let board = Arc::new(NoticeBoard::default());
+    cl.engines[0].set_notices(Some(board.clone()));
+    cl.fabric.fail_at(2, cl.fabric.now()).unwrap();
+    // Rank 0 observes the closed connection (after α) with no request on rank 2.
+    cl.run(|c| c.engines[0].failed().contains_key(&2)).unwrap();
+    board.rank_failed(1, "sim1", "was killed by signal 9 (SIGKILL)".into());
+    let msg = [7u8; 8];
+    let t0 = Instant::now();
+    let res = cl.engines[0].send(0, 2, 0, Region::from_ref(&msg), "send", true);
+    match res {
+        Err(CommError::PeerLost { rank: 1, host, .. }) => assert_eq!(host, "sim1"),
+        other => panic!("{other:?}"),
+    }
+    assert!(t0.elapsed() < Duration::from_millis(500));
+}
+
 #[test]
 fn a_receiver_lost_mid_transfer_fails_the_send() {
     for bulk in [Ops::STREAM, Ops::GET, Ops::PUT] {

@@ -93,6 +93,18 @@ impl NoticeBoard {
             .is_ok()
     }
 
+    /// Records the launcher's notice that `rank` (on `host`, empty if not named) failed, and
+    /// wakes every waiter. The reader thread calls it for each notice; a rank driven by
+    /// another launcher (or a test standing in for one) may too.
+    pub fn rank_failed(&self, rank: u32, host: &str, how: String) {
+        self.update(|n| {
+            n.failed.push((rank, how));
+            if !host.is_empty() {
+                n.hosts.push((rank, host.to_string()));
+            }
+        });
+    }
+
     fn update(&self, f: impl FnOnce(&mut Notices)) {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
         self.version
@@ -196,12 +208,7 @@ impl KvsClient {
                     match rep {
                         Ok(KvsReply::RankFailed { rank, host, how }) => {
                             rlog!(Warn, "INIT", "rank {rank} failed: {how}");
-                            board.update(|n| {
-                                n.failed.push((rank, how));
-                                if !host.is_empty() {
-                                    n.hosts.push((rank, host));
-                                }
-                            });
+                            board.rank_failed(rank, &host, how);
                         }
                         Ok(KvsReply::RankHung { rank, silent_ms }) => {
                             let how = format!(

@@ -106,6 +106,39 @@ impl Engine {
     /// kill — so when something waits on that peer, give it a moment to arrive: the error then
     /// names the cause, not the closed socket. A peer that finished normally sends no notice.
     pub(super) fn transport_lost(&mut self, peer: u32, why: String) {
+        self.transport_lost_while(peer, why, false);
+    }
+
+    /// A blocking send that found `dest` gone before it made a request: its caller waits on
+    /// `dest` as a request would, so the launcher's reason gets the same moment to arrive.
+    /// The error names what the communicator lost first, as a collective's does: `dest` often
+    /// left because another member failed, and every survivor should point at that one.
+    #[cold]
+    pub(super) fn send_failed(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        op: &'static str,
+        why: String,
+    ) -> CommError {
+        self.transport_lost_while(dest, why.clone(), true);
+        if let Err(e) = self.check_comm(ctx, op) {
+            return e;
+        }
+        self.lost_error(dest, op)
+            .unwrap_or_else(|| self.st.lost(dest, op, why))
+    }
+
+    /// `err`, the loss of a peer known gone, unless the launcher has since reported a failure
+    /// in the communicator of `ctx` (the peer's closed connection was seen first, its cause's
+    /// notice taken in only now): then the error names that failure, as a collective's does.
+    #[cold]
+    pub(super) fn peer_gone(&mut self, ctx: u32, op: &'static str, err: CommError) -> CommError {
+        self.take_notices();
+        self.check_comm(ctx, op).err().unwrap_or(err)
+    }
+
+    fn transport_lost_while(&mut self, peer: u32, why: String, caller_waits: bool) {
         if peer >= self.st.size || self.st.failed.contains_key(&peer) {
             return;
         }
@@ -115,8 +148,8 @@ impl Engine {
         if self.st.failed.contains_key(&peer) {
             return;
         }
-        let waited_on =
-            self.st.reqs.iter().flatten().any(|r| {
+        let waited_on = caller_waits
+            || self.st.reqs.iter().flatten().any(|r| {
                 matches!(r.state, ReqState::Active) && (r.peer == Some(peer) || r.wildcard)
             });
         if waited_on && let Some(nb) = self.notices.clone() {

@@ -844,7 +844,9 @@ impl Engine {
         }
         // The communicator's loss first: it is why nothing on it can go on.
         self.check_comm(ctx, op)?;
-        self.st.check_peer(dest, op)?;
+        if let Err(e) = self.st.check_peer(dest, op) {
+            return Err(self.peer_gone(ctx, op, e));
+        }
         Ok(())
     }
 
@@ -880,10 +882,8 @@ impl Engine {
             coll_seq: 0,
             signature: 0,
         };
-        let sent = send(&mut self.net, &hdr).map_err(|e| {
-            self.transport_failed(Some(dest), e.to_string());
-            self.st.lost(dest, op, e.to_string())
-        })?;
+        let sent = send(&mut self.net, &hdr)
+            .map_err(|e| self.send_failed(ctx, dest, op, e.to_string()))?;
         if sent {
             // The sequence number is spent only by a message that left.
             *self.st.ctx_mut(ctx).send_seq.get_or_default(dest) = seq.wrapping_add(1);
