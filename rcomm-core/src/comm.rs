@@ -413,11 +413,20 @@ impl Shared {
     /// (`RCOMM_TIMEOUT` inside a collective, else `RCOMM_P2P_TIMEOUT`) is cancelled and fails
     /// with `Timeout`; sends are not timed out (a peer may still read their buffer).
     pub(crate) fn wait(&self, req: ReqId) -> Result<Status> {
+        self.wait_with(req, |_| {})
+    }
+
+    /// [`wait`](Self::wait), running `locked` with the engine locked before anything else
+    /// (the caller's bookkeeping of the request, in the lock the wait takes anyway).
+    pub(crate) fn wait_with(&self, req: ReqId, locked: impl FnOnce(&mut Engine)) -> Result<Status> {
         // Done already (a window's waits after the first, whose progress took every message
         // in): its flag says so without the lock, and one lock takes the result.
         if self.done.get(req) {
-            return self.lock().take(req);
+            let mut e = self.lock();
+            locked(&mut e);
+            return e.take(req);
         }
+        locked(&mut self.lock());
         let mut w = crate::fr::Watch::new();
         let slot = crate::fr::P2pSlot::new();
         self.block_on_ticked(
@@ -1063,11 +1072,11 @@ impl Communicator {
         // window of messages must not allocate and grow a new list each time.
         let scope = Scope {
             comm: self,
-            live: Mutex::new(SPARE_LIVE.take()),
+            live: std::cell::UnsafeCell::new(SPARE_LIVE.take()),
             _env: PhantomData,
         };
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&scope)));
-        let mut live = std::mem::take(&mut *scope.live.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut live = std::mem::take(scope.live(&mut self.shared.lock()));
         for req in live.drain(..) {
             let done_or_cancelled = self.shared.lock().cancel(req);
             if !done_or_cancelled {
@@ -1529,9 +1538,16 @@ pub struct Scope<'s, 'env> {
     /// Requests started in the scope and not yet waited for, in start order. A queue, not a
     /// map: requests are mostly waited for in the order they started, so the one waited for
     /// is found first and leaves from the front (a map was hashed into and grown per scope).
-    live: Mutex<std::collections::VecDeque<ReqId>>,
+    /// Guarded by the engine's lock, which every start and wait takes anyway (a lock of its
+    /// own cost two more atomic operations per request): see [`Scope::live`].
+    live: std::cell::UnsafeCell<std::collections::VecDeque<ReqId>>,
     _env: PhantomData<&'env mut &'env ()>,
 }
+
+// SAFETY: the one field not otherwise shareable, `live`, is touched only through
+// `Scope::live`, whose caller holds the lock of the engine of `comm` (the `&mut Engine` it
+// passes can come from nowhere else), so no two threads access it at once.
+unsafe impl Sync for Scope<'_, '_> {}
 
 /// A request inside a [`Scope`].
 #[derive(Debug)]
@@ -1546,11 +1562,18 @@ pub struct ScopedRequest<'s, 'env> {
 }
 
 impl<'s, 'env> Scope<'s, 'env> {
-    fn track(&'s self, req: ReqId, elem: usize) -> ScopedRequest<'s, 'env> {
-        self.live
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_back(req);
+    /// The list of live requests. `_held` is the scope's engine, locked: only its holder
+    /// reaches the list, for as long as it holds it.
+    #[allow(clippy::mut_from_ref)]
+    fn live<'g>(&self, _held: &'g mut Engine) -> &'g mut std::collections::VecDeque<ReqId> {
+        // SAFETY: every caller passes the engine of `self.comm` borrowed from its lock's guard
+        // (an engine is reachable only through its lock), and the list is borrowed no longer
+        // than that borrow: accesses never overlap.
+        unsafe { &mut *self.live.get() }
+    }
+
+    fn track(&'s self, e: &mut Engine, req: ReqId, elem: usize) -> ScopedRequest<'s, 'env> {
+        self.live(e).push_back(req);
         ScopedRequest {
             scope: self,
             req,
@@ -1584,13 +1607,9 @@ impl<'s, 'env> Scope<'s, 'env> {
     ) -> Result<ScopedRequest<'s, 'env>> {
         let wdest = self.comm.world_rank(dest)?;
         let len = region.len();
-        match self
-            .comm
-            .shared
-            .lock()
-            .send(self.comm.ctx, wdest, tag.0, region, "isend", true)?
-        {
-            Some(req) => Ok(self.track(req, 1)),
+        let mut e = self.comm.shared.lock();
+        match e.send(self.comm.ctx, wdest, tag.0, region, "isend", true)? {
+            Some(req) => Ok(self.track(&mut e, req, 1)),
             None => Ok(self.completed(self.comm.sent_status(tag, len), 1)),
         }
     }
@@ -1603,12 +1622,9 @@ impl<'s, 'env> Scope<'s, 'env> {
         tag: Tag,
     ) -> Result<ScopedRequest<'s, 'env>> {
         let src = self.comm.source(src)?;
-        let req = self
-            .comm
-            .shared
-            .lock()
-            .irecv(self.comm.ctx, src, tag.sel(), region, "irecv")?;
-        Ok(self.track(req, 1))
+        let mut e = self.comm.shared.lock();
+        let req = e.irecv(self.comm.ctx, src, tag.sel(), region, "irecv")?;
+        Ok(self.track(&mut e, req, 1))
     }
 
     /// Starts sending a borrowed buffer.
@@ -1620,7 +1636,8 @@ impl<'s, 'env> Scope<'s, 'env> {
     ) -> Result<ScopedRequest<'s, 'env>> {
         let wdest = self.comm.world_rank(dest)?;
         // An eager message that fits the transport now is complete on return: no request.
-        match self.comm.shared.lock().send(
+        let mut e = self.comm.shared.lock();
+        match e.send(
             self.comm.ctx,
             wdest,
             tag.0,
@@ -1628,7 +1645,7 @@ impl<'s, 'env> Scope<'s, 'env> {
             "isend",
             true,
         )? {
-            Some(req) => Ok(self.track(req, size_of::<T>())),
+            Some(req) => Ok(self.track(&mut e, req, size_of::<T>())),
             None => {
                 Ok(self.completed(self.comm.sent_status(tag, size_of_val(buf)), size_of::<T>()))
             }
@@ -1656,8 +1673,7 @@ impl<'s, 'env> Scope<'s, 'env> {
             Region::from_mut(bytes),
             "irecv",
         )?;
-        drop(e);
-        Ok(self.track(req, size_of::<T>()))
+        Ok(self.track(&mut e, req, size_of::<T>()))
     }
 }
 
@@ -1708,19 +1724,18 @@ impl ScopedRequest<'_, '_> {
         if let Some(st) = self.done {
             return check_size(st, self.elem);
         }
-        {
-            let mut live = self.scope.live.lock().unwrap_or_else(|p| p.into_inner());
+        let (scope, req) = (self.scope, self.req);
+        // Under the lock the wait takes anyway: the request leaves the live list.
+        let forget = |e: &mut Engine| {
+            let live = scope.live(e);
             // In-order waits find theirs at the front: a pop, not a search.
-            if live.front() == Some(&self.req) {
+            if live.front() == Some(&req) {
                 live.pop_front();
-            } else if let Some(i) = live.iter().position(|&r| r == self.req) {
+            } else if let Some(i) = live.iter().position(|&r| r == req) {
                 live.remove(i);
             }
-        }
-        let st = self
-            .scope
-            .comm
-            .local(self.scope.comm.shared.wait(self.req)?);
+        };
+        let st = scope.comm.local(scope.comm.shared.wait_with(req, forget)?);
         check_size(st, self.elem)
     }
 

@@ -541,6 +541,46 @@ mod tests {
 
     use super::*;
 
+    /// Threads share one scope: each starts scoped receives and sends to this rank itself,
+    /// waits for some and leaves the rest to the scope's end. The scope's list of live
+    /// requests is kept under the engine's lock; every byte must land where it was sent.
+    #[test]
+    fn threads_sharing_a_scope_start_and_wait_requests_and_the_scope_ends_the_rest() {
+        use crate::comm::Tag;
+        let cfg = Config::from_map(&Default::default()).unwrap();
+        let w = init_with(&cfg).unwrap();
+        const T: usize = 4;
+        const N: usize = 300;
+        let send: Vec<Vec<u32>> = (0..T)
+            .map(|t| (0..N).map(|i| (t * 100_000 + i) as u32).collect())
+            .collect();
+        let mut recv = vec![vec![0u32; N]; T];
+        w.scope(|s| {
+            std::thread::scope(|ts| {
+                for ((t, out), inp) in recv.iter_mut().enumerate().zip(&send) {
+                    ts.spawn(move || {
+                        let mut pending = Vec::new();
+                        for (i, (r, x)) in out.iter_mut().zip(inp).enumerate() {
+                            let tag = Tag((t * N + i) as i32);
+                            let rq = s.irecv(std::slice::from_mut(r), 0, tag).unwrap();
+                            let sq = s.isend(std::slice::from_ref(x), 0, tag).unwrap();
+                            sq.wait().unwrap();
+                            // Every third receive is left to the scope's end.
+                            if i % 3 != 0 {
+                                pending.push(rq);
+                            }
+                        }
+                        // Waited out of start order: the list is searched, not popped.
+                        for rq in pending.into_iter().rev() {
+                            assert_eq!(rq.wait().unwrap().bytes, 4);
+                        }
+                    });
+                }
+            });
+        });
+        assert_eq!(recv, send);
+    }
+
     #[test]
     fn singleton_world_without_launcher() {
         let cfg = Config::from_map(&Default::default()).unwrap();
