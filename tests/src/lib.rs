@@ -6,7 +6,7 @@ pub mod placement;
 
 use std::collections::BTreeSet;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -453,3 +453,33 @@ pub const CHECK_CASES: &[&str] = &[
     "allreduce-zero-dtype",
     "bcast-zero-root",
 ];
+
+/// The workspace's root directory (this crate sits one level below it).
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// Every file under `dir`, at any depth, whose extension is `ext`, sorted; none when `dir`
+/// does not exist (a test that needs files there says how many it expects).
+pub fn files_under(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, ext, out);
+            } else if p.extension().is_some_and(|x| x == ext) {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, ext, &mut out);
+    out.sort();
+    out
+}

@@ -53,19 +53,7 @@ fn rcomm_core_names_no_transport() {
         "get_ok",
         "drain_bell",
     ];
-    fn rs_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                rs_files(&p, out);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                out.push(p);
-            }
-        }
-    }
-    let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../rcomm-core/src"));
-    let mut files = Vec::new();
-    rs_files(src, &mut files);
+    let files = rcomm_tests::files_under(&rcomm_tests::workspace().join("rcomm-core/src"), "rs");
     assert!(
         files.len() > 10,
         "rcomm-core/src: only {} files",
@@ -94,18 +82,8 @@ fn rcomm_core_names_no_transport() {
 fn the_documents_name_nothing_outside_the_repository() {
     let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     let mut files = vec![root.join("README.md")];
-    fn md(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                md(&p, out);
-            } else if p.extension().is_some_and(|x| x == "md") {
-                out.push(p);
-            }
-        }
-    }
-    md(&root.join("docs"), &mut files);
-    md(&root.join("book/src"), &mut files);
+    files.extend(rcomm_tests::files_under(&root.join("docs"), "md"));
+    files.extend(rcomm_tests::files_under(&root.join("book/src"), "md"));
     assert!(files.len() > 5, "{files:?}");
     let found: Vec<String> = files
         .iter()

@@ -19,6 +19,7 @@ mod refs;
 #[path = "layering/tree.rs"]
 mod tree;
 
+use rcomm_tests::{files_under, workspace};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -26,27 +27,6 @@ use std::path::{Path, PathBuf};
 const LIMIT: usize = 1200;
 /// The line of a file's leading `//!` block that gives the reason.
 const MARKER: &str = "//! Why one file:";
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            rs_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 /// The files of the crate in `dir` that hold non-test modules of a non-test target: every
 /// target but those under `tests/`, and stand-alone programs under `examples/` and `benches/`.
@@ -65,10 +45,7 @@ fn non_test_files(dir: &Path) -> BTreeSet<PathBuf> {
         }
     }
     for sub in ["examples", "benches"] {
-        let mut files = Vec::new();
-        rs_files(&dir.join(sub), &mut files);
-        files.sort();
-        for f in files {
+        for f in files_under(&dir.join(sub), "rs") {
             if !reached.contains(&f) {
                 load(&f, &mut kept, &mut reached);
             }

@@ -3,6 +3,7 @@
 //! one table that every parser, chooser, executor and printout follows.
 
 use rcomm_runtime::algo::Algo;
+use rcomm_tests::files_under;
 use std::path::{Path, PathBuf};
 
 /// The library crates whose code must not spell an algorithm's name.
@@ -33,17 +34,6 @@ const ALLOWED: &[(&str, &str, &str, &str)] = &[
         "the shared-memory transport's name in the transport table, not the algorithm",
     ),
 ];
-
-fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            rs_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 fn indent(line: &str) -> usize {
     line.len() - line.trim_start().len()
@@ -108,8 +98,7 @@ fn offenders(root: &Path) -> Vec<String> {
         .collect();
     let mut found = Vec::new();
     for dir in CRATES {
-        let mut files = Vec::new();
-        rs_files(&root.join(dir), &mut files);
+        let files = files_under(&root.join(dir), "rs");
         assert!(files.len() > 3, "{dir}: only {} files", files.len());
         let mut skip: Vec<PathBuf> = Vec::new();
         let mut texts = Vec::new();

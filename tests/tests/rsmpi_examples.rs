@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rcomm_tests::Job;
+use rcomm_tests::{Job, workspace};
 
 const VERSION: &str = "0.8.2";
 
@@ -48,13 +48,6 @@ fn find_rsmpi() -> Option<PathBuf> {
         .flatten()
         .map(|d| d.path().join(format!("mpi-{VERSION}")))
         .find(|p| p.join("examples").is_dir())
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
 }
 
 fn target_dir() -> PathBuf {

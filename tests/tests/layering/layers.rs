@@ -5,6 +5,7 @@
 
 use super::refs::references;
 use super::tree::{ModPath, Tree};
+use rcomm_tests::files_under;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -262,20 +263,6 @@ pub fn target_roots(dir: &Path) -> Vec<PathBuf> {
     roots.into_iter().filter(|p| p.is_file()).collect()
 }
 
-fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            rs_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
-
 pub fn check_crate(dir: &Path, base: &Path) -> Report {
     let mut report = Report {
         knots: Vec::new(),
@@ -301,19 +288,13 @@ pub fn check_crate(dir: &Path, base: &Path) -> Report {
     // Outside src/, a file no target reaches is a stand-alone program (a test builds it in a
     // project of its own): it is a root. Under src/, it is a file the crate forgot.
     for sub in ["examples", "tests", "benches"] {
-        let mut files = Vec::new();
-        rs_files(&dir.join(sub), &mut files);
-        files.sort();
-        for f in files {
+        for f in files_under(&dir.join(sub), "rs") {
             if !reached.contains(&f) {
                 check(&f, &mut report, &mut reached);
             }
         }
     }
-    let mut src = Vec::new();
-    rs_files(&dir.join("src"), &mut src);
-    src.sort();
-    report.unreached = src
+    report.unreached = files_under(&dir.join("src"), "rs")
         .into_iter()
         .filter(|f| !reached.contains(f))
         .map(|f| shown(&f, base))

@@ -9,14 +9,8 @@ mod refs;
 mod tree;
 
 use layers::{check_crate, workspace_members};
-use std::path::{Path, PathBuf};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+use rcomm_tests::workspace;
+use std::path::PathBuf;
 
 #[test]
 fn every_crate_s_modules_form_layers() {
