@@ -999,7 +999,6 @@ unsafe fn put_pieces(slot: *mut u8, send: &[u8], n: usize, blk: usize, lo: usize
     }
 }
 
-/// The fast line of round k.
 /// How many rounds ahead a pipelined bcast's reader asks for the root's line (2–8 measured
 /// alike; fewer leave the transfer exposed, more take lines the root is still writing).
 const PREFETCH_AHEAD: u64 = 4;
@@ -1018,6 +1017,7 @@ fn prefetch(p: *const u8) {
     let _ = p;
 }
 
+/// The fast line of round k.
 fn line_of(k: u64) -> usize {
     (k % FAST_LINES as u64) as usize
 }

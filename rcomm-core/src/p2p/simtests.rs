@@ -571,20 +571,27 @@ fn a_sender_lost_in_each_phase_fails_the_receive_naming_it() {
     }
 }
 
+/// Three ranks, rank 2 gone now; rank 0 takes the launcher's notices from the returned board.
+fn rank_2_gone_with_notices() -> (
+    Cluster,
+    std::sync::Arc<rcomm_runtime::bootstrap::kvs::NoticeBoard>,
+) {
+    let mut cl = Cluster::new(cfg(3, Ops::GET, 0, 5));
+    let board = std::sync::Arc::new(rcomm_runtime::bootstrap::kvs::NoticeBoard::default());
+    cl.engines[0].set_notices(Some(board.clone()));
+    cl.fabric.fail_at(2, cl.fabric.now()).unwrap();
+    (cl, board)
+}
+
 /// Rank 2 left (its connection refuses) because rank 1 failed first; rank 0's blocking send to
 /// rank 2 fails before the launcher's notice of rank 1 has reached it. The send waits for the
 /// notice as a posted request would, and its error names rank 1, the cause, as every other
 /// survivor's does; with no notice coming, it names rank 2 after the grace.
 #[test]
 fn a_blocking_send_to_a_peer_that_left_names_the_rank_the_launcher_reports_failed_first() {
-    use rcomm_runtime::bootstrap::kvs::NoticeBoard;
-    use std::sync::Arc;
     use std::time::{Duration, Instant};
     for notice in [true, false] {
-        let mut cl = Cluster::new(cfg(3, Ops::GET, 0, 5));
-        let board = Arc::new(NoticeBoard::default());
-        cl.engines[0].set_notices(Some(board.clone()));
-        cl.fabric.fail_at(2, cl.fabric.now()).unwrap();
+        let (mut cl, board) = rank_2_gone_with_notices();
         let t0 = Instant::now();
         let late = notice.then(|| {
             let b = board.clone();
@@ -647,13 +654,8 @@ fn a_blocking_send_to_a_peer_that_left_names_the_rank_the_launcher_reports_faile
 /// rank 1, the cause, arrived after. A send to rank 2 then names rank 1, at once.
 #[test]
 fn a_send_to_a_peer_seen_gone_earlier_names_the_failure_reported_since() {
-    use rcomm_runtime::bootstrap::kvs::NoticeBoard;
-    use std::sync::Arc;
     use std::time::{Duration, Instant};
-    let mut cl = Cluster::new(cfg(3, Ops::GET, 0, 5));
-    let board = Arc::new(NoticeBoard::default());
-    cl.engines[0].set_notices(Some(board.clone()));
-    cl.fabric.fail_at(2, cl.fabric.now()).unwrap();
+    let (mut cl, board) = rank_2_gone_with_notices();
     // Rank 0 observes the closed connection (after α) with no request on rank 2.
     cl.run(|c| c.engines[0].failed().contains_key(&2)).unwrap();
     board.rank_failed(1, "sim1", "was killed by signal 9 (SIGKILL)".into());

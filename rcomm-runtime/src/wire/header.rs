@@ -102,18 +102,7 @@ impl Header {
             return Self::decode_fields(b);
         };
         let u32_at = |i: usize| u32::from_le_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]]);
-        let u64_at = |i: usize| {
-            u64::from_le_bytes([
-                a[i],
-                a[i + 1],
-                a[i + 2],
-                a[i + 3],
-                a[i + 4],
-                a[i + 5],
-                a[i + 6],
-                a[i + 7],
-            ])
-        };
+        let u64_at = |i: usize| u64::from(u32_at(i)) | u64::from(u32_at(i + 4)) << 32;
         let kind = ProtoKind::try_from(a[24])?;
         if a[26] != 0 || a[27] != 0 {
             return Err(Self::reserved_set());
