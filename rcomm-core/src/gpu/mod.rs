@@ -26,13 +26,15 @@
 //! [`CommError::Device`] saying why; nothing panics.
 //!
 //! Layers, from the bottom: `mem` (device references and buffers, streams, point-to-point),
-//! `exec` (the schedule executor on device memory), `nccl` (the NCCL backend), `coll` (the
-//! `*_device` collectives, which choose between them).
+//! `exec` (the schedule executor on device memory), `nccl` (the NCCL backend) and `nccl_comm`
+//! (its communicators' life: set-up, waits, failures, watchdog), `coll` (the `*_device`
+//! collectives, which choose between them).
 
 mod coll;
 mod exec;
 mod mem;
 mod nccl;
+mod nccl_comm;
 
 pub use coll::OnStream;
 pub use exec::ptx_file;
@@ -45,6 +47,7 @@ pub use mem::{
     backend_name, devices, stats, stream_create, stream_destroy, stream_synchronize,
 };
 pub(crate) use mem::{backend, check_range, dev_err, region_of};
+pub use nccl_comm::{NcclStats, nccl_stats};
 
 use crate::{CommError, Result};
 use mem::launch_rank;

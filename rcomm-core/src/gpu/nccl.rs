@@ -6,39 +6,94 @@
 //! never a panic. cudarc's NCCL bindings are not used: their loader panics on a missing symbol
 //! and does not look for `libnccl.so.2`. NCCL 2.10 or newer is required (bf16, `ncclAvg`).
 //!
-//! **The NCCL communicator** of an rcomm communicator is made at its first NCCL collective, so
-//! that call is where NCCL's set-up happens on every rank: each rank says (a host all-reduce)
-//! whether it can take part — libnccl loaded, the CUDA backend — so that no rank waits in
-//! `ncclCommInitRank` for one that will never come; rank 0 makes the unique id, rcomm's host
-//! broadcast carries it, every rank calls `ncclCommInitRank` on the device of its stream. It is
-//! kept as an attribute of the communicator (not copied by `dup`, which makes its own), so it
-//! is destroyed when the communicator's last handle goes, and it stays bound to that device.
-//! The grouped point-to-point call cannot set it up (only two ranks call it):
-//! [`Communicator::nccl_setup`] or any NCCL collective must come first.
+//! **Choice.** `RCOMM_GPU_BACKEND=nccl` forces NCCL, `rcomm` forbids it, and `auto` (the
+//! default) lets each communicator's ranks agree at its first device collective (an
+//! allgather of "libnccl usable here" and the device's UUID): NCCL when it is usable on every
+//! rank and no two ranks share a GPU, rcomm's own collectives otherwise; the answer is kept
+//! per communicator and logged once per process. Reductions NCCL lacks stay rcomm's under
+//! `auto`.
 //!
-//! **Ordering.** Every call enqueues on the caller's stream, after the work already there, and
-//! waits on the host for that stream before returning: complete on return, as rcomm's plain
-//! device calls are, and stream-ordered as the `*_on` ones. The wait is `cuStreamSynchronize`:
-//! a peer that dies mid-call is for NCCL's own timeouts to notice, not rcomm's watchdog.
-//! Calls on one communicator from several threads are serialised (NCCL forbids concurrent
-//! calls on one communicator).
+//! **The NCCL communicator** of an rcomm communicator is made at its first NCCL collective
+//! (each rank says whether it can take part, so that none waits for one that will never come;
+//! rank 0 makes the unique id, rcomm's host broadcast carries it) by
+//! `ncclCommInitRankConfig` with `blocking = 0`, polled under `RCOMM_TIMEOUT`; or, for a
+//! communicator made by `split`, `create`, `dup` or a mesh dimension from one that has an NCCL
+//! communicator, by `ncclCommSplit` of the parent's (ranks outside pass `NCCL_SPLIT_NOCOLOR`).
+//! It is kept as an attribute of the communicator (not copied: the split makes the child's),
+//! destroyed — or aborted, after a failure — when the communicator's last handle goes. See
+//! `nccl_comm` for its failures, waits and watchdog.
+//!
+//! **Ordering.** Every call enqueues on a stream after the work already there. The
+//! stream-ordered calls (`on_stream`, `*_device_on`) enqueue on the caller's stream and
+//! return: no host wait. The plain calls enqueue on the executor's stream and then wait for an
+//! event recorded after the operation — by polling, never `cuStreamSynchronize`, so a lost
+//! peer, a revocation or the deadline ends the wait. Calls on one communicator from several
+//! threads are serialised (NCCL forbids concurrent calls on one communicator).
 //!
 //! **Results** are NCCL's: reductions do not follow `RCOMM_DETERMINISTIC`'s canonical order,
 //! float `Min`/`Max` treat NaN as NCCL does, `Avg` rounds as NCCL does. Element types NCCL
 //! lacks (i16, u16) and the bitwise ops are refused, naming them.
 //!
-//! Written without a GPU: never run against a real libnccl.
+//! Written without a GPU: run only against the tests' stand-in libnccl (`rcomm-nccl-standin`,
+//! host memory for device memory), never against a real libnccl or on a capturing stream.
 
 use super::mem::{Stream, backend, dev_err};
+use super::nccl_comm::{Failure, NcclComm, await_ready, count_call};
 use crate::attr::{AttrCopy, Keyval};
 use crate::{CommError, Communicator, Result, fr};
 use rcomm_kernels::{Dtype, Op};
 use rcomm_runtime::os::dl_error;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+#[cfg(feature = "cuda")]
+use std::sync::Mutex;
+use std::sync::{Arc, OnceLock};
 
 /// `ncclComm_t` and `cudaStream_t`: opaque pointers.
-type Raw = *mut c_void;
+pub(super) type Raw = *mut c_void;
+
+/// `ncclInProgress`: a non-blocking communicator's call goes on in the background.
+pub(super) const IN_PROGRESS: c_int = 7;
+
+/// `NCCL_SPLIT_NOCOLOR`: this rank takes no part in the communicator split off.
+const SPLIT_NOCOLOR: c_int = -1;
+
+/// `ncclConfig_t` as NCCL 2.18 lays it out (the fields after `version` are read only as far
+/// as `version` says they exist); every field but `blocking` left unset.
+#[repr(C)]
+struct NcclConfig {
+    size: usize,
+    magic: std::ffi::c_uint,
+    version: std::ffi::c_uint,
+    blocking: c_int,
+    cga_cluster_size: c_int,
+    min_ctas: c_int,
+    max_ctas: c_int,
+    net_name: *const c_char,
+    split_share: c_int,
+}
+
+impl NcclConfig {
+    /// `NCCL_CONFIG_INITIALIZER` with `blocking = 0`.
+    fn nonblocking() -> Self {
+        const UNDEF: c_int = c_int::MIN;
+        Self {
+            size: size_of::<Self>(),
+            magic: 0xcafe_beef,
+            version: 21800,
+            blocking: 0,
+            cga_cluster_size: UNDEF,
+            min_ctas: UNDEF,
+            max_ctas: UNDEF,
+            net_name: std::ptr::null(),
+            split_share: UNDEF,
+        }
+    }
+}
+
+thread_local! {
+    /// A call of this thread answered `ncclInProgress` since the flag was last taken.
+    static IN_PROGRESS_SEEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 /// `ncclUniqueId`: 128 bytes, passed by value.
 #[repr(C)]
@@ -66,9 +121,14 @@ type AllGatherFn = unsafe extern "C" fn(*const c_void, Raw, usize, c_int, Raw, R
 type SendFn = unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Raw, Raw) -> c_int;
 type RecvFn = unsafe extern "C" fn(Raw, usize, c_int, c_int, Raw, Raw) -> c_int;
 type GroupFn = unsafe extern "C" fn() -> c_int;
+type InitRankConfigFn =
+    unsafe extern "C" fn(*mut Raw, c_int, UniqueId, c_int, *mut NcclConfig) -> c_int;
+type AsyncErrorFn = unsafe extern "C" fn(Raw, *mut c_int) -> c_int;
+/// `ncclCommSplit`: comm, color, key, new comm, config.
+type SplitFn = unsafe extern "C" fn(Raw, c_int, c_int, *mut Raw, *mut NcclConfig) -> c_int;
 
 /// The entry points rcomm uses, resolved once.
-struct Lib {
+pub(super) struct Lib {
     /// `ncclGetVersion`'s code (e.g. 22105 for 2.21.5).
     version: c_int,
     error_string: ErrorStringFn,
@@ -76,7 +136,6 @@ struct Lib {
     last_error: Option<LastErrorFn>,
     unique_id: UniqueIdFn,
     init_rank: InitRankFn,
-    destroy: DestroyFn,
     all_reduce: ReduceAllFn,
     broadcast: BroadcastFn,
     reduce: ReduceFn,
@@ -86,6 +145,18 @@ struct Lib {
     recv: RecvFn,
     group_start: GroupFn,
     group_end: GroupFn,
+    pub(super) get_async_error: AsyncErrorFn,
+    pub(super) abort: DestroyFn,
+    pub(super) destroy: DestroyFn,
+    /// NCCL 2.14+: non-blocking set-up; older ones are set up blocking.
+    init_rank_config: Option<InitRankConfigFn>,
+    /// NCCL 2.18+; older ones make a split-off communicator from a new unique id.
+    split: Option<SplitFn>,
+    /// NCCL 2.18+: flushes a non-blocking communicator's work before `ncclCommDestroy`.
+    pub(super) finalize: Option<DestroyFn>,
+    /// The tests' stand-in libnccl (it has `rcommNcclStandInLive`): works on the stand-in
+    /// GPU's host memory, so it may serve the stand-in device backend.
+    standin: bool,
 }
 
 /// Where NCCL is looked for, in order.
@@ -106,8 +177,9 @@ fn version_text(v: c_int) -> String {
 /// Opens the first of `names` that loads and resolves every entry; the reason otherwise.
 fn open(names: &[&str]) -> std::result::Result<Lib, String> {
     let mut tried = Vec::new();
-    for name in names {
-        let Ok(c) = CString::new(*name) else { continue };
+    let first = rcomm_runtime::config::nccl_lib().map(|p| p.to_string_lossy().into_owned());
+    for name in first.as_deref().into_iter().chain(names.iter().copied()) {
+        let Ok(c) = CString::new(name) else { continue };
         // SAFETY: dlopen runs NCCL's initialisers, which only set up its own state. The
         // handle is kept for the process: the entry points below point into it.
         let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -161,6 +233,16 @@ fn resolve(h: *mut c_void, name: &str) -> std::result::Result<Lib, String> {
         unique_id: need!(c"ncclGetUniqueId", UniqueIdFn),
         init_rank: need!(c"ncclCommInitRank", InitRankFn),
         destroy: need!(c"ncclCommDestroy", DestroyFn),
+        get_async_error: need!(c"ncclCommGetAsyncError", AsyncErrorFn),
+        abort: need!(c"ncclCommAbort", DestroyFn),
+        // SAFETY (the three below): as in `need!`, with nccl.h's signatures.
+        init_rank_config: find(c"ncclCommInitRankConfig")
+            .map(|p| unsafe { std::mem::transmute::<*mut c_void, InitRankConfigFn>(p) }),
+        split: find(c"ncclCommSplit")
+            .map(|p| unsafe { std::mem::transmute::<*mut c_void, SplitFn>(p) }),
+        finalize: find(c"ncclCommFinalize")
+            .map(|p| unsafe { std::mem::transmute::<*mut c_void, DestroyFn>(p) }),
+        standin: find(c"rcommNcclStandInLive").is_some(),
         all_reduce: need!(c"ncclAllReduce", ReduceAllFn),
         broadcast: need!(c"ncclBroadcast", BroadcastFn),
         reduce: need!(c"ncclReduce", ReduceFn),
@@ -194,11 +276,21 @@ fn unusable(op: &'static str, rank: u32, why: &str) -> CommError {
     }
 }
 
-/// Whether device collectives go to NCCL (`RCOMM_GPU_BACKEND=nccl`). Says nothing about
-/// whether NCCL loads: the calls report that, so that a misconfigured job fails instead of
-/// silently running something else.
+/// Whether device collectives are forced to NCCL (`RCOMM_GPU_BACKEND=nccl`). Says nothing
+/// about whether NCCL loads: the calls report that, so that a misconfigured job fails instead
+/// of silently running something else.
 pub(crate) fn nccl_enabled() -> bool {
     rcomm_runtime::config::gpu_backend() == rcomm_runtime::config::GpuBackend::Nccl
+}
+
+/// Whether NCCL may run device collectives at all (`nccl` or `auto`).
+pub(crate) fn nccl_allowed() -> bool {
+    rcomm_runtime::config::gpu_backend() != rcomm_runtime::config::GpuBackend::Rcomm
+}
+
+/// Whether NCCL has this reduction (under `auto` the others stay rcomm's).
+pub(crate) fn nccl_reduces(dtype: Dtype, op: Op) -> bool {
+    nccl_type(dtype).is_some() && nccl_op(op).is_some()
 }
 
 fn nccl_type(d: Dtype) -> Option<c_int> {
@@ -247,6 +339,11 @@ fn reduction(op: &'static str, rank: u32, dtype: Dtype, red: Op) -> Result<(c_in
 #[cfg(feature = "cuda")]
 fn make_current(op: &'static str, rank: u32, device: u32) -> Result<()> {
     use cudarc::driver::sys as cu;
+    use std::sync::PoisonError;
+    if !matches!(backend(op, rank)?, rcomm_transport::gpu::Gpu::Cuda(_)) {
+        // The stand-in device has no context to make current.
+        return Ok(());
+    }
     static CTX: Mutex<Vec<(u32, usize)>> = Mutex::new(Vec::new());
     let fail = |call: &str, r: cu::CUresult| CommError::Device {
         op,
@@ -297,6 +394,9 @@ fn make_current(op: &'static str, rank: u32, device: u32) -> Result<()> {
 
 #[cfg(not(feature = "cuda"))]
 fn make_current(op: &'static str, rank: u32, _device: u32) -> Result<()> {
+    if matches!(backend(op, rank)?, rcomm_transport::gpu::Gpu::StandIn(_)) {
+        return Ok(());
+    }
     Err(CommError::Device {
         op,
         rank,
@@ -304,33 +404,13 @@ fn make_current(op: &'static str, rank: u32, _device: u32) -> Result<()> {
     })
 }
 
-/// One NCCL communicator, destroyed with the rcomm communicator holding it.
-struct NcclComm {
-    /// The `ncclComm_t`; the lock is held for each call.
-    raw: Mutex<usize>,
-    device: u32,
-    lib: &'static Lib,
-}
-
-impl Drop for NcclComm {
-    fn drop(&mut self) {
-        let raw = *self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: a communicator made by ncclCommInitRank, destroyed once; every call on it
-        // waited for its stream, so no work of it is pending.
-        unsafe { (self.lib.destroy)(raw as Raw) };
-    }
-}
-
 fn comm_key() -> &'static Keyval<Arc<NcclComm>> {
     static KEY: OnceLock<Keyval<Arc<NcclComm>>> = OnceLock::new();
     KEY.get_or_init(|| Keyval::new(AttrCopy::Never))
 }
 
-/// NCCL's result `r` of `call` as rcomm's error, with NCCL's own words for it.
-fn check(lib: &Lib, comm: Raw, op: &'static str, rank: u32, call: &str, r: c_int) -> Result<()> {
-    if r == 0 {
-        return Ok(());
-    }
+/// NCCL's words for result `r` (and its last error on `comm`, where it has one).
+pub(super) fn result_text(lib: &Lib, comm: Raw, r: c_int) -> String {
     let text = |p: *const c_char| {
         // SAFETY: NCCL returns static or per-communicator NUL-terminated strings, or null.
         (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
@@ -341,13 +421,29 @@ fn check(lib: &Lib, comm: Raw, op: &'static str, rank: u32, call: &str, r: c_int
         .last_error
         .and_then(|f| text(unsafe { f(comm) }))
         .filter(|s| !s.is_empty());
+    match last {
+        Some(l) => format!("{what} (NCCL result {r}): {l}"),
+        None => format!("{what} (NCCL result {r})"),
+    }
+}
+
+/// NCCL's result `r` of `call` as rcomm's error, with NCCL's own words for it.
+/// `ncclInProgress` is no error: the caller polls the communicator before relying on it.
+fn check(lib: &Lib, comm: Raw, op: &'static str, rank: u32, call: &str, r: c_int) -> Result<()> {
+    // Every NCCL call rcomm makes for an operation passes here once: the budget tests count
+    // them.
+    count_call();
+    if r == 0 {
+        return Ok(());
+    }
+    if r == IN_PROGRESS {
+        IN_PROGRESS_SEEN.with(|f| f.set(true));
+        return Ok(());
+    }
     Err(CommError::Device {
         op,
         rank,
-        why: match last {
-            Some(l) => format!("{call} failed: {what} (NCCL result {r}): {l}"),
-            None => format!("{call} failed: {what} (NCCL result {r})"),
-        },
+        why: format!("{call} failed: {}", result_text(lib, comm, r)),
     })
 }
 
@@ -360,7 +456,76 @@ pub(crate) struct NcclPeerBuf {
     pub peer: u32,
 }
 
+/// libnccl, if it can serve this process's device backend: a real NCCL needs the CUDA
+/// backend, the tests' stand-in libnccl the stand-in device.
+pub(super) fn usable_lib(op: &'static str, me: u32) -> Result<&'static Lib> {
+    let lib = lib().map_err(|why| unusable(op, me, why))?;
+    let g = backend(op, me)?;
+    if (g.backend_name() == "cuda") == lib.standin {
+        return Err(CommError::Device {
+            op,
+            rank: me,
+            why: if lib.standin {
+                "the libnccl loaded is rcomm's test stand-in, which cannot run on a real GPU".into()
+            } else {
+                format!(
+                    "NCCL needs CUDA device memory; the device backend is the {} \
+                     (RCOMM_GPU_STANDIN=1)",
+                    g.backend_name()
+                )
+            },
+        });
+    }
+    Ok(lib)
+}
+
+pub(super) fn choice_key() -> &'static Keyval<bool> {
+    static KEY: OnceLock<Keyval<bool>> = OnceLock::new();
+    KEY.get_or_init(|| Keyval::new(AttrCopy::Never))
+}
+
+/// Polls a communicator whose calls answered `ncclInProgress`, so work recorded after them
+/// follows them (a non-blocking communicator may enqueue in the background).
+fn settle(comm: &NcclComm, op: &'static str, me: u32) -> Result<()> {
+    if !IN_PROGRESS_SEEN.with(|f| f.replace(false)) {
+        return Ok(());
+    }
+    await_ready(comm.lib, comm.raw(), op, me, "").map_err(|e| {
+        let f = comm.fail(Failure::Nccl(e.to_string()));
+        f.error(op, me)
+    })
+}
+
 impl Communicator {
+    /// This communicator's members as world ranks, in rank order.
+    fn member_ranks(&self) -> Vec<u32> {
+        (0..self.size())
+            .map(|r| self.world_rank(r).unwrap_or(u32::MAX))
+            .collect()
+    }
+
+    /// Whether NCCL runs this communicator's device collectives: forced by
+    /// `RCOMM_GPU_BACKEND`, or under `auto` agreed by its ranks at the first call (collective
+    /// then; see the module's documentation) and kept.
+    pub(crate) fn nccl_serves(&self, op: &'static str, device: u32) -> Result<bool> {
+        use rcomm_runtime::config::GpuBackend;
+        match rcomm_runtime::config::gpu_backend() {
+            GpuBackend::Rcomm => return Ok(false),
+            GpuBackend::Nccl => return Ok(true),
+            GpuBackend::Auto => {}
+        }
+        if let Some(b) = self.get_attr(choice_key()) {
+            return Ok(b);
+        }
+        if self.size() < 2 {
+            // Alone: nobody to agree with.
+            let serves = usable_lib(op, self.world_me()).is_ok();
+            self.set_attr(choice_key(), serves);
+            return Ok(serves);
+        }
+        self.device_agreement(op, device).map(|(_, serves)| serves)
+    }
+
     /// This communicator's NCCL communicator on `device`, made now if it has none (collective:
     /// see the module's documentation).
     fn nccl_comm(&self, op: &'static str, device: u32) -> Result<Arc<NcclComm>> {
@@ -379,20 +544,8 @@ impl Communicator {
             }
             return Ok(c);
         }
-        let local = (|| {
-            let lib = lib().map_err(|why| unusable(op, me, why))?;
-            let g = backend(op, me)?;
-            if g.backend_name() != "cuda" {
-                return Err(CommError::Device {
-                    op,
-                    rank: me,
-                    why: format!(
-                        "NCCL needs CUDA device memory; the device backend is the {} \
-                         (RCOMM_GPU_STANDIN=1)",
-                        g.backend_name()
-                    ),
-                });
-            }
+        let local: Result<(&Lib, UniqueId)> = (|| {
+            let lib = usable_lib(op, me)?;
             make_current(op, me, device)?;
             let mut id = UniqueId([0; 128]);
             if self.rank() == 0 {
@@ -417,16 +570,31 @@ impl Communicator {
         self.bcast(&mut id.0[..], 0)?;
         make_current(op, me, device)?;
         let mut raw: Raw = std::ptr::null_mut();
-        // SAFETY: writes one communicator handle; every rank passes the same id and size and
-        // its own rank.
-        let r =
-            unsafe { (lib.init_rank)(&mut raw, self.size() as c_int, id, self.rank() as c_int) };
-        check(lib, raw, op, me, "ncclCommInitRank", r)?;
-        let c = Arc::new(NcclComm {
-            raw: Mutex::new(raw as usize),
+        let (n, r) = (self.size() as c_int, self.rank() as c_int);
+        match lib.init_rank_config {
+            Some(init) => {
+                let mut cfg = NcclConfig::nonblocking();
+                // SAFETY: writes one communicator handle; every rank passes the same id and
+                // size and its own rank; the config is read during the call.
+                let rc = unsafe { init(&mut raw, n, id, r, &mut cfg) };
+                check(lib, raw, op, me, "ncclCommInitRankConfig", rc)?;
+                IN_PROGRESS_SEEN.with(|f| f.set(false));
+                await_ready(lib, raw, op, me, &fr::comm_label(self.ctx()))?;
+            }
+            None => {
+                // SAFETY: as above, blocking (NCCL before 2.14).
+                let rc = unsafe { (lib.init_rank)(&mut raw, n, id, r) };
+                check(lib, raw, op, me, "ncclCommInitRank", rc)?;
+            }
+        }
+        let c = NcclComm::new(
+            raw,
             device,
             lib,
-        });
+            self.ctx(),
+            self.member_ranks(),
+            self.shared(),
+        );
         self.set_attr(comm_key(), c.clone());
         rcomm_runtime::rlog!(
             Info,
@@ -439,8 +607,71 @@ impl Communicator {
         Ok(c)
     }
 
-    /// Runs `enqueue` (NCCL calls on the communicator and stream it is given) under the
-    /// communicator's lock, then waits for the stream.
+    /// Gives `child` (made by `split`, `create` or `dup` of this communicator; `None` on the
+    /// ranks outside it) an NCCL communicator split off this one's, if this one has one.
+    /// Collective over this communicator, as those calls are.
+    pub(crate) fn nccl_split_into(&self, child: Option<&Communicator>) -> Result<()> {
+        let Some(parent) = self.get_attr(comm_key()) else {
+            return Ok(());
+        };
+        const OP: &str = "split";
+        let me = self.world_me();
+        if let Some(f) = parent.failed() {
+            return Err(f.error(OP, me));
+        }
+        let lib = parent.lib;
+        // Equal on the members of one child and apart between children: the world rank of
+        // the child's rank 0.
+        let (color, key) = match child {
+            Some(c) => (c.world_rank(0)? as c_int, c.rank() as c_int),
+            None => (SPLIT_NOCOLOR, 0),
+        };
+        let Some(split) = lib.split else {
+            // NCCL before 2.18: the child makes its own at its first NCCL collective.
+            return Ok(());
+        };
+        make_current(OP, me, parent.device)?;
+        let mut raw: Raw = std::ptr::null_mut();
+        let mut cfg = NcclConfig::nonblocking();
+        {
+            let _one = parent.calls.lock().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: a live parent; writes one handle (null for NOCOLOR); every rank of the
+            // parent calls it, as rcomm's split is collective over the parent.
+            let rc = unsafe { split(parent.raw(), color, key, &mut raw, &mut cfg) };
+            check(lib, parent.raw(), OP, me, "ncclCommSplit", rc)?;
+        }
+        IN_PROGRESS_SEEN.with(|f| f.set(false));
+        let Some(child) = child else {
+            return Ok(());
+        };
+        await_ready(lib, raw, OP, me, &fr::comm_label(child.ctx()))?;
+        super::nccl_comm::SPLITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let c = NcclComm::new(
+            raw,
+            parent.device,
+            lib,
+            child.ctx(),
+            child.member_ranks(),
+            child.shared(),
+        );
+        child.set_attr(comm_key(), c);
+        // A part of a communicator NCCL served has a GPU per rank too.
+        child.set_attr(choice_key(), true);
+        rcomm_runtime::rlog!(
+            Info,
+            "COLL",
+            "NCCL communicator of {} ranks on comm {} split off comm {}",
+            child.size(),
+            fr::comm_label(child.ctx()),
+            fr::comm_label(self.ctx())
+        );
+        Ok(())
+    }
+
+    /// Enqueues an NCCL operation (`enqueue`: its calls on the communicator and stream it is
+    /// given) on `stream`. On the caller's stream of a stream-ordered call it returns at once,
+    /// the watchdog tracking the work; otherwise it waits for the work by polling (see
+    /// `nccl_comm`).
     fn nccl_run(
         &self,
         op: &'static str,
@@ -449,12 +680,34 @@ impl Communicator {
         enqueue: impl FnOnce(&Lib, Raw, Raw) -> Result<()>,
     ) -> Result<()> {
         let me = self.world_me();
-        let raw = comm.raw.lock().unwrap_or_else(PoisonError::into_inner);
-        make_current(op, me, comm.device)?;
-        enqueue(comm.lib, *raw as Raw, stream.raw as Raw)?;
-        backend(op, me)?
-            .stream_wait_host(stream)
-            .map_err(dev_err(op, me))
+        if let Some(f) = comm.failed() {
+            return Err(f.error(op, me));
+        }
+        let on_caller = super::coll::caller_stream() == Some(stream);
+        let seq = comm.next_seq();
+        fr::set_device_op(self.ctx(), stream.raw, seq);
+        {
+            let _one = comm.calls.lock().unwrap_or_else(|p| p.into_inner());
+            make_current(op, me, comm.device)?;
+            IN_PROGRESS_SEEN.with(|f| f.set(false));
+            enqueue(comm.lib, comm.raw(), stream.raw as Raw)?;
+            settle(comm, op, me)?;
+        }
+        let g = backend(op, me)?;
+        let ev = match g.event_record(stream) {
+            Ok(e) => e,
+            // A stream captured into a CUDA graph: the graph's launch runs the work later;
+            // nothing to track now.
+            Err(rcomm_transport::gpu::GpuError::Invalid(_)) if on_caller => return Ok(()),
+            Err(e) => return Err(dev_err(op, me)(e)),
+        };
+        if on_caller {
+            comm.track(ev, op, seq);
+            return Ok(());
+        }
+        let r = comm.wait(g, &ev, op, seq, me);
+        let _ = g.event_destroy(ev);
+        r
     }
 
     /// One NCCL collective, recorded by the flight recorder as rcomm's own are (algorithm
@@ -477,7 +730,8 @@ impl Communicator {
         }
         let comm = self.nccl_comm(op, stream.device)?;
         let _fr = fr::Scope::enter();
-        // NCCL chooses its own algorithm: the record names none.
+        // NCCL chooses its own algorithm: the record says `nccl` (with NCCL's operation number
+        // and the stream, set when it is enqueued).
         fr::begin_coll(self.ctx(), op, None, bytes, codes);
         if let Some(r) = root {
             fr::set_root(self.ctx(), r);
@@ -491,6 +745,12 @@ impl Communicator {
     /// needed before [`nccl_group`](Self::nccl_group) when no NCCL collective ran yet.
     pub(crate) fn nccl_setup(&self, device: u32) -> Result<()> {
         self.nccl_comm("setup", device).map(drop)
+    }
+
+    /// Whether this communicator has its NCCL communicator already (the grouped
+    /// point-to-point call under `auto` uses NCCL only then: it cannot make one).
+    pub(crate) fn has_nccl_comm(&self) -> bool {
+        self.get_attr(comm_key()).is_some()
     }
 
     /// All-reduce of `count` elements of `dtype` from device memory `send` into `recv` (the
