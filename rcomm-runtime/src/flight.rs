@@ -577,6 +577,34 @@ impl Recorder {
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_nccl_operation_keeps_its_stream_and_number_and_is_dumped_as_nccl() {
+        let r = Recorder::new(4);
+        let h = r.begin(&coll(2, "allreduce", Algo::Ring));
+        let plain = r.begin(&coll(2, "bcast", Algo::Tree));
+        r.set_device_op(h, 0xabc0, 7);
+        let snap = r.snapshot();
+        assert_eq!(
+            snap.iter().map(|x| x.device).collect::<Vec<_>>(),
+            vec![
+                Some(DeviceOp {
+                    stream: 0xabc0,
+                    seq: 7
+                }),
+                None
+            ]
+        );
+        let d = r.dump(0);
+        assert_eq!(d.records[0].algo, "nccl op 7 on stream 0xabc0");
+        assert_eq!(d.records[1].algo, "tree");
+        // A record overwritten in its slot no longer takes its device operation along.
+        for _ in 0..4 {
+            r.begin(&coll(2, "barrier", Algo::Ring));
+        }
+        r.set_device_op(plain, 1, 1);
+        assert!(r.snapshot().iter().all(|x| x.device.is_none()));
+    }
+
     fn coll(ctx: u32, op: &str, algo: Algo) -> Begin<'_> {
         Begin {
             ctx,

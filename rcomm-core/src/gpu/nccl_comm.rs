@@ -458,8 +458,18 @@ impl Drop for NcclComm {
         if self.aborted.load(Ordering::Acquire) {
             return;
         }
-        if !ended || async_state(self.lib, self.raw()).is_err() {
+        if !ended {
             self.fail(Failure::Nccl("freed with work that did not end".into()));
+            return;
+        }
+        if let Err(why) = async_state(self.lib, self.raw()) {
+            // Often the peers went first (their processes ended): nothing to report, but a
+            // communicator in error is aborted, not destroyed.
+            rcomm_runtime::rlog!(Info, "COLL", "NCCL communicator freed by abort: {why}");
+            self.aborted.store(true, Ordering::Release);
+            count_call();
+            // SAFETY: a live communicator none of whose work is pending, aborted once.
+            unsafe { (self.lib.abort)(self.raw()) };
             return;
         }
         if let Some(finalize) = self.lib.finalize {
