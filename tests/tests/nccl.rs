@@ -144,7 +144,9 @@ fn a_rank_that_never_joins_times_out_the_others_and_the_report_names_the_nccl_op
     let report = report.join("\n");
     assert!(report.contains("hang report"), "{out}");
     assert!(
-        report.contains("allreduce #") && report.contains("nccl op 3 on stream 0x"),
+        report.contains("allreduce #")
+            && report.contains("nccl op 3)")
+            && report.contains("NCCL streams: rank "),
         "the report names the NCCL operation and its number\n{out}"
     );
     assert!(
