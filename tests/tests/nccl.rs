@@ -155,3 +155,13 @@ fn a_rank_that_never_joins_times_out_the_others_and_the_report_names_the_nccl_op
         t.elapsed()
     );
 }
+
+#[test]
+fn a_revoked_communicator_ends_the_nccl_wait_with_revoked() {
+    let Some(lib) = standin_lib() else { return };
+    let out = job(4, &["revoke"], &lib, "distinct")
+        .env("RCOMM_TIMEOUT", "30s")
+        .run();
+    assert_eq!(out.code(), 0, "{out}");
+    all_ok(&out, &[0, 1, 2, 3], "revoke");
+}

@@ -292,6 +292,11 @@ impl NcclComm {
     fn engine_failure(&self, shared: &Shared, wait_notice: bool) -> Option<Failure> {
         let look = || {
             let mut e = shared.lock();
+            if !ON_WATCHDOG.with(std::cell::Cell::get) {
+                // The caller's wait drives the engine, as rcomm's own waits do: a revocation
+                // arrives as a message.
+                e.progress();
+            }
             shared.apply_notices(&mut e);
             if let Some(CommError::Revoked { by, .. }) = e.revoked_error(self.ctx, "nccl") {
                 return Some(Failure::Revoked { by });

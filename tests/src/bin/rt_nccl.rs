@@ -12,7 +12,8 @@
 //!   form, no host wait in the plain form;
 //! - `die`: rank 2 dies in its third NCCL collective (`NCCL_STANDIN_FAULT=exit@3`); the others
 //!   get `PeerLost` naming it, and abort leaves nothing of the stand-in alive;
-//! - `hang`: rank 2 never joins its third (`hang@3`); every rank gets `Timeout`.
+//! - `hang`: rank 2 never joins its third (`hang@3`); every rank gets `Timeout`;
+//! - `revoke`: rank 0 revokes a communicator instead of joining; the others get `Revoked`.
 
 use rcomm::gpu::{DeviceBuffer, DeviceMem, DeviceMemMut};
 use rcomm::{CommError, Communicator, Op, World};
@@ -343,6 +344,26 @@ fn hang(w: &World) {
     );
 }
 
+/// Rank 0 revokes a communicator while the others wait in an NCCL allreduce on it.
+fn revoke(w: &World) {
+    let r = w.rank();
+    let c = w.dup().expect("dup");
+    let mut a = dev_of(&input(r, 64));
+    c.allreduce_device::<f32>(&mut a, Op::Sum).expect("warm-up");
+    w.barrier().expect("barrier");
+    if r == 0 {
+        std::thread::sleep(Duration::from_millis(300));
+        c.revoke();
+    }
+    let t = Instant::now();
+    match c.allreduce_device::<f32>(&mut a, Op::Sum) {
+        Err(CommError::Revoked { by: 0, .. }) => {}
+        other => panic!("rank {r}: expected Revoked by rank 0, got {other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    ok(r, "revoke");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let w = rcomm::init().expect("init");
@@ -353,6 +374,7 @@ fn main() {
         Some("budget") => budget(&w),
         Some("die") => die(&w),
         Some("hang") => hang(&w),
+        Some("revoke") => revoke(&w),
         other => panic!("rt_nccl: unknown case {other:?}"),
     }
     // No rank leaves before the others are done: the stand-in libnccl's hub lives in one
