@@ -165,3 +165,14 @@ fn a_revoked_communicator_ends_the_nccl_wait_with_revoked() {
     assert_eq!(out.code(), 0, "{out}");
     all_ok(&out, &[0, 1, 2, 3], "revoke");
 }
+
+#[test]
+fn checked_mode_finds_a_call_that_differs_on_the_nccl_path() {
+    let Some(lib) = standin_lib() else { return };
+    let out = job(4, &["checked"], &lib, "distinct")
+        .env("RCOMM_CHECK", "1")
+        .env("RCOMM_TIMEOUT", "30s")
+        .run();
+    assert_eq!(out.code(), 0, "{out}");
+    all_ok(&out, &[0, 1, 2, 3], "checked");
+}

@@ -677,6 +677,7 @@ impl Communicator {
         op: &'static str,
         comm: &NcclComm,
         stream: Stream,
+        chk: Option<crate::Tag>,
         enqueue: impl FnOnce(&Lib, Raw, Raw) -> Result<()>,
     ) -> Result<()> {
         let me = self.world_me();
@@ -705,7 +706,13 @@ impl Communicator {
             comm.track(ev, op, seq);
             return Ok(());
         }
-        let r = comm.wait(g, &ev, op, seq, me);
+        // Checked mode: another rank's signature may prove this call wrong while it runs.
+        let checked = || {
+            let t = chk?;
+            let failed = self.check_failed(&self.shared().lock(), t);
+            failed.then(|| self.check_error(t))
+        };
+        let r = comm.wait(g, &ev, op, seq, me, &checked);
         let _ = g.event_destroy(ev);
         r
     }
@@ -736,7 +743,29 @@ impl Communicator {
         if let Some(r) = root {
             fr::set_root(self.ctx(), r);
         }
-        let res = self.nccl_run(op, &comm, stream, enqueue);
+        // Checked mode: the signature is recorded and passed on before anything is enqueued
+        // (a communicator that failed a check fails here at once).
+        let kind = {
+            use crate::coll::check::Kind;
+            match op {
+                "allreduce" => Kind::Allreduce,
+                "bcast" => Kind::Bcast,
+                "reduce" => Kind::Reduce,
+                "allgather" => Kind::Allgather,
+                "reduce_scatter" => Kind::ReduceScatter,
+                "alltoall" => Kind::Alltoall,
+                _ => Kind::Unknown,
+            }
+        };
+        let mut call = crate::coll::check::Call::new(kind).elem(1).count(bytes);
+        (call.dtype, call.op) = codes;
+        if let Some(r) = root {
+            call = call.root(r);
+        }
+        self.check_note(call);
+        let res = self
+            .check_composite(true)
+            .and_then(|chk| self.nccl_run(op, &comm, stream, chk.map(|c| c.0), enqueue));
         fr::end_coll(self.ctx(), &res);
         res
     }
@@ -935,7 +964,7 @@ impl Communicator {
             });
         }
         let _nvtx = crate::nvtx::Range::new(op);
-        self.nccl_run(op, &comm, stream, |lib, c, s| {
+        self.nccl_run(op, &comm, stream, None, |lib, c, s| {
             grouped(lib, c, op, me, |lib| {
                 for b in sends {
                     // SAFETY: a device range of `bytes` the caller checked.

@@ -365,7 +365,8 @@ impl NcclComm {
     }
 
     /// Waits for `ev` (the end of NCCL operation `op` #`seq`) by polling, checking the
-    /// communicator's health every few rounds and the deadline (`RCOMM_TIMEOUT`).
+    /// communicator's health every few rounds, `checked` (checked mode's verdict: a call
+    /// other ranks do not make aborts it) and the deadline (`RCOMM_TIMEOUT`).
     pub(super) fn wait(
         &self,
         gpu: &Gpu,
@@ -373,6 +374,7 @@ impl NcclComm {
         op: &'static str,
         seq: u64,
         me: u32,
+        checked: &dyn Fn() -> Option<CommError>,
     ) -> Result<()> {
         let start = Instant::now();
         let mut round = 0u32;
@@ -381,6 +383,11 @@ impl NcclComm {
             if done || round.is_multiple_of(16) {
                 // An operation can end with an error (a peer lost mid-way): looked at after
                 // it ended too.
+                // The verdict first: a wrong call also makes NCCL fail, in its own words.
+                if let Some(e) = checked() {
+                    self.fail(Failure::Nccl(e.to_string()));
+                    return Err(e);
+                }
                 if let Some(f) = self.health() {
                     return Err(f.error(op, me));
                 }

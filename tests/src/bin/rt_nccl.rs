@@ -13,7 +13,8 @@
 //! - `die`: rank 2 dies in its third NCCL collective (`NCCL_STANDIN_FAULT=exit@3`); the others
 //!   get `PeerLost` naming it, and abort leaves nothing of the stand-in alive;
 //! - `hang`: rank 2 never joins its third (`hang@3`); every rank gets `Timeout`;
-//! - `revoke`: rank 0 revokes a communicator instead of joining; the others get `Revoked`.
+//! - `revoke`: rank 0 revokes a communicator instead of joining; the others get `Revoked`;
+//! - `checked`: under `RCOMM_CHECK=1` a call whose count differs on one rank is `CollMismatch`.
 
 use rcomm::gpu::{DeviceBuffer, DeviceMem, DeviceMemMut};
 use rcomm::{CommError, Communicator, Op, World};
@@ -364,6 +365,22 @@ fn revoke(w: &World) {
     ok(r, "revoke");
 }
 
+/// Checked mode (`RCOMM_CHECK=1`): rank 1 allreduces one element more than the others; every
+/// rank's call is `CollMismatch`, found before or while NCCL runs it.
+fn checked(w: &World) {
+    let r = w.rank();
+    let c = w.dup().expect("dup");
+    let mut a = dev_of(&input(r, 64));
+    c.allreduce_device::<f32>(&mut a, Op::Sum)
+        .expect("a matching call");
+    let mut b = dev_of(&input(r, if r == 1 { 65 } else { 64 }));
+    match c.allreduce_device::<f32>(&mut b, Op::Sum) {
+        Err(CommError::CollMismatch { .. }) => {}
+        other => panic!("rank {r}: expected CollMismatch, got {other:?}"),
+    }
+    ok(r, "checked");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let w = rcomm::init().expect("init");
@@ -375,6 +392,7 @@ fn main() {
         Some("die") => die(&w),
         Some("hang") => hang(&w),
         Some("revoke") => revoke(&w),
+        Some("checked") => checked(&w),
         other => panic!("rt_nccl: unknown case {other:?}"),
     }
     // No rank leaves before the others are done: the stand-in libnccl's hub lives in one
