@@ -187,6 +187,18 @@ fn open(names: &[&str]) -> std::result::Result<Lib, String> {
             tried.push(dl_error());
             continue;
         }
+        // The tests' stand-in is built where cargo's library path points (target/*/deps): only
+        // a library named by RCOMM_NCCL_LIB may be it, never one found by the usual names.
+        // SAFETY: looking a symbol up calls nothing.
+        let standin = !unsafe { libc::dlsym(h, c"rcommNcclStandInLive".as_ptr()) }.is_null();
+        if standin && Some(name) != first.as_deref() {
+            tried.push(format!(
+                "{name} is rcomm's test stand-in, used only when RCOMM_NCCL_LIB names it"
+            ));
+            // SAFETY: nothing of it was used.
+            unsafe { libc::dlclose(h) };
+            continue;
+        }
         return resolve(h, name);
     }
     Err(format!(
@@ -1091,6 +1103,23 @@ mod tests {
         // The set-up's agreement ran (every rank says whether it can) and left no record
         // open on this thread.
         assert_eq!(fr::current(), None);
+    }
+
+    #[test]
+    fn the_test_stand_in_is_loaded_only_when_rcomm_nccl_lib_names_it() {
+        // Next to this test binary when the tests crate built rcomm-nccl-standin.
+        let Some(p) = std::env::current_exe()
+            .ok()
+            .and_then(|e| Some(e.parent()?.join("libnccl.so")))
+            .filter(|p| p.is_file())
+        else {
+            return; // Not built in this target directory: nothing to refuse.
+        };
+        let why = match open(&[p.to_str().expect("utf-8")]) {
+            Err(w) => w,
+            Ok(_) => panic!("the stand-in loaded by a default name"),
+        };
+        assert!(why.contains("rcomm's test stand-in"), "{why}");
     }
 
     #[test]
