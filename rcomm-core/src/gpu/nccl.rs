@@ -707,13 +707,12 @@ impl Communicator {
             settle(comm, op, me)?;
         }
         let g = backend(op, me)?;
-        let ev = match g.event_record(stream) {
-            Ok(e) => e,
-            // A stream captured into a CUDA graph: the graph's launch runs the work later;
-            // nothing to track now.
-            Err(rcomm_transport::gpu::GpuError::Invalid(_)) if on_caller => return Ok(()),
-            Err(e) => return Err(dev_err(op, me)(e)),
-        };
+        // A caller's stream captured into a CUDA graph: the graph's launch runs the work
+        // later; no event can be polled for it now.
+        if on_caller && g.stream_is_capturing(stream).map_err(dev_err(op, me))? {
+            return Ok(());
+        }
+        let ev = g.event_record(stream).map_err(dev_err(op, me))?;
         if on_caller {
             comm.track(ev, op, seq);
             return Ok(());
@@ -724,7 +723,12 @@ impl Communicator {
             let failed = self.check_failed(&self.shared().lock(), t);
             failed.then(|| self.check_error(t))
         };
-        let r = comm.wait(g, &ev, op, seq, me, &checked);
+        // A timeout names the collective by its number on the communicator, as rcomm's own
+        // do (the record beside it has NCCL's number).
+        let coll_seq = fr::current()
+            .filter(|h| h.ctx() == self.ctx())
+            .map_or(seq, |h| h.seq());
+        let r = comm.wait(g, &ev, op, coll_seq, me, &checked);
         let _ = g.event_destroy(ev);
         r
     }
