@@ -718,9 +718,12 @@ impl Communicator {
             return Ok(());
         }
         // Checked mode: another rank's signature may prove this call wrong while it runs.
-        let checked = || {
-            let t = chk?;
-            let failed = self.check_failed(&self.shared().lock(), t);
+        let checked = |t: crate::Tag| {
+            let failed = {
+                let mut e = self.shared().lock();
+                e.progress();
+                self.check_failed(&e, t)
+            };
             failed.then(|| self.check_error(t))
         };
         // A timeout names the collective by its number on the communicator, as rcomm's own
@@ -728,7 +731,9 @@ impl Communicator {
         let coll_seq = fr::current()
             .filter(|h| h.ctx() == self.ctx())
             .map_or(seq, |h| h.seq());
-        let r = comm.wait(g, &ev, op, coll_seq, me, &checked);
+        let checked = chk.map(|t| move || checked(t));
+        let checked = checked.as_ref().map(|f| f as &dyn Fn() -> Option<CommError>);
+        let r = comm.wait(g, &ev, op, coll_seq, me, checked);
         let _ = g.event_destroy(ev);
         r
     }

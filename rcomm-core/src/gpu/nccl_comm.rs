@@ -374,8 +374,9 @@ impl NcclComm {
         op: &'static str,
         seq: u64,
         me: u32,
-        checked: &dyn Fn() -> Option<CommError>,
+        checked: Option<&dyn Fn() -> Option<CommError>>,
     ) -> Result<()> {
+        let verdict = || checked.and_then(|f| f());
         let start = Instant::now();
         let mut round = 0u32;
         loop {
@@ -384,11 +385,22 @@ impl NcclComm {
                 // An operation can end with an error (a peer lost mid-way): looked at after
                 // it ended too.
                 // The verdict first: a wrong call also makes NCCL fail, in its own words.
-                if let Some(e) = checked() {
+                if let Some(e) = verdict() {
                     self.fail(Failure::Nccl(e.to_string()));
                     return Err(e);
                 }
                 if let Some(f) = self.health() {
+                    if checked.is_some() && matches!(f, Failure::Nccl(_)) {
+                        // NCCL may see a wrong call before the signatures have gone round:
+                        // they get the engine's grace to say so.
+                        let end = Instant::now() + crate::p2p::engine::NOTICE_GRACE;
+                        while Instant::now() < end {
+                            if let Some(e) = verdict() {
+                                return Err(e);
+                            }
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
                     return Err(f.error(op, me));
                 }
                 if done {
