@@ -343,6 +343,9 @@ fn hang(w: &World) {
         r,
         &format!("hang (Timeout after {:.2} s)", t.elapsed().as_secs_f64()),
     );
+    // The stand-in's hub lives in rank 0's process: it stays until every rank's deadline
+    // has passed (theirs differ by a few milliseconds), or a late one sees the hub go first.
+    std::thread::sleep(Duration::from_secs(1));
 }
 
 /// Rank 0 revokes a communicator while the others wait in an NCCL allreduce on it.
