@@ -30,13 +30,16 @@ struct HConn {
     pid: u32,
 }
 
+/// One rank's part of an operation: its arguments and bytes.
+type Part = (OpHdr, Vec<u8>);
+
 struct HComm {
     /// Communicator rank → first communicator's rank.
     members: Vec<u32>,
     left: Vec<bool>,
     failed: bool,
     /// Contributions per sequence number, by communicator rank.
-    pending: HashMap<u64, Vec<Option<(OpHdr, Vec<u8>)>>>,
+    pending: HashMap<u64, Vec<Option<Part>>>,
 }
 
 #[derive(Default)]
@@ -292,7 +295,7 @@ fn contribute(st: &mut State, conn: u64, comm: u64, seq: u64, hdr: OpHdr, data: 
     if slot.iter().any(Option::is_none) {
         return;
     }
-    let parts: Vec<(OpHdr, Vec<u8>)> = hc
+    let parts: Vec<Part> = hc
         .pending
         .remove(&seq)
         .unwrap()
@@ -344,7 +347,7 @@ fn contribute(st: &mut State, conn: u64, comm: u64, seq: u64, hdr: OpHdr, data: 
 }
 
 /// The first argument in which a rank differs from rank 0, in words.
-fn mismatch(comm: u64, seq: u64, parts: &[(OpHdr, Vec<u8>)]) -> Option<String> {
+fn mismatch(comm: u64, seq: u64, parts: &[Part]) -> Option<String> {
     let a = &parts[0].0;
     for (r, (b, _)) in parts.iter().enumerate().skip(1) {
         let diff = if a.kind != b.kind {
@@ -378,7 +381,7 @@ fn mismatch(comm: u64, seq: u64, parts: &[(OpHdr, Vec<u8>)]) -> Option<String> {
 }
 
 /// Each rank's result, by communicator rank.
-fn compute(parts: &[(OpHdr, Vec<u8>)]) -> Result<Vec<Vec<u8>>, Fail> {
+fn compute(parts: &[Part]) -> Result<Vec<Vec<u8>>, Fail> {
     let h = parts[0].0;
     let n = parts.len();
     let dtype = abi::dtype(h.dtype)?;
@@ -430,7 +433,7 @@ fn compute(parts: &[(OpHdr, Vec<u8>)]) -> Result<Vec<Vec<u8>>, Fail> {
 
 /// The split's answer for each rank of `comm`: new communicators by color, ranks ordered by
 /// key, then by rank in `comm`.
-fn split(st: &mut State, comm: u64, parts: &[(OpHdr, Vec<u8>)]) -> Vec<Msg> {
+fn split(st: &mut State, comm: u64, parts: &[Part]) -> Vec<Msg> {
     let members = st.comms[&comm].members.clone();
     let mut colors: Vec<i32> = parts
         .iter()
