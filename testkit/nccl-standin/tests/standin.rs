@@ -1087,7 +1087,7 @@ fn id_from_hex(s: &str) -> UniqueId {
 }
 
 /// This test binary again, running `role_entry` as `role`.
-fn spawn_role(role: &str, env: &[(&str, String)], stdin: bool) -> std::process::Child {
+fn spawn_role(role: &str, env: &[(&str, String)], stdin: bool, stdout: bool) -> Proc {
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", "role_entry", "--nocapture", "--test-threads=1"])
         .env(ROLE_VAR, role)
@@ -1095,15 +1095,31 @@ fn spawn_role(role: &str, env: &[(&str, String)], stdin: bool) -> std::process::
     for (k, v) in env {
         cmd.env(k, v);
     }
+    if stdout {
+        cmd.stdout(std::process::Stdio::piped());
+    }
     if stdin {
         cmd.stdin(std::process::Stdio::piped());
     } else {
         cmd.stdin(std::process::Stdio::null());
     }
-    cmd.spawn().expect("spawn a rank process")
+    Proc(Some(cmd.spawn().expect("spawn a rank process")))
 }
 
-fn wait_exit(mut ch: std::process::Child, limit: Duration) -> std::process::ExitStatus {
+/// A rank process, killed if the test fails before it was waited for.
+struct Proc(Option<std::process::Child>);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wait_exit(mut p: Proc, limit: Duration) -> std::process::ExitStatus {
+    let mut ch = p.0.take().unwrap();
     let end = Instant::now() + limit;
     loop {
         if let Some(s) = ch.try_wait().unwrap() {
@@ -1127,6 +1143,7 @@ fn role_entry() {
     match role.as_str() {
         "death-observer" => death_observer(),
         "hang-observer" => hang_observer(),
+        "hub-death-observer" => hub_death_observer(),
         "peer" => peer(),
         r => panic!("unknown role {r}"),
     }
@@ -1137,7 +1154,16 @@ fn role_entry() {
 /// With `NCCL_STANDIN_TEST_ABORT_ON_STDIN`, a thread aborts the communicator when stdin closes.
 fn peer() {
     let env = |k: &str| std::env::var(k).unwrap();
-    let id = id_from_hex(&env("NCCL_STANDIN_TEST_ID"));
+    let id = match env("NCCL_STANDIN_TEST_ID").as_str() {
+        // This process holds the hub: it says the id on stdout.
+        "make" => {
+            let id = uid();
+            println!("ID {}", id_hex(&id));
+            std::io::Write::flush(&mut std::io::stdout()).unwrap();
+            id
+        }
+        hex => id_from_hex(hex),
+    };
     let n: usize = env("NCCL_STANDIN_TEST_NRANKS").parse().unwrap();
     let r: usize = env("NCCL_STANDIN_TEST_RANK").parse().unwrap();
     let colls: usize = env("NCCL_STANDIN_TEST_COLLS").parse().unwrap();
@@ -1228,8 +1254,8 @@ fn death_observer() {
     ));
     let mut e2 = base(2);
     e2.push(("NCCL_STANDIN_FAULT", "exit@3".into()));
-    let p1 = spawn_role("peer", &e1, false);
-    let p2 = spawn_role("peer", &e2, false);
+    let p1 = spawn_role("peer", &e1, false, false);
+    let p2 = spawn_role("peer", &e2, false, false);
     let c = init(3, id, 0);
     let stream = TestStream::new();
     let mut failed_at = None;
@@ -1316,7 +1342,7 @@ fn hang_observer() {
         ("NCCL_STANDIN_TEST_ABORT_ON_STDIN", "1".into()),
         ("NCCL_STANDIN_FAULT", "hang@2".into()),
     ];
-    let mut p1 = spawn_role("peer", &env, true);
+    let mut p1 = spawn_role("peer", &env, true, false);
     let c = init(2, id, 0);
     let stream = TestStream::new();
     let send = [1u32; 4];
@@ -1353,7 +1379,7 @@ fn hang_observer() {
     );
     assert_eq!(recv, [7; 4], "an aborted collective wrote its output");
     drop(stream);
-    drop(p1.stdin.take());
+    drop(p1.0.as_mut().unwrap().stdin.take());
     assert!(
         wait_exit(p1, DEADLINE).success(),
         "rank 1 aborted and exited"
@@ -1361,8 +1387,77 @@ fn hang_observer() {
     wait_all_gone(t0, f0);
 }
 
+/// Rank 1 of 2: rank 0's process holds the hub and `_exit`s at its 2nd collective; rank 1's
+/// operation on a stream must end with `ncclRemoteError` naming rank 0 as the hub's process.
+fn hub_death_observer() {
+    let (t0, f0) = (threads(), fds());
+    let env = vec![
+        ("NCCL_STANDIN_TEST_ID", "make".to_string()),
+        ("NCCL_STANDIN_TEST_NRANKS", "2".into()),
+        ("NCCL_STANDIN_TEST_RANK", "0".into()),
+        ("NCCL_STANDIN_TEST_COLLS", "10".into()),
+        ("NCCL_STANDIN_FAULT", "exit@2".into()),
+    ];
+    let mut p0 = spawn_role("peer", &env, false, true);
+    let mut out = std::io::BufReader::new(p0.0.as_mut().unwrap().stdout.take().unwrap());
+    // libtest's "test role_entry ... " precedes it on the line.
+    let hex = std::io::BufRead::lines(&mut out)
+        .map_while(Result::ok)
+        .find_map(|l| l.split_once("ID ").map(|(_, h)| h.trim().to_string()))
+        .expect("rank 0 printed no id");
+    let id = id_from_hex(&hex);
+    let c = init(2, id, 1);
+    let stream = TestStream::new();
+    let mut failed_at = None;
+    for k in 0..10 {
+        let send = [2u32; 4];
+        let mut recv = [7u32; 4];
+        ok(
+            unsafe {
+                ncclAllReduce(
+                    send.as_ptr().cast(),
+                    recv.as_mut_ptr().cast(),
+                    4,
+                    3,
+                    SUM,
+                    c.0,
+                    stream.ptr(),
+                )
+            },
+            "queue",
+        );
+        assert!(
+            stream.sync_within(Duration::from_secs(10)),
+            "collective {k} still running after 10 s"
+        );
+        if async_of(c.0) != 0 {
+            assert_eq!(async_of(c.0), abi::REMOTE);
+            assert_eq!(recv, [7; 4], "a failed collective wrote its output");
+            failed_at = Some(k);
+            break;
+        }
+        assert_eq!(recv, [1 + 2; 4]);
+    }
+    assert_eq!(failed_at, Some(1), "the second collective should fail");
+    let text = last(c.0);
+    assert!(
+        text.contains("rank 0 of communicator 1 disconnected (the hub's process exited)"),
+        "{text}"
+    );
+    assert_eq!(
+        wait_exit(p0, DEADLINE).code(),
+        Some(137),
+        "rank 0 exits as injected"
+    );
+    // Open until rank 0 is gone: its writes must not meet a closed pipe.
+    drop(out);
+    drop(stream);
+    ok(unsafe { ncclCommDestroy(c.0) }, "destroy");
+    wait_all_gone(t0, f0);
+}
+
 fn run_observer(role: &str) {
-    let ch = spawn_role(role, &[], false);
+    let ch = spawn_role(role, &[], false, false);
     let s = wait_exit(ch, DEADLINE);
     assert!(s.success(), "{role} failed: {s} (its output is above)");
 }
@@ -1375,4 +1470,9 @@ fn a_rank_process_dying_mid_collective_is_a_remote_error_naming_it() {
 #[test]
 fn a_hanging_rank_blocks_until_abort_and_nothing_is_left_behind() {
     run_observer("hang-observer");
+}
+
+#[test]
+fn the_hub_s_process_dying_is_a_remote_error_naming_its_rank() {
+    run_observer("hub-death-observer");
 }
