@@ -120,6 +120,24 @@ impl Comm {
         self.conn.sh.notify();
     }
 
+    /// Sends `m` to the hub; if that fails, the reason the connection's reader gives once it
+    /// sees the close (a named peer or the hub's process), else the write's error.
+    pub fn send(&self, m: &Msg) -> Result<(), Fail> {
+        let Err(e) = self.conn.send(m) else {
+            return Ok(());
+        };
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let id = self.id;
+        let why = self.conn.sh.wait(
+            |st| {
+                st.broken(id)
+                    .or_else(|| (std::time::Instant::now() > end).then(|| e.clone()))
+            },
+            |_| None,
+        );
+        Err(why.unwrap_or(e))
+    }
+
     /// Why the communicator cannot go on, if it cannot.
     pub fn broken(&self) -> Option<Fail> {
         self.conn.sh.lock().broken(self.id)
@@ -354,7 +372,7 @@ unsafe fn post(comm: &Comm, tasks: &[Task]) -> Result<(), Fail> {
                 }
                 // SAFETY: the caller's contract.
                 let data = unsafe { read(send, send_bytes) };
-                comm.conn.send(&Msg::Op {
+                comm.send(&Msg::Op {
                     comm: comm.id,
                     seq,
                     hdr,
@@ -364,7 +382,7 @@ unsafe fn post(comm: &Comm, tasks: &[Task]) -> Result<(), Fail> {
             Task::Send { peer, buf, bytes } => {
                 // SAFETY: the caller's contract.
                 let data = unsafe { read(buf, bytes) };
-                comm.conn.send(&Msg::P2p {
+                comm.send(&Msg::P2p {
                     comm: comm.id,
                     dst: peer,
                     data,

@@ -324,7 +324,17 @@ fn contribute(st: &mut State, conn: u64, comm: u64, seq: u64, hdr: OpHdr, data: 
         }
     };
     let members = st.comms[&comm].members.clone();
-    for (m, root) in out.into_iter().zip(members) {
+    let mut out: Vec<(Msg, u32)> = out.into_iter().zip(members).collect();
+    // Ranks of other processes first: once their results are queued on their sockets, this
+    // process's ranks may go on to die (an injected fault) without taking those results
+    // with them.
+    let me = std::process::id();
+    out.sort_by_key(|(_, root)| {
+        st.ranks[*root as usize]
+            .and_then(|k| st.conns.get(&k))
+            .is_some_and(|c| c.pid == me)
+    });
+    for (m, root) in out {
         let m = match m {
             Msg::Split {
                 child,

@@ -283,7 +283,7 @@ pub unsafe extern "C" fn ncclCommSplit(
             return Err(f);
         }
         let seq = parent.next_seq();
-        parent.conn.send(&wire::Msg::Op {
+        parent.send(&wire::Msg::Op {
             comm: parent.id,
             seq,
             hdr: wire::OpHdr {

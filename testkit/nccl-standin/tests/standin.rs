@@ -181,6 +181,11 @@ impl TestStream {
 impl Drop for TestStream {
     fn drop(&mut self) {
         self.tx.lock().unwrap().take();
+        if std::thread::panicking() {
+            // A failing test: the worker may be stuck in a host function; the test's failure
+            // must not wait for it.
+            return;
+        }
         if let Some(w) = self.worker.lock().unwrap().take() {
             let _ = w.join();
         }
@@ -1281,20 +1286,19 @@ fn death_observer() {
             stream.sync_within(Duration::from_secs(10)),
             "collective {k} still running after 10 s"
         );
-        let mut a = -1;
-        ok(unsafe { ncclCommGetAsyncError(c.0, &mut a) }, "async");
-        if a != 0 {
-            assert_eq!(a, abi::REMOTE);
+        // The loss may already be known after a collective that completed: its output
+        // tells which one failed.
+        if recv != [1 + 2 + 3; 4] {
+            assert_eq!(recv, [7; 4], "collective {k} wrote something else");
+            assert_eq!(async_of(c.0), abi::REMOTE);
             assert!(
                 t.elapsed() < Duration::from_secs(5),
                 "noticed after {:?}",
                 t.elapsed()
             );
-            assert_eq!(recv, [7; 4], "an aborted collective wrote its output");
             failed_at = Some(k);
             break;
         }
-        assert_eq!(recv, [1 + 2 + 3; 4]);
     }
     assert_eq!(failed_at, Some(2), "the third collective should fail");
     let text = last(c.0);
@@ -1430,13 +1434,14 @@ fn hub_death_observer() {
             stream.sync_within(Duration::from_secs(10)),
             "collective {k} still running after 10 s"
         );
-        if async_of(c.0) != 0 {
+        // The loss may already be known after a collective that completed: its output
+        // tells which one failed.
+        if recv != [1 + 2; 4] {
+            assert_eq!(recv, [7; 4], "collective {k} wrote something else");
             assert_eq!(async_of(c.0), abi::REMOTE);
-            assert_eq!(recv, [7; 4], "a failed collective wrote its output");
             failed_at = Some(k);
             break;
         }
-        assert_eq!(recv, [1 + 2; 4]);
     }
     assert_eq!(failed_at, Some(1), "the second collective should fail");
     let text = last(c.0);
