@@ -871,7 +871,18 @@ fn bad_input_is_an_error_naming_it() {
     check(unsafe { ncclRecv(o, 4, U8, 5, c, null) }, inv, "peer 5");
     check(unsafe { ncclGroupEnd() }, inv, "none of it ran");
     assert_eq!(good, [0; 4], "a call of a failed group ran");
-    // The communicator is still usable.
+    // The communicator is still usable, and answers as a one-rank communicator on device 0.
+    let (mut cnt, mut me, mut dev) = (-1, -1, -1);
+    ok(unsafe { ncclCommCount(c, &mut cnt) }, "count");
+    ok(unsafe { ncclCommUserRank(c, &mut me) }, "rank");
+    ok(unsafe { ncclCommCuDevice(c, &mut dev) }, "device");
+    assert_eq!((cnt, me, dev), (1, 0, 0));
+    assert_eq!(
+        err_text(abi::REMOTE),
+        "remote process exited or there was a network error"
+    );
+    assert_eq!(err_text(0), "no error");
+    assert_eq!(err_text(99), "unknown result code");
     let mut v = 0;
     ok(unsafe { ncclGetVersion(&mut v) }, "version");
     assert_eq!(v, 22304);
@@ -1156,6 +1167,7 @@ fn role_entry() {
         "death-observer" => death_observer(),
         "hang-observer" => hang_observer(),
         "hub-death-observer" => hub_death_observer(),
+        "finalize-observer" => finalize_observer(),
         "peer" => peer(),
         r => panic!("unknown role {r}"),
     }
@@ -1223,6 +1235,11 @@ fn peer() {
             }
         }
         assert_eq!(recv, [(n * (n + 1) / 2) as u32; 4]);
+    }
+    if std::env::var_os("NCCL_STANDIN_TEST_FINALIZE_EXIT").is_some() {
+        // Done with the communicator, then gone without destroying it.
+        ok(unsafe { ncclCommFinalize(c.0) }, "finalize");
+        unsafe { libc::_exit(0) };
     }
     assert!(
         expect.is_none(),
@@ -1468,6 +1485,58 @@ fn hub_death_observer() {
     wait_all_gone(t0, f0);
 }
 
+/// Rank 0 of 2: rank 1 finalizes its communicator and exits without destroying it; that is
+/// no failure of rank 0's communicator.
+fn finalize_observer() {
+    let (t0, f0) = (threads(), fds());
+    let id = uid();
+    let env = vec![
+        ("NCCL_STANDIN_TEST_ID", id_hex(&id)),
+        ("NCCL_STANDIN_TEST_NRANKS", "2".into()),
+        ("NCCL_STANDIN_TEST_RANK", "1".into()),
+        ("NCCL_STANDIN_TEST_COLLS", "3".into()),
+        ("NCCL_STANDIN_TEST_FINALIZE_EXIT", "1".into()),
+    ];
+    let p1 = spawn_role("peer", &env, false, false);
+    let c = init(2, id, 0);
+    for _ in 0..3 {
+        let send = [1u32; 4];
+        let mut recv = [0u32; 4];
+        ok(
+            unsafe {
+                ncclAllReduce(
+                    send.as_ptr().cast(),
+                    recv.as_mut_ptr().cast(),
+                    4,
+                    3,
+                    SUM,
+                    c.0,
+                    std::ptr::null_mut(),
+                )
+            },
+            "allreduce",
+        );
+        assert_eq!(recv, [3; 4]);
+    }
+    assert!(
+        wait_exit(p1, DEADLINE).success(),
+        "rank 1 finalized and exited"
+    );
+    // Its connection's close has reached the hub once the hub's reader of it is gone.
+    let end = Instant::now() + DEADLINE;
+    while live()[2] > 1 {
+        assert!(
+            Instant::now() < end,
+            "the hub never saw rank 1 go: {:?}",
+            live()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(async_of(c.0), 0, "{}", last(c.0));
+    ok(unsafe { ncclCommDestroy(c.0) }, "destroy");
+    wait_all_gone(t0, f0);
+}
+
 fn run_observer(role: &str) {
     let ch = spawn_role(role, &[], false, false);
     let s = wait_exit(ch, DEADLINE);
@@ -1487,4 +1556,9 @@ fn a_hanging_rank_blocks_until_abort_and_nothing_is_left_behind() {
 #[test]
 fn the_hub_s_process_dying_is_a_remote_error_naming_its_rank() {
     run_observer("hub-death-observer");
+}
+
+#[test]
+fn a_rank_that_finalized_may_exit_without_failing_the_others() {
+    run_observer("finalize-observer");
 }
