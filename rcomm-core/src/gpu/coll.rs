@@ -200,7 +200,7 @@ impl Communicator {
         if !super::nccl::nccl_allowed() || !self.nccl_serves(op, device)? {
             return Ok(None);
         }
-        if let Some(s) = caller_stream() {
+        if let Some(s) = super::nccl::caller_stream() {
             return Ok(Some(s));
         }
         let me = self.world_me();
@@ -908,31 +908,6 @@ pub struct OnStream<'a> {
     stream: Stream,
 }
 
-thread_local! {
-    /// The caller's stream of the stream-ordered call this thread is in, while NCCL takes it.
-    static CALLER: std::cell::Cell<Option<Stream>> = const { std::cell::Cell::new(None) };
-}
-
-/// The caller's stream of the stream-ordered call this thread is in, when NCCL runs it.
-pub(super) fn caller_stream() -> Option<Stream> {
-    CALLER.with(std::cell::Cell::get)
-}
-
-/// Sets [`caller_stream`] for one call.
-struct CallerScope(Option<Stream>);
-
-impl CallerScope {
-    fn enter(s: Stream) -> Self {
-        Self(CALLER.with(|c| c.replace(Some(s))))
-    }
-}
-
-impl Drop for CallerScope {
-    fn drop(&mut self) {
-        CALLER.with(|c| c.set(self.0));
-    }
-}
-
 impl OnStream<'_> {
     /// Runs `call` ordered after the stream's earlier work: enqueued on the stream by NCCL
     /// when NCCL serves the communicator and has the operation (`nccl_has`), so nothing waits
@@ -947,7 +922,7 @@ impl OnStream<'_> {
             && super::nccl::nccl_allowed()
             && self.comm.nccl_serves(op, self.stream.device)?
         {
-            let _on = CallerScope::enter(self.stream);
+            let _on = super::nccl::CallerScope::enter(self.stream);
             return call(self.comm);
         }
         let me = self.comm.world_me();

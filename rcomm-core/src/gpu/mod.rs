@@ -26,15 +26,16 @@
 //! [`CommError::Device`] saying why; nothing panics.
 //!
 //! Layers, from the bottom: `mem` (device references and buffers, streams, point-to-point),
-//! `exec` (the schedule executor on device memory), `nccl` (the NCCL backend) and `nccl_comm`
-//! (its communicators' life: set-up, waits, failures, watchdog), `coll` (the `*_device`
-//! collectives, which choose between them).
+//! `exec` (the schedule executor on device memory), `nccl_lib` (loading libnccl), `nccl_comm`
+//! (NCCL communicators' life: set-up, waits, failures, watchdog) and `nccl` (the NCCL calls),
+//! `coll` (the `*_device` collectives, which choose between them).
 
 mod coll;
 mod exec;
 mod mem;
 mod nccl;
 mod nccl_comm;
+mod nccl_lib;
 
 pub use coll::OnStream;
 pub use exec::ptx_file;

@@ -10,7 +10,7 @@
 //! never parsed — waiting up to the engine's `NOTICE_GRACE` for the launcher's notice when
 //! NCCL noticed first; without a notice the error carries NCCL's text.
 
-use super::nccl::{IN_PROGRESS, Lib, Raw, result_text};
+use super::nccl_lib::{IN_PROGRESS, Lib, Raw, result_text};
 use crate::comm::Shared;
 use crate::{CommError, Result};
 use rcomm_transport::gpu::{Event, Gpu};
