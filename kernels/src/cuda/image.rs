@@ -140,6 +140,16 @@ pub fn parse_sm(arch: &str) -> Option<u32> {
     digits[..end].parse().ok().filter(|&n| n > 0)
 }
 
+/// Whether `image` runs on a GPU of SM `sm`: a CUBIN on its own SM and later minors of the same
+/// major (binary compatibility: sm_80 code runs on sm_86 and sm_89, not on sm_90); PTX on its
+/// target and every later SM (the driver JIT-compiles it).
+pub fn runs_on(image: ImageKind, sm: u32) -> bool {
+    match image {
+        ImageKind::Cubin { sm: s } => s / 10 == sm / 10 && s <= sm,
+        ImageKind::Ptx { target, .. } => target <= sm,
+    }
+}
+
 /// The first CUDA release whose driver loads each PTX ISA version, as `cuDriverGetVersion`
 /// writes it (12.9 = 12090). From the release history in NVIDIA's PTX ISA manual
 /// (docs.nvidia.com/cuda/parallel-thread-execution, "Release Notes": PTX ISA 8.0 came with
@@ -296,6 +306,24 @@ mod tests {
         assert_eq!(parse_sm("sm_"), None);
         assert_eq!(parse_sm("sm_90x"), None);
         assert_eq!(parse_sm("90"), None);
+    }
+
+    #[test]
+    fn cubins_run_within_their_major_and_ptx_on_later_sms() {
+        let cubin = |sm| ImageKind::Cubin { sm };
+        let ptx = |target| ImageKind::Ptx {
+            isa: (8, 8),
+            target,
+        };
+        assert!(runs_on(cubin(90), 90));
+        assert!(runs_on(cubin(80), 86));
+        assert!(!runs_on(cubin(86), 80));
+        assert!(!runs_on(cubin(80), 90));
+        assert!(!runs_on(cubin(90), 100));
+        assert!(runs_on(cubin(100), 103));
+        assert!(runs_on(ptx(90), 120));
+        assert!(runs_on(ptx(90), 90));
+        assert!(!runs_on(ptx(100), 90));
     }
 
     #[test]

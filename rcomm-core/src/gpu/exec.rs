@@ -421,11 +421,11 @@ fn kernel_image(sm: u32) -> std::result::Result<std::sync::Arc<[u8]>, String> {
 }
 
 /// `RCOMM_PTX_DIR/<file>`, read once per file (the same bytes each time: the driver's module
-/// cache is keyed by their address); `None` when absent, or not kernels for `sm` (said in the
-/// log, so a stale folder does not go unnoticed).
+/// cache is keyed by their address); `None` when absent, or not kernels that run on `sm`
+/// (said in the log, so a stale folder does not go unnoticed).
 #[cfg(feature = "cuda")]
 fn precompiled(file: &str, sm: u32) -> Option<std::sync::Arc<[u8]>> {
-    use rcomm_kernels::cuda::image::{self, ImageKind};
+    use rcomm_kernels::cuda::image;
     use std::collections::HashMap;
     use std::sync::{Arc, OnceLock};
     type Read = Mutex<HashMap<String, Option<Arc<[u8]>>>>;
@@ -439,13 +439,7 @@ fn precompiled(file: &str, sm: u32) -> Option<std::sync::Arc<[u8]>> {
             let dir = rcomm_runtime::config::ptx_dir()?;
             let path = dir.join(file);
             let bytes = std::fs::read(&path).ok()?;
-            let fits = match image::describe(&bytes) {
-                Ok(ImageKind::Cubin { sm: s }) => s == sm,
-                // PTX runs on its own architecture and every later one.
-                Ok(ImageKind::Ptx { target, .. }) => target <= sm,
-                Err(_) => false,
-            };
-            if !fits {
+            if !image::describe(&bytes).is_ok_and(|k| image::runs_on(k, sm)) {
                 rcomm_runtime::rlog!(
                     Warn,
                     "COLL",
