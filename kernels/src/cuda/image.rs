@@ -81,6 +81,23 @@ pub fn cubin_sm(elf: &[u8]) -> Result<u32, String> {
             "ELF machine {machine}, not EM_CUDA ({EM_CUDA}): not GPU code"
         ));
     }
+    // The driver takes no length with the image: a file cut short must stop here, not be
+    // read past its end. The section and program header tables end inside it.
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().expect("8 bytes"));
+    let u16_at = |o: usize| u64::from(u16::from_le_bytes([elf[o], elf[o + 1]]));
+    for (what, off, size, count) in [
+        ("program", u64_at(0x20), u16_at(0x36), u16_at(0x38)),
+        ("section", u64_at(0x28), u16_at(0x3a), u16_at(0x3c)),
+    ] {
+        let end = off.checked_add(size * count);
+        if end.is_none_or(|e| e > elf.len() as u64) {
+            return Err(format!(
+                "{} bytes: the {what} header table ({count} x {size} bytes at {off}) lies past \
+                 the end (a file cut short?)",
+                elf.len()
+            ));
+        }
+    }
     let flags = u32::from_le_bytes([elf[0x30], elf[0x31], elf[0x32], elf[0x33]]);
     let sm = if elf[8] == ELFABIVERSION_CUDA_V1 {
         flags & 0xff
@@ -278,6 +295,18 @@ mod tests {
         );
         assert!(cubin_sm(&elf(EM_CUDA, 8, 0)).is_err());
         assert!(cubin_sm(b"\x7fELF").is_err());
+        // Header tables past the end of the file: refused before any driver reads them.
+        let mut cut = elf(EM_CUDA, 8, 0x5a00);
+        cut[0x28..0x30].copy_from_slice(&0x40u64.to_le_bytes());
+        cut[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        cut[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+        assert!(cubin_sm(&cut).unwrap_err().contains("section header table"));
+        cut.resize(0x40 + 3 * 64, 0);
+        assert_eq!(cubin_sm(&cut), Ok(90));
+        cut[0x20..0x28].copy_from_slice(&u64::MAX.to_le_bytes());
+        cut[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        cut[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+        assert!(cubin_sm(&cut).unwrap_err().contains("program header table"));
         assert_eq!(
             describe(&elf(EM_CUDA, 8, 0x5a00)).unwrap().to_string(),
             "CUBIN sm_90"

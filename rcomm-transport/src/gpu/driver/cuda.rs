@@ -101,6 +101,10 @@ fn load_module(image: &[u8], device: i32) -> Result<usize, GpuError> {
     use rcomm_kernels::cuda::image;
     let ptx;
     let data: *const c_void = if image::is_elf(image) {
+        // The driver takes no length: an image whose header tables lie past its end is
+        // refused here rather than read out of bounds.
+        image::cubin_sm(image)
+            .map_err(|why| GpuError::Invalid(format!("not a loadable CUBIN: {why}")))?;
         image.as_ptr().cast()
     } else {
         ptx = std::ffi::CString::new(image.strip_suffix(b"\0").unwrap_or(image))
@@ -108,7 +112,8 @@ fn load_module(image: &[u8], device: i32) -> Result<usize, GpuError> {
         ptx.as_ptr().cast()
     };
     let mut m: cu::CUmodule = std::ptr::null_mut();
-    // SAFETY: `data` is a whole ELF image or a NUL-terminated PTX text, alive across the call;
+    // SAFETY: `data` is an ELF image whose header tables lie inside it (checked) or a
+    // NUL-terminated PTX text, alive across the call;
     // the driver loads it for the current context's device and writes one module handle.
     let r = unsafe { cu::cuModuleLoadData(&mut m, data) };
     if r == cu::CUresult::CUDA_SUCCESS {
