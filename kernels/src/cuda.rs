@@ -116,6 +116,42 @@ pub fn choose(sm: u32, known: &[u32]) -> Option<Build> {
         .map(Build::Ptx)
 }
 
+/// Where a GPU's kernels come from ([`pick`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// NVRTC's CUBIN for the GPU's SM: loads on every driver from 12.0.
+    NvrtcCubin,
+    /// `RCOMM_PTX_DIR/rcomm-reduce-sm_XY.cubin`.
+    DirCubin,
+    /// `RCOMM_PTX_DIR/rcomm-reduce-sm_XY.ptx` (perhaps from an older NVRTC, whose PTX an older
+    /// driver takes).
+    DirPtx,
+    /// NVRTC's PTX for an earlier architecture (a GPU newer than NVRTC): needs a driver as new
+    /// as NVRTC.
+    NvrtcPtx,
+}
+
+/// The loader's order: NVRTC's CUBIN, then the folder's CUBIN, then the folder's PTX, then
+/// NVRTC's PTX; `nvrtc` is [`image_for`]'s answer, the folder's files are read only when
+/// needed. NVRTC's error when nothing is found.
+pub fn pick<T>(
+    nvrtc: Result<(Build, T), NvrtcError>,
+    dir_cubin: impl FnOnce() -> Option<T>,
+    dir_ptx: impl FnOnce() -> Option<T>,
+) -> Result<(Source, T), NvrtcError> {
+    let nvrtc = match nvrtc {
+        Ok((Build::Cubin(_), img)) => return Ok((Source::NvrtcCubin, img)),
+        other => other,
+    };
+    if let Some(img) = dir_cubin() {
+        return Ok((Source::DirCubin, img));
+    }
+    if let Some(img) = dir_ptx() {
+        return Ok((Source::DirPtx, img));
+    }
+    nvrtc.map(|(_, img)| (Source::NvrtcPtx, img))
+}
+
 /// Whether NVRTC can be loaded here.
 pub fn nvrtc_available() -> Result<(), NvrtcError> {
     imp::available()
@@ -375,6 +411,24 @@ mod tests {
         assert_eq!(choose(70, &nvrtc_12_9), None);
         assert_eq!(choose(90, &[]), None);
         assert_eq!(Build::Ptx(90).arch(), "compute_90");
+        // With a folder too: NVRTC's CUBIN wins, the folder (CUBIN first) beats NVRTC's PTX.
+        let gone = || NvrtcError::Unavailable("no".into());
+        let dir = |what: &'static str| move || Some(what);
+        let none = || None::<&str>;
+        assert_eq!(
+            pick(Ok((Build::Cubin(90), "nvrtc")), dir("c"), dir("p")),
+            Ok((Source::NvrtcCubin, "nvrtc"))
+        );
+        assert_eq!(
+            pick(Ok((Build::Ptx(90), "nvrtc")), dir("c"), dir("p")),
+            Ok((Source::DirCubin, "c"))
+        );
+        assert_eq!(pick(Err(gone()), none, dir("p")), Ok((Source::DirPtx, "p")));
+        assert_eq!(
+            pick(Ok((Build::Ptx(121), "nvrtc")), none, none),
+            Ok((Source::NvrtcPtx, "nvrtc"))
+        );
+        assert_eq!(pick(Err(gone()), none, none), Err(gone()));
         assert_eq!(Build::Cubin(120).arch(), "sm_120");
     }
 }

@@ -6,8 +6,8 @@
 
 use rcomm_kernels::cuda::image::{self, ImageKind};
 use rcomm_kernels::cuda::{
-    ARCHS, Build, all_kernels, compile_cubin, compile_ptx, image_for, nvrtc_archs, nvrtc_available,
-    nvrtc_version,
+    ARCHS, Build, Source, all_kernels, compile_cubin, compile_ptx, image_for, nvrtc_archs,
+    nvrtc_available, nvrtc_version, pick,
 };
 
 fn nvrtc_here() -> bool {
@@ -92,6 +92,14 @@ fn every_reduction_kernel_compiles_to_a_cubin_of_each_arch_and_to_ptx_the_docs_d
             std::sync::Arc::ptr_eq(&chosen, &cubin),
             "{arch}: not cached"
         );
+        // And it beats a folder of precompiled kernels.
+        let (src, _) = pick(
+            image_for(sm),
+            || Some(cubin.clone()),
+            || Some(cubin.clone()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(src, Source::NvrtcCubin, "{arch}: the loader's source");
     }
     let cubin_min = image::driver_name(image::MIN_DRIVER);
     assert!(

@@ -387,28 +387,25 @@ fn cuda_kernels(gpu: &Gpu, device: u32) -> std::result::Result<CudaKernels, Stri
 /// architecture (a GPU newer than NVRTC), which needs a driver as new as NVRTC.
 #[cfg(feature = "cuda")]
 fn kernel_image(sm: u32) -> std::result::Result<std::sync::Arc<[u8]>, String> {
-    use rcomm_kernels::cuda::{Build, image_for};
+    use rcomm_kernels::cuda::{Source, image_for, pick};
     let arch = format!("sm_{sm}");
     let nvrtc = image_for(sm);
-    if let Ok((Build::Cubin(_), img)) = &nvrtc {
-        rcomm_runtime::rlog!(Info, "COLL", "device kernels for {arch}: CUBIN from NVRTC");
-        return Ok(img.clone());
-    }
-    if let Some(img) = precompiled(&cubin_file(&arch), sm) {
-        return Ok(img);
-    }
-    if let Some(img) = precompiled(&ptx_file(&arch), sm) {
-        return Ok(img);
-    }
-    match nvrtc {
-        Ok((build, img)) => {
-            rcomm_runtime::rlog!(
-                Info,
-                "COLL",
-                "NVRTC does not know {arch}: device kernels as PTX for {}, JIT-compiled by the \
-                 driver (PTX needs a driver as new as NVRTC)",
-                build.arch()
-            );
+    let ptx_arch = nvrtc.as_ref().map(|(b, _)| b.arch()).unwrap_or_default();
+    match pick(
+        nvrtc,
+        || precompiled(&cubin_file(&arch), sm),
+        || precompiled(&ptx_file(&arch), sm),
+    ) {
+        Ok((src, img)) => {
+            let what = match src {
+                Source::NvrtcCubin => "CUBIN from NVRTC".to_string(),
+                Source::DirCubin | Source::DirPtx => "from RCOMM_PTX_DIR".to_string(),
+                Source::NvrtcPtx => format!(
+                    "PTX for {ptx_arch} from NVRTC, which does not know {arch} (JIT-compiled by \
+                     the driver: needs a driver as new as NVRTC)"
+                ),
+            };
+            rcomm_runtime::rlog!(Info, "COLL", "device kernels for {arch}: {what}");
             Ok(img)
         }
         Err(e) => Err(format!(
