@@ -6,8 +6,8 @@
 use std::fmt;
 
 /// The oldest driver rcomm's kernels load on: CUDA 12.0, branch R525. A CUBIN built by any CUDA
-/// 12 NVRTC runs on it (CUDA minor version compatibility); PTX may need a newer one
-/// ([`ptx_min_driver`]).
+/// 12 NVRTC runs on it (CUDA minor version compatibility; one of a CUDA 13 NVRTC needs a 13.x
+/// driver); PTX may need a newer one ([`ptx_min_driver`]).
 pub const MIN_DRIVER: i32 = 12000;
 
 /// `ELFOSABI`-independent facts of a CUBIN's ELF header (the layout LLVM's
@@ -252,10 +252,11 @@ pub fn load_error(driver: Option<i32>, image: &[u8], code: &str) -> String {
             )
         }
         Ok(kind @ ImageKind::Cubin { .. }) => format!(
-            "{this} could not load the reduction kernels ({kind}; a CUBIN of CUDA 12 needs \
-             driver {} or newer and a GPU of that architecture): {code}. Install a newer \
-             driver, {fix_dir}.",
-            driver_name(MIN_DRIVER)
+            "{this} could not load the reduction kernels ({kind}; a CUBIN of a CUDA 12 NVRTC \
+             needs driver {} or newer, one of CUDA 13 driver {}, and a GPU of that \
+             architecture): {code}. Install a newer driver, {fix_dir}.",
+            driver_name(MIN_DRIVER),
+            driver_name(13000)
         ),
         Err(why) => format!(
             "{this} could not load the reduction kernels (an image rcomm cannot read: {why}): \
@@ -401,6 +402,7 @@ mod tests {
             "unknown version",
             "CUBIN sm_90",
             "12.0 (R525)",
+            "13.0 (R580)",
             "RCOMM_PTX_DIR",
         ] {
             assert!(m.contains(want), "{want:?} missing from: {m}");
