@@ -173,7 +173,7 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec {
         name: "RCOMM_PTX_DIR",
         protocol: false,
-        help: "a folder of precompiled device reduction kernels (rcomm-reduce-sm_XY.ptx, written by `rcomm-bench ptx`), used when NVRTC cannot be loaded",
+        help: "a folder of precompiled device reduction kernels (rcomm-reduce-sm_XY.cubin and .ptx, written by `rcomm-bench ptx`), used when NVRTC cannot be loaded or does not know the GPU's architecture; a CUBIN is preferred over PTX",
     },
     VarSpec {
         name: "RCOMM_NVTX",
@@ -779,7 +779,7 @@ pub fn topo_file() -> Option<std::path::PathBuf> {
 }
 
 /// `RCOMM_PTX_DIR` from the process environment. Read on each call, not kept in [`Config`]:
-/// it is read once per architecture, only where NVRTC is missing.
+/// it is read once per architecture, only where NVRTC cannot build a CUBIN for the GPU.
 pub fn ptx_dir() -> Option<std::path::PathBuf> {
     std::env::var_os("RCOMM_PTX_DIR")
         .filter(|v| !v.is_empty())

@@ -35,9 +35,9 @@ mod mem;
 mod nccl;
 
 pub use coll::OnStream;
-pub use exec::ptx_file;
 #[allow(deprecated)]
 pub use exec::scratch_bytes;
+pub use exec::{cubin_file, ptx_file};
 #[cfg(feature = "cuda")]
 pub use mem::stream_of;
 pub use mem::{

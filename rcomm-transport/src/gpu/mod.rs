@@ -364,22 +364,24 @@ impl Gpu {
         both!(self, g => g.copy_dtod_on(s, dst, src, len))
     }
 
-    /// Queues kernel `func` of the PTX module `ptx` on `s`, `grid` blocks of `block` threads,
-    /// its parameters all 8 bytes wide (pointers and 64-bit counts) in `args`. The module is
-    /// loaded once per device and PTX text (keyed by its address: pass a string that lives for
-    /// the process, as NVRTC's cache hands out). The stand-in cannot run PTX:
-    /// [`GpuError::Invalid`] there (its executors queue host functions instead).
+    /// Queues kernel `func` of the module `image` (a CUBIN, or PTX text) on `s`, `grid` blocks
+    /// of `block` threads, its parameters all 8 bytes wide (pointers and 64-bit counts) in
+    /// `args`. The module is loaded once per device and image (keyed by its address: pass bytes
+    /// that live for the process, as NVRTC's cache hands out); a driver that refuses it gives
+    /// an error naming its version, the image and the oldest driver that loads it. The
+    /// stand-in cannot run kernels: [`GpuError::Invalid`] there (its executors queue host
+    /// functions instead).
     pub fn launch(
         &self,
         s: Stream,
-        ptx: &std::sync::Arc<str>,
+        image: &std::sync::Arc<[u8]>,
         func: &str,
         grid: u32,
         block: u32,
         args: &[u64],
     ) -> Result<(), GpuError> {
         match self {
-            Gpu::Cuda(g) => g.launch(s, ptx, func, grid, block, args),
+            Gpu::Cuda(g) => g.launch(s, image, func, grid, block, args),
             Gpu::StandIn(_) => Err(GpuError::Invalid(format!(
                 "the stand-in device cannot run the kernel {func} (it runs host functions)"
             ))),

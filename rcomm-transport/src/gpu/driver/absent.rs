@@ -106,7 +106,7 @@ impl Driver {
     pub(in crate::gpu) fn launch(
         &self,
         _s: Stream,
-        _ptx: &std::sync::Arc<str>,
+        _image: &std::sync::Arc<[u8]>,
         _func: &str,
         _grid: u32,
         _block: u32,

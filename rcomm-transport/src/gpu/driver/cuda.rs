@@ -48,6 +48,7 @@ const ENTRIES: &[&str] = &[
     "cuGetErrorString",
     "cuMemcpyDtoDAsync_v2",
     "cuModuleLoadData",
+    "cuDriverGetVersion",
     "cuModuleGetFunction",
     "cuLaunchKernel",
 ];
@@ -92,6 +93,47 @@ fn check(r: cu::CUresult, call: &'static str, device: i32) -> Result<(), GpuErro
     }
 }
 
+/// Loads a module into the current context: a CUBIN as is, PTX NUL-terminated (the driver
+/// JIT-compiles it). A refusal names the driver, the image and the oldest driver that loads it
+/// (`rcomm_kernels::cuda::image::load_error`), since "unsupported PTX version" alone does not
+/// say that a newer driver or older kernels would do.
+fn load_module(image: &[u8], device: i32) -> Result<usize, GpuError> {
+    use rcomm_kernels::cuda::image;
+    let ptx;
+    let data: *const c_void = if image::is_elf(image) {
+        // The driver takes no length: an image whose header tables lie past its end is
+        // refused here rather than read out of bounds.
+        image::cubin_sm(image)
+            .map_err(|why| GpuError::Invalid(format!("not a loadable CUBIN: {why}")))?;
+        image.as_ptr().cast()
+    } else {
+        ptx = std::ffi::CString::new(image.strip_suffix(b"\0").unwrap_or(image))
+            .map_err(|_| GpuError::Invalid("PTX text with a NUL byte inside".into()))?;
+        ptx.as_ptr().cast()
+    };
+    let mut m: cu::CUmodule = std::ptr::null_mut();
+    // SAFETY: `data` is an ELF image whose header tables lie inside it (checked) or a
+    // NUL-terminated PTX text, alive across the call;
+    // the driver loads it for the current context's device and writes one module handle.
+    let r = unsafe { cu::cuModuleLoadData(&mut m, data) };
+    if r == cu::CUresult::CUDA_SUCCESS {
+        return Ok(m as usize);
+    }
+    Err(GpuError::Call {
+        call: "cuModuleLoadData",
+        device,
+        code: image::load_error(driver_version(), image, &err_text(r)),
+    })
+}
+
+/// The CUDA version the driver implements (`12040` for 12.4), if it says.
+fn driver_version() -> Option<i32> {
+    let mut v: c_int = 0;
+    // SAFETY: writes one integer.
+    let r = unsafe { cu::cuDriverGetVersion(&mut v) };
+    (r == cu::CUresult::CUDA_SUCCESS && v > 0).then_some(v)
+}
+
 /// One visible device. Raw handles are kept as integers.
 #[derive(Debug)]
 struct Dev {
@@ -118,10 +160,10 @@ struct State {
     /// A pinned host bounce buffer (address, or 0 before first use) for small copies:
     /// from pinned memory a copy to the device is complete on return, so no stream wait.
     bounce: usize,
-    /// Loaded modules: (device, address of the PTX text) → `CUmodule` as an integer. The
-    /// text is NVRTC's cached PTX, alive for the process, so its address names it.
+    /// Loaded modules: (device, address of the image) → `CUmodule` as an integer. The image
+    /// (CUBIN or PTX) is NVRTC's cached one, alive for the process, so its address names it.
     modules: HashMap<(u32, usize), usize>,
-    /// Kernels: (device, PTX address, name) → `CUfunction` as an integer.
+    /// Kernels: (device, image address, name) → `CUfunction` as an integer.
     functions: HashMap<(u32, usize, String), usize>,
 }
 
@@ -952,14 +994,14 @@ impl Driver {
         )
     }
 
-    /// The kernel `func` of module `ptx` on `device`, loading the module on first use.
+    /// The kernel `func` of module `image` on `device`, loading the module on first use.
     fn function(
         &self,
         device: u32,
-        ptx: &std::sync::Arc<str>,
+        image: &std::sync::Arc<[u8]>,
         func: &str,
     ) -> Result<usize, GpuError> {
-        let key = ptx.as_ptr() as usize;
+        let key = image.as_ptr() as usize;
         let mut st = self.lock();
         if let Some(&f) = st.functions.get(&(device, key, func.to_string())) {
             return Ok(f);
@@ -968,18 +1010,9 @@ impl Driver {
         let module = match st.modules.get(&(device, key)) {
             Some(&m) => m,
             None => {
-                let text = std::ffi::CString::new(ptx.as_bytes())
-                    .map_err(|_| GpuError::Invalid("PTX text with a NUL byte inside".into()))?;
-                let mut m: cu::CUmodule = std::ptr::null_mut();
-                // SAFETY: a NUL-terminated PTX image; the driver JIT-compiles it for the
-                // current context's device and writes one module handle.
-                check(
-                    unsafe { cu::cuModuleLoadData(&mut m, text.as_ptr().cast()) },
-                    "cuModuleLoadData",
-                    d,
-                )?;
-                st.modules.insert((device, key), m as usize);
-                m as usize
+                let m = load_module(image, d)?;
+                st.modules.insert((device, key), m);
+                m
             }
         };
         let name = std::ffi::CString::new(func)
@@ -999,14 +1032,14 @@ impl Driver {
     pub(in crate::gpu) fn launch(
         &self,
         s: Stream,
-        ptx: &std::sync::Arc<str>,
+        image: &std::sync::Arc<[u8]>,
         func: &str,
         grid: u32,
         block: u32,
         args: &[u64],
     ) -> Result<(), GpuError> {
         self.cur(s.device)?;
-        let f = self.function(s.device, ptx, func)?;
+        let f = self.function(s.device, image, func)?;
         // The driver reads each parameter through a pointer to its value.
         let mut vals: Vec<u64> = args.to_vec();
         let mut ptrs: Vec<*mut c_void> = vals
