@@ -6,7 +6,7 @@
 //! | bytes   | field                                                         |
 //! |---------|---------------------------------------------------------------|
 //! | 0       | format and version ([`KEY_FORMAT`])                           |
-//! | 1..65   | the IPC handle (`CUipcMemHandle`; the stand-in: the base)     |
+//! | 1..65   | the handle: `CUipcMemHandle`, a pool's `CUmemPoolPtrExportData`, unused for VMM (the stand-in: the base) |
 //! | 65..69  | exporter's pid (u32 LE)                                       |
 //! | 69..77  | the allocation's buffer id (u64 LE)                           |
 //! | 77..85  | the allocation's base address in the exporter (u64 LE)        |
@@ -14,6 +14,7 @@
 //! | 93..101 | offset of the exported range in the allocation (u64 LE)       |
 //! | 101..109| length of the exported range (u64 LE)                         |
 //! | 109..125| the device's UUID                                             |
+//! | 125     | how it is shared ([`ShareKind`])                              |
 //!
 //! Keys come from peers: [`decode_key`] checks everything and never panics.
 
@@ -22,9 +23,35 @@ use crate::mem::RKey;
 use std::collections::HashMap;
 
 /// Format and version byte of a device key.
-pub const KEY_FORMAT: u8 = 0xD1;
+pub const KEY_FORMAT: u8 = 0xD2;
 /// Length of a device key in bytes.
-pub const KEY_LEN: usize = 1 + 64 + 4 + 8 + 8 + 8 + 8 + 8 + 16;
+pub const KEY_LEN: usize = 1 + 64 + 4 + 8 + 8 + 8 + 8 + 8 + 16 + 1;
+
+/// How a peer reaches the allocation a key names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareKind {
+    /// A legacy IPC handle in the key (`cuMemAlloc` memory; the stand-in's `alloc`).
+    Ipc = 0,
+    /// VMM memory: the importer asks the exporter for the allocation's descriptor
+    /// ([`super::fdshare`]) and maps it.
+    VmmFd = 1,
+    /// Pool memory: the importer asks for the pool's descriptor, imports the pool, then the
+    /// pointer named by the key's handle.
+    PoolFd = 2,
+}
+
+impl ShareKind {
+    fn of(b: u8) -> Option<Self> {
+        [Self::Ipc, Self::VmmFd, Self::PoolFd]
+            .into_iter()
+            .find(|k| *k as u8 == b)
+    }
+
+    /// Whether the allocation travels as a descriptor.
+    pub fn by_fd(self) -> bool {
+        self != Self::Ipc
+    }
+}
 
 const _: () = assert!(KEY_LEN <= crate::mem::RKEY_MAX);
 
@@ -47,6 +74,8 @@ pub struct KeyParts {
     pub len: u64,
     /// UUID of the exporter's device.
     pub uuid: [u8; 16],
+    /// How it is shared.
+    pub kind: ShareKind,
 }
 
 impl KeyParts {
@@ -69,7 +98,13 @@ impl KeyParts {
             offset: ptr - i.base,
             len: len as u64,
             uuid,
+            kind: ShareKind::Ipc,
         }
+    }
+
+    /// The same, shared as `kind`.
+    pub fn shared_as(self, kind: ShareKind) -> Self {
+        Self { kind, ..self }
     }
 }
 
@@ -85,6 +120,7 @@ pub fn encode_key(p: &KeyParts) -> RKey {
     b[93..101].copy_from_slice(&p.offset.to_le_bytes());
     b[101..109].copy_from_slice(&p.len.to_le_bytes());
     b[109..125].copy_from_slice(&p.uuid);
+    b[125] = p.kind as u8;
     RKey::new(&b).expect("KEY_LEN <= RKEY_MAX")
 }
 
@@ -115,6 +151,12 @@ pub fn decode_key(b: &[u8]) -> Result<KeyParts, GpuError> {
     pid.copy_from_slice(&b[65..69]);
     let mut uuid = [0u8; 16];
     uuid.copy_from_slice(&b[109..125]);
+    let kind = ShareKind::of(b[125]).ok_or_else(|| {
+        GpuError::Invalid(format!(
+            "device key shared as kind {} (this rcomm knows 0 to 2)",
+            b[125]
+        ))
+    })?;
     let p = KeyParts {
         handle,
         pid: u32::from_le_bytes(pid),
@@ -124,6 +166,7 @@ pub fn decode_key(b: &[u8]) -> Result<KeyParts, GpuError> {
         offset: u64_at(b, 93),
         len: u64_at(b, 101),
         uuid,
+        kind,
     };
     let in_alloc = p
         .offset
@@ -344,6 +387,7 @@ mod tests {
             offset: 256,
             len: 4096,
             uuid: [3; 16],
+            kind: ShareKind::PoolFd,
         }
     }
 
@@ -378,6 +422,10 @@ mod tests {
             decode_key(encode_key(&p).as_bytes()),
             Err(GpuError::Invalid(_))
         ));
+        let mut v = b.to_vec();
+        v[125] = 3;
+        let e = decode_key(&v).unwrap_err();
+        assert!(e.to_string().contains("shared as kind 3"), "{e}");
     }
 
     #[test]
@@ -440,6 +488,7 @@ mod tests {
         fn random_keys_of_key_length_never_panic(mut b in proptest::collection::vec(any::<u8>(), KEY_LEN), fmt in any::<bool>()) {
             if fmt {
                 b[0] = KEY_FORMAT;
+                b[KEY_LEN - 1] %= 4;
             }
             if let Ok(p) = decode_key(&b) {
                 let k = encode_key(&p);
@@ -449,10 +498,10 @@ mod tests {
 
         #[test]
         fn round_trip(handle in proptest::collection::vec(any::<u8>(), 64), pid in any::<u32>(), buffer_id in any::<u64>(),
-                      base in 0u64..(1 << 56), alloc_size in 0u64..(1 << 40), a in any::<u64>(), b in any::<u64>(), uuid in any::<[u8; 16]>()) {
+                      base in 0u64..(1 << 56), alloc_size in 0u64..(1 << 40), a in any::<u64>(), b in any::<u64>(), uuid in any::<[u8; 16]>(), kind in 0u8..3) {
             let offset = if alloc_size == 0 { 0 } else { a % (alloc_size + 1) };
             let len = b % (alloc_size - offset + 1);
-            let p = KeyParts { handle: handle.try_into().unwrap(), pid, buffer_id, base, alloc_size, offset, len, uuid };
+            let p = KeyParts { handle: handle.try_into().unwrap(), pid, buffer_id, base, alloc_size, offset, len, uuid, kind: ShareKind::of(kind).unwrap() };
             prop_assert_eq!(decode_key(encode_key(&p).as_bytes()), Ok(p));
         }
     }

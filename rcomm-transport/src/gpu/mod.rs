@@ -22,6 +22,7 @@
 
 pub mod cache;
 mod driver;
+pub mod fdshare;
 mod standin;
 
 use std::sync::OnceLock;
@@ -123,6 +124,43 @@ pub struct GpuStats {
     pub ipc_bytes: u64,
     /// Bytes copied device to host and host to device (eager and chunk staging).
     pub staged_bytes: u64,
+    /// Allocations first exported by file descriptor (VMM and pool memory).
+    pub fd_exports: u64,
+    /// Peer allocations imported by file descriptor (mapped).
+    pub fd_imports: u64,
+}
+
+/// How an allocation was made, which decides how a peer on this node reaches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocKind {
+    /// `cuMemAlloc`: shared by a legacy IPC handle in the key.
+    Legacy,
+    /// From a stream-ordered memory pool (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`).
+    /// `shareable`: the pool was made with POSIX file-descriptor handles; the device's default
+    /// pool is not, and its memory cannot be shared.
+    Pool {
+        /// Whether the pool's handle type allows a file descriptor.
+        shareable: bool,
+    },
+    /// Virtual memory management (`cuMemCreate` + `cuMemMap`, PyTorch's expandable segments).
+    /// `shareable`: the handle was made with the POSIX file-descriptor handle type.
+    Vmm {
+        /// Whether the handle type allows a file descriptor.
+        shareable: bool,
+    },
+}
+
+/// The once-per-process warning that device memory cannot be shared with node peers and is
+/// staged through host memory instead: the user can fix it, so say how.
+pub(crate) fn warn_unshareable(why: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        rcomm_runtime::rlog!(
+            Warn,
+            "NET",
+            "device memory cannot be shared with node peers ({why}): it is staged through host memory, which is slower. To share it, allocate from a memory pool made with POSIX file-descriptor handles (cuMemPoolCreate, handleTypes CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), or VMM memory whose handle allows them (cuMemCreate, requestedHandleTypes), or with cuMemAlloc; or register the buffer with a shareable allocator. (Said once per process.)"
+        );
+    });
 }
 
 /// The device backend of this process.
@@ -246,6 +284,17 @@ impl Gpu {
     /// Allocates `len` bytes on `device` (plain `cuMemAlloc`, so it can be exported by IPC).
     pub fn alloc(&self, device: u32, len: usize) -> Result<u64, GpuError> {
         both!(self, g => g.alloc(device, len))
+    }
+
+    /// Allocates `len` bytes on `device` as `kind` would (for tests and frameworks that want
+    /// pool or VMM memory; [`free`](Self::free) frees it).
+    pub fn alloc_kind(&self, device: u32, len: usize, kind: AllocKind) -> Result<u64, GpuError> {
+        both!(self, g => g.alloc_kind(device, len, kind))
+    }
+
+    /// How the allocation holding `ptr` was made.
+    pub fn alloc_kind_of(&self, ptr: u64) -> Result<AllocKind, GpuError> {
+        both!(self, g => g.alloc_kind_of(ptr))
     }
 
     /// Frees what [`alloc`](Self::alloc) returned.
@@ -392,5 +441,7 @@ impl Gpu {
     }
 }
 
+#[cfg(test)]
+mod fd_tests;
 #[cfg(test)]
 mod tests;

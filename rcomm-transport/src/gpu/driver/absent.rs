@@ -21,6 +21,17 @@ impl Driver {
     pub(in crate::gpu) fn alloc(&self, _device: u32, _len: usize) -> Result<u64, GpuError> {
         match self._never {}
     }
+    pub(in crate::gpu) fn alloc_kind(
+        &self,
+        _device: u32,
+        _len: usize,
+        _kind: AllocKind,
+    ) -> Result<u64, GpuError> {
+        match self._never {}
+    }
+    pub(in crate::gpu) fn alloc_kind_of(&self, _ptr: u64) -> Result<AllocKind, GpuError> {
+        match self._never {}
+    }
     pub(in crate::gpu) fn free(&self, _ptr: u64) -> Result<(), GpuError> {
         match self._never {}
     }
