@@ -184,11 +184,13 @@ pub fn decode_key(b: &[u8]) -> Result<KeyParts, GpuError> {
 
 /// The export cache: per allocation base, the buffer id it had when exported and its handle.
 /// An allocation freed and made again at the same base has another buffer id: a miss.
+/// Registered allocations ([`pin`](ExportCache::pin)) are never dropped to make room.
 #[derive(Debug)]
 pub struct ExportCache<H> {
     cap: usize,
     seq: u64,
     map: HashMap<u64, (u64, H, u64)>,
+    pinned: std::collections::HashSet<u64>,
 }
 
 impl<H: Clone> ExportCache<H> {
@@ -198,27 +200,48 @@ impl<H: Clone> ExportCache<H> {
             cap: cap.max(1),
             seq: 0,
             map: HashMap::new(),
+            pinned: Default::default(),
         }
     }
 
     /// The handle of the allocation at `base` if it was exported with this `buffer_id`. An
-    /// entry of another buffer id at that base (a freed allocation) is dropped.
+    /// entry of another buffer id at that base (a freed allocation) is dropped, pinned or not.
     pub fn lookup(&mut self, base: u64, buffer_id: u64) -> Option<H> {
         match self.map.get(&base) {
             Some((id, h, _)) if *id == buffer_id => Some(h.clone()),
             Some(_) => {
                 self.map.remove(&base);
+                self.pinned.remove(&base);
                 None
             }
             None => None,
         }
     }
 
+    /// Keeps the export of the allocation at `base` until [`remove`](Self::remove)d (a
+    /// registered buffer).
+    pub fn pin(&mut self, base: u64) {
+        if self.map.contains_key(&base) {
+            self.pinned.insert(base);
+        }
+    }
+
+    /// Drops the export of the allocation at `base` (pinned or not); its buffer id and handle.
+    pub fn remove(&mut self, base: u64) -> Option<(u64, H)> {
+        self.pinned.remove(&base);
+        self.map.remove(&base).map(|(id, h, _)| (id, h))
+    }
+
     /// Records an export.
     pub fn insert(&mut self, base: u64, buffer_id: u64, h: H) {
         if !self.map.contains_key(&base)
             && self.map.len() >= self.cap
-            && let Some(old) = self.map.iter().min_by_key(|(_, v)| v.2).map(|(k, _)| *k)
+            && let Some(old) = self
+                .map
+                .iter()
+                .filter(|(k, _)| !self.pinned.contains(k))
+                .min_by_key(|(_, v)| v.2)
+                .map(|(k, _)| *k)
         {
             self.map.remove(&old);
         }
@@ -444,6 +467,28 @@ mod tests {
         }
         assert_eq!(c.len(), 4);
         assert_eq!(c.lookup(0x1000, 2), None, "the oldest went");
+    }
+
+    #[test]
+    fn export_cache_keeps_pinned_exports_until_removed() {
+        let mut c = ExportCache::new(2);
+        c.insert(0x1000, 1, "reg");
+        c.pin(0x1000);
+        for i in 0..5u64 {
+            c.insert(0x10_0000 + i, 10 + i, "x");
+        }
+        assert_eq!(
+            c.lookup(0x1000, 1),
+            Some("reg"),
+            "a registered export stays"
+        );
+        assert_eq!(c.remove(0x1000), Some((1, "reg")));
+        assert_eq!(c.lookup(0x1000, 1), None);
+        // Freed and remade under a pin: the stale entry goes all the same.
+        c.insert(0x2000, 3, "a");
+        c.pin(0x2000);
+        assert_eq!(c.lookup(0x2000, 4), None);
+        assert_eq!(c.remove(0x2000), None);
     }
 
     #[test]

@@ -158,7 +158,7 @@ pub(crate) fn warn_unshareable(why: &str) {
         rcomm_runtime::rlog!(
             Warn,
             "NET",
-            "device memory cannot be shared with node peers ({why}): it is staged through host memory, which is slower. To share it, allocate from a memory pool made with POSIX file-descriptor handles (cuMemPoolCreate, handleTypes CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), or VMM memory whose handle allows them (cuMemCreate, requestedHandleTypes), or with cuMemAlloc; or register the buffer with a shareable allocator. (Said once per process.)"
+            "device memory cannot be shared with node peers ({why}): it is staged through host memory, which is slower. To share it, allocate from a memory pool made with POSIX file-descriptor handles (cuMemPoolCreate, handleTypes CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), or VMM memory whose handle allows them (cuMemCreate, requestedHandleTypes), or with cuMemAlloc. (Said once per process.)"
         );
     });
 }
@@ -341,6 +341,21 @@ impl Gpu {
     /// allocation is exported anew).
     pub fn export(&self, ptr: u64, len: usize) -> Result<crate::mem::RKey, GpuError> {
         both!(self, g => g.export(ptr, len))
+    }
+
+    /// Registers `ptr..ptr+len` (device memory of this process) for sharing with node peers
+    /// ahead of its first transfer: exported now, and the export kept in the cache until
+    /// [`deregister`](Self::deregister) (never dropped to make room).
+    pub fn register(&self, ptr: u64, len: usize) -> Result<(), GpuError> {
+        self.export(ptr, len)?;
+        both!(self, g => g.pin_export(ptr))
+    }
+
+    /// Drops the export of the allocation holding `ptr` (registered or not): peers can no
+    /// longer ask for its descriptor, and the next transfer exports it anew. Peers' imports
+    /// of it stay until the allocation is freed (a new buffer id at its place evicts them).
+    pub fn deregister(&self, ptr: u64) -> Result<bool, GpuError> {
+        both!(self, g => g.drop_export(ptr))
     }
 
     /// Starts copying `len` bytes of `peer`'s memory named by `key` (from its

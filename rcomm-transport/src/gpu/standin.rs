@@ -462,6 +462,29 @@ impl StandIn {
         ))
     }
 
+    pub(super) fn pin_export(&self, ptr: u64) -> Result<(), GpuError> {
+        let i = self.ptr_info(ptr)?;
+        self.lock()
+            .exports
+            .as_mut()
+            .expect("set in new")
+            .pin(i.base);
+        Ok(())
+    }
+
+    /// Whether there was an export to drop.
+    pub(super) fn drop_export(&self, ptr: u64) -> Result<bool, GpuError> {
+        let i = self.ptr_info(ptr)?;
+        let gone = self
+            .lock()
+            .exports
+            .as_mut()
+            .expect("set in new")
+            .remove(i.base);
+        super::fdshare::withdraw(i.buffer_id);
+        Ok(gone.is_some())
+    }
+
     /// Maps allocation `k` of `peer` (another process) from its memfd, asked of the exporter.
     fn map_peer(&self, peer: u32, k: &KeyParts) -> Result<Imp, GpuError> {
         let fd = super::fdshare::fetch(peer, k.pid, k.buffer_id)?;

@@ -565,6 +565,20 @@ impl Driver {
         ))
     }
 
+    pub(in crate::gpu) fn pin_export(&self, ptr: u64) -> Result<(), GpuError> {
+        let i = self.ptr_info(ptr)?;
+        self.lock().exports.pin(i.base);
+        Ok(())
+    }
+
+    /// Whether there was an export to drop.
+    pub(in crate::gpu) fn drop_export(&self, ptr: u64) -> Result<bool, GpuError> {
+        let i = self.ptr_info(ptr)?;
+        let gone = self.lock().exports.remove(i.base);
+        crate::gpu::fdshare::withdraw(i.buffer_id);
+        Ok(gone.is_some())
+    }
+
     pub(in crate::gpu) fn dmabuf(&self, ptr: u64, len: usize) -> Result<(i32, u64), GpuError> {
         let i = self.ptr_info(ptr)?;
         if !self.has_dmabuf {
