@@ -457,6 +457,8 @@ impl Gpu {
 }
 
 #[cfg(test)]
+mod driver_fd_tests;
+#[cfg(test)]
 mod fd_tests;
 #[cfg(test)]
 mod tests;

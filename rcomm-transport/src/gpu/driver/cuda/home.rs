@@ -121,3 +121,17 @@ pub(super) fn mps_control_in(dir: Option<std::ffi::OsString>) -> bool {
         .join("control")
         .exists()
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mps_is_seen_by_its_control_socket_in_the_pipe_directory() {
+        let dir = std::env::temp_dir().join(format!("rcomm-mps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = Some(dir.clone().into_os_string());
+        assert!(!super::mps_control_in(d.clone()), "no control socket yet");
+        std::fs::write(dir.join("control"), b"").unwrap();
+        assert!(super::mps_control_in(d));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
