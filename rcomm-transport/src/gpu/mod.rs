@@ -2,8 +2,9 @@
 //! build without CUDA runs everywhere) and a host-memory **stand-in** of a device used by the
 //! tests on machines without a GPU (`RCOMM_GPU_STANDIN=1`). The stand-in is not a GPU: its
 //! "device memory" is host memory, its IPC import reads another process's memory by
-//! `process_vm_readv`, its streams are queues of host functions; it exists so the protocols
-//! that move device memory run under the real engine and transports everywhere.
+//! `process_vm_readv` (or, for its pool and VMM kinds, maps the exporter's memfd), its streams
+//! are queues of host functions; it exists so the protocols that move device memory run under
+//! the real engine and transports everywhere.
 //!
 //! What the protocol layer needs from a device, and nothing more:
 //! - what a pointer is (which device, which allocation, its unique buffer id);
@@ -11,7 +12,8 @@
 //! - an asynchronous copy with a completion to poll (the IPC GET);
 //! - export of an allocation to a key a peer on this node can import (cached per allocation,
 //!   invalidated when the allocation is freed), and import of a peer's key (cached per peer and
-//!   allocation);
+//!   allocation); how depends on the allocation's kind ([`AllocKind`]): a legacy IPC handle in
+//!   the key, or a file descriptor handed over the local channel ([`fdshare`]);
 //! - streams for the stream-ordered calls;
 //! - for the device executor of the collectives: a device-to-device copy and a kernel launch
 //!   ordered on a stream (the stand-in runs host functions there instead: see

@@ -1,7 +1,8 @@
 //! The host-memory stand-in of a device. **It is not a GPU**: its "device memory" is host
 //! memory allocated here and recorded in a table (so a plain host pointer is not device memory
 //! to it), its IPC import reads another process's memory with `process_vm_readv` (or copies
-//! directly when the exporter is this process, as with in-process simulated ranks), and its
+//! directly when the exporter is this process, as with in-process simulated ranks; or, for the
+//! pool and VMM kinds, maps the exporter's memfd, handed over the local channel), and its
 //! streams are FIFO queues of host functions run by [`StandIn::stream_wait_host`]. It exists
 //! so the protocols that move device memory run under the real engine and transports on
 //! machines without a GPU (`RCOMM_GPU_STANDIN=1`, CI, in-process tests).
