@@ -177,6 +177,10 @@ pub struct Driver {
     state: Box<Mutex<State>>,
     /// The device of this process, decided on first need ([`home`]).
     home: OnceLock<Result<u32, GpuError>>,
+    /// The device of the context current on the thread that loaded the driver (the first to
+    /// use device memory), if any: a framework's choice, seen before this layer makes its own
+    /// contexts current.
+    first_ctx: Option<u32>,
 }
 
 impl Driver {
@@ -257,6 +261,7 @@ impl Driver {
             });
         }
         let nd = devs.len();
+        let first_ctx = home::current_device(&devs);
         Ok(Self {
             devs,
             pid: std::process::id(),
@@ -277,6 +282,7 @@ impl Driver {
                 pinned: Vec::new(),
             })),
             home: OnceLock::new(),
+            first_ctx,
         })
     }
 

@@ -1,7 +1,8 @@
 //! The device of this process, decided once, on the first call that needs one without naming
 //! one (and logged): `RCOMM_DEVICE` where the launcher or the user set it; else the device of
-//! the context current on the calling thread (the framework's choice, as
-//! `torch.cuda.set_device`); else local rank modulo the number of visible GPUs. Never "device
+//! the context that was current on the thread that first used device memory (it loaded the
+//! driver: the framework's choice, as `torch.cuda.set_device`); else local rank modulo the
+//! number of visible GPUs. Never "device
 //! 0 because nothing is current": on a node of eight GPUs that puts every rank's scratch and
 //! streams on one.
 //!
@@ -33,7 +34,7 @@ impl Driver {
                 )));
             }
             (d, "RCOMM_DEVICE".to_string())
-        } else if let Some(d) = self.current_device() {
+        } else if let Some(d) = self.first_ctx {
             (
                 d,
                 "the CUDA context current on the first thread to use the device".into(),
@@ -51,25 +52,6 @@ impl Driver {
         );
         self.claim(d);
         Ok(d)
-    }
-
-    /// The ordinal of the device of the context current on this thread, if any.
-    fn current_device(&self) -> Option<u32> {
-        let mut c: cu::CUcontext = std::ptr::null_mut();
-        // SAFETY: writes one context handle (null: none current).
-        let r = unsafe { cu::cuCtxGetCurrent(&mut c) };
-        if r != cu::CUresult::CUDA_SUCCESS || c.is_null() {
-            return None;
-        }
-        let mut dev: cu::CUdevice = 0;
-        // SAFETY: writes one device handle of the current context.
-        if unsafe { cu::cuCtxGetDevice(&mut dev) } != cu::CUresult::CUDA_SUCCESS {
-            return None;
-        }
-        self.devs
-            .iter()
-            .position(|d| d.dev == dev)
-            .map(|i| i as u32)
     }
 
     /// Claims GPU `d` for this rank on the node; warns when another rank of the job has it
@@ -103,6 +85,22 @@ impl Driver {
             Err(_) => {}
         }
     }
+}
+
+/// The ordinal of the device of the context current on this thread, if any.
+pub(super) fn current_device(devs: &[Dev]) -> Option<u32> {
+    let mut c: cu::CUcontext = std::ptr::null_mut();
+    // SAFETY: writes one context handle (null: none current).
+    let r = unsafe { cu::cuCtxGetCurrent(&mut c) };
+    if r != cu::CUresult::CUDA_SUCCESS || c.is_null() {
+        return None;
+    }
+    let mut dev: cu::CUdevice = 0;
+    // SAFETY: writes one device handle of the current context.
+    if unsafe { cu::cuCtxGetDevice(&mut dev) } != cu::CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    devs.iter().position(|d| d.dev == dev).map(|i| i as u32)
 }
 
 /// Whether an MPS control daemon runs: its pipe directory (`CUDA_MPS_PIPE_DIRECTORY`, else
