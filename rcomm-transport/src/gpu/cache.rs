@@ -191,6 +191,9 @@ pub struct ExportCache<H> {
     seq: u64,
     map: HashMap<u64, (u64, H, u64)>,
     pinned: std::collections::HashSet<u64>,
+    /// Buffer ids whose exports were dropped (stale or to make room), for [`take_gone`]
+    /// (ExportCache::take_gone).
+    gone: Vec<u64>,
 }
 
 impl<H: Clone> ExportCache<H> {
@@ -201,6 +204,7 @@ impl<H: Clone> ExportCache<H> {
             seq: 0,
             map: HashMap::new(),
             pinned: Default::default(),
+            gone: Vec::new(),
         }
     }
 
@@ -209,7 +213,8 @@ impl<H: Clone> ExportCache<H> {
     pub fn lookup(&mut self, base: u64, buffer_id: u64) -> Option<H> {
         match self.map.get(&base) {
             Some((id, h, _)) if *id == buffer_id => Some(h.clone()),
-            Some(_) => {
+            Some((old, _, _)) => {
+                self.gone.push(*old);
                 self.map.remove(&base);
                 self.pinned.remove(&base);
                 None
@@ -242,11 +247,18 @@ impl<H: Clone> ExportCache<H> {
                 .filter(|(k, _)| !self.pinned.contains(k))
                 .min_by_key(|(_, v)| v.2)
                 .map(|(k, _)| *k)
+            && let Some((id, _, _)) = self.map.remove(&old)
         {
-            self.map.remove(&old);
+            self.gone.push(id);
         }
         self.seq += 1;
         self.map.insert(base, (buffer_id, h, self.seq));
+    }
+
+    /// The buffer ids of the exports dropped since the last call (their allocations are gone,
+    /// or the cache made room): what was offered to peers for them can be withdrawn.
+    pub fn take_gone(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.gone)
     }
 
     /// Number of cached exports.
@@ -467,6 +479,11 @@ mod tests {
         }
         assert_eq!(c.len(), 4);
         assert_eq!(c.lookup(0x1000, 2), None, "the oldest went");
+        let mut gone = c.take_gone();
+        gone.sort();
+        // 1: stale (freed and remade); 2, 10 to 14: made room.
+        assert_eq!(gone, [1, 2, 10, 11, 12, 13, 14, 15]);
+        assert!(c.take_gone().is_empty());
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::local::{LocalConn, LocalListener, socket_name};
 use rcomm_runtime::auth::Secret;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -39,7 +40,8 @@ struct Job {
 
 static JOB: Mutex<Option<Job>> = Mutex::new(None);
 /// Buffer id → the descriptor handed out for it.
-static OFFERED: Mutex<Option<HashMap<u64, OwnedFd>>> = Mutex::new(None);
+/// Shared: the allocations of one pool are offered with the pool's one descriptor.
+static OFFERED: Mutex<Option<HashMap<u64, Arc<OwnedFd>>>> = Mutex::new(None);
 /// The responder, started once per process (the error says why it could not be).
 static RESPONDER: OnceLock<Result<(), String>> = OnceLock::new();
 
@@ -76,7 +78,7 @@ fn listener_name(job_id: &str, pid: u32) -> String {
 
 /// Offers `fd` to the job's peers as the descriptor of allocation `buffer_id`, starting the
 /// responder on first use.
-pub fn offer(buffer_id: u64, fd: OwnedFd) -> Result<(), GpuError> {
+pub fn offer(buffer_id: u64, fd: Arc<OwnedFd>) -> Result<(), GpuError> {
     let job = job()?;
     RESPONDER
         .get_or_init(|| start(&job))
@@ -88,11 +90,24 @@ pub fn offer(buffer_id: u64, fd: OwnedFd) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// Stops offering allocation `buffer_id` (it was freed): peers asking from now on are refused,
-/// and this process's copy of the descriptor is closed.
+/// Stops offering allocation `buffer_id` (it was freed, or its export dropped): peers asking
+/// from now on are refused, and this process's copy of the descriptor is closed (a VMM
+/// descriptor held open would keep the memory alive after the framework releases it).
 pub fn withdraw(buffer_id: u64) {
     if let Some(m) = lock(&OFFERED).as_mut() {
         m.remove(&buffer_id);
+    }
+}
+
+/// Withdraws every buffer id of `ids`.
+pub fn withdraw_all(ids: Vec<u64>) {
+    if ids.is_empty() {
+        return;
+    }
+    if let Some(m) = lock(&OFFERED).as_mut() {
+        for id in ids {
+            m.remove(&id);
+        }
     }
 }
 

@@ -447,7 +447,7 @@ impl StandIn {
                         device: 0,
                         code: e.to_string(),
                     })?;
-                super::fdshare::offer(i.buffer_id, fd)?;
+                super::fdshare::offer(i.buffer_id, std::sync::Arc::new(fd))?;
                 st.stats.fd_exports += 1;
             }
             st.exports
@@ -456,6 +456,7 @@ impl StandIn {
                 .insert(i.base, i.buffer_id, ());
             st.stats.exports += 1;
         }
+        super::fdshare::withdraw_all(st.exports.as_mut().expect("set in new").take_gone());
         let mut handle = [0u8; 64];
         handle[..8].copy_from_slice(&i.base.to_le_bytes());
         Ok(encode_key(

@@ -146,6 +146,9 @@ struct State {
     fd_pools: Vec<usize>,
     /// VMM allocations made here: base → mapped size (`free` unmaps them).
     vmm: HashMap<u64, usize>,
+    /// The descriptor of each pool whose memory was exported (`CUmemoryPool` as an integer):
+    /// one per pool, however many of its allocations are offered.
+    pool_fds: HashMap<usize, std::sync::Arc<std::os::fd::OwnedFd>>,
     /// Per device, idle events (`CUevent` as integers).
     events: Vec<Vec<usize>>,
     logged: HashSet<u32>,
@@ -273,6 +276,7 @@ impl Driver {
                 sync_streams: vec![0; nd],
                 fd_pools: vec![0; nd],
                 vmm: HashMap::new(),
+                pool_fds: HashMap::new(),
                 events: vec![Vec::new(); nd],
                 logged: HashSet::new(),
                 stats: GpuStats::default(),
@@ -543,7 +547,7 @@ impl Driver {
             }
             None => {
                 self.cur(i.device)?;
-                let h = match self.export_fd(&i)? {
+                let h = match self.export_fd(&mut st, &i)? {
                     Some((kind, h)) => {
                         st.stats.fd_exports += 1;
                         (h, kind)
@@ -565,6 +569,7 @@ impl Driver {
                 h
             }
         };
+        crate::gpu::fdshare::withdraw_all(st.exports.take_gone());
         let uuid = self.devs[i.device as usize].uuid;
         Ok(encode_key(
             &KeyParts::of(&i, ptr, len, self.pid, handle, uuid).shared_as(kind),

@@ -14,6 +14,7 @@ use super::*;
 use crate::gpu::cache::ShareKind;
 use crate::gpu::fdshare;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
 
 /// What a device allocation is, found from the driver.
 pub(super) enum Class {
@@ -304,7 +305,11 @@ impl Driver {
     /// The export of a pool or VMM allocation `i` (the context is current): the descriptor
     /// offered to peers, and the key's kind and handle. `Ok(None)`: legacy memory (the caller
     /// makes an IPC handle).
-    pub(super) fn export_fd(&self, i: &PtrInfo) -> Result<Option<(ShareKind, [u8; 64])>, GpuError> {
+    pub(super) fn export_fd(
+        &self,
+        st: &mut State,
+        i: &PtrInfo,
+    ) -> Result<Option<(ShareKind, [u8; 64])>, GpuError> {
         let d = i.device as i32;
         let unshareable = |why: &str| {
             crate::gpu::warn_unshareable(why);
@@ -343,30 +348,21 @@ impl Driver {
                 // SAFETY: retained by `classify`, released once.
                 unsafe { cu::cuMemRelease(h) };
                 // SAFETY: the driver just handed us this descriptor.
-                (ShareKind::VmmFd, [0u8; 64], unsafe {
-                    OwnedFd::from_raw_fd(r?)
-                })
+                (
+                    ShareKind::VmmFd,
+                    [0u8; 64],
+                    Arc::new(unsafe { OwnedFd::from_raw_fd(r?) }),
+                )
             }
             Class::Pool(pool) => {
-                let mut fd: c_int = -1;
-                // SAFETY: writes one descriptor; fails for a pool made without descriptor
-                // handles (the default pool is one).
-                let r = unsafe {
-                    cu::cuMemPoolExportToShareableHandle(
-                        (&mut fd as *mut c_int).cast(),
-                        pool,
-                        FD_TYPE,
-                        0,
-                    )
+                let owned = match st.pool_fds.get(&(pool as usize)) {
+                    Some(fd) => fd.clone(),
+                    None => {
+                        let fd = self.export_pool(pool, &unshareable)?;
+                        st.pool_fds.insert(pool as usize, fd.clone());
+                        fd
+                    }
                 };
-                if r != cu::CUresult::CUDA_SUCCESS {
-                    return Err(unshareable(&format!(
-                        "memory of a pool made without POSIX file-descriptor handles, as the device's default pool (cudaMallocAsync, PyTorch's cudaMallocAsync allocator): {}",
-                        err_text(r)
-                    )));
-                }
-                // SAFETY: the driver just handed us this descriptor.
-                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
                 let mut data = cu::CUmemPoolPtrExportData { reserved: [0; 64] };
                 // SAFETY: writes 64 bytes; `i.base` is a live allocation of `pool`.
                 check(
@@ -379,6 +375,28 @@ impl Driver {
         };
         fdshare::offer(i.buffer_id, fd)?;
         Ok(Some((kind, handle)))
+    }
+
+    /// The descriptor of `pool`; refused (and warned of) for a pool without descriptor handles.
+    fn export_pool(
+        &self,
+        pool: cu::CUmemoryPool,
+        unshareable: &dyn Fn(&str) -> GpuError,
+    ) -> Result<Arc<OwnedFd>, GpuError> {
+        let mut fd: c_int = -1;
+        // SAFETY: writes one descriptor; fails for a pool made without descriptor handles
+        // (the default pool is one).
+        let r = unsafe {
+            cu::cuMemPoolExportToShareableHandle((&mut fd as *mut c_int).cast(), pool, FD_TYPE, 0)
+        };
+        if r != cu::CUresult::CUDA_SUCCESS {
+            return Err(unshareable(&format!(
+                "memory of a pool made without POSIX file-descriptor handles, as the device's default pool (cudaMallocAsync, PyTorch's cudaMallocAsync allocator): {}",
+                err_text(r)
+            )));
+        }
+        // SAFETY: the driver just handed us this descriptor.
+        Ok(Arc::new(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
     /// Imports allocation `k` of `peer` by descriptor for `device` (its context is current).
