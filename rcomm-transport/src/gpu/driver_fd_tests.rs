@@ -37,9 +37,7 @@ fn driver_pool_and_vmm_memory_travel_by_descriptor_between_two_processes() {
             return;
         }
     };
-    let secret = Secret::random().unwrap();
-    let job = format!("drvfd{}", std::process::id());
-    fdshare::set_job(&job, &secret);
+    let (job, secret) = super::fd_tests::test_job();
     let pool = d
         .alloc_kind(0, N, AllocKind::Pool { shareable: true })
         .unwrap();

@@ -36,11 +36,23 @@ fn mapped(what: &str) -> usize {
 
 const N: usize = (64 << 10) + 3;
 
+/// The one job of this test process: the responder keeps the first job it serves, so every
+/// test that exports by descriptor sets the same one.
+pub(super) fn test_job() -> (String, Secret) {
+    static JOB: std::sync::OnceLock<(String, Secret)> = std::sync::OnceLock::new();
+    let j = JOB.get_or_init(|| {
+        (
+            format!("fdtest{}", std::process::id()),
+            Secret::random().unwrap(),
+        )
+    });
+    fdshare::set_job(&j.0, &j.1);
+    j.clone()
+}
+
 #[test]
 fn standin_pool_and_vmm_memory_travel_by_descriptor_between_two_processes() {
-    let secret = Secret::random().unwrap();
-    let job = format!("fdtest{}", std::process::id());
-    fdshare::set_job(&job, &secret);
+    let (job, secret) = test_job();
     let g = StandIn::new();
     let pool = g
         .alloc_kind(0, N, AllocKind::Pool { shareable: true })

@@ -50,8 +50,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The job whose ranks may ask this process for descriptors, and whose ranks it asks. Set
-/// before any descriptor is exported; a later call with another job (a test process running
-/// several) serves the new one from then on, the responder keeping the name it bound.
+/// before any descriptor is exported. A process belongs to one job: a later call with another
+/// (a test process running several) changes whom it asks, but the responder, once started,
+/// keeps the first job's name and secret.
 pub fn set_job(job_id: &str, secret: &Secret) {
     *lock(&JOB) = Some(Job {
         id: job_id.to_string(),
@@ -135,9 +136,12 @@ fn start(job: &Job) -> Result<(), String> {
 /// [`ANSWER_TIMEOUT`] to ask.
 fn serve(l: LocalListener) {
     loop {
-        // A refused client was logged by the listener; keep serving the others.
-        let Ok(c) = l.accept() else { continue };
-        answer(&c);
+        match l.accept() {
+            Ok(c) => answer(&c),
+            // A refused client was logged by the listener; keep serving the others, without
+            // spinning should the error persist (out of descriptors).
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
     }
 }
 
