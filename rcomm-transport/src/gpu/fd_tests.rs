@@ -227,3 +227,30 @@ fn standin_memory_of_an_unshareable_pool_or_vmm_handle_refuses_export() {
     }
     assert_eq!(g.stats().exports, 0);
 }
+
+#[test]
+fn standin_pool_and_vmm_memory_between_ranks_of_one_process_is_copied_directly() {
+    let g = StandIn::new();
+    for (seed, kind) in [
+        AllocKind::Pool { shareable: true },
+        AllocKind::Vmm { shareable: true },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = g.alloc_kind(0, N, kind).unwrap();
+        g.copy_htod(p, &pattern(N, 10 + seed as u8)).unwrap();
+        let k = g.export(p + 3, N - 3).unwrap();
+        let mut host = vec![0u8; N - 3];
+        let q = g.get(1, &k, host.as_mut_ptr() as u64, N - 3).unwrap();
+        g.finish(q).unwrap();
+        assert_eq!(host, pattern(N, 10 + seed as u8)[3..], "{kind:?}");
+        g.free(p).unwrap();
+        // Freed: the key is stale, as a legacy one is.
+        match g.get(1, &k, host.as_mut_ptr() as u64, 1) {
+            Err(GpuError::Invalid(why)) if why.contains("freed") => {}
+            other => panic!("{kind:?}: {other:?}"),
+        }
+    }
+    assert_eq!(g.stats().fd_imports, 0, "no descriptor within one process");
+}

@@ -431,7 +431,9 @@ impl StandIn {
         if exports.lookup(i.base, i.buffer_id).is_some() {
             st.stats.export_hits += 1;
         } else {
-            if share.by_fd() {
+            // Without a job (in-process simulated ranks, one rank) nobody can ask for the
+            // descriptor, and ranks of this process need none: they copy directly.
+            if share.by_fd() && super::fdshare::job_id().is_some() {
                 let fd = st
                     .allocs
                     .get(&i.base)
