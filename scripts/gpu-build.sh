@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds and strips what scripts/gpu-check.sh runs, into one folder (default .gpubin), so a GPU
 # machine without a Rust toolchain can run the check: rcomm-run, rcomm-topo, rcomm-bench,
-# rt_gpu, rt_gpu_coll, the train3d example, and the device reduction kernels as PTX (compiled
-# here with the NVRTC wheel scripts/test.sh downloads, for GPU machines without NVRTC:
-# RCOMM_PTX_DIR).
+# rt_gpu, rt_gpu_coll, the train3d example, and the device reduction kernels, a CUBIN and PTX
+# per architecture of rcomm_kernels::cuda::ARCHS (compiled here with the NVRTC wheel
+# scripts/test.sh downloads, for GPU machines without NVRTC: RCOMM_PTX_DIR; the CUBINs load on
+# every driver from 12.0 (R525), the PTX (ISA 8.8) only on R575 or newer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.gpubin}

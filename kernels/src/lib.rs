@@ -11,6 +11,11 @@
 //!   bitwise identical results** for a fixed (op, dtype): every op is element-wise (no
 //!   reassociation across elements), NaN results are canonicalised, and narrow floats round
 //!   the same way everywhere.
+//! - Device reductions ([`cuda`]): the same ops and dtypes in CUDA C (`kernels/cuda/reduce.cu`),
+//!   compiled by NVRTC at run time to a CUBIN for the GPU's own architecture, which loads on
+//!   every driver from CUDA 12.0 (R525); PTX, which needs a driver as new as the NVRTC that
+//!   wrote it, only for a GPU newer than NVRTC ([`cuda::choose`]). A driver's refusal is worded
+//!   by [`cuda::image::load_error`] (driver version, image, the oldest driver it needs, remedy).
 //! - Bad input (length mismatch, a length that is not a whole number of elements, an op not
 //!   defined for the dtype, an unavailable ISA) is a [`KernelError`], never a panic.
 //!

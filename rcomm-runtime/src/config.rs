@@ -161,6 +161,11 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "user: how far apart two GPUs of one node may be for direct device copies (CUDA IPC, peer copies), as NCCL_P2P_LEVEL: LOC (same GPU only), NVL (NVLink), PIX, PXB, PHB, SYS (default); farther pairs stage through host memory. Ranks sharing one GPU always copy directly unless set to 0/off",
     },
     VarSpec {
+        name: "RCOMM_DEVICE",
+        protocol: false,
+        help: "launcher or user: the GPU of this rank, an ordinal among the GPUs this process sees; default: the device of the CUDA context current on the thread that first uses device memory, else local rank modulo the number of visible GPUs. Decided once per process and logged at INFO",
+    },
+    VarSpec {
         name: "RCOMM_GPU_STANDIN",
         protocol: false,
         help: "tests: 1 makes device buffers host memory behind the device interface (a stand-in of a GPU, no CUDA), so the device protocols run on machines without a GPU, one stand-in GPU shared by the node; distinct: the same, but each process's stand-in GPU has a UUID of its own (one GPU per rank, where RCOMM_GPU_BACKEND=auto picks NCCL); default 0",
@@ -178,7 +183,7 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec {
         name: "RCOMM_PTX_DIR",
         protocol: false,
-        help: "a folder of precompiled device reduction kernels (rcomm-reduce-sm_XY.ptx, written by `rcomm-bench ptx`), used when NVRTC cannot be loaded",
+        help: "a folder of precompiled device reduction kernels (rcomm-reduce-sm_XY.cubin and .ptx, written by `rcomm-bench ptx`), used when NVRTC cannot be loaded or does not know the GPU's architecture; a CUBIN is preferred over PTX",
     },
     VarSpec {
         name: "RCOMM_NVTX",
@@ -674,6 +679,8 @@ pub struct Config {
     pub gpu_standin: bool,
     /// `RCOMM_GPU_STANDIN=distinct`: the stand-in GPU of each process has a UUID of its own.
     pub gpu_standin_distinct: bool,
+    /// `RCOMM_DEVICE`: the GPU of this rank, if the launcher or the user chose one.
+    pub device: Option<u32>,
     /// `RCOMM_GPU_BACKEND`: who runs device collectives (checked equal on every rank: NCCL's
     /// collectives and rcomm's do not talk to each other).
     pub gpu_backend: GpuBackend,
@@ -767,6 +774,29 @@ pub fn gpu_standin_distinct() -> bool {
     global().as_ref().is_ok_and(|c| c.gpu_standin_distinct)
 }
 
+/// `RCOMM_DEVICE` of the process configuration (`None` when unset or when it does not parse:
+/// init reports that error).
+pub fn gpu_device() -> Option<u32> {
+    global().as_ref().ok().and_then(|c| c.device)
+}
+
+/// This process's rank among the ranks of its node, as its launcher said (`rcomm-run`'s
+/// `RCOMM_LOCAL_RANK`, torchrun's `LOCAL_RANK`); `None` without a launcher.
+pub fn local_rank() -> Option<u32> {
+    let c = global().as_ref().ok()?;
+    c.launch
+        .as_ref()
+        .map(|l| l.local_rank)
+        .or_else(|| c.torch.as_ref().map(|t| t.local_rank))
+}
+
+/// The GPU a rank takes when neither `RCOMM_DEVICE` nor a current context names one: ranks of
+/// a node spread round the GPUs they see, as launchers that bind one GPU per rank do, so two
+/// ranks share a GPU only when there are more ranks than GPUs. `None` when no GPU is visible.
+pub fn device_for_local_rank(local_rank: u32, visible: u32) -> Option<u32> {
+    (visible > 0).then(|| local_rank % visible)
+}
+
 /// `RCOMM_GPU_BACKEND` of the process configuration (rcomm's own when it does not parse: init
 /// reports that error).
 pub fn gpu_backend() -> GpuBackend {
@@ -803,7 +833,7 @@ pub fn topo_file() -> Option<std::path::PathBuf> {
 }
 
 /// `RCOMM_PTX_DIR` from the process environment. Read on each call, not kept in [`Config`]:
-/// it is read once per architecture, only where NVRTC is missing.
+/// it is read once per architecture, only where NVRTC cannot build a CUBIN for the GPU.
 pub fn ptx_dir() -> Option<std::path::PathBuf> {
     std::env::var_os("RCOMM_PTX_DIR")
         .filter(|v| !v.is_empty())
@@ -1349,6 +1379,7 @@ impl Config {
             p2p_level,
             gpu_standin,
             gpu_standin_distinct,
+            device: parse_u32(env, "RCOMM_DEVICE")?,
             gpu_backend,
             nvtx,
             heartbeat: Heartbeat::from_env(env)?,
@@ -1874,5 +1905,25 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn the_device_of_a_rank_is_rcomm_device_or_its_local_rank_round_the_gpus() {
+        assert_eq!(Config::from_map(&env(&[])).unwrap().device, None);
+        let c = Config::from_map(&env(&[("RCOMM_DEVICE", " 3 ")])).unwrap();
+        assert_eq!(c.device, Some(3));
+        for bad in ["-1", "gpu1", "1.5"] {
+            let e = Config::from_map(&env(&[("RCOMM_DEVICE", bad)])).unwrap_err();
+            assert_eq!(e.name, "RCOMM_DEVICE", "{bad}");
+            assert!(e.to_string().contains("non-negative integer"), "{e}");
+        }
+        // Eight ranks on four GPUs: two per GPU, neighbours on different ones.
+        let on: Vec<u32> = (0..8)
+            .map(|r| device_for_local_rank(r, 4).unwrap())
+            .collect();
+        assert_eq!(on, [0, 1, 2, 3, 0, 1, 2, 3]);
+        assert_eq!(device_for_local_rank(5, 1), Some(0));
+        assert_eq!(device_for_local_rank(2, 8), Some(2));
+        assert_eq!(device_for_local_rank(0, 0), None, "no GPU visible");
     }
 }

@@ -10,7 +10,7 @@ use crate::caps::{Caps, Features, Kinds, Ops};
 use crate::error::TransportError;
 use crate::gpu::{Gpu, GpuError, Pending};
 use crate::mem::{MemKind, MemRef, RKey};
-use crate::transport::{ConnectCx, Counters, Deliver, Transport, Tx};
+use crate::transport::{ConnectCx, Counters, Deliver, ListenCx, ListenError, Transport, Tx};
 use rcomm_runtime::fastmap::FastMap;
 use rcomm_runtime::wire::{AddrRecord, Header};
 
@@ -168,6 +168,13 @@ impl Transport for CudaEndpoint {
     /// Device memory is shared by IPC between processes of one node.
     fn can_connect(a: &AddrRecord, b: &AddrRecord) -> bool {
         crate::transport::same_node(a, b)
+    }
+
+    /// No listener of its own: the job's id and secret go to the device layer, which hands
+    /// node peers the descriptors of shareable (VMM, pool) allocations over the local channel.
+    fn listen(cx: &ListenCx<'_>) -> Result<Option<()>, ListenError> {
+        crate::gpu::fdshare::set_job(cx.job_id, cx.secret);
+        Ok(None)
     }
 
     fn connect(_: Option<()>, cx: &ConnectCx<'_>) -> Result<Option<Self>, TransportError> {

@@ -529,6 +529,31 @@ impl LocalConn {
         self.send_raw(&frame, fds)
     }
 
+    /// Receives one message, failing once `deadline` has passed (a peer that says nothing
+    /// cannot hold the caller); the connection is blocking again afterwards.
+    pub fn recv_until(&self, deadline: Instant) -> Result<LocalMsg, LocalError> {
+        self.set_nonblocking(true)?;
+        let r = loop {
+            match self.recv() {
+                Err(e) if e.is_would_block() => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break Err(io_err(
+                            format!("waiting for a message from {}", rank_text(self.peer)),
+                            io::Error::from(io::ErrorKind::TimedOut),
+                        ));
+                    }
+                    if let Err(e) = poll_fd(self.stream.as_fd(), libc::POLLIN, Some(left)) {
+                        break Err(io_err("polling the local channel", e));
+                    }
+                }
+                r => break r,
+            }
+        };
+        self.set_nonblocking(false)?;
+        r
+    }
+
     /// Writes `bytes` with `fds` attached to the first chunk. The caller holds the send lock.
     fn send_raw(&self, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), LocalError> {
         let mut off = 0;

@@ -1,6 +1,7 @@
 //! Device point-to-point through real `rcomm-run` jobs, on the host-memory stand-in of a GPU
 //! (`RCOMM_GPU_STANDIN=1`: device buffers are host memory behind the device interface, and
-//! the "IPC" import reads the peer by `process_vm_readv`) — so the device protocols (eager
+//! the "IPC" import reads the peer by `process_vm_readv`, or, for pool and VMM memory, maps
+//! the peer's memfd handed over the local channel) — so the device protocols (eager
 //! staging, IPC GET with its caches, host staging over shm and tcp, stream ordering, a peer
 //! lost mid-transfer) run here without a GPU. `scripts/gpu-check.sh` runs the same program on
 //! a real GPU.
@@ -45,6 +46,38 @@ fn device_point_to_point_staged_when_p2p_is_off_at_2_ranks() {
 #[test]
 fn device_point_to_point_staged_over_tcp_at_3_ranks() {
     table(3, &[("RCOMM_TRANSPORT", "tcp")]);
+}
+
+/// `rt_gpu kinds`: pool and VMM memory (as frameworks allocate it) between 2 and 3 ranks: the
+/// large messages by descriptor import, not staged (the program asserts the counters); the
+/// default pool's memory staged with one warning per process; register / deregister.
+#[test]
+fn pool_and_vmm_memory_moves_by_descriptor_and_the_default_pool_stages_with_one_warning() {
+    let prog = test_program("rt_gpu");
+    for n in [2u32, 3] {
+        let out = Job::new(n, &[prog.as_str(), "kinds"])
+            .env("RCOMM_GPU_STANDIN", "1")
+            .env("RCOMM_TRANSPORT", "shm")
+            .deadline(Duration::from_secs(90))
+            .run();
+        assert_eq!(out.code(), 0, "{n} ranks\n{out}");
+        for case in ["kinds", "defpool", "register"] {
+            assert!(
+                out.rank_lines(0).contains(&format!("ok {case}").as_str()),
+                "case {case} at {n} ranks\n{out}"
+            );
+        }
+        let all = format!("{}{}", out.stdout, out.stderr);
+        let warned = all.matches("cannot be shared with node peers").count();
+        assert_eq!(
+            warned, n as usize,
+            "one warning per rank for the default pool's memory\n{out}"
+        );
+        assert!(
+            all.contains("CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR"),
+            "the warning says how to make memory shareable\n{out}"
+        );
+    }
 }
 
 #[test]

@@ -5,9 +5,9 @@
 //!   reads the sender's buffer in place (CUDA IPC, allocations exported and imported once and
 //!   cached); elsewhere the bytes are staged through pinned host buffers over the host lanes.
 //! - **Local steps** are queued on one stream: a copy goes to the copy engine
-//!   (`cuMemcpyDtoDAsync`), a reduction launches an NVRTC-compiled kernel of
-//!   `kernels/cuda/reduce.cu` (compiled once per architecture, the module loaded once per
-//!   device). On the host-memory stand-in the same steps are host functions queued on a
+//!   (`cuMemcpyDtoDAsync`), a reduction launches a kernel of `kernels/cuda/reduce.cu`
+//!   (compiled once per architecture by NVRTC, to a CUBIN for the GPU's own architecture, or
+//!   taken from `RCOMM_PTX_DIR`: `kernel_image`; the module loaded once per device). On the host-memory stand-in the same steps are host functions queued on a
 //!   stand-in stream and the reduction runs the CPU kernels: a stand-in, not a GPU.
 //! - **Ordering**: before a phase's messages are posted, the stream has finished the previous
 //!   phase's local steps (a host wait on an event), because a peer may start reading the
@@ -174,7 +174,7 @@ struct Kernels {
 #[cfg(feature = "cuda")]
 #[derive(Clone)]
 struct CudaKernels {
-    ptx: std::sync::Arc<str>,
+    image: std::sync::Arc<[u8]>,
     sms: u32,
 }
 
@@ -243,7 +243,7 @@ impl Kernels {
                 .gpu
                 .launch(
                     self.stream,
-                    &k.ptx,
+                    &k.image,
                     &name,
                     k.grid(n),
                     BLOCK,
@@ -282,7 +282,7 @@ impl Kernels {
                 .gpu
                 .launch(
                     self.stream,
-                    &k.ptx,
+                    &k.image,
                     &name,
                     k.grid(n),
                     BLOCK,
@@ -365,7 +365,7 @@ impl CudaKernels {
     }
 }
 
-/// The reductions compiled for `device`'s architecture (NVRTC, once per process).
+/// The reductions for `device`'s architecture (once per process: the images are cached).
 #[cfg(feature = "cuda")]
 fn cuda_kernels(gpu: &Gpu, device: u32) -> std::result::Result<CudaKernels, String> {
     let info = gpu
@@ -374,50 +374,92 @@ fn cuda_kernels(gpu: &Gpu, device: u32) -> std::result::Result<CudaKernels, Stri
         .into_iter()
         .find(|d| d.ordinal == device)
         .ok_or_else(|| format!("no device {device}"))?;
-    let arch = format!("sm_{}{}", info.cc.0, info.cc.1);
-    let ptx = rcomm_kernels::cuda::compile_ptx(&arch)
-        .or_else(|e| precompiled_ptx(&arch).ok_or(e))
-        .map_err(|e| {
-            format!(
-                "the reduction kernels for {arch}: {e} (install NVRTC, or point RCOMM_PTX_DIR at \
-                 kernels written by `rcomm-bench ptx`)"
-            )
-        })?;
+    let sm = info.cc.0 * 10 + info.cc.1;
     Ok(CudaKernels {
-        ptx,
+        image: kernel_image(sm)?,
         sms: info.sm_count.max(1),
     })
 }
 
-/// `RCOMM_PTX_DIR/rcomm-reduce-<arch>.ptx` where NVRTC is missing, read once per
-/// architecture (the same text each time: the driver's module cache is keyed by its address).
+/// The reduction kernels a GPU of SM `sm` loads, in this order: NVRTC's CUBIN for `sm`
+/// (loads on every driver from 12.0); `RCOMM_PTX_DIR`'s CUBIN, then its PTX (built elsewhere,
+/// perhaps by an older NVRTC whose PTX this driver takes); last NVRTC's PTX for an older
+/// architecture (a GPU newer than NVRTC), which needs a driver as new as NVRTC.
 #[cfg(feature = "cuda")]
-fn precompiled_ptx(arch: &str) -> Option<std::sync::Arc<str>> {
+fn kernel_image(sm: u32) -> std::result::Result<std::sync::Arc<[u8]>, String> {
+    use rcomm_kernels::cuda::{Source, image_for, pick};
+    let arch = format!("sm_{sm}");
+    let nvrtc = image_for(sm);
+    let ptx_arch = nvrtc.as_ref().map(|(b, _)| b.arch()).unwrap_or_default();
+    match pick(
+        nvrtc,
+        || precompiled(&cubin_file(&arch), sm),
+        || precompiled(&ptx_file(&arch), sm),
+    ) {
+        Ok((src, img)) => {
+            let what = match src {
+                Source::NvrtcCubin => "CUBIN from NVRTC".to_string(),
+                Source::DirCubin | Source::DirPtx => "from RCOMM_PTX_DIR".to_string(),
+                Source::NvrtcPtx => format!(
+                    "PTX for {ptx_arch} from NVRTC, which does not know {arch} (JIT-compiled by \
+                     the driver: needs a driver as new as NVRTC)"
+                ),
+            };
+            rcomm_runtime::rlog!(Info, "COLL", "device kernels for {arch}: {what}");
+            Ok(img)
+        }
+        Err(e) => Err(format!(
+            "the reduction kernels for {arch}: {e} (install NVRTC, or point RCOMM_PTX_DIR at \
+             kernels written by `rcomm-bench ptx`: {} or {})",
+            cubin_file(&arch),
+            ptx_file(&arch)
+        )),
+    }
+}
+
+/// `RCOMM_PTX_DIR/<file>`, read once per file (the same bytes each time: the driver's module
+/// cache is keyed by their address); `None` when absent, or not kernels that run on `sm`
+/// (said in the log, so a stale folder does not go unnoticed).
+#[cfg(feature = "cuda")]
+fn precompiled(file: &str, sm: u32) -> Option<std::sync::Arc<[u8]>> {
+    use rcomm_kernels::cuda::image;
     use std::collections::HashMap;
     use std::sync::{Arc, OnceLock};
-    static READ: OnceLock<Mutex<HashMap<String, Option<Arc<str>>>>> = OnceLock::new();
+    type Read = Mutex<HashMap<String, Option<Arc<[u8]>>>>;
+    static READ: OnceLock<Read> = OnceLock::new();
     let mut m = READ
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    m.entry(arch.to_string())
+    m.entry(file.to_string())
         .or_insert_with(|| {
             let dir = rcomm_runtime::config::ptx_dir()?;
-            let text = std::fs::read_to_string(dir.join(ptx_file(arch))).ok()?;
-            rcomm_runtime::rlog!(
-                Info,
-                "COLL",
-                "device kernels for {arch} from {}",
-                dir.display()
-            );
-            Some(text.into())
+            let path = dir.join(file);
+            let bytes = std::fs::read(&path).ok()?;
+            if !image::describe(&bytes).is_ok_and(|k| image::runs_on(k, sm)) {
+                rcomm_runtime::rlog!(
+                    Warn,
+                    "COLL",
+                    "{} is not device kernels for sm_{sm} ({}): ignored",
+                    path.display(),
+                    image::describe(&bytes).map_or_else(|e| e, |k| k.to_string())
+                );
+                return None;
+            }
+            rcomm_runtime::rlog!(Info, "COLL", "device kernels from {}", path.display());
+            Some(bytes.into())
         })
         .clone()
 }
 
-/// The file name of the precompiled kernels for `arch` (`rcomm-bench ptx` writes it).
+/// The file name of the precompiled PTX for `arch` (`rcomm-bench ptx` writes it).
 pub fn ptx_file(arch: &str) -> String {
     format!("rcomm-reduce-{arch}.ptx")
+}
+
+/// The file name of the precompiled CUBIN for `arch` (`rcomm-bench ptx` writes it).
+pub fn cubin_file(arch: &str) -> String {
+    format!("rcomm-reduce-{arch}.cubin")
 }
 
 /// # Safety

@@ -337,6 +337,31 @@ pub fn stats() -> Option<GpuStats> {
     dev::gpu_if_present().map(Gpu::stats)
 }
 
+/// Registers `len` bytes of device memory at `ptr` (memory of this process, from any
+/// allocator) for sharing with ranks on this node ahead of its first transfer: its allocation
+/// is exported now (a legacy IPC handle, or, for pool and VMM memory, a file descriptor offered
+/// to node peers), and the export is kept until [`deregister`]. Unregistered buffers are
+/// exported on first use and cached all the same; registering moves that cost out of the
+/// first transfer and keeps the export from being dropped to make room. Memory that cannot be
+/// shared (the default pool's; VMM memory without file-descriptor handles) is an error here,
+/// saying why; sent unregistered, it is staged through host memory.
+pub fn register(ptr: u64, len: usize) -> Result<()> {
+    let r = launch_rank();
+    let g = backend("register", r)?;
+    region_of("register", r, ptr, len)?;
+    g.register(ptr, len).map_err(dev_err("register", r))
+}
+
+/// Drops the export of the allocation holding `ptr` (registered or exported by a transfer):
+/// node peers can no longer import it anew; the next transfer exports it again. Their imports
+/// made before stay valid while the allocation lives, and are replaced once it is freed (a new
+/// allocation at its place has another buffer id). Returns whether there was an export.
+pub fn deregister(ptr: u64) -> Result<bool> {
+    let r = launch_rank();
+    let g = backend("deregister", r)?;
+    g.deregister(ptr).map_err(dev_err("deregister", r))
+}
+
 /// Which device backend runs: `"cuda"`, `"stand-in"`, or the reason there is none.
 pub fn backend_name() -> std::result::Result<&'static str, String> {
     dev::gpu().map(Gpu::backend_name).map_err(|e| e.to_string())

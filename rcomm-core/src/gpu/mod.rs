@@ -22,6 +22,14 @@
 //! direct copy, they stream through host bounce buffers over the host transport.
 //! `RCOMM_DEBUG=INFO` logs the choice per peer.
 //!
+//! Memory as frameworks allocate it is shared too: `cuMemAlloc` memory by a legacy IPC handle;
+//! VMM memory (`cuMemCreate` + `cuMemMap`, PyTorch's expandable segments) and memory of a pool
+//! made with POSIX file-descriptor handles by a descriptor handed over the node's local
+//! channel, which also reaches a rank whose GPU this process does not see. Memory that cannot
+//! be shared (the device's default pool, VMM handles without descriptor handles) is staged,
+//! with one warning per process saying how to make it shareable. [`register`] exports a
+//! buffer ahead of its first transfer; [`deregister`] drops that export.
+//!
 //! With no CUDA driver (and no `RCOMM_GPU_STANDIN=1`) every device call returns
 //! [`CommError::Device`] saying why; nothing panics.
 //!
@@ -38,14 +46,15 @@ mod nccl_comm;
 mod nccl_lib;
 
 pub use coll::OnStream;
-pub use exec::ptx_file;
 #[allow(deprecated)]
 pub use exec::scratch_bytes;
+pub use exec::{cubin_file, ptx_file};
 #[cfg(feature = "cuda")]
 pub use mem::stream_of;
 pub use mem::{
     DevMut, DevRef, DeviceBuffer, DeviceInfo, DeviceMem, DeviceMemMut, GpuError, GpuStats, Stream,
-    backend_name, devices, stats, stream_create, stream_destroy, stream_synchronize,
+    backend_name, deregister, devices, register, stats, stream_create, stream_destroy,
+    stream_synchronize,
 };
 pub(crate) use mem::{backend, check_range, dev_err, region_of};
 pub use nccl_comm::{NcclStats, nccl_stats};

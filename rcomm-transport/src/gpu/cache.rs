@@ -6,7 +6,7 @@
 //! | bytes   | field                                                         |
 //! |---------|---------------------------------------------------------------|
 //! | 0       | format and version ([`KEY_FORMAT`])                           |
-//! | 1..65   | the IPC handle (`CUipcMemHandle`; the stand-in: the base)     |
+//! | 1..65   | the handle: `CUipcMemHandle`, a pool's `CUmemPoolPtrExportData`, unused for VMM (the stand-in: the base) |
 //! | 65..69  | exporter's pid (u32 LE)                                       |
 //! | 69..77  | the allocation's buffer id (u64 LE)                           |
 //! | 77..85  | the allocation's base address in the exporter (u64 LE)        |
@@ -14,6 +14,7 @@
 //! | 93..101 | offset of the exported range in the allocation (u64 LE)       |
 //! | 101..109| length of the exported range (u64 LE)                         |
 //! | 109..125| the device's UUID                                             |
+//! | 125     | how it is shared ([`ShareKind`])                              |
 //!
 //! Keys come from peers: [`decode_key`] checks everything and never panics.
 
@@ -22,9 +23,35 @@ use crate::mem::RKey;
 use std::collections::HashMap;
 
 /// Format and version byte of a device key.
-pub const KEY_FORMAT: u8 = 0xD1;
+pub const KEY_FORMAT: u8 = 0xD2;
 /// Length of a device key in bytes.
-pub const KEY_LEN: usize = 1 + 64 + 4 + 8 + 8 + 8 + 8 + 8 + 16;
+pub const KEY_LEN: usize = 1 + 64 + 4 + 8 + 8 + 8 + 8 + 8 + 16 + 1;
+
+/// How a peer reaches the allocation a key names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareKind {
+    /// A legacy IPC handle in the key (`cuMemAlloc` memory; the stand-in's `alloc`).
+    Ipc = 0,
+    /// VMM memory: the importer asks the exporter for the allocation's descriptor
+    /// ([`super::fdshare`]) and maps it.
+    VmmFd = 1,
+    /// Pool memory: the importer asks for the pool's descriptor, imports the pool, then the
+    /// pointer named by the key's handle.
+    PoolFd = 2,
+}
+
+impl ShareKind {
+    fn of(b: u8) -> Option<Self> {
+        [Self::Ipc, Self::VmmFd, Self::PoolFd]
+            .into_iter()
+            .find(|k| *k as u8 == b)
+    }
+
+    /// Whether the allocation travels as a descriptor.
+    pub fn by_fd(self) -> bool {
+        self != Self::Ipc
+    }
+}
 
 const _: () = assert!(KEY_LEN <= crate::mem::RKEY_MAX);
 
@@ -47,6 +74,8 @@ pub struct KeyParts {
     pub len: u64,
     /// UUID of the exporter's device.
     pub uuid: [u8; 16],
+    /// How it is shared.
+    pub kind: ShareKind,
 }
 
 impl KeyParts {
@@ -69,7 +98,13 @@ impl KeyParts {
             offset: ptr - i.base,
             len: len as u64,
             uuid,
+            kind: ShareKind::Ipc,
         }
+    }
+
+    /// The same, shared as `kind`.
+    pub fn shared_as(self, kind: ShareKind) -> Self {
+        Self { kind, ..self }
     }
 }
 
@@ -85,6 +120,7 @@ pub fn encode_key(p: &KeyParts) -> RKey {
     b[93..101].copy_from_slice(&p.offset.to_le_bytes());
     b[101..109].copy_from_slice(&p.len.to_le_bytes());
     b[109..125].copy_from_slice(&p.uuid);
+    b[125] = p.kind as u8;
     RKey::new(&b).expect("KEY_LEN <= RKEY_MAX")
 }
 
@@ -115,6 +151,12 @@ pub fn decode_key(b: &[u8]) -> Result<KeyParts, GpuError> {
     pid.copy_from_slice(&b[65..69]);
     let mut uuid = [0u8; 16];
     uuid.copy_from_slice(&b[109..125]);
+    let kind = ShareKind::of(b[125]).ok_or_else(|| {
+        GpuError::Invalid(format!(
+            "device key shared as kind {} (this rcomm knows 0 to 2)",
+            b[125]
+        ))
+    })?;
     let p = KeyParts {
         handle,
         pid: u32::from_le_bytes(pid),
@@ -124,6 +166,7 @@ pub fn decode_key(b: &[u8]) -> Result<KeyParts, GpuError> {
         offset: u64_at(b, 93),
         len: u64_at(b, 101),
         uuid,
+        kind,
     };
     let in_alloc = p
         .offset
@@ -141,11 +184,16 @@ pub fn decode_key(b: &[u8]) -> Result<KeyParts, GpuError> {
 
 /// The export cache: per allocation base, the buffer id it had when exported and its handle.
 /// An allocation freed and made again at the same base has another buffer id: a miss.
+/// Registered allocations ([`pin`](ExportCache::pin)) are never dropped to make room.
 #[derive(Debug)]
 pub struct ExportCache<H> {
     cap: usize,
     seq: u64,
     map: HashMap<u64, (u64, H, u64)>,
+    pinned: std::collections::HashSet<u64>,
+    /// Buffer ids whose exports were dropped (stale or to make room), for [`take_gone`]
+    /// (ExportCache::take_gone).
+    gone: Vec<u64>,
 }
 
 impl<H: Clone> ExportCache<H> {
@@ -155,32 +203,62 @@ impl<H: Clone> ExportCache<H> {
             cap: cap.max(1),
             seq: 0,
             map: HashMap::new(),
+            pinned: Default::default(),
+            gone: Vec::new(),
         }
     }
 
     /// The handle of the allocation at `base` if it was exported with this `buffer_id`. An
-    /// entry of another buffer id at that base (a freed allocation) is dropped.
+    /// entry of another buffer id at that base (a freed allocation) is dropped, pinned or not.
     pub fn lookup(&mut self, base: u64, buffer_id: u64) -> Option<H> {
         match self.map.get(&base) {
             Some((id, h, _)) if *id == buffer_id => Some(h.clone()),
-            Some(_) => {
+            Some((old, _, _)) => {
+                self.gone.push(*old);
                 self.map.remove(&base);
+                self.pinned.remove(&base);
                 None
             }
             None => None,
         }
     }
 
+    /// Keeps the export of the allocation at `base` until [`remove`](Self::remove)d (a
+    /// registered buffer).
+    pub fn pin(&mut self, base: u64) {
+        if self.map.contains_key(&base) {
+            self.pinned.insert(base);
+        }
+    }
+
+    /// Drops the export of the allocation at `base` (pinned or not); its buffer id and handle.
+    pub fn remove(&mut self, base: u64) -> Option<(u64, H)> {
+        self.pinned.remove(&base);
+        self.map.remove(&base).map(|(id, h, _)| (id, h))
+    }
+
     /// Records an export.
     pub fn insert(&mut self, base: u64, buffer_id: u64, h: H) {
         if !self.map.contains_key(&base)
             && self.map.len() >= self.cap
-            && let Some(old) = self.map.iter().min_by_key(|(_, v)| v.2).map(|(k, _)| *k)
+            && let Some(old) = self
+                .map
+                .iter()
+                .filter(|(k, _)| !self.pinned.contains(k))
+                .min_by_key(|(_, v)| v.2)
+                .map(|(k, _)| *k)
+            && let Some((id, _, _)) = self.map.remove(&old)
         {
-            self.map.remove(&old);
+            self.gone.push(id);
         }
         self.seq += 1;
         self.map.insert(base, (buffer_id, h, self.seq));
+    }
+
+    /// The buffer ids of the exports dropped since the last call (their allocations are gone,
+    /// or the cache made room): what was offered to peers for them can be withdrawn.
+    pub fn take_gone(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.gone)
     }
 
     /// Number of cached exports.
@@ -344,6 +422,7 @@ mod tests {
             offset: 256,
             len: 4096,
             uuid: [3; 16],
+            kind: ShareKind::PoolFd,
         }
     }
 
@@ -378,6 +457,10 @@ mod tests {
             decode_key(encode_key(&p).as_bytes()),
             Err(GpuError::Invalid(_))
         ));
+        let mut v = b.to_vec();
+        v[125] = 3;
+        let e = decode_key(&v).unwrap_err();
+        assert!(e.to_string().contains("shared as kind 3"), "{e}");
     }
 
     #[test]
@@ -396,6 +479,33 @@ mod tests {
         }
         assert_eq!(c.len(), 4);
         assert_eq!(c.lookup(0x1000, 2), None, "the oldest went");
+        let mut gone = c.take_gone();
+        gone.sort();
+        // 1: stale (freed and remade); 2, 10 to 14: made room.
+        assert_eq!(gone, [1, 2, 10, 11, 12, 13, 14, 15]);
+        assert!(c.take_gone().is_empty());
+    }
+
+    #[test]
+    fn export_cache_keeps_pinned_exports_until_removed() {
+        let mut c = ExportCache::new(2);
+        c.insert(0x1000, 1, "reg");
+        c.pin(0x1000);
+        for i in 0..5u64 {
+            c.insert(0x10_0000 + i, 10 + i, "x");
+        }
+        assert_eq!(
+            c.lookup(0x1000, 1),
+            Some("reg"),
+            "a registered export stays"
+        );
+        assert_eq!(c.remove(0x1000), Some((1, "reg")));
+        assert_eq!(c.lookup(0x1000, 1), None);
+        // Freed and remade under a pin: the stale entry goes all the same.
+        c.insert(0x2000, 3, "a");
+        c.pin(0x2000);
+        assert_eq!(c.lookup(0x2000, 4), None);
+        assert_eq!(c.remove(0x2000), None);
     }
 
     #[test]
@@ -440,6 +550,7 @@ mod tests {
         fn random_keys_of_key_length_never_panic(mut b in proptest::collection::vec(any::<u8>(), KEY_LEN), fmt in any::<bool>()) {
             if fmt {
                 b[0] = KEY_FORMAT;
+                b[KEY_LEN - 1] %= 4;
             }
             if let Ok(p) = decode_key(&b) {
                 let k = encode_key(&p);
@@ -449,10 +560,10 @@ mod tests {
 
         #[test]
         fn round_trip(handle in proptest::collection::vec(any::<u8>(), 64), pid in any::<u32>(), buffer_id in any::<u64>(),
-                      base in 0u64..(1 << 56), alloc_size in 0u64..(1 << 40), a in any::<u64>(), b in any::<u64>(), uuid in any::<[u8; 16]>()) {
+                      base in 0u64..(1 << 56), alloc_size in 0u64..(1 << 40), a in any::<u64>(), b in any::<u64>(), uuid in any::<[u8; 16]>(), kind in 0u8..3) {
             let offset = if alloc_size == 0 { 0 } else { a % (alloc_size + 1) };
             let len = b % (alloc_size - offset + 1);
-            let p = KeyParts { handle: handle.try_into().unwrap(), pid, buffer_id, base, alloc_size, offset, len, uuid };
+            let p = KeyParts { handle: handle.try_into().unwrap(), pid, buffer_id, base, alloc_size, offset, len, uuid, kind: ShareKind::of(kind).unwrap() };
             prop_assert_eq!(decode_key(encode_key(&p).as_bytes()), Ok(p));
         }
     }

@@ -4,9 +4,12 @@
 //! later.
 //!
 //! Contexts: each device's primary context (the one cudarc's `CudaContext::new` uses too),
-//! retained on first use and kept, made current on the calling thread before each operation.
+//! retained on first use and kept, made current on the calling thread before each operation;
+//! a call that names no device uses this process's, decided once (`cuda/home.rs`).
 //! IPC copies run on one internal non-blocking copy stream per device; their completion is an
-//! event recorded after the copy.
+//! event recorded after the copy. The copies that return when done run on another internal
+//! non-blocking stream per device (`cuda/copy.rs`): nothing runs on the legacy default stream.
+//! Allocation kinds and their sharing by file descriptor: `cuda/share.rs`.
 //!
 //! Peer reachability is kept simple: the same GPU is reachable unless `RCOMM_P2P_LEVEL=off`;
 //! two GPUs are when `cuDeviceCanAccessPeer` says so and the level is at least `nvl` (the

@@ -2,8 +2,9 @@
 //! build without CUDA runs everywhere) and a host-memory **stand-in** of a device used by the
 //! tests on machines without a GPU (`RCOMM_GPU_STANDIN=1`). The stand-in is not a GPU: its
 //! "device memory" is host memory, its IPC import reads another process's memory by
-//! `process_vm_readv`, its streams are queues of host functions; it exists so the protocols
-//! that move device memory run under the real engine and transports everywhere.
+//! `process_vm_readv` (or, for its pool and VMM kinds, maps the exporter's memfd), its streams
+//! are queues of host functions; it exists so the protocols that move device memory run under
+//! the real engine and transports everywhere.
 //!
 //! What the protocol layer needs from a device, and nothing more:
 //! - what a pointer is (which device, which allocation, its unique buffer id);
@@ -11,7 +12,8 @@
 //! - an asynchronous copy with a completion to poll (the IPC GET);
 //! - export of an allocation to a key a peer on this node can import (cached per allocation,
 //!   invalidated when the allocation is freed), and import of a peer's key (cached per peer and
-//!   allocation);
+//!   allocation); how depends on the allocation's kind ([`AllocKind`]): a legacy IPC handle in
+//!   the key, or a file descriptor handed over the local channel ([`fdshare`]);
 //! - streams for the stream-ordered calls, and events on them to poll or wait for with a
 //!   deadline (the NCCL engine enqueues without waiting and polls);
 //! - for the device executor of the collectives: a device-to-device copy and a kernel launch
@@ -23,6 +25,7 @@
 
 pub mod cache;
 mod driver;
+pub mod fdshare;
 mod standin;
 mod stream;
 
@@ -165,6 +168,43 @@ pub struct GpuStats {
     pub launches: u64,
     /// Calls into the device backend of any kind (through [`Gpu`]'s methods).
     pub driver_calls: u64,
+    /// Allocations first exported by file descriptor (VMM and pool memory).
+    pub fd_exports: u64,
+    /// Peer allocations imported by file descriptor (mapped).
+    pub fd_imports: u64,
+}
+
+/// How an allocation was made, which decides how a peer on this node reaches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocKind {
+    /// `cuMemAlloc`: shared by a legacy IPC handle in the key.
+    Legacy,
+    /// From a stream-ordered memory pool (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`).
+    /// `shareable`: the pool was made with POSIX file-descriptor handles; the device's default
+    /// pool is not, and its memory cannot be shared.
+    Pool {
+        /// Whether the pool's handle type allows a file descriptor.
+        shareable: bool,
+    },
+    /// Virtual memory management (`cuMemCreate` + `cuMemMap`, PyTorch's expandable segments).
+    /// `shareable`: the handle was made with the POSIX file-descriptor handle type.
+    Vmm {
+        /// Whether the handle type allows a file descriptor.
+        shareable: bool,
+    },
+}
+
+/// The once-per-process warning that device memory cannot be shared with node peers and is
+/// staged through host memory instead: the user can fix it, so say how.
+pub(crate) fn warn_unshareable(why: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        rcomm_runtime::rlog!(
+            Warn,
+            "NET",
+            "device memory cannot be shared with node peers ({why}): it is staged through host memory, which is slower. To share it, allocate from a memory pool made with POSIX file-descriptor handles (cuMemPoolCreate, handleTypes CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), or VMM memory whose handle allows them (cuMemCreate, requestedHandleTypes), or with cuMemAlloc. (Said once per process.)"
+        );
+    });
 }
 
 /// The device backend of this process.
@@ -293,6 +333,17 @@ impl Gpu {
         both!(self, g => g.alloc(device, len))
     }
 
+    /// Allocates `len` bytes on `device` as `kind` would (for tests and frameworks that want
+    /// pool or VMM memory; [`free`](Self::free) frees it).
+    pub fn alloc_kind(&self, device: u32, len: usize, kind: AllocKind) -> Result<u64, GpuError> {
+        both!(self, g => g.alloc_kind(device, len, kind))
+    }
+
+    /// How the allocation holding `ptr` was made.
+    pub fn alloc_kind_of(&self, ptr: u64) -> Result<AllocKind, GpuError> {
+        both!(self, g => g.alloc_kind_of(ptr))
+    }
+
     /// Frees what [`alloc`](Self::alloc) returned.
     pub fn free(&self, ptr: u64) -> Result<(), GpuError> {
         both!(self, g => g.free(ptr))
@@ -340,6 +391,21 @@ impl Gpu {
     /// allocation is exported anew).
     pub fn export(&self, ptr: u64, len: usize) -> Result<crate::mem::RKey, GpuError> {
         both!(self, g => g.export(ptr, len))
+    }
+
+    /// Registers `ptr..ptr+len` (device memory of this process) for sharing with node peers
+    /// ahead of its first transfer: exported now, and the export kept in the cache until
+    /// [`deregister`](Self::deregister) (never dropped to make room).
+    pub fn register(&self, ptr: u64, len: usize) -> Result<(), GpuError> {
+        self.export(ptr, len)?;
+        both!(self, g => g.pin_export(ptr))
+    }
+
+    /// Drops the export of the allocation holding `ptr` (registered or not): peers can no
+    /// longer ask for its descriptor, and the next transfer exports it anew. Peers' imports
+    /// of it stay until the allocation is freed (a new buffer id at its place evicts them).
+    pub fn deregister(&self, ptr: u64) -> Result<bool, GpuError> {
+        both!(self, g => g.drop_export(ptr))
     }
 
     /// Starts copying `len` bytes of `peer`'s memory named by `key` (from its
@@ -459,15 +525,17 @@ impl Gpu {
         both!(self, g => g.copy_dtod_on(s, dst, src, len))
     }
 
-    /// Queues kernel `func` of the PTX module `ptx` on `s`, `grid` blocks of `block` threads,
-    /// its parameters all 8 bytes wide (pointers and 64-bit counts) in `args`. The module is
-    /// loaded once per device and PTX text (keyed by its address: pass a string that lives for
-    /// the process, as NVRTC's cache hands out). The stand-in cannot run PTX:
-    /// [`GpuError::Invalid`] there (its executors queue host functions instead).
+    /// Queues kernel `func` of the module `image` (a CUBIN, or PTX text) on `s`, `grid` blocks
+    /// of `block` threads, its parameters all 8 bytes wide (pointers and 64-bit counts) in
+    /// `args`. The module is loaded once per device and image (keyed by its address: pass bytes
+    /// that live for the process, as NVRTC's cache hands out); a driver that refuses it gives
+    /// an error naming its version, the image and the oldest driver that loads it. The
+    /// stand-in cannot run kernels: [`GpuError::Invalid`] there (its executors queue host
+    /// functions instead).
     pub fn launch(
         &self,
         s: Stream,
-        ptx: &std::sync::Arc<str>,
+        image: &std::sync::Arc<[u8]>,
         func: &str,
         grid: u32,
         block: u32,
@@ -476,7 +544,7 @@ impl Gpu {
         count(2);
         count_launch();
         match self {
-            Gpu::Cuda(g) => g.launch(s, ptx, func, grid, block, args),
+            Gpu::Cuda(g) => g.launch(s, image, func, grid, block, args),
             Gpu::StandIn(_) => Err(GpuError::Invalid(format!(
                 "the stand-in device cannot run the kernel {func} (it runs host functions)"
             ))),
@@ -495,5 +563,9 @@ impl Gpu {
     }
 }
 
+#[cfg(test)]
+mod driver_fd_tests;
+#[cfg(test)]
+mod fd_tests;
 #[cfg(test)]
 mod tests;

@@ -1,18 +1,20 @@
 //! The host-memory stand-in of a device. **It is not a GPU**: its "device memory" is host
 //! memory allocated here and recorded in a table (so a plain host pointer is not device memory
 //! to it), its IPC import reads another process's memory with `process_vm_readv` (or copies
-//! directly when the exporter is this process, as with in-process simulated ranks), and its
+//! directly when the exporter is this process, as with in-process simulated ranks; or, for the
+//! pool and VMM kinds, maps the exporter's memfd, handed over the local channel), and its
 //! streams are FIFO queues of host functions, each run eagerly by a worker thread of its own
 //! (see `stream`: a C library can queue on them too). It exists
 //! so the protocols that move device memory run under the real engine and transports on
 //! machines without a GPU (`RCOMM_GPU_STANDIN=1`, CI, in-process tests).
-use super::cache::{ExportCache, ImportCache, KeyParts, decode_key, encode_key};
+use super::cache::{ExportCache, ImportCache, KeyParts, ShareKind, decode_key, encode_key};
 use super::stream::{StreamObj, default_deadline};
 use super::*;
 use crate::mem::RKey;
 use rcomm_runtime::config::P2pLevel;
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -43,11 +45,40 @@ static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
 
 type Job = Box<dyn FnOnce() + Send>;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Alloc {
     size: usize,
     buffer_id: u64,
+    /// Bytes taken: the heap layout's size, or the memfd mapping's.
     layout_size: usize,
+    kind: AllocKind,
+    /// Pool and VMM memory that can be shared: a memfd mapped `MAP_SHARED`, as the driver's
+    /// shareable allocations are physical memory a descriptor names.
+    memfd: Option<OwnedFd>,
+}
+
+/// An import of a peer's allocation.
+#[derive(Debug, Clone, Copy)]
+enum Imp {
+    /// Legacy: read from the peer's address space (`process_vm_readv`), or this process's.
+    Remote,
+    /// The peer's memfd, mapped here read-only.
+    Mapped { addr: u64, len: usize },
+}
+
+/// Bytes of a memfd mapping of `size` bytes.
+fn map_len(size: usize) -> usize {
+    size.max(1).next_multiple_of(4096)
+}
+
+fn unmap(gone: Vec<Imp>) {
+    for i in gone {
+        if let Imp::Mapped { addr, len } = i {
+            // SAFETY: a mapping made by `map_peer` and just removed from the import cache, so
+            // unmapped once; no copy reads it now (copies run under the state lock).
+            unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+        }
+    }
 }
 
 #[derive(Default)]
@@ -56,8 +87,7 @@ struct State {
     allocs: BTreeMap<u64, Alloc>,
     allocated: usize,
     exports: Option<ExportCache<()>>,
-    /// The "mapping" is the exporter's base address.
-    imports: Option<ImportCache<u64>>,
+    imports: Option<ImportCache<Imp>>,
     logged: HashSet<u32>,
     /// Completion id → whether it was queried once.
     pending: HashMap<u64, bool>,
@@ -176,10 +206,104 @@ impl StandIn {
                 size: layout_size,
                 buffer_id,
                 layout_size,
+                kind: AllocKind::Legacy,
+                memfd: None,
             },
         );
         st.allocated += layout_size;
         Ok(p as u64)
+    }
+
+    /// Pool and VMM kinds: shareable ones are memfds (exported by descriptor); the others are
+    /// heap memory that refuses export, as the default pool's does on a GPU.
+    pub(super) fn alloc_kind(
+        &self,
+        device: u32,
+        len: usize,
+        kind: AllocKind,
+    ) -> Result<u64, GpuError> {
+        let shareable = match kind {
+            AllocKind::Legacy => return self.alloc(device, len),
+            AllocKind::Pool { shareable } | AllocKind::Vmm { shareable } => shareable,
+        };
+        if !shareable {
+            let p = self.alloc(device, len)?;
+            if let Some(a) = self.lock().allocs.get_mut(&p) {
+                a.kind = kind;
+            }
+            return Ok(p);
+        }
+        Self::check_device(device)?;
+        let ml = map_len(len);
+        let fail = |call: &'static str, e: std::io::Error| GpuError::Call {
+            call,
+            device: 0,
+            code: format!("stand-in shareable allocation of {len} bytes: {e}"),
+        };
+        let name: &std::ffi::CStr = if matches!(kind, AllocKind::Pool { .. }) {
+            c"rcomm-standin-pool"
+        } else {
+            c"rcomm-standin-vmm"
+        };
+        // SAFETY: a NUL-terminated name; returns a new descriptor or -1.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(fail("memfd_create", std::io::Error::last_os_error()));
+        }
+        // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain calls on a descriptor we own.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), ml as libc::off_t) } != 0 {
+            return Err(fail("ftruncate", std::io::Error::last_os_error()));
+        }
+        let mut st = self.lock();
+        if st.allocated.saturating_add(ml) > TOTAL {
+            return Err(GpuError::Call {
+                call: "alloc",
+                device: 0,
+                code: format!(
+                    "out of stand-in memory ({len} bytes asked, {} in use)",
+                    st.allocated
+                ),
+            });
+        }
+        // SAFETY: maps `ml` bytes of a memfd of that size, shared (what a peer maps is the
+        // same memory); the mapping is ours until `free` unmaps it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ml,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(fail("mmap", std::io::Error::last_os_error()));
+        }
+        let buffer_id = NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed);
+        st.allocs.insert(
+            p as u64,
+            Alloc {
+                size: len.max(1),
+                buffer_id,
+                layout_size: ml,
+                kind,
+                memfd: Some(fd),
+            },
+        );
+        st.allocated += ml;
+        Ok(p as u64)
+    }
+
+    pub(super) fn alloc_kind_of(&self, ptr: u64) -> Result<AllocKind, GpuError> {
+        let i = self.ptr_info(ptr)?;
+        Ok(self
+            .lock()
+            .allocs
+            .get(&i.base)
+            .map_or(AllocKind::Legacy, |a| a.kind))
     }
 
     pub(super) fn free(&self, ptr: u64) -> Result<(), GpuError> {
@@ -189,6 +313,16 @@ impl StandIn {
             .remove(&ptr)
             .ok_or_else(|| invalid(format!("free of 0x{ptr:x}: not a stand-in allocation")))?;
         st.allocated -= a.layout_size;
+        drop(st);
+        if a.memfd.is_some() {
+            // Peers asking for it from now on are told it is freed; what they mapped before
+            // stays valid memory (the memfd lives while mapped), as a driver import does.
+            super::fdshare::withdraw(a.buffer_id);
+            // SAFETY: the mapping made in `alloc_kind`, just removed from the table, so
+            // unmapped once.
+            unsafe { libc::munmap(ptr as *mut libc::c_void, a.layout_size) };
+            return Ok(());
+        }
         let layout = Layout::from_size_align(a.layout_size, ALIGN).expect("valid at alloc");
         // SAFETY: `ptr` came from `alloc_zeroed` with this layout and was just removed from the
         // table, so it is freed once.
@@ -295,18 +429,126 @@ impl StandIn {
     pub(super) fn export(&self, ptr: u64, len: usize) -> Result<RKey, GpuError> {
         let i = self.check_range(ptr, len)?;
         let mut st = self.lock();
+        let kind = st.allocs.get(&i.base).map_or(AllocKind::Legacy, |a| a.kind);
+        let share = match kind {
+            AllocKind::Legacy => ShareKind::Ipc,
+            AllocKind::Pool { shareable: true } => ShareKind::PoolFd,
+            AllocKind::Vmm { shareable: true } => ShareKind::VmmFd,
+            AllocKind::Pool { shareable: false } | AllocKind::Vmm { shareable: false } => {
+                drop(st);
+                let why = if matches!(kind, AllocKind::Pool { .. }) {
+                    "stand-in memory of a pool without file-descriptor handles, as a device's default pool"
+                } else {
+                    "stand-in VMM memory whose handle allows no file descriptor"
+                };
+                super::warn_unshareable(why);
+                return Err(GpuError::Unreachable(format!(
+                    "0x{ptr:x} is {why}: it cannot be shared"
+                )));
+            }
+        };
         let exports = st.exports.as_mut().expect("set in new");
         if exports.lookup(i.base, i.buffer_id).is_some() {
             st.stats.export_hits += 1;
         } else {
-            exports.insert(i.base, i.buffer_id, ());
+            // Without a job (in-process simulated ranks, one rank) nobody can ask for the
+            // descriptor, and ranks of this process need none: they copy directly.
+            if share.by_fd() && super::fdshare::job_id().is_some() {
+                let fd = st
+                    .allocs
+                    .get(&i.base)
+                    .and_then(|a| a.memfd.as_ref())
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "0x{ptr:x}: a shareable allocation without its memfd"
+                        ))
+                    })?
+                    .try_clone()
+                    .map_err(|e| GpuError::Call {
+                        call: "dup",
+                        device: 0,
+                        code: e.to_string(),
+                    })?;
+                super::fdshare::offer(i.buffer_id, std::sync::Arc::new(fd))?;
+                st.stats.fd_exports += 1;
+            }
+            st.exports
+                .as_mut()
+                .expect("set in new")
+                .insert(i.base, i.buffer_id, ());
             st.stats.exports += 1;
         }
+        super::fdshare::withdraw_all(st.exports.as_mut().expect("set in new").take_gone());
         let mut handle = [0u8; 64];
         handle[..8].copy_from_slice(&i.base.to_le_bytes());
-        Ok(encode_key(&KeyParts::of(
-            &i, ptr, len, self.pid, handle, UUID,
-        )))
+        Ok(encode_key(
+            &KeyParts::of(&i, ptr, len, self.pid, handle, UUID).shared_as(share),
+        ))
+    }
+
+    pub(super) fn pin_export(&self, ptr: u64) -> Result<(), GpuError> {
+        let i = self.ptr_info(ptr)?;
+        self.lock()
+            .exports
+            .as_mut()
+            .expect("set in new")
+            .pin(i.base);
+        Ok(())
+    }
+
+    /// Whether there was an export to drop.
+    pub(super) fn drop_export(&self, ptr: u64) -> Result<bool, GpuError> {
+        let i = self.ptr_info(ptr)?;
+        let gone = self
+            .lock()
+            .exports
+            .as_mut()
+            .expect("set in new")
+            .remove(i.base);
+        super::fdshare::withdraw(i.buffer_id);
+        Ok(gone.is_some())
+    }
+
+    /// Maps allocation `k` of `peer` (another process) from its memfd, asked of the exporter.
+    fn map_peer(&self, peer: u32, k: &KeyParts) -> Result<Imp, GpuError> {
+        let fd = super::fdshare::fetch(peer, k.pid, k.buffer_id)?;
+        let len = map_len(k.alloc_size as usize);
+        // SAFETY: an all-zero stat is a valid value to be overwritten.
+        let mut sb: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a descriptor we own; writes one stat.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut sb) } != 0 || (sb.st_size as u64) < len as u64
+        {
+            // Mapping past the end of the file would fault on the copy, not fail here.
+            return Err(invalid(format!(
+                "rank {peer} handed a descriptor of {} bytes for an allocation of {}",
+                sb.st_size, k.alloc_size
+            )));
+        }
+        // SAFETY: maps `len` bytes of a file at least that long, read-only and shared.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(GpuError::Call {
+                call: "mmap",
+                device: 0,
+                code: format!(
+                    "mapping rank {peer}'s allocation: {}",
+                    std::io::Error::last_os_error()
+                ),
+            });
+        }
+        Ok(Imp::Mapped {
+            addr: p as u64,
+            len,
+        })
     }
 
     pub(super) fn get(
@@ -344,22 +586,63 @@ impl StandIn {
         }
         let src = k.base + k.offset;
         let mut st = self.lock();
-        let imports = st.imports.as_mut().expect("set in new");
-        if imports.lookup(peer, k.pid, k.buffer_id).is_some() {
-            st.stats.import_hits += 1;
-        } else {
-            let stale = imports.take_stale(peer, k.pid, k.buffer_id, k.base, k.alloc_size);
-            let full = imports.insert(peer, k.pid, k.buffer_id, k.base, k.alloc_size, k.base);
-            st.stats.import_evictions += (stale.len() + full.len()) as u64;
-            st.stats.imports += 1;
-            if st.logged.insert(peer) {
-                rcomm_runtime::rlog!(
-                    Info,
-                    "NET",
-                    "device memory from rank {peer}: stand-in IPC (host memory, not a GPU), same GPU (GPU 0000:00:00.0)"
-                );
+        let imp = match st
+            .imports
+            .as_mut()
+            .expect("set in new")
+            .lookup(peer, k.pid, k.buffer_id)
+        {
+            Some(m) => {
+                st.stats.import_hits += 1;
+                m
             }
-        }
+            None => {
+                let stale = st.imports.as_mut().expect("set in new").take_stale(
+                    peer,
+                    k.pid,
+                    k.buffer_id,
+                    k.base,
+                    k.alloc_size,
+                );
+                st.stats.import_evictions += stale.len() as u64;
+                unmap(stale);
+                let by_fd = k.pid != self.pid && k.kind.by_fd();
+                let m = if by_fd {
+                    // Asking the exporter takes a round trip: not under the lock.
+                    drop(st);
+                    let m = self.map_peer(peer, &k)?;
+                    st = self.lock();
+                    st.stats.fd_imports += 1;
+                    m
+                } else {
+                    Imp::Remote
+                };
+                let full = st.imports.as_mut().expect("set in new").insert(
+                    peer,
+                    k.pid,
+                    k.buffer_id,
+                    k.base,
+                    k.alloc_size,
+                    m,
+                );
+                st.stats.import_evictions += full.len() as u64;
+                unmap(full);
+                st.stats.imports += 1;
+                if st.logged.insert(peer) {
+                    let how = if by_fd {
+                        "file descriptor (memfd) mapped here"
+                    } else {
+                        "read from its address space"
+                    };
+                    rcomm_runtime::rlog!(
+                        Info,
+                        "NET",
+                        "device memory from rank {peer}: stand-in IPC (host memory, not a GPU) by {how}, same GPU (GPU 0000:00:00.0)"
+                    );
+                }
+                m
+            }
+        };
         if k.pid == self.pid {
             // In-process ranks: the exporter's allocation must still be the one named.
             match Self::find(&st, src) {
@@ -375,6 +658,11 @@ impl StandIn {
             // under the lock; the key's range is inside it by `decode_key`); `dst` is stand-in
             // memory checked above or host memory the caller handed us for `len` bytes.
             unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        } else if let Imp::Mapped { addr, .. } = imp {
+            // SAFETY: the peer's allocation mapped here (at least `alloc_size` bytes, checked
+            // at mapping; the key's range is inside it by `decode_key`), kept mapped while the
+            // lock is held; `dst` as above.
+            unsafe { std::ptr::copy((addr + k.offset) as *const u8, dst as *mut u8, len) };
         } else {
             drop(st);
             read_remote(k.pid, src, dst, len)?;
@@ -464,7 +752,7 @@ impl StandIn {
         let mut st = self.lock();
         let gone = st.imports.as_mut().expect("set in new").remove_peer(peer);
         st.logged.remove(&peer);
-        drop(gone);
+        unmap(gone);
     }
 
     pub(super) fn stream_create(&self, device: u32) -> Result<Stream, GpuError> {
@@ -606,6 +894,8 @@ impl Drop for StandIn {
         for b in bases {
             let _ = self.free(b);
         }
+        let imports = self.lock().imports.as_mut().map(|c| c.drain());
+        unmap(imports.unwrap_or_default());
     }
 }
 

@@ -20,12 +20,21 @@
 //!     at 0, 1, 7 and 64 Ki + 3 elements against sequential references;
 //!   - `cache`: the device layer's counters (an import hit on node peers);
 //!   - `leak`: device memory free at the end equals free memory after the first round.
+//! - `rt_gpu kinds`: memory as frameworks allocate it, round a ring (stand-in or CUDA):
+//!   - `kinds`: pool and VMM memory made shareable (POSIX file-descriptor handles), 0, 7,
+//!     64 KiB + 3 and 4 MiB bytes: node peers pull the large ones by descriptor import
+//!     (`fd_imports`, `ipc_bytes` grow, `staged_bytes` does not);
+//!   - `defpool`: memory of a pool without descriptor handles (the default pool) is staged,
+//!     the bytes right, with one warning per process (the test counts them);
+//!   - `register`: `register` exports a buffer before its first send (the send hits the
+//!     export), `deregister` drops the export (the next send exports anew).
 //! - `rt_gpu kill`: the last rank dies (SIGKILL) with a large device receive posted; rank 0's
 //!   send to it and every other rank's receive from it fail with `PeerLost` (run with
 //!   `--on-failure continue`).
 
 use rcomm::gpu::{DevMut, DevRef, DeviceBuffer};
 use rcomm::{CommError, Source, Tag, World};
+use rcomm_transport::gpu::AllocKind;
 use std::time::{Duration, Instant};
 
 fn ok(w: &World, case: &str) {
@@ -556,11 +565,229 @@ fn kill(w: &World) {
     );
 }
 
+/// Whether node peers move device memory by IPC in this run (as `cache` decides).
+fn ipc_expected(w: &World) -> bool {
+    w.size() > 1
+        && std::env::var("RCOMM_TRANSPORT").as_deref() != Ok("tcp")
+        && std::env::var("RCOMM_P2P_LEVEL").as_deref() != Ok("off")
+}
+
+/// Device memory of a given kind from the backend, freed on drop.
+struct Raw {
+    addr: u64,
+    len: usize,
+}
+
+impl Raw {
+    fn new(kind: AllocKind, len: usize) -> Self {
+        let g = rcomm_transport::gpu::gpu().expect("gpu");
+        let addr = g
+            .alloc_kind(device(), len, kind)
+            .unwrap_or_else(|e| panic!("alloc {kind:?} of {len}: {e}"));
+        Self { addr, len }
+    }
+
+    fn fill(&self, bytes: &[u8]) {
+        let g = rcomm_transport::gpu::gpu().expect("gpu");
+        g.copy_htod(self.addr, bytes).expect("fill");
+    }
+
+    fn read(&self) -> Vec<u8> {
+        let g = rcomm_transport::gpu::gpu().expect("gpu");
+        let mut v = vec![0u8; self.len];
+        g.copy_dtoh(&mut v, self.addr).expect("read");
+        v
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        let g = rcomm_transport::gpu::gpu().expect("gpu");
+        g.free(self.addr).expect("free");
+    }
+}
+
+/// Sends `sends[k]` right and receives `recvs[k]` from the left, all at once.
+fn ring_raw(w: &World, sends: &[Raw], recvs: &[Raw], tag0: i32) {
+    let (r, n) = (w.rank(), w.size());
+    let (left, right) = ((r + n - 1) % n, (r + 1) % n);
+    // SAFETY: each `Raw` is live device memory of `len` bytes that nothing else touches
+    // until the scope below ends (the receives write theirs, the sends only read).
+    let mut muts: Vec<DevMut<'_>> = recvs
+        .iter()
+        .map(|b| unsafe { DevMut::from_raw(b.addr, b.len) })
+        .collect();
+    // SAFETY: as above.
+    let refs: Vec<DevRef<'_>> = sends
+        .iter()
+        .map(|b| unsafe { DevRef::from_raw(b.addr, b.len) })
+        .collect();
+    w.scope(|s| {
+        let mut reqs = Vec::new();
+        for (k, m) in muts.iter_mut().enumerate() {
+            reqs.push(
+                s.irecv_device(m, Source::Rank(left), Tag(tag0 + k as i32))
+                    .expect("irecv"),
+            );
+        }
+        for (k, m) in refs.iter().enumerate() {
+            reqs.push(
+                s.isend_device(m, right, Tag(tag0 + k as i32))
+                    .expect("isend"),
+            );
+        }
+        for q in reqs {
+            q.wait().expect("wait");
+        }
+    });
+}
+
+fn kinds(w: &World) {
+    let (r, n) = (w.rank(), w.size());
+    let (left, right) = ((r + n - 1) % n, (r + 1) % n);
+    let g = rcomm_transport::gpu::gpu().expect("gpu");
+    let ipc = ipc_expected(w);
+    for (ki, kind) in [
+        AllocKind::Pool { shareable: true },
+        AllocKind::Vmm { shareable: true },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let round = 60 + ki as u32;
+        // Small ones go eagerly (staged by design), large ones by rendezvous: apart, so the
+        // counters of the large ones are their own.
+        for (part, sz) in [[0usize, 7], [(64 << 10) + 3, 4 << 20]].iter().enumerate() {
+            let sends: Vec<Raw> = sz.iter().map(|&l| Raw::new(kind, l)).collect();
+            let recvs: Vec<Raw> = sz.iter().map(|&l| Raw::new(kind, l)).collect();
+            for (k, b) in sends.iter().enumerate() {
+                b.fill(&data(r, right, 2 * part + k, round, b.len));
+            }
+            w.barrier().expect("barrier");
+            let before = g.stats();
+            ring_raw(w, &sends, &recvs, 600 + 10 * ki as i32);
+            w.barrier().expect("barrier");
+            let after = g.stats();
+            for (k, b) in recvs.iter().enumerate() {
+                check(
+                    &b.read(),
+                    left,
+                    r,
+                    2 * part + k,
+                    round,
+                    &format!("{kind:?}"),
+                );
+            }
+            if ipc && part == 1 {
+                let d = |f: fn(&rcomm_transport::gpu::GpuStats) -> u64| f(&after) - f(&before);
+                assert_eq!(d(|s| s.fd_imports), 2, "{kind:?}: {before:?} -> {after:?}");
+                assert_eq!(d(|s| s.fd_exports), 2, "{kind:?}: {before:?} -> {after:?}");
+                assert_eq!(
+                    d(|s| s.ipc_bytes) as usize,
+                    sz.iter().sum::<usize>(),
+                    "{kind:?}: {before:?} -> {after:?}"
+                );
+                assert_eq!(
+                    d(|s| s.staged_bytes),
+                    0,
+                    "{kind:?} was staged: {before:?} -> {after:?}"
+                );
+            }
+        }
+    }
+}
+
+fn defpool(w: &World) {
+    let (r, n) = (w.rank(), w.size());
+    let (left, right) = ((r + n - 1) % n, (r + 1) % n);
+    let g = rcomm_transport::gpu::gpu().expect("gpu");
+    let kind = AllocKind::Pool { shareable: false };
+    let sz = [(64 << 10) + 3, 4 << 20];
+    let sends: Vec<Raw> = sz.iter().map(|&l| Raw::new(kind, l)).collect();
+    let recvs: Vec<Raw> = sz.iter().map(|&l| Raw::new(kind, l)).collect();
+    for (k, b) in sends.iter().enumerate() {
+        b.fill(&data(r, right, k, 70, b.len));
+    }
+    w.barrier().expect("barrier");
+    let before = g.stats();
+    ring_raw(w, &sends, &recvs, 700);
+    w.barrier().expect("barrier");
+    let after = g.stats();
+    for (k, b) in recvs.iter().enumerate() {
+        check(&b.read(), left, r, k, 70, "default pool");
+    }
+    assert_eq!(after.fd_imports, before.fd_imports, "{after:?}");
+    assert_eq!(after.ipc_bytes, before.ipc_bytes, "{after:?}");
+    if n > 1 {
+        assert!(
+            after.staged_bytes >= before.staged_bytes + sz.iter().sum::<usize>() as u64,
+            "not staged: {before:?} -> {after:?}"
+        );
+    }
+}
+
+fn register(w: &World) {
+    let (r, n) = (w.rank(), w.size());
+    let (left, right) = ((r + n - 1) % n, (r + 1) % n);
+    let g = rcomm_transport::gpu::gpu().expect("gpu");
+    let ipc = ipc_expected(w);
+    // Pool memory where descriptors can travel (the job's local channel is up); cuMemAlloc
+    // memory otherwise.
+    let kind = if ipc {
+        AllocKind::Pool { shareable: true }
+    } else {
+        AllocKind::Legacy
+    };
+    let l = (1 << 20) + 5;
+    let b = Raw::new(kind, l);
+    let dst = Raw::new(kind, l);
+    b.fill(&data(r, right, 0, 80, l));
+    let s0 = g.stats();
+    rcomm::gpu::register(b.addr, l).expect("register");
+    let s1 = g.stats();
+    assert_eq!(s1.exports, s0.exports + 1, "register exports: {s1:?}");
+    w.barrier().expect("barrier");
+    ring_raw(w, std::slice::from_ref(&b), std::slice::from_ref(&dst), 800);
+    check(&dst.read(), left, r, 0, 80, "registered");
+    let s2 = g.stats();
+    if ipc {
+        assert_eq!(s2.exports, s1.exports, "the send exported again: {s2:?}");
+        assert!(s2.export_hits > s1.export_hits, "no export hit: {s2:?}");
+    }
+    w.barrier().expect("barrier");
+    assert!(rcomm::gpu::deregister(b.addr).expect("deregister"));
+    assert!(!rcomm::gpu::deregister(b.addr).expect("deregister twice"));
+    b.fill(&data(r, right, 0, 81, l));
+    w.barrier().expect("barrier");
+    ring_raw(w, std::slice::from_ref(&b), std::slice::from_ref(&dst), 810);
+    check(&dst.read(), left, r, 0, 81, "deregistered");
+    let s3 = g.stats();
+    if ipc {
+        assert_eq!(s3.exports, s2.exports + 1, "not exported anew: {s3:?}");
+    }
+    // Bad input is an error, not a panic.
+    let host = [0u8; 16];
+    assert!(rcomm::gpu::register(host.as_ptr() as u64, 16).is_err());
+    assert!(rcomm::gpu::register(b.addr, l + 1).is_err());
+    w.barrier().expect("barrier");
+    let _ = n;
+}
+
+fn kinds_table(w: &World) {
+    kinds(w);
+    ok(w, "kinds");
+    defpool(w);
+    ok(w, "defpool");
+    register(w);
+    ok(w, "register");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let w = rcomm::init().expect("init");
     match args.first().map(String::as_str) {
         Some("kill") => kill(&w),
+        Some("kinds") => kinds_table(&w),
         _ => table(&w, args.iter().any(|a| a == "--big")),
     }
 }

@@ -17,7 +17,19 @@
 //! - `bad-op`: an op the element type has not (bitwise and of f32) is a clear error;
 //! - `leak`: device memory free at the end equals free memory after the first round (the
 //!   executor's pooled scratch counted apart).
+//!
+//! `rt_gpu_coll --pool [--big]` and `rt_gpu_coll --graph [--big]` (real GPU only) run one case
+//! each instead of the table, with the driver API called as an application would (cudarc):
+//! - `--pool`: allreduces (every algorithm; f32 sum) on buffers from the stream-ordered
+//!   allocator's default pool (`cuMemAllocAsync` on a non-blocking stream), 7 and 64 Ki + 3
+//!   elements, and 256 MiB with `--big`, freed with `cuMemFreeAsync` between sizes;
+//! - `--graph`: a stream-ordered allreduce captured into a CUDA graph (`cuStreamBeginCapture`
+//!   on a non-blocking stream, `on_stream(..).allreduce_device`, `cuStreamEndCapture`,
+//!   `cuGraphInstantiate`), the graph launched 3 times, the buffer checked after each launch
+//!   (`n^(j-1)` times the sum after launch `j`). A capture that fails (a call that
+//!   synchronises the capturing stream) is printed as `finding graph: ...`, not a crash.
 
+use cudarc::driver::sys as cu;
 use half::{bf16, f16};
 use rcomm::gpu::DeviceBuffer;
 use rcomm::{Communicator, Element, Op, World};
@@ -440,11 +452,209 @@ fn kill(w: &World, algo: &str) {
     );
 }
 
+/// The driver's result as an error naming the call.
+fn cu_check(r: cu::CUresult, call: &str) -> Result<(), String> {
+    if r == cu::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{call}: {r:?}"))
+    }
+}
+
+/// Rank `r`'s f32 input of `k` elements, and the sum over `n` ranks.
+fn f32_case(r: u32, n: u32, k: usize) -> (Vec<f32>, Vec<f32>) {
+    let mine = (0..k).map(|i| sv(r, 0, i) as f32).collect();
+    let sum = (0..k)
+        .map(|i| (0..n).map(|q| sv(q, 0, i)).sum::<i32>() as f32)
+        .collect();
+    (mine, sum)
+}
+
+/// `--pool`: allreduce on memory from the stream-ordered allocator, as a framework's caching
+/// allocator hands it out (not rcomm's own allocations).
+fn pool(w: &World, big: bool) {
+    let (r, n) = (w.rank(), w.size());
+    // Makes the device's primary context current on this thread, which the raw calls use.
+    let s = rcomm::gpu::stream_create(device()).expect("stream");
+    let cs = s.raw as usize as cu::CUstream;
+    let mut ks = vec![7usize, (64 << 10) + 3];
+    if big {
+        ks.push(64 << 20);
+    }
+    for k in ks {
+        let bytes = k * 4;
+        let (mine, want) = f32_case(r, n, k);
+        let algos: &[&str] = if k > 1 << 20 {
+            &[]
+        } else {
+            &["one_shot", "two_shot", "ring", "staged"]
+        };
+        for (algo, c) in handles(w, "allreduce_device", algos) {
+            let what = format!("pool: allreduce f32 sum of {bytes} bytes by {algo}");
+            let mut p: cu::CUdeviceptr = 0;
+            // SAFETY: writes one device pointer; `cs` is a live stream of the current context.
+            cu_check(
+                unsafe { cu::cuMemAllocAsync(&mut p, bytes, cs) },
+                "cuMemAllocAsync",
+            )
+            .and_then(|()| {
+                // SAFETY: a live stream.
+                cu_check(
+                    unsafe { cu::cuStreamSynchronize(cs) },
+                    "cuStreamSynchronize",
+                )
+            })
+            .and_then(|()| {
+                // SAFETY: `p` holds `bytes` bytes (allocated above), `mine` as many.
+                cu_check(
+                    unsafe { cu::cuMemcpyHtoD_v2(p, mine.as_ptr().cast(), bytes) },
+                    "cuMemcpyHtoD",
+                )
+            })
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            // SAFETY: `p..p + bytes` is this process's device memory, alive until freed below,
+            // touched by nobody else meanwhile.
+            let mut d = unsafe { rcomm::gpu::DevMut::from_raw(p, bytes) };
+            c.allreduce_device::<f32>(&mut d, Op::Sum)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let mut got = vec![0f32; k];
+            // SAFETY: `got` holds `bytes` bytes; `p` is live.
+            cu_check(
+                unsafe { cu::cuMemcpyDtoH_v2(got.as_mut_ptr().cast(), p, bytes) },
+                "cuMemcpyDtoH",
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(got == want, "{what}: wrong sums");
+            w.barrier().expect("barrier");
+            // Every rank is done with every peer's block before it goes back to the pool.
+            // SAFETY: allocated above, freed once; the stream is live.
+            cu_check(unsafe { cu::cuMemFreeAsync(p, cs) }, "cuMemFreeAsync")
+                .and_then(|()| {
+                    // SAFETY: a live stream.
+                    cu_check(
+                        unsafe { cu::cuStreamSynchronize(cs) },
+                        "cuStreamSynchronize",
+                    )
+                })
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
+        ok(w, &format!("pool {bytes} bytes"));
+    }
+    rcomm::gpu::stream_destroy(s).expect("stream");
+    ok(w, "pool");
+}
+
+/// `--graph`: a stream-ordered allreduce captured into a CUDA graph and the graph launched 3
+/// times. Where capture fails, that is the finding (printed), not a crash.
+fn graph(w: &World, big: bool) {
+    let (r, n) = (w.rank(), w.size());
+    let s = rcomm::gpu::stream_create(device()).expect("stream");
+    let cs = s.raw as usize as cu::CUstream;
+    let k = if big { 64 << 20 } else { (64 << 10) + 3 };
+    let (mine, sum) = f32_case(r, n, k);
+    let mut a = dev_of(&mine);
+    // SAFETY: a live stream of the current context.
+    cu_check(
+        unsafe {
+            cu::cuStreamBeginCapture_v2(
+                cs,
+                cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        },
+        "cuStreamBeginCapture",
+    )
+    .expect("begin capture");
+    let res = w.on_stream(s).allreduce_device::<f32>(&mut a, Op::Sum);
+    let mut g: cu::CUgraph = std::ptr::null_mut();
+    // SAFETY: the stream is capturing (or its capture was invalidated); writes one graph.
+    let end = unsafe { cu::cuStreamEndCapture(cs, &mut g) };
+    if res.is_err() || end != cu::CUresult::CUDA_SUCCESS || g.is_null() {
+        if !g.is_null() {
+            // SAFETY: a graph made by the capture, destroyed once.
+            unsafe { cu::cuGraphDestroy(g) };
+        }
+        println!(
+            "finding graph: rank {r}: capturing a stream-ordered allreduce failed: the call \
+             returned {res:?}, cuStreamEndCapture {end:?}"
+        );
+        w.barrier().expect("barrier");
+        rcomm::gpu::stream_destroy(s).expect("stream");
+        return;
+    }
+    let mut exec: cu::CUgraphExec = std::ptr::null_mut();
+    // SAFETY: a graph from the capture; writes one executable graph.
+    cu_check(
+        unsafe { cu::cuGraphInstantiateWithFlags(&mut exec, g, 0) },
+        "cuGraphInstantiate",
+    )
+    .expect("instantiate");
+    // The capture may have run the collective at once (outside the stream): start the graph
+    // from the inputs again, in the same allocation the graph refers to.
+    a.copy_from_host(bytemuck::cast_slice(&mine))
+        .expect("reset");
+    let mut want = sum;
+    for j in 1..=3 {
+        // SAFETY: an instantiated graph and a live stream.
+        cu_check(unsafe { cu::cuGraphLaunch(exec, cs) }, "cuGraphLaunch")
+            .and_then(|()| {
+                // SAFETY: a live stream.
+                cu_check(
+                    unsafe { cu::cuStreamSynchronize(cs) },
+                    "cuStreamSynchronize",
+                )
+            })
+            .unwrap_or_else(|e| panic!("graph launch {j}: {e}"));
+        let got = host_of::<f32>(&a);
+        if got != want {
+            println!(
+                "finding graph: rank {r}: launch {j} of the captured allreduce left the wrong \
+                 values (the collective's work is not in the graph)"
+            );
+            break;
+        }
+        if r == 0 {
+            println!("graph launch {j}: ok");
+        }
+        want.iter_mut().for_each(|x| *x *= n as f32);
+    }
+    // SAFETY: made above, destroyed once, after the stream finished with them.
+    unsafe {
+        cu::cuGraphExecDestroy(exec);
+        cu::cuGraphDestroy(g);
+    }
+    rcomm::gpu::stream_destroy(s).expect("stream");
+    ok(w, "graph");
+}
+
+/// `--pool` and `--graph` call the driver beside rcomm: only where rcomm runs on a real GPU.
+/// Elsewhere rank 0 says it skips (gpu-check's table shows it), and the program ends normally.
+fn raw_driver(w: &World, what: &str) -> bool {
+    let real = rcomm::gpu::backend_name() == Ok("cuda");
+    // SAFETY: only tries to open the library.
+    let here = real && unsafe { cu::is_culib_present() };
+    if !here && w.rank() == 0 {
+        println!("skip {what}: needs a real GPU and the CUDA driver library");
+    }
+    here
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let big = args.iter().any(|a| a == "--big");
     let expect_ipc = args.iter().any(|a| a == "--expect-ipc");
     let w = rcomm::init().expect("init");
+    if args.iter().any(|a| a == "--pool") {
+        if raw_driver(&w, "--pool") {
+            pool(&w, big);
+        }
+        return;
+    }
+    if args.iter().any(|a| a == "--graph") {
+        if raw_driver(&w, "--graph") {
+            graph(&w, big);
+        }
+        return;
+    }
     if args.iter().any(|a| a == "nccl-missing") {
         return nccl_missing(&w);
     }

@@ -120,23 +120,24 @@ enum Cmd {
     /// Device-to-device copy bandwidth in one process (no ranks needed): the reference for
     /// `pt2pt bw --device` between ranks of one node.
     Dtod(DtodArgs),
-    /// Writes the device reduction kernels compiled by NVRTC, as PTX, for machines without
-    /// NVRTC (`RCOMM_PTX_DIR`).
+    /// Writes the device reduction kernels compiled by NVRTC, a CUBIN and PTX per architecture,
+    /// for machines without NVRTC, or whose NVRTC does not know their GPU (`RCOMM_PTX_DIR`).
     Ptx(PtxArgs),
 }
 
-/// `ptx`: one file per architecture.
+/// `ptx`: two files per architecture.
 #[derive(Args, Debug)]
 struct PtxArgs {
     /// Architectures (`sm_80,sm_90`; default: every one the sources are tested for).
     #[arg(long, value_delimiter = ',')]
     arch: Vec<String>,
-    /// Folder to write `rcomm-reduce-<arch>.ptx` into.
+    /// Folder to write `rcomm-reduce-<arch>.cubin` and `rcomm-reduce-<arch>.ptx` into.
     #[arg(long, default_value = ".")]
     out: std::path::PathBuf,
 }
 
 fn main_ptx(a: &PtxArgs) -> ExitCode {
+    use rcomm_kernels::cuda::{compile_cubin, compile_ptx, image};
     let archs: Vec<String> = if a.arch.is_empty() {
         rcomm_kernels::cuda::ARCHS
             .iter()
@@ -146,12 +147,33 @@ fn main_ptx(a: &PtxArgs) -> ExitCode {
         a.arch.clone()
     };
     for arch in &archs {
-        let path = a.out.join(rcomm::gpu::ptx_file(arch));
-        let res = rcomm_kernels::cuda::compile_ptx(arch)
+        let Some(sm) = image::parse_sm(arch).filter(|_| arch.starts_with("sm_")) else {
+            eprintln!("rcomm-bench ptx: {arch:?} is not an architecture (sm_XY)");
+            return ExitCode::FAILURE;
+        };
+        let cubin = a.out.join(rcomm::gpu::cubin_file(arch));
+        let ptx = a.out.join(rcomm::gpu::ptx_file(arch));
+        let res = compile_cubin(arch)
             .map_err(|e| e.to_string())
-            .and_then(|p| std::fs::write(&path, p.as_bytes()).map_err(|e| e.to_string()));
+            .and_then(|c| std::fs::write(&cubin, &c[..]).map_err(|e| e.to_string()))
+            .and_then(|()| compile_ptx(&format!("compute_{sm}")).map_err(|e| e.to_string()))
+            .and_then(|p| {
+                // Where the PTX is dated: the oldest driver that JIT-compiles it.
+                let when = image::ptx_header(&p)
+                    .ok()
+                    .and_then(|(isa, _)| image::ptx_min_driver(isa))
+                    .map_or_else(String::new, |d| {
+                        format!(" (needs driver {})", image::driver_name(d))
+                    });
+                std::fs::write(&ptx, p.as_bytes())
+                    .map(|()| when)
+                    .map_err(|e| e.to_string())
+            });
         match res {
-            Ok(()) => println!("{}", path.display()),
+            Ok(when) => {
+                println!("{}", cubin.display());
+                println!("{}{when}", ptx.display());
+            }
             Err(e) => {
                 eprintln!("rcomm-bench ptx: {arch}: {e}");
                 return ExitCode::FAILURE;

@@ -21,6 +21,23 @@ impl Driver {
     pub(in crate::gpu) fn alloc(&self, _device: u32, _len: usize) -> Result<u64, GpuError> {
         match self._never {}
     }
+    pub(in crate::gpu) fn alloc_kind(
+        &self,
+        _device: u32,
+        _len: usize,
+        _kind: AllocKind,
+    ) -> Result<u64, GpuError> {
+        match self._never {}
+    }
+    pub(in crate::gpu) fn alloc_kind_of(&self, _ptr: u64) -> Result<AllocKind, GpuError> {
+        match self._never {}
+    }
+    pub(in crate::gpu) fn pin_export(&self, _ptr: u64) -> Result<(), GpuError> {
+        match self._never {}
+    }
+    pub(in crate::gpu) fn drop_export(&self, _ptr: u64) -> Result<bool, GpuError> {
+        match self._never {}
+    }
     pub(in crate::gpu) fn free(&self, _ptr: u64) -> Result<(), GpuError> {
         match self._never {}
     }
@@ -131,7 +148,7 @@ impl Driver {
     pub(in crate::gpu) fn launch(
         &self,
         _s: Stream,
-        _ptx: &std::sync::Arc<str>,
+        _image: &std::sync::Arc<[u8]>,
         _func: &str,
         _grid: u32,
         _block: u32,

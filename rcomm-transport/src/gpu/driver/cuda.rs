@@ -1,7 +1,7 @@
 //! The backend on the CUDA driver API (see the parent module for contexts, streams and peers).
 
 use super::super::STAGE_BYTES;
-use super::super::cache::{ExportCache, ImportCache, KeyParts, decode_key, encode_key};
+use super::super::cache::{ExportCache, ImportCache, KeyParts, ShareKind, decode_key, encode_key};
 use super::*;
 use cudarc::driver::sys as cu;
 
@@ -10,6 +10,12 @@ use rcomm_runtime::config::P2pLevel;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+
+mod copy;
+mod home;
+mod ipc;
+mod share;
+use share::Mapping;
 
 /// Every driver entry this backend calls (checked in [`Driver::load`]).
 const ENTRIES: &[&str] = &[
@@ -53,8 +59,34 @@ const ENTRIES: &[&str] = &[
     "cuGetErrorString",
     "cuMemcpyDtoDAsync_v2",
     "cuModuleLoadData",
+    "cuDriverGetVersion",
     "cuModuleGetFunction",
     "cuLaunchKernel",
+    "cuMemcpyHtoDAsync_v2",
+    "cuCtxGetCurrent",
+    "cuCtxGetDevice",
+    "cuMemRetainAllocationHandle",
+    "cuMemGetAllocationPropertiesFromHandle",
+    "cuMemExportToShareableHandle",
+    "cuMemImportFromShareableHandle",
+    "cuMemGetAllocationGranularity",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemCreate",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
+    "cuMemRelease",
+    "cuMemPoolCreate",
+    "cuMemPoolDestroy",
+    "cuMemPoolSetAccess",
+    "cuMemPoolExportToShareableHandle",
+    "cuMemPoolExportPointer",
+    "cuMemPoolImportFromShareableHandle",
+    "cuMemPoolImportPointer",
+    "cuMemAllocFromPoolAsync",
+    "cuMemFreeAsync",
+    "cuDeviceGetDefaultMemPool",
 ];
 
 /// Most imports held per process.
@@ -97,6 +129,47 @@ fn check(r: cu::CUresult, call: &'static str, device: i32) -> Result<(), GpuErro
     }
 }
 
+/// Loads a module into the current context: a CUBIN as is, PTX NUL-terminated (the driver
+/// JIT-compiles it). A refusal names the driver, the image and the oldest driver that loads it
+/// (`rcomm_kernels::cuda::image::load_error`), since "unsupported PTX version" alone does not
+/// say that a newer driver or older kernels would do.
+fn load_module(image: &[u8], device: i32) -> Result<usize, GpuError> {
+    use rcomm_kernels::cuda::image;
+    let ptx;
+    let data: *const c_void = if image::is_elf(image) {
+        // The driver takes no length: an image whose header tables lie past its end is
+        // refused here rather than read out of bounds.
+        image::cubin_sm(image)
+            .map_err(|why| GpuError::Invalid(format!("not a loadable CUBIN: {why}")))?;
+        image.as_ptr().cast()
+    } else {
+        ptx = std::ffi::CString::new(image.strip_suffix(b"\0").unwrap_or(image))
+            .map_err(|_| GpuError::Invalid("PTX text with a NUL byte inside".into()))?;
+        ptx.as_ptr().cast()
+    };
+    let mut m: cu::CUmodule = std::ptr::null_mut();
+    // SAFETY: `data` is an ELF image whose header tables lie inside it (checked) or a
+    // NUL-terminated PTX text, alive across the call;
+    // the driver loads it for the current context's device and writes one module handle.
+    let r = unsafe { cu::cuModuleLoadData(&mut m, data) };
+    if r == cu::CUresult::CUDA_SUCCESS {
+        return Ok(m as usize);
+    }
+    Err(GpuError::Call {
+        call: "cuModuleLoadData",
+        device,
+        code: image::load_error(driver_version(), image, &err_text(r)),
+    })
+}
+
+/// The CUDA version the driver implements (`12040` for 12.4), if it says.
+fn driver_version() -> Option<i32> {
+    let mut v: c_int = 0;
+    // SAFETY: writes one integer.
+    let r = unsafe { cu::cuDriverGetVersion(&mut v) };
+    (r == cu::CUresult::CUDA_SUCCESS && v > 0).then_some(v)
+}
+
 /// One visible device. Raw handles are kept as integers.
 #[derive(Debug)]
 struct Dev {
@@ -109,11 +182,21 @@ struct Dev {
 
 #[derive(Debug)]
 struct State {
-    exports: ExportCache<[u8; 64]>,
-    /// The mapping: (device whose context opened it, mapped base).
-    imports: ImportCache<(u32, u64)>,
+    /// Per exported allocation: the key's handle and how it is shared.
+    exports: ExportCache<([u8; 64], ShareKind)>,
+    imports: ImportCache<Mapping>,
     /// Per device, the copy stream (`CUstream` as an integer; 0: not made yet).
     copy_streams: Vec<usize>,
+    /// Per device, the stream of the copies that return when done (non-blocking, so they
+    /// neither wait for nor hold up the legacy default stream's work; 0: not made yet).
+    sync_streams: Vec<usize>,
+    /// Per device, the pool made with file-descriptor handles (`alloc_kind`; 0: none yet).
+    fd_pools: Vec<usize>,
+    /// VMM allocations made here: base → mapped size (`free` unmaps them).
+    vmm: HashMap<u64, usize>,
+    /// The descriptor of each pool whose memory was exported (`CUmemoryPool` as an integer):
+    /// one per pool, however many of its allocations are offered.
+    pool_fds: HashMap<usize, std::sync::Arc<std::os::fd::OwnedFd>>,
     /// Per device, idle events (`CUevent` as integers).
     events: Vec<Vec<usize>>,
     logged: HashSet<u32>,
@@ -123,10 +206,10 @@ struct State {
     /// A pinned host bounce buffer (address, or 0 before first use) for small copies:
     /// from pinned memory a copy to the device is complete on return, so no stream wait.
     bounce: usize,
-    /// Loaded modules: (device, address of the PTX text) → `CUmodule` as an integer. The
-    /// text is NVRTC's cached PTX, alive for the process, so its address names it.
+    /// Loaded modules: (device, address of the image) → `CUmodule` as an integer. The image
+    /// (CUBIN or PTX) is NVRTC's cached one, alive for the process, so its address names it.
     modules: HashMap<(u32, usize), usize>,
-    /// Kernels: (device, PTX address, name) → `CUfunction` as an integer.
+    /// Kernels: (device, image address, name) → `CUfunction` as an integer.
     functions: HashMap<(u32, usize, String), usize>,
 }
 
@@ -143,6 +226,12 @@ pub struct Driver {
     has_dmabuf: bool,
     /// Boxed: keeps [`Gpu`] small.
     state: Box<Mutex<State>>,
+    /// The device of this process, decided on first need ([`home`]).
+    home: OnceLock<Result<u32, GpuError>>,
+    /// The device of the context current on the thread that loaded the driver (the first to
+    /// use device memory), if any: a framework's choice, seen before this layer makes its own
+    /// contexts current.
+    first_ctx: Option<u32>,
 }
 
 impl Driver {
@@ -223,6 +312,7 @@ impl Driver {
             });
         }
         let nd = devs.len();
+        let first_ctx = home::current_device(&devs);
         Ok(Self {
             devs,
             pid: std::process::id(),
@@ -231,6 +321,10 @@ impl Driver {
                 exports: ExportCache::new(4096),
                 imports: ImportCache::new(IMPORT_CAP),
                 copy_streams: vec![0; nd],
+                sync_streams: vec![0; nd],
+                fd_pools: vec![0; nd],
+                vmm: HashMap::new(),
+                pool_fds: HashMap::new(),
                 events: vec![Vec::new(); nd],
                 logged: HashSet::new(),
                 stats: GpuStats::default(),
@@ -239,6 +333,8 @@ impl Driver {
                 functions: HashMap::new(),
                 pinned: Vec::new(),
             })),
+            home: OnceLock::new(),
+            first_ctx,
         })
     }
 
@@ -279,13 +375,10 @@ impl Driver {
         )
     }
 
-    /// Makes some context current (for calls that need one but no particular one).
+    /// Makes this process's device's context current (for calls that need one but no
+    /// particular one).
     fn any_cur(&self) -> Result<(), GpuError> {
-        let i = self
-            .devs
-            .iter()
-            .position(|d| d.ctx.get().is_some_and(|c| c.is_ok()));
-        self.cur(i.unwrap_or(0) as u32)
+        self.cur(self.home()?)
     }
 
     pub(in crate::gpu) fn devices(&self) -> Result<Vec<DeviceInfo>, GpuError> {
@@ -354,12 +447,45 @@ impl Driver {
             )));
         }
         self.cur(i.device)?;
-        // SAFETY: `ptr` is the base of a live device allocation of this process.
-        check(
-            unsafe { cu::cuMemFree_v2(ptr) },
-            "cuMemFree_v2",
-            i.device as i32,
-        )
+        let d = i.device as i32;
+        if let Some(size) = self.lock().vmm.remove(&ptr) {
+            crate::gpu::fdshare::withdraw(i.buffer_id);
+            // SAFETY: a VMM range mapped by `alloc_kind`, just removed from the table, so
+            // unmapped and freed once (the mapping held the memory's last reference).
+            let a = check(unsafe { cu::cuMemUnmap(ptr, size) }, "cuMemUnmap", d);
+            // SAFETY: as above.
+            let b = check(
+                unsafe { cu::cuMemAddressFree(ptr, size) },
+                "cuMemAddressFree",
+                d,
+            );
+            return a.and(b);
+        }
+        match self.classify(ptr) {
+            share::Class::Pool(_) => {
+                crate::gpu::fdshare::withdraw(i.buffer_id);
+                let s = self.sync_stream(&mut self.lock(), i.device)?;
+                // SAFETY: the base of a live pool allocation of this process, freed once.
+                check(
+                    unsafe { cu::cuMemFreeAsync(ptr, s as cu::CUstream) },
+                    "cuMemFreeAsync",
+                    d,
+                )?;
+                self.wait_stream(s, i.device)
+            }
+            share::Class::Vmm(h) => {
+                // SAFETY: retained by `classify`, released once.
+                unsafe { cu::cuMemRelease(h) };
+                Err(GpuError::Invalid(format!(
+                    "free of 0x{ptr:x}: VMM memory this layer did not map; unmap it where it was mapped"
+                )))
+            }
+            share::Class::Legacy => {
+                crate::gpu::fdshare::withdraw(i.buffer_id);
+                // SAFETY: `ptr` is the base of a live device allocation of this process.
+                check(unsafe { cu::cuMemFree_v2(ptr) }, "cuMemFree_v2", d)
+            }
+        }
     }
 
     pub(in crate::gpu) fn mem_info(&self, device: u32) -> Result<(usize, usize), GpuError> {
@@ -459,118 +585,6 @@ impl Driver {
         Ok(i)
     }
 
-    pub(in crate::gpu) fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> Result<(), GpuError> {
-        let i = self.range(src, dst.len())?;
-        self.cur(i.device)?;
-        // SAFETY: the source lies in a device allocation (checked); `dst` is a Rust slice of
-        // that length; the copy is synchronous.
-        check(
-            unsafe { cu::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len()) },
-            "cuMemcpyDtoH_v2",
-            i.device as i32,
-        )?;
-        self.lock().stats.staged_bytes += dst.len() as u64;
-        Ok(())
-    }
-
-    pub(in crate::gpu) fn copy_htod(&self, dst: u64, src: &[u8]) -> Result<(), GpuError> {
-        let i = self.range(dst, src.len())?;
-        self.cur(i.device)?;
-        if src.len() <= BOUNCE {
-            let mut st = self.lock();
-            if st.bounce == 0 {
-                let mut p: *mut c_void = std::ptr::null_mut();
-                // SAFETY: allocates BOUNCE bytes of pinned host memory (portable: pinned
-                // for every context), kept for the life of the process.
-                let r = unsafe { cu::cuMemHostAlloc(&mut p, BOUNCE, cu::CU_MEMHOSTALLOC_PORTABLE) };
-                if r == cu::CUresult::CUDA_SUCCESS && !p.is_null() {
-                    st.bounce = p as usize;
-                }
-            }
-            if st.bounce != 0 {
-                let b = st.bounce as *mut u8;
-                // SAFETY: `b` is BOUNCE bytes of pinned memory, used under the state lock
-                // only; `src` fits it (checked above) and does not overlap it.
-                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), b, src.len()) };
-                // SAFETY: the destination lies in a device allocation (checked); from
-                // pinned memory the copy is synchronous with respect to the host.
-                check(
-                    unsafe { cu::cuMemcpyHtoD_v2(dst, b as *const c_void, src.len()) },
-                    "cuMemcpyHtoD_v2",
-                    i.device as i32,
-                )?;
-                st.stats.staged_bytes += src.len() as u64;
-                return Ok(());
-            }
-        }
-        // SAFETY: the destination lies in a device allocation (checked); `src` is a Rust
-        // slice of that length, read before the call returns.
-        check(
-            unsafe { cu::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len()) },
-            "cuMemcpyHtoD_v2",
-            i.device as i32,
-        )?;
-        // From pageable memory the call returns once the source is staged, before the DMA
-        // lands; a peer's IPC read (another stream, another process) must see the bytes.
-        self.legacy_sync(i.device)?;
-        self.lock().stats.staged_bytes += src.len() as u64;
-        Ok(())
-    }
-
-    pub(in crate::gpu) fn copy_dtod(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
-        let d = self.range(dst, len)?;
-        self.range(src, len)?;
-        self.cur(d.device)?;
-        // SAFETY: both ranges lie in device allocations of this process (checked).
-        check(
-            unsafe { cu::cuMemcpyDtoD_v2(dst, src, len) },
-            "cuMemcpyDtoD_v2",
-            d.device as i32,
-        )?;
-        // Device-to-device copies return at once: wait, as the interface promises.
-        self.legacy_sync(d.device)
-    }
-
-    /// Waits for the legacy default stream (where the synchronous-looking copies run).
-    fn legacy_sync(&self, device: u32) -> Result<(), GpuError> {
-        // SAFETY: the null stream is the legacy default stream of the current context.
-        check(
-            unsafe { cu::cuStreamSynchronize(std::ptr::null_mut()) },
-            "cuStreamSynchronize",
-            device as i32,
-        )
-    }
-
-    pub(in crate::gpu) fn export(&self, ptr: u64, len: usize) -> Result<RKey, GpuError> {
-        let i = self.range(ptr, len)?;
-        let mut st = self.lock();
-        let handle = match st.exports.lookup(i.base, i.buffer_id) {
-            Some(h) => {
-                st.stats.export_hits += 1;
-                h
-            }
-            None => {
-                self.cur(i.device)?;
-                let mut h = cu::CUipcMemHandle { reserved: [0; 64] };
-                // SAFETY: `i.base` is the base of a live cuMemAlloc allocation; writes 64
-                // bytes.
-                check(
-                    unsafe { cu::cuIpcGetMemHandle(&mut h, i.base) },
-                    "cuIpcGetMemHandle",
-                    i.device as i32,
-                )?;
-                let h = h.reserved.map(|b| b as u8);
-                st.exports.insert(i.base, i.buffer_id, h);
-                st.stats.exports += 1;
-                h
-            }
-        };
-        let uuid = self.devs[i.device as usize].uuid;
-        Ok(encode_key(&KeyParts::of(
-            &i, ptr, len, self.pid, handle, uuid,
-        )))
-    }
-
     pub(in crate::gpu) fn dmabuf(&self, ptr: u64, len: usize) -> Result<(i32, u64), GpuError> {
         let i = self.ptr_info(ptr)?;
         if !self.has_dmabuf {
@@ -629,27 +643,6 @@ impl Driver {
         Ok(())
     }
 
-    /// Closes imported mappings (waiting for copies that may read them first).
-    fn close(&self, st: &mut State, gone: Vec<(u32, u64)>) {
-        for (dev, mapped) in gone {
-            let r = self
-                .cur(dev)
-                .and_then(|()| self.drain_copies(st, dev))
-                .and_then(|()| {
-                    // SAFETY: a mapping opened by cuIpcOpenMemHandle_v2 in this context, closed
-                    // once (it was just removed from the cache).
-                    check(
-                        unsafe { cu::cuIpcCloseMemHandle(mapped) },
-                        "cuIpcCloseMemHandle",
-                        dev as i32,
-                    )
-                });
-            if let Err(e) = r {
-                rcomm_runtime::rlog!(Warn, "NET", "closing an imported device allocation: {e}");
-            }
-        }
-    }
-
     /// An idle event of `device` (the device's context is current).
     fn event(&self, st: &mut State, device: u32) -> Result<usize, GpuError> {
         if let Some(e) = st.events[device as usize].pop() {
@@ -681,167 +674,6 @@ impl Driver {
             st.copy_streams[device as usize] = s as usize;
         }
         Ok(st.copy_streams[device as usize])
-    }
-
-    pub(in crate::gpu) fn get(
-        &self,
-        peer: u32,
-        key: &RKey,
-        dst: u64,
-        len: usize,
-    ) -> Result<Pending, GpuError> {
-        let k = decode_key(key.as_bytes())?;
-        if len as u64 > k.len {
-            return Err(GpuError::Invalid(format!(
-                "get of {len} bytes from a key of {}",
-                k.len
-            )));
-        }
-        if k.pid == self.pid {
-            return Err(GpuError::Unreachable("same process: no IPC".into()));
-        }
-        let level = rcomm_runtime::config::p2p_level();
-        if level == P2pLevel::Off {
-            return Err(GpuError::Unreachable(
-                "RCOMM_P2P_LEVEL=off: no direct device copies".into(),
-            ));
-        }
-        let src_dev = self
-            .devs
-            .iter()
-            .position(|d| d.uuid == k.uuid)
-            .map(|i| i as u32);
-        let copy_dev = match self.ptr_info(dst) {
-            Ok(i) => {
-                if dst
-                    .checked_add(len as u64)
-                    .is_none_or(|e| e > i.base + i.size as u64)
-                {
-                    return Err(GpuError::Invalid(format!(
-                        "get of {len} bytes to 0x{dst:x} runs past its allocation"
-                    )));
-                }
-                i.device
-            }
-            Err(GpuError::Invalid(_)) => src_dev.ok_or_else(|| {
-                GpuError::Unreachable(format!(
-                    "the GPU of rank {peer} ({}) is not visible in this process",
-                    uuid_text(&k.uuid)
-                ))
-            })?,
-            Err(e) => return Err(e),
-        };
-        let how = match src_dev {
-            Some(s) if s == copy_dev => format!("same GPU (GPU {})", self.devs[s as usize].pci),
-            Some(s) => {
-                let mut can: c_int = 0;
-                // SAFETY: writes one int.
-                check(
-                    unsafe {
-                        cu::cuDeviceCanAccessPeer(
-                            &mut can,
-                            self.devs[copy_dev as usize].dev,
-                            self.devs[s as usize].dev,
-                        )
-                    },
-                    "cuDeviceCanAccessPeer",
-                    copy_dev as i32,
-                )?;
-                if can == 0 || level < P2pLevel::Nvl {
-                    return Err(GpuError::Unreachable(format!(
-                        "GPU {} cannot copy from GPU {} directly (peer access {}, RCOMM_P2P_LEVEL {level:?})",
-                        self.devs[copy_dev as usize].pci,
-                        self.devs[s as usize].pci,
-                        if can == 0 { "no" } else { "yes" }
-                    )));
-                }
-                format!(
-                    "peer copy GPU {} -> GPU {}",
-                    self.devs[s as usize].pci, self.devs[copy_dev as usize].pci
-                )
-            }
-            None => {
-                return Err(GpuError::Unreachable(format!(
-                    "the GPU of rank {peer} ({}) is not visible in this process",
-                    uuid_text(&k.uuid)
-                )));
-            }
-        };
-        let mut st = self.lock();
-        let st = &mut *st;
-        self.cur(copy_dev)?;
-        let mapped = match st.imports.lookup(peer, k.pid, k.buffer_id) {
-            Some((_, m)) => {
-                st.stats.import_hits += 1;
-                m
-            }
-            None => {
-                let stale = st
-                    .imports
-                    .take_stale(peer, k.pid, k.buffer_id, k.base, k.alloc_size);
-                st.stats.import_evictions += stale.len() as u64;
-                self.close(st, stale);
-                self.cur(copy_dev)?;
-                let mut m: cu::CUdeviceptr = 0;
-                let h = cu::CUipcMemHandle {
-                    reserved: k.handle.map(|b| b as c_char),
-                };
-                // SAFETY: writes one device pointer; the driver validates the handle (a
-                // bad or stale one is an error).
-                check(
-                    unsafe {
-                        cu::cuIpcOpenMemHandle_v2(
-                            &mut m,
-                            h,
-                            cu::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint,
-                        )
-                    },
-                    "cuIpcOpenMemHandle_v2",
-                    copy_dev as i32,
-                )?;
-                let full = st.imports.insert(
-                    peer,
-                    k.pid,
-                    k.buffer_id,
-                    k.base,
-                    k.alloc_size,
-                    (copy_dev, m),
-                );
-                st.stats.import_evictions += full.len() as u64;
-                self.close(st, full);
-                self.cur(copy_dev)?;
-                st.stats.imports += 1;
-                if st.logged.insert(peer) {
-                    rcomm_runtime::rlog!(
-                        Info,
-                        "NET",
-                        "device memory from rank {peer}: CUDA IPC, {how}"
-                    );
-                }
-                m
-            }
-        };
-        let s = self.copy_stream(st, copy_dev)?;
-        let e = self.event(st, copy_dev)?;
-        // SAFETY: the source lies in the imported allocation (`decode_key` checked the
-        // range against its size); `dst` is device memory checked above or host memory the
-        // caller handed us for `len` bytes.
-        let r = unsafe { cu::cuMemcpyAsync(dst, mapped + k.offset, len, s as cu::CUstream) };
-        if let Err(err) = check(r, "cuMemcpyAsync", copy_dev as i32) {
-            st.events[copy_dev as usize].push(e);
-            return Err(err);
-        }
-        // SAFETY: a live event and stream of the current context.
-        let r = unsafe { cu::cuEventRecord(e as cu::CUevent, s as cu::CUstream) };
-        if let Err(err) = check(r, "cuEventRecord", copy_dev as i32) {
-            st.events[copy_dev as usize].push(e);
-            return Err(err);
-        }
-        st.stats.ipc_bytes += len as u64;
-        Ok(Pending {
-            device: copy_dev,
-            handle: e as u64,
-        })
     }
 
     /// A pinned staging buffer of `STAGE_BYTES`, from a pool (allocating pinned memory
@@ -957,14 +789,14 @@ impl Driver {
         )
     }
 
-    /// The kernel `func` of module `ptx` on `device`, loading the module on first use.
+    /// The kernel `func` of module `image` on `device`, loading the module on first use.
     fn function(
         &self,
         device: u32,
-        ptx: &std::sync::Arc<str>,
+        image: &std::sync::Arc<[u8]>,
         func: &str,
     ) -> Result<usize, GpuError> {
-        let key = ptx.as_ptr() as usize;
+        let key = image.as_ptr() as usize;
         let mut st = self.lock();
         if let Some(&f) = st.functions.get(&(device, key, func.to_string())) {
             return Ok(f);
@@ -973,18 +805,9 @@ impl Driver {
         let module = match st.modules.get(&(device, key)) {
             Some(&m) => m,
             None => {
-                let text = std::ffi::CString::new(ptx.as_bytes())
-                    .map_err(|_| GpuError::Invalid("PTX text with a NUL byte inside".into()))?;
-                let mut m: cu::CUmodule = std::ptr::null_mut();
-                // SAFETY: a NUL-terminated PTX image; the driver JIT-compiles it for the
-                // current context's device and writes one module handle.
-                check(
-                    unsafe { cu::cuModuleLoadData(&mut m, text.as_ptr().cast()) },
-                    "cuModuleLoadData",
-                    d,
-                )?;
-                st.modules.insert((device, key), m as usize);
-                m as usize
+                let m = load_module(image, d)?;
+                st.modules.insert((device, key), m);
+                m
             }
         };
         let name = std::ffi::CString::new(func)
@@ -1004,14 +827,14 @@ impl Driver {
     pub(in crate::gpu) fn launch(
         &self,
         s: Stream,
-        ptx: &std::sync::Arc<str>,
+        image: &std::sync::Arc<[u8]>,
         func: &str,
         grid: u32,
         block: u32,
         args: &[u64],
     ) -> Result<(), GpuError> {
         self.cur(s.device)?;
-        let f = self.function(s.device, ptx, func)?;
+        let f = self.function(s.device, image, func)?;
         // The driver reads each parameter through a pointer to its value.
         let mut vals: Vec<u64> = args.to_vec();
         let mut ptrs: Vec<*mut c_void> = vals
