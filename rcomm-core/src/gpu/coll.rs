@@ -812,9 +812,10 @@ impl Communicator {
     }
 
     /// Sets up this communicator's device collectives on `device` ahead of the first one (so
-    /// its latency does not land on a timed step). Collective. With `RCOMM_GPU_BACKEND=nccl`
-    /// it makes the NCCL communicator, which [`group_device`](Self::group_device) needs;
-    /// otherwise it agrees the device link class the tuner uses.
+    /// its latency does not land on a timed step). Collective. Where NCCL serves the
+    /// communicator (`RCOMM_GPU_BACKEND=nccl`, or `auto` and the ranks agree) it makes the
+    /// NCCL communicator, which [`group_device`](Self::group_device) needs; otherwise it
+    /// agrees the device link class the tuner uses.
     pub fn device_setup(&self, device: u32) -> Result<()> {
         if super::nccl::nccl_allowed() && self.nccl_serves("setup", device)? {
             return self.nccl_setup(device);
@@ -831,7 +832,8 @@ impl Communicator {
     /// each of `recvs` is received from it, all with `tag`. Only the ranks named take part.
     /// Under `RCOMM_GPU_BACKEND=nccl` the batch is one NCCL group, which needs the
     /// communicator's NCCL communicator: run [`device_setup`](Self::device_setup) or a device
-    /// collective on it first.
+    /// collective on it first. Under `auto` it is one only once the communicator has its NCCL
+    /// communicator (this call of the named ranks cannot agree on making one).
     pub fn group_device(
         &self,
         sends: &[(DevRef<'_>, u32)],
