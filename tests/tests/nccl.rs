@@ -176,3 +176,12 @@ fn checked_mode_finds_a_call_that_differs_on_the_nccl_path() {
     assert_eq!(out.code(), 0, "{out}");
     all_ok(&out, &[0, 1, 2, 3], "checked");
 }
+
+#[test]
+fn the_watchdog_aborts_stream_ordered_work_past_the_deadline() {
+    let Some(lib) = standin_lib() else { return };
+    let out = job(4, &["hang-stream"], &lib, "distinct")
+        .env("RCOMM_TIMEOUT", "3s")
+        .run();
+    all_ok(&out, &[0, 1, 3], "hang-stream");
+}

@@ -13,6 +13,7 @@
 //! - `die`: rank 2 dies in its third NCCL collective (`NCCL_STANDIN_FAULT=exit@3`); the others
 //!   get `PeerLost` naming it, and abort leaves nothing of the stand-in alive;
 //! - `hang`: rank 2 never joins its third (`hang@3`); every rank gets `Timeout`;
+//! - `hang-stream`: the same with stream-ordered calls: the watchdog aborts at the deadline;
 //! - `revoke`: rank 0 revokes a communicator instead of joining; the others get `Revoked`;
 //! - `checked`: under `RCOMM_CHECK=1` a call whose count differs on one rank is `CollMismatch`.
 
@@ -348,6 +349,44 @@ fn hang(w: &World) {
     std::thread::sleep(Duration::from_secs(1));
 }
 
+/// As `hang`, but stream-ordered: the calls return at once, the watchdog aborts the NCCL
+/// communicator at the deadline (so the stream's work ends), and the next call is `Timeout`.
+fn hang_stream(w: &World) {
+    let r = w.rank();
+    fault_on_rank_2(w, "hang@3");
+    let s = rcomm::gpu::stream_create(0).expect("stream");
+    let mut a = dev_of(&input(r, 64));
+    let t = Instant::now();
+    for _ in 0..3 {
+        w.on_stream(s)
+            .allreduce_device::<f32>(&mut a, Op::Sum)
+            .expect("enqueued");
+    }
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    let g = rcomm_transport::gpu::gpu().expect("gpu");
+    while !g.stream_query(s).expect("query") {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the stream never ended"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let ended = t.elapsed();
+    assert!(
+        ended >= Duration::from_secs(3),
+        "ended before the deadline: {ended:?}"
+    );
+    match w.allreduce_device::<f32>(&mut a, Op::Sum) {
+        Err(CommError::Timeout { .. }) => {}
+        other => panic!("rank {r}: expected Timeout after the watchdog, got {other:?}"),
+    }
+    ok(
+        r,
+        &format!("hang-stream (aborted after {:.2} s)", ended.as_secs_f64()),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+}
+
 /// Rank 0 revokes a communicator while the others wait in an NCCL allreduce on it.
 fn revoke(w: &World) {
     let r = w.rank();
@@ -395,12 +434,16 @@ fn main() {
         Some("die") => die(&w),
         Some("hang") => hang(&w),
         Some("revoke") => revoke(&w),
+        Some("hang-stream") => hang_stream(&w),
         Some("checked") => checked(&w),
         other => panic!("rt_nccl: unknown case {other:?}"),
     }
     // No rank leaves before the others are done: the stand-in libnccl's hub lives in one
     // rank's process (a real NCCL has no such tie).
-    if !args.iter().any(|a| a == "die" || a == "hang") {
+    if !args
+        .iter()
+        .any(|a| a == "die" || a == "hang" || a == "hang-stream")
+    {
         w.barrier().expect("final barrier");
     }
 }
