@@ -123,6 +123,14 @@ pub(crate) fn ran(ctx: u32, algo: Algo) {
     }
 }
 
+/// Records that the current collective on context `ctx` was enqueued on `stream` as NCCL's
+/// operation `seq` (the record then names NCCL as its algorithm).
+pub(crate) fn set_device_op(ctx: u32, stream: u64, seq: u64) {
+    if let Some(h) = current().filter(|h| h.ctx() == ctx) {
+        flight::recorder().set_device_op(h, stream, seq);
+    }
+}
+
 /// Ends the current collective if it is on context `ctx` (it ran, with this result).
 pub(crate) fn end_coll<T>(ctx: u32, res: &Result<T>) {
     if current().is_some_and(|h| h.ctx() == ctx)
@@ -516,7 +524,10 @@ pub(crate) fn last_collective(ctx: u32) -> Option<CollRecord> {
         .find(|r| r.ctx == ctx && r.seq > 0)
         .map(|r| CollRecord {
             op: r.op,
-            algo: r.algo.map_or("", Algo::name),
+            algo: match r.device {
+                Some(_) => "nccl",
+                None => r.algo.map_or("", Algo::name),
+            },
             seq: r.seq,
             bytes: r.bytes,
             ended: r.state.ended(),
@@ -531,7 +542,8 @@ pub struct CollRecord {
     /// makers `split`, `dup`, `create`.
     pub op: &'static str,
     /// The algorithm that ran, as `RCOMM_ALGO` and [`crate::Communicator::with_algo`] name them
-    /// (`ring`, `hier`, …); `dissemination` for a barrier, "" for the communicator makers.
+    /// (`ring`, `hier`, …); `dissemination` for a barrier, `nccl` for one NCCL ran, "" for the
+    /// communicator makers.
     pub algo: &'static str,
     /// Its number on the communicator (1 for the first), as hang reports and timeout errors
     /// number collectives.

@@ -294,6 +294,7 @@ impl Communicator {
         let guard = crate::fr::record(self.ctx(), "dup", None, || self.alloc_id())?;
         let mut c = self.child(guard, self.members(), self.rank());
         c.set_attrs(self.attrs().copied());
+        self.nccl_split_into(Some(&c))?;
         Ok(c)
     }
 
@@ -304,8 +305,14 @@ impl Communicator {
         let (guard, all) = crate::fr::record(self.ctx(), "split", None, || {
             Ok((self.alloc_id()?, self.allgather_bytes(&me)?))
         })?;
-        let Some(c) = color else { return Ok(None) };
+        // Every rank of this communicator takes part in the split of its NCCL communicator,
+        // if it has one (`nccl_split_into`), those outside any part too.
+        let Some(c) = color else {
+            self.nccl_split_into(None)?;
+            return Ok(None);
+        };
         if c == u32::MAX {
+            self.nccl_split_into(None)?;
             return Err(CommError::InvalidArg(
                 "split color u32::MAX is reserved (use None to opt out)".into(),
             ));
@@ -325,7 +332,9 @@ impl Communicator {
             .iter()
             .map(|&(_, r)| self.world_rank(r).expect("in range"))
             .collect();
-        Ok(Some(self.child(guard, world, rank)))
+        let child = self.child(guard, world, rank);
+        self.nccl_split_into(Some(&child))?;
+        Ok(Some(child))
     }
 
     /// Splits by locality, ranks in this communicator's order. Collective. See [`SplitType`]
@@ -416,9 +425,12 @@ impl Communicator {
         }
         let me = self.world_rank(self.rank())?;
         let Some(rank) = group.rank_of(me) else {
+            self.nccl_split_into(None)?;
             return Ok(None);
         };
-        Ok(Some(self.child(guard, group.ranks.clone(), rank)))
+        let child = self.child(guard, group.ranks.clone(), rank);
+        self.nccl_split_into(Some(&child))?;
+        Ok(Some(child))
     }
 }
 

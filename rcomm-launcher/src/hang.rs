@@ -77,6 +77,22 @@ fn who(v: &RankView) -> String {
     format!("rank {} ({})", v.rank, host_of(v))
 }
 
+/// How the flight recorder appends an NCCL operation's stream to its algorithm
+/// (`nccl op 3 on stream 0x…`).
+const STREAM_SEP: &str = " on stream ";
+
+/// The streams of the NCCL operations the ranks `ahead` are in: `rank 0 0x…, rank 1 0x…`.
+fn device_streams(ahead: &[&(&RankView, &FlightDump, &DumpRecord)]) -> Option<String> {
+    let s: Vec<String> = ahead
+        .iter()
+        .filter_map(|(v, _, r)| {
+            let (_, stream) = r.algo.split_once(STREAM_SEP)?;
+            Some(format!("rank {} {stream}", v.rank))
+        })
+        .collect();
+    (!s.is_empty()).then(|| format!("NCCL streams: {}", s.join(", ")))
+}
+
 /// One record in words: `allreduce #42 (f32 sum, 4096 B, ring)`, `recv from rank 3`.
 fn describe(r: &DumpRecord) -> String {
     let mut detail: Vec<String> = Vec::new();
@@ -97,7 +113,9 @@ fn describe(r: &DumpRecord) -> String {
             detail.push(format!("root {}", r.peer));
         }
         if !r.algo.is_empty() {
-            detail.push(r.algo.clone());
+            // An NCCL operation's stream differs per rank: listed apart (`device_streams`), so
+            // that ranks in the same operation group together.
+            detail.push(r.algo.split(STREAM_SEP).next().unwrap_or("").to_string());
         }
         let d = if detail.is_empty() {
             String::new()
@@ -277,6 +295,9 @@ pub fn report(views: &[RankView]) -> Vec<String> {
                     .unwrap_or_default()
             ));
         }
+        if let Some(s) = device_streams(&ahead) {
+            parts.push(s);
+        }
         if groups.len() > 1
             && groups
                 .keys()
@@ -379,6 +400,34 @@ mod tests {
                 records,
             }),
         }
+    }
+
+    #[test]
+    fn nccl_operations_are_named_with_their_number_and_each_rank_s_stream() {
+        // Ranks 0, 1, 3 wait in NCCL's operation 3 (allreduce #6), each on a stream of its
+        // own; rank 2 is at #5.
+        let mut views = Vec::new();
+        for r in 0..4u32 {
+            let mut recs = vec![rec(1, 0, 0, 4, 5, "allreduce", "done")];
+            recs[0].algo = format!("nccl op 2 on stream 0x{:x}", 0x1000 + r);
+            if r != 2 {
+                let mut w = rec(2, 0, 0, 4, 6, "allreduce", "waiting");
+                w.algo = format!("nccl op 3 on stream 0x{:x}", 0x1000 + r);
+                recs.push(w);
+            }
+            views.push(view(r, recs, &[(0, "world")]));
+        }
+        let rep = report(&views).join("\n");
+        assert!(
+            rep.contains("ranks 0,1,3 wait in allreduce #6 (f32 sum, 1024 B, nccl op 3)"),
+            "{rep}"
+        );
+        assert!(
+            rep.contains("NCCL streams: rank 0 0x1000, rank 1 0x1001, rank 3 0x1003"),
+            "{rep}"
+        );
+        assert!(rep.contains("is at allreduce #5"), "{rep}");
+        assert!(!rep.contains("differs between ranks"), "{rep}");
     }
 
     #[test]

@@ -168,12 +168,17 @@ pub const VARIABLES: &[VarSpec] = &[
     VarSpec {
         name: "RCOMM_GPU_STANDIN",
         protocol: false,
-        help: "tests: 1 makes device buffers host memory behind the device interface (a stand-in of a GPU, no CUDA), so the device protocols run on machines without a GPU; default 0",
+        help: "tests: 1 makes device buffers host memory behind the device interface (a stand-in of a GPU, no CUDA), so the device protocols run on machines without a GPU, one stand-in GPU shared by the node; distinct: the same, but each process's stand-in GPU has a UUID of its own (one GPU per rank, where RCOMM_GPU_BACKEND=auto picks NCCL); default 0",
     },
     VarSpec {
         name: "RCOMM_GPU_BACKEND",
         protocol: true,
-        help: "who runs collectives on device buffers: rcomm (default: rcomm's own: the device executor, or staged through the host), nccl (NCCL, loaded at run time from libnccl.so.2; an error, not a fall-back, where it does not load); must agree on every rank",
+        help: "who runs collectives on device buffers: auto (default: NCCL where libnccl loads on every rank and no two ranks of the communicator share a GPU, agreed at the communicator's first device collective; rcomm's own otherwise), rcomm (rcomm's own: the device executor, or staged through the host), nccl (NCCL, loaded at run time; an error, not a fall-back, where it does not load); must agree on every rank",
+    },
+    VarSpec {
+        name: "RCOMM_NCCL_LIB",
+        protocol: false,
+        help: "a path of libnccl tried before libnccl.so.2 and libnccl.so (an NCCL outside the library path, or the tests' stand-in)",
     },
     VarSpec {
         name: "RCOMM_PTX_DIR",
@@ -520,6 +525,9 @@ pub enum P2pLevel {
 /// `RCOMM_GPU_BACKEND`: who runs collectives on device buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GpuBackend {
+    /// NCCL where it serves the communicator (libnccl loads everywhere, a GPU per rank),
+    /// rcomm's own otherwise; decided per communicator, alike on its ranks.
+    Auto,
     /// rcomm's own device collectives.
     Rcomm,
     /// NCCL, loaded at run time.
@@ -530,6 +538,7 @@ impl GpuBackend {
     /// The name `RCOMM_GPU_BACKEND` takes.
     pub fn name(self) -> &'static str {
         match self {
+            GpuBackend::Auto => "auto",
             GpuBackend::Rcomm => "rcomm",
             GpuBackend::Nccl => "nccl",
         }
@@ -668,6 +677,8 @@ pub struct Config {
     pub p2p_level: P2pLevel,
     /// `RCOMM_GPU_STANDIN`: device buffers are host memory behind the device interface (tests).
     pub gpu_standin: bool,
+    /// `RCOMM_GPU_STANDIN=distinct`: the stand-in GPU of each process has a UUID of its own.
+    pub gpu_standin_distinct: bool,
     /// `RCOMM_DEVICE`: the GPU of this rank, if the launcher or the user chose one.
     pub device: Option<u32>,
     /// `RCOMM_GPU_BACKEND`: who runs device collectives (checked equal on every rank: NCCL's
@@ -758,6 +769,11 @@ pub fn gpu_standin() -> bool {
     global().as_ref().is_ok_and(|c| c.gpu_standin)
 }
 
+/// `RCOMM_GPU_STANDIN=distinct` of the process configuration.
+pub fn gpu_standin_distinct() -> bool {
+    global().as_ref().is_ok_and(|c| c.gpu_standin_distinct)
+}
+
 /// `RCOMM_DEVICE` of the process configuration (`None` when unset or when it does not parse:
 /// init reports that error).
 pub fn gpu_device() -> Option<u32> {
@@ -787,6 +803,14 @@ pub fn gpu_backend() -> GpuBackend {
     global()
         .as_ref()
         .map_or(GpuBackend::Rcomm, |c| c.gpu_backend)
+}
+
+/// `RCOMM_NCCL_LIB` from the process environment. Read on each call, not kept in [`Config`]:
+/// it is read once, where libnccl is first loaded.
+pub fn nccl_lib() -> Option<std::path::PathBuf> {
+    std::env::var_os("RCOMM_NCCL_LIB")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
 }
 
 /// `RCOMM_NVTX` of the process configuration (off when it does not parse: nothing is loaded
@@ -1154,12 +1178,27 @@ impl Config {
                 ("auto", (true, true)),
             ],
         )?;
-        let gpu_standin = flag(env, "RCOMM_GPU_STANDIN", false)?;
+        let (gpu_standin, gpu_standin_distinct) = choice(
+            env,
+            "RCOMM_GPU_STANDIN",
+            (false, false),
+            &[
+                ("1", (true, false)),
+                ("0", (false, false)),
+                ("on", (true, false)),
+                ("off", (false, false)),
+                ("distinct", (true, true)),
+            ],
+        )?;
         let gpu_backend = choice(
             env,
             "RCOMM_GPU_BACKEND",
-            GpuBackend::Rcomm,
-            &[("rcomm", GpuBackend::Rcomm), ("nccl", GpuBackend::Nccl)],
+            GpuBackend::Auto,
+            &[
+                ("auto", GpuBackend::Auto),
+                ("rcomm", GpuBackend::Rcomm),
+                ("nccl", GpuBackend::Nccl),
+            ],
         )?;
         let nvtx = flag(env, "RCOMM_NVTX", true)?;
         let p2p_level = choice(
@@ -1339,6 +1378,7 @@ impl Config {
             tcp_timeout_ms,
             p2p_level,
             gpu_standin,
+            gpu_standin_distinct,
             device: parse_u32(env, "RCOMM_DEVICE")?,
             gpu_backend,
             nvtx,
@@ -1765,7 +1805,14 @@ mod tests {
     #[test]
     fn gpu_backend_and_nvtx_parse_with_defaults_and_name_the_choices() {
         let c = Config::from_map(&env(&[])).unwrap();
-        assert_eq!((c.gpu_backend, c.nvtx), (GpuBackend::Rcomm, true));
+        assert_eq!((c.gpu_backend, c.nvtx), (GpuBackend::Auto, true));
+        assert_eq!((c.gpu_standin, c.gpu_standin_distinct), (false, false));
+        let c = Config::from_map(&env(&[("RCOMM_GPU_STANDIN", "1")])).unwrap();
+        assert_eq!((c.gpu_standin, c.gpu_standin_distinct), (true, false));
+        let c = Config::from_map(&env(&[("RCOMM_GPU_STANDIN", "Distinct")])).unwrap();
+        assert_eq!((c.gpu_standin, c.gpu_standin_distinct), (true, true));
+        let c = Config::from_map(&env(&[("RCOMM_GPU_BACKEND", "auto")])).unwrap();
+        assert_eq!(c.gpu_backend, GpuBackend::Auto);
         let c =
             Config::from_map(&env(&[("RCOMM_GPU_BACKEND", "NCCL"), ("RCOMM_NVTX", "0")])).unwrap();
         assert_eq!((c.gpu_backend, c.nvtx), (GpuBackend::Nccl, false));
@@ -1778,7 +1825,8 @@ mod tests {
                 .any(|(n, v)| n == "RCOMM_GPU_BACKEND" && v == "rcomm")
         );
         for (name, bad, want) in [
-            ("RCOMM_GPU_BACKEND", "mpi", "one of rcomm, nccl"),
+            ("RCOMM_GPU_BACKEND", "mpi", "one of auto, rcomm, nccl"),
+            ("RCOMM_GPU_STANDIN", "2", "one of 1, 0, on, off, distinct"),
             ("RCOMM_NVTX", "yes", "one of 1, 0, on, off"),
         ] {
             let e = Config::from_map(&env(&[(name, bad)])).unwrap_err();

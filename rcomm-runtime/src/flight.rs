@@ -23,8 +23,30 @@
 
 use crate::algo::Algo;
 use crate::wire::{DumpRecord, FlightDump, MAX_COMM_NAME, MAX_DUMP_RECORDS};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::sync::{Mutex, OnceLock};
+
+/// Device operations (NCCL's) whose stream and number are kept beside their records.
+const DEVICE_OPS: usize = 1024;
+
+/// An operation handed to a device engine (NCCL): the stream it was enqueued on and its number
+/// among that engine's operations on the communicator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceOp {
+    /// The stream's raw handle (`cudaStream_t` as an integer).
+    pub stream: u64,
+    /// NCCL's operation number on the communicator (1 = its first).
+    pub seq: u64,
+}
+
+/// The device operations of the recent records: the eight words of a slot have no room for
+/// them, and few records have them.
+#[derive(Default)]
+struct DeviceOps {
+    by_id: HashMap<u64, DeviceOp>,
+    order: VecDeque<u64>,
+}
 
 /// No root or peer.
 pub const NO_PEER: u32 = u32::MAX;
@@ -262,6 +284,8 @@ pub struct Record {
     pub start_us: u64,
     /// End (µs; 0 while running, and for a fast operation that ended well).
     pub end_us: u64,
+    /// Run by NCCL (the hang report says `nccl`): its stream and NCCL operation number.
+    pub device: Option<DeviceOp>,
 }
 
 /// The recorder of one process.
@@ -271,6 +295,7 @@ pub struct Recorder {
     next: AtomicU64,
     comms: Box<[CommSlot]>,
     names: Mutex<Vec<(u32, String)>>,
+    device_ops: Mutex<DeviceOps>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -310,6 +335,7 @@ impl Recorder {
             next: AtomicU64::new(0),
             comms: (0..MAX_CTX / 2).map(|_| CommSlot::default()).collect(),
             names: Mutex::new(Vec::new()),
+            device_ops: Mutex::new(DeviceOps::default()),
         }
     }
 
@@ -432,6 +458,22 @@ impl Recorder {
         }
     }
 
+    /// Records that an operation was handed to NCCL: enqueued on `stream` as NCCL's operation
+    /// number `seq` on its communicator. The last [`DEVICE_OPS`] are kept.
+    pub fn set_device_op(&self, h: Handle, stream: u64, seq: u64) {
+        if self.slot(h).is_none() {
+            return;
+        }
+        let mut d = self.device_ops.lock().unwrap_or_else(|p| p.into_inner());
+        if d.by_id.insert(h.id, DeviceOp { stream, seq }).is_none() {
+            d.order.push_back(h.id);
+        }
+        while d.order.len() > DEVICE_OPS {
+            let old = d.order.pop_front().expect("non-empty");
+            d.by_id.remove(&old);
+        }
+    }
+
     /// Marks a running operation as waiting past the spin phase (or posted and left running):
     /// it is timed from now, and its end will be.
     pub fn mark_slow(&self, h: Handle) {
@@ -455,6 +497,7 @@ impl Recorder {
     /// The operations kept, oldest first.
     pub fn snapshot(&self) -> Vec<Record> {
         let mut out: Vec<Record> = Vec::with_capacity(self.slots.len());
+        let device = self.device_ops.lock().unwrap_or_else(|p| p.into_inner());
         for slot in self.slots.iter() {
             let s = &slot.0;
             let id = s[0].load(Ordering::Acquire);
@@ -484,8 +527,10 @@ impl Recorder {
                 state,
                 start_us: w[5],
                 end_us: w[6],
+                device: device.by_id.get(&id).copied(),
             });
         }
+        drop(device);
         out.sort_unstable_by_key(|r| r.id);
         out
     }
@@ -513,7 +558,10 @@ impl Recorder {
                     op: r.op.into(),
                     dtype: r.dtype.into(),
                     redop: r.redop.into(),
-                    algo: r.algo.map_or("", Algo::name).into(),
+                    algo: match r.device {
+                        Some(d) => format!("nccl op {} on stream 0x{:x}", d.seq, d.stream),
+                        None => r.algo.map_or("", Algo::name).into(),
+                    },
                     bytes: r.bytes,
                     peer: r.peer,
                     state: r.state.name().into(),
@@ -528,6 +576,34 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_nccl_operation_keeps_its_stream_and_number_and_is_dumped_as_nccl() {
+        let r = Recorder::new(4);
+        let h = r.begin(&coll(2, "allreduce", Algo::Ring));
+        let plain = r.begin(&coll(2, "bcast", Algo::Tree));
+        r.set_device_op(h, 0xabc0, 7);
+        let snap = r.snapshot();
+        assert_eq!(
+            snap.iter().map(|x| x.device).collect::<Vec<_>>(),
+            vec![
+                Some(DeviceOp {
+                    stream: 0xabc0,
+                    seq: 7
+                }),
+                None
+            ]
+        );
+        let d = r.dump(0);
+        assert_eq!(d.records[0].algo, "nccl op 7 on stream 0xabc0");
+        assert_eq!(d.records[1].algo, "tree");
+        // A record overwritten in its slot no longer takes its device operation along.
+        for _ in 0..4 {
+            r.begin(&coll(2, "barrier", Algo::Ring));
+        }
+        r.set_device_op(plain, 1, 1);
+        assert!(r.snapshot().iter().all(|x| x.device.is_none()));
+    }
 
     fn coll(ctx: u32, op: &str, algo: Algo) -> Begin<'_> {
         Begin {

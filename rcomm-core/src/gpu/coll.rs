@@ -12,14 +12,17 @@
 //!   the communicator's device link class (same GPU, NVLink, PCIe, host staging) and its α/β;
 //! - **staged** (`staged`): the device data is copied to the host, the host collective runs,
 //!   and the result is copied back. The reduction to a root always runs so;
-//! - **NCCL** (`RCOMM_GPU_BACKEND=nccl`, where libnccl loads): the regular collectives go to
-//!   NCCL on the executor's stream (`gpu_nccl`); the v-variants stay rcomm's.
+//! - **NCCL** (`RCOMM_GPU_BACKEND=nccl`; under `auto`, the default, where the communicator's
+//!   ranks agree it serves: see `nccl`): the regular collectives go to NCCL; the v-variants,
+//!   and under `auto` the reductions NCCL lacks, stay rcomm's.
 //!
 //! Every reduction is the canonical or ring order of the host algorithms, so every rank ends
 //! with the same bytes. Reductions take a built-in [`Op`]: a user function cannot run on the
 //! device. A plain call behaves as CUDA-aware MPI's (buffers ready on entry, done on return);
-//! [`Communicator::on_stream`] gives the stream-ordered forms, which wait on the host for the
-//! stream's earlier work and return when done (as the point-to-point `*_on` calls).
+//! [`Communicator::on_stream`] gives the stream-ordered forms: on NCCL they enqueue on the
+//! caller's stream and return at once (no host wait); on rcomm's own paths they wait on the
+//! host for the stream's earlier work and return when done (as the point-to-point `*_on`
+//! calls).
 
 use super::exec::{DevSpan, Scratch};
 use crate::coll::schedule::{self as sch, Schedule};
@@ -74,13 +77,28 @@ impl Communicator {
         Ok(first.unwrap_or(0))
     }
 
-    /// The device link class of this communicator (the worst pair), agreed on first use by
-    /// an allgather of the device UUIDs (every rank reaches its first device collective on a
-    /// communicator at the same point, so all of them take part) and kept per communicator.
+    /// The device link class of this communicator (the worst pair), agreed on first use (see
+    /// [`device_agreement`](Self::device_agreement)) and kept per communicator.
     fn dev_link(&self, op: &'static str, device: u32) -> Result<DevLink> {
         if let Some(l) = self.device_part().link() {
             return Ok(l);
         }
+        self.device_agreement(op, device).map(|(l, _)| l)
+    }
+
+    /// What the ranks of this communicator agree on at its first device collective, by one
+    /// allgather of each rank's device UUID and whether libnccl can serve it (every rank
+    /// reaches its first device collective on a communicator at the same point, so all of
+    /// them take part): the device link class (the worst pair) and, under
+    /// `RCOMM_GPU_BACKEND=auto`, whether NCCL runs its device collectives — where libnccl is
+    /// usable on every rank and no two ranks share a GPU. Both are kept per communicator;
+    /// the choice is logged once per process with its reason.
+    pub(super) fn device_agreement(
+        &self,
+        op: &'static str,
+        device: u32,
+    ) -> Result<(DevLink, bool)> {
+        use super::nccl::{choice_key, usable_lib};
         let me = self.world_me();
         let uuid = backend(op, me)?
             .devices()
@@ -88,10 +106,19 @@ impl Communicator {
             .into_iter()
             .find(|d| d.ordinal == device)
             .map_or([0u8; 16], |d| d.uuid);
-        let mut all = vec![0u8; 16 * self.size() as usize];
-        self.allgather(&uuid, &mut all)?;
+        let auto = rcomm_runtime::config::gpu_backend() == rcomm_runtime::config::GpuBackend::Auto;
+        let usable = if auto {
+            usable_lib(op, me).map(drop)
+        } else {
+            Ok(())
+        };
+        let mut mine = [0u8; 17];
+        mine[..16].copy_from_slice(&uuid);
+        mine[16] = u8::from(auto && usable.is_ok());
+        let mut all = vec![0u8; 17 * self.size() as usize];
+        self.allgather(&mine, &mut all)?;
         let level = rcomm_runtime::config::p2p_level();
-        let same = all.chunks(16).all(|u| u == uuid);
+        let same = all.chunks(17).all(|u| u[..16] == uuid);
         let link =
             if !self.on_one_node() || level == P2pLevel::Off || (!same && level == P2pLevel::Loc) {
                 DevLink::Staged
@@ -110,7 +137,44 @@ impl Communicator {
             self.size(),
             link.name()
         );
-        Ok(link)
+        if !auto {
+            return Ok((link, false));
+        }
+        let mut uuids: Vec<&[u8]> = all.chunks(17).map(|c| &c[..16]).collect();
+        uuids.sort_unstable();
+        let (serves, why) = match all.chunks(17).position(|c| c[16] == 0) {
+            Some(r) if r as u32 == self.rank() => (
+                false,
+                format!(
+                    "libnccl cannot serve rank {r}: {}",
+                    usable.err().map_or_else(String::new, |e| e.to_string())
+                ),
+            ),
+            Some(r) => (false, format!("libnccl cannot serve rank {r}")),
+            None if uuids.windows(2).any(|w| w[0] == w[1]) => {
+                (false, "two of its ranks share a GPU".to_string())
+            }
+            None => (
+                true,
+                "libnccl loads on every rank and each rank has a GPU of its own".to_string(),
+            ),
+        };
+        self.set_attr(choice_key(), serves);
+        static LOGGED: std::sync::Once = std::sync::Once::new();
+        LOGGED.call_once(|| {
+            rcomm_runtime::rlog!(
+                Info,
+                "COLL",
+                "RCOMM_GPU_BACKEND=auto: device collectives of comm {} run on {}: {why}",
+                crate::fr::comm_label(self.ctx()),
+                if serves {
+                    "NCCL"
+                } else {
+                    "rcomm's own executor"
+                }
+            );
+        });
+        Ok((link, serves))
     }
 
     /// The algorithm of device collective `kind`: forced, or `auto`'s (on one rank, the
@@ -130,14 +194,32 @@ impl Communicator {
         Ok(auto(self.dev_link(kind.name(), device)?))
     }
 
-    /// The stream for an NCCL call when `RCOMM_GPU_BACKEND=nccl` (the executor's: a plain or
-    /// stream-ordered call has waited for the caller's stream already), else `None`.
+    /// The stream for an NCCL call when NCCL serves this communicator (the caller's in a
+    /// stream-ordered call, else the executor's), else `None`.
     fn nccl(&self, op: &'static str, device: u32) -> Result<Option<Stream>> {
-        if !super::nccl::nccl_enabled() {
+        if !super::nccl::nccl_allowed() || !self.nccl_serves(op, device)? {
             return Ok(None);
+        }
+        if let Some(s) = super::nccl::caller_stream() {
+            return Ok(Some(s));
         }
         let me = self.world_me();
         super::exec::stream(self.shared().device(), backend(op, me)?, device, op, me).map(Some)
+    }
+
+    /// [`nccl`](Self::nccl) for a reduction of `dtype` with `op`: under `auto` those NCCL
+    /// lacks stay rcomm's (forced NCCL refuses them by name).
+    fn nccl_reducing(
+        &self,
+        name: &'static str,
+        device: u32,
+        dtype: crate::Dtype,
+        op: Op,
+    ) -> Result<Option<Stream>> {
+        if !super::nccl::nccl_enabled() && !super::nccl::nccl_reduces(dtype, op) {
+            return Ok(None);
+        }
+        self.nccl(name, device)
     }
 
     /// Runs `e` on the device executor as one recorded collective.
@@ -245,7 +327,7 @@ impl Communicator {
         }
         let count = Self::count_of::<T>(r.len)?;
         let device = self.one_device(OP, &[sd, rd])?;
-        if let Some(st) = self.nccl(OP, device)? {
+        if let Some(st) = self.nccl_reducing(OP, device, T::DTYPE, op)? {
             return self.nccl_allreduce(s.addr, r.addr, count, T::DTYPE, op, st);
         }
         let algo = self.dev_algo(Coll::AllreduceDevice, device, |link| {
@@ -386,7 +468,7 @@ impl Communicator {
         op: Op,
         root: u32,
     ) -> Result<()> {
-        if super::nccl::nccl_enabled() {
+        if super::nccl::nccl_allowed() {
             let (s, sd) = self.dev_span("reduce", send.device_ref())?;
             let (r, rd) = self.dev_span("reduce", recv.device_mut().device_ref())?;
             let device = self.one_device("reduce", &[sd, rd])?;
@@ -397,7 +479,7 @@ impl Communicator {
                     s.len, r.len
                 )));
             }
-            if let Some(st) = self.nccl("reduce", device)? {
+            if let Some(st) = self.nccl_reducing("reduce", device, T::DTYPE, op)? {
                 op.check(T::DTYPE)
                     .map_err(|e| CommError::InvalidArg(e.to_string()))?;
                 let count = Self::count_of::<T>(s.len)?;
@@ -599,7 +681,7 @@ impl Communicator {
         }
         let device = self.one_device(OP, &[sd, rd])?;
         if counts.iter().all(|&c| c == counts[0])
-            && let Some(st) = self.nccl(OP, device)?
+            && let Some(st) = self.nccl_reducing(OP, device, T::DTYPE, op)?
         {
             return self.nccl_reduce_scatter(s.addr, r.addr, counts[me], T::DTYPE, op, st);
         }
@@ -730,11 +812,12 @@ impl Communicator {
     }
 
     /// Sets up this communicator's device collectives on `device` ahead of the first one (so
-    /// its latency does not land on a timed step). Collective. With `RCOMM_GPU_BACKEND=nccl`
-    /// it makes the NCCL communicator, which [`group_device`](Self::group_device) needs;
-    /// otherwise it agrees the device link class the tuner uses.
+    /// its latency does not land on a timed step). Collective. Where NCCL serves the
+    /// communicator (`RCOMM_GPU_BACKEND=nccl`, or `auto` and the ranks agree) it makes the
+    /// NCCL communicator, which [`group_device`](Self::group_device) needs; otherwise it
+    /// agrees the device link class the tuner uses.
     pub fn device_setup(&self, device: u32) -> Result<()> {
-        if super::nccl::nccl_enabled() {
+        if super::nccl::nccl_allowed() && self.nccl_serves("setup", device)? {
             return self.nccl_setup(device);
         }
         if self.size() > 1 {
@@ -749,7 +832,8 @@ impl Communicator {
     /// each of `recvs` is received from it, all with `tag`. Only the ranks named take part.
     /// Under `RCOMM_GPU_BACKEND=nccl` the batch is one NCCL group, which needs the
     /// communicator's NCCL communicator: run [`device_setup`](Self::device_setup) or a device
-    /// collective on it first.
+    /// collective on it first. Under `auto` it is one only once the communicator has its NCCL
+    /// communicator (this call of the named ranks cannot agree on making one).
     pub fn group_device(
         &self,
         sends: &[(DevRef<'_>, u32)],
@@ -757,7 +841,9 @@ impl Communicator {
         tag: crate::Tag,
     ) -> Result<()> {
         const OP: &str = "sendrecv";
-        if super::nccl::nccl_enabled() {
+        // Under `auto` only a communicator that has its NCCL communicator already: this call
+        // (of the named ranks only) cannot agree on or make one.
+        if super::nccl::nccl_enabled() || (super::nccl::nccl_allowed() && self.has_nccl_comm()) {
             let mut devs = Vec::new();
             let mut bufs = |b: DevRef<'_>, peer: u32| -> Result<super::nccl::NcclPeerBuf> {
                 let (sp, d) = self.dev_span(OP, b)?;
@@ -796,9 +882,10 @@ impl Communicator {
         })
     }
 
-    /// The stream-ordered forms of the device collectives: each waits (on the host) for the
-    /// work enqueued on `stream` so far, then runs; work enqueued on `stream` afterwards sees
-    /// its result.
+    /// The stream-ordered forms of the device collectives: each runs after the work enqueued
+    /// on `stream` so far, and work enqueued on `stream` afterwards sees its result. On NCCL
+    /// the call only enqueues (it returns before the operation ran); on rcomm's own paths it
+    /// waits on the host for the stream's earlier work, then runs to the end.
     pub fn on_stream(&self, stream: Stream) -> OnStream<'_> {
         OnStream { comm: self, stream }
     }
@@ -824,18 +911,39 @@ pub struct OnStream<'a> {
 }
 
 impl OnStream<'_> {
-    /// Waits on the host for the stream's earlier work.
-    fn after(&self, op: &'static str) -> Result<&Communicator> {
+    /// Runs `call` ordered after the stream's earlier work: enqueued on the stream by NCCL
+    /// when NCCL serves the communicator and has the operation (`nccl_has`), so nothing waits
+    /// on the host; otherwise after a host wait for the stream.
+    fn run<R>(
+        &self,
+        op: &'static str,
+        nccl_has: bool,
+        call: impl FnOnce(&Communicator) -> Result<R>,
+    ) -> Result<R> {
+        if nccl_has
+            && super::nccl::nccl_allowed()
+            && self.comm.nccl_serves(op, self.stream.device)?
+        {
+            let _on = super::nccl::CallerScope::enter(self.stream);
+            return call(self.comm);
+        }
         let me = self.comm.world_me();
         backend(op, me)?
             .stream_wait_host(self.stream)
             .map_err(dev_err(op, me))?;
-        Ok(self.comm)
+        call(self.comm)
+    }
+
+    /// Whether NCCL runs a reduction of `T` with `op` (forced NCCL refuses the others).
+    fn reduces<T: Element>(op: Op) -> bool {
+        super::nccl::nccl_enabled() || super::nccl::nccl_reduces(T::DTYPE, op)
     }
 
     /// [`Communicator::allreduce_device`] on the stream.
     pub fn allreduce_device<T: Element>(&self, buf: &mut impl DeviceMemMut, op: Op) -> Result<()> {
-        self.after("allreduce")?.allreduce_device::<T>(buf, op)
+        self.run("allreduce", Self::reduces::<T>(op), |c| {
+            c.allreduce_device::<T>(buf, op)
+        })
     }
 
     /// [`Communicator::allreduce_device_into`] on the stream.
@@ -845,13 +953,14 @@ impl OnStream<'_> {
         recv: &mut impl DeviceMemMut,
         op: Op,
     ) -> Result<()> {
-        self.after("allreduce")?
-            .allreduce_device_into::<T>(send, recv, op)
+        self.run("allreduce", Self::reduces::<T>(op), |c| {
+            c.allreduce_device_into::<T>(send, recv, op)
+        })
     }
 
     /// [`Communicator::bcast_device`] on the stream.
     pub fn bcast_device(&self, buf: &mut impl DeviceMemMut, root: u32) -> Result<()> {
-        self.after("bcast")?.bcast_device(buf, root)
+        self.run("bcast", true, |c| c.bcast_device(buf, root))
     }
 
     /// [`Communicator::reduce_device`] on the stream.
@@ -862,8 +971,9 @@ impl OnStream<'_> {
         op: Op,
         root: u32,
     ) -> Result<()> {
-        self.after("reduce")?
-            .reduce_device::<T>(send, recv, op, root)
+        self.run("reduce", Self::reduces::<T>(op), |c| {
+            c.reduce_device::<T>(send, recv, op, root)
+        })
     }
 
     /// [`Communicator::allgather_device`] on the stream.
@@ -872,7 +982,7 @@ impl OnStream<'_> {
         send: &impl DeviceMem,
         recv: &mut impl DeviceMemMut,
     ) -> Result<()> {
-        self.after("allgather")?.allgather_device(send, recv)
+        self.run("allgather", true, |c| c.allgather_device(send, recv))
     }
 
     /// [`Communicator::reduce_scatter_device`] on the stream.
@@ -882,8 +992,9 @@ impl OnStream<'_> {
         recv: &mut impl DeviceMemMut,
         op: Op,
     ) -> Result<()> {
-        self.after("reduce_scatter")?
-            .reduce_scatter_device::<T>(send, recv, op)
+        self.run("reduce_scatter", Self::reduces::<T>(op), |c| {
+            c.reduce_scatter_device::<T>(send, recv, op)
+        })
     }
 
     /// [`Communicator::alltoall_device`] on the stream.
@@ -892,11 +1003,11 @@ impl OnStream<'_> {
         send: &impl DeviceMem,
         recv: &mut impl DeviceMemMut,
     ) -> Result<()> {
-        self.after("alltoall")?.alltoall_device(send, recv)
+        self.run("alltoall", true, |c| c.alltoall_device(send, recv))
     }
 
     /// [`Communicator::barrier`] after the stream's earlier work.
     pub fn barrier(&self) -> Result<()> {
-        self.after("barrier")?.barrier()
+        self.run("barrier", false, |c| c.barrier())
     }
 }

@@ -34,13 +34,16 @@
 //! [`CommError::Device`] saying why; nothing panics.
 //!
 //! Layers, from the bottom: `mem` (device references and buffers, streams, point-to-point),
-//! `exec` (the schedule executor on device memory), `nccl` (the NCCL backend), `coll` (the
-//! `*_device` collectives, which choose between them).
+//! `exec` (the schedule executor on device memory), `nccl_lib` (loading libnccl), `nccl_comm`
+//! (NCCL communicators' life: set-up, waits, failures, watchdog) and `nccl` (the NCCL calls),
+//! `coll` (the `*_device` collectives, which choose between them).
 
 mod coll;
 mod exec;
 mod mem;
 mod nccl;
+mod nccl_comm;
+mod nccl_lib;
 
 pub use coll::OnStream;
 #[allow(deprecated)]
@@ -54,6 +57,7 @@ pub use mem::{
     stream_synchronize,
 };
 pub(crate) use mem::{backend, check_range, dev_err, region_of};
+pub use nccl_comm::{NcclStats, nccl_stats};
 
 use crate::{CommError, Result};
 use mem::launch_rank;

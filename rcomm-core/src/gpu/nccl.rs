@@ -6,178 +6,54 @@
 //! never a panic. cudarc's NCCL bindings are not used: their loader panics on a missing symbol
 //! and does not look for `libnccl.so.2`. NCCL 2.10 or newer is required (bf16, `ncclAvg`).
 //!
-//! **The NCCL communicator** of an rcomm communicator is made at its first NCCL collective, so
-//! that call is where NCCL's set-up happens on every rank: each rank says (a host all-reduce)
-//! whether it can take part — libnccl loaded, the CUDA backend — so that no rank waits in
-//! `ncclCommInitRank` for one that will never come; rank 0 makes the unique id, rcomm's host
-//! broadcast carries it, every rank calls `ncclCommInitRank` on the device of its stream. It is
-//! kept as an attribute of the communicator (not copied by `dup`, which makes its own), so it
-//! is destroyed when the communicator's last handle goes, and it stays bound to that device.
-//! The grouped point-to-point call cannot set it up (only two ranks call it):
-//! [`Communicator::nccl_setup`] or any NCCL collective must come first.
+//! **Choice.** `RCOMM_GPU_BACKEND=nccl` forces NCCL, `rcomm` forbids it, and `auto` (the
+//! default) lets each communicator's ranks agree at its first device collective (an
+//! allgather of "libnccl usable here" and the device's UUID): NCCL when it is usable on every
+//! rank and no two ranks share a GPU, rcomm's own collectives otherwise; the answer is kept
+//! per communicator and logged once per process. Reductions NCCL lacks stay rcomm's under
+//! `auto`.
 //!
-//! **Ordering.** Every call enqueues on the caller's stream, after the work already there, and
-//! waits on the host for that stream before returning: complete on return, as rcomm's plain
-//! device calls are, and stream-ordered as the `*_on` ones. The wait is `cuStreamSynchronize`:
-//! a peer that dies mid-call is for NCCL's own timeouts to notice, not rcomm's watchdog.
-//! Calls on one communicator from several threads are serialised (NCCL forbids concurrent
-//! calls on one communicator).
+//! **The NCCL communicator** of an rcomm communicator is made at its first NCCL collective
+//! (each rank says whether it can take part, so that none waits for one that will never come;
+//! rank 0 makes the unique id, rcomm's host broadcast carries it) by
+//! `ncclCommInitRankConfig` with `blocking = 0`, polled under `RCOMM_TIMEOUT`; or, for a
+//! communicator made by `split`, `create`, `dup` or a mesh dimension from one that has an NCCL
+//! communicator, by `ncclCommSplit` of the parent's (ranks outside pass `NCCL_SPLIT_NOCOLOR`).
+//! It is kept as an attribute of the communicator (not copied: the split makes the child's),
+//! destroyed — or aborted, after a failure — when the communicator's last handle goes. See
+//! `nccl_comm` for its failures, waits and watchdog.
+//!
+//! **Ordering.** Every call enqueues on a stream after the work already there. The
+//! stream-ordered calls (`on_stream`, `*_device_on`) enqueue on the caller's stream and
+//! return: no host wait. The plain calls enqueue on the executor's stream and then wait for an
+//! event recorded after the operation — by polling, never `cuStreamSynchronize`, so a lost
+//! peer, a revocation or the deadline ends the wait. Calls on one communicator from several
+//! threads are serialised (NCCL forbids concurrent calls on one communicator).
 //!
 //! **Results** are NCCL's: reductions do not follow `RCOMM_DETERMINISTIC`'s canonical order,
 //! float `Min`/`Max` treat NaN as NCCL does, `Avg` rounds as NCCL does. Element types NCCL
 //! lacks (i16, u16) and the bitwise ops are refused, naming them.
 //!
-//! Written without a GPU: never run against a real libnccl.
+//! Written without a GPU: run only against the tests' stand-in libnccl (`rcomm-nccl-standin`,
+//! host memory for device memory), never against a real libnccl or on a capturing stream.
 
 use super::mem::{Stream, backend, dev_err};
+use super::nccl_comm::{Failure, NcclComm, await_ready, count_call};
+use super::nccl_lib::{
+    IN_PROGRESS, Lib, NCCL_UINT8, NcclConfig, Raw, SPLIT_NOCOLOR, UniqueId, lib, result_text,
+    version_text,
+};
 use crate::attr::{AttrCopy, Keyval};
 use crate::{CommError, Communicator, Result, fr};
 use rcomm_kernels::{Dtype, Op};
-use rcomm_runtime::os::dl_error;
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::ffi::c_int;
+#[cfg(feature = "cuda")]
+use std::sync::Mutex;
+use std::sync::{Arc, OnceLock};
 
-/// `ncclComm_t` and `cudaStream_t`: opaque pointers.
-type Raw = *mut c_void;
-
-/// `ncclUniqueId`: 128 bytes, passed by value.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct UniqueId([u8; 128]);
-
-/// `ncclDataType_t` of bytes, for the calls that move bytes without reducing them.
-const NCCL_UINT8: c_int = 1;
-
-// NCCL's entry points as nccl.h declares them (enums are C ints).
-type VersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
-type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
-type LastErrorFn = unsafe extern "C" fn(Raw) -> *const c_char;
-type UniqueIdFn = unsafe extern "C" fn(*mut UniqueId) -> c_int;
-type InitRankFn = unsafe extern "C" fn(*mut Raw, c_int, UniqueId, c_int) -> c_int;
-type DestroyFn = unsafe extern "C" fn(Raw) -> c_int;
-/// `ncclAllReduce`, `ncclReduceScatter`: send, recv, count, type, op, comm, stream.
-type ReduceAllFn = unsafe extern "C" fn(*const c_void, Raw, usize, c_int, c_int, Raw, Raw) -> c_int;
-/// `ncclBroadcast`: send, recv, count, type, root, comm, stream.
-type BroadcastFn = ReduceAllFn;
-/// `ncclReduce`: send, recv, count, type, op, root, comm, stream.
-type ReduceFn =
-    unsafe extern "C" fn(*const c_void, Raw, usize, c_int, c_int, c_int, Raw, Raw) -> c_int;
-type AllGatherFn = unsafe extern "C" fn(*const c_void, Raw, usize, c_int, Raw, Raw) -> c_int;
-type SendFn = unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Raw, Raw) -> c_int;
-type RecvFn = unsafe extern "C" fn(Raw, usize, c_int, c_int, Raw, Raw) -> c_int;
-type GroupFn = unsafe extern "C" fn() -> c_int;
-
-/// The entry points rcomm uses, resolved once.
-struct Lib {
-    /// `ncclGetVersion`'s code (e.g. 22105 for 2.21.5).
-    version: c_int,
-    error_string: ErrorStringFn,
-    /// Absent before NCCL 2.13: errors then carry the result code's text only.
-    last_error: Option<LastErrorFn>,
-    unique_id: UniqueIdFn,
-    init_rank: InitRankFn,
-    destroy: DestroyFn,
-    all_reduce: ReduceAllFn,
-    broadcast: BroadcastFn,
-    reduce: ReduceFn,
-    all_gather: AllGatherFn,
-    reduce_scatter: ReduceAllFn,
-    send: SendFn,
-    recv: RecvFn,
-    group_start: GroupFn,
-    group_end: GroupFn,
-}
-
-/// Where NCCL is looked for, in order.
-const LIB_NAMES: &[&str] = &["libnccl.so.2", "libnccl.so"];
-
-/// The oldest NCCL accepted (2.10.0 in `ncclGetVersion`'s code).
-const MIN_VERSION: c_int = 21000;
-
-fn version_text(v: c_int) -> String {
-    // Codes below 2.9 were major*1000 + minor*100 + patch.
-    if v >= 10000 {
-        format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
-    } else {
-        format!("{}.{}.{}", v / 1000, v / 100 % 10, v % 100)
-    }
-}
-
-/// Opens the first of `names` that loads and resolves every entry; the reason otherwise.
-fn open(names: &[&str]) -> std::result::Result<Lib, String> {
-    let mut tried = Vec::new();
-    for name in names {
-        let Ok(c) = CString::new(*name) else { continue };
-        // SAFETY: dlopen runs NCCL's initialisers, which only set up its own state. The
-        // handle is kept for the process: the entry points below point into it.
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if h.is_null() {
-            tried.push(dl_error());
-            continue;
-        }
-        return resolve(h, name);
-    }
-    Err(format!(
-        "libnccl could not be loaded ({})",
-        tried.join("; ")
-    ))
-}
-
-fn resolve(h: *mut c_void, name: &str) -> std::result::Result<Lib, String> {
-    let find = |sym: &CStr| {
-        // SAFETY: looking a symbol up calls nothing.
-        let p = unsafe { libc::dlsym(h, sym.as_ptr()) };
-        (!p.is_null()).then_some(p)
-    };
-    macro_rules! need {
-        ($sym:literal, $t:ty) => {{
-            let p = find($sym).ok_or_else(|| {
-                format!(
-                    "{name} has no {} (NCCL older than 2.10?)",
-                    $sym.to_string_lossy()
-                )
-            })?;
-            // SAFETY: nccl.h declares the symbol with this signature (checked by hand against
-            // the headers of 2.10 to 2.2x).
-            unsafe { std::mem::transmute::<*mut c_void, $t>(p) }
-        }};
-    }
-    let get_version = need!(c"ncclGetVersion", VersionFn);
-    let mut version: c_int = 0;
-    // SAFETY: writes one int.
-    if unsafe { get_version(&mut version) } != 0 || version < MIN_VERSION {
-        return Err(format!(
-            "{name} is NCCL {}; rcomm needs 2.10 or newer",
-            version_text(version)
-        ));
-    }
-    Ok(Lib {
-        version,
-        error_string: need!(c"ncclGetErrorString", ErrorStringFn),
-        last_error: find(c"ncclGetLastError").map(|p| {
-            // SAFETY: as in `need!`: `const char* ncclGetLastError(ncclComm_t)`.
-            unsafe { std::mem::transmute::<*mut c_void, LastErrorFn>(p) }
-        }),
-        unique_id: need!(c"ncclGetUniqueId", UniqueIdFn),
-        init_rank: need!(c"ncclCommInitRank", InitRankFn),
-        destroy: need!(c"ncclCommDestroy", DestroyFn),
-        all_reduce: need!(c"ncclAllReduce", ReduceAllFn),
-        broadcast: need!(c"ncclBroadcast", BroadcastFn),
-        reduce: need!(c"ncclReduce", ReduceFn),
-        all_gather: need!(c"ncclAllGather", AllGatherFn),
-        reduce_scatter: need!(c"ncclReduceScatter", ReduceAllFn),
-        send: need!(c"ncclSend", SendFn),
-        recv: need!(c"ncclRecv", RecvFn),
-        group_start: need!(c"ncclGroupStart", GroupFn),
-        group_end: need!(c"ncclGroupEnd", GroupFn),
-    })
-}
-
-fn lib() -> std::result::Result<&'static Lib, &'static str> {
-    static LIB: OnceLock<std::result::Result<Lib, String>> = OnceLock::new();
-    LIB.get_or_init(|| open(LIB_NAMES))
-        .as_ref()
-        .map_err(String::as_str)
+thread_local! {
+    /// A call of this thread answered `ncclInProgress` since the flag was last taken.
+    static IN_PROGRESS_SEEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The error of a process where NCCL is not usable, with what to do about it.
@@ -194,11 +70,21 @@ fn unusable(op: &'static str, rank: u32, why: &str) -> CommError {
     }
 }
 
-/// Whether device collectives go to NCCL (`RCOMM_GPU_BACKEND=nccl`). Says nothing about
-/// whether NCCL loads: the calls report that, so that a misconfigured job fails instead of
-/// silently running something else.
+/// Whether device collectives are forced to NCCL (`RCOMM_GPU_BACKEND=nccl`). Says nothing
+/// about whether NCCL loads: the calls report that, so that a misconfigured job fails instead
+/// of silently running something else.
 pub(crate) fn nccl_enabled() -> bool {
     rcomm_runtime::config::gpu_backend() == rcomm_runtime::config::GpuBackend::Nccl
+}
+
+/// Whether NCCL may run device collectives at all (`nccl` or `auto`).
+pub(crate) fn nccl_allowed() -> bool {
+    rcomm_runtime::config::gpu_backend() != rcomm_runtime::config::GpuBackend::Rcomm
+}
+
+/// Whether NCCL has this reduction (under `auto` the others stay rcomm's).
+pub(crate) fn nccl_reduces(dtype: Dtype, op: Op) -> bool {
+    nccl_type(dtype).is_some() && nccl_op(op).is_some()
 }
 
 fn nccl_type(d: Dtype) -> Option<c_int> {
@@ -247,6 +133,11 @@ fn reduction(op: &'static str, rank: u32, dtype: Dtype, red: Op) -> Result<(c_in
 #[cfg(feature = "cuda")]
 fn make_current(op: &'static str, rank: u32, device: u32) -> Result<()> {
     use cudarc::driver::sys as cu;
+    use std::sync::PoisonError;
+    if !matches!(backend(op, rank)?, rcomm_transport::gpu::Gpu::Cuda(_)) {
+        // The stand-in device has no context to make current.
+        return Ok(());
+    }
     static CTX: Mutex<Vec<(u32, usize)>> = Mutex::new(Vec::new());
     let fail = |call: &str, r: cu::CUresult| CommError::Device {
         op,
@@ -297,28 +188,14 @@ fn make_current(op: &'static str, rank: u32, device: u32) -> Result<()> {
 
 #[cfg(not(feature = "cuda"))]
 fn make_current(op: &'static str, rank: u32, _device: u32) -> Result<()> {
+    if matches!(backend(op, rank)?, rcomm_transport::gpu::Gpu::StandIn(_)) {
+        return Ok(());
+    }
     Err(CommError::Device {
         op,
         rank,
         why: "rcomm was built without its cuda feature: NCCL needs the CUDA driver".into(),
     })
-}
-
-/// One NCCL communicator, destroyed with the rcomm communicator holding it.
-struct NcclComm {
-    /// The `ncclComm_t`; the lock is held for each call.
-    raw: Mutex<usize>,
-    device: u32,
-    lib: &'static Lib,
-}
-
-impl Drop for NcclComm {
-    fn drop(&mut self) {
-        let raw = *self.raw.get_mut().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: a communicator made by ncclCommInitRank, destroyed once; every call on it
-        // waited for its stream, so no work of it is pending.
-        unsafe { (self.lib.destroy)(raw as Raw) };
-    }
 }
 
 fn comm_key() -> &'static Keyval<Arc<NcclComm>> {
@@ -327,27 +204,22 @@ fn comm_key() -> &'static Keyval<Arc<NcclComm>> {
 }
 
 /// NCCL's result `r` of `call` as rcomm's error, with NCCL's own words for it.
+/// `ncclInProgress` is no error: the caller polls the communicator before relying on it.
 fn check(lib: &Lib, comm: Raw, op: &'static str, rank: u32, call: &str, r: c_int) -> Result<()> {
+    // Every NCCL call rcomm makes for an operation passes here once: the budget tests count
+    // them.
+    count_call();
     if r == 0 {
         return Ok(());
     }
-    let text = |p: *const c_char| {
-        // SAFETY: NCCL returns static or per-communicator NUL-terminated strings, or null.
-        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-    };
-    // SAFETY: plain NCCL calls on a result code / a live communicator (or null).
-    let what = text(unsafe { (lib.error_string)(r) }).unwrap_or_else(|| "unknown error".into());
-    let last = lib
-        .last_error
-        .and_then(|f| text(unsafe { f(comm) }))
-        .filter(|s| !s.is_empty());
+    if r == IN_PROGRESS {
+        IN_PROGRESS_SEEN.with(|f| f.set(true));
+        return Ok(());
+    }
     Err(CommError::Device {
         op,
         rank,
-        why: match last {
-            Some(l) => format!("{call} failed: {what} (NCCL result {r}): {l}"),
-            None => format!("{call} failed: {what} (NCCL result {r})"),
-        },
+        why: format!("{call} failed: {}", result_text(lib, comm, r)),
     })
 }
 
@@ -360,7 +232,101 @@ pub(crate) struct NcclPeerBuf {
     pub peer: u32,
 }
 
+thread_local! {
+    /// The caller's stream of the stream-ordered call this thread is in, while NCCL takes it.
+    static CALLER: std::cell::Cell<Option<Stream>> = const { std::cell::Cell::new(None) };
+}
+
+/// The caller's stream of the stream-ordered call this thread is in, when NCCL runs it.
+pub(super) fn caller_stream() -> Option<Stream> {
+    CALLER.with(std::cell::Cell::get)
+}
+
+/// Sets [`caller_stream`] for one call.
+pub(super) struct CallerScope(Option<Stream>);
+
+impl CallerScope {
+    pub(super) fn enter(s: Stream) -> Self {
+        Self(CALLER.with(|c| c.replace(Some(s))))
+    }
+}
+
+impl Drop for CallerScope {
+    fn drop(&mut self) {
+        CALLER.with(|c| c.set(self.0));
+    }
+}
+
+/// libnccl, if it can serve this process's device backend: a real NCCL needs the CUDA
+/// backend, the tests' stand-in libnccl the stand-in device.
+pub(super) fn usable_lib(op: &'static str, me: u32) -> Result<&'static Lib> {
+    let lib = lib().map_err(|why| unusable(op, me, why))?;
+    let g = backend(op, me)?;
+    if (g.backend_name() == "cuda") == lib.standin {
+        return Err(CommError::Device {
+            op,
+            rank: me,
+            why: if lib.standin {
+                "the libnccl loaded is rcomm's test stand-in, which cannot run on a real GPU".into()
+            } else {
+                format!(
+                    "NCCL needs CUDA device memory; the device backend is the {} \
+                     (RCOMM_GPU_STANDIN=1)",
+                    g.backend_name()
+                )
+            },
+        });
+    }
+    Ok(lib)
+}
+
+pub(super) fn choice_key() -> &'static Keyval<bool> {
+    static KEY: OnceLock<Keyval<bool>> = OnceLock::new();
+    KEY.get_or_init(|| Keyval::new(AttrCopy::Never))
+}
+
+/// Polls a communicator whose calls answered `ncclInProgress`, so work recorded after them
+/// follows them (a non-blocking communicator may enqueue in the background).
+fn settle(comm: &NcclComm, op: &'static str, me: u32) -> Result<()> {
+    if !IN_PROGRESS_SEEN.with(|f| f.replace(false)) {
+        return Ok(());
+    }
+    await_ready(comm.lib, comm.raw(), op, me, "").map_err(|e| {
+        let f = comm.fail(Failure::Nccl(e.to_string()));
+        f.error(op, me)
+    })
+}
+
 impl Communicator {
+    /// This communicator's members as world ranks, in rank order.
+    fn member_ranks(&self) -> Vec<u32> {
+        (0..self.size())
+            .map(|r| self.world_rank(r).unwrap_or(u32::MAX))
+            .collect()
+    }
+
+    /// Whether NCCL runs this communicator's device collectives: forced by
+    /// `RCOMM_GPU_BACKEND`, or under `auto` agreed by its ranks at the first call (collective
+    /// then; see the module's documentation) and kept.
+    pub(crate) fn nccl_serves(&self, op: &'static str, device: u32) -> Result<bool> {
+        use rcomm_runtime::config::GpuBackend;
+        match rcomm_runtime::config::gpu_backend() {
+            GpuBackend::Rcomm => return Ok(false),
+            GpuBackend::Nccl => return Ok(true),
+            GpuBackend::Auto => {}
+        }
+        if let Some(b) = self.get_attr(choice_key()) {
+            return Ok(b);
+        }
+        if self.size() < 2 {
+            // Alone: nobody to agree with.
+            let serves = usable_lib(op, self.world_me()).is_ok();
+            self.set_attr(choice_key(), serves);
+            return Ok(serves);
+        }
+        self.device_agreement(op, device).map(|(_, serves)| serves)
+    }
+
     /// This communicator's NCCL communicator on `device`, made now if it has none (collective:
     /// see the module's documentation).
     fn nccl_comm(&self, op: &'static str, device: u32) -> Result<Arc<NcclComm>> {
@@ -379,20 +345,8 @@ impl Communicator {
             }
             return Ok(c);
         }
-        let local = (|| {
-            let lib = lib().map_err(|why| unusable(op, me, why))?;
-            let g = backend(op, me)?;
-            if g.backend_name() != "cuda" {
-                return Err(CommError::Device {
-                    op,
-                    rank: me,
-                    why: format!(
-                        "NCCL needs CUDA device memory; the device backend is the {} \
-                         (RCOMM_GPU_STANDIN=1)",
-                        g.backend_name()
-                    ),
-                });
-            }
+        let local: Result<(&Lib, UniqueId)> = (|| {
+            let lib = usable_lib(op, me)?;
             make_current(op, me, device)?;
             let mut id = UniqueId([0; 128]);
             if self.rank() == 0 {
@@ -417,16 +371,31 @@ impl Communicator {
         self.bcast(&mut id.0[..], 0)?;
         make_current(op, me, device)?;
         let mut raw: Raw = std::ptr::null_mut();
-        // SAFETY: writes one communicator handle; every rank passes the same id and size and
-        // its own rank.
-        let r =
-            unsafe { (lib.init_rank)(&mut raw, self.size() as c_int, id, self.rank() as c_int) };
-        check(lib, raw, op, me, "ncclCommInitRank", r)?;
-        let c = Arc::new(NcclComm {
-            raw: Mutex::new(raw as usize),
+        let (n, r) = (self.size() as c_int, self.rank() as c_int);
+        match lib.init_rank_config {
+            Some(init) => {
+                let mut cfg = NcclConfig::nonblocking();
+                // SAFETY: writes one communicator handle; every rank passes the same id and
+                // size and its own rank; the config is read during the call.
+                let rc = unsafe { init(&mut raw, n, id, r, &mut cfg) };
+                check(lib, raw, op, me, "ncclCommInitRankConfig", rc)?;
+                IN_PROGRESS_SEEN.with(|f| f.set(false));
+                await_ready(lib, raw, op, me, &fr::comm_label(self.ctx()))?;
+            }
+            None => {
+                // SAFETY: as above, blocking (NCCL before 2.14).
+                let rc = unsafe { (lib.init_rank)(&mut raw, n, id, r) };
+                check(lib, raw, op, me, "ncclCommInitRank", rc)?;
+            }
+        }
+        let c = NcclComm::new(
+            raw,
             device,
             lib,
-        });
+            self.ctx(),
+            self.member_ranks(),
+            self.shared(),
+        );
         self.set_attr(comm_key(), c.clone());
         rcomm_runtime::rlog!(
             Info,
@@ -439,22 +408,125 @@ impl Communicator {
         Ok(c)
     }
 
-    /// Runs `enqueue` (NCCL calls on the communicator and stream it is given) under the
-    /// communicator's lock, then waits for the stream.
+    /// Gives `child` (made by `split`, `create` or `dup` of this communicator; `None` on the
+    /// ranks outside it) an NCCL communicator split off this one's, if this one has one.
+    /// Collective over this communicator, as those calls are.
+    pub(crate) fn nccl_split_into(&self, child: Option<&Communicator>) -> Result<()> {
+        let Some(parent) = self.get_attr(comm_key()) else {
+            return Ok(());
+        };
+        const OP: &str = "split";
+        let me = self.world_me();
+        if let Some(f) = parent.failed() {
+            return Err(f.error(OP, me));
+        }
+        let lib = parent.lib;
+        // Equal on the members of one child and apart between children: the world rank of
+        // the child's rank 0.
+        let (color, key) = match child {
+            Some(c) => (c.world_rank(0)? as c_int, c.rank() as c_int),
+            None => (SPLIT_NOCOLOR, 0),
+        };
+        let Some(split) = lib.split else {
+            // NCCL before 2.18: the child makes its own at its first NCCL collective.
+            return Ok(());
+        };
+        make_current(OP, me, parent.device)?;
+        let mut raw: Raw = std::ptr::null_mut();
+        let mut cfg = NcclConfig::nonblocking();
+        {
+            let _one = parent.calls.lock().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: a live parent; writes one handle (null for NOCOLOR); every rank of the
+            // parent calls it, as rcomm's split is collective over the parent.
+            let rc = unsafe { split(parent.raw(), color, key, &mut raw, &mut cfg) };
+            check(lib, parent.raw(), OP, me, "ncclCommSplit", rc)?;
+        }
+        IN_PROGRESS_SEEN.with(|f| f.set(false));
+        let Some(child) = child else {
+            return Ok(());
+        };
+        await_ready(lib, raw, OP, me, &fr::comm_label(child.ctx()))?;
+        super::nccl_comm::SPLITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let c = NcclComm::new(
+            raw,
+            parent.device,
+            lib,
+            child.ctx(),
+            child.member_ranks(),
+            child.shared(),
+        );
+        child.set_attr(comm_key(), c);
+        // A part of a communicator NCCL served has a GPU per rank too.
+        child.set_attr(choice_key(), true);
+        rcomm_runtime::rlog!(
+            Info,
+            "COLL",
+            "NCCL communicator of {} ranks on comm {} split off comm {}",
+            child.size(),
+            fr::comm_label(child.ctx()),
+            fr::comm_label(self.ctx())
+        );
+        Ok(())
+    }
+
+    /// Enqueues an NCCL operation (`enqueue`: its calls on the communicator and stream it is
+    /// given) on `stream`. On the caller's stream of a stream-ordered call it returns at once,
+    /// the watchdog tracking the work; otherwise it waits for the work by polling (see
+    /// `nccl_comm`).
     fn nccl_run(
         &self,
         op: &'static str,
         comm: &NcclComm,
         stream: Stream,
+        chk: Option<crate::Tag>,
         enqueue: impl FnOnce(&Lib, Raw, Raw) -> Result<()>,
     ) -> Result<()> {
         let me = self.world_me();
-        let raw = comm.raw.lock().unwrap_or_else(PoisonError::into_inner);
-        make_current(op, me, comm.device)?;
-        enqueue(comm.lib, *raw as Raw, stream.raw as Raw)?;
-        backend(op, me)?
-            .stream_wait_host(stream)
-            .map_err(dev_err(op, me))
+        if let Some(f) = comm.failed() {
+            return Err(f.error(op, me));
+        }
+        let on_caller = caller_stream() == Some(stream);
+        let seq = comm.next_seq();
+        fr::set_device_op(self.ctx(), stream.raw, seq);
+        {
+            let _one = comm.calls.lock().unwrap_or_else(|p| p.into_inner());
+            make_current(op, me, comm.device)?;
+            IN_PROGRESS_SEEN.with(|f| f.set(false));
+            enqueue(comm.lib, comm.raw(), stream.raw as Raw)?;
+            settle(comm, op, me)?;
+        }
+        let g = backend(op, me)?;
+        // A caller's stream captured into a CUDA graph: the graph's launch runs the work
+        // later; no event can be polled for it now.
+        if on_caller && g.stream_is_capturing(stream).map_err(dev_err(op, me))? {
+            return Ok(());
+        }
+        let ev = g.event_record(stream).map_err(dev_err(op, me))?;
+        if on_caller {
+            comm.track(ev, op, seq);
+            return Ok(());
+        }
+        // Checked mode: another rank's signature may prove this call wrong while it runs.
+        let checked = |t: crate::Tag| {
+            let failed = {
+                let mut e = self.shared().lock();
+                e.progress();
+                self.check_failed(&e, t)
+            };
+            failed.then(|| self.check_error(t))
+        };
+        // A timeout names the collective by its number on the communicator, as rcomm's own
+        // do (the record beside it has NCCL's number).
+        let coll_seq = fr::current()
+            .filter(|h| h.ctx() == self.ctx())
+            .map_or(seq, |h| h.seq());
+        let checked = chk.map(|t| move || checked(t));
+        let checked = checked
+            .as_ref()
+            .map(|f| f as &dyn Fn() -> Option<CommError>);
+        let r = comm.wait(g, &ev, op, coll_seq, me, checked);
+        let _ = g.event_destroy(ev);
+        r
     }
 
     /// One NCCL collective, recorded by the flight recorder as rcomm's own are (algorithm
@@ -477,12 +549,35 @@ impl Communicator {
         }
         let comm = self.nccl_comm(op, stream.device)?;
         let _fr = fr::Scope::enter();
-        // NCCL chooses its own algorithm: the record names none.
+        // NCCL chooses its own algorithm: the record says `nccl` (with NCCL's operation number
+        // and the stream, set when it is enqueued).
         fr::begin_coll(self.ctx(), op, None, bytes, codes);
         if let Some(r) = root {
             fr::set_root(self.ctx(), r);
         }
-        let res = self.nccl_run(op, &comm, stream, enqueue);
+        // Checked mode: the signature is recorded and passed on before anything is enqueued
+        // (a communicator that failed a check fails here at once).
+        let kind = {
+            use crate::coll::check::Kind;
+            match op {
+                "allreduce" => Kind::Allreduce,
+                "bcast" => Kind::Bcast,
+                "reduce" => Kind::Reduce,
+                "allgather" => Kind::Allgather,
+                "reduce_scatter" => Kind::ReduceScatter,
+                "alltoall" => Kind::Alltoall,
+                _ => Kind::Unknown,
+            }
+        };
+        let mut call = crate::coll::check::Call::new(kind).elem(1).count(bytes);
+        (call.dtype, call.op) = codes;
+        if let Some(r) = root {
+            call = call.root(r);
+        }
+        self.check_note(call);
+        let res = self
+            .check_composite(true)
+            .and_then(|chk| self.nccl_run(op, &comm, stream, chk.map(|c| c.0), enqueue));
         fr::end_coll(self.ctx(), &res);
         res
     }
@@ -491,6 +586,12 @@ impl Communicator {
     /// needed before [`nccl_group`](Self::nccl_group) when no NCCL collective ran yet.
     pub(crate) fn nccl_setup(&self, device: u32) -> Result<()> {
         self.nccl_comm("setup", device).map(drop)
+    }
+
+    /// Whether this communicator has its NCCL communicator already (the grouped
+    /// point-to-point call under `auto` uses NCCL only then: it cannot make one).
+    pub(crate) fn has_nccl_comm(&self) -> bool {
+        self.get_attr(comm_key()).is_some()
     }
 
     /// All-reduce of `count` elements of `dtype` from device memory `send` into `recv` (the
@@ -675,7 +776,7 @@ impl Communicator {
             });
         }
         let _nvtx = crate::nvtx::Range::new(op);
-        self.nccl_run(op, &comm, stream, |lib, c, s| {
+        self.nccl_run(op, &comm, stream, None, |lib, c, s| {
             grouped(lib, c, op, me, |lib| {
                 for b in sends {
                     // SAFETY: a device range of `bytes` the caller checked.
@@ -720,6 +821,7 @@ fn grouped(
 
 #[cfg(test)]
 mod tests {
+    use super::super::nccl_lib::open;
     use super::*;
 
     #[test]
@@ -802,6 +904,23 @@ mod tests {
         // The set-up's agreement ran (every rank says whether it can) and left no record
         // open on this thread.
         assert_eq!(fr::current(), None);
+    }
+
+    #[test]
+    fn the_test_stand_in_is_loaded_only_when_rcomm_nccl_lib_names_it() {
+        // Next to this test binary when the tests crate built rcomm-nccl-standin.
+        let Some(p) = std::env::current_exe()
+            .ok()
+            .and_then(|e| Some(e.parent()?.join("libnccl.so")))
+            .filter(|p| p.is_file())
+        else {
+            return; // Not built in this target directory: nothing to refuse.
+        };
+        let why = match open(&[p.to_str().expect("utf-8")]) {
+            Err(w) => w,
+            Ok(_) => panic!("the stand-in loaded by a default name"),
+        };
+        assert!(why.contains("rcomm's test stand-in"), "{why}");
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!   invalidated when the allocation is freed), and import of a peer's key (cached per peer and
 //!   allocation); how depends on the allocation's kind ([`AllocKind`]): a legacy IPC handle in
 //!   the key, or a file descriptor handed over the local channel ([`fdshare`]);
-//! - streams for the stream-ordered calls;
+//! - streams for the stream-ordered calls, and events on them to poll or wait for with a
+//!   deadline (the NCCL engine enqueues without waiting and polls);
 //! - for the device executor of the collectives: a device-to-device copy and a kernel launch
 //!   ordered on a stream (the stand-in runs host functions there instead: see
 //!   [`standin_enqueue`]).
@@ -26,8 +27,13 @@ pub mod cache;
 mod driver;
 pub mod fdshare;
 mod standin;
+mod stream;
+
+pub use stream::{HostFn, STREAM_MAGIC, StreamAbi};
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// A device failure, naming the call and the device.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -108,6 +114,34 @@ pub struct Stream {
     pub raw: u64,
 }
 
+/// An event recorded on a stream ([`Gpu::event_record`]): done once the work queued on the
+/// stream before it is. Give it back with [`Gpu::event_destroy`].
+#[derive(Debug)]
+pub struct Event {
+    /// Device ordinal.
+    pub device: u32,
+    /// Backend handle (a `CUevent`; the stand-in's event id).
+    pub(crate) handle: u64,
+}
+
+/// Process-wide: [`GpuStats::host_waits`], [`GpuStats::launches`], [`GpuStats::driver_calls`].
+/// Counted here, above the backends, so both count alike.
+static COUNTS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+fn count(i: usize) {
+    COUNTS[i].fetch_add(1, Ordering::Relaxed);
+}
+
+/// A blocking host wait (stream, event, synchronous copy).
+fn count_wait() {
+    count(0);
+}
+
+/// Work queued on a stream (a kernel, a copy, a host function).
+fn count_launch() {
+    count(1);
+}
+
 /// Counters of the device layer (tests and `gpu-check` assert them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GpuStats {
@@ -126,6 +160,14 @@ pub struct GpuStats {
     pub ipc_bytes: u64,
     /// Bytes copied device to host and host to device (eager and chunk staging).
     pub staged_bytes: u64,
+    /// Blocking waits of the host: on a stream, an event, a synchronous copy, an
+    /// asynchronous copy's finish (process-wide, both backends).
+    pub host_waits: u64,
+    /// Work queued on streams: kernels, stream-ordered copies, host functions (also those a C
+    /// library queues through [`StreamAbi`]).
+    pub launches: u64,
+    /// Calls into the device backend of any kind (through [`Gpu`]'s methods).
+    pub driver_calls: u64,
     /// Allocations first exported by file descriptor (VMM and pool memory).
     pub fd_exports: u64,
     /// Peer allocations imported by file descriptor (mapped).
@@ -242,11 +284,13 @@ pub fn use_standin() -> Result<&'static Gpu, GpuError> {
         .map_err(Clone::clone)
 }
 
-/// Queues the host function `f` on stream `s` of the stand-in: it runs, in order with what was
-/// queued before it, when the stream is waited for ([`Gpu::stream_wait_host`]). Lets tests
-/// prove that a stream-ordered call waits for work queued before it.
+/// Queues the host function `f` on stream `s` of the stand-in: the stream's worker thread runs
+/// it after what was queued before it, as a GPU runs a stream's work. Lets tests prove that a
+/// stream-ordered call waits (or does not wait) for work queued before it.
 /// [`GpuError::Invalid`] when the backend is not the stand-in.
 pub fn standin_enqueue(s: Stream, f: Box<dyn FnOnce() + Send>) -> Result<(), GpuError> {
+    count(2);
+    count_launch();
     match gpu()? {
         Gpu::StandIn(g) => g.enqueue(s, f),
         Gpu::Cuda(_) => Err(GpuError::Invalid(
@@ -261,12 +305,13 @@ pub fn gpu_if_present() -> Option<&'static Gpu> {
 }
 
 macro_rules! both {
-    ($self:ident, $g:ident => $e:expr) => {
+    ($self:ident, $g:ident => $e:expr) => {{
+        count(2);
         match $self {
             Gpu::Cuda($g) => $e,
             Gpu::StandIn($g) => $e,
         }
-    };
+    }};
 }
 
 impl Gpu {
@@ -316,16 +361,19 @@ impl Gpu {
 
     /// Copies `dst.len()` bytes of device memory at `src` to the host, waiting for it.
     pub fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> Result<(), GpuError> {
+        count_wait();
         both!(self, g => g.copy_dtoh(dst, src))
     }
 
     /// Copies `src` to device memory at `dst`, waiting for it.
     pub fn copy_htod(&self, dst: u64, src: &[u8]) -> Result<(), GpuError> {
+        count_wait();
         both!(self, g => g.copy_htod(dst, src))
     }
 
     /// Copies `len` bytes between device addresses of this process, waiting for it.
     pub fn copy_dtod(&self, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
+        count_wait();
         both!(self, g => g.copy_dtod(dst, src, len))
     }
 
@@ -400,6 +448,7 @@ impl Gpu {
 
     /// Waits for the copy and releases it.
     pub fn finish(&self, p: Pending) -> Result<(), GpuError> {
+        count_wait();
         both!(self, g => g.finish(p))
     }
 
@@ -421,12 +470,58 @@ impl Gpu {
     /// Waits on the host until the work enqueued on `s` so far is done (an event recorded on
     /// `s` and waited for, so later work on `s` is not waited for).
     pub fn stream_wait_host(&self, s: Stream) -> Result<(), GpuError> {
+        count_wait();
         both!(self, g => g.stream_wait_host(s))
+    }
+
+    /// Whether all work queued on `s` so far is done; never blocks.
+    pub fn stream_query(&self, s: Stream) -> Result<bool, GpuError> {
+        both!(self, g => g.stream_query(s))
+    }
+
+    /// Records an event on `s` after the work queued there so far. On CUDA a stream being
+    /// captured into a graph takes no event: [`GpuError::Invalid`] says so.
+    pub fn event_record(&self, s: Stream) -> Result<Event, GpuError> {
+        both!(self, g => g.event_record(s))
+    }
+
+    /// Whether `e`'s work is done; never blocks.
+    pub fn event_query(&self, e: &Event) -> Result<bool, GpuError> {
+        both!(self, g => g.event_query(e))
+    }
+
+    /// Waits on the host for `e` until `deadline`: false when the deadline came first.
+    pub fn event_wait_host(&self, e: &Event, deadline: Instant) -> Result<bool, GpuError> {
+        count_wait();
+        both!(self, g => g.event_wait_host(e, deadline))
+    }
+
+    /// Makes the work queued on `s` from now on wait for `e` (no host wait).
+    pub fn stream_wait_event(&self, s: Stream, e: &Event) -> Result<(), GpuError> {
+        both!(self, g => g.stream_wait_event(s, e))
+    }
+
+    /// Gives an event back.
+    pub fn event_destroy(&self, e: Event) -> Result<(), GpuError> {
+        both!(self, g => g.event_destroy(e))
+    }
+
+    /// Whether `s` is being captured into a CUDA graph (then nothing may wait for it or record
+    /// an event the host polls). Never on the stand-in.
+    pub fn stream_is_capturing(&self, s: Stream) -> Result<bool, GpuError> {
+        match self {
+            Gpu::Cuda(g) => {
+                count(2);
+                g.stream_is_capturing(s)
+            }
+            Gpu::StandIn(_) => Ok(false),
+        }
     }
 
     /// Queues a copy of `len` bytes between device addresses of this process on `s` (it runs
     /// after the work queued on `s` before it; wait with [`stream_wait_host`](Self::stream_wait_host)).
     pub fn copy_dtod_on(&self, s: Stream, dst: u64, src: u64, len: usize) -> Result<(), GpuError> {
+        count_launch();
         both!(self, g => g.copy_dtod_on(s, dst, src, len))
     }
 
@@ -446,6 +541,8 @@ impl Gpu {
         block: u32,
         args: &[u64],
     ) -> Result<(), GpuError> {
+        count(2);
+        count_launch();
         match self {
             Gpu::Cuda(g) => g.launch(s, image, func, grid, block, args),
             Gpu::StandIn(_) => Err(GpuError::Invalid(format!(
@@ -456,7 +553,13 @@ impl Gpu {
 
     /// Counters.
     pub fn stats(&self) -> GpuStats {
-        both!(self, g => g.stats())
+        let mut s = match self {
+            Gpu::Cuda(g) => g.stats(),
+            Gpu::StandIn(g) => g.stats(),
+        };
+        let c = |i: usize| COUNTS[i].load(Ordering::Relaxed);
+        (s.host_waits, s.launches, s.driver_calls) = (c(0), c(1), c(2));
+        s
     }
 }
 

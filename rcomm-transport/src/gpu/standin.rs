@@ -3,18 +3,20 @@
 //! to it), its IPC import reads another process's memory with `process_vm_readv` (or copies
 //! directly when the exporter is this process, as with in-process simulated ranks; or, for the
 //! pool and VMM kinds, maps the exporter's memfd, handed over the local channel), and its
-//! streams are FIFO queues of host functions run by [`StandIn::stream_wait_host`]. It exists
+//! streams are FIFO queues of host functions, each run eagerly by a worker thread of its own
+//! (see `stream`: a C library can queue on them too). It exists
 //! so the protocols that move device memory run under the real engine and transports on
 //! machines without a GPU (`RCOMM_GPU_STANDIN=1`, CI, in-process tests).
 use super::cache::{ExportCache, ImportCache, KeyParts, ShareKind, decode_key, encode_key};
+use super::stream::{StreamObj, default_deadline};
 use super::*;
 use crate::mem::RKey;
 use rcomm_runtime::config::P2pLevel;
 use std::alloc::Layout;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Alignment of stand-in allocations (as `cudaMalloc`'s, at least 256 bytes).
 const ALIGN: usize = 256;
@@ -22,6 +24,19 @@ const ALIGN: usize = 256;
 const TOTAL: usize = 64 << 30;
 /// The stand-in device's UUID (the same in every process, as one GPU shared by a node).
 const UUID: [u8; 16] = *b"rcomm-standin-00";
+
+/// The UUID `devices` reports: [`UUID`], or with `RCOMM_GPU_STANDIN=distinct` one of this
+/// process's own (its pid in the last bytes), so each process looks like it has a GPU of its
+/// own (how the tests reach the paths chosen for one GPU per rank). Copies between processes
+/// still work as between two GPUs with peer access.
+fn reported_uuid() -> [u8; 16] {
+    if !rcomm_runtime::config::gpu_standin_distinct() {
+        return UUID;
+    }
+    let mut u = *b"rcomm-distinct\0\0";
+    u[12..].copy_from_slice(&std::process::id().to_le_bytes());
+    u
+}
 /// Most imports held per process.
 const IMPORT_CAP: usize = 256;
 
@@ -79,8 +94,13 @@ struct State {
     next_pending: u64,
     /// Idle staging buffers.
     pinned: Vec<u64>,
-    streams: HashMap<u64, VecDeque<Job>>,
+    /// Handle (the object's address; 0: the default stream) → stream.
+    streams: HashMap<u64, Arc<StreamObj>>,
+    /// Streams made, for the worker threads' names.
     next_stream: u64,
+    /// Event handle → (its stream, the ticket it waits for).
+    events: HashMap<u64, (Arc<StreamObj>, u64)>,
+    next_event: u64,
     stats: GpuStats,
 }
 
@@ -106,15 +126,15 @@ fn invalid(s: String) -> GpuError {
 
 impl StandIn {
     pub(crate) fn new() -> Self {
-        let mut st = State {
+        let st = State {
             exports: Some(ExportCache::new(4096)),
             imports: Some(ImportCache::new(IMPORT_CAP)),
             next_pending: 1,
             pinned: Vec::new(),
             next_stream: 1,
+            next_event: 1,
             ..State::default()
         };
-        st.streams.insert(0, VecDeque::new());
         Self {
             state: Box::new(Mutex::new(st)),
             p2p: Mutex::new(rcomm_runtime::config::p2p_level()),
@@ -146,7 +166,7 @@ impl StandIn {
         Ok(vec![DeviceInfo {
             ordinal: 0,
             name: "rcomm stand-in (host memory)".into(),
-            uuid: UUID,
+            uuid: reported_uuid(),
             pci_bus_id: "0000:00:00.0".into(),
             total_mem: TOTAL,
             sm_count: 1,
@@ -738,9 +758,11 @@ impl StandIn {
     pub(super) fn stream_create(&self, device: u32) -> Result<Stream, GpuError> {
         Self::check_device(device)?;
         let mut st = self.lock();
-        let raw = st.next_stream;
+        let ordinal = st.next_stream;
         st.next_stream += 1;
-        st.streams.insert(raw, VecDeque::new());
+        let obj = StreamObj::new(ordinal)?;
+        let raw = obj.raw();
+        st.streams.insert(raw, obj);
         Ok(Stream { device, raw })
     }
 
@@ -748,36 +770,113 @@ impl StandIn {
         if s.raw == 0 {
             return Err(invalid("the default stream cannot be destroyed".into()));
         }
-        // Work still queued runs first (as a CUDA stream destroyed with work pending).
-        self.stream_wait_host(s)?;
+        let obj = self.stream(s)?;
         self.lock().streams.remove(&s.raw);
-        Ok(())
+        // Work still queued runs first (as a CUDA stream destroyed with work pending).
+        obj.close(default_deadline())
     }
 
-    /// Queues `f` on `s`; it runs in [`stream_wait_host`](Self::stream_wait_host).
-    pub(crate) fn enqueue(&self, s: Stream, f: Job) -> Result<(), GpuError> {
+    /// The stream object of `s` (the default stream is made on first use).
+    fn stream(&self, s: Stream) -> Result<Arc<StreamObj>, GpuError> {
         Self::check_device(s.device)?;
-        self.lock()
-            .streams
-            .get_mut(&s.raw)
-            .ok_or_else(|| invalid(format!("no stand-in stream {}", s.raw)))?
-            .push_back(f);
-        Ok(())
+        let mut st = self.lock();
+        if let Some(o) = st.streams.get(&s.raw) {
+            return Ok(o.clone());
+        }
+        if s.raw != 0 {
+            return Err(invalid(format!("no stand-in stream 0x{:x}", s.raw)));
+        }
+        let o = StreamObj::new(0)?;
+        st.streams.insert(0, o.clone());
+        Ok(o)
+    }
+
+    /// Queues `f` on `s`; the stream's worker runs it after what was queued before.
+    pub(crate) fn enqueue(&self, s: Stream, f: Job) -> Result<(), GpuError> {
+        self.stream(s)?.push(f).map(drop)
     }
 
     pub(super) fn stream_wait_host(&self, s: Stream) -> Result<(), GpuError> {
-        Self::check_device(s.device)?;
-        // Take what is queued so far; run it without the lock (it may use the device).
-        let jobs = std::mem::take(
-            self.lock()
-                .streams
-                .get_mut(&s.raw)
-                .ok_or_else(|| invalid(format!("no stand-in stream {}", s.raw)))?,
-        );
-        for j in jobs {
-            j();
+        let o = self.stream(s)?;
+        if o.wait_for(o.ticket(), default_deadline())? {
+            Ok(())
+        } else {
+            Err(GpuError::Call {
+                call: "stream_wait_host",
+                device: 0,
+                code: "the stream's work did not finish before the deadline (RCOMM_TIMEOUT)".into(),
+            })
         }
-        Ok(())
+    }
+
+    pub(super) fn stream_query(&self, s: Stream) -> Result<bool, GpuError> {
+        let o = self.stream(s)?;
+        Ok(o.reached(o.ticket()))
+    }
+
+    pub(super) fn event_record(&self, s: Stream) -> Result<Event, GpuError> {
+        let o = self.stream(s)?;
+        let t = o.ticket();
+        let mut st = self.lock();
+        let id = st.next_event;
+        st.next_event += 1;
+        st.events.insert(id, (o, t));
+        Ok(Event {
+            device: s.device,
+            handle: id,
+        })
+    }
+
+    fn event(&self, e: &Event) -> Result<(Arc<StreamObj>, u64), GpuError> {
+        Self::check_device(e.device)?;
+        self.lock()
+            .events
+            .get(&e.handle)
+            .cloned()
+            .ok_or_else(|| invalid(format!("no stand-in event {}", e.handle)))
+    }
+
+    pub(super) fn event_query(&self, e: &Event) -> Result<bool, GpuError> {
+        let (o, t) = self.event(e)?;
+        Ok(o.reached(t))
+    }
+
+    pub(super) fn event_wait_host(
+        &self,
+        e: &Event,
+        deadline: std::time::Instant,
+    ) -> Result<bool, GpuError> {
+        let (o, t) = self.event(e)?;
+        o.wait_for(t, deadline)
+    }
+
+    /// Queues on `s` a wait for `e`: later work on `s` runs after `e`'s. The wait is bounded
+    /// as a host wait is (`RCOMM_TIMEOUT`); past it the stream goes on, logged.
+    pub(super) fn stream_wait_event(&self, s: Stream, e: &Event) -> Result<(), GpuError> {
+        let (o, t) = self.event(e)?;
+        if o.reached(t) {
+            return Ok(());
+        }
+        self.stream(s)?
+            .push(Box::new(move || {
+                if !matches!(o.wait_for(t, default_deadline()), Ok(true)) {
+                    rcomm_runtime::rlog!(
+                        Warn,
+                        "NET",
+                        "a stand-in stream gave up waiting for an event of another stream"
+                    );
+                }
+            }))
+            .map(drop)
+    }
+
+    pub(super) fn event_destroy(&self, e: Event) -> Result<(), GpuError> {
+        Self::check_device(e.device)?;
+        self.lock()
+            .events
+            .remove(&e.handle)
+            .map(drop)
+            .ok_or_else(|| invalid(format!("no stand-in event {}", e.handle)))
     }
 
     pub(super) fn stats(&self) -> GpuStats {
@@ -787,6 +886,10 @@ impl StandIn {
 
 impl Drop for StandIn {
     fn drop(&mut self) {
+        let streams: Vec<Arc<StreamObj>> = self.lock().streams.drain().map(|(_, o)| o).collect();
+        for o in streams {
+            let _ = o.close(default_deadline());
+        }
         let bases: Vec<u64> = self.lock().allocs.keys().copied().collect();
         for b in bases {
             let _ = self.free(b);

@@ -162,8 +162,33 @@ fn standin_realloc_reexports_and_evicts_stale_import() {
     g.free(dst).unwrap();
 }
 
+/// Polls `done` until true or a few seconds passed.
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < end {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    false
+}
+
+/// A host function that blocks its stream until the returned sender is dropped or sent to.
+fn gate(g: &StandIn, s: Stream) -> std::sync::mpsc::Sender<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    g.enqueue(
+        s,
+        Box::new(move || {
+            let _ = rx.recv_timeout(std::time::Duration::from_secs(30));
+        }),
+    )
+    .unwrap();
+    tx
+}
+
 #[test]
-fn standin_stream_queue_runs_in_order_on_wait() {
+fn standin_streams_run_eagerly_in_order_and_are_destroyed_with_their_work_done() {
     let g = StandIn::new();
     let s = g.stream_create(0).unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
@@ -178,17 +203,108 @@ fn standin_stream_queue_runs_in_order_on_wait() {
         Box::new(move || l.lock().unwrap().push(100)),
     )
     .unwrap();
-    assert!(
-        log.lock().unwrap().is_empty(),
-        "nothing runs before the wait"
-    );
-    g.stream_wait_host(s).unwrap();
-    assert_eq!(*log.lock().unwrap(), vec![0, 1, 2, 3, 4]);
-    g.stream_wait_host(Stream { device: 0, raw: 0 }).unwrap();
-    assert_eq!(*log.lock().unwrap(), vec![0, 1, 2, 3, 4, 100]);
+    // Nobody waits: the workers run the queues, as a GPU would.
+    assert!(eventually(|| log.lock().unwrap().len() == 6));
+    let v = log.lock().unwrap().clone();
+    let ours: Vec<i32> = v.iter().copied().filter(|&x| x < 100).collect();
+    assert_eq!(ours, vec![0, 1, 2, 3, 4], "FIFO order within a stream");
+    assert!(g.stream_query(s).unwrap());
+    // Destroy with work still queued: the work runs first and the worker is joined.
+    let tx = gate(&g, s);
+    let l = log.clone();
+    g.enqueue(s, Box::new(move || l.lock().unwrap().push(7)))
+        .unwrap();
+    assert!(!g.stream_query(s).unwrap());
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(tx);
+    });
     g.stream_destroy(s).unwrap();
+    assert_eq!(log.lock().unwrap().last(), Some(&7));
+    t.join().unwrap();
     assert!(g.stream_wait_host(s).is_err());
+    assert!(g.enqueue(s, Box::new(|| ())).is_err());
     assert!(g.stream_destroy(Stream { device: 0, raw: 0 }).is_err());
+}
+
+#[test]
+fn standin_events_poll_and_wait_with_a_deadline_and_order_other_streams() {
+    let g = StandIn::new();
+    let (a, b) = (g.stream_create(0).unwrap(), g.stream_create(0).unwrap());
+    let tx = gate(&g, a);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let l = log.clone();
+    g.enqueue(a, Box::new(move || l.lock().unwrap().push("a")))
+        .unwrap();
+    let e = g.event_record(a).unwrap();
+    assert!(!g.event_query(&e).unwrap());
+    assert!(!g.stream_query(a).unwrap());
+    let t0 = std::time::Instant::now();
+    let short = t0 + std::time::Duration::from_millis(30);
+    assert!(
+        !g.event_wait_host(&e, short).unwrap(),
+        "the deadline came first"
+    );
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(30));
+    // Work on b after the event waits for a's work before it.
+    g.stream_wait_event(b, &e).unwrap();
+    let l = log.clone();
+    g.enqueue(b, Box::new(move || l.lock().unwrap().push("b")))
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(log.lock().unwrap().is_empty(), "b ran before a's event");
+    // Work queued on a after the event is not part of it.
+    let tx2 = {
+        drop(tx);
+        gate(&g, a)
+    };
+    let long = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    assert!(g.event_wait_host(&e, long).unwrap());
+    assert!(g.event_query(&e).unwrap());
+    assert!(!g.stream_query(a).unwrap(), "the second gate still holds a");
+    g.stream_wait_host(b).unwrap();
+    assert_eq!(*log.lock().unwrap(), vec!["a", "b"]);
+    drop(tx2);
+    g.event_destroy(e).unwrap();
+    g.stream_destroy(a).unwrap();
+    g.stream_destroy(b).unwrap();
+}
+
+#[test]
+fn standin_stream_handles_are_a_c_header_that_queues_host_functions() {
+    unsafe extern "C" fn bump(arg: *mut std::ffi::c_void) {
+        // SAFETY: the test passes a live AtomicU64.
+        let n = unsafe { &*(arg as *const std::sync::atomic::AtomicU64) };
+        n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    let g = StandIn::new();
+    let s = g.stream_create(0).unwrap();
+    // SAFETY: a stand-in stream handle is the address of its `StreamAbi` header.
+    let abi = unsafe { &*(s.raw as usize as *const StreamAbi) };
+    assert_eq!(abi.magic, STREAM_MAGIC);
+    assert_eq!(STREAM_MAGIC.to_le_bytes(), *b"rcommstr");
+    let tx = gate(&g, s);
+    let n = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let arg = Arc::as_ptr(&n) as *mut std::ffi::c_void;
+    for _ in 0..3 {
+        // SAFETY: the stream is live; `bump` reads `arg`, alive until the stream is waited for.
+        let rc = unsafe { (abi.launch_host_func)(s.raw as usize as *mut _, bump, arg) };
+        assert_eq!(rc, 0);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    assert_eq!(
+        n.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "after the gate"
+    );
+    drop(tx);
+    g.stream_wait_host(s).unwrap();
+    assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 3);
+    // A null stream is refused, not dereferenced.
+    // SAFETY: the entry checks for null before anything else.
+    let rc = unsafe { (abi.launch_host_func)(std::ptr::null_mut(), bump, arg) };
+    assert_ne!(rc, 0);
+    g.stream_destroy(s).unwrap();
 }
 
 #[test]

@@ -111,6 +111,31 @@ impl Driver {
     pub(in crate::gpu) fn stats(&self) -> GpuStats {
         match self._never {}
     }
+    pub(in crate::gpu) fn stream_query(&self, _s: Stream) -> Result<bool, GpuError> {
+        match self._never {}
+    }
+    pub(in crate::gpu) fn stream_is_capturing(&self, _s: Stream) -> Result<bool, GpuError> {
+        match self._never {}
+    }
+    pub(in crate::gpu) fn event_record(&self, _s: Stream) -> Result<Event, GpuError> {
+        match self._never {}
+    }
+    pub(in crate::gpu) fn event_query(&self, _e: &Event) -> Result<bool, GpuError> {
+        match self._never {}
+    }
+    pub(in crate::gpu) fn event_wait_host(
+        &self,
+        _e: &Event,
+        _deadline: std::time::Instant,
+    ) -> Result<bool, GpuError> {
+        match self._never {}
+    }
+    pub(in crate::gpu) fn stream_wait_event(&self, _s: Stream, _e: &Event) -> Result<(), GpuError> {
+        match self._never {}
+    }
+    pub(in crate::gpu) fn event_destroy(&self, _e: Event) -> Result<(), GpuError> {
+        match self._never {}
+    }
     pub(in crate::gpu) fn copy_dtod_on(
         &self,
         _s: Stream,

@@ -4,6 +4,8 @@ use super::super::STAGE_BYTES;
 use super::super::cache::{ExportCache, ImportCache, KeyParts, ShareKind, decode_key, encode_key};
 use super::*;
 use cudarc::driver::sys as cu;
+
+mod events;
 use rcomm_runtime::config::P2pLevel;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
@@ -38,6 +40,9 @@ const ENTRIES: &[&str] = &[
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
+    "cuStreamQuery",
+    "cuStreamWaitEvent",
+    "cuStreamIsCapturing",
     "cuMemHostAlloc",
     "cuEventCreate",
     "cuEventRecord",
