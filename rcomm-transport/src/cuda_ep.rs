@@ -124,7 +124,7 @@ impl CudaEndpoint {
         for (tok, res) in done {
             let (peer, len, p) = self.pending.remove(&tok).expect("present");
             let res = res
-                .and_then(|()| gpu.finish(p))
+                .and_then(|()| gpu.release(p))
                 .map_err(|e| TransportError::Protocol {
                     peer,
                     why: format!("device copy failed: {e}"),

@@ -178,6 +178,28 @@ fn device_collectives_staged_per_message_when_p2p_is_off_and_over_tcp() {
     coll_table(3, &[("RCOMM_TRANSPORT", "tcp")], false);
 }
 
+/// The device executor's budget: per allreduce, the launches and host waits its schedule asks
+/// for and not one more (`rt_gpu_coll budget`), on 2 and 3 ranks sharing the stand-in GPU.
+#[test]
+fn the_device_executor_launches_and_waits_exactly_what_its_schedule_asks() {
+    for n in [2u32, 3] {
+        let prog = test_program("rt_gpu_coll");
+        let out = Job::new(n, &[prog.as_str(), "budget"])
+            .env("RCOMM_GPU_STANDIN", "1")
+            .deadline(Duration::from_secs(120))
+            .run();
+        assert_eq!(out.code(), 0, "{n} ranks\n{out}");
+        for algo in ["one_shot", "two_shot", "ring"] {
+            assert!(
+                out.rank_lines(0)
+                    .iter()
+                    .any(|l| l.trim_end().ends_with(&format!("ok budget {algo}"))),
+                "{n} ranks: no budget line for {algo}\n{out}"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_nccl_backend_without_libnccl_is_a_clear_error_on_every_rank() {
     let prog = test_program("rt_gpu_coll");

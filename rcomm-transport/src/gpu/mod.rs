@@ -452,6 +452,12 @@ impl Gpu {
         both!(self, g => g.finish(p))
     }
 
+    /// Releases a copy that [`query`](Self::query) reported done: no host wait (it is not
+    /// counted as one), unlike [`finish`](Self::finish) of a copy that may still run.
+    pub fn release(&self, p: Pending) -> Result<(), GpuError> {
+        both!(self, g => g.finish(p))
+    }
+
     /// Closes every import from `peer` (it was lost or left).
     pub fn forget_peer(&self, peer: u32) {
         both!(self, g => g.forget_peer(peer))

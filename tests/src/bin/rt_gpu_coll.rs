@@ -18,6 +18,12 @@
 //! - `leak`: device memory free at the end equals free memory after the first round (the
 //!   executor's pooled scratch counted apart).
 //!
+//! `rt_gpu_coll budget`: the device executor's cost per in-place f32 allreduce, by algorithm
+//! (one-shot, two-shot, ring; 64 Ki + 3 elements, so peers' bytes move by IPC): the kernels
+//! and copies it queues and the host waits it makes must equal what the algorithm's schedule
+//! (`rcomm::schedule`) asks for - one launch per non-empty local step, one wait per phase
+//! that queued any - so a synchronisation that sneaks in fails it.
+//!
 //! `rt_gpu_coll --pool [--big]` and `rt_gpu_coll --graph [--big]` (real GPU only) run one case
 //! each instead of the table, with the driver API called as an application would (cudarc):
 //! - `--pool`: allreduces (every algorithm; f32 sum) on buffers from the stream-ordered
@@ -638,6 +644,64 @@ fn raw_driver(w: &World, what: &str) -> bool {
     here
 }
 
+/// What `sched` costs the executor: (launches, host waits) - a copy or a kernel per local step
+/// that moves bytes, and one wait for the stream after each phase that queued any.
+fn schedule_budget(sched: &rcomm::schedule::Schedule) -> (u64, u64) {
+    use rcomm::schedule::Step;
+    let moves = |st: &Step| match st {
+        Step::Copy { dst, .. } | Step::Reduce { dst, .. } => dst.len > 0,
+        _ => false,
+    };
+    sched.phases.iter().fold((0, 0), |(l, w), ph| {
+        let k = ph.local.iter().filter(|st| moves(st)).count() as u64;
+        (l + k, w + u64::from(k > 0))
+    })
+}
+
+fn budget(w: &World) {
+    use rcomm::schedule::{one_shot_allreduce, ring_allreduce, two_shot_allreduce};
+    let (r, n) = (w.rank(), w.size());
+    let k = (64 << 10) + 3;
+    let mine: Vec<f32> = (0..k).map(|i| sv(r, 0, i) as f32).collect();
+    let want: Vec<f32> = (0..k)
+        .map(|i| (0..n).map(|q| sv(q, 0, i) as f32).sum())
+        .collect();
+    type Build = fn(u32, u32, usize, usize) -> rcomm::schedule::Schedule;
+    let algos: [(&str, Build); 3] = [
+        ("one_shot", one_shot_allreduce),
+        ("two_shot", two_shot_allreduce),
+        ("ring", ring_allreduce),
+    ];
+    const CALLS: u64 = 4;
+    for (algo, build) in algos {
+        let c = w.with_algo("allreduce_device", algo).expect("with_algo");
+        let (launches, waits) = schedule_budget(&build(r, n, k, 4));
+        // Warm-up: the scratch pool, the stream, the peers' imports and the kernels are made once.
+        let mut a = dev_of(&mine);
+        c.allreduce_device::<f32>(&mut a, Op::Sum).expect(algo);
+        let mut bufs: Vec<DeviceBuffer> = (0..CALLS).map(|_| dev_of(&mine)).collect();
+        w.barrier().expect("barrier");
+        let before = rcomm::gpu::stats().expect("stats");
+        for b in &mut bufs {
+            c.allreduce_device::<f32>(b, Op::Sum).expect(algo);
+        }
+        let after = rcomm::gpu::stats().expect("stats");
+        for b in &bufs {
+            assert_eq!(host_of::<f32>(b), want, "allreduce by {algo}");
+        }
+        let (dl, dw) = (
+            after.launches - before.launches,
+            after.host_waits - before.host_waits,
+        );
+        println!(
+            "rank {r}: {algo}: {dl} launches and {dw} host waits in {CALLS} calls (schedule: {launches} and {waits} a call)"
+        );
+        assert_eq!(dl, CALLS * launches, "{algo}: launches per allreduce");
+        assert_eq!(dw, CALLS * waits, "{algo}: host waits per allreduce");
+        ok(w, &format!("budget {algo}"));
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let big = args.iter().any(|a| a == "--big");
@@ -654,6 +718,9 @@ fn main() {
             graph(&w, big);
         }
         return;
+    }
+    if args.iter().any(|a| a == "budget") {
+        return budget(&w);
     }
     if args.iter().any(|a| a == "nccl-missing") {
         return nccl_missing(&w);
