@@ -120,6 +120,21 @@ impl std::fmt::Debug for StandIn {
     }
 }
 
+/// Whether the nominal device memory has room for `bytes` more (`len` asked by the caller).
+fn room(st: &State, bytes: usize, len: usize) -> Result<(), GpuError> {
+    if st.allocated.saturating_add(bytes) > TOTAL {
+        return Err(GpuError::Call {
+            call: "alloc",
+            device: 0,
+            code: format!(
+                "out of stand-in memory ({len} bytes asked, {} in use)",
+                st.allocated
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn invalid(s: String) -> GpuError {
     GpuError::Invalid(s)
 }
@@ -180,16 +195,7 @@ impl StandIn {
         let layout = Layout::from_size_align(layout_size, ALIGN)
             .map_err(|e| invalid(format!("stand-in allocation of {len} bytes: {e}")))?;
         let mut st = self.lock();
-        if st.allocated.saturating_add(layout_size) > TOTAL {
-            return Err(GpuError::Call {
-                call: "alloc",
-                device: 0,
-                code: format!(
-                    "out of stand-in memory ({len} bytes asked, {} in use)",
-                    st.allocated
-                ),
-            });
-        }
+        room(&st, layout_size, len)?;
         // SAFETY: the layout has a non-zero size.
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
         if p.is_null() {
@@ -257,16 +263,7 @@ impl StandIn {
             return Err(fail("ftruncate", std::io::Error::last_os_error()));
         }
         let mut st = self.lock();
-        if st.allocated.saturating_add(ml) > TOTAL {
-            return Err(GpuError::Call {
-                call: "alloc",
-                device: 0,
-                code: format!(
-                    "out of stand-in memory ({len} bytes asked, {} in use)",
-                    st.allocated
-                ),
-            });
-        }
+        room(&st, ml, len)?;
         // SAFETY: maps `ml` bytes of a memfd of that size, shared (what a peer maps is the
         // same memory); the mapping is ours until `free` unmaps it.
         let p = unsafe {

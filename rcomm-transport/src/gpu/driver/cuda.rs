@@ -234,6 +234,24 @@ pub struct Driver {
     first_ctx: Option<u32>,
 }
 
+/// The non-blocking stream in `slot`, made on first use (the current context is `device`'s)
+/// and kept for the process: one per device and purpose, never the legacy stream.
+pub(super) fn lazy_stream(slot: &mut usize, device: u32) -> Result<usize, GpuError> {
+    if *slot == 0 {
+        let mut s: cu::CUstream = std::ptr::null_mut();
+        // SAFETY: writes one stream handle.
+        check(
+            unsafe {
+                cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint)
+            },
+            "cuStreamCreate",
+            device as i32,
+        )?;
+        *slot = s as usize;
+    }
+    Ok(*slot)
+}
+
 impl Driver {
     pub(in crate::gpu) fn load() -> Result<Self, GpuError> {
         std::panic::catch_unwind(Self::load_inner).unwrap_or_else(|p| {
@@ -661,19 +679,7 @@ impl Driver {
     }
 
     fn copy_stream(&self, st: &mut State, device: u32) -> Result<usize, GpuError> {
-        if st.copy_streams[device as usize] == 0 {
-            let mut s: cu::CUstream = std::ptr::null_mut();
-            // SAFETY: writes one stream handle (current context: `device`'s).
-            check(
-                unsafe {
-                    cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint)
-                },
-                "cuStreamCreate",
-                device as i32,
-            )?;
-            st.copy_streams[device as usize] = s as usize;
-        }
-        Ok(st.copy_streams[device as usize])
+        lazy_stream(&mut st.copy_streams[device as usize], device)
     }
 
     /// A pinned staging buffer of `STAGE_BYTES`, from a pool (allocating pinned memory

@@ -109,19 +109,7 @@ impl Driver {
     /// `device`'s stream for the copies that return when done (made on first use; the
     /// device's context is current).
     pub(super) fn sync_stream(&self, st: &mut State, device: u32) -> Result<usize, GpuError> {
-        if st.sync_streams[device as usize] == 0 {
-            let mut s: cu::CUstream = std::ptr::null_mut();
-            // SAFETY: writes one stream handle, kept for the process.
-            check(
-                unsafe {
-                    cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint)
-                },
-                "cuStreamCreate",
-                device as i32,
-            )?;
-            st.sync_streams[device as usize] = s as usize;
-        }
-        Ok(st.sync_streams[device as usize])
+        super::lazy_stream(&mut st.sync_streams[device as usize], device)
     }
 
     /// Waits for the work queued on internal stream `s` of `device` (never the legacy
