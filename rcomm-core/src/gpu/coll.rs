@@ -100,34 +100,56 @@ impl Communicator {
     ) -> Result<(DevLink, bool)> {
         use super::nccl::{choice_key, usable_lib};
         let me = self.world_me();
-        let uuid = backend(op, me)?
+        let mine_dev = backend(op, me)?
             .devices()
             .map_err(dev_err(op, me))?
             .into_iter()
-            .find(|d| d.ordinal == device)
-            .map_or([0u8; 16], |d| d.uuid);
+            .find(|d| d.ordinal == device);
+        let uuid = mine_dev.as_ref().map_or([0u8; 16], |d| d.uuid);
         let auto = rcomm_runtime::config::gpu_backend() == rcomm_runtime::config::GpuBackend::Auto;
         let usable = if auto {
             usable_lib(op, me).map(drop)
         } else {
             Ok(())
         };
-        let mut mine = [0u8; 17];
+        // uuid, NCCL usable, PCI bus id (text, NUL-padded).
+        const REC: usize = 16 + 1 + PCI_TEXT;
+        let mut mine = [0u8; REC];
         mine[..16].copy_from_slice(&uuid);
         mine[16] = u8::from(auto && usable.is_ok());
-        let mut all = vec![0u8; 17 * self.size() as usize];
+        if let Some(d) = &mine_dev {
+            let b = d.pci_bus_id.as_bytes();
+            let n = b.len().min(PCI_TEXT);
+            mine[17..17 + n].copy_from_slice(&b[..n]);
+        }
+        let mut all = vec![0u8; REC * self.size() as usize];
         self.allgather(&mine, &mut all)?;
+        let recs: Vec<&[u8]> = all.chunks(REC).collect();
+        let pci = |r: &[u8]| {
+            let t = &r[17..];
+            String::from_utf8_lossy(&t[..t.iter().position(|&c| c == 0).unwrap_or(t.len())])
+                .into_owned()
+        };
         let level = rcomm_runtime::config::p2p_level();
-        let same = all.chunks(17).all(|u| u[..16] == uuid);
-        let link =
-            if !self.on_one_node() || level == P2pLevel::Off || (!same && level == P2pLevel::Loc) {
-                DevLink::Staged
-            } else if same {
-                DevLink::SameGpu
-            } else {
-                // Which link joins two GPUs is not looked up yet (NVML): assume the slower.
-                DevLink::Pcie
-            };
+        let same = recs.iter().all(|u| u[..16] == uuid);
+        // The worst pair decides: every rank computes it from the same records and the same
+        // node's topology, so all agree.
+        let worst = (!same && self.on_one_node()).then(|| {
+            let mut w = rcomm_runtime::topo::PathClass::X;
+            for (i, a) in recs.iter().enumerate() {
+                for b in &recs[i + 1..] {
+                    let c = match rcomm_transport::gpu::link::class_between(&pci(a), &pci(b)) {
+                        _ if a[..16] == b[..16] => rcomm_runtime::topo::PathClass::X,
+                        // Two GPUs at one address: the address is not real (the stand-in's).
+                        rcomm_runtime::topo::PathClass::X => rcomm_runtime::topo::PathClass::Sys,
+                        c => c,
+                    };
+                    w = w.max(c);
+                }
+            }
+            w
+        });
+        let link = link_of(self.on_one_node(), same, worst, level);
         self.device_part().set_link(link);
         rcomm_runtime::rlog!(
             Info,
@@ -140,9 +162,9 @@ impl Communicator {
         if !auto {
             return Ok((link, false));
         }
-        let mut uuids: Vec<&[u8]> = all.chunks(17).map(|c| &c[..16]).collect();
+        let mut uuids: Vec<&[u8]> = recs.iter().map(|c| &c[..16]).collect();
         uuids.sort_unstable();
-        let (serves, why) = match all.chunks(17).position(|c| c[16] == 0) {
+        let (serves, why) = match recs.iter().position(|c| c[16] == 0) {
             Some(r) if r as u32 == self.rank() => (
                 false,
                 format!(
@@ -892,6 +914,34 @@ impl Communicator {
 }
 
 /// Checks a counts table has one entry per rank.
+/// Bytes of a PCI bus id in the device agreement's records (`0000:3b:00.0` takes 12).
+const PCI_TEXT: usize = 16;
+
+/// The link class of a communicator's device collectives: `Staged` across nodes or where
+/// `RCOMM_P2P_LEVEL` forbids the worst pair's direct copies; `SameGpu` when every rank is on
+/// one GPU; else by the worst pair's path (`worst`): NVLink, or PCIe for any PCI path.
+fn link_of(
+    one_node: bool,
+    same: bool,
+    worst: Option<rcomm_runtime::topo::PathClass>,
+    level: P2pLevel,
+) -> DevLink {
+    use rcomm_runtime::topo::{PathClass, p2p_allows};
+    let worst = if same {
+        PathClass::X
+    } else {
+        worst.unwrap_or(PathClass::Sys)
+    };
+    if !one_node || !p2p_allows(level, worst) {
+        return DevLink::Staged;
+    }
+    match worst {
+        PathClass::X => DevLink::SameGpu,
+        PathClass::Nv(_) => DevLink::NvLink,
+        _ => DevLink::Pcie,
+    }
+}
+
 fn check_counts(op: &'static str, counts: &[usize], n: usize) -> Result<()> {
     if counts.len() == n {
         Ok(())
@@ -1009,5 +1059,44 @@ impl OnStream<'_> {
     /// [`Communicator::barrier`] after the stream's earlier work.
     pub fn barrier(&self) -> Result<()> {
         self.run("barrier", false, |c| c.barrier())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcomm_runtime::topo::PathClass;
+
+    #[test]
+    fn link_class_from_the_worst_pair_and_the_p2p_level() {
+        use P2pLevel::*;
+        let nv = Some(PathClass::Nv(4));
+        assert_eq!(link_of(true, true, None, Sys), DevLink::SameGpu);
+        assert_eq!(link_of(true, true, None, Loc), DevLink::SameGpu);
+        assert_eq!(link_of(true, true, None, Off), DevLink::Staged);
+        assert_eq!(link_of(false, true, None, Sys), DevLink::Staged);
+        assert_eq!(link_of(true, false, nv, Sys), DevLink::NvLink);
+        assert_eq!(link_of(true, false, nv, Nvl), DevLink::NvLink);
+        assert_eq!(link_of(true, false, nv, Loc), DevLink::Staged);
+        assert_eq!(
+            link_of(true, false, Some(PathClass::Pix), Pix),
+            DevLink::Pcie
+        );
+        assert_eq!(
+            link_of(true, false, Some(PathClass::Phb), Pxb),
+            DevLink::Staged
+        );
+        assert_eq!(
+            link_of(true, false, Some(PathClass::Node), Phb),
+            DevLink::Staged
+        );
+        assert_eq!(
+            link_of(true, false, Some(PathClass::Sys), Sys),
+            DevLink::Pcie
+        );
+        // Unknown (no topology): the farthest, direct only under the default level.
+        assert_eq!(link_of(true, false, None, Sys), DevLink::Pcie);
+        assert_eq!(link_of(true, false, None, Phb), DevLink::Staged);
+        assert_eq!(link_of(false, false, nv, Sys), DevLink::Staged);
     }
 }

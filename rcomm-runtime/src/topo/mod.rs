@@ -1,13 +1,15 @@
 //! What the machine looks like: packages, NUMA nodes, cores, caches, PCI devices, NICs and
 //! GPUs (`model`), read from sysfs (`sysfs`) or hwloc (`hwloc`, feature `hwloc`) or rcomm's
 //! own file form (`json`), and the decisions made from it: how far apart two devices are
-//! (`path`) and which GPU and NICs a rank uses (`choose`).
+//! (`path`, and between GPUs named by PCI address with the driver's NVLinks: `gpu_link`) and
+//! which GPU and NICs a rank uses (`choose`).
 
 mod build;
 pub mod choose;
 mod error;
 #[doc(hidden)]
 pub mod fixture;
+pub mod gpu_link;
 #[cfg(feature = "hwloc")]
 pub mod hwloc;
 mod json;
@@ -19,6 +21,7 @@ pub mod sysfs;
 pub mod testkit;
 
 pub use error::TopoError;
+pub use gpu_link::{NvLinkEnd, p2p_allows, required_level};
 pub use json::MAX_JSON;
 pub use model::{
     Cache, Link, LinkKind, Obj, ObjId, ObjKind, OsDevKind, PciAddr, PcieLink, Source, Topology,

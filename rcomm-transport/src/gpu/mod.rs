@@ -26,6 +26,7 @@
 pub mod cache;
 mod driver;
 pub mod fdshare;
+pub mod link;
 mod standin;
 mod stream;
 
@@ -128,8 +129,23 @@ pub struct Event {
 /// Counted here, above the backends, so both count alike.
 static COUNTS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 
+thread_local! {
+    /// [`COUNTS`] of the calling thread only ([`thread_counts`]).
+    static MINE: [std::cell::Cell<u64>; 3] = const {
+        [std::cell::Cell::new(0), std::cell::Cell::new(0), std::cell::Cell::new(0)]
+    };
+}
+
 fn count(i: usize) {
     COUNTS[i].fetch_add(1, Ordering::Relaxed);
+    MINE.with(|m| m[i].set(m[i].get() + 1));
+}
+
+/// The calling thread's share of [`GpuStats::host_waits`], [`GpuStats::launches`] and
+/// [`GpuStats::driver_calls`], in that order: what one thread's work cost, whatever other
+/// threads of the process do meanwhile (tests of simulated ranks driven by one thread).
+pub fn thread_counts() -> [u64; 3] {
+    MINE.with(|m| [m[0].get(), m[1].get(), m[2].get()])
 }
 
 /// A blocking host wait (stream, event, synchronous copy).
@@ -172,6 +188,8 @@ pub struct GpuStats {
     pub fd_exports: u64,
     /// Peer allocations imported by file descriptor (mapped).
     pub fd_imports: u64,
+    /// Per-peer copy streams made (at most [`PEER_STREAMS`] per device).
+    pub peer_streams: u64,
 }
 
 /// How an allocation was made, which decides how a peer on this node reaches it.
@@ -221,9 +239,16 @@ pub enum Gpu {
 /// one chunk overlaps the sending of the one before.
 pub const STAGE_BYTES: usize = 1 << 20;
 
+/// Copy streams per device for the copies that move a peer's bytes (IPC reads, staging):
+/// peer `p` uses stream `p % PEER_STREAMS`, so copies for different peers run side by side
+/// instead of queueing behind one stream, and each peer's chunks stay in order on one. A
+/// fixed number, not one per peer: a stream is a driver object, and ranks may have thousands
+/// of peers (NCCL likewise bounds its channels).
+pub const PEER_STREAMS: usize = 8;
+
 /// A staging buffer of [`STAGE_BYTES`] taken from the pool ([`Gpu::pinned_take`]); back to the
-/// pool when dropped. Whoever starts a copy into it ([`Gpu::copy_dtoh_async`]) finishes that
-/// copy before reading it or dropping it.
+/// pool when dropped. Whoever starts a copy into or out of it ([`Gpu::copy_dtoh_async`],
+/// [`Gpu::copy_htod_async`]) finishes that copy before reusing it or dropping it.
 #[derive(Debug)]
 pub struct StageBuf {
     gpu: &'static Gpu,
@@ -242,6 +267,15 @@ impl StageBuf {
     /// Its address (the destination of a copy).
     pub fn addr(&self) -> u64 {
         self.addr
+    }
+
+    /// Its first `len` bytes (at most [`STAGE_BYTES`]) to fill, while no copy reads it.
+    pub fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
+        assert!(len <= STAGE_BYTES, "{len} bytes of a staging buffer");
+        // SAFETY: the buffer is STAGE_BYTES of host memory owned by this value (taken from the
+        // pool, not handed out twice); no copy reads or writes it now (the owner's rule above),
+        // and `&mut self` keeps other views away.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, len) }
     }
 
     /// Its first `len` bytes (at most [`STAGE_BYTES`]), once the copy into it finished.
@@ -411,7 +445,7 @@ impl Gpu {
     /// Starts copying `len` bytes of `peer`'s memory named by `key` (from its
     /// [`export`](Self::export)) to `dst` (device memory of this process, or host memory),
     /// importing the allocation on first use (cached per peer and allocation). The copy runs
-    /// on the backend's copy stream; poll it with [`query`](Self::query).
+    /// on `peer`'s copy stream (see [`PEER_STREAMS`]); poll it with [`query`](Self::query).
     /// [`GpuError::Unreachable`]: this pair cannot copy directly (use staging).
     pub fn get(
         &self,
@@ -436,9 +470,32 @@ impl Gpu {
     }
 
     /// Starts copying `len` (at most [`STAGE_BYTES`]) bytes of device memory at `src` into the
-    /// staging buffer `dst`; poll with [`query`](Self::query), then [`finish`](Self::finish).
-    pub fn copy_dtoh_async(&self, dst: u64, src: u64, len: usize) -> Result<Pending, GpuError> {
-        both!(self, g => g.copy_dtoh_async(dst, src, len))
+    /// staging buffer `dst`, on the copy stream of `peer` (the rank the bytes go to); poll with
+    /// [`query`](Self::query), then [`release`](Self::release) or [`finish`](Self::finish).
+    pub fn copy_dtoh_async(
+        &self,
+        peer: u32,
+        dst: u64,
+        src: u64,
+        len: usize,
+    ) -> Result<Pending, GpuError> {
+        both!(self, g => g.copy_dtoh_async(peer, dst, src, len))
+    }
+
+    /// Starts copying `len` (at most [`STAGE_BYTES`]) bytes of the staging buffer `src` to
+    /// device memory at `dst`, on the copy stream of `peer` (the rank the bytes came from):
+    /// the chunks of one message queue in order behind each other on that stream, each with
+    /// its own event, so the host goes on receiving the next chunk while this one lands. Poll
+    /// with [`query`](Self::query); the staging buffer stays the caller's until the copy is
+    /// done.
+    pub fn copy_htod_async(
+        &self,
+        peer: u32,
+        dst: u64,
+        src: u64,
+        len: usize,
+    ) -> Result<Pending, GpuError> {
+        both!(self, g => g.copy_htod_async(peer, dst, src, len))
     }
 
     /// Whether the copy is done (then [`finish`](Self::finish) it).

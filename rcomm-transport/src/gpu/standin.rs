@@ -89,8 +89,11 @@ struct State {
     exports: Option<ExportCache<()>>,
     imports: Option<ImportCache<Imp>>,
     logged: HashSet<u32>,
-    /// Completion id → whether it was queried once.
-    pending: HashMap<u64, bool>,
+    /// Completion id → (its copy stream, whether it was queried once). Ids grow, so on one
+    /// stream a smaller id was queued earlier.
+    pending: HashMap<u64, (usize, bool)>,
+    /// Copy streams (peer slots, see [`super::PEER_STREAMS`]) used so far.
+    peer_slots: HashSet<usize>,
     next_pending: u64,
     /// Idle staging buffers.
     pinned: Vec<u64>,
@@ -117,6 +120,21 @@ impl std::fmt::Debug for StandIn {
         f.debug_struct("StandIn")
             .field("pid", &self.pid)
             .finish_non_exhaustive()
+    }
+}
+
+/// A stand-in copy for `peer`, on its copy stream: counted, awaiting its queries.
+fn issue(st: &mut State, peer: u32) -> Pending {
+    let slot = peer as usize % super::PEER_STREAMS;
+    if st.peer_slots.insert(slot) {
+        st.stats.peer_streams += 1;
+    }
+    let id = st.next_pending;
+    st.next_pending += 1;
+    st.pending.insert(id, (slot, false));
+    Pending {
+        device: 0,
+        handle: id,
     }
 }
 
@@ -666,13 +684,7 @@ impl StandIn {
             st = self.lock();
         }
         st.stats.ipc_bytes += len as u64;
-        let id = st.next_pending;
-        st.next_pending += 1;
-        st.pending.insert(id, false);
-        Ok(Pending {
-            device: 0,
-            handle: id,
-        })
+        Ok(issue(&mut st, peer))
     }
 
     /// A staging buffer of [`super::STAGE_BYTES`] bytes (plain host memory here; pinned on
@@ -698,10 +710,10 @@ impl StandIn {
     }
 
     /// Starts copying `len` bytes of device memory at `src` into the staging buffer `dst`
-    /// (done at once here; reported complete at the second `query`, as the driver's copies
-    /// are asynchronous).
+    /// (done at once here; reported complete as the driver's copies would be: see `query`).
     pub(super) fn copy_dtoh_async(
         &self,
+        peer: u32,
         dst: u64,
         src: u64,
         len: usize,
@@ -715,24 +727,49 @@ impl StandIn {
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
         let mut st = self.lock();
         st.stats.staged_bytes += len as u64;
-        let id = st.next_pending;
-        st.next_pending += 1;
-        st.pending.insert(id, false);
-        Ok(Pending {
-            device: 0,
-            handle: id,
-        })
+        Ok(issue(&mut st, peer))
     }
 
+    /// Starts copying `len` bytes of the staging buffer `src` to device memory at `dst` (done
+    /// at once here; reported complete as the driver's copies would be: see `query`).
+    pub(super) fn copy_htod_async(
+        &self,
+        peer: u32,
+        dst: u64,
+        src: u64,
+        len: usize,
+    ) -> Result<Pending, GpuError> {
+        self.check_range(dst, len)?;
+        if len > super::STAGE_BYTES {
+            return Err(invalid(format!("{len} bytes do not fit a staging buffer")));
+        }
+        // SAFETY: `dst..dst+len` lies in a live stand-in allocation (checked); `src` is a
+        // staging buffer of STAGE_BYTES (checked above), distinct from device memory.
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        let mut st = self.lock();
+        st.stats.staged_bytes += len as u64;
+        Ok(issue(&mut st, peer))
+    }
+
+    /// A copy is reported done at its second query, never before one queued earlier on its
+    /// stream: a query marks it and everything before it on the stream as seen, and what was
+    /// seen before is done. So a caller that polls only a message's last chunk sees it done
+    /// on the second poll (stream order makes the earlier ones done too), and one that
+    /// assumed completion without polling sees it fail.
     pub(super) fn query(&self, p: &Pending) -> Result<bool, GpuError> {
         Self::check_device(p.device)?;
         let mut st = self.lock();
-        let q = st
+        let &(slot, done) = st
             .pending
-            .get_mut(&p.handle)
+            .get(&p.handle)
             .ok_or_else(|| invalid(format!("no stand-in copy {}", p.handle)))?;
-        let done = *q;
-        *q = true;
+        for (_, q) in st
+            .pending
+            .iter_mut()
+            .filter(|(id, q)| q.0 == slot && **id <= p.handle)
+        {
+            q.1 = true;
+        }
         Ok(done)
     }
 

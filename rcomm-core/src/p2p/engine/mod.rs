@@ -260,6 +260,116 @@ impl Drop for Stage {
     }
 }
 
+/// Host staging of a device receive fed in chunks: chunk `k` lands in staging buffer `k % 2`
+/// (pinned on CUDA) and goes on to the device by a copy on the sender's copy stream with an
+/// event of its own, so the chunks chain on that stream while the host takes in the next one;
+/// its bytes count as received once its copy is done. Only when a buffer's previous copy is
+/// still running as the chunk after next arrives does the host wait for it.
+#[derive(Debug, Default)]
+struct StageIn {
+    bufs: [Option<StageBuf>; 2],
+    /// The copy out of each buffer to the device, while under way, with its length.
+    copies: [Option<(Pending, usize)>; 2],
+    /// Chunks placed so far.
+    placed: usize,
+    /// A chunk larger than a staging buffer (a transport's choice): bounced through here and
+    /// copied synchronously.
+    big: Vec<u8>,
+}
+
+impl StageIn {
+    /// Whether a copy to the device is under way.
+    fn landing(&self) -> bool {
+        self.copies.iter().any(Option::is_some)
+    }
+
+    /// Makes the buffer of the next chunk of `len` bytes free: waits for its previous copy
+    /// if that still runs (the one host wait of this path); the bytes that copy landed.
+    fn room(&mut self, len: usize) -> Result<usize, rcomm_transport::gpu::GpuError> {
+        if len > STAGE_BYTES {
+            return Ok(0);
+        }
+        let g = rcomm_transport::gpu::gpu()?;
+        let b = self.placed % 2;
+        let mut landed = 0;
+        if let Some((p, n)) = self.copies[b].take() {
+            if g.query(&p)? {
+                g.release(p)?;
+            } else {
+                g.finish(p)?;
+            }
+            landed = n;
+        }
+        if self.bufs[b].is_none() {
+            self.bufs[b] = Some(StageBuf::take(g)?);
+        }
+        Ok(landed)
+    }
+
+    /// Where the next chunk of `len` bytes goes (after [`room`](Self::room)).
+    fn slot(&mut self, len: usize) -> &mut [u8] {
+        if len > STAGE_BYTES {
+            if self.big.len() < len {
+                self.big.resize(len, 0);
+            }
+            return &mut self.big[..len];
+        }
+        let b = self.placed % 2;
+        self.bufs[b].as_mut().expect("taken by room").bytes_mut(len)
+    }
+
+    /// The chunk of `len` bytes just placed goes to device address `dst`: `Ok(true)` when its
+    /// copy was started on `peer`'s copy stream, `Ok(false)` when it is already there (a
+    /// chunk too large for a staging buffer, copied synchronously).
+    fn landed(
+        &mut self,
+        peer: u32,
+        dst: u64,
+        len: usize,
+    ) -> Result<bool, rcomm_transport::gpu::GpuError> {
+        let g = rcomm_transport::gpu::gpu()?;
+        if len > STAGE_BYTES {
+            g.copy_htod(dst, &self.big[..len])?;
+            return Ok(false);
+        }
+        let b = self.placed % 2;
+        let src = self.bufs[b].as_ref().expect("taken by room").addr();
+        let p = g.copy_htod_async(peer, dst, src, len)?;
+        self.copies[b] = Some((p, len));
+        self.placed += 1;
+        Ok(true)
+    }
+
+    /// Releases the copies that are done; the bytes they landed.
+    fn poll(&mut self) -> Result<usize, rcomm_transport::gpu::GpuError> {
+        let g = rcomm_transport::gpu::gpu()?;
+        let mut landed = 0;
+        for c in &mut self.copies {
+            if let Some((p, n)) = c.take_if(|(p, _)| g.query(p).unwrap_or(true)) {
+                g.release(p)?;
+                landed += n;
+            }
+        }
+        Ok(landed)
+    }
+}
+
+impl Drop for StageIn {
+    fn drop(&mut self) {
+        // A copy still reading a staging buffer ends before the buffer goes back to the pool
+        // (and before the receive buffer goes back to its owner). Host receives carry an
+        // empty one: they must not wake the device layer.
+        if !self.landing() {
+            return;
+        }
+        if let Some(g) = rcomm_transport::gpu::gpu_if_present() {
+            for (p, _) in self.copies.iter_mut().filter_map(Option::take) {
+                let _ = g.finish(p);
+            }
+        }
+    }
+}
+
 use rcomm_transport::gpu::{Pending, STAGE_BYTES, StageBuf};
 
 /// RTS flag: the sender's buffer is device memory.
@@ -276,8 +386,8 @@ struct RndvRecv {
     received: u64,
     /// The sender writes into the buffer (PUT) rather than streaming chunks.
     put: bool,
-    /// Host bounce buffer for chunks a transport places before they go to device memory.
-    stage: Vec<u8>,
+    /// Host staging of chunks a transport places before they go to device memory.
+    stage: StageIn,
     /// The registration behind a PUT CTS's key, handed back when this record goes.
     exposed: Option<Exposed>,
 }
@@ -345,6 +455,8 @@ struct State {
     rndv_send: FastMap<u64, RndvSend>,
     rndv_recv: FastMap<u64, RndvRecv>,
     streaming: Vec<u64>,
+    /// Device receives (tokens) with staged chunks on their way to the device.
+    landing: Vec<u64>,
     /// GETs to start, and GETs under way by their receive token.
     pulls: Vec<Pull>,
     gets: FastMap<u64, Pull>,
@@ -453,6 +565,7 @@ impl Engine {
                 rndv_send: FastMap::default(),
                 rndv_recv: FastMap::default(),
                 streaming: Vec::new(),
+                landing: Vec::new(),
                 pulls: Vec::new(),
                 gets: FastMap::default(),
                 put_starts: Vec::new(),

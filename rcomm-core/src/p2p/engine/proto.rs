@@ -28,7 +28,11 @@ pub(super) fn key_after(b: &[u8], words: usize) -> Option<Option<RKey>> {
 impl Engine {
     /// Protocol steps that need the transports: single-copy pulls, queued messages, streaming.
     pub(super) fn after_protocol(&mut self) -> usize {
-        let mut work = 0;
+        let mut work = if self.st.landing.is_empty() {
+            0
+        } else {
+            self.st.land()
+        };
         while let Some(p) = self.st.pulls.pop() {
             work += 1;
             let region = self.st.req_region(p.req);
@@ -159,6 +163,7 @@ impl Engine {
                 let data = if s.region.is_device() {
                     match stage_next(
                         s.stage.get_or_insert_with(Default::default),
+                        s.peer,
                         &s.region,
                         s.offset,
                     ) {
@@ -252,6 +257,7 @@ impl Engine {
     pub(crate) fn busy(&self) -> bool {
         self.net.needs_polling()
             || !self.st.streaming.is_empty()
+            || !self.st.landing.is_empty()
             || self.st.out_len > 0
             || !self.st.pulls.is_empty()
             || !self.st.put_starts.is_empty()
@@ -296,6 +302,7 @@ impl Engine {
                 .iter()
                 .filter_map(|t| self.st.rndv_send.get(t))
                 .any(|s| s.stage.is_some())
+            || !self.st.landing.is_empty()
             || self
                 .st
                 .streaming
@@ -738,7 +745,7 @@ impl State {
                 env,
                 received: 0,
                 put,
-                stage: Vec::new(),
+                stage: StageIn::default(),
                 exposed: None,
             },
         );
@@ -780,10 +787,27 @@ impl State {
             return;
         };
         let region = self.reqs[r.req].as_ref().expect("live request").region;
-        if region.is_device()
-            && let Err(e) = region.write_checked(offset as usize, &r.stage[..len])
-        {
-            let r = self.rndv_recv.remove(&token).expect("present");
+        if region.is_device() {
+            let r = self.rndv_recv.get_mut(&token).expect("present");
+            let dst = region.addr() + offset;
+            match r.stage.landed(r.peer, dst, len) {
+                // On its way to the device: counted when its copy is done (`land`).
+                Ok(true) => {
+                    if !self.landing.contains(&token) {
+                        self.landing.push(token);
+                    }
+                    return;
+                }
+                Ok(false) => {}
+                Err(e) => return self.stage_failed(token, e),
+            }
+        }
+        self.chunk_written(token, len);
+    }
+
+    /// Receive `token` fails: its device staging broke.
+    fn stage_failed(&mut self, token: u64, e: rcomm_transport::gpu::GpuError) {
+        if let Some(r) = self.rndv_recv.remove(&token) {
             self.complete(
                 r.req,
                 Err(CommError::Device {
@@ -792,9 +816,39 @@ impl State {
                     why: e.to_string(),
                 }),
             );
-            return;
         }
-        self.chunk_written(token, len);
+    }
+
+    /// Polls the staged chunks on their way to device receive buffers; a receive whose last
+    /// bytes landed completes.
+    pub(super) fn land(&mut self) -> usize {
+        let mut work = 0;
+        let mut i = 0;
+        while i < self.landing.len() {
+            let token = self.landing[i];
+            let Some(r) = self.rndv_recv.get_mut(&token) else {
+                self.landing.swap_remove(i);
+                continue;
+            };
+            match r.stage.poll() {
+                Ok(0) => {}
+                Ok(n) => {
+                    work += 1;
+                    self.chunk_written(token, n);
+                }
+                Err(e) => {
+                    self.stage_failed(token, e);
+                    continue;
+                }
+            }
+            match self.rndv_recv.get(&token) {
+                Some(r) if r.stage.landing() => i += 1,
+                _ => {
+                    self.landing.swap_remove(i);
+                }
+            }
+        }
+        work
     }
 
     /// The bytes of receive `token`'s buffer that `len` bytes at `offset` from `peer` go to;
@@ -832,14 +886,26 @@ impl State {
         }
         let o = offset as usize;
         let req = r.req;
-        let region = &self.reqs[req].as_ref().expect("live request").region;
-        if region.is_device() {
+        if self.reqs[req]
+            .as_ref()
+            .expect("live request")
+            .region
+            .is_device()
+        {
             let r = self.rndv_recv.get_mut(&token).expect("present");
-            if r.stage.len() < len {
-                r.stage.resize(len, 0);
+            match r.stage.room(len) {
+                // Bytes of an earlier chunk landed while making room: received now (not the
+                // whole message: this chunk is still to come).
+                Ok(n) => r.received += n as u64,
+                Err(e) => {
+                    self.stage_failed(token, e);
+                    return None;
+                }
             }
-            return Some(&mut r.stage[..len]);
+            let r = self.rndv_recv.get_mut(&token).expect("present");
+            return Some(r.stage.slot(len));
         }
+        let region = &self.reqs[req].as_ref().expect("live request").region;
         Some(&mut region.bytes_mut()[o..o + len])
     }
 
@@ -941,6 +1007,7 @@ impl Deliver for State {
 /// memory (`None`: the copy is under way); starts the copies of this chunk and the next.
 fn stage_next<'a>(
     st: &'a mut Stage,
+    peer: u32,
     region: &Region,
     offset: usize,
 ) -> Result<Option<&'a [u8]>, rcomm_transport::gpu::GpuError> {
@@ -957,7 +1024,7 @@ fn stage_next<'a>(
         }
         let dst = st.bufs[b].as_ref().expect("taken").addr();
         let src = region.addr() + (k * STAGE_BYTES) as u64;
-        st.copies[b] = Some(g.copy_dtoh_async(dst, src, chunk_len(k))?);
+        st.copies[b] = Some(g.copy_dtoh_async(peer, dst, src, chunk_len(k))?);
         st.issued += 1;
     }
     let b = chunk % 2;
@@ -965,7 +1032,8 @@ fn stage_next<'a>(
         if !g.query(p)? {
             return Ok(None);
         }
-        g.finish(st.copies[b].take().expect("present"))?;
+        // Done, as the query said: released without a host wait.
+        g.release(st.copies[b].take().expect("present"))?;
     }
     let within = offset - chunk * STAGE_BYTES;
     let buf = st.bufs[b].as_ref().expect("taken when issued");

@@ -84,6 +84,16 @@ impl Driver {
     }
     pub(in crate::gpu) fn copy_dtoh_async(
         &self,
+        _peer: u32,
+        _dst: u64,
+        _src: u64,
+        _len: usize,
+    ) -> Result<Pending, GpuError> {
+        match self._never {}
+    }
+    pub(in crate::gpu) fn copy_htod_async(
+        &self,
+        _peer: u32,
         _dst: u64,
         _src: u64,
         _len: usize,

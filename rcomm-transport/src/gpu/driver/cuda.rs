@@ -1,8 +1,9 @@
 //! The backend on the CUDA driver API (see the parent module for contexts, streams and peers).
 
-use super::super::STAGE_BYTES;
 use super::super::cache::{ExportCache, ImportCache, KeyParts, ShareKind, decode_key, encode_key};
+use super::super::{PEER_STREAMS, STAGE_BYTES};
 use super::*;
+use crate::gpu::link::uuid_text;
 use cudarc::driver::sys as cu;
 
 mod events;
@@ -185,8 +186,9 @@ struct State {
     /// Per exported allocation: the key's handle and how it is shared.
     exports: ExportCache<([u8; 64], ShareKind)>,
     imports: ImportCache<Mapping>,
-    /// Per device, the copy stream (`CUstream` as an integer; 0: not made yet).
-    copy_streams: Vec<usize>,
+    /// Per device, the copy streams of peers (`CUstream` as integers; 0: not made yet):
+    /// peer `p`'s is `[p % PEER_STREAMS]`.
+    copy_streams: Vec<[usize; PEER_STREAMS]>,
     /// Per device, the stream of the copies that return when done (non-blocking, so they
     /// neither wait for nor hold up the legacy default stream's work; 0: not made yet).
     sync_streams: Vec<usize>,
@@ -338,7 +340,7 @@ impl Driver {
             state: Box::new(Mutex::new(State {
                 exports: ExportCache::new(4096),
                 imports: ImportCache::new(IMPORT_CAP),
-                copy_streams: vec![0; nd],
+                copy_streams: vec![[0; PEER_STREAMS]; nd],
                 sync_streams: vec![0; nd],
                 fd_pools: vec![0; nd],
                 vmm: HashMap::new(),
@@ -637,27 +639,28 @@ impl Driver {
         Ok((fd, ptr - i.base))
     }
 
-    /// Waits until everything queued on `device`'s copy stream is done (before closing a
+    /// Waits until everything queued on `device`'s copy streams is done (before closing a
     /// mapping a copy may still read).
     fn drain_copies(&self, st: &mut State, device: u32) -> Result<(), GpuError> {
-        let s = st.copy_streams[device as usize];
-        if s == 0 {
-            return Ok(());
+        for s in st.copy_streams[device as usize] {
+            if s == 0 {
+                continue;
+            }
+            let e = self.event(st, device)?;
+            // SAFETY: a live event and a live copy stream of the current context.
+            check(
+                unsafe { cu::cuEventRecord(e as cu::CUevent, s as cu::CUstream) },
+                "cuEventRecord",
+                device as i32,
+            )?;
+            // SAFETY: a recorded event.
+            check(
+                unsafe { cu::cuEventSynchronize(e as cu::CUevent) },
+                "cuEventSynchronize",
+                device as i32,
+            )?;
+            st.events[device as usize].push(e);
         }
-        let e = self.event(st, device)?;
-        // SAFETY: a live event and the live copy stream of the current context.
-        check(
-            unsafe { cu::cuEventRecord(e as cu::CUevent, s as cu::CUstream) },
-            "cuEventRecord",
-            device as i32,
-        )?;
-        // SAFETY: a recorded event.
-        check(
-            unsafe { cu::cuEventSynchronize(e as cu::CUevent) },
-            "cuEventSynchronize",
-            device as i32,
-        )?;
-        st.events[device as usize].push(e);
         Ok(())
     }
 
@@ -678,8 +681,14 @@ impl Driver {
         Ok(e as usize)
     }
 
-    fn copy_stream(&self, st: &mut State, device: u32) -> Result<usize, GpuError> {
-        lazy_stream(&mut st.copy_streams[device as usize], device)
+    /// The copy stream of `peer`'s bytes on `device` (made on first use).
+    fn copy_stream(&self, st: &mut State, device: u32, peer: u32) -> Result<usize, GpuError> {
+        let slot = &mut st.copy_streams[device as usize][peer as usize % PEER_STREAMS];
+        if *slot == 0 {
+            lazy_stream(slot, device)?;
+            st.stats.peer_streams += 1;
+        }
+        Ok(*slot)
     }
 
     /// A pinned staging buffer of `STAGE_BYTES`, from a pool (allocating pinned memory
@@ -707,29 +716,67 @@ impl Driver {
     }
 
     /// Starts copying `len` bytes of device memory at `src` into the pinned staging
-    /// buffer `dst`, on the device's copy stream; poll it with `query`.
+    /// buffer `dst`, on `peer`'s copy stream; poll it with `query`.
     pub(in crate::gpu) fn copy_dtoh_async(
         &self,
+        peer: u32,
         dst: u64,
         src: u64,
         len: usize,
+    ) -> Result<Pending, GpuError> {
+        self.stage_async(peer, src, len, |s| {
+            // SAFETY: the source lies in a device allocation (checked by `stage_async`); `dst`
+            // is a pinned staging buffer of STAGE_BYTES owned by the caller until the copy is
+            // done.
+            let r = unsafe {
+                cu::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, s as cu::CUstream)
+            };
+            (r, "cuMemcpyDtoHAsync_v2")
+        })
+    }
+
+    /// Starts copying `len` bytes of the pinned staging buffer `src` to device memory at
+    /// `dst`, on `peer`'s copy stream; poll it with `query`.
+    pub(in crate::gpu) fn copy_htod_async(
+        &self,
+        peer: u32,
+        dst: u64,
+        src: u64,
+        len: usize,
+    ) -> Result<Pending, GpuError> {
+        self.stage_async(peer, dst, len, |s| {
+            // SAFETY: the destination lies in a device allocation (checked by `stage_async`);
+            // `src` is a pinned staging buffer of STAGE_BYTES the caller keeps until the copy
+            // is done.
+            let r = unsafe {
+                cu::cuMemcpyHtoDAsync_v2(dst, src as *const c_void, len, s as cu::CUstream)
+            };
+            (r, "cuMemcpyHtoDAsync_v2")
+        })
+    }
+
+    /// One staging copy of `len` bytes at device address `dev_ptr`, queued by `copy` on
+    /// `peer`'s copy stream and followed by an event of its own: the chunks of a message
+    /// chain on the stream, and each can be polled without waiting for the stream.
+    fn stage_async(
+        &self,
+        peer: u32,
+        dev_ptr: u64,
+        len: usize,
+        copy: impl FnOnce(usize) -> (cu::CUresult, &'static str),
     ) -> Result<Pending, GpuError> {
         if len > STAGE_BYTES {
             return Err(GpuError::Invalid(format!(
                 "{len} bytes do not fit a staging buffer"
             )));
         }
-        let i = self.range(src, len)?;
+        let i = self.range(dev_ptr, len)?;
         self.cur(i.device)?;
         let mut st = self.lock();
-        let s = self.copy_stream(&mut st, i.device)?;
+        let s = self.copy_stream(&mut st, i.device, peer)?;
         let e = self.event(&mut st, i.device)?;
-        // SAFETY: the source lies in a device allocation (checked); `dst` is a pinned
-        // staging buffer of STAGE_BYTES (checked above) owned by the caller until the copy
-        // is finished.
-        let r =
-            unsafe { cu::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, s as cu::CUstream) };
-        if let Err(err) = check(r, "cuMemcpyDtoHAsync_v2", i.device as i32) {
+        let (r, call) = copy(s);
+        if let Err(err) = check(r, call, i.device as i32) {
             st.events[i.device as usize].push(e);
             return Err(err);
         }
@@ -950,18 +997,6 @@ fn pci_id(s: &str) -> String {
         Some((dom, rest)) if dom.len() > 4 => format!("{}:{rest}", &dom[dom.len() - 4..]),
         _ => s,
     }
-}
-
-fn uuid_text(u: &[u8; 16]) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "GPU-{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
 }
 
 #[cfg(test)]

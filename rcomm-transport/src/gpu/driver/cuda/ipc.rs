@@ -124,32 +124,38 @@ impl Driver {
                     "cuDeviceCanAccessPeer",
                     copy_dev as i32,
                 )?;
-                if can == 0 || level < P2pLevel::Nvl {
+                let (to, from) = (
+                    &self.devs[copy_dev as usize].pci,
+                    &self.devs[s as usize].pci,
+                );
+                let class = crate::gpu::link::class_between(to, from);
+                if can == 0 || !rcomm_runtime::topo::p2p_allows(level, class) {
                     return Err(GpuError::Unreachable(format!(
-                        "GPU {} cannot copy from GPU {} directly (peer access {}, RCOMM_P2P_LEVEL {level:?})",
-                        self.devs[copy_dev as usize].pci,
-                        self.devs[s as usize].pci,
+                        "GPU {to} cannot copy from GPU {from} directly (peer access {}, link {class}, RCOMM_P2P_LEVEL {level:?})",
                         if can == 0 { "no" } else { "yes" }
                     )));
                 }
-                format!(
-                    "peer copy GPU {} -> GPU {}",
-                    self.devs[s as usize].pci, self.devs[copy_dev as usize].pci
-                )
+                format!("peer copy GPU {from} -> GPU {to} (link {class})")
             }
             // Another GPU, which this process does not see: the driver maps its memory for
             // ours by descriptor (over whatever link joins them), never by a legacy handle.
             None if k.kind.by_fd() => {
-                if level < P2pLevel::Nvl {
+                // Its PCI address from NVML, which sees every GPU of the node; unknown: the
+                // farthest class.
+                let to = &self.devs[copy_dev as usize].pci;
+                let class = crate::gpu::link::pci_of_uuid(&k.uuid)
+                    .map_or(rcomm_runtime::topo::PathClass::Sys, |from| {
+                        crate::gpu::link::class_between(to, &from)
+                    });
+                if !rcomm_runtime::topo::p2p_allows(level, class) {
                     return Err(GpuError::Unreachable(format!(
-                        "the GPU of rank {peer} ({}) is another GPU and RCOMM_P2P_LEVEL is {level:?}",
+                        "the GPU of rank {peer} ({}) is another GPU, link {class}, and RCOMM_P2P_LEVEL is {level:?}",
                         uuid_text(&k.uuid)
                     )));
                 }
                 format!(
-                    "GPU {} (not visible here) -> GPU {}",
+                    "GPU {} (not visible here) -> GPU {to} (link {class})",
                     uuid_text(&k.uuid),
-                    self.devs[copy_dev as usize].pci
                 )
             }
             None => return Err(not_visible(peer, &k)),
@@ -236,7 +242,7 @@ impl Driver {
                 m.ptr()
             }
         };
-        let s = self.copy_stream(st, copy_dev)?;
+        let s = self.copy_stream(st, copy_dev, peer)?;
         let e = self.event(st, copy_dev)?;
         // SAFETY: the source lies in the imported allocation (`decode_key` checked the
         // range against its size); `dst` is device memory checked above or host memory the
