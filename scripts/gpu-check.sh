@@ -13,6 +13,8 @@
 #   p2p           rcomm-bench pt2pt bw --device at 256 MiB on 2 ranks sharing the GPU, as % of
 #                 the copy; again under MPS (p2p-mps) where nvidia-cuda-mps-control exists,
 #                 the daemon started for the step and stopped after, even on failure
+#   p2p-staged    the same at 64 MiB with RCOMM_P2P_LEVEL=off: staged through pinned host
+#                 buffers, chunks chained by events on the per-peer copy streams
 #   rt_gpu        rt_gpu's table on 2 ranks, with its 256 MiB sizes (--big)
 #   rt_gpu_coll   every device collective by every algorithm on 2 ranks (--big), IPC asserted
 #   allreduce     rcomm-bench coll allreduce --device at 256 MiB on 2 ranks (busbw)
@@ -120,6 +122,10 @@ step dtod 10 30 fig_copy "$bin/rcomm-bench" dtod --size 256M --iters 20
 copy_gbps=$(fig_copy "$out/dtod.txt" 2>/dev/null | awk '{ print $1 }')
 p2p=("$bin/rcomm-bench" pt2pt bw --device -m 256M:256M -W 4 -i 20 -x 3)
 step p2p 15 45 fig_p2p "$bin/rcomm-run" -n 2 "${p2p[@]}"
+# The same through host memory (RCOMM_P2P_LEVEL=off): 1 MiB chunks copied out on the sender's
+# copy stream and in by async copies chained on the receiver's, at 64 MiB.
+step p2p-staged 10 30 fig_p2p env RCOMM_P2P_LEVEL=off "$bin/rcomm-run" -n 2 \
+    "$bin/rcomm-bench" pt2pt bw --device -m 64M:64M -W 4 -i 10 -x 2
 
 if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
     # A private daemon: its pipe and log folders under OUT_DIR, so a system one is untouched.
