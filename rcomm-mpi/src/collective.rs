@@ -1153,6 +1153,57 @@ pub trait Root: AsHandle {
     /// The root's rank.
     fn root_rank(&self) -> Rank;
 
+    /// Starts `maxprocs` copies of `command` (`MPI_Comm_spawn`): collective over the
+    /// communicator of the root process; only the root's commands are read. The children run
+    /// on the root's node.
+    fn spawn(
+        &self,
+        command: &std::process::Command,
+        maxprocs: Rank,
+    ) -> Result<crate::topology::InterCommunicator, crate::MpiError> {
+        self.spawn_multiple(std::slice::from_ref(command), &[maxprocs])
+    }
+
+    /// Starts `maxprocs[i]` copies of each `commands[i]` (`MPI_Comm_spawn_multiple`); each
+    /// child's `appnum` is its command's index.
+    fn spawn_multiple(
+        &self,
+        commands: &[std::process::Command],
+        maxprocs: &[Rank],
+    ) -> Result<crate::topology::InterCommunicator, crate::MpiError> {
+        let root = self.root_rank() as u32;
+        let comm = self.as_handle().coll_comm();
+        let mine = comm.rank() == root;
+        let asked: Rank = maxprocs.iter().map(|&n| n.max(0)).sum();
+        if mine && (commands.len() != maxprocs.len() || maxprocs.iter().any(|&n| n < 0)) {
+            eprintln!(
+                "rcomm-mpi: spawn_multiple: {} commands with {} non-negative counts",
+                commands.len(),
+                maxprocs.len()
+            );
+            return Err(crate::MpiError::Spawn(asked, asked));
+        }
+        let cmds: Vec<rcomm::SpawnCommand<'_>> = if mine {
+            commands
+                .iter()
+                .zip(maxprocs)
+                .map(|(command, &n)| rcomm::SpawnCommand {
+                    command,
+                    copies: n as u32,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        comm.spawn(root, &cmds)
+            .map(crate::topology::InterCommunicator::new)
+            .map_err(|e| {
+                // rcomm starts every child or none; the reason goes where MPI's would.
+                eprintln!("rcomm-mpi: spawn: {e}");
+                crate::MpiError::Spawn(asked, asked)
+            })
+    }
+
     /// Broadcasts the root's `buffer` to every rank (`MPI_Bcast`).
     fn broadcast_into<Buf: ?Sized + BufferMut>(&self, buffer: &mut Buf)
     where
@@ -1590,59 +1641,6 @@ pub trait Root: AsHandle {
     }
 }
 
-/// Process spawning (`MPI_Comm_spawn`): collective over the communicator of the root
-/// process; only the root's commands are read. The children run on the root's node.
-pub trait Spawn: Root {
-    /// Starts `maxprocs` copies of `command`.
-    fn spawn(
-        &self,
-        command: &std::process::Command,
-        maxprocs: Rank,
-    ) -> Result<crate::topology::InterCommunicator, crate::MpiError> {
-        self.spawn_multiple(std::slice::from_ref(command), &[maxprocs])
-    }
-
-    /// Starts `maxprocs[i]` copies of each `commands[i]` (`MPI_Comm_spawn_multiple`); each
-    /// child's `appnum` is its command's index.
-    fn spawn_multiple(
-        &self,
-        commands: &[std::process::Command],
-        maxprocs: &[Rank],
-    ) -> Result<crate::topology::InterCommunicator, crate::MpiError> {
-        let root = self.root_rank() as u32;
-        let comm = self.as_handle().coll_comm();
-        let mine = comm.rank() == root;
-        if mine && (commands.len() != maxprocs.len() || maxprocs.iter().any(|&n| n < 0)) {
-            return Err(crate::MpiError {
-                message: format!(
-                    "spawn_multiple: {} commands with {} non-negative counts",
-                    commands.len(),
-                    maxprocs.len()
-                ),
-            });
-        }
-        let cmds: Vec<rcomm::SpawnCommand<'_>> = if mine {
-            commands
-                .iter()
-                .zip(maxprocs)
-                .map(|(command, &n)| rcomm::SpawnCommand {
-                    command,
-                    copies: n as u32,
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        comm.spawn(root, &cmds)
-            .map(crate::topology::InterCommunicator::new)
-            .map_err(|e| crate::MpiError {
-                message: e.to_string(),
-            })
-    }
-}
-
-impl Spawn for Process<'_> {}
-
 impl Root for Process<'_> {
     fn root_rank(&self) -> Rank {
         self.rank
@@ -1651,5 +1649,5 @@ impl Root for Process<'_> {
 
 /// Useful traits.
 pub mod traits {
-    pub use super::{CommunicatorCollectives, Operation, Root, Spawn};
+    pub use super::{CommunicatorCollectives, Operation, Root};
 }

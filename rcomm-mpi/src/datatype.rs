@@ -346,10 +346,12 @@ system_equiv!(isize => I64, usize => U64);
 #[cfg(target_pointer_width = "32")]
 system_equiv!(isize => I32, usize => U32);
 
+/// `Equivalence` for `num_complex`'s `Complex32` and `Complex64` (feature `complex`), where
+/// rsmpi has it.
 #[cfg(feature = "complex")]
-mod complex {
+pub mod complex_datatype {
     use super::*;
-    use num_complex::Complex;
+    use num_complex::{Complex32, Complex64};
 
     fn cplx(n: usize) -> &'static Dt {
         static C32: OnceLock<Dt> = OnceLock::new();
@@ -361,13 +363,13 @@ mod complex {
         })
     }
 
-    unsafe impl Equivalence for Complex<f32> {
+    unsafe impl Equivalence for Complex32 {
         type Out = SystemDatatype;
         fn equivalent_datatype() -> SystemDatatype {
             DatatypeRef { dt: cplx(8) }
         }
     }
-    unsafe impl Equivalence for Complex<f64> {
+    unsafe impl Equivalence for Complex64 {
         type Out = SystemDatatype;
         fn equivalent_datatype() -> SystemDatatype {
             DatatypeRef { dt: cplx(16) }
@@ -591,6 +593,11 @@ unsafe impl Send for DynBufferMut<'_> {}
 unsafe impl Sync for DynBufferMut<'_> {}
 
 impl<'a> DynBufferMut<'a> {
+    /// The buffer's address.
+    pub fn as_ptr(&self) -> *const c_void {
+        self.ptr
+    }
+
     /// A dynamic view of a mutable slice.
     pub fn new<T: Equivalence<Out = SystemDatatype>>(buf: &'a mut [T]) -> Self {
         DynBufferMut {
