@@ -136,7 +136,7 @@ fn kind(item: &Value) -> &str {
         .unwrap_or("?")
 }
 
-fn inner<'a>(item: &'a Value) -> &'a Value {
+fn inner(item: &Value) -> &Value {
     &item["inner"][kind(item)]
 }
 
@@ -240,7 +240,6 @@ fn canonical(paths: &[String], prefer: &BTreeSet<String>) -> String {
 }
 
 struct Render<'a> {
-    doc: &'a Doc,
     canon: &'a HashMap<String, String>,
 }
 
@@ -343,7 +342,6 @@ impl Render<'_> {
         } else {
             ""
         };
-        let _ = self.doc;
         Some(format!(
             "impl {neg}{} for {}",
             self.path(tr),
@@ -366,7 +364,7 @@ impl Items {
             .iter()
             .map(|(i, ps)| (i.clone(), canonical(ps, prefer)))
             .collect();
-        let r = Render { doc, canon: &canon };
+        let r = Render { canon: &canon };
         let mut keys = w.keys;
         for (iid, p) in &canon {
             let it = &doc.index[iid];

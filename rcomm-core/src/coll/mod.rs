@@ -91,6 +91,37 @@ fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
     Ok(())
 }
 
+/// MPI's rule for the buffers of the collectives with counts (MPI-3.1 §5.5 `MPI_Gatherv`,
+/// §5.6 `MPI_Scatterv`, §5.7 `MPI_Allgatherv`, §5.8 `MPI_Alltoallv`, §5.10.1
+/// `MPI_Reduce_scatter`): the counts (and, here, the packed rank order) say which elements
+/// are sent and where received ones go; a buffer only has to hold them, so one longer than
+/// its counts address is used from its start and the rest is left alone (never sent, never
+/// written). A shorter one is an error before anything moves.
+fn fit<'a, T>(what: &str, buf: &'a [T], want: usize) -> Result<&'a [T]> {
+    buf.get(..want).ok_or_else(|| short(what, buf.len(), want))
+}
+
+/// [`fit`] for a buffer that receives.
+fn fit_mut<'a, T>(what: &str, buf: &'a mut [T], want: usize) -> Result<&'a mut [T]> {
+    let got = buf.len();
+    buf.get_mut(..want).ok_or_else(|| short(what, got, want))
+}
+
+/// [`fit`] for an owned buffer: cut to what the counts address.
+fn fit_vec<T>(what: &str, mut buf: Vec<T>, want: usize) -> Result<Vec<T>> {
+    if buf.len() < want {
+        return Err(short(what, buf.len(), want));
+    }
+    buf.truncate(want);
+    Ok(buf)
+}
+
+fn short(what: &str, got: usize, want: usize) -> CommError {
+    CommError::InvalidArg(format!(
+        "{what}: buffer of {got} elements, fewer than the {want} its counts address"
+    ))
+}
+
 fn need<'a, B: ?Sized>(b: Option<&'a mut B>, what: &str) -> Result<&'a mut B> {
     b.ok_or_else(|| CommError::InvalidArg(format!("{what}: the root must pass a buffer")))
 }
@@ -777,8 +808,8 @@ impl Communicator {
     ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
         let (n, r) = (self.size() as usize, self.rank() as usize);
-        check_len("allgatherv send", send.len(), counts.of(r))?;
-        check_len("allgatherv recv", recv.len(), counts.total(n))?;
+        let send = fit("allgatherv send", send, counts.of(r))?;
+        let recv = fit_mut("allgatherv recv", recv, counts.total(n))?;
         match self.allgather_plan(counts, size_of::<T>(), true)? {
             Plan::Shm(node, chk) => node.allgather(
                 self,
@@ -816,7 +847,7 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let (n, r) = (self.size() as usize, self.rank() as usize);
         check_len("allgatherv counts", counts.len(), n)?;
-        check_len("allgatherv send", send.len(), counts[r])?;
+        let send = fit_vec("allgatherv send", send, counts[r])?;
         let off: usize = counts[..r].iter().sum();
         let mut data = vec![T::zeroed(); counts.iter().sum()];
         data[off..off + send.len()].copy_from_slice(&send);
@@ -881,8 +912,8 @@ impl Communicator {
         let r = op.into().0;
         let (n, me) = (self.size() as usize, self.rank() as usize);
         check_len("reduce_scatter_v counts", counts.len(), n)?;
-        check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
-        check_len("reduce_scatter_v recv", recv.len(), counts[me])?;
+        let send = fit("reduce_scatter_v send", send, counts.iter().sum())?;
+        let recv = fit_mut("reduce_scatter_v recv", recv, counts[me])?;
         let algo = self.reduce_scatter_algo(counts, size_of::<T>(), &r)?;
         // The counts are the same on every rank (MPI's contract), so all take the same branch.
         let equal = counts.iter().all(|&c| c == counts[0]);
@@ -970,7 +1001,7 @@ impl Communicator {
         let r = op.into().0;
         let (n, me) = (self.size() as usize, self.rank() as usize);
         check_len("reduce_scatter_v counts", counts.len(), n)?;
-        check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
+        let send = fit_vec("reduce_scatter_v send", send, counts.iter().sum())?;
         let algo = self.reduce_scatter_algo(counts, size_of::<T>(), &r)?;
         let sched = self.reduce_scatter_sched(counts, size_of::<T>(), algo)?;
         let off = counts[..me].iter().sum();
@@ -1054,10 +1085,10 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let sched = self.gather_plan(counts, size_of::<T>(), root)?;
         let r = self.rank() as usize;
-        check_len("gatherv send", send.len(), counts[r])?;
+        let send = fit("gatherv send", send, counts[r])?;
         if self.rank() == root {
             let recv = need(recv, "gatherv")?;
-            check_len("gatherv recv", recv.len(), counts.iter().sum())?;
+            let recv = fit_mut("gatherv recv", recv, counts.iter().sum())?;
             let off: usize = counts[..r].iter().sum();
             recv[off..off + send.len()].copy_from_slice(send);
             // The root's own block is also the input (tree gathers copy it themselves).
@@ -1093,7 +1124,7 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let sched = self.gather_plan(counts, size_of::<T>(), root)?;
         let r = self.rank() as usize;
-        check_len("gatherv send", send.len(), counts[r])?;
+        let send = fit_vec("gatherv send", send, counts[r])?;
         if self.rank() == root {
             let off: usize = counts[..r].iter().sum();
             let mut data = vec![T::zeroed(); counts.iter().sum()];
@@ -1121,12 +1152,12 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let sched = self.scatter_plan(counts, size_of::<T>(), root)?;
         let r = self.rank() as usize;
-        check_len("scatterv recv", recv.len(), counts[r])?;
+        let recv = fit_mut("scatterv recv", recv, counts[r])?;
         if self.rank() == root {
             let send = send.ok_or_else(|| {
                 CommError::InvalidArg("scatterv: the root must pass a send buffer".into())
             })?;
-            check_len("scatterv send", send.len(), counts.iter().sum())?;
+            let send = fit("scatterv send", send, counts.iter().sum())?;
             let off: usize = counts[..r].iter().sum();
             recv.copy_from_slice(&send[off..off + recv.len()]);
             self.run_schedule(
@@ -1167,7 +1198,7 @@ impl Communicator {
             let send = send.ok_or_else(|| {
                 CommError::InvalidArg("scatterv: the root must pass a send buffer".into())
             })?;
-            check_len("scatterv send", send.len(), counts.iter().sum())?;
+            let send = fit_vec("scatterv send", send, counts.iter().sum())?;
             let off: usize = counts[..r].iter().sum();
             data.copy_from_slice(&send[off..off + counts[r]]);
             CollRequest::start(self, sched, data, send, None, Post::Whole)
@@ -1226,8 +1257,8 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let plan = self.alltoall_plan(send_counts, recv_counts, size_of::<T>(), equal_call)?;
         let r = self.rank() as usize;
-        check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
-        check_len("alltoallv recv", recv.len(), recv_counts.iter().sum())?;
+        let send = fit("alltoallv send", send, send_counts.iter().sum())?;
+        let recv = fit_mut("alltoallv recv", recv, recv_counts.iter().sum())?;
         check_len("alltoallv own block", recv_counts[r], send_counts[r])?;
         let sched = match plan {
             Plan::Shm(node, chk) => {
@@ -1280,7 +1311,7 @@ impl Communicator {
             unreachable!("non-blocking plans are schedules")
         };
         let r = self.rank() as usize;
-        check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
+        let send = fit_vec("alltoallv send", send, send_counts.iter().sum())?;
         check_len("alltoallv own block", recv_counts[r], send_counts[r])?;
         let (so, ro): (usize, usize) =
             (send_counts[..r].iter().sum(), recv_counts[..r].iter().sum());
