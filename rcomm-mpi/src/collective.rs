@@ -20,8 +20,8 @@ use rcomm::coll::ElemOp;
 use rcomm::{Op as CoreOp, ReduceOp, UserOp};
 
 use crate::datatype::{
-    Buffer, BufferMut, DatatypeRef, Dst, Dt, DynBuffer, DynBufferMut, PartitionedBuffer,
-    PartitionedBufferMut, Prim, Src, UncommittedDatatype, dst_of, src_of,
+    Buffer, BufferMut, DatatypeRef, Dst, Dt, DynBuffer, DynBufferMut, Partitioned,
+    PartitionedBuffer, PartitionedBufferMut, Prim, Src, UncommittedDatatype, dst_of, src_of,
 };
 use crate::ffi::MPI_Datatype;
 use crate::request::{Coll, Pending, Request, Scope};
@@ -680,7 +680,25 @@ fn pack_parts(s: &Src, counts: &[Count], displs: &[Count]) -> Vec<u8> {
     out
 }
 
+/// MPI's rule for the v-collectives' buffers (MPI-3.1 §5.5-§5.8): the counts and
+/// displacements say which elements are used, and the buffer must hold them; it may be longer
+/// (the rest is neither sent nor written). C cannot check the second half; the facade, which
+/// knows the buffer's length, does, so a part outside its buffer is an error, not a read or
+/// write past the end. Parts of no elements address nothing and are not checked.
+fn check_parts<B: ?Sized + Partitioned>(b: &B, what: &str) {
+    let Some(len) = b.buffer_count() else { return };
+    for (i, (&c, &d)) in b.counts().iter().zip(b.displs()).enumerate() {
+        if c > 0 && (d < 0 || d as i64 + c as i64 > len as i64) {
+            fail(&format!(
+                "{what}: part {i} (elements {d}..{}) lies outside the buffer of {len} elements",
+                d as i64 + c as i64
+            ));
+        }
+    }
+}
+
 fn psrc<B: ?Sized + PartitionedBuffer>(b: &B) -> Src {
+    check_parts(b, "varcount send buffer");
     Src {
         ptr: b.pointer().cast(),
         count: 0,
@@ -689,6 +707,7 @@ fn psrc<B: ?Sized + PartitionedBuffer>(b: &B) -> Src {
 }
 
 fn pdst<B: ?Sized + PartitionedBufferMut>(b: &mut B) -> Dst {
+    check_parts(b, "varcount receive buffer");
     Dst {
         ptr: b.pointer_mut().cast(),
         count: 0,

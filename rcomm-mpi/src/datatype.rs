@@ -801,6 +801,12 @@ pub trait Partitioned {
     fn counts(&self) -> &[Count];
     /// Where each rank's part starts, in elements.
     fn displs(&self) -> &[Count];
+    /// How many elements the buffer underneath holds, where the facade knows it (the parts
+    /// must lie inside it).
+    #[doc(hidden)]
+    fn buffer_count(&self) -> Option<Count> {
+        None
+    }
 }
 
 /// A partitioned buffer to read from.
@@ -844,12 +850,17 @@ unsafe impl<B: ?Sized + Buffer, C, D> Pointer for Partition<'_, B, C, D> {
         self.buf.pointer()
     }
 }
-impl<B: ?Sized, C: Borrow<[Count]>, D: Borrow<[Count]>> Partitioned for Partition<'_, B, C, D> {
+impl<B: ?Sized + Collection, C: Borrow<[Count]>, D: Borrow<[Count]>> Partitioned
+    for Partition<'_, B, C, D>
+{
     fn counts(&self) -> &[Count] {
         self.counts.borrow()
     }
     fn displs(&self) -> &[Count] {
         self.displs.borrow()
+    }
+    fn buffer_count(&self) -> Option<Count> {
+        Some(self.buf.count())
     }
 }
 impl<B: ?Sized + Buffer, C: Borrow<[Count]>, D: Borrow<[Count]>> PartitionedBuffer
@@ -893,12 +904,17 @@ unsafe impl<B: ?Sized + BufferMut, C, D> PointerMut for PartitionMut<'_, B, C, D
         self.buf.pointer_mut()
     }
 }
-impl<B: ?Sized, C: Borrow<[Count]>, D: Borrow<[Count]>> Partitioned for PartitionMut<'_, B, C, D> {
+impl<B: ?Sized + Collection, C: Borrow<[Count]>, D: Borrow<[Count]>> Partitioned
+    for PartitionMut<'_, B, C, D>
+{
     fn counts(&self) -> &[Count] {
         self.counts.borrow()
     }
     fn displs(&self) -> &[Count] {
         self.displs.borrow()
+    }
+    fn buffer_count(&self) -> Option<Count> {
+        Some(self.buf.count())
     }
 }
 impl<B: ?Sized + BufferMut, C: Borrow<[Count]>, D: Borrow<[Count]>> PartitionedBufferMut
