@@ -91,12 +91,14 @@ fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
     Ok(())
 }
 
-/// MPI's rule for the buffers of the collectives with counts (MPI-3.1 §5.5 `MPI_Gatherv`,
-/// §5.6 `MPI_Scatterv`, §5.7 `MPI_Allgatherv`, §5.8 `MPI_Alltoallv`, §5.10.1
-/// `MPI_Reduce_scatter`): the counts (and, here, the packed rank order) say which elements
-/// are sent and where received ones go; a buffer only has to hold them, so one longer than
-/// its counts address is used from its start and the rest is left alone (never sent, never
-/// written). A shorter one is an error before anything moves.
+/// MPI's rule for the buffers of the collectives (MPI-3.1 §5.5 `MPI_Gatherv`, §5.6
+/// `MPI_Scatterv`, §5.7 `MPI_Allgatherv`, §5.8 `MPI_Alltoall(v)`, §5.9 `MPI_Reduce`/
+/// `MPI_Allreduce`, §5.10.1 `MPI_Reduce_scatter`, §5.11 `MPI_Scan`/`MPI_Exscan`): the counts
+/// (and, here, the packed rank order) say which elements are sent and where received ones
+/// go; a buffer only has to hold them, so one longer than its counts address is used from
+/// its start and the rest is left alone (never sent, never written). Where the core's call
+/// takes no count, the send slice's length is the count (the receive side may be longer). A
+/// shorter buffer is an error before anything moves.
 fn fit<'a, T>(what: &str, buf: &'a [T], want: usize) -> Result<&'a [T]> {
     buf.get(..want).ok_or_else(|| short(what, buf.len(), want))
 }
@@ -603,7 +605,7 @@ impl Communicator {
         recv: &mut [T],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
-        check_len("allreduce recv", recv.len(), send.len())?;
+        let recv = fit_mut("allreduce recv", recv, send.len())?;
         let (recv, send) = (bytemuck::cast_slice_mut(recv), bytemuck::cast_slice(send));
         self.allreduce_bytes(recv, Some(send), size_of::<T>(), op.into().0)
     }
@@ -713,7 +715,7 @@ impl Communicator {
         let sched = self.reduce_plan(send.len(), size_of::<T>(), &r, root)?;
         if self.rank() == root {
             let recv = need(recv, "reduce")?;
-            check_len("reduce recv", recv.len(), send.len())?;
+            let recv = fit_mut("reduce recv", recv, send.len())?;
             recv.copy_from_slice(send);
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(recv);
             self.run_schedule(&sched, bytes, &[], Some(&r))?;
@@ -870,7 +872,7 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
         let n = self.size() as usize;
-        check_len("reduce_scatter send", send.len(), n * recv.len())?;
+        let send = fit("reduce_scatter send", send, n * recv.len())?;
         self.reduce_scatter_v(send, recv, &vec![recv.len(); n], op)
     }
 
@@ -1213,7 +1215,7 @@ impl Communicator {
     /// in `recv` (both `size × block` elements). Collective.
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let n = self.size() as usize;
-        check_len("alltoall recv", recv.len(), send.len())?;
+        let recv = fit_mut("alltoall recv", recv, send.len())?;
         if !send.len().is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(
                 "alltoall: {} elements are not {n} equal blocks",
@@ -1329,7 +1331,7 @@ impl Communicator {
         recv: &mut [T],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
-        check_len("scan recv", recv.len(), send.len())?;
+        let recv = fit_mut("scan recv", recv, send.len())?;
         recv.copy_from_slice(send);
         self.scan_in_place(recv, op)
     }
@@ -1355,7 +1357,7 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
-        check_len("exscan recv", recv.len(), send.len())?;
+        let recv = fit_mut("exscan recv", recv, send.len())?;
         let r = op.into().0;
         let sched = self.scan_plan(send.len(), size_of::<T>(), &r, true)?;
         let len = size_of_val(send);

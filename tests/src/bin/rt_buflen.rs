@@ -149,6 +149,55 @@ fn main() {
                 .unwrap();
             assert_eq!(got, want, "ireduce_scatter_v");
         }
+        // §5.9 (MPI_Reduce, MPI_Allreduce), §5.11 (MPI_Scan, MPI_Exscan), §5.8
+        // (MPI_Alltoall), §5.10.2 (MPI_Reduce_scatter_block), §5.9.7 (MPI_Reduce_local): one
+        // count for both buffers (here the send slice's length); a longer receive buffer
+        // gets the result in its first `count` elements and keeps the rest.
+        "reduce-recv-longer" => {
+            let x: Vec<i64> = (0..6).map(|i| v(r, i)).collect();
+            let sum: Vec<i64> = (0..6).map(|i| (0..n).map(|p| v(p, i)).sum()).collect();
+            let mut got = vec![PAD; 9];
+            w.allreduce(&x, &mut got, Op::Sum).unwrap();
+            assert_eq!(got, padded(sum.clone(), 3), "allreduce");
+            let mut got = vec![PAD; 8];
+            w.reduce(&x, (r == 0).then_some(&mut got[..]), Op::Sum, 0)
+                .unwrap();
+            if r == 0 {
+                assert_eq!(got, padded(sum, 2), "reduce");
+            }
+            let upto = |last: u32| -> Vec<i64> {
+                (0..6).map(|i| (0..last).map(|p| v(p, i)).sum()).collect()
+            };
+            let mut got = vec![PAD; 7];
+            w.scan(&x, &mut got, Op::Sum).unwrap();
+            assert_eq!(got, padded(upto(r + 1), 1), "scan");
+            let mut got = vec![PAD; 10];
+            w.exscan(&x, &mut got, Op::Sum).unwrap();
+            if r > 0 {
+                assert_eq!(got, padded(upto(r), 4), "exscan");
+            } else {
+                assert_eq!(got, vec![PAD; 10], "exscan leaves rank 0's buffer alone");
+            }
+            // Blocks of 2: block j of every rank goes to rank j.
+            let send: Vec<i64> = (0..2 * n as usize).map(|k| v(r, k)).collect();
+            let want: Vec<i64> = (0..n)
+                .flat_map(|p| (0..2).map(move |k| v(p, me * 2 + k)))
+                .collect();
+            let mut got = vec![PAD; 2 * n as usize + 5];
+            w.alltoall(&send, &mut got).unwrap();
+            assert_eq!(got, padded(want, 5), "alltoall");
+            // Reduce-scatter of equal blocks of 2: a send buffer longer than size × 2.
+            let big = padded((0..2 * n as usize).map(|k| v(r, k)).collect(), 3);
+            let mut red = vec![PAD; 2];
+            w.reduce_scatter(&big, &mut red, Op::Sum).unwrap();
+            let want: Vec<i64> = (0..2)
+                .map(|i| (0..n).map(|p| v(p, me * 2 + i)).sum())
+                .collect();
+            assert_eq!(red, want, "reduce_scatter");
+            let mut inout = padded(vec![1, 2], 2);
+            rcomm::reduce_local(&[10i64, 20], &mut inout, Op::Sum).unwrap();
+            assert_eq!(inout, padded(vec![11, 22], 2), "reduce_local");
+        }
         // The rule's other half: a buffer shorter than its counts address is an error before
         // anything moves (every rank passes a short one, so none is left waiting).
         "shorter-refused" => {
