@@ -4,14 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# System packages the suite needs: MPICH's mpiexec for tests/tests/launchers.rs (Slurm, munge are
+# System packages the suite needs: MPICH's mpiexec for tests/tests/launchers.rs (and mpicc with
+# libclang for bindgen, which rsmpi's mpi-sys build needs when tests/tests/rsmpi_items.rs
+# documents rsmpi to compare it with rcomm-mpi item by item) (Slurm, munge are
 # installed below by the launcher tests' own script, which keeps the packages from starting system
 # daemons); the multi-host tests (tests/tests/multihost.rs) make fake hosts of network namespaces,
 # each with its own sshd (tests/cluster.sh); hwloc's library and tools for rcomm-runtime's
 # feature `hwloc` (its topology tests compare rcomm's sysfs reader with hwloc); rdma-core's
 # libibverbs and verbs.h for the ib backend's tests (rcomm-transport/tests/ib_abi.rs compares
 # its struct copies with the header and loads the run-time-loaded libibverbs.so.1).
-PKGS=(mpich openssh-server openssh-client iproute2 util-linux libhwloc-dev libudev-dev hwloc pkg-config libibverbs-dev ibverbs-providers)
+PKGS=(mpich libclang-dev openssh-server openssh-client iproute2 util-linux libhwloc-dev libudev-dev hwloc pkg-config libibverbs-dev ibverbs-providers)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -96,20 +96,22 @@ pub fn query_thread() -> ThreadLevel {
 
 /// `inout[i] = input[i] ⊕ inout[i]` with a built-in op, on this rank only
 /// (`MPI_Reduce_local`). [`Op::Avg`] has no meaning for two operands and is refused, as are
-/// ops the type lacks (bitwise ops on floats) and slices of different lengths.
+/// ops the type lacks (bitwise ops on floats). `input.len()` is the count: `inout` may be
+/// longer (MPI-3.1 §5.9.7: both buffers hold `count` elements; the rest of a longer one is
+/// left alone), not shorter.
 pub fn reduce_local<T: Element>(input: &[T], inout: &mut [T], op: Op) -> Result<()> {
     if op == Op::Avg {
         return Err(CommError::InvalidArg(
             "reduce_local: Avg needs a contribution count; use Sum and divide".into(),
         ));
     }
-    if input.len() != inout.len() {
+    let Some(inout) = inout.get_mut(..input.len()) else {
         return Err(CommError::InvalidArg(format!(
-            "reduce_local: input has {} elements, inout {}",
+            "reduce_local: input has {} elements, inout only {}",
             input.len(),
             inout.len()
         )));
-    }
+    };
     // rcomm's built-in ops are commutative, so inout ⊕ input is input ⊕ inout.
     rcomm_kernels::reduce_into_typed(op, inout, input)
         .map_err(|e| CommError::InvalidArg(format!("reduce_local: {e}")))
@@ -173,6 +175,10 @@ mod tests {
         assert_eq!(f, [1.75, 2.0]);
         assert!(reduce_local(&[1.0f32, 2.0], &mut f, Op::BXor).is_err());
         assert!(reduce_local(&[1.0f32, 2.0], &mut f, Op::Avg).is_err());
-        assert!(reduce_local(&[1.0f32], &mut f, Op::Sum).is_err());
+        // The count is input's: a longer inout keeps its tail, a shorter one is refused.
+        reduce_local(&[1.0f32], &mut f, Op::Sum).unwrap();
+        assert_eq!(f, [2.75, 2.0]);
+        assert!(reduce_local(&[1.0f32, 2.0, 3.0], &mut f, Op::Sum).is_err());
+        assert_eq!(f, [2.75, 2.0], "a refused call leaves inout alone");
     }
 }

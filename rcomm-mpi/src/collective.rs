@@ -20,8 +20,8 @@ use rcomm::coll::ElemOp;
 use rcomm::{Op as CoreOp, ReduceOp, UserOp};
 
 use crate::datatype::{
-    Buffer, BufferMut, DatatypeRef, Dst, Dt, DynBuffer, DynBufferMut, PartitionedBuffer,
-    PartitionedBufferMut, Prim, Src, UncommittedDatatype, dst_of, src_of,
+    Buffer, BufferMut, DatatypeRef, Dst, Dt, DynBuffer, DynBufferMut, Partitioned,
+    PartitionedBuffer, PartitionedBufferMut, Prim, Src, UncommittedDatatype, dst_of, src_of,
 };
 use crate::ffi::MPI_Datatype;
 use crate::request::{Coll, Pending, Request, Scope};
@@ -680,7 +680,25 @@ fn pack_parts(s: &Src, counts: &[Count], displs: &[Count]) -> Vec<u8> {
     out
 }
 
+/// MPI's rule for the v-collectives' buffers (MPI-3.1 §5.5-§5.8): the counts and
+/// displacements say which elements are used, and the buffer must hold them; it may be longer
+/// (the rest is neither sent nor written). C cannot check the second half; the facade, which
+/// knows the buffer's length, does, so a part outside its buffer is an error, not a read or
+/// write past the end. Parts of no elements address nothing and are not checked.
+fn check_parts<B: ?Sized + Partitioned>(b: &B, what: &str) {
+    let Some(len) = b.buffer_count() else { return };
+    for (i, (&c, &d)) in b.counts().iter().zip(b.displs()).enumerate() {
+        if c > 0 && (d < 0 || d as i64 + c as i64 > len as i64) {
+            fail(&format!(
+                "{what}: part {i} (elements {d}..{}) lies outside the buffer of {len} elements",
+                d as i64 + c as i64
+            ));
+        }
+    }
+}
+
 fn psrc<B: ?Sized + PartitionedBuffer>(b: &B) -> Src {
+    check_parts(b, "varcount send buffer");
     Src {
         ptr: b.pointer().cast(),
         count: 0,
@@ -689,6 +707,7 @@ fn psrc<B: ?Sized + PartitionedBuffer>(b: &B) -> Src {
 }
 
 fn pdst<B: ?Sized + PartitionedBufferMut>(b: &mut B) -> Dst {
+    check_parts(b, "varcount receive buffer");
     Dst {
         ptr: b.pointer_mut().cast(),
         count: 0,
@@ -1153,6 +1172,57 @@ pub trait Root: AsHandle {
     /// The root's rank.
     fn root_rank(&self) -> Rank;
 
+    /// Starts `maxprocs` copies of `command` (`MPI_Comm_spawn`): collective over the
+    /// communicator of the root process; only the root's commands are read. The children run
+    /// on the root's node.
+    fn spawn(
+        &self,
+        command: &std::process::Command,
+        maxprocs: Rank,
+    ) -> Result<crate::topology::InterCommunicator, crate::MpiError> {
+        self.spawn_multiple(std::slice::from_ref(command), &[maxprocs])
+    }
+
+    /// Starts `maxprocs[i]` copies of each `commands[i]` (`MPI_Comm_spawn_multiple`); each
+    /// child's `appnum` is its command's index.
+    fn spawn_multiple(
+        &self,
+        commands: &[std::process::Command],
+        maxprocs: &[Rank],
+    ) -> Result<crate::topology::InterCommunicator, crate::MpiError> {
+        let root = self.root_rank() as u32;
+        let comm = self.as_handle().coll_comm();
+        let mine = comm.rank() == root;
+        let asked: Rank = maxprocs.iter().map(|&n| n.max(0)).sum();
+        if mine && (commands.len() != maxprocs.len() || maxprocs.iter().any(|&n| n < 0)) {
+            eprintln!(
+                "rcomm-mpi: spawn_multiple: {} commands with {} non-negative counts",
+                commands.len(),
+                maxprocs.len()
+            );
+            return Err(crate::MpiError::Spawn(asked, asked));
+        }
+        let cmds: Vec<rcomm::SpawnCommand<'_>> = if mine {
+            commands
+                .iter()
+                .zip(maxprocs)
+                .map(|(command, &n)| rcomm::SpawnCommand {
+                    command,
+                    copies: n as u32,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        comm.spawn(root, &cmds)
+            .map(crate::topology::InterCommunicator::new)
+            .map_err(|e| {
+                // rcomm starts every child or none; the reason goes where MPI's would.
+                eprintln!("rcomm-mpi: spawn: {e}");
+                crate::MpiError::Spawn(asked, asked)
+            })
+    }
+
     /// Broadcasts the root's `buffer` to every rank (`MPI_Bcast`).
     fn broadcast_into<Buf: ?Sized + BufferMut>(&self, buffer: &mut Buf)
     where
@@ -1590,59 +1660,6 @@ pub trait Root: AsHandle {
     }
 }
 
-/// Process spawning (`MPI_Comm_spawn`): collective over the communicator of the root
-/// process; only the root's commands are read. The children run on the root's node.
-pub trait Spawn: Root {
-    /// Starts `maxprocs` copies of `command`.
-    fn spawn(
-        &self,
-        command: &std::process::Command,
-        maxprocs: Rank,
-    ) -> Result<crate::topology::InterCommunicator, crate::MpiError> {
-        self.spawn_multiple(std::slice::from_ref(command), &[maxprocs])
-    }
-
-    /// Starts `maxprocs[i]` copies of each `commands[i]` (`MPI_Comm_spawn_multiple`); each
-    /// child's `appnum` is its command's index.
-    fn spawn_multiple(
-        &self,
-        commands: &[std::process::Command],
-        maxprocs: &[Rank],
-    ) -> Result<crate::topology::InterCommunicator, crate::MpiError> {
-        let root = self.root_rank() as u32;
-        let comm = self.as_handle().coll_comm();
-        let mine = comm.rank() == root;
-        if mine && (commands.len() != maxprocs.len() || maxprocs.iter().any(|&n| n < 0)) {
-            return Err(crate::MpiError {
-                message: format!(
-                    "spawn_multiple: {} commands with {} non-negative counts",
-                    commands.len(),
-                    maxprocs.len()
-                ),
-            });
-        }
-        let cmds: Vec<rcomm::SpawnCommand<'_>> = if mine {
-            commands
-                .iter()
-                .zip(maxprocs)
-                .map(|(command, &n)| rcomm::SpawnCommand {
-                    command,
-                    copies: n as u32,
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        comm.spawn(root, &cmds)
-            .map(crate::topology::InterCommunicator::new)
-            .map_err(|e| crate::MpiError {
-                message: e.to_string(),
-            })
-    }
-}
-
-impl Spawn for Process<'_> {}
-
 impl Root for Process<'_> {
     fn root_rank(&self) -> Rank {
         self.rank
@@ -1651,5 +1668,5 @@ impl Root for Process<'_> {
 
 /// Useful traits.
 pub mod traits {
-    pub use super::{CommunicatorCollectives, Operation, Root, Spawn};
+    pub use super::{CommunicatorCollectives, Operation, Root};
 }

@@ -346,10 +346,12 @@ system_equiv!(isize => I64, usize => U64);
 #[cfg(target_pointer_width = "32")]
 system_equiv!(isize => I32, usize => U32);
 
+/// `Equivalence` for `num_complex`'s `Complex32` and `Complex64` (feature `complex`), where
+/// rsmpi has it.
 #[cfg(feature = "complex")]
-mod complex {
+pub mod complex_datatype {
     use super::*;
-    use num_complex::Complex;
+    use num_complex::{Complex32, Complex64};
 
     fn cplx(n: usize) -> &'static Dt {
         static C32: OnceLock<Dt> = OnceLock::new();
@@ -361,13 +363,13 @@ mod complex {
         })
     }
 
-    unsafe impl Equivalence for Complex<f32> {
+    unsafe impl Equivalence for Complex32 {
         type Out = SystemDatatype;
         fn equivalent_datatype() -> SystemDatatype {
             DatatypeRef { dt: cplx(8) }
         }
     }
-    unsafe impl Equivalence for Complex<f64> {
+    unsafe impl Equivalence for Complex64 {
         type Out = SystemDatatype;
         fn equivalent_datatype() -> SystemDatatype {
             DatatypeRef { dt: cplx(16) }
@@ -591,6 +593,11 @@ unsafe impl Send for DynBufferMut<'_> {}
 unsafe impl Sync for DynBufferMut<'_> {}
 
 impl<'a> DynBufferMut<'a> {
+    /// The buffer's address.
+    pub fn as_ptr(&self) -> *const c_void {
+        self.ptr
+    }
+
     /// A dynamic view of a mutable slice.
     pub fn new<T: Equivalence<Out = SystemDatatype>>(buf: &'a mut [T]) -> Self {
         DynBufferMut {
@@ -794,6 +801,12 @@ pub trait Partitioned {
     fn counts(&self) -> &[Count];
     /// Where each rank's part starts, in elements.
     fn displs(&self) -> &[Count];
+    /// How many elements the buffer underneath holds, where the facade knows it (the parts
+    /// must lie inside it).
+    #[doc(hidden)]
+    fn buffer_count(&self) -> Option<Count> {
+        None
+    }
 }
 
 /// A partitioned buffer to read from.
@@ -837,12 +850,17 @@ unsafe impl<B: ?Sized + Buffer, C, D> Pointer for Partition<'_, B, C, D> {
         self.buf.pointer()
     }
 }
-impl<B: ?Sized, C: Borrow<[Count]>, D: Borrow<[Count]>> Partitioned for Partition<'_, B, C, D> {
+impl<B: ?Sized + Collection, C: Borrow<[Count]>, D: Borrow<[Count]>> Partitioned
+    for Partition<'_, B, C, D>
+{
     fn counts(&self) -> &[Count] {
         self.counts.borrow()
     }
     fn displs(&self) -> &[Count] {
         self.displs.borrow()
+    }
+    fn buffer_count(&self) -> Option<Count> {
+        Some(self.buf.count())
     }
 }
 impl<B: ?Sized + Buffer, C: Borrow<[Count]>, D: Borrow<[Count]>> PartitionedBuffer
@@ -886,12 +904,17 @@ unsafe impl<B: ?Sized + BufferMut, C, D> PointerMut for PartitionMut<'_, B, C, D
         self.buf.pointer_mut()
     }
 }
-impl<B: ?Sized, C: Borrow<[Count]>, D: Borrow<[Count]>> Partitioned for PartitionMut<'_, B, C, D> {
+impl<B: ?Sized + Collection, C: Borrow<[Count]>, D: Borrow<[Count]>> Partitioned
+    for PartitionMut<'_, B, C, D>
+{
     fn counts(&self) -> &[Count] {
         self.counts.borrow()
     }
     fn displs(&self) -> &[Count] {
         self.displs.borrow()
+    }
+    fn buffer_count(&self) -> Option<Count> {
+        Some(self.buf.count())
     }
 }
 impl<B: ?Sized + BufferMut, C: Borrow<[Count]>, D: Borrow<[Count]>> PartitionedBufferMut

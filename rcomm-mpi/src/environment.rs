@@ -95,6 +95,20 @@ pub enum Threading {
     Multiple,
 }
 
+/// MPI's constants (`MPI_THREAD_SINGLE` 0 to `MPI_THREAD_MULTIPLE` 3, as MPICH and Open MPI
+/// define them).
+impl From<std::os::raw::c_int> for Threading {
+    fn from(i: std::os::raw::c_int) -> Threading {
+        match i {
+            0 => Threading::Single,
+            1 => Threading::Funneled,
+            2 => Threading::Serialized,
+            3 => Threading::Multiple,
+            _ => panic!("Unknown threading level: {i}"),
+        }
+    }
+}
+
 impl From<Threading> for rcomm::ThreadLevel {
     fn from(t: Threading) -> Self {
         match t {

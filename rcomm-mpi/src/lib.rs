@@ -40,20 +40,42 @@ pub type Tag = std::os::raw::c_int;
 /// Addresses and byte displacements (`MPI_Aint`).
 pub type Address = isize;
 
-/// An error from a call that reports errors (rsmpi's `MpiError`).
+/// An error from a call that reports errors (rsmpi's `MpiError`, the same variants and
+/// messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MpiError {
-    /// What failed.
-    pub message: String,
+pub enum MpiError {
+    /// `Spawn(failed, asked)`: `failed` of the `asked` processes could not be started (rcomm
+    /// starts all or none; its reason is printed on standard error).
+    Spawn(Rank, Rank),
+    /// A string passed on had an interior 0 byte.
+    StringNul(std::ffi::NulError),
 }
 
 impl std::fmt::Display for MpiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        match self {
+            MpiError::Spawn(failed, asked) => {
+                write!(f, "Failed to spawn {failed} of {asked} processes")
+            }
+            MpiError::StringNul(_) => f.write_str("An interior 0 byte was found in string"),
+        }
     }
 }
 
-impl std::error::Error for MpiError {}
+impl std::error::Error for MpiError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            MpiError::StringNul(e) => Some(e),
+            MpiError::Spawn(..) => None,
+        }
+    }
+}
+
+impl From<std::ffi::NulError> for MpiError {
+    fn from(e: std::ffi::NulError) -> Self {
+        MpiError::StringNul(e)
+    }
+}
 
 /// Every trait a program needs, to `use mpi::traits::*`.
 pub mod traits {

@@ -278,6 +278,12 @@ impl Source for Process<'_> {
 pub struct Message(Option<rcomm::Message>);
 
 impl Message {
+    /// Whether the probe was of the null process (`MPI_MESSAGE_NO_PROC`): the facade has no
+    /// null process, so never.
+    pub fn is_no_proc(&self) -> bool {
+        false
+    }
+
     fn take(&mut self) -> rcomm::Message {
         self.0.take().expect("a message is received once")
     }

@@ -6,6 +6,7 @@
 
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::panic::{RefUnwindSafe, UnwindSafe};
 
 use crate::check;
 use crate::datatype::Dst;
@@ -171,7 +172,7 @@ pub unsafe trait Scope<'a> {
 }
 
 /// The scope of requests that borrow nothing shorter than `'static`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct StaticScope;
 
 unsafe impl Scope<'static> for StaticScope {
@@ -235,6 +236,18 @@ pub struct Request<'a, D: ?Sized, S: Scope<'a> = StaticScope> {
     scope: S,
     cancelled: Cell<bool>,
 }
+
+// As rsmpi's (whose requests hold only a handle and the borrow): a request may be kept across
+// `catch_unwind`. A panic leaves the pending operation and the cancelled flag as they were, and
+// both stay valid to wait on or drop.
+impl<'a, D: ?Sized + RefUnwindSafe, S: Scope<'a> + UnwindSafe> UnwindSafe for Request<'a, D, S> {}
+impl<'a, D: ?Sized + RefUnwindSafe, S: Scope<'a> + UnwindSafe> UnwindSafe for WaitGuard<'a, D, S> {}
+impl<'a, D: ?Sized + RefUnwindSafe, S: Scope<'a> + UnwindSafe> UnwindSafe
+    for CancelGuard<'a, D, S>
+{
+}
+impl<'a, D: ?Sized + RefUnwindSafe> UnwindSafe for RequestCollection<'a, D> {}
+impl<'a, D: ?Sized + RefUnwindSafe> RefUnwindSafe for RequestCollection<'a, D> {}
 
 impl<'a, D: ?Sized, S: Scope<'a>> std::fmt::Debug for Request<'a, D, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -35,8 +35,9 @@ impl std::fmt::Debug for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Status {{ source_rank: {}, tag: {}, bytes: {} }}",
-            self.0.source, self.0.tag, self.0.bytes
+            "Status {{ source_rank: {}, tag: {} }}",
+            self.source_rank(),
+            self.tag()
         )
     }
 }

@@ -146,7 +146,58 @@ impl SimpleCommunicator {
     pub fn rcomm(&self) -> &rcomm::Communicator {
         self.0.comm()
     }
+
+    /// The communicator's topology (`MPI_Topo_test`): a `SimpleCommunicator` has none
+    /// (Cartesian ones are [`CartesianCommunicator`]s).
+    pub fn topology(&self) -> Topology {
+        match self.0.inner {
+            Inner::Cart(_) => Topology::Cartesian,
+            _ => Topology::Undefined,
+        }
+    }
+
+    /// This communicator as the type of its topology.
+    pub fn into_topology(self) -> IntoTopology {
+        match self.topology() {
+            Topology::Cartesian => IntoTopology::Cartesian(CartesianCommunicator(self.0)),
+            _ => IntoTopology::Undefined(self),
+        }
+    }
 }
+
+/// A communicator's kind of topology.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Topology {
+    /// A graph (`MPI_GRAPH`).
+    Graph,
+    /// A Cartesian grid (`MPI_CART`).
+    Cartesian,
+    /// A distributed graph (`MPI_DIST_GRAPH`).
+    DistributedGraph,
+    /// None (`MPI_UNDEFINED`).
+    Undefined,
+}
+
+/// A communicator as the type of its topology.
+pub enum IntoTopology {
+    /// A graph (not made by this API, as in rsmpi).
+    Graph(GraphCommunicator),
+    /// A Cartesian grid.
+    Cartesian(CartesianCommunicator),
+    /// A distributed graph (not made by this API, as in rsmpi).
+    DistributedGraph(DistributedGraphCommunicator),
+    /// No topology.
+    Undefined(SimpleCommunicator),
+}
+
+/// A graph communicator: a placeholder, as in rsmpi (no call makes one; rcomm's graphs are
+/// `rcomm::GraphComm`).
+#[allow(missing_copy_implementations)]
+pub struct GraphCommunicator;
+
+/// A distributed-graph communicator: a placeholder, as in rsmpi.
+#[allow(missing_copy_implementations)]
+pub struct DistributedGraphCommunicator;
 
 impl AsHandle for SimpleCommunicator {
     fn as_handle(&self) -> &CommHandle {
@@ -204,6 +255,32 @@ pub enum GroupRelation {
     Unequal,
 }
 
+/// MPI's constants (`MPI_IDENT` 0, `MPI_CONGRUENT` 1, `MPI_SIMILAR` 2, `MPI_UNEQUAL` 3, as
+/// MPICH and Open MPI define them).
+impl From<c_int> for CommunicatorRelation {
+    fn from(i: c_int) -> CommunicatorRelation {
+        match i {
+            0 => CommunicatorRelation::Identical,
+            1 => CommunicatorRelation::Congruent,
+            2 => CommunicatorRelation::Similar,
+            3 => CommunicatorRelation::Unequal,
+            _ => panic!("Unknown communicator relation: {i}"),
+        }
+    }
+}
+
+/// MPI's constants (`MPI_IDENT` 0, `MPI_SIMILAR` 2, `MPI_UNEQUAL` 3).
+impl From<c_int> for GroupRelation {
+    fn from(i: c_int) -> GroupRelation {
+        match i {
+            0 => GroupRelation::Identical,
+            2 => GroupRelation::Similar,
+            3 => GroupRelation::Unequal,
+            _ => panic!("Unknown group relation: {i}"),
+        }
+    }
+}
+
 fn relation(c: Comparison) -> GroupRelation {
     match c {
         Comparison::Ident => GroupRelation::Identical,
@@ -218,6 +295,12 @@ fn to_u32(r: Rank) -> u32 {
 
 /// A communicator (rsmpi's `Communicator` trait).
 pub trait Communicator: AsHandle {
+    /// Number of processes a rank can address: the size, or the remote group's size on an
+    /// intercommunicator.
+    fn target_size(&self) -> Rank {
+        self.as_handle().peers().0
+    }
+
     /// Number of ranks.
     fn size(&self) -> Rank {
         self.as_handle().local().1
@@ -239,7 +322,7 @@ pub trait Communicator: AsHandle {
         // On an intercommunicator the process is kept by its rank in the joint world, which
         // is what every point-to-point call underneath names.
         Process {
-            comm: self.as_handle(),
+            comm: AnyProcess(self.as_handle()),
             rank: base + r,
         }
     }
@@ -482,7 +565,8 @@ impl<C: ?Sized + Communicator> Communicator for &C {}
 /// One process of a communicator, as a source, destination or root.
 #[derive(Copy, Clone)]
 pub struct Process<'a> {
-    pub(crate) comm: &'a CommHandle,
+    /// The communicator, as rsmpi keeps it (what `as_communicator` lends).
+    pub(crate) comm: AnyProcess<'a>,
     pub(crate) rank: Rank,
 }
 
@@ -495,18 +579,28 @@ impl std::fmt::Debug for Process<'_> {
 impl Process<'_> {
     /// The process's rank in its communicator (in the remote group, on an intercommunicator).
     pub fn rank(&self) -> Rank {
-        self.rank - self.comm.peers().1
+        self.rank - self.comm.0.peers().1
     }
 
     /// Whether this is the calling process.
     pub fn is_self(&self) -> bool {
-        self.rank == self.comm.comm().rank() as Rank
+        self.rank == self.comm.0.comm().rank() as Rank
     }
 }
 
 impl AsHandle for Process<'_> {
     fn as_handle(&self) -> &CommHandle {
-        self.comm
+        self.comm.0
+    }
+}
+
+// As in rsmpi, a process stands for its communicator too: `p.size()`, `p.barrier()`, …
+impl Communicator for Process<'_> {}
+
+impl<'a> AsCommunicator for Process<'a> {
+    type Out = AnyProcess<'a>;
+    fn as_communicator(&self) -> &Self::Out {
+        &self.comm
     }
 }
 
@@ -523,6 +617,15 @@ impl std::fmt::Debug for AnyProcess<'_> {
 impl AsHandle for AnyProcess<'_> {
     fn as_handle(&self) -> &CommHandle {
         self.0
+    }
+}
+
+impl Communicator for AnyProcess<'_> {}
+
+impl AsCommunicator for AnyProcess<'_> {
+    type Out = Self;
+    fn as_communicator(&self) -> &Self::Out {
+        self
     }
 }
 
@@ -731,6 +834,57 @@ impl CartesianCommunicator {
         let c = check(self.cart().sub(retain));
         CartesianCommunicator(CommHandle::new(Inner::Cart(Arc::new(c))))
     }
+
+    /// [`get_layout_into`](Self::get_layout_into); rsmpi skips the length checks here, the
+    /// facade keeps them (they cost nothing beside the call).
+    ///
+    /// # Safety
+    /// None needed here; `unsafe` as in rsmpi (the slices must have
+    /// [`num_dimensions`](Self::num_dimensions) entries).
+    pub unsafe fn get_layout_into_unchecked(
+        &self,
+        dims: &mut [Count],
+        periods: &mut [bool],
+        coords: &mut [Count],
+    ) {
+        self.get_layout_into(dims, periods, coords)
+    }
+
+    /// [`coordinates_to_rank`](Self::coordinates_to_rank), checked all the same.
+    ///
+    /// # Safety
+    /// None needed here; `unsafe` as in rsmpi.
+    pub unsafe fn coordinates_to_rank_unchecked(&self, coords: &[Count]) -> Rank {
+        self.coordinates_to_rank(coords)
+    }
+
+    /// [`rank_to_coordinates_into`](Self::rank_to_coordinates_into), checked all the same.
+    ///
+    /// # Safety
+    /// None needed here; `unsafe` as in rsmpi.
+    pub unsafe fn rank_to_coordinates_into_unchecked(&self, rank: Rank, coords: &mut [Count]) {
+        self.rank_to_coordinates_into(rank, coords)
+    }
+
+    /// [`shift`](Self::shift), checked all the same.
+    ///
+    /// # Safety
+    /// None needed here; `unsafe` as in rsmpi.
+    pub unsafe fn shift_unchecked(
+        &self,
+        dimension: Count,
+        displacement: Count,
+    ) -> (Option<Rank>, Option<Rank>) {
+        self.shift(dimension, displacement)
+    }
+
+    /// [`subgroup`](Self::subgroup), checked all the same.
+    ///
+    /// # Safety
+    /// None needed here; `unsafe` as in rsmpi.
+    pub unsafe fn subgroup_unchecked(&self, retain: &[bool]) -> CartesianCommunicator {
+        self.subgroup(retain)
+    }
 }
 
 impl AsHandle for CartesianCommunicator {
@@ -790,6 +944,12 @@ impl AsHandle for InterCommunicator {
     }
 }
 impl Communicator for InterCommunicator {}
+impl AsCommunicator for InterCommunicator {
+    type Out = InterCommunicator;
+    fn as_communicator(&self) -> &Self::Out {
+        self
+    }
+}
 
 /// Useful traits.
 pub mod traits {

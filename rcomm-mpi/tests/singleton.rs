@@ -181,6 +181,84 @@ fn world_of_one() {
     dup.set_name("dup");
     assert_eq!(dup.get_name(), "dup");
     assert_eq!(world.group().rank(), Some(0));
+    rsmpi_items(&world);
     drop(universe);
     assert!(mpi::is_finalized());
+}
+
+/// Counts the ranks of any communicator, as generic rsmpi code does.
+fn size_via<C: Communicator>(c: &C) -> mpi::Rank {
+    c.size()
+}
+
+fn needs_unwind_safe<T: std::panic::UnwindSafe>() {}
+
+/// Items of rsmpi's API that its examples leave out (tests/tests/rsmpi_items.rs lists them
+/// all): what programs print, processes as communicators, conversions from MPI's constants.
+fn rsmpi_items(world: &mpi::topology::SimpleCommunicator) {
+    use mpi::topology::{CommunicatorRelation, GroupRelation, IntoTopology, Topology};
+
+    // `Debug` of a status prints as rsmpi's: source and tag only.
+    let mut got = [0u8; 2];
+    let st = mpi::request::scope(|scope| {
+        let r = world
+            .this_process()
+            .immediate_receive_into_with_tag(scope, &mut got[..], 7);
+        world.this_process().send_with_tag(&[1u8, 2][..], 7);
+        r.wait()
+    });
+    assert_eq!(format!("{st:?}"), "Status { source_rank: 0, tag: 7 }");
+    assert_eq!(got, [1, 2]);
+
+    // A process stands for its communicator (rsmpi: `Communicator`, `AsCommunicator`, the
+    // collectives on `Process` and `AnyProcess`).
+    let p = world.process_at_rank(0);
+    assert_eq!((p.size(), p.target_size(), size_via(&p)), (1, 1, 1));
+    assert_eq!(p.as_communicator().size(), 1);
+    assert_eq!(size_via(&world.any_process()), 1);
+    p.barrier();
+    let mut sum = 0i64;
+    p.all_reduce_into(&5i64, &mut sum, SystemOperation::sum());
+    assert_eq!(sum, 5);
+    assert_eq!(world.target_size(), 1);
+
+    // Topology.
+    assert_eq!(world.topology(), Topology::Undefined);
+    assert!(matches!(
+        world.duplicate().into_topology(),
+        IntoTopology::Undefined(_)
+    ));
+    let cart = world
+        .create_cartesian_communicator(&[1], &[true], false)
+        .expect("a grid of one");
+    assert_eq!(unsafe { cart.shift_unchecked(0, 1) }, (Some(0), Some(0)));
+    assert_eq!(unsafe { cart.coordinates_to_rank_unchecked(&[0]) }, 0);
+
+    // MPI's constants, as rsmpi converts them.
+    assert_eq!(mpi::Threading::from(3), mpi::Threading::Multiple);
+    assert_eq!(mpi::Threading::from(0), mpi::Threading::Single);
+    assert_eq!(
+        CommunicatorRelation::from(1),
+        CommunicatorRelation::Congruent
+    );
+    assert_eq!(GroupRelation::from(2), GroupRelation::Similar);
+
+    // Errors print rsmpi's messages.
+    assert_eq!(
+        mpi::MpiError::Spawn(2, 3).to_string(),
+        "Failed to spawn 2 of 3 processes"
+    );
+    let nul: mpi::MpiError = std::ffi::CString::new("a\0b").unwrap_err().into();
+    assert_eq!(nul.to_string(), "An interior 0 byte was found in string");
+    assert!(std::error::Error::source(&nul).is_some());
+
+    // `Default`, `Eq`, `Hash` on the static scope, as generic code bounds them.
+    fn default_of<T: Default + Eq + std::hash::Hash>() -> T {
+        T::default()
+    }
+    assert_eq!(
+        default_of::<mpi::request::StaticScope>(),
+        mpi::request::StaticScope
+    );
+    needs_unwind_safe::<mpi::request::Request<'static, [u8]>>();
 }

@@ -5,7 +5,7 @@
 //! so no algorithm splits an element and non-commutative ops combine in rank order.
 
 use super::reduce::Reducer;
-use super::{Order, Plan, Post, check_len, need};
+use super::{Order, Plan, Post, fit, fit_mut, need};
 use crate::comm::Communicator;
 use crate::{CollRequest, CommError, Result};
 use std::sync::Arc;
@@ -66,7 +66,7 @@ impl ElemOp {
     /// `inout = input ⊕ inout` on this rank (`MPI_Reduce_local`).
     pub fn reduce_local(&self, input: &[u8], inout: &mut [u8]) -> Result<()> {
         self.count("reduce_local", input.len())?;
-        check_len("reduce_local inout", inout.len(), input.len())?;
+        let inout = fit_mut("reduce_local inout", inout, input.len())?;
         self.reducer().apply(inout, input, Order::SrcFirst)
     }
 
@@ -95,7 +95,7 @@ impl Communicator {
     /// bytes: every rank gets `send₀ ⊕ send₁ ⊕ … ⊕ sendₙ₋₁`, bitwise identical everywhere.
     pub fn allreduce_elems(&self, send: &[u8], recv: &mut [u8], op: &ElemOp) -> Result<()> {
         op.count("allreduce", send.len())?;
-        check_len("allreduce recv", recv.len(), send.len())?;
+        let recv = fit_mut("allreduce recv", recv, send.len())?;
         self.allreduce_bytes(recv, Some(send), op.elem, op.reducer())
     }
 
@@ -114,7 +114,7 @@ impl Communicator {
         let sched = self.reduce_plan(count, op.elem, &r, root)?;
         if self.rank() == root {
             let recv = need(recv, "reduce")?;
-            check_len("reduce recv", recv.len(), send.len())?;
+            let recv = fit_mut("reduce recv", recv, send.len())?;
             recv.copy_from_slice(send);
             self.run_schedule(&sched, recv, &[], Some(&r))
         } else {
@@ -132,7 +132,7 @@ impl Communicator {
     pub fn scan_elems(&self, send: &[u8], recv: &mut [u8], op: &ElemOp) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
         let count = op.count("scan", send.len())?;
-        check_len("scan recv", recv.len(), send.len())?;
+        let recv = fit_mut("scan recv", recv, send.len())?;
         recv.copy_from_slice(send);
         let r = op.reducer();
         let sched = self.scan_plan(count, op.elem, &r, false)?;
@@ -144,7 +144,7 @@ impl Communicator {
     pub fn exscan_elems(&self, send: &[u8], recv: &mut [u8], op: &ElemOp) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
         let count = op.count("exscan", send.len())?;
-        check_len("exscan recv", recv.len(), send.len())?;
+        let recv = fit_mut("exscan recv", recv, send.len())?;
         let r = op.reducer();
         let sched = self.scan_plan(count, op.elem, &r, true)?;
         let len = send.len();
@@ -165,7 +165,7 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let (n, me) = (self.size() as usize, self.rank() as usize);
         let block = op.count("reduce_scatter recv", recv.len())?;
-        check_len("reduce_scatter send", send.len(), n * recv.len())?;
+        let send = fit("reduce_scatter send", send, n * recv.len())?;
         let r = op.reducer();
         let counts = vec![block; n];
         // The schedules only (the plan's shared-memory and hierarchical forms take typed

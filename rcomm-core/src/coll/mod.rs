@@ -91,6 +91,39 @@ fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
     Ok(())
 }
 
+/// MPI's rule for the buffers of the collectives (MPI-3.1 §5.5 `MPI_Gatherv`, §5.6
+/// `MPI_Scatterv`, §5.7 `MPI_Allgatherv`, §5.8 `MPI_Alltoall(v)`, §5.9 `MPI_Reduce`/
+/// `MPI_Allreduce`, §5.10.1 `MPI_Reduce_scatter`, §5.11 `MPI_Scan`/`MPI_Exscan`): the counts
+/// (and, here, the packed rank order) say which elements are sent and where received ones
+/// go; a buffer only has to hold them, so one longer than its counts address is used from
+/// its start and the rest is left alone (never sent, never written). Where the core's call
+/// takes no count, the send slice's length is the count (the receive side may be longer). A
+/// shorter buffer is an error before anything moves.
+fn fit<'a, T>(what: &str, buf: &'a [T], want: usize) -> Result<&'a [T]> {
+    buf.get(..want).ok_or_else(|| short(what, buf.len(), want))
+}
+
+/// [`fit`] for a buffer that receives.
+fn fit_mut<'a, T>(what: &str, buf: &'a mut [T], want: usize) -> Result<&'a mut [T]> {
+    let got = buf.len();
+    buf.get_mut(..want).ok_or_else(|| short(what, got, want))
+}
+
+/// [`fit`] for an owned buffer: cut to what the counts address.
+fn fit_vec<T>(what: &str, mut buf: Vec<T>, want: usize) -> Result<Vec<T>> {
+    if buf.len() < want {
+        return Err(short(what, buf.len(), want));
+    }
+    buf.truncate(want);
+    Ok(buf)
+}
+
+fn short(what: &str, got: usize, want: usize) -> CommError {
+    CommError::InvalidArg(format!(
+        "{what}: buffer of {got} elements, fewer than the {want} its counts address"
+    ))
+}
+
 fn need<'a, B: ?Sized>(b: Option<&'a mut B>, what: &str) -> Result<&'a mut B> {
     b.ok_or_else(|| CommError::InvalidArg(format!("{what}: the root must pass a buffer")))
 }
@@ -572,7 +605,7 @@ impl Communicator {
         recv: &mut [T],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
-        check_len("allreduce recv", recv.len(), send.len())?;
+        let recv = fit_mut("allreduce recv", recv, send.len())?;
         let (recv, send) = (bytemuck::cast_slice_mut(recv), bytemuck::cast_slice(send));
         self.allreduce_bytes(recv, Some(send), size_of::<T>(), op.into().0)
     }
@@ -682,7 +715,7 @@ impl Communicator {
         let sched = self.reduce_plan(send.len(), size_of::<T>(), &r, root)?;
         if self.rank() == root {
             let recv = need(recv, "reduce")?;
-            check_len("reduce recv", recv.len(), send.len())?;
+            let recv = fit_mut("reduce recv", recv, send.len())?;
             recv.copy_from_slice(send);
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(recv);
             self.run_schedule(&sched, bytes, &[], Some(&r))?;
@@ -777,8 +810,8 @@ impl Communicator {
     ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
         let (n, r) = (self.size() as usize, self.rank() as usize);
-        check_len("allgatherv send", send.len(), counts.of(r))?;
-        check_len("allgatherv recv", recv.len(), counts.total(n))?;
+        let send = fit("allgatherv send", send, counts.of(r))?;
+        let recv = fit_mut("allgatherv recv", recv, counts.total(n))?;
         match self.allgather_plan(counts, size_of::<T>(), true)? {
             Plan::Shm(node, chk) => node.allgather(
                 self,
@@ -816,7 +849,7 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let (n, r) = (self.size() as usize, self.rank() as usize);
         check_len("allgatherv counts", counts.len(), n)?;
-        check_len("allgatherv send", send.len(), counts[r])?;
+        let send = fit_vec("allgatherv send", send, counts[r])?;
         let off: usize = counts[..r].iter().sum();
         let mut data = vec![T::zeroed(); counts.iter().sum()];
         data[off..off + send.len()].copy_from_slice(&send);
@@ -839,7 +872,7 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
         let n = self.size() as usize;
-        check_len("reduce_scatter send", send.len(), n * recv.len())?;
+        let send = fit("reduce_scatter send", send, n * recv.len())?;
         self.reduce_scatter_v(send, recv, &vec![recv.len(); n], op)
     }
 
@@ -881,8 +914,8 @@ impl Communicator {
         let r = op.into().0;
         let (n, me) = (self.size() as usize, self.rank() as usize);
         check_len("reduce_scatter_v counts", counts.len(), n)?;
-        check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
-        check_len("reduce_scatter_v recv", recv.len(), counts[me])?;
+        let send = fit("reduce_scatter_v send", send, counts.iter().sum())?;
+        let recv = fit_mut("reduce_scatter_v recv", recv, counts[me])?;
         let algo = self.reduce_scatter_algo(counts, size_of::<T>(), &r)?;
         // The counts are the same on every rank (MPI's contract), so all take the same branch.
         let equal = counts.iter().all(|&c| c == counts[0]);
@@ -970,7 +1003,7 @@ impl Communicator {
         let r = op.into().0;
         let (n, me) = (self.size() as usize, self.rank() as usize);
         check_len("reduce_scatter_v counts", counts.len(), n)?;
-        check_len("reduce_scatter_v send", send.len(), counts.iter().sum())?;
+        let send = fit_vec("reduce_scatter_v send", send, counts.iter().sum())?;
         let algo = self.reduce_scatter_algo(counts, size_of::<T>(), &r)?;
         let sched = self.reduce_scatter_sched(counts, size_of::<T>(), algo)?;
         let off = counts[..me].iter().sum();
@@ -1054,10 +1087,10 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let sched = self.gather_plan(counts, size_of::<T>(), root)?;
         let r = self.rank() as usize;
-        check_len("gatherv send", send.len(), counts[r])?;
+        let send = fit("gatherv send", send, counts[r])?;
         if self.rank() == root {
             let recv = need(recv, "gatherv")?;
-            check_len("gatherv recv", recv.len(), counts.iter().sum())?;
+            let recv = fit_mut("gatherv recv", recv, counts.iter().sum())?;
             let off: usize = counts[..r].iter().sum();
             recv[off..off + send.len()].copy_from_slice(send);
             // The root's own block is also the input (tree gathers copy it themselves).
@@ -1093,7 +1126,7 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let sched = self.gather_plan(counts, size_of::<T>(), root)?;
         let r = self.rank() as usize;
-        check_len("gatherv send", send.len(), counts[r])?;
+        let send = fit_vec("gatherv send", send, counts[r])?;
         if self.rank() == root {
             let off: usize = counts[..r].iter().sum();
             let mut data = vec![T::zeroed(); counts.iter().sum()];
@@ -1121,12 +1154,12 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let sched = self.scatter_plan(counts, size_of::<T>(), root)?;
         let r = self.rank() as usize;
-        check_len("scatterv recv", recv.len(), counts[r])?;
+        let recv = fit_mut("scatterv recv", recv, counts[r])?;
         if self.rank() == root {
             let send = send.ok_or_else(|| {
                 CommError::InvalidArg("scatterv: the root must pass a send buffer".into())
             })?;
-            check_len("scatterv send", send.len(), counts.iter().sum())?;
+            let send = fit("scatterv send", send, counts.iter().sum())?;
             let off: usize = counts[..r].iter().sum();
             recv.copy_from_slice(&send[off..off + recv.len()]);
             self.run_schedule(
@@ -1167,7 +1200,7 @@ impl Communicator {
             let send = send.ok_or_else(|| {
                 CommError::InvalidArg("scatterv: the root must pass a send buffer".into())
             })?;
-            check_len("scatterv send", send.len(), counts.iter().sum())?;
+            let send = fit_vec("scatterv send", send, counts.iter().sum())?;
             let off: usize = counts[..r].iter().sum();
             data.copy_from_slice(&send[off..off + counts[r]]);
             CollRequest::start(self, sched, data, send, None, Post::Whole)
@@ -1182,7 +1215,7 @@ impl Communicator {
     /// in `recv` (both `size × block` elements). Collective.
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let n = self.size() as usize;
-        check_len("alltoall recv", recv.len(), send.len())?;
+        let recv = fit_mut("alltoall recv", recv, send.len())?;
         if !send.len().is_multiple_of(n) {
             return Err(CommError::InvalidArg(format!(
                 "alltoall: {} elements are not {n} equal blocks",
@@ -1226,8 +1259,8 @@ impl Communicator {
         let _fr = crate::fr::Scope::enter();
         let plan = self.alltoall_plan(send_counts, recv_counts, size_of::<T>(), equal_call)?;
         let r = self.rank() as usize;
-        check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
-        check_len("alltoallv recv", recv.len(), recv_counts.iter().sum())?;
+        let send = fit("alltoallv send", send, send_counts.iter().sum())?;
+        let recv = fit_mut("alltoallv recv", recv, recv_counts.iter().sum())?;
         check_len("alltoallv own block", recv_counts[r], send_counts[r])?;
         let sched = match plan {
             Plan::Shm(node, chk) => {
@@ -1280,7 +1313,7 @@ impl Communicator {
             unreachable!("non-blocking plans are schedules")
         };
         let r = self.rank() as usize;
-        check_len("alltoallv send", send.len(), send_counts.iter().sum())?;
+        let send = fit_vec("alltoallv send", send, send_counts.iter().sum())?;
         check_len("alltoallv own block", recv_counts[r], send_counts[r])?;
         let (so, ro): (usize, usize) =
             (send_counts[..r].iter().sum(), recv_counts[..r].iter().sum());
@@ -1298,7 +1331,7 @@ impl Communicator {
         recv: &mut [T],
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
-        check_len("scan recv", recv.len(), send.len())?;
+        let recv = fit_mut("scan recv", recv, send.len())?;
         recv.copy_from_slice(send);
         self.scan_in_place(recv, op)
     }
@@ -1324,7 +1357,7 @@ impl Communicator {
         op: impl Into<ReduceOp<T>>,
     ) -> Result<()> {
         let _fr = crate::fr::Scope::enter();
-        check_len("exscan recv", recv.len(), send.len())?;
+        let recv = fit_mut("exscan recv", recv, send.len())?;
         let r = op.into().0;
         let sched = self.scan_plan(send.len(), size_of::<T>(), &r, true)?;
         let len = size_of_val(send);
