@@ -1,0 +1,2 @@
+//! rcomm-cc: placeholder until the wrapper lands.
+fn main() {}

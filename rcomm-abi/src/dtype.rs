@@ -1,0 +1,1 @@
+//! Datatype constructors, queries, pack/unpack (`MPI_Type_*`, `MPI_Pack*`).

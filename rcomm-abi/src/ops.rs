@@ -1,0 +1,1 @@
+//! Reduction operations: the predefined ops on each datatype, and user ops (`MPI_Op_create`).

@@ -1,0 +1,1 @@
+//! Topologies (cartesian, graph, distributed graph) and neighbour collectives.
