@@ -128,6 +128,15 @@ fn defined(src: &str, out: &mut BTreeMap<String, (String, String)>) {
             .into_iter()
             .map(|p| {
                 let (n, t) = p.split_once(':').expect("param name: type");
+                // A pointer to arrays (`int ranges[][3]`) puts the name inside.
+                if let Some(inner) = t
+                    .trim()
+                    .strip_prefix("*mut [")
+                    .or_else(|| t.trim().strip_prefix("*const ["))
+                    && let Some((elem, len)) = inner.trim_end_matches(']').split_once(';')
+                {
+                    return format!("{}{}[][{}]", spaced(&c_type(elem)), n.trim(), len.trim());
+                }
                 format!("{}{}", spaced(&c_type(t)), n.trim())
             })
             .collect();

@@ -32,12 +32,16 @@ pub mod conv;
 pub mod dtype;
 pub mod env;
 pub mod errors;
+pub mod group;
 pub mod handles;
 pub mod header;
+pub mod info;
 /// The ABI's function names (the header's list), which `build.rs` also reads.
 pub mod names;
 pub mod opobj;
 pub mod ops;
+pub mod p2p;
+pub mod p2p_abi;
 pub mod ptr;
 pub mod request;
 pub mod stubs;
