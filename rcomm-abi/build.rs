@@ -56,17 +56,19 @@ fn c_type(t: &str) -> String {
             format!("const {inner} *")
         };
     }
-    if let Some(inner) = t.strip_prefix("FnPtr<").and_then(|r| r.strip_suffix('>')) {
+    if let Some(at) = t.find("FnPtr<")
+        && let Some(inner) = t[at + "FnPtr<".len()..].strip_suffix('>')
+    {
         let name = inner.rsplit("::").next().unwrap_or(inner);
         return format!("{name} *");
     }
-    match t {
+    match t.rsplit("::").next().unwrap_or(t) {
         "c_int" | "i32" => "int".into(),
         "c_char" => "char".into(),
         "c_void" => "void".into(),
         "f64" => "double".into(),
         "()" => "void".into(),
-        other => other.rsplit("::").next().unwrap_or(other).to_owned(),
+        other => other.to_owned(),
     }
 }
 
