@@ -32,6 +32,7 @@ pub mod conv;
 pub mod dtype;
 pub mod env;
 pub mod errors;
+pub mod fuzzing;
 pub mod group;
 pub mod handles;
 pub mod header;

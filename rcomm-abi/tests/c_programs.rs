@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn source(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"))
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(format!("{name}.c"))
 }
 
 fn expect_pass(job: &common::Job, name: &str, n: u32) {
@@ -22,7 +24,9 @@ fn expect_pass(job: &common::Job, name: &str, n: u32) {
 }
 
 fn run_program(name: &str, ranks: &[u32]) {
-    let Some(run) = common::rcomm_run() else { return };
+    let Some(run) = common::rcomm_run() else {
+        return;
+    };
     let dir = common::scratch(name);
     let exe = dir.join(name);
     common::rcomm_cc_build(&[&source(name)], &exe);
@@ -61,7 +65,9 @@ fn a_program_runs_alone() {
 
 #[test]
 fn a_function_not_built_ends_the_job_naming_itself() {
-    let Some(run) = common::rcomm_run() else { return };
+    let Some(run) = common::rcomm_run() else {
+        return;
+    };
     let dir = common::scratch("fatal");
     let exe = dir.join("fatal");
     common::rcomm_cc_build(&[&source("fatal")], &exe);
@@ -69,7 +75,10 @@ fn a_function_not_built_ends_the_job_naming_itself() {
     assert_ne!(job.code, Some(0), "{job}");
     assert!(job.code.is_some(), "hung:\n{job}");
     assert!(job.stderr.contains("MPI_Win_create is not built"), "{job}");
-    assert!(job.stderr.contains("MPI_ERR_UNSUPPORTED_OPERATION"), "{job}");
+    assert!(
+        job.stderr.contains("MPI_ERR_UNSUPPORTED_OPERATION"),
+        "{job}"
+    );
     assert!(!job.stdout.contains("NOT REACHED"), "{job}");
 }
 
@@ -77,7 +86,9 @@ fn a_function_not_built_ends_the_job_naming_itself() {
 /// the ranks load rcomm's library (comm.c checks the library version names rcomm).
 #[test]
 fn binaries_built_against_mpich_run_on_rcomm() {
-    let Some(run) = common::rcomm_run() else { return };
+    let Some(run) = common::rcomm_run() else {
+        return;
+    };
     let Some(mpich) = common::mpich() else { return };
     let dir = common::scratch("mpich");
     for name in ["p2p", "comm", "errors"] {

@@ -25,7 +25,10 @@ fn checks() -> String {
     }
     for table in HANDLE_TABLES {
         for (ty, name, v) in *table {
-            let _ = writeln!(c, "_Static_assert(sizeof({ty}) == sizeof(void*), \"{ty}\");");
+            let _ = writeln!(
+                c,
+                "_Static_assert(sizeof({ty}) == sizeof(void*), \"{ty}\");"
+            );
             let _ = writeln!(c, "static const {ty} check_{name} = {name};");
             let _ = writeln!(c, "_Static_assert((intptr_t){name} == {v}, \"{name}\");");
         }
@@ -41,12 +44,21 @@ fn checks() -> String {
         let _ = writeln!(c, "_Static_assert((intptr_t){name} == {v}, \"{name}\");");
     }
     for (ty, size) in SCALARS {
-        let _ = writeln!(c, "_Static_assert(sizeof({ty}) == {size}, \"sizeof {ty}\");");
+        let _ = writeln!(
+            c,
+            "_Static_assert(sizeof({ty}) == {size}, \"sizeof {ty}\");"
+        );
     }
     for (ty, size, fields) in STRUCTS {
-        let _ = writeln!(c, "_Static_assert(sizeof({ty}) == {size}, \"sizeof {ty}\");");
+        let _ = writeln!(
+            c,
+            "_Static_assert(sizeof({ty}) == {size}, \"sizeof {ty}\");"
+        );
         for (f, off) in *fields {
-            let _ = writeln!(c, "_Static_assert(offsetof({ty}, {f}) == {off}, \"{ty}.{f}\");");
+            let _ = writeln!(
+                c,
+                "_Static_assert(offsetof({ty}, {f}) == {off}, \"{ty}.{f}\");"
+            );
         }
     }
     for (dt, cty) in DATATYPE_C_TYPES {
@@ -54,7 +66,10 @@ fn checks() -> String {
             .iter()
             .find(|(n, ..)| n == dt)
             .unwrap_or_else(|| panic!("{dt} not in DATATYPES"));
-        let _ = writeln!(c, "_Static_assert(sizeof({cty}) == {extent}, \"sizeof {dt}\");");
+        let _ = writeln!(
+            c,
+            "_Static_assert(sizeof({cty}) == {extent}, \"sizeof {dt}\");"
+        );
         let _ = size;
     }
     c.push_str("int main(void) { return 0; }\n");
@@ -64,7 +79,13 @@ fn checks() -> String {
 fn compile(dir: &Path, cc: &mut Command, src: &str) {
     let file = dir.join("checks.c");
     std::fs::write(&file, src).expect("write checks.c");
-    common::run_ok(cc.arg("-std=c11").arg("-c").arg(&file).arg("-o").arg(dir.join("checks.o")));
+    common::run_ok(
+        cc.arg("-std=c11")
+            .arg("-c")
+            .arg(&file)
+            .arg("-o")
+            .arg(dir.join("checks.o")),
+    );
 }
 
 #[test]
@@ -78,7 +99,8 @@ fn mpich_header_has_rcomm_values() {
     let Some(m) = common::mpich() else { return };
     let dir = common::scratch("header-mpich");
     let mut cc = Command::new("cc");
-    cc.arg("-DMPI_ABI").arg(format!("-I{}", m.join("include").display()));
+    cc.arg("-DMPI_ABI")
+        .arg(format!("-I{}", m.join("include").display()));
     compile(&dir, &mut cc, &checks());
 }
 
@@ -91,10 +113,22 @@ fn rcomm_prototypes_match_the_standard() {
     let header = mpi_abi::header::header();
     let protos: Vec<&str> = header
         .lines()
-        .filter(|l| l.contains("MPI_") && l.ends_with(");") && !l.starts_with("typedef") && !l.starts_with("#"))
+        .filter(|l| {
+            l.contains("MPI_")
+                && l.ends_with(");")
+                && !l.starts_with("typedef")
+                && !l.starts_with("#")
+        })
         .collect();
-    assert!(protos.len() > 200, "only {} prototypes in rcomm's header", protos.len());
-    let src = format!("#include <mpi.h>\n{}\nint main(void) {{ return 0; }}\n", protos.join("\n"));
+    assert!(
+        protos.len() > 200,
+        "only {} prototypes in rcomm's header",
+        protos.len()
+    );
+    let src = format!(
+        "#include <mpi.h>\n{}\nint main(void) {{ return 0; }}\n",
+        protos.join("\n")
+    );
     let mut cc = Command::new("cc");
     cc.arg("-DMPI_ABI")
         .arg("-Werror")

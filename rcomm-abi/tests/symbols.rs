@@ -10,7 +10,12 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 fn nm() -> Vec<(String, String)> {
-    let out = common::run_ok(Command::new("nm").arg("-D").arg("--defined-only").arg(common::library()));
+    let out = common::run_ok(
+        Command::new("nm")
+            .arg("-D")
+            .arg("--defined-only")
+            .arg(common::library()),
+    );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
@@ -39,14 +44,21 @@ fn every_abi_function_is_exported_as_pmpi_and_weak_mpi() {
             got.difference(want).cloned().collect(),
         )
     };
-    assert_eq!(diff(&weak, &want), (vec![], vec![]), "weak MPI_ symbols: (missing, extra)");
+    assert_eq!(
+        diff(&weak, &want),
+        (vec![], vec![]),
+        "weak MPI_ symbols: (missing, extra)"
+    );
     assert_eq!(
         diff(&with("T", "PMPI"), &want_p),
         (vec![], vec![]),
         "PMPI_ functions: (missing, extra)"
     );
     let strong_mpi = with("T", "MPI");
-    assert!(strong_mpi.is_empty(), "MPI_ names defined strongly: {strong_mpi:?}");
+    assert!(
+        strong_mpi.is_empty(),
+        "MPI_ names defined strongly: {strong_mpi:?}"
+    );
 }
 
 #[test]
@@ -66,7 +78,9 @@ fn the_table_is_the_headers_function_list() {
     let lines = h.lines().map(|l| l.split("/*").next().unwrap_or("").trim());
     for line in lines.filter(|l| l.ends_with(';') && l.contains('(') && !l.starts_with("typedef")) {
         let head = &line[..line.find('(').unwrap_or(0)];
-        let Some(name) = head.split_whitespace().last() else { continue };
+        let Some(name) = head.split_whitespace().last() else {
+            continue;
+        };
         if let Some(n) = name.strip_prefix('P').filter(|n| n.starts_with("MPI")) {
             pmpi.insert(n.to_owned());
         } else if name.starts_with("MPI_") || name.starts_with("MPIX_") {

@@ -20,9 +20,12 @@ fn library(exe_dir: &Path) -> Option<PathBuf> {
     if let Some(p) = rcomm_runtime::config::abi_lib() {
         return Some(p);
     }
-    [exe_dir.join("libmpi_abi.so"), exe_dir.join("../lib/libmpi_abi.so.1")]
-        .into_iter()
-        .find(|p| p.is_file())
+    [
+        exe_dir.join("libmpi_abi.so"),
+        exe_dir.join("../lib/libmpi_abi.so.1"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
 }
 
 /// Writes `text` to `path` unless it holds it already (renamed into place: compilers running
@@ -67,7 +70,8 @@ fn prepare(exe_dir: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
 fn main() {
     let exe = std::env::current_exe().unwrap_or_else(|e| fail(&format!("own path: {e}")));
     let exe_dir = exe.parent().unwrap_or(Path::new("."));
-    let (inc, lib) = prepare(exe_dir).unwrap_or_else(|e| fail(&format!("{}: {e}", exe_dir.display())));
+    let (inc, lib) =
+        prepare(exe_dir).unwrap_or_else(|e| fail(&format!("{}: {e}", exe_dir.display())));
     let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let show = args.iter().any(|a| a == "--showme");
     args.retain(|a| a != "--showme");
