@@ -19,6 +19,9 @@ mod names {
     include!("src/names.rs");
 }
 
+/// Functions the standard declares with `...`.
+const VARIADIC: &[&str] = &["MPI_Pcontrol"];
+
 /// Functions whose return type is not `int`: a stub cannot stand in for them.
 fn returns_int(name: &str) -> bool {
     !(name.ends_with("_fromint")
@@ -142,11 +145,16 @@ fn defined(src: &str, out: &mut BTreeMap<String, (String, String)>) {
                 format!("{}{}", spaced(&c_type(t)), n.trim())
             })
             .collect();
-        let params = if params.is_empty() {
+        let mut params = if params.is_empty() {
             "void".into()
         } else {
             params.join(", ")
         };
+        // C-variadic in the standard; Rust defines the named parameters, which the calling
+        // conventions of x86-64 and AArch64 Linux pass as for a plain function.
+        if VARIADIC.contains(&name.as_str()) {
+            params.push_str(", ...");
+        }
         out.insert(name, (ret, params));
         at = body;
     }

@@ -1,10 +1,11 @@
 //! Attributes: keyvals with the program's C copy and delete callbacks, values on
 //! communicators, and the predefined keys (`MPI_TAG_UB`, `MPI_HOST`, …).
 
-use crate::comm::{self, CommObj};
+use crate::call::guard;
 use crate::consts::*;
-use crate::errors::{Res, err, guard};
+use crate::errors::{Res, err};
 use crate::ptr;
+use crate::world::{self as comm, CommObj};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -185,7 +186,7 @@ fn predefined(c: &CommObj, k: c_int) -> Option<usize> {
         MPI_IO => &IO,
         MPI_WTIME_IS_GLOBAL => &WTIME_IS_GLOBAL,
         MPI_UNIVERSE_SIZE => {
-            let n = crate::env::world_comm().map_or(c.comm.size(), |w| w.size());
+            let n = crate::world::world_comm().map_or(c.comm.size(), |w| w.size());
             UNIVERSE_SIZE.store(n as i32, Ordering::Relaxed);
             &UNIVERSE_SIZE
         }

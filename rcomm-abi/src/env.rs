@@ -1,56 +1,13 @@
 //! The process's MPI state: init and finalize, thread levels, the world, abort, clocks,
 //! versions and names.
 
+use crate::call::guard;
 use crate::consts::*;
-use crate::errors::{Res, err, guard};
+use crate::errors::{Res, err};
 use crate::ptr;
+use crate::world::{AFTER, BEFORE, MAIN_THREAD, PHASE, RUNNING, THREAD_LEVEL, WORLD, require_init};
 use std::ffi::c_char;
-use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
-use std::sync::{OnceLock, RwLock};
-use std::thread::ThreadId;
-
-const BEFORE: u8 = 0;
-const RUNNING: u8 = 1;
-const AFTER: u8 = 2;
-
-static PHASE: AtomicU8 = AtomicU8::new(BEFORE);
-static WORLD: RwLock<Option<rcomm::World>> = RwLock::new(None);
-static THREAD_LEVEL: AtomicI32 = AtomicI32::new(MPI_THREAD_SINGLE);
-static MAIN_THREAD: OnceLock<ThreadId> = OnceLock::new();
-
-/// Errors unless MPI is initialized and not finalized (every call but the few the standard
-/// allows outside).
-pub fn require_init() -> Res {
-    match PHASE.load(Ordering::Acquire) {
-        RUNNING => Ok(()),
-        BEFORE => Err(err(
-            MPI_ERR_OTHER,
-            "MPI is not initialized (call MPI_Init first)",
-        )),
-        _ => Err(err(MPI_ERR_OTHER, "MPI is finalized")),
-    }
-}
-
-/// The world communicator (a clone: it shares the world's state).
-pub fn world_comm() -> Res<rcomm::Communicator> {
-    require_init()?;
-    let w = WORLD.read().unwrap_or_else(|p| p.into_inner());
-    w.as_ref()
-        .map(|w| (**w).clone())
-        .ok_or_else(|| err(MPI_ERR_OTHER, "MPI is not initialized"))
-}
-
-/// Prints `msg` and ends the job with `code`: rcomm's abort through the launcher when the
-/// world is up, else this process's exit.
-pub fn abort_job(_comm: MPI_Comm, code: c_int, msg: &str) -> ! {
-    eprintln!("rcomm-abi: {msg}");
-    if let Ok(w) = WORLD.try_read()
-        && let Some(w) = w.as_ref()
-    {
-        w.abort(code, msg)
-    }
-    std::process::exit(code)
-}
+use std::sync::atomic::Ordering;
 
 fn level_of(l: rcomm::ThreadLevel) -> c_int {
     match l {
@@ -90,7 +47,7 @@ fn init(required: c_int) -> Res<c_int> {
     THREAD_LEVEL.store(level, Ordering::Release);
     let comm = (*world).clone();
     *WORLD.write().unwrap_or_else(|p| p.into_inner()) = Some(world);
-    crate::comm::init_predefined(comm)?;
+    crate::world::init_predefined(comm)?;
     Ok(level)
 }
 
@@ -180,7 +137,7 @@ pub extern "C" fn PMPI_Is_thread_main(flag: *mut c_int) -> c_int {
 /// `MPI_Abort`.
 #[unsafe(no_mangle)]
 pub extern "C" fn PMPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
-    abort_job(
+    crate::world::abort_job(
         comm,
         errorcode,
         &format!("MPI_Abort called with error code {errorcode}"),
@@ -229,15 +186,6 @@ pub extern "C" fn PMPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_
     })
 }
 
-/// The library version string.
-pub fn library_version() -> String {
-    format!(
-        "rcomm {} (MPI {MPI_VERSION}.{MPI_SUBVERSION} ABI {MPI_ABI_VERSION}.{MPI_ABI_SUBVERSION}, libmpi_abi.so.1): {}",
-        env!("CARGO_PKG_VERSION"),
-        rcomm::library_version()
-    )
-}
-
 /// `MPI_Get_library_version`.
 #[unsafe(no_mangle)]
 pub extern "C" fn PMPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) -> c_int {
@@ -245,7 +193,7 @@ pub extern "C" fn PMPI_Get_library_version(version: *mut c_char, resultlen: *mut
         ptr::write_cstr(
             version,
             MPI_MAX_LIBRARY_VERSION_STRING as usize,
-            &library_version(),
+            &crate::world::library_version(),
             resultlen,
             "version",
         )
@@ -264,4 +212,42 @@ pub extern "C" fn PMPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_i
             "name",
         )
     })
+}
+
+/// `MPI_Pcontrol`: profiling control is for tools that intercept it; the library itself has
+/// nothing to switch.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Pcontrol(level: c_int) -> c_int {
+    let _ = level;
+    MPI_SUCCESS
+}
+
+/// `MPI_Alloc_mem`: ordinary memory (rcomm registers nothing up front), 64-byte aligned.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Alloc_mem(
+    size: MPI_Aint,
+    info: MPI_Info,
+    baseptr: *mut std::ffi::c_void,
+) -> c_int {
+    let _ = info;
+    guard("MPI_Alloc_mem", None, || {
+        let n = usize::try_from(size)
+            .map_err(|_| err(MPI_ERR_SIZE, format!("size {size} is negative")))?;
+        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: posix_memalign writes one pointer into `p`, a live local.
+        let rc = unsafe { libc::posix_memalign(&mut p, 64, n.max(1)) };
+        if rc != 0 {
+            return Err(err(MPI_ERR_NO_MEM, format!("{n} bytes: out of memory")));
+        }
+        ptr::write(baseptr.cast::<*mut std::ffi::c_void>(), p, "baseptr")
+    })
+}
+
+/// `MPI_Free_mem`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Free_mem(base: *mut std::ffi::c_void) -> c_int {
+    // SAFETY: `base` came from MPI_Alloc_mem (posix_memalign) or is null, as the standard
+    // requires of the caller.
+    unsafe { libc::free(base) };
+    MPI_SUCCESS
 }

@@ -1,10 +1,10 @@
-//! Errors: the MPI error classes a call reports, the error-handler call path every exported
-//! function ends in, error handler objects, error strings and user-added classes and codes.
+//! Errors: the MPI error classes a call reports, error handler objects, error strings and
+//! user-added classes and codes. The call path that reports an error through a handler is in
+//! `call`.
 
 use crate::consts::*;
 use crate::handles::{Kind, Registry};
 use std::collections::HashMap;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Mutex;
 
 /// A failed call: its MPI error class (or added code) and what went wrong, for the message a
@@ -81,59 +81,6 @@ pub fn handler(h: MPI_Errhandler) -> Res<Handler> {
                 format!("{h:#x} is not an error handler"),
             )
         }),
-    }
-}
-
-/// Reports `e` from `func` through the error handler of `comm` (when it names a live
-/// communicator) or else `MPI_COMM_WORLD`'s (the default before init: fatal). Returns the
-/// code the call returns when the handler returns.
-pub fn raise(func: &str, comm: Option<MPI_Comm>, e: Error) -> c_int {
-    let (comm, errh) = match comm.and_then(crate::comm::errhandler_of) {
-        Some(h) => (comm.unwrap_or(MPI_COMM_WORLD), h),
-        None => (
-            MPI_COMM_WORLD,
-            crate::comm::errhandler_of(MPI_COMM_WORLD).unwrap_or(MPI_ERRORS_ARE_FATAL),
-        ),
-    };
-    match handler(errh).unwrap_or(Handler::Fatal) {
-        Handler::Return => e.code,
-        Handler::Comm(f) | Handler::Session(f) => {
-            let mut c = comm;
-            let mut code = e.code;
-            // SAFETY: `f` is the function the program registered with
-            // MPI_Comm_create_errhandler; it gets pointers to two live locals.
-            unsafe { f(&mut c, &mut code) };
-            e.code
-        }
-        Handler::Fatal | Handler::Abort => {
-            let msg = format!(
-                "{func}: {} ({})",
-                e.msg,
-                class_string(class_of(e.code)).unwrap_or("unknown error")
-            );
-            crate::env::abort_job(comm, e.code.max(1), &msg)
-        }
-    }
-}
-
-/// Runs an exported function's body: its error (or a panic, as `MPI_ERR_INTERN`) goes through
-/// [`raise`] with `comm` as the communicator whose handler applies.
-pub fn guard(func: &'static str, comm: Option<MPI_Comm>, body: impl FnOnce() -> Res) -> c_int {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => MPI_SUCCESS,
-        Ok(Err(e)) => raise(func, comm, e),
-        Err(p) => {
-            let why = p
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| p.downcast_ref::<&str>().copied())
-                .unwrap_or("panic");
-            raise(
-                func,
-                comm,
-                err(MPI_ERR_INTERN, format!("internal error: {why}")),
-            )
-        }
     }
 }
 

@@ -1,8 +1,9 @@
 //! Groups: the object behind an `MPI_Group` (an rcomm [`Group`], members as world ranks) and
 //! every `MPI_Group_*` function.
 
+use crate::call::guard;
 use crate::consts::*;
-use crate::errors::{Res, err, guard};
+use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
 use crate::ptr;
 use rcomm::Group;
@@ -96,7 +97,7 @@ pub extern "C" fn PMPI_Group_size(group: MPI_Group, size: *mut c_int) -> c_int {
 pub extern "C" fn PMPI_Group_rank(group: MPI_Group, rank: *mut c_int) -> c_int {
     guard("MPI_Group_rank", None, || {
         let g = get(group)?;
-        let me = crate::env::world_comm()?.rank();
+        let me = crate::world::world_comm()?.rank();
         let r = g.rank_of(me).map_or(MPI_UNDEFINED, |r| r as c_int);
         ptr::write(rank, r, "rank")
     })

@@ -1,8 +1,9 @@
 //! Info objects: ordered (key, value) string pairs behind an `MPI_Info`, `MPI_INFO_ENV`, and
 //! every `MPI_Info_*` function.
 
+use crate::call::guard;
 use crate::consts::*;
-use crate::errors::{Res, err, guard};
+use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
 use crate::ptr;
 use std::ffi::c_char;
@@ -24,7 +25,7 @@ fn env_pairs() -> Vec<(String, String)> {
     if args.len() > 1 {
         v.push(("argv".to_owned(), args[1..].join(" ")));
     }
-    if let Ok(w) = crate::env::world_comm() {
+    if let Ok(w) = crate::world::world_comm() {
         v.push(("maxprocs".to_owned(), w.size().to_string()));
     }
     v.push(("thread_level".to_owned(), "MPI_THREAD_MULTIPLE".to_owned()));
@@ -292,7 +293,7 @@ pub extern "C" fn PMPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
                 "mpi_offset_size".to_owned(),
                 size_of::<MPI_Offset>().to_string(),
             ),
-            ("library".to_owned(), crate::env::library_version()),
+            ("library".to_owned(), crate::world::library_version()),
         ];
         ptr::write(info, insert(pairs)?, "info")
     })

@@ -10,8 +10,10 @@
 //! - `consts`: types, struct layouts and every constant value of the ABI (the tables the
 //!   header and its test use); `names`: the ABI's function names.
 //! - `handles`: handle encoding and the tables of live objects (safe decoding).
-//! - `errors`: error classes, strings, error handlers and the call path every function
-//!   ends in (`guard` → `raise`); `ptr`: reading and writing the caller's pointers.
+//! - `errors`: error classes, strings, error handler objects; `ptr`: reading and writing the
+//!   caller's pointers.
+//! - `world`: the init phase, the world, communicator objects (with their handlers) and
+//!   aborting; `call`: the path every function ends in (`guard` → `raise` → the handler).
 //! - `env`: init/finalize, thread levels, abort, clocks, versions.
 //! - `comm`: communicators; `group`: groups; `attr`: keyvals and attributes;
 //!   `info`: info objects; `session`: sessions.
@@ -25,6 +27,7 @@
 #![allow(non_snake_case, non_camel_case_types, non_upper_case_globals)]
 
 pub mod attr;
+pub mod call;
 pub mod coll;
 pub mod comm;
 pub mod consts;
@@ -48,5 +51,6 @@ pub mod request;
 pub mod stubs;
 pub mod topo;
 pub mod typeobj;
+pub mod world;
 
 include!(concat!(env!("OUT_DIR"), "/aliases.rs"));

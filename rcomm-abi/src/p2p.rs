@@ -8,13 +8,13 @@
 //! request owns and are unpacked into the caller's memory when the request completes. The
 //! exported functions (int and `_c` counts) are in `p2p_abi`.
 
-use crate::comm::{self, CommObj};
 use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
 use crate::ptr;
 use crate::request::{self, Pending, Ready, empty_status, status_of};
 use crate::typeobj::{self, TypeObj};
+use crate::world::{self as comm, CommObj};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
@@ -700,4 +700,16 @@ pub fn buffer_detach(buffer_addr: *mut c_void) -> Res<i64> {
         .unwrap_or((0, size));
     ptr::write(buffer_addr.cast::<usize>(), addr, "buffer_addr")?;
     Ok(if addr == 2 { 0 } else { size as i64 })
+}
+
+/// `MPI_Buffer_flush`: rcomm delivers the buffered sends when a buffer is detached, so the
+/// flush detaches and attaches the same buffer again.
+pub fn buffer_flush() -> Res {
+    let Some((addr, size)) = *ATTACHED.lock().unwrap_or_else(|p| p.into_inner()) else {
+        return Ok(());
+    };
+    rcomm::buffer_detach()?;
+    rcomm::buffer_attach(size)?;
+    *ATTACHED.lock().unwrap_or_else(|p| p.into_inner()) = Some((addr, size));
+    Ok(())
 }

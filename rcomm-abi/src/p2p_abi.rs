@@ -1,8 +1,8 @@
 //! The exported point-to-point functions: each, in its `int` and `_c` (`MPI_Count`) form,
 //! checks nothing itself and calls `p2p`, reporting through the communicator's handler.
 
+use crate::call::guard;
 use crate::consts::*;
-use crate::errors::guard;
 use crate::p2p::{self, Mode};
 use crate::ptr;
 use std::ffi::c_void;
@@ -1137,4 +1137,10 @@ pub extern "C" fn PMPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int
         st.MPI_internal[2] = (flag != 0) as c_int;
         ptr::write(status, st, "status")
     })
+}
+
+/// `MPI_Buffer_flush`: waits for every buffered send (the buffer stays attached).
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Buffer_flush() -> c_int {
+    guard("MPI_Buffer_flush", None, p2p::buffer_flush)
 }

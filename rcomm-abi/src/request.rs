@@ -4,8 +4,9 @@
 //! A request holds a [`Pending`] operation; point-to-point (`p2p`) and collectives (`coll`)
 //! each implement it, so the completion calls work for both without knowing which.
 
+use crate::call::guard;
 use crate::consts::*;
-use crate::errors::{Res, err, guard};
+use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
 use crate::ptr;
 use std::sync::Mutex;
@@ -575,5 +576,122 @@ pub extern "C" fn PMPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_in
     guard("MPI_Test_cancelled", None, || {
         let st = ptr::read(status, "status")?;
         ptr::write(flag, cancelled(&st) as c_int, "flag")
+    })
+}
+
+/// The status of a done request without freeing it (`MPI_Request_get_status*`); `None`
+/// while it runs. Null and inactive requests are done with an empty status.
+fn peek(h: MPI_Request) -> Res<Option<MPI_Status>> {
+    let Some(r) = lookup(h)? else {
+        return Ok(Some(empty_status()));
+    };
+    if !poll(&r) {
+        return Ok(None);
+    }
+    match &*lock(&r) {
+        State::Done(Ok(st)) => Ok(Some(*st)),
+        State::Done(Err(e)) => Err(e.clone()),
+        _ => Ok(Some(empty_status())),
+    }
+}
+
+fn const_handles(reqs: *const MPI_Request, n: c_int) -> Res<&'static [MPI_Request]> {
+    let n = ptr::count(n as i64)?;
+    ptr::slice(reqs, n, "array_of_requests")
+}
+
+/// `MPI_Request_get_status_all`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Request_get_status_all(
+    count: c_int,
+    array_of_requests: *const MPI_Request,
+    flag: *mut c_int,
+    array_of_statuses: *mut MPI_Status,
+) -> c_int {
+    guard("MPI_Request_get_status_all", None, || {
+        let hs = const_handles(array_of_requests, count)?;
+        let mut all = Vec::with_capacity(hs.len());
+        for h in hs {
+            match peek(*h)? {
+                Some(st) => all.push(st),
+                None => return ptr::write(flag, 0, "flag"),
+            }
+        }
+        ptr::write(flag, 1, "flag")?;
+        if let Some(s) = statuses(array_of_statuses, hs.len())? {
+            s.copy_from_slice(&all);
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Request_get_status_any`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Request_get_status_any(
+    count: c_int,
+    array_of_requests: *const MPI_Request,
+    indx: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> c_int {
+    guard("MPI_Request_get_status_any", None, || {
+        let hs = const_handles(array_of_requests, count)?;
+        let mut live = false;
+        for (i, h) in hs.iter().enumerate() {
+            if active(*h)?.is_none() {
+                continue;
+            }
+            live = true;
+            if let Some(st) = peek(*h)? {
+                ptr::write(indx, i as c_int, "indx")?;
+                ptr::write(flag, 1, "flag")?;
+                put_status(status, st);
+                return Ok(());
+            }
+        }
+        ptr::write(indx, MPI_UNDEFINED, "indx")?;
+        ptr::write(flag, (!live) as c_int, "flag")?;
+        if !live {
+            put_status(status, empty_status());
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Request_get_status_some`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Request_get_status_some(
+    incount: c_int,
+    array_of_requests: *const MPI_Request,
+    outcount: *mut c_int,
+    array_of_indices: *mut c_int,
+    array_of_statuses: *mut MPI_Status,
+) -> c_int {
+    guard("MPI_Request_get_status_some", None, || {
+        let hs = const_handles(array_of_requests, incount)?;
+        let mut live = false;
+        let mut done = Vec::new();
+        for (i, h) in hs.iter().enumerate() {
+            if active(*h)?.is_none() {
+                continue;
+            }
+            live = true;
+            if let Some(st) = peek(*h)? {
+                done.push((i, st));
+            }
+        }
+        if !live {
+            return ptr::write(outcount, MPI_UNDEFINED, "outcount");
+        }
+        ptr::write(outcount, done.len() as c_int, "outcount")?;
+        let idx = ptr::slice_mut(array_of_indices, done.len(), "array_of_indices")?;
+        let mut sts = statuses(array_of_statuses, done.len())?;
+        for (k, (i, st)) in done.into_iter().enumerate() {
+            idx[k] = i as c_int;
+            if let Some(s) = sts.as_deref_mut() {
+                s[k] = st;
+            }
+        }
+        Ok(())
     })
 }

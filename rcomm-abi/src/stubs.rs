@@ -4,8 +4,9 @@
 //! `MPI_COMM_WORLD`. `build.rs` writes them: every name of `names::ABI_FUNCTIONS` that no
 //! module defines; [`NOT_BUILT`] lists them for docs/mpi-coverage.md and its test.
 
+use crate::call::raise;
 use crate::consts::*;
-use crate::errors::{err, raise};
+use crate::errors::err;
 
 /// Reports that `func` is not built.
 pub fn unsupported(func: &'static str, comm: Option<MPI_Comm>) -> c_int {

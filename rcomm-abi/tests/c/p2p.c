@@ -2,6 +2,7 @@
  * send mode, blocking, non-blocking and persistent; wildcards and MPI_PROC_NULL; probes and
  * matched probes; send-receive; completion calls; cancel; counts. Any number of ranks. */
 #include "check.h"
+#include <stdint.h>
 
 static int rank, size;
 
@@ -30,6 +31,7 @@ static void ring_modes(void) {
             char *b = malloc(bufsize);
             OK(MPI_Buffer_attach(b, bufsize));
             OK(MPI_Bsend(out, N, MPI_INT, next, 13, MPI_COMM_WORLD));
+            OK(MPI_Buffer_flush());
             void *back; int back_size;
             OK(MPI_Buffer_detach(&back, &back_size));
             CHECK(back == b && back_size == bufsize, "detach gave %p %d", back, back_size);
@@ -197,6 +199,29 @@ static void large_count(void) {
     free(in);
 }
 
+static void extras(void) {
+    int *mem;
+    OK(MPI_Alloc_mem(64 * sizeof(int), MPI_INFO_NULL, &mem));
+    CHECK(((uintptr_t)mem & 63) == 0, "alloc_mem alignment");
+    for (int i = 0; i < 64; i++) mem[i] = i;
+    OK(MPI_Free_mem(mem));
+    OK(MPI_Pcontrol(1));
+    /* Request_get_status_all looks without completing. */
+    int a = -1, b = -1, x = rank * 3, y = rank * 5, flag;
+    MPI_Request rr[2];
+    MPI_Status sts[2];
+    OK(MPI_Irecv(&a, 1, MPI_INT, rank, 70, MPI_COMM_WORLD, &rr[0]));
+    OK(MPI_Irecv(&b, 1, MPI_INT, rank, 71, MPI_COMM_WORLD, &rr[1]));
+    OK(MPI_Request_get_status_all(2, rr, &flag, sts));
+    CHECK(!flag, "done before anything was sent");
+    OK(MPI_Send(&x, 1, MPI_INT, rank, 70, MPI_COMM_WORLD));
+    OK(MPI_Send(&y, 1, MPI_INT, rank, 71, MPI_COMM_WORLD));
+    do OK(MPI_Request_get_status_all(2, rr, &flag, sts)); while (!flag);
+    CHECK(sts[1].MPI_TAG == 71 && rr[0] != MPI_REQUEST_NULL, "get_status_all freed a request");
+    OK(MPI_Waitall(2, rr, MPI_STATUSES_IGNORE));
+    CHECK(a == x && b == y && rr[1] == MPI_REQUEST_NULL, "self messages %d %d", a, b);
+}
+
 int main(int argc, char **argv) {
     OK(MPI_Init(&argc, &argv));
     OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -207,6 +232,7 @@ int main(int argc, char **argv) {
     persistent_and_completion();
     sendrecv_and_cancel();
     large_count();
+    extras();
     p2p_barrier(MPI_COMM_WORLD);
     printf("PASS p2p rank %d of %d\n", rank, size);
     OK(MPI_Finalize());
