@@ -14,6 +14,7 @@ use crate::errors::{Res, err, guard};
 use crate::opobj::{self, OPS, OpRef, UserOp};
 use crate::ptr;
 use crate::typeobj::{self, TypeObj};
+use rcomm::datatype::Datatype;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -411,6 +412,19 @@ pub extern "C" fn PMPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> c_int 
     })
 }
 
+/// A base address and layout to read `count` elements of `ty` at `addr` through. Addresses
+/// relative to `MPI_BOTTOM` (0) are absolute: the layout is shifted so the base is the lowest
+/// byte touched, because pointer offsets from null are undefined behaviour in Rust.
+fn based(addr: usize, count: usize, ty: &TypeObj) -> Res<(usize, Datatype, usize)> {
+    if addr != 0 {
+        return Ok((addr, ty.dt.clone(), count));
+    }
+    let (lo, _) = ty.dt.span(count);
+    let lo = isize::try_from(lo).map_err(|_| err(MPI_ERR_BUFFER, "address out of range"))?;
+    let shifted = Datatype::hindexed(&[count], &[-lo], &ty.dt)?;
+    Ok((lo as usize, shifted, 1))
+}
+
 /// The packed bytes of `count` elements of `ty` at `buf` (a null `buf` is refused unless
 /// nothing is read).
 pub fn pack_at(buf: *const c_void, count: usize, ty: &TypeObj, what: &str) -> Res<Vec<u8>> {
@@ -420,9 +434,10 @@ pub fn pack_at(buf: *const c_void, count: usize, ty: &TypeObj, what: &str) -> Re
         return Ok(out);
     }
     crate::coll::check_addr(buf as usize, count, ty, what)?;
+    let (base, dt, k) = based(buf as usize, count, ty)?;
     // SAFETY: the caller's buffer holds `count` elements of `ty` (MPI's contract); the span
-    // was checked to stay off the null page.
-    unsafe { ty.dt.pack_raw(buf.cast(), count, &mut out)? };
+    // was checked to stay off the null page, and `based` keeps the same bytes.
+    unsafe { dt.pack_raw(base as *const u8, k, &mut out)? };
     Ok(out)
 }
 
@@ -432,8 +447,9 @@ pub fn unpack_at(buf: *mut c_void, count: usize, ty: &TypeObj, data: &[u8], what
         return Ok(());
     }
     crate::coll::check_addr(buf as usize, count, ty, what)?;
+    let (base, dt, k) = based(buf as usize, count, ty)?;
     // SAFETY: as in `pack_at`, for writing.
-    unsafe { ty.dt.unpack_raw(data, buf.cast(), count)? };
+    unsafe { dt.unpack_raw(data, base as *mut u8, k)? };
     Ok(())
 }
 
@@ -531,5 +547,26 @@ mod tests {
         let mut b = (-2i16).to_le_bytes().to_vec();
         predefined(MPI_MAX, I2, &(-7i16).to_le_bytes(), &mut b).unwrap();
         assert_eq!(b, (-2i16).to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod bottom_tests {
+    use super::*;
+
+    #[test]
+    fn absolute_addresses_pack_from_bottom() {
+        let x: i32 = 41;
+        let y: f64 = 2.5;
+        let (ax, ay) = (&x as *const i32 as isize, &y as *const f64 as isize);
+        let dt = Datatype::structured(
+            &[1, 1],
+            &[ax, ay],
+            &[Datatype::bytes(4), Datatype::bytes(8)],
+        )
+        .unwrap();
+        let t = TypeObj::derived(dt, Default::default(), None);
+        let out = pack_at(std::ptr::null(), 1, &t, "b").unwrap();
+        assert_eq!(&out[..4], &41i32.to_ne_bytes());
     }
 }

@@ -57,10 +57,15 @@ pub(crate) struct Buf {
 }
 
 impl Buf {
-    /// Checks count and datatype (the address is checked when data moves).
+    /// Checks count, datatype and address. Every rank checks its own arguments before
+    /// anything starts, so a bad argument all ranks pass is an error on all of them rather
+    /// than a rank left waiting for one that gave up.
     fn new(p: *const c_void, count: i64, dt: MPI_Datatype) -> Res<Buf> {
         let count = ptr::count(count)?;
         let ty = typeobj::get_committed(dt)?;
+        if ty.dt.packed_size(count) > 0 {
+            check_addr(p as usize, count, &ty, "buffer")?;
+        }
         Ok(Buf {
             addr: p as usize,
             count,

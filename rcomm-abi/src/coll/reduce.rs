@@ -80,8 +80,11 @@ fn reduce(
     if in_place(sendbuf) && !is_root {
         return Err(err(MPI_ERR_BUFFER, "only the root may pass MPI_IN_PLACE"));
     }
-    let recv = Buf::new(recvbuf, count, dt)?;
-    let contrib = contribution(sendbuf, &recv, red.count)?;
+    // Only the root's receive buffer is significant.
+    let recv = Buf::new(recvbuf, if is_root { count } else { 0 }, dt)?;
+    let mut send = recv.clone();
+    send.count = red.count;
+    let contrib = contribution(sendbuf, &send, red.count)?;
     let req = c.comm.igather(contrib, root)?;
     Ok(Coll::new(req, move |d| {
         if !is_root || red.bytes() == 0 {
@@ -141,9 +144,14 @@ fn reduce_scatter(
     }
     let red = Red::new(op, dt, rcounts[me])?;
     let total: usize = rcounts.iter().sum();
-    let whole = Buf::new(recvbuf, total as i64, dt)?;
-    let contrib = contribution(sendbuf, &whole, total)?;
-    let mut recv = whole;
+    let inplace = in_place(sendbuf);
+    let mut recv = Buf::new(
+        recvbuf,
+        if inplace { total } else { rcounts[me] } as i64,
+        dt,
+    )?;
+    recv.count = total;
+    let contrib = contribution(sendbuf, &recv, total)?;
     recv.count = rcounts[me];
     let size = red.ty.size();
     let sbytes: Vec<usize> = rcounts.iter().map(|&k| k * size).collect();
