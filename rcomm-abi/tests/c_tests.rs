@@ -137,3 +137,8 @@ fn collectives_from_c() {
 fn datatypes_from_c() {
     each_size("dtype", &[1, 2, 3, 4]);
 }
+
+#[test]
+fn topologies_from_c() {
+    each_size("topo", &[1, 2, 3, 4]);
+}
