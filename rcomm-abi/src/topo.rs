@@ -608,9 +608,12 @@ pub extern "C" fn PMPI_Dist_graph_neighbors(
     })
 }
 
+/// A rank's neighbours in one direction, `None` for `MPI_PROC_NULL`.
+pub type Neighbours = Vec<Option<u32>>;
+
 /// This rank's (in-neighbours, out-neighbours) in the order neighbour collectives use;
 /// `None` where a Cartesian neighbour is off the grid (`MPI_PROC_NULL`).
-pub fn neighbours(h: MPI_Comm) -> Res<(Topo, Vec<Option<u32>>, Vec<Option<u32>>)> {
+pub fn neighbours(h: MPI_Comm) -> Res<(Topo, Neighbours, Neighbours)> {
     let t = of(h)?.ok_or_else(|| err(MPI_ERR_TOPOLOGY, "the communicator has no topology"))?;
     let (i, o) = match &t {
         Topo::Cart(c) => {

@@ -14,9 +14,9 @@
 //! The v/w-variants force rcomm's linear gather/scatter and pairwise all-to-all: those need
 //! only this rank's counts, which is all an MPI rank knows.
 
-mod moves;
-mod neighbor;
-mod reduce;
+pub mod moves;
+pub mod neighbor;
+pub mod reduce;
 
 use crate::comm::{self, CommObj};
 use crate::consts::*;
