@@ -1,5 +1,6 @@
 //! The C programs of tests/c/, compiled with `rcomm-cc` (rcomm's header and library) and run
-//! under `rcomm-run` at 1 to 4 ranks; each checks its results against values it computes and
+//! under `rcomm-run` at 1 to 4 ranks (point-to-point, communicators, errors, every collective,
+//! datatypes, topologies); each checks its results against values it computes and
 //! aborts the job on the first wrong one, so a passing run prints `PASS <name>` on every rank.
 //! The same sources compiled against MPICH's ABI header and linked with MPICH's
 //! `libmpi_abi.so.1` run on rcomm unchanged.
@@ -50,6 +51,21 @@ fn bad_input_gives_the_error_class() {
     run_program("errors", &[1, 3]);
 }
 
+#[test]
+fn collectives_and_reduction_ops() {
+    run_program("coll", &[1, 2, 3, 4]);
+}
+
+#[test]
+fn derived_datatypes_and_pack() {
+    run_program("dtype", &[1, 2, 3, 4]);
+}
+
+#[test]
+fn topologies_and_neighbour_collectives() {
+    run_program("topo", &[1, 2, 3, 4]);
+}
+
 /// A program built with rcomm-cc runs without a launcher too (a world of one; the rpath
 /// finds the library).
 #[test]
@@ -91,7 +107,7 @@ fn binaries_built_against_mpich_run_on_rcomm() {
     };
     let Some(mpich) = common::mpich() else { return };
     let dir = common::scratch("mpich");
-    for name in ["p2p", "comm", "errors"] {
+    for name in ["p2p", "comm", "errors", "coll", "dtype", "topo"] {
         let exe = dir.join(name);
         common::mpich_build(&mpich, &[&source(name)], &exe);
         let needed = common::run_ok(Command::new("readelf").arg("-d").arg(&exe));

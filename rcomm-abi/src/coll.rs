@@ -1,1 +1,0 @@
-//! Collectives (blocking, non-blocking, persistent) over rcomm's: the other half of P18.
