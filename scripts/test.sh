@@ -52,6 +52,20 @@ if [ "$(uname -m)" = x86_64 ] && [ ! -e "$nvrtc_dir/nvidia/cuda_nvrtc/lib/libnvr
 fi
 export LD_LIBRARY_PATH="$(cd "$nvrtc_dir" 2>/dev/null && pwd)/nvidia/cuda_nvrtc/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
+# MPICH's MPI-5.0 ABI header and library, for rcomm-abi's tests (the published mpi_abi.h its
+# constants are checked against; a binary built against MPICH's libmpi_abi.so.1 run on rcomm):
+# the mpich wheel from PyPI, unpacked beside the build once per target dir; the tests find it
+# through MPICH_WHEEL_DIR.
+mpich_dir="${CARGO_TARGET_DIR:-target}/mpich"
+mpich_data=mpich-5.0.2.data/data
+if [ "$(uname -m)" = x86_64 ] && [ ! -e "$mpich_dir/$mpich_data/include/mpi_abi.h" ]; then
+    mkdir -p "$mpich_dir"
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$mpich_dir" mpich==5.0.2
+    python3 -m zipfile -e "$mpich_dir"/mpich-5.0.2-*.whl "$mpich_dir"
+    rm -f "$mpich_dir"/mpich-5.0.2-*.whl
+fi
+export MPICH_WHEEL_DIR="$(cd "$mpich_dir" 2>/dev/null && pwd)/$mpich_data"
+
 # The suite (rcomm-runtime with its feature hwloc; a plain `cargo build` needs no hwloc), then
 # loom's model checks of the shared-memory ring protocol (rcomm-transport's shm::loom tests). `--cfg loom` changes every crate's flags, so those build in their own target
 # dir; release, because loom explores ~170,000 executions. Both run; the script fails if either does.

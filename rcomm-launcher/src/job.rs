@@ -623,7 +623,21 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
 
     let (done_tx, done_rx) = channel();
     let mut streams = 0;
+    // Held until the job ends: the ranks' loader reads the folder at any time while starting.
+    let mut _abi_dir = None;
     if let Some(program) = program {
+        let mut env = spawn::explicit_exports(&cli.export);
+        // C programs built against the MPI ABI load rcomm's libmpi_abi.so.1 first.
+        let inherited = env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "LD_LIBRARY_PATH")
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var_os("LD_LIBRARY_PATH"));
+        _abi_dir = crate::abi::prepare(&job_id, inherited).map(|(dir, path)| {
+            env.push(("LD_LIBRARY_PATH".into(), path));
+            dir
+        });
         let spec = JobSpec {
             program,
             argv0: cli.command[0].clone(),
@@ -633,7 +647,7 @@ fn run_once(cli: &Cli, signals: &Signals, lost_hosts: &[String]) -> Result<Attem
             kvs_addr: local_kvs,
             job_id,
             secret_fd: secret_fd.as_raw_fd(),
-            env: spawn::explicit_exports(&cli.export),
+            env,
         };
         let setup = HostSetup {
             spec: &spec,

@@ -31,6 +31,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod abi;
 pub mod binding;
 pub mod cli;
 pub mod ctl;

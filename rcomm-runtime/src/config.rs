@@ -181,6 +181,11 @@ pub const VARIABLES: &[VarSpec] = &[
         help: "a path of libnccl tried before libnccl.so.2 and libnccl.so (an NCCL outside the library path, or the tests' stand-in)",
     },
     VarSpec {
+        name: "RCOMM_ABI_LIB",
+        protocol: false,
+        help: "rcomm-run: the rcomm libmpi_abi.so that C programs built against the MPI ABI load (default: the one beside rcomm-run); the ranks find it first through a job folder prepended to LD_LIBRARY_PATH",
+    },
+    VarSpec {
         name: "RCOMM_PTX_DIR",
         protocol: false,
         help: "a folder of precompiled device reduction kernels (rcomm-reduce-sm_XY.cubin and .ptx, written by `rcomm-bench ptx`), used when NVRTC cannot be loaded or does not know the GPU's architecture; a CUBIN is preferred over PTX",
@@ -809,6 +814,13 @@ pub fn gpu_backend() -> GpuBackend {
 /// it is read once, where libnccl is first loaded.
 pub fn nccl_lib() -> Option<std::path::PathBuf> {
     std::env::var_os("RCOMM_NCCL_LIB")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+}
+
+/// `RCOMM_ABI_LIB` from the process environment (rcomm-run reads it once per job).
+pub fn abi_lib() -> Option<std::path::PathBuf> {
+    std::env::var_os("RCOMM_ABI_LIB")
         .filter(|v| !v.is_empty())
         .map(std::path::PathBuf::from)
 }

@@ -1,0 +1,715 @@
+//! Point-to-point: every send mode (standard, synchronous, ready, buffered; blocking,
+//! non-blocking, persistent), receives, probes and matched probes, send-receive, status
+//! queries and the bsend buffer, mapped onto rcomm's communicator calls.
+//!
+//! Data moves as bytes: a send packs `count` elements of its datatype (any datatype, through
+//! its rcomm layout; a contiguous one is sent straight from the caller's memory when
+//! blocking), a receive unpacks what arrived. Non-blocking receives land in a buffer the
+//! request owns and are unpacked into the caller's memory when the request completes. The
+//! exported functions (int and `_c` counts) are in `p2p_abi`.
+
+use crate::consts::*;
+use crate::errors::{Res, err};
+use crate::handles::{Kind, Registry};
+use crate::ptr;
+use crate::request::{self, Pending, Ready, empty_status, status_of};
+use crate::typeobj::{self, TypeObj};
+use crate::world::{self as comm, CommObj};
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+/// How a send completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// `MPI_Send`.
+    Standard,
+    /// `MPI_Ssend`: completes when the receive has matched.
+    Sync,
+    /// `MPI_Rsend`: the receive is posted already.
+    Ready,
+    /// `MPI_Bsend`: copied into the attached buffer.
+    Buffered,
+}
+
+fn send_tag(tag: c_int) -> Res<rcomm::Tag> {
+    if tag < 0 {
+        return Err(err(MPI_ERR_TAG, format!("send tag {tag} is negative")));
+    }
+    Ok(rcomm::Tag(tag))
+}
+
+fn recv_tag(tag: c_int) -> Res<rcomm::Tag> {
+    match tag {
+        MPI_ANY_TAG => Ok(rcomm::Tag::Any),
+        t if t >= 0 => Ok(rcomm::Tag(t)),
+        t => Err(err(MPI_ERR_TAG, format!("receive tag {t} is negative"))),
+    }
+}
+
+/// A destination rank; `None` for `MPI_PROC_NULL`.
+fn dest(c: &CommObj, rank: c_int) -> Res<Option<u32>> {
+    match rank {
+        MPI_PROC_NULL => Ok(None),
+        r if r >= 0 && (r as u32) < c.comm.size() => Ok(Some(r as u32)),
+        r => Err(err(
+            MPI_ERR_RANK,
+            format!("rank {r} is not in a communicator of {}", c.comm.size()),
+        )),
+    }
+}
+
+/// A source rank; `None` for `MPI_PROC_NULL`.
+fn source(c: &CommObj, rank: c_int) -> Res<Option<rcomm::Source>> {
+    match rank {
+        MPI_ANY_SOURCE => Ok(Some(rcomm::Source::Any)),
+        r => Ok(dest(c, r)?.map(rcomm::Source::Rank)),
+    }
+}
+
+/// The status of an operation with `MPI_PROC_NULL`.
+pub fn proc_null_status() -> MPI_Status {
+    MPI_Status {
+        MPI_SOURCE: MPI_PROC_NULL,
+        MPI_TAG: MPI_ANY_TAG,
+        ..empty_status()
+    }
+}
+
+/// A buffer argument: its address, element count and datatype, checked.
+pub struct Buf {
+    addr: usize,
+    count: usize,
+    t: Arc<TypeObj>,
+}
+
+impl Buf {
+    /// Checks `count` and `datatype`, and that a null address is not asked to hold data
+    /// (unless the type's layout starts at an absolute address, `MPI_BOTTOM`).
+    pub fn new(addr: *const c_void, count: i64, datatype: MPI_Datatype) -> Res<Buf> {
+        let count = ptr::count(count)?;
+        let t = typeobj::get_committed(datatype)?;
+        if addr.is_null() && count > 0 && t.size() > 0 && t.dt.lb() == 0 {
+            return Err(err(MPI_ERR_BUFFER, "the buffer is a null pointer"));
+        }
+        Ok(Buf {
+            addr: addr as usize,
+            count,
+            t,
+        })
+    }
+
+    /// Bytes of data it holds.
+    pub fn bytes(&self) -> usize {
+        self.t.dt.packed_size(self.count)
+    }
+
+    /// Its memory as one run of bytes, when the layout is that.
+    fn contiguous(&self) -> Option<(*mut u8, usize)> {
+        (self.t.dt.is_contiguous() && self.t.dt.lb() == 0)
+            .then_some((self.addr as *mut u8, self.bytes()))
+    }
+
+    /// The data, packed.
+    pub fn pack(&self) -> Res<Vec<u8>> {
+        let n = self.bytes();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        if let Some((p, len)) = self.contiguous() {
+            return Ok(ptr::slice(p.cast_const(), len, "buf")?.to_vec());
+        }
+        let mut out = vec![0u8; n];
+        // SAFETY: the program passes a buffer holding `count` elements of the datatype.
+        unsafe {
+            self.t
+                .dt
+                .pack_raw(self.addr as *const u8, self.count, &mut out)
+        }?;
+        Ok(out)
+    }
+
+    /// Writes received bytes into the buffer; `MPI_ERR_TRUNCATE` when they do not fit.
+    pub fn unpack(&self, data: &[u8]) -> Res {
+        if data.len() > self.bytes() {
+            return Err(err(
+                MPI_ERR_TRUNCATE,
+                format!(
+                    "{} bytes arrived for a {}-byte receive",
+                    data.len(),
+                    self.bytes()
+                ),
+            ));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        if let Some((p, _)) = self.contiguous() {
+            ptr::slice_mut(p, data.len(), "buf")?.copy_from_slice(data);
+            return Ok(());
+        }
+        // SAFETY: the program passes a buffer with room for `count` elements.
+        unsafe { self.t.dt.unpack_raw(data, self.addr as *mut u8, self.count) }?;
+        Ok(())
+    }
+}
+
+/// A send in flight.
+struct SendOp(Option<rcomm::Request<u8>>);
+
+impl Pending for SendOp {
+    fn test(&mut self) -> Res<Option<MPI_Status>> {
+        if let Some(r) = &mut self.0
+            && !r.test()
+        {
+            return Ok(None);
+        }
+        self.wait().map(Some)
+    }
+
+    fn wait(&mut self) -> Res<MPI_Status> {
+        if let Some(r) = self.0.take() {
+            r.wait()?;
+        }
+        Ok(empty_status())
+    }
+
+    fn cancel(&mut self) -> Res<bool> {
+        match &mut self.0 {
+            Some(r) => Ok(r.try_cancel()?),
+            None => Ok(false),
+        }
+    }
+}
+
+/// A receive in flight, and where its data goes.
+struct RecvOp {
+    req: Option<rcomm::Request<u8>>,
+    to: Buf,
+}
+
+// SAFETY: `Buf` holds the address the program lent until completion; the request is waited
+// on by whichever thread completes it, as MPI allows.
+unsafe impl Send for RecvOp {}
+
+impl Pending for RecvOp {
+    fn test(&mut self) -> Res<Option<MPI_Status>> {
+        if let Some(r) = &mut self.req
+            && !r.test()
+        {
+            return Ok(None);
+        }
+        self.wait().map(Some)
+    }
+
+    fn wait(&mut self) -> Res<MPI_Status> {
+        let Some(r) = self.req.take() else {
+            return Ok(empty_status());
+        };
+        let (data, st) = r.wait()?;
+        self.to.unpack(&data[..st.bytes.min(data.len())])?;
+        Ok(status_of(&st))
+    }
+
+    fn cancel(&mut self) -> Res<bool> {
+        match &mut self.req {
+            Some(r) => {
+                let done = r.try_cancel()?;
+                if done {
+                    self.req = None;
+                }
+                Ok(done)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
+/// A send-receive in flight: both halves complete it.
+struct PairOp(SendOp, Box<dyn Pending>);
+
+impl Pending for PairOp {
+    fn test(&mut self) -> Res<Option<MPI_Status>> {
+        let s = self.0.test()?;
+        match (s, self.1.test()?) {
+            (Some(_), Some(st)) => Ok(Some(st)),
+            (_, Some(st)) => {
+                self.1 = Box::new(Ready(st));
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn wait(&mut self) -> Res<MPI_Status> {
+        self.0.wait()?;
+        self.1.wait()
+    }
+}
+
+/// The bytes of an unpacked receive land in the caller's buffer at completion: a standalone
+/// receive of `bytes` posted on rcomm.
+fn post_recv(c: &CommObj, to: Buf, src: rcomm::Source, tag: rcomm::Tag) -> Res<Box<dyn Pending>> {
+    let r = c.comm.irecv(vec![0u8; to.bytes()], src, tag)?;
+    Ok(Box::new(RecvOp { req: Some(r), to }))
+}
+
+/// Blocking send.
+pub fn send(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dst: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    mode: Mode,
+) -> Res {
+    let c = comm::get(h)?;
+    let b = Buf::new(buf, count, dt)?;
+    let tag = send_tag(tag)?;
+    let Some(d) = dest(&c, dst)? else {
+        return Ok(());
+    };
+    let owned;
+    let data: &[u8] = match b.contiguous() {
+        Some((p, len)) => ptr::slice(p.cast_const(), len, "buf")?,
+        None => {
+            owned = b.pack()?;
+            &owned
+        }
+    };
+    match mode {
+        Mode::Standard => c.comm.send(data, d, tag)?,
+        Mode::Sync => c.comm.ssend(data, d, tag)?,
+        Mode::Ready => c.comm.rsend(data, d, tag)?,
+        Mode::Buffered => c.comm.bsend(data, d, tag)?,
+    }
+    Ok(())
+}
+
+/// Starts a send; the operation a request waits for.
+fn start_send(c: &CommObj, b: &Buf, dst: Option<u32>, tag: rcomm::Tag, mode: Mode) -> Res<SendOp> {
+    let Some(d) = dst else {
+        return Ok(SendOp(None));
+    };
+    let data = b.pack()?;
+    let r = match mode {
+        Mode::Standard => c.comm.isend(data, d, tag)?,
+        Mode::Sync => c.comm.issend(data, d, tag)?,
+        Mode::Ready => c.comm.irsend(data, d, tag)?,
+        Mode::Buffered => c.comm.ibsend(data, d, tag)?,
+    };
+    Ok(SendOp(Some(r)))
+}
+
+/// Non-blocking send.
+#[allow(clippy::too_many_arguments)]
+pub fn isend(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dst: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    mode: Mode,
+    req: *mut MPI_Request,
+) -> Res {
+    let c = comm::get(h)?;
+    let b = Buf::new(buf, count, dt)?;
+    let tag = send_tag(tag)?;
+    let d = dest(&c, dst)?;
+    if req.is_null() {
+        return Err(err(MPI_ERR_ARG, "request is a null pointer"));
+    }
+    let op = start_send(&c, &b, d, tag, mode)?;
+    ptr::write(req, request::insert(Box::new(op), h)?, "request")
+}
+
+/// Persistent send: the data is read at each start.
+#[allow(clippy::too_many_arguments)]
+pub fn send_init(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dst: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    mode: Mode,
+    req: *mut MPI_Request,
+) -> Res {
+    let c = comm::get(h)?;
+    Buf::new(buf, count, dt)?;
+    let tag = send_tag(tag)?;
+    let d = dest(&c, dst)?;
+    let addr = buf as usize;
+    let starter = move || -> Res<Box<dyn Pending>> {
+        let b = Buf::new(addr as *const c_void, count, dt)?;
+        Ok(Box::new(start_send(&c, &b, d, tag, mode)?))
+    };
+    ptr::write(
+        req,
+        request::insert_persistent(Box::new(starter), h)?,
+        "request",
+    )
+}
+
+/// Blocking receive.
+pub fn recv(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    status: *mut MPI_Status,
+) -> Res {
+    let c = comm::get(h)?;
+    let b = Buf::new(buf, count, dt)?;
+    let tag = recv_tag(tag)?;
+    let Some(s) = source(&c, src)? else {
+        ptr::write_opt(status, proc_null_status());
+        return Ok(());
+    };
+    let st = match b.contiguous() {
+        Some((p, len)) => {
+            let mut empty = [0u8; 0];
+            let dst = if len == 0 {
+                &mut empty[..]
+            } else {
+                ptr::slice_mut(p, len, "buf")?
+            };
+            status_of(&c.comm.recv(dst, s, tag)?)
+        }
+        None => post_recv(&c, b, s, tag)?.wait()?,
+    };
+    ptr::write_opt(status, st);
+    Ok(())
+}
+
+fn recv_op(
+    c: &CommObj,
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    src: Option<rcomm::Source>,
+    tag: rcomm::Tag,
+) -> Res<Box<dyn Pending>> {
+    let b = Buf::new(buf, count, dt)?;
+    match src {
+        None => Ok(Box::new(Ready(proc_null_status()))),
+        Some(s) => post_recv(c, b, s, tag),
+    }
+}
+
+/// Non-blocking receive.
+pub fn irecv(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    req: *mut MPI_Request,
+) -> Res {
+    let c = comm::get(h)?;
+    let tag = recv_tag(tag)?;
+    let s = source(&c, src)?;
+    if req.is_null() {
+        return Err(err(MPI_ERR_ARG, "request is a null pointer"));
+    }
+    let op = recv_op(&c, buf, count, dt, s, tag)?;
+    ptr::write(req, request::insert(op, h)?, "request")
+}
+
+/// Persistent receive.
+pub fn recv_init(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    req: *mut MPI_Request,
+) -> Res {
+    let c = comm::get(h)?;
+    Buf::new(buf, count, dt)?;
+    let tag = recv_tag(tag)?;
+    let s = source(&c, src)?;
+    let addr = buf as usize;
+    let starter = move || recv_op(&c, addr as *mut c_void, count, dt, s, tag);
+    ptr::write(
+        req,
+        request::insert_persistent(Box::new(starter), h)?,
+        "request",
+    )
+}
+
+/// Send-receive (blocking, or non-blocking when `req` is given).
+#[allow(clippy::too_many_arguments)]
+pub fn sendrecv(
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: MPI_Datatype,
+    dst: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: MPI_Datatype,
+    src: c_int,
+    recvtag: c_int,
+    h: MPI_Comm,
+    status: *mut MPI_Status,
+    req: Option<*mut MPI_Request>,
+) -> Res {
+    let c = comm::get(h)?;
+    let sb = Buf::new(sendbuf, sendcount, sendtype)?;
+    let stag = send_tag(sendtag)?;
+    let d = dest(&c, dst)?;
+    let rtag = recv_tag(recvtag)?;
+    let s = source(&c, src)?;
+    // The receive is posted first, so two ranks exchanging cannot both wait in their sends.
+    let r = recv_op(&c, recvbuf, recvcount, recvtype, s, rtag)?;
+    let snd = start_send(&c, &sb, d, stag, Mode::Standard)?;
+    let mut pair = PairOp(snd, r);
+    match req {
+        Some(out) => ptr::write(out, request::insert(Box::new(pair), h)?, "request"),
+        None => {
+            ptr::write_opt(status, pair.wait()?);
+            Ok(())
+        }
+    }
+}
+
+/// Send-receive in one buffer: the outgoing data is packed before anything arrives.
+#[allow(clippy::too_many_arguments)]
+pub fn sendrecv_replace(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dst: c_int,
+    sendtag: c_int,
+    src: c_int,
+    recvtag: c_int,
+    h: MPI_Comm,
+    status: *mut MPI_Status,
+    req: Option<*mut MPI_Request>,
+) -> Res {
+    let c = comm::get(h)?;
+    let b = Buf::new(buf, count, dt)?;
+    let stag = send_tag(sendtag)?;
+    let d = dest(&c, dst)?;
+    let rtag = recv_tag(recvtag)?;
+    let s = source(&c, src)?;
+    let snd = start_send(&c, &b, d, stag, Mode::Standard)?;
+    let r = recv_op(&c, buf, count, dt, s, rtag)?;
+    let mut pair = PairOp(snd, r);
+    match req {
+        Some(out) => ptr::write(out, request::insert(Box::new(pair), h)?, "request"),
+        None => {
+            ptr::write_opt(status, pair.wait()?);
+            Ok(())
+        }
+    }
+}
+
+/// Blocking probe.
+pub fn probe(src: c_int, tag: c_int, h: MPI_Comm, status: *mut MPI_Status) -> Res {
+    let c = comm::get(h)?;
+    let tag = recv_tag(tag)?;
+    let st = match source(&c, src)? {
+        None => proc_null_status(),
+        Some(s) => status_of(&c.comm.probe(s, tag)?),
+    };
+    ptr::write_opt(status, st);
+    Ok(())
+}
+
+/// Non-blocking probe.
+pub fn iprobe(
+    src: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+) -> Res {
+    let c = comm::get(h)?;
+    let tag = recv_tag(tag)?;
+    let st = match source(&c, src)? {
+        None => Some(proc_null_status()),
+        Some(s) => c.comm.iprobe(s, tag)?.map(|s| status_of(&s)),
+    };
+    ptr::write(flag, st.is_some() as c_int, "flag")?;
+    if let Some(st) = st {
+        ptr::write_opt(status, st);
+    }
+    Ok(())
+}
+
+/// A matched message waiting for its receive.
+pub type MessageObj = Mutex<Option<rcomm::Message>>;
+
+/// Matched messages.
+pub static MESSAGES: Registry<MessageObj> = Registry::new(Kind::Message);
+
+fn keep_message(m: rcomm::Message, out: *mut MPI_Message, status: *mut MPI_Status) -> Res {
+    let st = status_of(&m.status());
+    let h = MESSAGES
+        .insert(Mutex::new(Some(m)))
+        .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many messages"))?;
+    ptr::write(out, h, "message")?;
+    ptr::write_opt(status, st);
+    Ok(())
+}
+
+/// Matched probe (blocking, or non-blocking with `flag`).
+pub fn mprobe(
+    src: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    flag: Option<*mut c_int>,
+    message: *mut MPI_Message,
+    status: *mut MPI_Status,
+) -> Res {
+    let c = comm::get(h)?;
+    let tag = recv_tag(tag)?;
+    if message.is_null() {
+        return Err(err(MPI_ERR_ARG, "message is a null pointer"));
+    }
+    let Some(s) = source(&c, src)? else {
+        if let Some(f) = flag {
+            ptr::write(f, 1, "flag")?;
+        }
+        ptr::write(message, MPI_MESSAGE_NO_PROC, "message")?;
+        ptr::write_opt(status, proc_null_status());
+        return Ok(());
+    };
+    match flag {
+        None => keep_message(c.comm.mprobe(s, tag)?, message, status),
+        Some(f) => match c.comm.improbe(s, tag)? {
+            Some(m) => {
+                ptr::write(f, 1, "flag")?;
+                keep_message(m, message, status)
+            }
+            None => ptr::write(f, 0, "flag"),
+        },
+    }
+}
+
+/// Receives a matched message (`MPI_Mrecv`); its status.
+pub fn mrecv(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    message: *mut MPI_Message,
+) -> Res<MPI_Status> {
+    let b = Buf::new(buf, count, dt)?;
+    let h = ptr::read(message, "message")?;
+    if h == MPI_MESSAGE_NO_PROC {
+        ptr::write(message, MPI_MESSAGE_NULL, "message")?;
+        return Ok(proc_null_status());
+    }
+    let m = MESSAGES
+        .remove(h)
+        .and_then(|m| m.lock().unwrap_or_else(|p| p.into_inner()).take())
+        .ok_or_else(|| err(MPI_ERR_REQUEST, format!("{h:#x} is not a matched message")))?;
+    ptr::write(message, MPI_MESSAGE_NULL, "message")?;
+    if m.status().bytes > b.bytes() {
+        // Received and dropped: MPI consumes a truncated message.
+        let st = m.status();
+        let _ = m.recv_vec::<u8>();
+        return Err(err(
+            MPI_ERR_TRUNCATE,
+            format!(
+                "{} bytes arrived for a {}-byte receive",
+                st.bytes,
+                b.bytes()
+            ),
+        ));
+    }
+    let (data, st) = m.recv_vec::<u8>()?;
+    b.unpack(&data)?;
+    Ok(status_of(&st))
+}
+
+/// `MPI_Get_count`: whole elements of `dt` the status' bytes make, else `MPI_UNDEFINED`.
+pub fn get_count(status: *const MPI_Status, dt: MPI_Datatype) -> Res<i64> {
+    let st = ptr::read(status, "status")?;
+    let t = typeobj::get(dt)?;
+    let bytes = request::bytes(&st);
+    let size = t.size() as u64;
+    Ok(match size {
+        0 if bytes == 0 => 0,
+        0 => MPI_UNDEFINED as i64,
+        s if bytes % s == 0 => (bytes / s) as i64,
+        _ => MPI_UNDEFINED as i64,
+    })
+}
+
+/// `MPI_Get_elements`: basic elements the status' bytes make.
+pub fn get_elements(status: *const MPI_Status, dt: MPI_Datatype) -> Res<i64> {
+    let st = ptr::read(status, "status")?;
+    let t = typeobj::get(dt)?;
+    let bytes = request::bytes(&st);
+    match t.basic_size {
+        Some(0) => Ok(0),
+        Some(b) if bytes % b as u64 == 0 => Ok((bytes / b as u64) as i64),
+        Some(_) => Ok(MPI_UNDEFINED as i64),
+        // Mixed types: count whole elements' parts (two per pair type).
+        None if t.size() > 0 && bytes % t.size() as u64 == 0 => {
+            Ok((bytes / t.size() as u64 * 2) as i64)
+        }
+        None => Ok(MPI_UNDEFINED as i64),
+    }
+}
+
+/// `MPI_Status_set_elements`: sets the byte count `count` elements of `dt` make.
+pub fn set_elements(status: *mut MPI_Status, dt: MPI_Datatype, count: i64) -> Res {
+    let mut st = ptr::read(status.cast_const(), "status")?;
+    let t = typeobj::get(dt)?;
+    let n = ptr::count(count)?;
+    let per = t.basic_size.unwrap_or(t.size());
+    request::set_bytes(&mut st, (n * per) as u64);
+    ptr::write(status, st, "status")
+}
+
+static ATTACHED: Mutex<Option<(usize, usize)>> = Mutex::new(None);
+
+/// `MPI_Buffer_attach`: rcomm budgets buffered sends by the size (it copies each into memory
+/// of its own); the address is kept for detach.
+pub fn buffer_attach(buffer: *mut c_void, size: i64) -> Res {
+    let n = ptr::count(size)?;
+    if buffer.is_null() && n > 0 {
+        return Err(err(MPI_ERR_BUFFER, "the buffer is a null pointer"));
+    }
+    let n = if buffer as usize == 2 {
+        usize::MAX / 2
+    } else {
+        n
+    };
+    rcomm::buffer_attach(n)?;
+    *ATTACHED.lock().unwrap_or_else(|p| p.into_inner()) = Some((buffer as usize, n));
+    Ok(())
+}
+
+/// `MPI_Buffer_detach`: waits for the buffered sends, then hands back address and size.
+pub fn buffer_detach(buffer_addr: *mut c_void) -> Res<i64> {
+    let size = rcomm::buffer_detach()?;
+    let (addr, _) = ATTACHED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .unwrap_or((0, size));
+    ptr::write(buffer_addr.cast::<usize>(), addr, "buffer_addr")?;
+    Ok(if addr == 2 { 0 } else { size as i64 })
+}
+
+/// `MPI_Buffer_flush`: rcomm delivers the buffered sends when a buffer is detached, so the
+/// flush detaches and attaches the same buffer again.
+pub fn buffer_flush() -> Res {
+    let Some((addr, size)) = *ATTACHED.lock().unwrap_or_else(|p| p.into_inner()) else {
+        return Ok(());
+    };
+    rcomm::buffer_detach()?;
+    rcomm::buffer_attach(size)?;
+    *ATTACHED.lock().unwrap_or_else(|p| p.into_inner()) = Some((addr, size));
+    Ok(())
+}

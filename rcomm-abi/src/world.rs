@@ -1,0 +1,155 @@
+//! The process's MPI state below every exported function: the init phase, the world, and the
+//! communicator objects with their error handlers (the error path looks them up), and aborting
+//! the job.
+
+use crate::consts::*;
+use crate::errors::{Res, err};
+use crate::handles::{Kind, Registry};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::thread::ThreadId;
+
+pub(crate) const BEFORE: u8 = 0;
+pub(crate) const RUNNING: u8 = 1;
+pub(crate) const AFTER: u8 = 2;
+
+pub(crate) static PHASE: AtomicU8 = AtomicU8::new(BEFORE);
+pub(crate) static WORLD: RwLock<Option<rcomm::World>> = RwLock::new(None);
+pub(crate) static THREAD_LEVEL: AtomicI32 = AtomicI32::new(MPI_THREAD_SINGLE);
+pub(crate) static MAIN_THREAD: OnceLock<ThreadId> = OnceLock::new();
+
+/// Errors unless MPI is initialized and not finalized (every call but the few the standard
+/// allows outside).
+pub fn require_init() -> Res {
+    match PHASE.load(Ordering::Acquire) {
+        RUNNING => Ok(()),
+        BEFORE => Err(err(
+            MPI_ERR_OTHER,
+            "MPI is not initialized (call MPI_Init first)",
+        )),
+        _ => Err(err(MPI_ERR_OTHER, "MPI is finalized")),
+    }
+}
+
+/// The world communicator (a clone: it shares the world's state).
+pub fn world_comm() -> Res<rcomm::Communicator> {
+    require_init()?;
+    let w = WORLD.read().unwrap_or_else(|p| p.into_inner());
+    w.as_ref()
+        .map(|w| (**w).clone())
+        .ok_or_else(|| err(MPI_ERR_OTHER, "MPI is not initialized"))
+}
+
+/// Prints `msg` and ends the job with `code`: rcomm's abort through the launcher when the
+/// world is up, else this process's exit.
+pub fn abort_job(_comm: MPI_Comm, code: c_int, msg: &str) -> ! {
+    eprintln!("rcomm-abi: {msg}");
+    if let Ok(w) = WORLD.try_read()
+        && let Some(w) = w.as_ref()
+    {
+        w.abort(code, msg)
+    }
+    std::process::exit(code)
+}
+
+/// What an `MPI_Comm` names.
+pub struct CommObj {
+    /// rcomm's communicator.
+    pub comm: rcomm::Communicator,
+    /// Its error handler (an `MPI_Errhandler`).
+    pub errhandler: Mutex<MPI_Errhandler>,
+    /// `MPI_Comm_set_name`'s name.
+    pub name: Mutex<String>,
+    /// Attributes: keyval → the `void*` value the program stored.
+    pub attrs: Mutex<BTreeMap<c_int, usize>>,
+    /// Hints given by `MPI_Comm_set_info` / `dup_with_info`.
+    pub info: Mutex<Vec<(String, String)>>,
+}
+
+impl CommObj {
+    /// A communicator object with the given handler and name.
+    pub fn new(comm: rcomm::Communicator, errhandler: MPI_Errhandler, name: &str) -> Self {
+        CommObj {
+            comm,
+            errhandler: Mutex::new(errhandler),
+            name: Mutex::new(name.to_owned()),
+            attrs: Mutex::new(BTreeMap::new()),
+            info: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+/// Communicators the program made.
+pub static COMMS: Registry<CommObj> = Registry::new(Kind::Comm);
+
+/// `MPI_COMM_WORLD` and `MPI_COMM_SELF` while MPI runs.
+pub(crate) static PREDEFINED: RwLock<[Option<Arc<CommObj>>; 2]> = RwLock::new([None, None]);
+
+/// Sets up the predefined communicators (in `MPI_Init`, collective: all ranks are there).
+pub fn init_predefined(world: rcomm::Communicator) -> Res {
+    let me = world.rank();
+    let own = world.split(Some(me), 0)?.ok_or_else(|| {
+        err(
+            MPI_ERR_INTERN,
+            "MPI_COMM_SELF: the split gave no communicator",
+        )
+    })?;
+    let mut p = PREDEFINED.write().unwrap_or_else(|p| p.into_inner());
+    p[0] = Some(Arc::new(CommObj::new(
+        world,
+        MPI_ERRORS_ARE_FATAL,
+        "MPI_COMM_WORLD",
+    )));
+    p[1] = Some(Arc::new(CommObj::new(
+        own,
+        MPI_ERRORS_ARE_FATAL,
+        "MPI_COMM_SELF",
+    )));
+    Ok(())
+}
+
+/// The communicator `h` names; `MPI_ERR_COMM` for null, stale or foreign values.
+pub fn get(h: MPI_Comm) -> Res<Arc<CommObj>> {
+    let found = match h {
+        MPI_COMM_WORLD | MPI_COMM_SELF => {
+            let p = PREDEFINED.read().unwrap_or_else(|p| p.into_inner());
+            p[h - MPI_COMM_WORLD].clone()
+        }
+        _ => COMMS.get(h),
+    };
+    found.ok_or_else(|| {
+        let what = match h {
+            MPI_COMM_NULL => "MPI_COMM_NULL".to_owned(),
+            MPI_COMM_WORLD | MPI_COMM_SELF => {
+                "a predefined communicator outside init/finalize".into()
+            }
+            _ => format!("{h:#x}"),
+        };
+        err(MPI_ERR_COMM, format!("{what} is not a valid communicator"))
+    })
+}
+
+/// The error handler of a live communicator.
+pub fn errhandler_of(h: MPI_Comm) -> Option<MPI_Errhandler> {
+    get(h)
+        .ok()
+        .map(|c| *c.errhandler.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Registers a new communicator made from `parent` (which lends its error handler); its handle.
+pub fn insert(comm: rcomm::Communicator, parent: &CommObj) -> Res<MPI_Comm> {
+    let eh = *parent.errhandler.lock().unwrap_or_else(|p| p.into_inner());
+    COMMS
+        .insert(CommObj::new(comm, eh, ""))
+        .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many communicators"))
+}
+
+/// The library version string.
+pub fn library_version() -> String {
+    format!(
+        "rcomm {} (MPI {MPI_VERSION}.{MPI_SUBVERSION} ABI {MPI_ABI_VERSION}.{MPI_ABI_SUBVERSION}, libmpi_abi.so.1): {}",
+        env!("CARGO_PKG_VERSION"),
+        rcomm::library_version()
+    )
+}
