@@ -5,7 +5,8 @@
 //! extent rounds to, and the component types `MPI_Type_get_contents` hands back.
 
 use crate::consts::*;
-use crate::errors::{Res, err, guard};
+use crate::call::guard;
+use crate::errors::{Res, err};
 use crate::ops::{self, Basic};
 use crate::ptr;
 use crate::typeobj::{self, Contents, TYPES, TypeObj};

@@ -10,7 +10,8 @@
 use crate::attr::FnPtr;
 use crate::attr::ctypes::{MPI_User_function, MPI_User_function_c};
 use crate::consts::*;
-use crate::errors::{Res, err, guard};
+use crate::call::guard;
+use crate::errors::{Res, err};
 use crate::opobj::{self, OPS, OpRef, UserOp};
 use crate::ptr;
 use crate::typeobj::{self, TypeObj};

@@ -5,7 +5,8 @@
 
 use crate::comm;
 use crate::consts::*;
-use crate::errors::{Res, err, guard};
+use crate::call::guard;
+use crate::errors::{Res, err};
 use crate::ptr;
 use rcomm::{CartComm, GraphComm};
 use std::collections::HashMap;

@@ -3,7 +3,8 @@
 
 use super::{Buf, Coll, Wide, block, counts, displs, in_place, intra, nonblocking, root_of};
 use crate::consts::*;
-use crate::errors::{Res, err, guard};
+use crate::call::guard;
+use crate::errors::{Res, err};
 use crate::ptr;
 use std::ffi::c_void;
 

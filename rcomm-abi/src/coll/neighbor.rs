@@ -4,7 +4,8 @@
 
 use super::{Buf, Coll, Wide, block, counts, displs, nonblocking};
 use crate::consts::*;
-use crate::errors::{Res, guard};
+use crate::call::guard;
+use crate::errors::Res;
 use crate::ptr;
 use crate::topo::{self, Topo};
 use std::ffi::c_void;

@@ -3,7 +3,8 @@
 
 use super::{Buf, Coll, block, counts, in_place, intra, nonblocking, root_of};
 use crate::consts::*;
-use crate::errors::{Res, err, guard};
+use crate::call::guard;
+use crate::errors::{Res, err};
 use crate::opobj::{self, OpRef};
 use crate::ops;
 use crate::typeobj::{self, TypeObj};
