@@ -22,7 +22,7 @@ pub(crate) trait Op {
     fn cancel(&mut self) {}
 }
 
-pub(crate) type Pending<'a> = Box<dyn Op + 'a>;
+pub(crate) type Pending<'a> = Box<dyn Op + std::marker::Send + 'a>;
 
 pub(crate) fn empty_status() -> rcomm::Status {
     rcomm::Status {
@@ -117,11 +117,14 @@ impl Op for Recv {
 /// A non-blocking collective; `finish` stores its result.
 pub(crate) struct Coll<'a, T: bytemuck::Pod + std::marker::Send> {
     pub(crate) req: Option<rcomm::CollRequest<T>>,
-    pub(crate) finish: Option<Box<dyn FnOnce(Vec<T>) + 'a>>,
+    pub(crate) finish: Option<Box<dyn FnOnce(Vec<T>) + std::marker::Send + 'a>>,
 }
 
 impl<'a, T: bytemuck::Pod + std::marker::Send> Coll<'a, T> {
-    pub(crate) fn boxed(req: rcomm::CollRequest<T>, finish: impl FnOnce(Vec<T>) + 'a) -> Pending<'a>
+    pub(crate) fn boxed(
+        req: rcomm::CollRequest<T>,
+        finish: impl FnOnce(Vec<T>) + std::marker::Send + 'a,
+    ) -> Pending<'a>
     where
         T: 'a,
     {
@@ -440,6 +443,12 @@ pub struct RequestCollection<'a, D: ?Sized> {
     slots: Vec<Option<Slot<'a, D>>>,
     incomplete: usize,
 }
+
+// SAFETY: a shared `&RequestCollection` reads only the `incomplete` count; the pending
+// operations (which need not be `Sync`) are reached through `&mut self` alone, so sharing the
+// collection between threads shares no operation. The borrowed data is shared, hence `D: Sync`
+// (rsmpi's bound).
+unsafe impl<'a, D: ?Sized + Sync> Sync for RequestCollection<'a, D> {}
 
 impl<'a, D: ?Sized> std::fmt::Debug for RequestCollection<'a, D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
