@@ -120,3 +120,39 @@ fn binaries_built_against_mpich_run_on_rcomm() {
         }
     }
 }
+
+/// Launched by MPICH's own `mpiexec` (hydra, PMI-1) instead of rcomm-run: the ranks find rcomm's
+/// library by the rpath rcomm-cc set and their peers through hydra's PMI server.
+#[test]
+fn mpich_mpiexec_launches_abi_programs_on_rcomm() {
+    let Some(mpiexec) = ["/usr/bin/mpiexec.hydra", "/usr/bin/mpiexec"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+    else {
+        rcomm_testkit::skip("MPICH's mpiexec is not installed (scripts/test.sh installs mpich)");
+        return;
+    };
+    let dir = common::scratch("mpiexec");
+    for name in ["p2p", "coll"] {
+        let exe = dir.join(name);
+        common::rcomm_cc_build(&[&source(name)], &exe);
+        let mut cmd = Command::new(mpiexec);
+        cmd.args(["-n", "3"])
+            .arg(&exe)
+            .env_remove("LD_LIBRARY_PATH");
+        let job = common::run_with_deadline(cmd, std::time::Duration::from_secs(120));
+        expect_pass(&job, name, 3);
+        // rcomm's library (rcomm-cc's link beside this build), not a system MPI's.
+        let ldd = common::run_ok(Command::new("ldd").arg(&exe));
+        let libs = String::from_utf8_lossy(&ldd.stdout);
+        let line = libs
+            .lines()
+            .find(|l| l.contains("libmpi_abi.so.1"))
+            .unwrap_or_else(|| panic!("{name}: no libmpi_abi.so.1 in ldd:\n{libs}"));
+        assert!(
+            line.contains(&*common::profile_dir().to_string_lossy()),
+            "{name} resolves libmpi_abi.so.1 elsewhere: {line}"
+        );
+    }
+}
