@@ -77,9 +77,12 @@ mpich_lib=$venv/lib
     echo "compare-abi.sh: the mpich wheel lacks mpi_abi.h or libmpi_abi.so.1 under $venv" >&2; exit 1; }
 
 # ---- rcomm ----
-echo "+ cargo build --release -p rcomm-abi -p rcomm-launcher -p rcomm-benches --bin rcomm-bench --example halo --example msg_cost"
-cargo build --release -q -p rcomm-abi -p rcomm-launcher -p rcomm-benches --bin rcomm-bench \
-    --example halo --example msg_cost
+# Two invocations: a target selection (--bin, --example) would leave the other packages'
+# library and binaries unbuilt.
+echo "+ cargo build --release -p rcomm-abi -p rcomm-launcher"
+cargo build --release -q -p rcomm-abi -p rcomm-launcher
+echo "+ cargo build --release -p rcomm-benches --bin rcomm-bench --example halo --example msg_cost"
+cargo build --release -q -p rcomm-benches --bin rcomm-bench --example halo --example msg_cost
 rel=$tdir/release
 rcomm_lib=$work/rcomm-lib
 mkdir -p "$rcomm_lib"

@@ -3,20 +3,22 @@
 //! queries and the bsend buffer, mapped onto rcomm's communicator calls.
 //!
 //! Data moves as bytes: a send packs `count` elements of its datatype (any datatype, through
-//! its rcomm layout; a contiguous one is sent straight from the caller's memory when
-//! blocking), a receive unpacks what arrived. Non-blocking receives land in a buffer the
-//! request owns and are unpacked into the caller's memory when the request completes. The
-//! exported functions (int and `_c` counts) are in `p2p_abi`.
+//! its rcomm layout), a receive unpacks what arrived. A contiguous buffer is sent from and
+//! received into the caller's memory directly, blocking or not (rcomm's raw requests: MPI's
+//! buffer contract is theirs), so the C layer adds no allocation or copy per message; other
+//! layouts are packed at the start, and a non-blocking receive of one lands in a buffer the
+//! request owns and is unpacked into the caller's memory when it completes. The exported
+//! functions (int and `_c` counts) are in `p2p_abi`.
 
 use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
 use crate::ptr;
 use crate::request::{self, Pending, Ready, empty_status, status_of};
-use crate::typeobj::{self, TypeObj};
+use crate::typeobj::{self, TypeRef};
 use crate::world::{self as comm, CommObj};
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// How a send completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,7 +81,7 @@ pub fn proc_null_status() -> MPI_Status {
 pub struct Buf {
     addr: usize,
     count: usize,
-    t: Arc<TypeObj>,
+    t: TypeRef,
 }
 
 impl Buf {
@@ -87,7 +89,7 @@ impl Buf {
     /// (unless the type's layout starts at an absolute address, `MPI_BOTTOM`).
     pub fn new(addr: *const c_void, count: i64, datatype: MPI_Datatype) -> Res<Buf> {
         let count = ptr::count(count)?;
-        let t = typeobj::get_committed(datatype)?;
+        let t = typeobj::get_committed_ref(datatype)?;
         if addr.is_null() && count > 0 && t.size() > 0 && t.dt.lb() == 0 {
             return Err(err(MPI_ERR_BUFFER, "the buffer is a null pointer"));
         }
@@ -224,8 +226,44 @@ impl Pending for RecvOp {
     }
 }
 
+/// A send or receive straight on the caller's contiguous memory.
+struct RawOp(Option<rcomm::RawRequest>);
+
+impl Pending for RawOp {
+    fn test(&mut self) -> Res<Option<MPI_Status>> {
+        if let Some(r) = &mut self.0
+            && !r.test()
+        {
+            return Ok(None);
+        }
+        self.wait().map(Some)
+    }
+
+    fn wait(&mut self) -> Res<MPI_Status> {
+        match self.0.take() {
+            Some(r) => {
+                let cancelled = r.is_cancelled();
+                let st = r.wait()?;
+                Ok(if cancelled {
+                    empty_status()
+                } else {
+                    status_of(&st)
+                })
+            }
+            None => Ok(empty_status()),
+        }
+    }
+
+    fn cancel(&mut self) -> Res<bool> {
+        match &mut self.0 {
+            Some(r) => Ok(r.try_cancel()?),
+            None => Ok(false),
+        }
+    }
+}
+
 /// A send-receive in flight: both halves complete it.
-struct PairOp(SendOp, Box<dyn Pending>);
+struct PairOp(Box<dyn Pending>, Box<dyn Pending>);
 
 impl Pending for PairOp {
     fn test(&mut self) -> Res<Option<MPI_Status>> {
@@ -249,6 +287,12 @@ impl Pending for PairOp {
 /// The bytes of an unpacked receive land in the caller's buffer at completion: a standalone
 /// receive of `bytes` posted on rcomm.
 fn post_recv(c: &CommObj, to: Buf, src: rcomm::Source, tag: rcomm::Tag) -> Res<Box<dyn Pending>> {
+    if let Some((p, len)) = to.contiguous() {
+        // SAFETY: MPI's contract: the program keeps the receive buffer valid and untouched
+        // until the request completes.
+        let r = unsafe { c.comm.irecv_raw(p, len, src, tag)? };
+        return Ok(Box::new(RawOp(Some(r))));
+    }
     let r = c.comm.irecv(vec![0u8; to.bytes()], src, tag)?;
     Ok(Box::new(RecvOp { req: Some(r), to }))
 }
@@ -287,10 +331,28 @@ pub fn send(
 }
 
 /// Starts a send; the operation a request waits for.
-fn start_send(c: &CommObj, b: &Buf, dst: Option<u32>, tag: rcomm::Tag, mode: Mode) -> Res<SendOp> {
+fn start_send(
+    c: &CommObj,
+    b: &Buf,
+    dst: Option<u32>,
+    tag: rcomm::Tag,
+    mode: Mode,
+) -> Res<Box<dyn Pending>> {
     let Some(d) = dst else {
-        return Ok(SendOp(None));
+        return Ok(Box::new(SendOp(None)));
     };
+    let raw_mode = match mode {
+        Mode::Standard | Mode::Ready => Some(rcomm::RawSendMode::Standard),
+        Mode::Sync => Some(rcomm::RawSendMode::Sync),
+        // Copied at once into the attached buffer's budget: the owned path.
+        Mode::Buffered => None,
+    };
+    if let (Some(m), Some((p, len))) = (raw_mode, b.contiguous()) {
+        // SAFETY: MPI's contract: the program leaves the send buffer alone until the
+        // request completes.
+        let r = unsafe { c.comm.isend_raw(p.cast_const(), len, d, tag, m)? };
+        return Ok(Box::new(RawOp(Some(r))));
+    }
     let data = b.pack()?;
     let r = match mode {
         Mode::Standard => c.comm.isend(data, d, tag)?,
@@ -298,7 +360,7 @@ fn start_send(c: &CommObj, b: &Buf, dst: Option<u32>, tag: rcomm::Tag, mode: Mod
         Mode::Ready => c.comm.irsend(data, d, tag)?,
         Mode::Buffered => c.comm.ibsend(data, d, tag)?,
     };
-    Ok(SendOp(Some(r)))
+    Ok(Box::new(SendOp(Some(r))))
 }
 
 /// Non-blocking send.
@@ -321,7 +383,7 @@ pub fn isend(
         return Err(err(MPI_ERR_ARG, "request is a null pointer"));
     }
     let op = start_send(&c, &b, d, tag, mode)?;
-    ptr::write(req, request::insert(Box::new(op), h)?, "request")
+    ptr::write(req, request::insert(op, h)?, "request")
 }
 
 /// Persistent send: the data is read at each start.
@@ -343,7 +405,7 @@ pub fn send_init(
     let addr = buf as usize;
     let starter = move || -> Res<Box<dyn Pending>> {
         let b = Buf::new(addr as *const c_void, count, dt)?;
-        Ok(Box::new(start_send(&c, &b, d, tag, mode)?))
+        start_send(&c, &b, d, tag, mode)
     };
     ptr::write(
         req,

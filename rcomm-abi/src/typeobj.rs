@@ -101,36 +101,42 @@ fn basic_size(name: &str, size: usize) -> Option<usize> {
     }
 }
 
-fn predefined_table() -> &'static HashMap<usize, Arc<TypeObj>> {
-    static T: OnceLock<HashMap<usize, Arc<TypeObj>>> = OnceLock::new();
+/// The predefined types by handle: a slice indexed by the (small, fixed) handle value, since
+/// every send and receive looks its datatype up (a hashed map cost more than the rest of the
+/// C layer's work per message).
+fn predefined_table() -> &'static [Option<Arc<TypeObj>>] {
+    static T: OnceLock<Vec<Option<Arc<TypeObj>>>> = OnceLock::new();
     T.get_or_init(|| {
-        DATATYPES
-            .iter()
-            .filter(|(_, h, _, _)| *h != MPI_DATATYPE_NULL)
-            .filter_map(|&(name, h, size, extent)| {
-                let dt = predefined_layout(name, size, extent).ok()?;
-                let obj = TypeObj {
-                    dt,
-                    name: Mutex::new(name.to_owned()),
-                    predefined: true,
-                    committed: AtomicBool::new(true),
-                    contents: Contents {
-                        combiner: MPI_COMBINER_NAMED,
-                        ..Contents::default()
-                    },
-                    basic_size: basic_size(name, size),
-                    attrs: Mutex::new(HashMap::new()),
-                };
-                Some((h, Arc::new(obj)))
-            })
-            .collect()
+        let top = DATATYPES.iter().map(|&(_, h, _, _)| h).max().unwrap_or(0);
+        let mut t: Vec<Option<Arc<TypeObj>>> = vec![None; top + 1];
+        for &(name, h, size, extent) in DATATYPES {
+            if h == MPI_DATATYPE_NULL {
+                continue;
+            }
+            let Ok(dt) = predefined_layout(name, size, extent) else {
+                continue;
+            };
+            t[h] = Some(Arc::new(TypeObj {
+                dt,
+                name: Mutex::new(name.to_owned()),
+                predefined: true,
+                committed: AtomicBool::new(true),
+                contents: Contents {
+                    combiner: MPI_COMBINER_NAMED,
+                    ..Contents::default()
+                },
+                basic_size: basic_size(name, size),
+                attrs: Mutex::new(HashMap::new()),
+            }));
+        }
+        t
     })
 }
 
 /// The type `h` names; `MPI_ERR_TYPE` for null, stale or foreign values.
 pub fn get(h: MPI_Datatype) -> Res<Arc<TypeObj>> {
     if h < crate::handles::FIRST_DYNAMIC {
-        return predefined_table().get(&h).cloned().ok_or_else(|| {
+        return predefined_table().get(h).cloned().flatten().ok_or_else(|| {
             err(
                 MPI_ERR_TYPE,
                 if h == MPI_DATATYPE_NULL {
@@ -144,6 +150,33 @@ pub fn get(h: MPI_Datatype) -> Res<Arc<TypeObj>> {
     TYPES
         .get(h)
         .ok_or_else(|| err(MPI_ERR_TYPE, format!("{h:#x} is not a live datatype")))
+}
+
+/// A datatype held for one call: the predefined ones borrowed from their static table (no
+/// reference count touched on every send and receive), the others shared.
+pub enum TypeRef {
+    /// A predefined type.
+    Static(&'static TypeObj),
+    /// A type the program made.
+    Shared(Arc<TypeObj>),
+}
+
+impl std::ops::Deref for TypeRef {
+    type Target = TypeObj;
+    fn deref(&self) -> &TypeObj {
+        match self {
+            TypeRef::Static(t) => t,
+            TypeRef::Shared(t) => t,
+        }
+    }
+}
+
+/// [`get_committed`] without a reference count for the predefined types.
+pub fn get_committed_ref(h: MPI_Datatype) -> Res<TypeRef> {
+    if let Some(Some(t)) = predefined_table().get(h) {
+        return Ok(TypeRef::Static(t));
+    }
+    get_committed(h).map(TypeRef::Shared)
 }
 
 /// The type `h` names, which communication may use (committed).

@@ -4,7 +4,10 @@
 
 pub(crate) mod coll_part;
 mod device_part;
+mod raw_part;
 mod topo_part;
+
+pub use raw_part::{RawRequest, RawSendMode};
 
 pub(crate) use coll_part::CollPart;
 pub use coll_part::Collectives;

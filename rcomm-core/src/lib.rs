@@ -59,8 +59,9 @@ pub use bsend::{BSEND_OVERHEAD, buffer_attach, buffer_detach};
 pub use coll::{CollRequest, Dtype, Element, Op, ReduceOp, UserOp};
 pub use comm::start_all;
 pub use comm::{
-    Collectives, Communicator, Device, Message, Persistent, Request, Scope, ScopedRequest, Tag,
-    TopoPart, test_all, test_any, test_some, wait_all, wait_any, wait_some,
+    Collectives, Communicator, Device, Message, Persistent, RawRequest, RawSendMode, Request,
+    Scope, ScopedRequest, Tag, TopoPart, test_all, test_any, test_some, wait_all, wait_any,
+    wait_some,
 };
 pub use elems::{CheckedCollRequest, CheckedElem, CheckedRecv, Logical};
 pub use environment::{ThreadLevel, init_thread, processor_name, query_thread, standard_version};

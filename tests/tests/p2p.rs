@@ -4,13 +4,14 @@
 use rcomm_tests::{Job, JobOutput, dev_shm, test_program};
 use std::time::Duration;
 
-const CASES: [&str; 14] = [
+const CASES: [&str; 15] = [
     "sizes",
     "64MiB",
     "wildcards",
     "ordering",
     "direct",
     "irecv-direct",
+    "raw",
     "truncation",
     "probes",
     "nonblocking",

@@ -81,6 +81,22 @@ int main(int argc, char **argv) {
     OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
     OK(MPI_Iprobe(me, 77, MPI_COMM_WORLD, &flag, &st));
     CHECK(!flag, "the truncated message is still there");
+    /* The same through a non-blocking receive (posted before, and after, the message came):
+     * the wait reports it, and what fits is not written past. */
+    for (int posted_first = 0; posted_first < 2; posted_first++) {
+        int dst[3] = {-1, -1, -1};
+        MPI_Request rr;
+        if (posted_first) {
+            OK(MPI_Irecv(dst, 2, MPI_INT, me, 78, MPI_COMM_WORLD, &rr));
+            OK(MPI_Isend(big, 4, MPI_INT, me, 78, MPI_COMM_WORLD, &req));
+        } else {
+            OK(MPI_Isend(big, 4, MPI_INT, me, 78, MPI_COMM_WORLD, &req));
+            OK(MPI_Irecv(dst, 2, MPI_INT, me, 78, MPI_COMM_WORLD, &rr));
+        }
+        EXPECT(MPI_Wait(&rr, &st), MPI_ERR_TRUNCATE);
+        CHECK(dst[2] == -1, "a truncated receive wrote past its buffer");
+        OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    }
 
     /* Info, keyvals, errhandlers, error codes. */
     EXPECT(MPI_Info_set(MPI_INFO_NULL, "a", "b"), MPI_ERR_INFO);

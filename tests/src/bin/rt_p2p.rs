@@ -1244,6 +1244,109 @@ impl T<'_> {
         check(&b, &pattern(left, self.r, 12, 0, 8), "after cancel");
     }
 
+    /// Raw requests on lent memory (`isend_raw`, `irecv_raw`): the data lands in the lent
+    /// buffer itself, eager and rendezvous, standard and synchronous; truncation is the
+    /// error and writes nothing past the buffer; an unmatched receive cancels; a dropped
+    /// (freed) send still delivers.
+    fn raw(&self) {
+        use rcomm::RawSendMode::{Standard, Sync};
+        let right = (self.r + 1) % self.n;
+        let left = (self.r + self.n - 1) % self.n;
+        let lens = [0usize, 1, 100, 20_000, 300_000];
+        for (k, mode) in [Standard, Sync].into_iter().enumerate() {
+            let mut inb: Vec<Vec<u8>> = lens.iter().map(|&l| vec![0u8; l]).collect();
+            let out: Vec<Vec<u8>> = (0..lens.len())
+                .map(|i| pattern(self.r, right, 20 + k as u32, i, lens[i]))
+                .collect();
+            // SAFETY: the buffers outlive the requests, which are all waited for below.
+            let recvs: Vec<_> = inb
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| unsafe {
+                    self.w
+                        .irecv_raw(b.as_mut_ptr(), b.len(), left, Tag(400 + i as i32))
+                        .unwrap()
+                })
+                .collect();
+            let sends: Vec<_> = out
+                .iter()
+                .enumerate()
+                .rev()
+                .map(|(i, b)| unsafe {
+                    self.w
+                        .isend_raw(b.as_ptr(), b.len(), right, Tag(400 + i as i32), mode)
+                        .unwrap()
+                })
+                .collect();
+            for (i, r) in recvs.into_iter().enumerate() {
+                let st = r.wait().unwrap();
+                assert_eq!(
+                    (st.source, st.tag, st.bytes),
+                    (left, 400 + i as i32, lens[i])
+                );
+            }
+            for s in sends {
+                s.wait().unwrap();
+            }
+            for (i, b) in inb.iter().enumerate() {
+                check(b, &pattern(left, self.r, 20 + k as u32, i, lens[i]), "raw");
+            }
+        }
+        // Truncation, eager and rendezvous: an error, and the guard bytes past the lent length
+        // stay as they were.
+        for (i, l) in [64usize, 200_000].into_iter().enumerate() {
+            let mut b = vec![0xA5u8; 40];
+            let r = unsafe {
+                self.w
+                    .irecv_raw(b.as_mut_ptr(), 32, left, Tag(450 + i as i32))
+            }
+            .unwrap();
+            let data = pattern(self.r, right, 22, i, l);
+            let s = unsafe {
+                self.w
+                    .isend_raw(data.as_ptr(), l, right, Tag(450 + i as i32), Standard)
+            }
+            .unwrap();
+            match r.wait() {
+                Err(CommError::Truncated {
+                    buffer: 32,
+                    message,
+                }) if message == l => {}
+                other => panic!("raw truncation of {l} bytes: {other:?}"),
+            }
+            assert!(
+                b[32..].iter().all(|&x| x == 0xA5),
+                "written past the lent length"
+            );
+            s.wait().unwrap();
+        }
+        // A receive cancelled before any message matched it leaves its buffer alone.
+        let mut b = [7u8; 8];
+        let mut r = unsafe { self.w.irecv_raw(b.as_mut_ptr(), 8, left, Tag(460)) }.unwrap();
+        assert!(r.try_cancel().unwrap() && r.is_cancelled());
+        assert_eq!(r.wait().unwrap().bytes, 0);
+        assert_eq!(b, [7u8; 8]);
+        // A send dropped while pending (MPI_Request_free) still arrives.
+        let data = pattern(self.r, right, 23, 0, 300_000);
+        drop(
+            unsafe {
+                self.w
+                    .isend_raw(data.as_ptr(), data.len(), right, Tag(461), Standard)
+            }
+            .unwrap(),
+        );
+        let mut got = vec![0u8; 300_000];
+        self.w.recv(&mut got, left, Tag(461)).unwrap();
+        check(
+            &got,
+            &pattern(left, self.r, 23, 0, 300_000),
+            "freed raw send",
+        );
+        // The sender's buffer must outlive the freed send: the barrier says every rank has it.
+        self.barrier();
+        drop(data);
+    }
+
     fn bad_input(&self) {
         assert!(matches!(
             self.w.send(&[1u8], self.n, Tag(0)),
@@ -1351,6 +1454,8 @@ fn main() {
             t.ok("probes");
             t.nonblocking();
             t.ok("nonblocking");
+            t.raw();
+            t.ok("raw");
             t.modes();
             t.ok("modes");
             t.send_modes();
