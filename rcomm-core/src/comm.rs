@@ -1254,34 +1254,18 @@ impl<T: Pod + Send> Request<T> {
     /// [`cancel`](Self::cancel), failing with `PeerLost` when a send's receiver is lost before
     /// it answers (or was already).
     pub fn try_cancel(&mut self) -> Result<bool> {
-        use crate::p2p::engine::CancelSend;
         if self.cancelled {
             return Ok(true);
         }
         let Some(req) = self.req else {
             return Ok(false);
         };
-        let cancelled = if self.recv {
-            self.shared.lock().cancel(req)
-        } else {
-            let asked = self.shared.lock().cancel_send(req)?;
-            match asked {
-                CancelSend::Done(c) => c,
-                CancelSend::Asked(token) => {
-                    self.shared.block_on(|e| e.cancel_send_answer(token))?
-                }
-            }
-        };
-        if !cancelled {
+        if !cancel_req(&self.shared, req, self.recv)? {
             return Ok(false);
         }
         self.req = None;
         self.cancelled = true;
-        self.done = Some(Status {
-            source: u32::MAX,
-            tag: -1,
-            bytes: 0,
-        });
+        self.done = Some(CANCELLED);
         Ok(true)
     }
 
@@ -1314,6 +1298,28 @@ impl<T: Pod + Send> Drop for Request<T> {
         // Started: let it finish in the background with the buffer it owns.
         let buf = self.buf.take().unwrap_or_default();
         e.orphan(req, Box::new(buf));
+    }
+}
+
+/// The status a cancelled request completes with (`bytes` 0, no source).
+pub(crate) const CANCELLED: Status = Status {
+    source: u32::MAX,
+    tag: -1,
+    bytes: 0,
+};
+
+/// Cancels request `req` (`MPI_Cancel`): a receive not yet matched is taken back at once; a
+/// send is withdrawn at its receiver if no receive matched it yet (waiting for the answer).
+/// True when cancelled.
+pub(crate) fn cancel_req(shared: &Shared, req: ReqId, recv: bool) -> Result<bool> {
+    use crate::p2p::engine::CancelSend;
+    if recv {
+        return Ok(shared.lock().cancel(req));
+    }
+    let asked = shared.lock().cancel_send(req)?;
+    match asked {
+        CancelSend::Done(c) => Ok(c),
+        CancelSend::Asked(token) => shared.block_on(|e| e.cancel_send_answer(token)),
     }
 }
 

@@ -4,7 +4,7 @@
 //! [`Request`](super::Request) would cost such a binding an allocation and a copy per message.
 
 use super::{Communicator, localize};
-use crate::p2p::engine::{CancelSend, ReqId, Status};
+use crate::p2p::engine::{ReqId, Status};
 use crate::p2p::matcher::Source;
 use crate::p2p::region::Region;
 use crate::{Result, Tag};
@@ -139,27 +139,12 @@ impl RawRequest {
         let Some(req) = self.req else {
             return Ok(false);
         };
-        let cancelled = if self.recv {
-            self.shared.lock().cancel(req)
-        } else {
-            let asked = self.shared.lock().cancel_send(req)?;
-            match asked {
-                CancelSend::Done(c) => c,
-                CancelSend::Asked(token) => {
-                    self.shared.block_on(|e| e.cancel_send_answer(token))?
-                }
-            }
-        };
-        if !cancelled {
+        if !super::cancel_req(&self.shared, req, self.recv)? {
             return Ok(false);
         }
         self.req = None;
         self.cancelled = true;
-        self.done = Some(Status {
-            source: u32::MAX,
-            tag: -1,
-            bytes: 0,
-        });
+        self.done = Some(super::CANCELLED);
         Ok(true)
     }
 
