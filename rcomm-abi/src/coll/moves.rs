@@ -2,11 +2,14 @@
 //! allgather, all-to-all, with their v/w-variants, non-blocking and large-count forms.
 
 use super::{Buf, Coll, Wide, block, counts, displs, in_place, intra, nonblocking, root_of};
-use crate::consts::*;
 use crate::call::guard;
+use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::ptr;
 use std::ffi::c_void;
+
+/// The non-blocking large-count forms (apart so this file stays readable).
+mod large;
 
 fn barrier(comm: MPI_Comm) -> Res<Coll> {
     let c = intra(comm)?;
