@@ -1,5 +1,6 @@
 /* The large-count (_c) forms: non-blocking collectives, the reductions, neighbour collectives
- * on a ring, each against values computed here; a negative MPI_Count is MPI_ERR_COUNT. */
+ * on a ring, datatype constructors with their envelopes and contents, pack and unpack, each
+ * against values computed here; a negative MPI_Count is MPI_ERR_COUNT. */
 #include "check.h"
 
 static int n, me;
@@ -261,6 +262,141 @@ static void test_bad_counts(void) {
     OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
 }
 
+/* Packs one element of t from a[i] = i and checks the ints it packs to. */
+static void packs_to(MPI_Datatype t, const int *want, int nwant) {
+    int a[32], out[32], back[32];
+    for (int i = 0; i < 32; i++) a[i] = i, back[i] = -1;
+    MPI_Count size = -1, pos = 0;
+    OK(MPI_Pack_size_c(1, t, MPI_COMM_WORLD, &size));
+    CHECK(size == (MPI_Count)(nwant * sizeof(int)), "size %lld", (long long)size);
+    OK(MPI_Pack_c(a, 1, t, out, sizeof out, &pos, MPI_COMM_WORLD));
+    CHECK(pos == size);
+    for (int i = 0; i < nwant; i++) CHECK(out[i] == want[i], "packed[%d] = %d", i, out[i]);
+    pos = 0;
+    OK(MPI_Unpack_c(out, size, &pos, back, 1, t, MPI_COMM_WORLD));
+    CHECK(pos == size);
+    for (int i = 0; i < nwant; i++) CHECK(back[want[i]] == want[i]);
+}
+
+/* Checks what MPI_Type_get_envelope_c / get_contents_c report for t. */
+static void contents_are(MPI_Datatype t, int combiner, int ni, const int *ints, int nc,
+                         const MPI_Count *counts, int nd) {
+    MPI_Count gi, ga, gc, gd;
+    int comb;
+    OK(MPI_Type_get_envelope_c(t, &gi, &ga, &gc, &gd, &comb));
+    CHECK(comb == combiner && gi == ni && ga == 0 && gc == nc && gd == nd,
+          "combiner %d ni %lld na %lld nc %lld nd %lld", comb, (long long)gi, (long long)ga,
+          (long long)gc, (long long)gd);
+    int i2[8];
+    MPI_Aint a2[1];
+    MPI_Count c2[16];
+    MPI_Datatype d2[4];
+    OK(MPI_Type_get_contents_c(t, 8, 1, 16, 4, i2, a2, c2, d2));
+    for (int i = 0; i < ni; i++) CHECK(i2[i] == ints[i], "ints[%d] = %d", i, i2[i]);
+    for (int i = 0; i < nc; i++) CHECK(c2[i] == counts[i], "counts[%d] = %lld", i, (long long)c2[i]);
+    for (int i = 0; i < nd; i++) {
+        int ci, ca, cd, cc;
+        OK(MPI_Type_get_envelope(d2[i], &ci, &ca, &cd, &cc));
+        if (cc != MPI_COMBINER_NAMED) OK(MPI_Type_free(&d2[i]));
+    }
+    /* the int envelope has no room for large counts */
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    int x, cls;
+    int rc = MPI_Type_get_envelope(t, &x, &x, &x, &x);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_TYPE, "class %d", cls);
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+}
+
+static void test_types(void) {
+    MPI_Datatype t;
+    MPI_Count lb, ext;
+
+    OK(MPI_Type_contiguous_c(5, MPI_INT, &t));
+    OK(MPI_Type_commit(&t));
+    packs_to(t, (int[]){0, 1, 2, 3, 4}, 5);
+    contents_are(t, MPI_COMBINER_CONTIGUOUS, 0, NULL, 1, (MPI_Count[]){5}, 1);
+    OK(MPI_Type_free(&t));
+
+    OK(MPI_Type_vector_c(3, 2, 4, MPI_INT, &t));
+    OK(MPI_Type_commit(&t));
+    packs_to(t, (int[]){0, 1, 4, 5, 8, 9}, 6);
+    contents_are(t, MPI_COMBINER_VECTOR, 0, NULL, 3, (MPI_Count[]){3, 2, 4}, 1);
+    OK(MPI_Type_get_extent_x(t, &lb, &ext));
+    CHECK(lb == 0 && ext == 10 * (MPI_Count)sizeof(int));
+    OK(MPI_Type_get_true_extent_x(t, &lb, &ext));
+    CHECK(lb == 0 && ext == 10 * (MPI_Count)sizeof(int));
+    OK(MPI_Type_free(&t));
+
+    OK(MPI_Type_create_hvector_c(2, 1, 3 * sizeof(int), MPI_INT, &t));
+    OK(MPI_Type_commit(&t));
+    packs_to(t, (int[]){0, 3}, 2);
+    contents_are(t, MPI_COMBINER_HVECTOR, 0, NULL, 3, (MPI_Count[]){2, 1, 3 * sizeof(int)}, 1);
+    OK(MPI_Type_free(&t));
+
+    OK(MPI_Type_indexed_c(2, (MPI_Count[]){1, 2}, (MPI_Count[]){0, 3}, MPI_INT, &t));
+    OK(MPI_Type_commit(&t));
+    packs_to(t, (int[]){0, 3, 4}, 3);
+    contents_are(t, MPI_COMBINER_INDEXED, 0, NULL, 5, (MPI_Count[]){2, 1, 2, 0, 3}, 1);
+    OK(MPI_Type_free(&t));
+
+    OK(MPI_Type_create_hindexed_c(2, (MPI_Count[]){1, 1}, (MPI_Count[]){4 * sizeof(int), 0},
+                                  MPI_INT, &t));
+    OK(MPI_Type_commit(&t));
+    packs_to(t, (int[]){4, 0}, 2);
+    contents_are(t, MPI_COMBINER_HINDEXED, 0, NULL, 5,
+                 (MPI_Count[]){2, 1, 1, 4 * sizeof(int), 0}, 1);
+    OK(MPI_Type_free(&t));
+
+    OK(MPI_Type_create_indexed_block_c(2, 2, (MPI_Count[]){6, 1}, MPI_INT, &t));
+    OK(MPI_Type_commit(&t));
+    packs_to(t, (int[]){6, 7, 1, 2}, 4);
+    contents_are(t, MPI_COMBINER_INDEXED_BLOCK, 0, NULL, 4, (MPI_Count[]){2, 2, 6, 1}, 1);
+    OK(MPI_Type_free(&t));
+
+    OK(MPI_Type_create_hindexed_block_c(2, 1, (MPI_Count[]){0, 2 * sizeof(int)}, MPI_INT, &t));
+    OK(MPI_Type_commit(&t));
+    packs_to(t, (int[]){0, 2}, 2);
+    contents_are(t, MPI_COMBINER_HINDEXED_BLOCK, 0, NULL, 4,
+                 (MPI_Count[]){2, 1, 0, 2 * sizeof(int)}, 1);
+    OK(MPI_Type_free(&t));
+
+    OK(MPI_Type_create_struct_c(2, (MPI_Count[]){2, 1}, (MPI_Count[]){0, 5 * sizeof(int)},
+                                (MPI_Datatype[]){MPI_INT, MPI_INT}, &t));
+    OK(MPI_Type_commit(&t));
+    packs_to(t, (int[]){0, 1, 5}, 3);
+    contents_are(t, MPI_COMBINER_STRUCT, 0, NULL, 5,
+                 (MPI_Count[]){2, 2, 1, 0, 5 * sizeof(int)}, 2);
+    OK(MPI_Type_free(&t));
+
+    /* a 2x2 block at (1,1) of a 4x4 C array */
+    OK(MPI_Type_create_subarray_c(2, (MPI_Count[]){4, 4}, (MPI_Count[]){2, 2},
+                                  (MPI_Count[]){1, 1}, MPI_ORDER_C, MPI_INT, &t));
+    OK(MPI_Type_commit(&t));
+    packs_to(t, (int[]){5, 6, 9, 10}, 4);
+    contents_are(t, MPI_COMBINER_SUBARRAY, 2, (int[]){2, MPI_ORDER_C}, 6,
+                 (MPI_Count[]){4, 4, 2, 2, 1, 1}, 1);
+    OK(MPI_Type_free(&t));
+
+    OK(MPI_Type_create_resized_c(MPI_INT, -4, 16, &t));
+    OK(MPI_Type_get_extent_x(t, &lb, &ext));
+    CHECK(lb == -4 && ext == 16);
+    contents_are(t, MPI_COMBINER_RESIZED, 0, NULL, 2, (MPI_Count[]){-4, 16}, 1);
+    OK(MPI_Type_free(&t));
+
+    /* a negative count, and a pack that does not fit */
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    int cls, a[4] = {0}, out[4];
+    int rc = MPI_Type_contiguous_c(-1, MPI_INT, &t);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_COUNT, "class %d", cls);
+    MPI_Count pos = 0;
+    rc = MPI_Pack_c(a, 4, MPI_INT, out, 3 * sizeof(int), &pos, MPI_COMM_WORLD);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_TRUNCATE && pos == 0, "class %d", cls);
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+}
+
 int main(int argc, char **argv) {
     OK(MPI_Init(&argc, &argv));
     OK(MPI_Comm_size(MPI_COMM_WORLD, &n));
@@ -269,6 +405,7 @@ int main(int argc, char **argv) {
     test_reductions();
     test_neighbours();
     test_bad_counts();
+    test_types();
     printf("PASS large rank %d of %d\n", me, n);
     OK(MPI_Finalize());
     return 0;
