@@ -12,6 +12,9 @@ use std::marker::PhantomData;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+/// Datatype attributes (the same keyvals).
+pub mod types;
+
 /// A C function pointer passed as a plain address: the ABI's sentinel values
 /// (`MPI_COMM_DUP_FN` is 1) are not valid Rust function pointers. `T` names the C typedef, for
 /// the header.

@@ -17,6 +17,8 @@ use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
+/// Names, size matching, value-index pairs and the external32 representation.
+mod info;
 /// The large-count constructors (apart so this file stays readable).
 mod large;
 
@@ -584,9 +586,11 @@ pub extern "C" fn PMPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int {
 pub extern "C" fn PMPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
     guard("MPI_Type_free", None, || {
         let h = ptr::read(datatype, "datatype")?;
-        if typeobj::get(h)?.predefined {
+        let t = typeobj::get(h)?;
+        if t.predefined {
             return Err(err(MPI_ERR_TYPE, "a predefined datatype cannot be freed"));
         }
+        crate::attr::types::delete_all(h, &t);
         // Communication in flight holds its own `Arc` of the layout.
         TYPES.remove(h);
         side(|s| s.remove(&h));

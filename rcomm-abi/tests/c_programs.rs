@@ -62,6 +62,11 @@ fn large_count_collectives() {
 }
 
 #[test]
+fn datatype_names_attributes_and_matching() {
+    run_program("typeinfo", &[1, 2]);
+}
+
+#[test]
 fn derived_datatypes_and_pack() {
     run_program("dtype", &[1, 2, 3, 4]);
 }
@@ -112,7 +117,9 @@ fn binaries_built_against_mpich_run_on_rcomm() {
     };
     let Some(mpich) = common::mpich() else { return };
     let dir = common::scratch("mpich");
-    for name in ["p2p", "comm", "errors", "coll", "dtype", "topo", "large"] {
+    for name in [
+        "p2p", "comm", "errors", "coll", "dtype", "topo", "large", "typeinfo",
+    ] {
         let exe = dir.join(name);
         common::mpich_build(&mpich, &[&source(name)], &exe);
         let needed = common::run_ok(Command::new("readelf").arg("-d").arg(&exe));
