@@ -67,6 +67,11 @@ fn datatype_names_attributes_and_matching() {
 }
 
 #[test]
+fn persistent_collectives() {
+    run_program("persist", &[1, 2, 3, 4]);
+}
+
+#[test]
 fn derived_datatypes_and_pack() {
     run_program("dtype", &[1, 2, 3, 4]);
 }

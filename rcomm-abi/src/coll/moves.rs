@@ -11,6 +11,9 @@ use std::ffi::c_void;
 /// The non-blocking large-count forms (apart so this file stays readable).
 mod large;
 
+/// The persistent forms.
+mod init;
+
 fn barrier(comm: MPI_Comm) -> Res<Coll> {
     let c = intra(comm)?;
     Ok(Coll::new(c.comm.ibarrier()?, |_| Ok(())))

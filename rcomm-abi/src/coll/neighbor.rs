@@ -10,6 +10,9 @@ use crate::ptr;
 use crate::topo::{self, Topo};
 use std::ffi::c_void;
 
+/// The persistent forms.
+mod init;
+
 /// Block k of `send` to out-neighbour k, block k of `recv` from in-neighbour k.
 fn exchange(comm: MPI_Comm, send: Vec<Buf>, recv: Vec<Buf>) -> Res<Coll> {
     let (t, inn, out) = topo::neighbours(comm)?;

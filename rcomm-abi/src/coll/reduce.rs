@@ -11,6 +11,9 @@ use crate::typeobj::{self, TypeObj};
 use std::ffi::c_void;
 use std::sync::Arc;
 
+/// The persistent forms.
+mod init;
+
 /// A reduction's op on `count` elements of a datatype.
 struct Red {
     op: OpRef,
