@@ -72,6 +72,11 @@ fn persistent_collectives() {
 }
 
 #[test]
+fn sessions_and_removed_error_codes() {
+    run_program("session", &[1, 2, 3]);
+}
+
+#[test]
 fn derived_datatypes_and_pack() {
     run_program("dtype", &[1, 2, 3, 4]);
 }
