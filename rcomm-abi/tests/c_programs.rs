@@ -77,6 +77,11 @@ fn sessions_and_removed_error_codes() {
 }
 
 #[test]
+fn spawn_exchange_and_merge() {
+    run_program("spawn", &[1, 2, 3]);
+}
+
+#[test]
 fn derived_datatypes_and_pack() {
     run_program("dtype", &[1, 2, 3, 4]);
 }

@@ -113,7 +113,14 @@ fn in_place(p: *const c_void) -> bool {
 
 /// The live communicator `h` names, intra only.
 fn intra(h: MPI_Comm) -> Res<Arc<CommObj>> {
-    comm::get(h)
+    let c = comm::get(h)?;
+    if c.inter.is_some() {
+        return Err(err(
+            MPI_ERR_COMM,
+            "collectives on an intercommunicator are not built: merge it first",
+        ));
+    }
+    Ok(c)
 }
 
 /// `root` as a rank of `c`.
