@@ -17,7 +17,9 @@ use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-/// Names, size matching, value-index pairs and the external32 representation.
+/// The external32 representation.
+mod external;
+/// Names, size matching and value-index pairs.
 mod info;
 /// The large-count constructors (apart so this file stays readable).
 mod large;

@@ -1,5 +1,6 @@
 /* Datatype names (predefined ones have their MPI names), datatype attributes with their
- * delete callbacks, MPI_Type_match_size and MPI_Type_get_value_index. */
+ * delete callbacks, MPI_Type_match_size, MPI_Type_get_value_index, and packing in the
+ * external32 representation (big-endian bytes written out here). */
 #include "check.h"
 
 static int deleted, last_deleted;
@@ -96,6 +97,69 @@ static void test_match(void) {
     CHECK(t == MPI_DATATYPE_NULL);
 }
 
+static void bytes_are(const unsigned char *got, const unsigned char *want, int n) {
+    for (int i = 0; i < n; i++) CHECK(got[i] == want[i], "byte %d is %#x, want %#x", i, got[i], want[i]);
+}
+
+static void test_external(void) {
+    const char *rep = "external32";
+    unsigned char buf[64];
+    MPI_Aint size, pos = 0;
+    int a[3] = {1, -2, 0x01020304}, back[3] = {0, 0, 0};
+    OK(MPI_Pack_external_size(rep, 3, MPI_INT, &size));
+    CHECK(size == 12);
+    OK(MPI_Pack_external(rep, a, 3, MPI_INT, buf, sizeof buf, &pos));
+    CHECK(pos == 12);
+    bytes_are(buf, (unsigned char[]){0, 0, 0, 1, 0xff, 0xff, 0xff, 0xfe, 1, 2, 3, 4}, 12);
+    pos = 0;
+    OK(MPI_Unpack_external(rep, buf, 12, &pos, back, 3, MPI_INT));
+    CHECK(pos == 12 && back[0] == 1 && back[1] == -2 && back[2] == 0x01020304);
+
+    double d = 1.0, dback = 0;
+    MPI_Count cpos = 0, csize;
+    OK(MPI_Pack_external_size_c(rep, 1, MPI_DOUBLE, &csize));
+    CHECK(csize == 8);
+    OK(MPI_Pack_external_c(rep, &d, 1, MPI_DOUBLE, buf, sizeof buf, &cpos));
+    CHECK(cpos == 8);
+    bytes_are(buf, (unsigned char[]){0x3f, 0xf0, 0, 0, 0, 0, 0, 0}, 8);
+    cpos = 0;
+    OK(MPI_Unpack_external_c(rep, buf, 8, &cpos, &dback, 1, MPI_DOUBLE));
+    CHECK(dback == 1.0);
+
+    /* long is 4 bytes in external32 */
+    long l[2] = {5, -1}, lback[2] = {0, 0};
+    OK(MPI_Pack_external_size(rep, 2, MPI_LONG, &size));
+    CHECK(size == 8);
+    pos = 0;
+    OK(MPI_Pack_external(rep, l, 2, MPI_LONG, buf, sizeof buf, &pos));
+    bytes_are(buf, (unsigned char[]){0, 0, 0, 5, 0xff, 0xff, 0xff, 0xff}, 8);
+    pos = 0;
+    OK(MPI_Unpack_external(rep, buf, 8, &pos, lback, 2, MPI_LONG));
+    CHECK(lback[0] == 5 && lback[1] == -1);
+
+    /* a derived type of one basic type: every other int */
+    MPI_Datatype v;
+    OK(MPI_Type_vector(2, 1, 2, MPI_INT, &v));
+    OK(MPI_Type_commit(&v));
+    pos = 0;
+    OK(MPI_Pack_external(rep, a, 1, v, buf, sizeof buf, &pos));
+    CHECK(pos == 8);
+    bytes_are(buf, (unsigned char[]){0, 0, 0, 1, 1, 2, 3, 4}, 8);
+    OK(MPI_Type_free(&v));
+
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    int cls;
+    long big = 1L << 40;
+    pos = 0;
+    int rc = MPI_Pack_external(rep, &big, 1, MPI_LONG, buf, sizeof buf, &pos);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_CONVERSION, "class %d", cls);
+    rc = MPI_Pack_external("native", a, 1, MPI_INT, buf, sizeof buf, &pos);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_UNSUPPORTED_DATAREP, "class %d", cls);
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+}
+
 int main(int argc, char **argv) {
     int n, me;
     OK(MPI_Init(&argc, &argv));
@@ -104,6 +168,7 @@ int main(int argc, char **argv) {
     test_names();
     test_attrs();
     test_match();
+    test_external();
     printf("PASS typeinfo rank %d of %d\n", me, n);
     OK(MPI_Finalize());
     return 0;
