@@ -564,12 +564,13 @@ pub extern "C" fn PMPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatyp
         let o = old(oldtype)?;
         let c = recorded(false, MPI_COMBINER_DUP, vec![], vec![], vec![oldtype]);
         make(o.dt.dup(), c, &[oldtype], newtype)?;
+        let h = ptr::read(newtype, "newtype")?;
+        let n = typeobj::get(h)?;
         // A duplicate keeps the committed state of its original.
         if o.is_committed() {
-            let h = ptr::read(newtype, "newtype")?;
-            typeobj::get(h)?.committed.store(true, Ordering::Release);
+            n.committed.store(true, Ordering::Release);
         }
-        Ok(())
+        crate::attr::types::copy_all(oldtype, &o, &n)
     })
 }
 

@@ -12,6 +12,26 @@ pub fn delete_all(h: MPI_Datatype, t: &TypeObj) {
     }
 }
 
+/// Copies `old`'s attributes to `new` as each keyval's copy callback says (`MPI_Type_dup`).
+pub fn copy_all(old_h: MPI_Datatype, old: &TypeObj, new: &TypeObj) -> Res {
+    let all: Vec<(c_int, usize)> = old
+        .attrs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    for (k, v) in all {
+        if let Some(v) = copy_one(old_h, k, v)? {
+            new.attrs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(k, v);
+        }
+    }
+    Ok(())
+}
+
 /// `MPI_Type_create_keyval`.
 #[unsafe(no_mangle)]
 pub extern "C" fn PMPI_Type_create_keyval(

@@ -14,6 +14,41 @@ static int on_delete(MPI_Datatype t, int key, void *val, void *extra) {
     return MPI_SUCCESS;
 }
 
+static int plus_one(MPI_Datatype t, int key, void *extra, void *in, void *out, int *flag) {
+    (void)t;
+    (void)key;
+    (void)extra;
+    *(void **)out = (void *)((size_t)in + 1);
+    *flag = 1;
+    return MPI_SUCCESS;
+}
+
+/* MPI_Type_dup copies attributes as each keyval's copy callback says. */
+static void test_dup_attrs(void) {
+    int kdup, knull, kplus, flag;
+    void *v;
+    OK(MPI_Type_create_keyval(MPI_TYPE_DUP_FN, MPI_TYPE_NULL_DELETE_FN, &kdup, NULL));
+    OK(MPI_Type_create_keyval(MPI_TYPE_NULL_COPY_FN, MPI_TYPE_NULL_DELETE_FN, &knull, NULL));
+    OK(MPI_Type_create_keyval(plus_one, MPI_TYPE_NULL_DELETE_FN, &kplus, NULL));
+    MPI_Datatype t, d;
+    OK(MPI_Type_contiguous(2, MPI_INT, &t));
+    OK(MPI_Type_set_attr(t, kdup, (void *)(size_t)21));
+    OK(MPI_Type_set_attr(t, knull, (void *)(size_t)22));
+    OK(MPI_Type_set_attr(t, kplus, (void *)(size_t)23));
+    OK(MPI_Type_dup(t, &d));
+    OK(MPI_Type_get_attr(d, kdup, &v, &flag));
+    CHECK(flag && v == (void *)(size_t)21);
+    OK(MPI_Type_get_attr(d, knull, &v, &flag));
+    CHECK(!flag);
+    OK(MPI_Type_get_attr(d, kplus, &v, &flag));
+    CHECK(flag && v == (void *)(size_t)24);
+    OK(MPI_Type_free(&d));
+    OK(MPI_Type_free(&t));
+    OK(MPI_Type_free_keyval(&kdup));
+    OK(MPI_Type_free_keyval(&knull));
+    OK(MPI_Type_free_keyval(&kplus));
+}
+
 static void name_is(MPI_Datatype t, const char *want) {
     char name[MPI_MAX_OBJECT_NAME];
     int len = -1;
@@ -167,6 +202,7 @@ int main(int argc, char **argv) {
     OK(MPI_Comm_rank(MPI_COMM_WORLD, &me));
     test_names();
     test_attrs();
+    test_dup_attrs();
     test_match();
     test_external();
     printf("PASS typeinfo rank %d of %d\n", me, n);
