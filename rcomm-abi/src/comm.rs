@@ -279,6 +279,14 @@ pub extern "C" fn PMPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *m
 pub extern "C" fn PMPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
     guard("MPI_Comm_group", Some(comm), || {
         let c = get(comm)?;
+        // rcomm-abi's groups hold ranks of this process's world, and an intercommunicator's
+        // other side is not in it.
+        if c.inter.is_some() {
+            return Err(err(
+                MPI_ERR_COMM,
+                "the group of an intercommunicator is not built: merge it first",
+            ));
+        }
         let g = crate::group::insert(c.comm.group())?;
         ptr::write(group, g, "group")
     })

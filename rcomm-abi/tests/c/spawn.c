@@ -54,6 +54,10 @@ static void parent_side(void) {
     int cls, rc = MPI_Barrier(ic);
     MPI_Error_class(rc, &cls);
     CHECK(cls == MPI_ERR_COMM, "class %d", cls);
+    MPI_Group g;
+    rc = MPI_Comm_group(ic, &g);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_COMM, "class %d", cls);
     check_merged(ic, 0, me, n + CHILDREN);
     OK(MPI_Comm_free(&ic));
     printf("PASS spawn rank %d of %d\n", me, n);
