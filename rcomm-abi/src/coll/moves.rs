@@ -14,8 +14,10 @@ mod large;
 /// The persistent forms.
 mod init;
 
+/// On an intercommunicator too: a barrier over its joint world holds each group until the
+/// other has entered, which is what the standard asks of an intercommunicator barrier.
 fn barrier(comm: MPI_Comm) -> Res<Coll> {
-    let c = intra(comm)?;
+    let c = crate::world::get(comm)?;
     Ok(Coll::new(c.comm.ibarrier()?, |_| Ok(())))
 }
 

@@ -1,6 +1,7 @@
 /* MPI_Comm_spawn: the parents (1-3 ranks) start two copies of this program; both sides
  * check the intercommunicator (test_inter, sizes, remote size), exchange values naming
- * remote ranks, merge (parents first) and reduce over the merged communicator. */
+ * remote ranks, pass a barrier on it, merge (parents first) and reduce over the merged
+ * communicator. */
 #define _DEFAULT_SOURCE
 #include "check.h"
 #include <unistd.h>
@@ -49,9 +50,10 @@ static void parent_side(void) {
         OK(MPI_Recv(&in, 1, MPI_INT, j, 8, ic, &st));
         CHECK(in == 100 * j + me && st.MPI_SOURCE == j, "in %d source %d", in, st.MPI_SOURCE);
     }
-    /* a collective on the intercommunicator itself is refused */
+    /* a barrier spans both groups; other collectives on it are refused */
+    OK(MPI_Barrier(ic));
     OK(MPI_Comm_set_errhandler(ic, MPI_ERRORS_RETURN));
-    int cls, rc = MPI_Barrier(ic);
+    int cls, rc = MPI_Bcast(&v, 1, MPI_INT, MPI_ROOT, ic);
     MPI_Error_class(rc, &cls);
     CHECK(cls == MPI_ERR_COMM, "class %d", cls);
     MPI_Group g;
@@ -85,6 +87,7 @@ static void child_side(MPI_Comm parent) {
         CHECK(in == 1000 * p + me && st.MPI_SOURCE == p, "in %d source %d", in, st.MPI_SOURCE);
         OK(MPI_Send(&out, 1, MPI_INT, p, 8, parent));
     }
+    OK(MPI_Barrier(parent));
     check_merged(parent, 1, np + me, np + CHILDREN);
     OK(MPI_Comm_free(&parent));
     OK(MPI_Comm_get_parent(&again));
