@@ -12,6 +12,9 @@ use std::marker::PhantomData;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+/// Datatype attributes (the same keyvals).
+pub mod types;
+
 /// A C function pointer passed as a plain address: the ABI's sentinel values
 /// (`MPI_COMM_DUP_FN` is 1) are not valid Rust function pointers. `T` names the C typedef, for
 /// the header.
@@ -132,36 +135,7 @@ pub fn copy_all(old_h: MPI_Comm, old: &CommObj, new: &CommObj) -> Res {
         .map(|(k, v)| (*k, *v))
         .collect();
     for (k, v) in all {
-        let kv = keyval(k)?;
-        let copied = match kv.copy {
-            NULL_FN => None,
-            DUP_FN => Some(v),
-            f => {
-                // SAFETY: the program's MPI_Comm_copy_attr_function for this keyval.
-                let f: CopyFn = unsafe { std::mem::transmute::<usize, CopyFn>(f) };
-                let mut out: usize = 0;
-                let mut flag: c_int = 0;
-                // SAFETY: the callback gets the stored value and pointers to two locals.
-                let rc = unsafe {
-                    f(
-                        old_h,
-                        k,
-                        kv.extra as *mut c_void,
-                        v as *mut c_void,
-                        (&mut out as *mut usize).cast(),
-                        &mut flag,
-                    )
-                };
-                if rc != MPI_SUCCESS {
-                    return Err(err(
-                        rc,
-                        format!("the copy callback of keyval {k} returned {rc}"),
-                    ));
-                }
-                (flag != 0).then_some(out)
-            }
-        };
-        if let Some(v) = copied {
+        if let Some(v) = copy_one(old_h, k, v)? {
             new.attrs
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -169,6 +143,40 @@ pub fn copy_all(old_h: MPI_Comm, old: &CommObj, new: &CommObj) -> Res {
         }
     }
     Ok(())
+}
+
+/// What keyval `k`'s copy callback makes of value `v` of the object `old_h` (a communicator
+/// or a datatype: both callbacks take the handle first); `None`: not copied.
+fn copy_one(old_h: usize, k: c_int, v: usize) -> Res<Option<usize>> {
+    let kv = keyval(k)?;
+    Ok(match kv.copy {
+        NULL_FN => None,
+        DUP_FN => Some(v),
+        f => {
+            // SAFETY: the program's copy callback for this keyval.
+            let f: CopyFn = unsafe { std::mem::transmute::<usize, CopyFn>(f) };
+            let mut out: usize = 0;
+            let mut flag: c_int = 0;
+            // SAFETY: the callback gets the stored value and pointers to two locals.
+            let rc = unsafe {
+                f(
+                    old_h,
+                    k,
+                    kv.extra as *mut c_void,
+                    v as *mut c_void,
+                    (&mut out as *mut usize).cast(),
+                    &mut flag,
+                )
+            };
+            if rc != MPI_SUCCESS {
+                return Err(err(
+                    rc,
+                    format!("the copy callback of keyval {k} returned {rc}"),
+                ));
+            }
+            (flag != 0).then_some(out)
+        }
+    })
 }
 
 static TAG_UB: AtomicI32 = AtomicI32::new(i32::MAX);

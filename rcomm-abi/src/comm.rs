@@ -32,7 +32,7 @@ pub fn finalize_all() {
 pub extern "C" fn PMPI_Comm_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
     guard("MPI_Comm_size", Some(comm), || {
         let c = get(comm)?;
-        ptr::write(size, c.comm.size() as c_int, "size")
+        ptr::write(size, c.size() as c_int, "size")
     })
 }
 
@@ -41,7 +41,7 @@ pub extern "C" fn PMPI_Comm_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
 pub extern "C" fn PMPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int) -> c_int {
     guard("MPI_Comm_rank", Some(comm), || {
         let c = get(comm)?;
-        ptr::write(rank, c.comm.rank() as c_int, "rank")
+        ptr::write(rank, c.rank() as c_int, "rank")
     })
 }
 
@@ -279,17 +279,25 @@ pub extern "C" fn PMPI_Comm_compare(comm1: MPI_Comm, comm2: MPI_Comm, result: *m
 pub extern "C" fn PMPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
     guard("MPI_Comm_group", Some(comm), || {
         let c = get(comm)?;
+        // rcomm-abi's groups hold ranks of this process's world, and an intercommunicator's
+        // other side is not in it.
+        if c.inter.is_some() {
+            return Err(err(
+                MPI_ERR_COMM,
+                "the group of an intercommunicator is not built: merge it first",
+            ));
+        }
         let g = crate::group::insert(c.comm.group())?;
         ptr::write(group, g, "group")
     })
 }
 
-/// `MPI_Comm_test_inter`: rcomm's C ABI has intracommunicators only.
+/// `MPI_Comm_test_inter`: true for a spawn's intercommunicators.
 #[unsafe(no_mangle)]
 pub extern "C" fn PMPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) -> c_int {
     guard("MPI_Comm_test_inter", Some(comm), || {
-        get(comm)?;
-        ptr::write(flag, 0, "flag")
+        let c = get(comm)?;
+        ptr::write(flag, c.inter.is_some() as c_int, "flag")
     })
 }
 
@@ -345,15 +353,6 @@ pub extern "C" fn PMPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_Info) -
         let pairs = c.info.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let h = crate::info::insert(pairs)?;
         ptr::write(info_used, h, "info_used")
-    })
-}
-
-/// `MPI_Comm_get_parent`: rcomm's C ABI does not spawn, so there is no parent.
-#[unsafe(no_mangle)]
-pub extern "C" fn PMPI_Comm_get_parent(parent: *mut MPI_Comm) -> c_int {
-    guard("MPI_Comm_get_parent", None, || {
-        crate::world::require_init()?;
-        ptr::write(parent, MPI_COMM_NULL, "parent")
     })
 }
 

@@ -64,6 +64,16 @@ fn finalize() -> Res {
     Ok(())
 }
 
+/// Starts the world for a session begun before `MPI_Init` (any thread may use a session).
+pub(crate) fn init_for_session() -> Res {
+    init(MPI_THREAD_MULTIPLE).map(drop)
+}
+
+/// Ends the world the last session begun before `MPI_Init` kept.
+pub(crate) fn finalize_for_session() -> Res {
+    finalize()
+}
+
 /// `MPI_Init`.
 #[unsafe(no_mangle)]
 pub extern "C" fn PMPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {

@@ -7,6 +7,9 @@ use crate::handles::{Kind, Registry};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+/// Removing added classes, codes and strings.
+pub mod remove;
+
 /// A failed call: its MPI error class (or added code) and what went wrong, for the message a
 /// fatal handler prints.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -48,6 +48,8 @@ pub mod p2p;
 pub mod p2p_abi;
 pub mod ptr;
 pub mod request;
+pub mod session;
+pub mod spawn;
 pub mod stubs;
 pub mod topo;
 pub mod typeobj;

@@ -52,6 +52,7 @@ fn recv_tag(tag: c_int) -> Res<rcomm::Tag> {
 fn dest(c: &CommObj, rank: c_int) -> Res<Option<u32>> {
     match rank {
         MPI_PROC_NULL => Ok(None),
+        r if r >= 0 && c.inter.is_some() => Ok(Some(c.peer(r as u32)?)),
         r if r >= 0 && (r as u32) < c.comm.size() => Ok(Some(r as u32)),
         r => Err(err(
             MPI_ERR_RANK,
@@ -63,6 +64,11 @@ fn dest(c: &CommObj, rank: c_int) -> Res<Option<u32>> {
 /// A source rank; `None` for `MPI_PROC_NULL`.
 fn source(c: &CommObj, rank: c_int) -> Res<Option<rcomm::Source>> {
     match rank {
+        // On an intercommunicator it would match the local group too (rcomm refuses it).
+        MPI_ANY_SOURCE if c.inter.is_some() => Err(err(
+            MPI_ERR_RANK,
+            "MPI_ANY_SOURCE on an intercommunicator: name the remote rank, or merge first",
+        )),
         MPI_ANY_SOURCE => Ok(Some(rcomm::Source::Any)),
         r => Ok(dest(c, r)?.map(rcomm::Source::Rank)),
     }
@@ -187,6 +193,8 @@ impl Pending for SendOp {
 struct RecvOp {
     req: Option<rcomm::Request<u8>>,
     to: Buf,
+    /// The intercommunicator it was posted on, whose statuses name remote ranks.
+    inter: Option<rcomm::InterComm>,
 }
 
 // SAFETY: `Buf` holds the address the program lent until completion; the request is waited
@@ -209,7 +217,7 @@ impl Pending for RecvOp {
         };
         let (data, st) = r.wait()?;
         self.to.unpack(&data[..st.bytes.min(data.len())])?;
-        Ok(status_of(&st))
+        Ok(comm::remote_status(self.inter.as_ref(), status_of(&st)))
     }
 
     fn cancel(&mut self) -> Res<bool> {
@@ -294,7 +302,11 @@ fn post_recv(c: &CommObj, to: Buf, src: rcomm::Source, tag: rcomm::Tag) -> Res<B
         return Ok(Box::new(RawOp(Some(r))));
     }
     let r = c.comm.irecv(vec![0u8; to.bytes()], src, tag)?;
-    Ok(Box::new(RecvOp { req: Some(r), to }))
+    Ok(Box::new(RecvOp {
+        req: Some(r),
+        to,
+        inter: c.inter.clone(),
+    }))
 }
 
 /// Blocking send.
@@ -439,7 +451,7 @@ pub fn recv(
             } else {
                 ptr::slice_mut(p, len, "buf")?
             };
-            status_of(&c.comm.recv(dst, s, tag)?)
+            c.status(status_of(&c.comm.recv(dst, s, tag)?))
         }
         None => post_recv(&c, b, s, tag)?.wait()?,
     };
@@ -579,7 +591,7 @@ pub fn probe(src: c_int, tag: c_int, h: MPI_Comm, status: *mut MPI_Status) -> Re
     let tag = recv_tag(tag)?;
     let st = match source(&c, src)? {
         None => proc_null_status(),
-        Some(s) => status_of(&c.comm.probe(s, tag)?),
+        Some(s) => c.status(status_of(&c.comm.probe(s, tag)?)),
     };
     ptr::write_opt(status, st);
     Ok(())
@@ -597,7 +609,7 @@ pub fn iprobe(
     let tag = recv_tag(tag)?;
     let st = match source(&c, src)? {
         None => Some(proc_null_status()),
-        Some(s) => c.comm.iprobe(s, tag)?.map(|s| status_of(&s)),
+        Some(s) => c.comm.iprobe(s, tag)?.map(|s| c.status(status_of(&s))),
     };
     ptr::write(flag, st.is_some() as c_int, "flag")?;
     if let Some(st) = st {

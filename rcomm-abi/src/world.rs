@@ -65,6 +65,9 @@ pub struct CommObj {
     pub attrs: Mutex<BTreeMap<c_int, usize>>,
     /// Hints given by `MPI_Comm_set_info` / `dup_with_info`.
     pub info: Mutex<Vec<(String, String)>>,
+    /// For an intercommunicator (from a spawn): rcomm's, whose joint world `comm` is; ranks
+    /// given to point-to-point name the remote group.
+    pub inter: Option<rcomm::InterComm>,
 }
 
 impl CommObj {
@@ -76,7 +79,32 @@ impl CommObj {
             name: Mutex::new(name.to_owned()),
             attrs: Mutex::new(BTreeMap::new()),
             info: Mutex::new(Vec::new()),
+            inter: None,
         }
+    }
+
+    /// The local group's size (for an intercommunicator, not the joint world's).
+    pub fn size(&self) -> u32 {
+        self.inter.as_ref().map_or(self.comm.size(), |i| i.size())
+    }
+
+    /// This process's rank in the local group.
+    pub fn rank(&self) -> u32 {
+        self.inter.as_ref().map_or(self.comm.rank(), |i| i.rank())
+    }
+
+    /// The rank of peer `r` in `comm`: `r` itself, or on an intercommunicator remote rank `r`
+    /// in the joint world.
+    pub fn peer(&self, r: u32) -> Res<u32> {
+        match &self.inter {
+            Some(i) => Ok(i.remote_to_joint(r)?),
+            None => Ok(r),
+        }
+    }
+
+    /// A status's source as the program names it (the remote rank on an intercommunicator).
+    pub fn status(&self, st: MPI_Status) -> MPI_Status {
+        remote_status(self.inter.as_ref(), st)
     }
 }
 
@@ -142,6 +170,27 @@ pub fn insert(comm: rcomm::Communicator, parent: &CommObj) -> Res<MPI_Comm> {
     let eh = *parent.errhandler.lock().unwrap_or_else(|p| p.into_inner());
     COMMS
         .insert(CommObj::new(comm, eh, ""))
+        .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many communicators"))
+}
+
+/// `st` with its source as a remote rank of `inter` (unchanged without one).
+pub fn remote_status(inter: Option<&rcomm::InterComm>, mut st: MPI_Status) -> MPI_Status {
+    if let Some(i) = inter
+        && let Some(r) = u32::try_from(st.MPI_SOURCE)
+            .ok()
+            .and_then(|j| i.joint_to_remote(j))
+    {
+        st.MPI_SOURCE = r as c_int;
+    }
+    st
+}
+
+/// Registers an intercommunicator (a spawn's, or the parent one); its handle.
+pub fn insert_inter(inter: rcomm::InterComm, errhandler: MPI_Errhandler) -> Res<MPI_Comm> {
+    let mut obj = CommObj::new(inter.joint().clone(), errhandler, "");
+    obj.inter = Some(inter);
+    COMMS
+        .insert(obj)
         .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many communicators"))
 }
 

@@ -57,6 +57,31 @@ fn collectives_and_reduction_ops() {
 }
 
 #[test]
+fn large_count_collectives() {
+    run_program("large", &[1, 2, 3, 4]);
+}
+
+#[test]
+fn datatype_names_attributes_and_matching() {
+    run_program("typeinfo", &[1, 2]);
+}
+
+#[test]
+fn persistent_collectives() {
+    run_program("persist", &[1, 2, 3, 4]);
+}
+
+#[test]
+fn sessions_and_removed_error_codes() {
+    run_program("session", &[1, 2, 3]);
+}
+
+#[test]
+fn spawn_exchange_and_merge() {
+    run_program("spawn", &[1, 2, 3]);
+}
+
+#[test]
 fn derived_datatypes_and_pack() {
     run_program("dtype", &[1, 2, 3, 4]);
 }
@@ -107,7 +132,9 @@ fn binaries_built_against_mpich_run_on_rcomm() {
     };
     let Some(mpich) = common::mpich() else { return };
     let dir = common::scratch("mpich");
-    for name in ["p2p", "comm", "errors", "coll", "dtype", "topo"] {
+    for name in [
+        "p2p", "comm", "errors", "coll", "dtype", "topo", "large", "typeinfo",
+    ] {
         let exe = dir.join(name);
         common::mpich_build(&mpich, &[&source(name)], &exe);
         let needed = common::run_ok(Command::new("readelf").arg("-d").arg(&exe));

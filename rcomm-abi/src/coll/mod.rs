@@ -113,7 +113,14 @@ fn in_place(p: *const c_void) -> bool {
 
 /// The live communicator `h` names, intra only.
 fn intra(h: MPI_Comm) -> Res<Arc<CommObj>> {
-    comm::get(h)
+    let c = comm::get(h)?;
+    if c.inter.is_some() {
+        return Err(err(
+            MPI_ERR_COMM,
+            "collectives on an intercommunicator are not built: merge it first",
+        ));
+    }
+    Ok(c)
 }
 
 /// `root` as a rank of `c`.
@@ -269,5 +276,45 @@ pub(crate) fn nonblocking(
         return Err(err(MPI_ERR_ARG, "request is a null pointer"));
     }
     let h = request::insert(Box::new(start()?), comm)?;
+    ptr::write(request, h, "request")
+}
+
+/// A persistent collective's arguments, kept for each `MPI_Start`: the buffers and arrays
+/// they point to are the program's, which the standard forbids it to free or change until
+/// the request is freed, so reading them at each start is reading what init was given.
+#[derive(Clone, Copy)]
+struct Bound<T>(T);
+
+// SAFETY: `Bound` carries the caller's pointers to the thread that calls `MPI_Start`, as
+// the program does when it starts the request there.
+unsafe impl<T> Send for Bound<T> {}
+// SAFETY: as above; the values are only copied out.
+unsafe impl<T> Sync for Bound<T> {}
+
+impl<T: Copy> Bound<T> {
+    /// The values (a method, so a closure captures the whole `Bound`, not its field).
+    fn get(&self) -> T {
+        self.0
+    }
+}
+
+/// Makes `*request` a persistent collective (`MPI_*_init`) that starts `start(args)`, the
+/// non-blocking collective, at each `MPI_Start`. The communicator and info are checked now.
+pub(crate) fn persistent<T: Copy + 'static>(
+    request: *mut MPI_Request,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    args: T,
+    start: fn(T) -> Res<Coll>,
+) -> Res {
+    if request.is_null() {
+        return Err(err(MPI_ERR_ARG, "request is a null pointer"));
+    }
+    intra(comm)?;
+    crate::info::pairs(info)?;
+    let args = Bound(args);
+    let starter: request::Starter =
+        Box::new(move || Ok(Box::new(start(args.get())?) as Box<dyn Pending>));
+    let h = request::insert_persistent(starter, comm)?;
     ptr::write(request, h, "request")
 }

@@ -8,8 +8,16 @@ use crate::errors::{Res, err};
 use crate::ptr;
 use std::ffi::c_void;
 
+/// The non-blocking large-count forms (apart so this file stays readable).
+mod large;
+
+/// The persistent forms.
+mod init;
+
+/// On an intercommunicator too: a barrier over its joint world holds each group until the
+/// other has entered, which is what the standard asks of an intercommunicator barrier.
 fn barrier(comm: MPI_Comm) -> Res<Coll> {
-    let c = intra(comm)?;
+    let c = crate::world::get(comm)?;
     Ok(Coll::new(c.comm.ibarrier()?, |_| Ok(())))
 }
 

@@ -10,6 +10,9 @@ use crate::ptr;
 use crate::topo::{self, Topo};
 use std::ffi::c_void;
 
+/// The persistent forms.
+mod init;
+
 /// Block k of `send` to out-neighbour k, block k of `recv` from in-neighbour k.
 fn exchange(comm: MPI_Comm, send: Vec<Buf>, recv: Vec<Buf>) -> Res<Coll> {
     let (t, inn, out) = topo::neighbours(comm)?;
@@ -125,13 +128,13 @@ fn alltoallv<C: Wide, D: Wide>(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn alltoallw(
+fn alltoallw<C: Wide>(
     sbuf: *const c_void,
-    scs: *const c_int,
+    scs: *const C,
     sds: *const MPI_Aint,
     sts: *const MPI_Datatype,
     rbuf: *mut c_void,
-    rcs: *const c_int,
+    rcs: *const C,
     rds: *const MPI_Aint,
     rts: *const MPI_Datatype,
     comm: MPI_Comm,
@@ -361,6 +364,227 @@ pub extern "C" fn PMPI_Ineighbor_alltoallw(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Ineighbor_alltoallw", Some(comm), || {
+        nonblocking(request, comm, || {
+            alltoallw(
+                sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
+                comm,
+            )
+        })
+    })
+}
+
+// ------------------------------------------------------- large-count forms
+
+/// `MPI_Neighbor_allgather_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_allgather_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> c_int {
+    guard("MPI_Neighbor_allgather_c", Some(comm), || {
+        block(allgather(
+            (sendbuf, sendcount, sendtype),
+            (recvbuf, recvcount, recvtype),
+            comm,
+        ))
+    })
+}
+
+/// `MPI_Ineighbor_allgather_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Ineighbor_allgather_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Ineighbor_allgather_c", Some(comm), || {
+        nonblocking(request, comm, || {
+            allgather(
+                (sendbuf, sendcount, sendtype),
+                (recvbuf, recvcount, recvtype),
+                comm,
+            )
+        })
+    })
+}
+
+/// `MPI_Neighbor_allgatherv_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_allgatherv_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    displs_: *const MPI_Aint,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> c_int {
+    guard("MPI_Neighbor_allgatherv_c", Some(comm), || {
+        block(allgatherv(
+            (sendbuf, sendcount, sendtype),
+            (recvbuf, recvcounts, displs_, recvtype),
+            comm,
+        ))
+    })
+}
+
+/// `MPI_Ineighbor_allgatherv_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Ineighbor_allgatherv_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    displs_: *const MPI_Aint,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Ineighbor_allgatherv_c", Some(comm), || {
+        nonblocking(request, comm, || {
+            allgatherv(
+                (sendbuf, sendcount, sendtype),
+                (recvbuf, recvcounts, displs_, recvtype),
+                comm,
+            )
+        })
+    })
+}
+
+/// `MPI_Neighbor_alltoall_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_alltoall_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> c_int {
+    guard("MPI_Neighbor_alltoall_c", Some(comm), || {
+        block(alltoall(
+            (sendbuf, sendcount, sendtype),
+            (recvbuf, recvcount, recvtype),
+            comm,
+        ))
+    })
+}
+
+/// `MPI_Ineighbor_alltoall_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Ineighbor_alltoall_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Ineighbor_alltoall_c", Some(comm), || {
+        nonblocking(request, comm, || {
+            alltoall(
+                (sendbuf, sendcount, sendtype),
+                (recvbuf, recvcount, recvtype),
+                comm,
+            )
+        })
+    })
+}
+
+/// `MPI_Neighbor_alltoallv_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_alltoallv_c(
+    sendbuf: *const c_void,
+    sendcounts: *const MPI_Count,
+    sdispls: *const MPI_Aint,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    rdispls: *const MPI_Aint,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> c_int {
+    guard("MPI_Neighbor_alltoallv_c", Some(comm), || {
+        block(alltoallv(
+            sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
+        ))
+    })
+}
+
+/// `MPI_Ineighbor_alltoallv_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Ineighbor_alltoallv_c(
+    sendbuf: *const c_void,
+    sendcounts: *const MPI_Count,
+    sdispls: *const MPI_Aint,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    rdispls: *const MPI_Aint,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Ineighbor_alltoallv_c", Some(comm), || {
+        nonblocking(request, comm, || {
+            alltoallv(
+                sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
+                comm,
+            )
+        })
+    })
+}
+
+/// `MPI_Neighbor_alltoallw_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_alltoallw_c(
+    sendbuf: *const c_void,
+    sendcounts: *const MPI_Count,
+    sdispls: *const MPI_Aint,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    rdispls: *const MPI_Aint,
+    recvtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+) -> c_int {
+    guard("MPI_Neighbor_alltoallw_c", Some(comm), || {
+        block(alltoallw(
+            sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm,
+        ))
+    })
+}
+
+/// `MPI_Ineighbor_alltoallw_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Ineighbor_alltoallw_c(
+    sendbuf: *const c_void,
+    sendcounts: *const MPI_Count,
+    sdispls: *const MPI_Aint,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    rdispls: *const MPI_Aint,
+    recvtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Ineighbor_alltoallw_c", Some(comm), || {
         nonblocking(request, comm, || {
             alltoallw(
                 sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,

@@ -11,6 +11,9 @@ use crate::typeobj::{self, TypeObj};
 use std::ffi::c_void;
 use std::sync::Arc;
 
+/// The persistent forms.
+mod init;
+
 /// A reduction's op on `count` elements of a datatype.
 struct Red {
     op: OpRef,
@@ -481,6 +484,193 @@ pub extern "C" fn PMPI_Ireduce_scatter(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Ireduce_scatter", Some(comm), || {
+        nonblocking(request, comm, || {
+            rs_v(sendbuf, recvbuf, recvcounts, datatype, op, comm)
+        })
+    })
+}
+
+// ------------------------------------------------------- large-count forms
+
+/// `MPI_Iallreduce_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Iallreduce_c(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Iallreduce_c", Some(comm), || {
+        nonblocking(request, comm, || {
+            allreduce(sendbuf, recvbuf, count, datatype, op, comm, None)
+        })
+    })
+}
+
+/// `MPI_Ireduce_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Ireduce_c(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    root: c_int,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Ireduce_c", Some(comm), || {
+        nonblocking(request, comm, || {
+            reduce(sendbuf, recvbuf, count, datatype, op, root, comm)
+        })
+    })
+}
+
+/// `MPI_Scan_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Scan_c(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> c_int {
+    guard("MPI_Scan_c", Some(comm), || {
+        block(allreduce(
+            sendbuf,
+            recvbuf,
+            count,
+            datatype,
+            op,
+            comm,
+            Some(true),
+        ))
+    })
+}
+
+/// `MPI_Iscan_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Iscan_c(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Iscan_c", Some(comm), || {
+        nonblocking(request, comm, || {
+            allreduce(sendbuf, recvbuf, count, datatype, op, comm, Some(true))
+        })
+    })
+}
+
+/// `MPI_Exscan_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Exscan_c(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> c_int {
+    guard("MPI_Exscan_c", Some(comm), || {
+        block(allreduce(
+            sendbuf,
+            recvbuf,
+            count,
+            datatype,
+            op,
+            comm,
+            Some(false),
+        ))
+    })
+}
+
+/// `MPI_Iexscan_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Iexscan_c(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: MPI_Count,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Iexscan_c", Some(comm), || {
+        nonblocking(request, comm, || {
+            allreduce(sendbuf, recvbuf, count, datatype, op, comm, Some(false))
+        })
+    })
+}
+
+/// `MPI_Reduce_scatter_block_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Reduce_scatter_block_c(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> c_int {
+    guard("MPI_Reduce_scatter_block_c", Some(comm), || {
+        block(rs_block(sendbuf, recvbuf, recvcount, datatype, op, comm))
+    })
+}
+
+/// `MPI_Ireduce_scatter_block_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Ireduce_scatter_block_c(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Ireduce_scatter_block_c", Some(comm), || {
+        nonblocking(request, comm, || {
+            rs_block(sendbuf, recvbuf, recvcount, datatype, op, comm)
+        })
+    })
+}
+
+/// `MPI_Reduce_scatter_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Reduce_scatter_c(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> c_int {
+    guard("MPI_Reduce_scatter_c", Some(comm), || {
+        block(rs_v(sendbuf, recvbuf, recvcounts, datatype, op, comm))
+    })
+}
+
+/// `MPI_Ireduce_scatter_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Ireduce_scatter_c(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    datatype: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Ireduce_scatter_c", Some(comm), || {
         nonblocking(request, comm, || {
             rs_v(sendbuf, recvbuf, recvcounts, datatype, op, comm)
         })

@@ -1,0 +1,375 @@
+//! The persistent neighbour collectives (`MPI_*_init`, MPI-4): each `MPI_Start` starts the
+//! non-blocking collective on the arguments init was given.
+
+use super::*;
+use crate::coll::persistent;
+
+/// `MPI_Neighbor_allgather_init`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_allgather_init(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Neighbor_allgather_init", Some(comm), || {
+        persistent(
+            request,
+            comm,
+            info,
+            (
+                sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+            ),
+            |(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)| {
+                allgather(
+                    (sendbuf, sendcount.into(), sendtype),
+                    (recvbuf, recvcount.into(), recvtype),
+                    comm,
+                )
+            },
+        )
+    })
+}
+
+/// `MPI_Neighbor_allgather_init_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_allgather_init_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Neighbor_allgather_init_c", Some(comm), || {
+        persistent(
+            request,
+            comm,
+            info,
+            (
+                sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+            ),
+            |(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)| {
+                allgather(
+                    (sendbuf, sendcount, sendtype),
+                    (recvbuf, recvcount, recvtype),
+                    comm,
+                )
+            },
+        )
+    })
+}
+
+/// `MPI_Neighbor_allgatherv_init`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_allgatherv_init(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs_: *const c_int,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Neighbor_allgatherv_init", Some(comm), || {
+        persistent(
+            request,
+            comm,
+            info,
+            (
+                sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs_, recvtype, comm,
+            ),
+            |(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs_, recvtype, comm)| {
+                allgatherv(
+                    (sendbuf, sendcount.into(), sendtype),
+                    (recvbuf, recvcounts, displs_, recvtype),
+                    comm,
+                )
+            },
+        )
+    })
+}
+
+/// `MPI_Neighbor_allgatherv_init_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_allgatherv_init_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    displs_: *const MPI_Aint,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Neighbor_allgatherv_init_c", Some(comm), || {
+        persistent(
+            request,
+            comm,
+            info,
+            (
+                sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs_, recvtype, comm,
+            ),
+            |(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs_, recvtype, comm)| {
+                allgatherv(
+                    (sendbuf, sendcount, sendtype),
+                    (recvbuf, recvcounts, displs_, recvtype),
+                    comm,
+                )
+            },
+        )
+    })
+}
+
+/// `MPI_Neighbor_alltoall_init`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_alltoall_init(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Neighbor_alltoall_init", Some(comm), || {
+        persistent(
+            request,
+            comm,
+            info,
+            (
+                sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+            ),
+            |(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)| {
+                alltoall(
+                    (sendbuf, sendcount.into(), sendtype),
+                    (recvbuf, recvcount.into(), recvtype),
+                    comm,
+                )
+            },
+        )
+    })
+}
+
+/// `MPI_Neighbor_alltoall_init_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_alltoall_init_c(
+    sendbuf: *const c_void,
+    sendcount: MPI_Count,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcount: MPI_Count,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Neighbor_alltoall_init_c", Some(comm), || {
+        persistent(
+            request,
+            comm,
+            info,
+            (
+                sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+            ),
+            |(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)| {
+                alltoall(
+                    (sendbuf, sendcount, sendtype),
+                    (recvbuf, recvcount, recvtype),
+                    comm,
+                )
+            },
+        )
+    })
+}
+
+/// `MPI_Neighbor_alltoallv_init`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_alltoallv_init(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Neighbor_alltoallv_init", Some(comm), || {
+        persistent(
+            request,
+            comm,
+            info,
+            (
+                sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
+                comm,
+            ),
+            |(
+                sendbuf,
+                sendcounts,
+                sdispls,
+                sendtype,
+                recvbuf,
+                recvcounts,
+                rdispls,
+                recvtype,
+                comm,
+            )| {
+                alltoallv(
+                    sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
+                    comm,
+                )
+            },
+        )
+    })
+}
+
+/// `MPI_Neighbor_alltoallv_init_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_alltoallv_init_c(
+    sendbuf: *const c_void,
+    sendcounts: *const MPI_Count,
+    sdispls: *const MPI_Aint,
+    sendtype: MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    rdispls: *const MPI_Aint,
+    recvtype: MPI_Datatype,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Neighbor_alltoallv_init_c", Some(comm), || {
+        persistent(
+            request,
+            comm,
+            info,
+            (
+                sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
+                comm,
+            ),
+            |(
+                sendbuf,
+                sendcounts,
+                sdispls,
+                sendtype,
+                recvbuf,
+                recvcounts,
+                rdispls,
+                recvtype,
+                comm,
+            )| {
+                alltoallv(
+                    sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
+                    comm,
+                )
+            },
+        )
+    })
+}
+
+/// `MPI_Neighbor_alltoallw_init`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_alltoallw_init(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const MPI_Aint,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const MPI_Aint,
+    recvtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Neighbor_alltoallw_init", Some(comm), || {
+        persistent(
+            request,
+            comm,
+            info,
+            (
+                sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
+                comm,
+            ),
+            |(
+                sendbuf,
+                sendcounts,
+                sdispls,
+                sendtypes,
+                recvbuf,
+                recvcounts,
+                rdispls,
+                recvtypes,
+                comm,
+            )| {
+                alltoallw(
+                    sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls,
+                    recvtypes, comm,
+                )
+            },
+        )
+    })
+}
+
+/// `MPI_Neighbor_alltoallw_init_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Neighbor_alltoallw_init_c(
+    sendbuf: *const c_void,
+    sendcounts: *const MPI_Count,
+    sdispls: *const MPI_Aint,
+    sendtypes: *const MPI_Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const MPI_Count,
+    rdispls: *const MPI_Aint,
+    recvtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    request: *mut MPI_Request,
+) -> c_int {
+    guard("MPI_Neighbor_alltoallw_init_c", Some(comm), || {
+        persistent(
+            request,
+            comm,
+            info,
+            (
+                sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
+                comm,
+            ),
+            |(
+                sendbuf,
+                sendcounts,
+                sdispls,
+                sendtypes,
+                recvbuf,
+                recvcounts,
+                rdispls,
+                recvtypes,
+                comm,
+            )| {
+                alltoallw(
+                    sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls,
+                    recvtypes, comm,
+                )
+            },
+        )
+    })
+}

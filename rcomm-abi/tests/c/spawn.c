@@ -1,0 +1,109 @@
+/* MPI_Comm_spawn: the parents (1-3 ranks) start two copies of this program; both sides
+ * check the intercommunicator (test_inter, sizes, remote size), exchange values naming
+ * remote ranks, pass a barrier on it, merge (parents first) and reduce over the merged
+ * communicator. */
+#define _DEFAULT_SOURCE
+#include "check.h"
+#include <unistd.h>
+
+#define CHILDREN 2
+
+static void check_merged(MPI_Comm ic, int high, int want_rank, int want_size) {
+    MPI_Comm m;
+    int r, s, sum, flag;
+    OK(MPI_Intercomm_merge(ic, high, &m));
+    OK(MPI_Comm_test_inter(m, &flag));
+    CHECK(!flag);
+    OK(MPI_Comm_rank(m, &r));
+    OK(MPI_Comm_size(m, &s));
+    CHECK(r == want_rank && s == want_size, "merged rank %d of %d", r, s);
+    OK(MPI_Allreduce(&r, &sum, 1, MPI_INT, MPI_SUM, m));
+    CHECK(sum == s * (s - 1) / 2);
+    OK(MPI_Comm_free(&m));
+}
+
+static void parent_side(void) {
+    int n, me, flag, rs, v;
+    OK(MPI_Comm_size(MPI_COMM_WORLD, &n));
+    OK(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(len > 0);
+    self[len] = 0;
+    MPI_Comm ic;
+    int errs[CHILDREN] = {-1, -1};
+    OK(MPI_Comm_spawn(self, MPI_ARGV_NULL, CHILDREN, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &ic, errs));
+    if (me == 0)
+        for (int j = 0; j < CHILDREN; j++) CHECK(errs[j] == MPI_SUCCESS);
+    OK(MPI_Comm_test_inter(ic, &flag));
+    CHECK(flag);
+    OK(MPI_Comm_remote_size(ic, &rs));
+    CHECK(rs == CHILDREN);
+    OK(MPI_Comm_size(ic, &v));
+    CHECK(v == n);
+    OK(MPI_Comm_rank(ic, &v));
+    CHECK(v == me);
+    for (int j = 0; j < CHILDREN; j++) {
+        int out = 1000 * me + j, in = -1;
+        MPI_Status st;
+        OK(MPI_Send(&out, 1, MPI_INT, j, 7, ic));
+        OK(MPI_Recv(&in, 1, MPI_INT, j, 8, ic, &st));
+        CHECK(in == 100 * j + me && st.MPI_SOURCE == j, "in %d source %d", in, st.MPI_SOURCE);
+    }
+    /* a barrier spans both groups; other collectives on it are refused */
+    OK(MPI_Barrier(ic));
+    OK(MPI_Comm_set_errhandler(ic, MPI_ERRORS_RETURN));
+    int cls, rc = MPI_Bcast(&v, 1, MPI_INT, MPI_ROOT, ic);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_COMM, "class %d", cls);
+    MPI_Group g;
+    rc = MPI_Comm_group(ic, &g);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_COMM, "class %d", cls);
+    check_merged(ic, 0, me, n + CHILDREN);
+    OK(MPI_Comm_free(&ic));
+    printf("PASS spawn rank %d of %d\n", me, n);
+}
+
+static void child_side(MPI_Comm parent) {
+    int n, me, flag, np, v;
+    OK(MPI_Comm_size(MPI_COMM_WORLD, &n));
+    OK(MPI_Comm_rank(MPI_COMM_WORLD, &me));
+    CHECK(n == CHILDREN);
+    OK(MPI_Comm_test_inter(parent, &flag));
+    CHECK(flag);
+    OK(MPI_Comm_remote_size(parent, &np));
+    OK(MPI_Comm_size(parent, &v));
+    CHECK(v == CHILDREN);
+    OK(MPI_Comm_rank(parent, &v));
+    CHECK(v == me);
+    MPI_Comm again;
+    OK(MPI_Comm_get_parent(&again));
+    CHECK(again == parent);
+    for (int p = 0; p < np; p++) {
+        int in = -1, out = 100 * me + p;
+        MPI_Status st;
+        OK(MPI_Recv(&in, 1, MPI_INT, p, 7, parent, &st));
+        CHECK(in == 1000 * p + me && st.MPI_SOURCE == p, "in %d source %d", in, st.MPI_SOURCE);
+        OK(MPI_Send(&out, 1, MPI_INT, p, 8, parent));
+    }
+    OK(MPI_Barrier(parent));
+    check_merged(parent, 1, np + me, np + CHILDREN);
+    OK(MPI_Comm_free(&parent));
+    OK(MPI_Comm_get_parent(&again));
+    CHECK(again == MPI_COMM_NULL);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    OK(MPI_Init(&argc, &argv));
+    MPI_Comm parent;
+    OK(MPI_Comm_get_parent(&parent));
+    if (parent == MPI_COMM_NULL)
+        parent_side();
+    else
+        child_side(parent);
+    OK(MPI_Finalize());
+    return 0;
+}
