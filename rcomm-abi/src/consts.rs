@@ -51,8 +51,11 @@ pub struct MPI_Status {
     pub MPI_internal: [c_int; 5],
 }
 
-/// The struct layouts the header test checks: (C type, size, [(field, offset)]).
-pub const STRUCTS: &[(&str, usize, &[(&str, usize)])] = &[(
+/// A C struct's layout: (C type, size, [(field, offset)]).
+pub type StructLayout = (&'static str, usize, &'static [(&'static str, usize)]);
+
+/// The struct layouts the header test checks.
+pub const STRUCTS: &[StructLayout] = &[(
     "MPI_Status",
     32,
     &[

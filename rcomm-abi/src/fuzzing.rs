@@ -11,8 +11,8 @@ pub fn handles(data: &[u8]) {
     let mut table = Table::new(Kind::Request);
     let mut live: BTreeMap<usize, u32> = BTreeMap::new();
     let mut next = 0u32;
-    let mut it = data.chunks(9);
-    while let Some(op) = it.next() {
+    let it = data.chunks(9);
+    for op in it {
         let Some((&code, rest)) = op.split_first() else {
             break;
         };

@@ -713,7 +713,7 @@ pub fn get_count(status: *const MPI_Status, dt: MPI_Datatype) -> Res<i64> {
     Ok(match size {
         0 if bytes == 0 => 0,
         0 => MPI_UNDEFINED as i64,
-        s if bytes % s == 0 => (bytes / s) as i64,
+        s if bytes.is_multiple_of(s) => (bytes / s) as i64,
         _ => MPI_UNDEFINED as i64,
     })
 }
@@ -725,10 +725,10 @@ pub fn get_elements(status: *const MPI_Status, dt: MPI_Datatype) -> Res<i64> {
     let bytes = request::bytes(&st);
     match t.basic_size {
         Some(0) => Ok(0),
-        Some(b) if bytes % b as u64 == 0 => Ok((bytes / b as u64) as i64),
+        Some(b) if bytes.is_multiple_of(b as u64) => Ok((bytes / b as u64) as i64),
         Some(_) => Ok(MPI_UNDEFINED as i64),
         // Mixed types: count whole elements' parts (two per pair type).
-        None if t.size() > 0 && bytes % t.size() as u64 == 0 => {
+        None if t.size() > 0 && bytes.is_multiple_of(t.size() as u64) => {
             Ok((bytes / t.size() as u64 * 2) as i64)
         }
         None => Ok(MPI_UNDEFINED as i64),

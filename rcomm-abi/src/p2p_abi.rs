@@ -516,7 +516,7 @@ pub extern "C" fn PMPI_Send_c(
     comm: MPI_Comm,
 ) -> c_int {
     guard("MPI_Send_c", Some(comm), || {
-        p2p::send(buf, count as i64, datatype, dest, tag, comm, Mode::Standard)
+        p2p::send(buf, count, datatype, dest, tag, comm, Mode::Standard)
     })
 }
 /// `MPI_Isend_c`.
@@ -533,7 +533,7 @@ pub extern "C" fn PMPI_Isend_c(
     guard("MPI_Isend_c", Some(comm), || {
         p2p::isend(
             buf,
-            count as i64,
+            count,
             datatype,
             dest,
             tag,
@@ -557,7 +557,7 @@ pub extern "C" fn PMPI_Send_init_c(
     guard("MPI_Send_init_c", Some(comm), || {
         p2p::send_init(
             buf,
-            count as i64,
+            count,
             datatype,
             dest,
             tag,
@@ -578,7 +578,7 @@ pub extern "C" fn PMPI_Ssend_c(
     comm: MPI_Comm,
 ) -> c_int {
     guard("MPI_Ssend_c", Some(comm), || {
-        p2p::send(buf, count as i64, datatype, dest, tag, comm, Mode::Sync)
+        p2p::send(buf, count, datatype, dest, tag, comm, Mode::Sync)
     })
 }
 /// `MPI_Issend_c`.
@@ -593,16 +593,7 @@ pub extern "C" fn PMPI_Issend_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Issend_c", Some(comm), || {
-        p2p::isend(
-            buf,
-            count as i64,
-            datatype,
-            dest,
-            tag,
-            comm,
-            Mode::Sync,
-            request,
-        )
+        p2p::isend(buf, count, datatype, dest, tag, comm, Mode::Sync, request)
     })
 }
 /// `MPI_Ssend_init_c`.
@@ -617,16 +608,7 @@ pub extern "C" fn PMPI_Ssend_init_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Ssend_init_c", Some(comm), || {
-        p2p::send_init(
-            buf,
-            count as i64,
-            datatype,
-            dest,
-            tag,
-            comm,
-            Mode::Sync,
-            request,
-        )
+        p2p::send_init(buf, count, datatype, dest, tag, comm, Mode::Sync, request)
     })
 }
 /// `MPI_Rsend_c`.
@@ -640,7 +622,7 @@ pub extern "C" fn PMPI_Rsend_c(
     comm: MPI_Comm,
 ) -> c_int {
     guard("MPI_Rsend_c", Some(comm), || {
-        p2p::send(buf, count as i64, datatype, dest, tag, comm, Mode::Ready)
+        p2p::send(buf, count, datatype, dest, tag, comm, Mode::Ready)
     })
 }
 /// `MPI_Irsend_c`.
@@ -655,16 +637,7 @@ pub extern "C" fn PMPI_Irsend_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Irsend_c", Some(comm), || {
-        p2p::isend(
-            buf,
-            count as i64,
-            datatype,
-            dest,
-            tag,
-            comm,
-            Mode::Ready,
-            request,
-        )
+        p2p::isend(buf, count, datatype, dest, tag, comm, Mode::Ready, request)
     })
 }
 /// `MPI_Rsend_init_c`.
@@ -679,16 +652,7 @@ pub extern "C" fn PMPI_Rsend_init_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Rsend_init_c", Some(comm), || {
-        p2p::send_init(
-            buf,
-            count as i64,
-            datatype,
-            dest,
-            tag,
-            comm,
-            Mode::Ready,
-            request,
-        )
+        p2p::send_init(buf, count, datatype, dest, tag, comm, Mode::Ready, request)
     })
 }
 /// `MPI_Bsend_c`.
@@ -702,7 +666,7 @@ pub extern "C" fn PMPI_Bsend_c(
     comm: MPI_Comm,
 ) -> c_int {
     guard("MPI_Bsend_c", Some(comm), || {
-        p2p::send(buf, count as i64, datatype, dest, tag, comm, Mode::Buffered)
+        p2p::send(buf, count, datatype, dest, tag, comm, Mode::Buffered)
     })
 }
 /// `MPI_Ibsend_c`.
@@ -719,7 +683,7 @@ pub extern "C" fn PMPI_Ibsend_c(
     guard("MPI_Ibsend_c", Some(comm), || {
         p2p::isend(
             buf,
-            count as i64,
+            count,
             datatype,
             dest,
             tag,
@@ -743,7 +707,7 @@ pub extern "C" fn PMPI_Bsend_init_c(
     guard("MPI_Bsend_init_c", Some(comm), || {
         p2p::send_init(
             buf,
-            count as i64,
+            count,
             datatype,
             dest,
             tag,
@@ -765,7 +729,7 @@ pub extern "C" fn PMPI_Recv_c(
     status: *mut MPI_Status,
 ) -> c_int {
     guard("MPI_Recv_c", Some(comm), || {
-        p2p::recv(buf, count as i64, datatype, source, tag, comm, status)
+        p2p::recv(buf, count, datatype, source, tag, comm, status)
     })
 }
 /// `MPI_Irecv_c`.
@@ -780,7 +744,7 @@ pub extern "C" fn PMPI_Irecv_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Irecv_c", Some(comm), || {
-        p2p::irecv(buf, count as i64, datatype, source, tag, comm, request)
+        p2p::irecv(buf, count, datatype, source, tag, comm, request)
     })
 }
 /// `MPI_Recv_init_c`.
@@ -795,7 +759,7 @@ pub extern "C" fn PMPI_Recv_init_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Recv_init_c", Some(comm), || {
-        p2p::recv_init(buf, count as i64, datatype, source, tag, comm, request)
+        p2p::recv_init(buf, count, datatype, source, tag, comm, request)
     })
 }
 /// `MPI_Sendrecv_c`.
@@ -816,19 +780,8 @@ pub extern "C" fn PMPI_Sendrecv_c(
 ) -> c_int {
     guard("MPI_Sendrecv_c", Some(comm), || {
         p2p::sendrecv(
-            sendbuf,
-            sendcount as i64,
-            sendtype,
-            dest,
-            sendtag,
-            recvbuf,
-            recvcount as i64,
-            recvtype,
-            source,
-            recvtag,
-            comm,
-            status,
-            None,
+            sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
+            recvtag, comm, status, None,
         )
     })
 }
@@ -851,12 +804,12 @@ pub extern "C" fn PMPI_Isendrecv_c(
     guard("MPI_Isendrecv_c", Some(comm), || {
         p2p::sendrecv(
             sendbuf,
-            sendcount as i64,
+            sendcount,
             sendtype,
             dest,
             sendtag,
             recvbuf,
-            recvcount as i64,
+            recvcount,
             recvtype,
             source,
             recvtag,
@@ -881,16 +834,7 @@ pub extern "C" fn PMPI_Sendrecv_replace_c(
 ) -> c_int {
     guard("MPI_Sendrecv_replace_c", Some(comm), || {
         p2p::sendrecv_replace(
-            buf,
-            count as i64,
-            datatype,
-            dest,
-            sendtag,
-            source,
-            recvtag,
-            comm,
-            status,
-            None,
+            buf, count, datatype, dest, sendtag, source, recvtag, comm, status, None,
         )
     })
 }
@@ -910,7 +854,7 @@ pub extern "C" fn PMPI_Isendrecv_replace_c(
     guard("MPI_Isendrecv_replace_c", Some(comm), || {
         p2p::sendrecv_replace(
             buf,
-            count as i64,
+            count,
             datatype,
             dest,
             sendtag,
@@ -932,7 +876,7 @@ pub extern "C" fn PMPI_Mrecv_c(
     status: *mut MPI_Status,
 ) -> c_int {
     guard("MPI_Mrecv_c", None, || {
-        let st = p2p::mrecv(buf, count as i64, datatype, message)?;
+        let st = p2p::mrecv(buf, count, datatype, message)?;
         ptr::write_opt(status, st);
         Ok(())
     })
@@ -948,7 +892,7 @@ pub extern "C" fn PMPI_Imrecv_c(
 ) -> c_int {
     guard("MPI_Imrecv_c", None, || {
         // The message is matched already: its data is taken now, the request is complete.
-        let st = p2p::mrecv(buf, count as i64, datatype, message)?;
+        let st = p2p::mrecv(buf, count, datatype, message)?;
         let r = crate::request::insert(Box::new(crate::request::Ready(st)), MPI_COMM_WORLD)?;
         ptr::write(request, r, "request")
     })
@@ -985,14 +929,14 @@ pub extern "C" fn PMPI_Status_set_elements_c(
     count: MPI_Count,
 ) -> c_int {
     guard("MPI_Status_set_elements_c", None, || {
-        p2p::set_elements(status, datatype, count as i64)
+        p2p::set_elements(status, datatype, count)
     })
 }
 /// `MPI_Buffer_attach_c`.
 #[unsafe(no_mangle)]
 pub extern "C" fn PMPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
     guard("MPI_Buffer_attach_c", None, || {
-        p2p::buffer_attach(buffer, size as i64)
+        p2p::buffer_attach(buffer, size)
     })
 }
 /// `MPI_Buffer_detach_c`.

@@ -287,15 +287,15 @@ fn any(
 ) -> Res {
     loop {
         let mut live = false;
-        for i in 0..hs.len() {
-            let Some(r) = active(hs[i])? else { continue };
+        for (i, h) in hs.iter_mut().enumerate() {
+            let Some(r) = active(*h)? else { continue };
             live = true;
             if poll(&r) {
                 if let Some(f) = flag {
                     ptr::write(f, 1, "flag")?;
                 }
                 ptr::write(index, i as c_int, "index")?;
-                let st = finish(&mut hs[i])?;
+                let st = finish(h)?;
                 put_status(status, st);
                 return Ok(());
             }
