@@ -5,7 +5,7 @@ use crate::call::guard;
 use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::ptr;
-pub use crate::world::{COMMS, CommObj, errhandler_of, get, insert};
+pub use crate::world::{COMMS, CommObj, errhandler_of, get, get_intra, insert};
 
 /// Drops every communicator (finalize): the program's first, then self and world, each's
 /// attributes deleted as MPI_Finalize does for self.
@@ -57,7 +57,7 @@ fn new_comm(
 }
 
 fn dup(comm: MPI_Comm, info: Option<Vec<(String, String)>>, newcomm: *mut MPI_Comm) -> Res {
-    let c = get(comm)?;
+    let c = get_intra(comm, "MPI_Comm_dup")?;
     if newcomm.is_null() {
         return Err(err(MPI_ERR_ARG, "newcomm is a null pointer"));
     }
@@ -142,7 +142,7 @@ pub extern "C" fn PMPI_Comm_split(
     newcomm: *mut MPI_Comm,
 ) -> c_int {
     guard("MPI_Comm_split", Some(comm), || {
-        let c = get(comm)?;
+        let c = get_intra(comm, "MPI_Comm_split")?;
         let color = match color {
             MPI_UNDEFINED => None,
             c if c >= 0 => Some(c as u32),
@@ -167,7 +167,7 @@ pub extern "C" fn PMPI_Comm_split_type(
 ) -> c_int {
     let _ = info;
     guard("MPI_Comm_split_type", Some(comm), || {
-        let c = get(comm)?;
+        let c = get_intra(comm, "MPI_Comm_split_type")?;
         let kind = match split_type {
             MPI_UNDEFINED => {
                 // Opting out still takes part in the collective.
@@ -197,7 +197,7 @@ pub extern "C" fn PMPI_Comm_create(
     newcomm: *mut MPI_Comm,
 ) -> c_int {
     guard("MPI_Comm_create", Some(comm), || {
-        let c = get(comm)?;
+        let c = get_intra(comm, "MPI_Comm_create")?;
         let g = crate::group::get(group)?;
         match c.comm.create(&g)? {
             Some(n) => new_comm(comm, &c, n, newcomm),
@@ -215,7 +215,7 @@ pub extern "C" fn PMPI_Comm_create_group(
     newcomm: *mut MPI_Comm,
 ) -> c_int {
     guard("MPI_Comm_create_group", Some(comm), || {
-        let c = get(comm)?;
+        let c = get_intra(comm, "MPI_Comm_create_group")?;
         let g = crate::group::get(group)?;
         if tag < 0 {
             return Err(err(MPI_ERR_TAG, format!("tag {tag} is negative")));

@@ -643,7 +643,7 @@ pub fn mprobe(
     message: *mut MPI_Message,
     status: *mut MPI_Status,
 ) -> Res {
-    let c = comm::get(h)?;
+    let c = comm::get_intra(h, "a matched probe")?;
     let tag = recv_tag(tag)?;
     if message.is_null() {
         return Err(err(MPI_ERR_ARG, "message is a null pointer"));

@@ -114,7 +114,7 @@ pub extern "C" fn PMPI_Cart_create(
     comm_cart: *mut MPI_Comm,
 ) -> c_int {
     guard("MPI_Cart_create", Some(comm_old), || {
-        let c = comm::get(comm_old)?;
+        let c = comm::get_intra(comm_old, "a topology")?;
         let d = dims_of(ndims, dims)?;
         let p = flags(d.len(), periods, "periods")?;
         let cells: u64 = d.iter().map(|&x| u64::from(x)).product();
@@ -355,7 +355,7 @@ pub extern "C" fn PMPI_Graph_create(
     comm_graph: *mut MPI_Comm,
 ) -> c_int {
     guard("MPI_Graph_create", Some(comm_old), || {
-        let c = comm::get(comm_old)?;
+        let c = comm::get_intra(comm_old, "a topology")?;
         let (ix, ed) = index_edges(nnodes, index, edges, c.comm.size())?;
         let made = c.comm.graph_create(&ix, &ed, reorder != 0)?;
         register(
@@ -491,7 +491,7 @@ pub extern "C" fn PMPI_Dist_graph_create_adjacent(
 ) -> c_int {
     let _ = info;
     guard("MPI_Dist_graph_create_adjacent", Some(comm_old), || {
-        let c = comm::get(comm_old)?;
+        let c = comm::get_intra(comm_old, "a topology")?;
         let size = c.comm.size();
         let ni = usize::try_from(indegree).map_err(|_| err(MPI_ERR_ARG, "indegree is negative"))?;
         let no =
@@ -529,7 +529,7 @@ pub extern "C" fn PMPI_Dist_graph_create(
 ) -> c_int {
     let _ = info;
     guard("MPI_Dist_graph_create", Some(comm_old), || {
-        let c = comm::get(comm_old)?;
+        let c = comm::get_intra(comm_old, "a topology")?;
         let size = c.comm.size();
         let n = usize::try_from(n).map_err(|_| err(MPI_ERR_ARG, "n is negative"))?;
         let src = ranks(sources, n, size, "sources")?;

@@ -158,6 +158,20 @@ pub fn get(h: MPI_Comm) -> Res<Arc<CommObj>> {
     })
 }
 
+/// The live communicator `h` names, refused (`MPI_ERR_COMM`, naming `what`) when it is an
+/// intercommunicator: calls not built for those must not run on the joint world beneath and
+/// give a wrong answer.
+pub fn get_intra(h: MPI_Comm, what: &str) -> Res<Arc<CommObj>> {
+    let c = get(h)?;
+    if c.inter.is_some() {
+        return Err(err(
+            MPI_ERR_COMM,
+            format!("{what} on an intercommunicator is not built: merge it first"),
+        ));
+    }
+    Ok(c)
+}
+
 /// The error handler of a live communicator.
 pub fn errhandler_of(h: MPI_Comm) -> Option<MPI_Errhandler> {
     get(h)

@@ -91,7 +91,9 @@ fn compile(dir: &Path, cc: &mut Command, src: &str) {
 #[test]
 fn rcomm_header_has_the_standard_values() {
     let dir = common::scratch("header-own");
-    compile(&dir, &mut Command::new(common::rcomm_cc()), &checks());
+    let mut cc = Command::new(common::rcomm_cc());
+    cc.env("RCOMM_ABI_LIB", common::library());
+    compile(&dir, &mut cc, &checks());
 }
 
 #[test]

@@ -113,14 +113,7 @@ fn in_place(p: *const c_void) -> bool {
 
 /// The live communicator `h` names, intra only.
 fn intra(h: MPI_Comm) -> Res<Arc<CommObj>> {
-    let c = comm::get(h)?;
-    if c.inter.is_some() {
-        return Err(err(
-            MPI_ERR_COMM,
-            "collectives on an intercommunicator are not built: merge it first",
-        ));
-    }
-    Ok(c)
+    comm::get_intra(h, "this collective")
 }
 
 /// `root` as a rank of `c`.

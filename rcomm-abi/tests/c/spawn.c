@@ -60,6 +60,19 @@ static void parent_side(void) {
     rc = MPI_Comm_group(ic, &g);
     MPI_Error_class(rc, &cls);
     CHECK(cls == MPI_ERR_COMM, "class %d", cls);
+    /* Calls not built for intercommunicators are refused, not run on the joint world
+     * (local calls only: the children make none of these, so nothing collective is left). */
+    MPI_Comm bad = MPI_COMM_NULL;
+    rc = MPI_Comm_dup(ic, &bad);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_COMM && bad == MPI_COMM_NULL, "dup: class %d", cls);
+    rc = MPI_Comm_split(ic, 0, 0, &bad);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_COMM && bad == MPI_COMM_NULL, "split: class %d", cls);
+    MPI_Message msg;
+    rc = MPI_Improbe(0, 9, ic, &flag, &msg, MPI_STATUS_IGNORE);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_COMM, "improbe: class %d", cls);
     check_merged(ic, 0, me, n + CHILDREN);
     OK(MPI_Comm_free(&ic));
     printf("PASS spawn rank %d of %d\n", me, n);

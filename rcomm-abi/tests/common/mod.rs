@@ -15,11 +15,17 @@ pub fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The built `libmpi_abi.so`.
+/// The `libmpi_abi.so` of this build: `cargo test` builds it into deps/ and only `cargo build`
+/// copies it up beside the binaries, so the newer of the two is this source's. The tests hand
+/// it to rcomm-cc and rcomm-run as `RCOMM_ABI_LIB`, never relying on a copy an older build
+/// left.
 pub fn library() -> PathBuf {
-    let p = profile_dir().join("libmpi_abi.so");
-    assert!(p.is_file(), "{} not built", p.display());
-    p
+    ["deps/libmpi_abi.so", "libmpi_abi.so"]
+        .iter()
+        .map(|p| profile_dir().join(p))
+        .filter(|p| p.is_file())
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .unwrap_or_else(|| panic!("libmpi_abi.so not built under {}", profile_dir().display()))
 }
 
 /// rcomm-cc of this build.
@@ -85,6 +91,7 @@ pub fn run_ok(cmd: &mut Command) -> Output {
 pub fn rcomm_cc_build(srcs: &[&Path], out: &Path) {
     run_ok(
         Command::new(rcomm_cc())
+            .env("RCOMM_ABI_LIB", library())
             .args(["-std=c11", "-Wall", "-Werror", "-O1"])
             .args(srcs)
             .arg("-o")
@@ -167,6 +174,7 @@ pub fn run_with_deadline(mut cmd: Command, deadline: Duration) -> Job {
 /// `rcomm-run -n <n> <prog> <args>`, with a deadline.
 pub fn rcomm_run_job(run: &Path, n: u32, prog: &Path, args: &[&str]) -> Job {
     let mut cmd = Command::new(run);
+    cmd.env("RCOMM_ABI_LIB", library());
     cmd.arg("-n").arg(n.to_string()).arg(prog).args(args);
     // The ranks must get rcomm's library from rcomm-run, not from the environment.
     cmd.env_remove("LD_LIBRARY_PATH");
