@@ -94,7 +94,7 @@ fi
 # Every library crate packages: versions on its path dependencies, metadata, README (the
 # packaged crates' own build was checked once without --no-verify; it rebuilds the world).
 cargo package -q --no-verify --allow-dirty -p rcomm-kernels -p rcomm-runtime -p rcomm-transport \
-    -p rcomm-planner -p rcomm-core -p rcomm-mpi -p rcomm-mpi-derive -p rcomm-launcher || status=$?
+    -p rcomm-planner -p rcomm-core -p rcomm-mpi -p rcomm-mpi-derive -p rcomm-launcher -p rcomm-abi || status=$?
 # A user's project with its own lockfile: rcomm, rcomm-mpi and the launcher built with every
 # direct dependency at the lowest version the manifests declare, then run as 2 ranks.
 scripts/downstream-check.sh || status=$?
