@@ -830,7 +830,7 @@ impl Communicator {
         let req = self
             .shared
             .lock()
-            .ssend(self.ctx, wdest, tag.0, region, "issend")?;
+            .issend(self.ctx, wdest, tag.0, region, "issend")?;
         Ok(Request {
             shared: self.shared.clone(),
             group: self.topo.members().clone(),
