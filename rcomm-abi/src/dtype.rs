@@ -4,8 +4,8 @@
 //! type is made of (reductions with predefined ops need it), the alignment MPI's struct
 //! extent rounds to, and the component types `MPI_Type_get_contents` hands back.
 
-use crate::consts::*;
 use crate::call::guard;
+use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::ops::{self, Basic};
 use crate::ptr;

@@ -9,8 +9,8 @@
 
 use crate::attr::FnPtr;
 use crate::attr::ctypes::{MPI_User_function, MPI_User_function_c};
-use crate::consts::*;
 use crate::call::guard;
+use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::opobj::{self, OPS, OpRef, UserOp};
 use crate::ptr;

@@ -3,9 +3,9 @@
 //! `coll`. A communicator with a topology is an ordinary `MPI_Comm` (module `comm`) whose
 //! topology object is kept here, by handle.
 
+use crate::call::guard;
 use crate::comm;
 use crate::consts::*;
-use crate::call::guard;
 use crate::errors::{Res, err};
 use crate::ptr;
 use rcomm::{CartComm, GraphComm};

@@ -2,8 +2,8 @@
 //! allgather, all-to-all, with their v/w-variants, non-blocking and large-count forms.
 
 use super::{Buf, Coll, Wide, block, counts, displs, in_place, intra, nonblocking, root_of};
-use crate::consts::*;
 use crate::call::guard;
+use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::ptr;
 use std::ffi::c_void;

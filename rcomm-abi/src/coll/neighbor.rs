@@ -3,8 +3,8 @@
 //! each out-neighbour), in the neighbour order of the topology.
 
 use super::{Buf, Coll, Wide, block, counts, displs, nonblocking};
-use crate::consts::*;
 use crate::call::guard;
+use crate::consts::*;
 use crate::errors::Res;
 use crate::ptr;
 use crate::topo::{self, Topo};

@@ -2,8 +2,8 @@
 //! moves the contributions; [`Red::fold`] combines them in rank order (see the module above).
 
 use super::{Buf, Coll, block, counts, in_place, intra, nonblocking, root_of};
-use crate::consts::*;
 use crate::call::guard;
+use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::opobj::{self, OpRef};
 use crate::ops;
