@@ -155,8 +155,15 @@ pub extern "C" fn PMPI_Comm_split(
     })
 }
 
-/// `MPI_Comm_split_type`: `MPI_COMM_TYPE_SHARED` is a node; the hardware-guided kinds
-/// split by NUMA domain (rcomm's finest locality level).
+/// The one hardware resource `MPI_Comm_split_type` knows by name (rcomm's node).
+const SHARED_MEMORY: &str = "mpi_shared_memory";
+const HW_RESOURCE_TYPE: &str = "mpi_hw_resource_type";
+
+/// `MPI_Comm_split_type`: `MPI_COMM_TYPE_SHARED` is a node. The guided kinds split by the
+/// resource the info's `mpi_hw_resource_type` names, of which rcomm has one,
+/// `mpi_shared_memory` (the node): any other name, or none, gives `MPI_COMM_NULL`.
+/// `MPI_COMM_TYPE_HW_UNGUIDED` gives the node when it is strictly smaller than `comm`
+/// (naming it in the info), else `MPI_COMM_NULL`.
 #[unsafe(no_mangle)]
 pub extern "C" fn PMPI_Comm_split_type(
     comm: MPI_Comm,
@@ -165,27 +172,35 @@ pub extern "C" fn PMPI_Comm_split_type(
     info: MPI_Info,
     newcomm: *mut MPI_Comm,
 ) -> c_int {
-    let _ = info;
     guard("MPI_Comm_split_type", Some(comm), || {
         let c = get_intra(comm, "MPI_Comm_split_type")?;
-        let kind = match split_type {
-            MPI_UNDEFINED => {
-                // Opting out still takes part in the collective.
-                c.comm.split(None, key)?;
-                return ptr::write(newcomm, MPI_COMM_NULL, "newcomm");
-            }
-            MPI_COMM_TYPE_SHARED => rcomm::SplitType::Node,
-            MPI_COMM_TYPE_HW_UNGUIDED | MPI_COMM_TYPE_HW_GUIDED | MPI_COMM_TYPE_RESOURCE_GUIDED => {
-                rcomm::SplitType::Numa
-            }
+        let named = crate::info::pairs(info)?
+            .into_iter()
+            .find(|(k, _)| k == HW_RESOURCE_TYPE)
+            .is_some_and(|(_, v)| v == SHARED_MEMORY);
+        let wanted = match split_type {
+            MPI_UNDEFINED => false,
+            MPI_COMM_TYPE_SHARED | MPI_COMM_TYPE_HW_UNGUIDED => true,
+            MPI_COMM_TYPE_HW_GUIDED | MPI_COMM_TYPE_RESOURCE_GUIDED => named,
             t => return Err(err(MPI_ERR_ARG, format!("{t} is not a split type"))),
         };
-        // rcomm's split_type orders by rank; the key reorders within each part.
-        let part = c.comm.split_type(kind)?;
-        let ordered = part
-            .split(Some(0), key)?
-            .ok_or_else(|| err(MPI_ERR_INTERN, "split lost a rank"))?;
-        new_comm(comm, &c, ordered, newcomm)
+        // Every rank, whatever it asked for (MPI_UNDEFINED too), takes part in the same two
+        // collectives: the node split, then the split that drops the ranks wanting no part.
+        let node = c.comm.split_type(rcomm::SplitType::Node)?;
+        let wanted =
+            wanted && (split_type != MPI_COMM_TYPE_HW_UNGUIDED || node.size() < c.comm.size());
+        match node.split(wanted.then_some(0), key)? {
+            Some(n) => {
+                if split_type == MPI_COMM_TYPE_HW_UNGUIDED && info != MPI_INFO_NULL {
+                    let i = crate::info::get(info)?;
+                    let mut pairs = i.lock().unwrap_or_else(|p| p.into_inner());
+                    pairs.retain(|(k, _)| k != HW_RESOURCE_TYPE);
+                    pairs.push((HW_RESOURCE_TYPE.to_owned(), SHARED_MEMORY.to_owned()));
+                }
+                new_comm(comm, &c, n, newcomm)
+            }
+            None => ptr::write(newcomm, MPI_COMM_NULL, "newcomm"),
+        }
     })
 }
 

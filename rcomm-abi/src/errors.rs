@@ -163,9 +163,12 @@ pub fn is_code(code: c_int) -> bool {
         || added(|a| a.class_of.contains_key(&code))
 }
 
-/// The string of any code: an added code's own, else its class's.
+/// The string of any code: an added one's own (empty until set), else its class's.
 pub fn code_string(code: c_int) -> Option<String> {
-    if let Some(s) = added(|a| a.strings.get(&code).cloned()) {
+    // An added class or code has the empty string until MPI_Add_error_string gives it one.
+    if let Some(s) = added(|a| {
+        (a.class_of.contains_key(&code)).then(|| a.strings.get(&code).cloned().unwrap_or_default())
+    }) {
         return Some(s);
     }
     class_string(class_of(code)).map(str::to_owned)

@@ -40,6 +40,7 @@ pub mod dtype;
 pub mod env;
 pub mod errors;
 pub mod fuzzing;
+pub mod grequest;
 pub mod group;
 pub mod handles;
 pub mod header;

@@ -826,14 +826,15 @@ impl Communicator {
     }
 
     /// Starts a synchronous send (`MPI_Issend`) of `buf`, which the request owns; it completes
-    /// once the receiver has matched the message.
+    /// once the receiver has matched the message, to this rank itself too (unlike
+    /// [`ssend`](Self::ssend), which would wait forever there).
     pub fn issend<T: Pod + Send>(&self, buf: Vec<T>, dest: u32, tag: Tag) -> Result<Request<T>> {
         let wdest = self.world_rank(dest)?;
         let region = Region::from_ref(bytes_of(&buf));
         let req = self
             .shared
             .lock()
-            .ssend(self.ctx, wdest, tag.0, region, "issend")?;
+            .issend(self.ctx, wdest, tag.0, region, "issend")?;
         Ok(Request {
             shared: self.shared.clone(),
             group: self.topo.members().clone(),

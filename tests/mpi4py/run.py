@@ -72,8 +72,13 @@ def setup(base):
     if not py.exists():
         sh([sys.executable, "-m", "venv", venv])
     pip = [py, "-m", "pip", "-q", "--disable-pip-version-check"]
-    sh([*pip, "install", f"mpich=={MPICH}"])
+    # The downloads stay in the target dir: a venv made again (a new Python, a half-made one)
+    # fetches nothing from PyPI but mpi4py's build requirements.
     dl = base / "download"
+    wheel = f"mpich-{MPICH}-*.whl"
+    if not any(dl.glob(wheel)):
+        sh([*pip, "download", "--no-deps", "--only-binary=:all:", "-d", dl, f"mpich=={MPICH}"])
+    sh([*pip, "install", sorted(dl.glob(wheel))[-1]])
     sdist = dl / f"mpi4py-{MPI4PY}.tar.gz"
     if not sdist.exists():
         sh([*pip, "download", "--no-deps", "--no-binary", "mpi4py", "-d", dl, f"mpi4py=={MPI4PY}"])

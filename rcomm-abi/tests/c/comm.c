@@ -62,6 +62,29 @@ static void communicators(void) {
     CHECK(n == size, "one node: shared split size %d", n);
     OK(MPI_Comm_free(&node));
 
+    /* Guided splits go by the resource the info names (the node, mpi_shared_memory, is the
+     * one rcomm knows); the unguided one only to something strictly smaller, here nothing.
+     * Ranks passing MPI_UNDEFINED beside them take part in the same collectives. */
+    MPI_Info hw;
+    OK(MPI_Info_create(&hw));
+    OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_GUIDED, 0, hw, &node));
+    CHECK(node == MPI_COMM_NULL, "guided split without a resource");
+    OK(MPI_Info_set(hw, "mpi_hw_resource_type", "no-such-resource"));
+    OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_RESOURCE_GUIDED, 0, hw, &node));
+    CHECK(node == MPI_COMM_NULL, "guided split by an unknown resource");
+    OK(MPI_Info_set(hw, "mpi_hw_resource_type", "mpi_shared_memory"));
+    OK(MPI_Comm_split_type(MPI_COMM_WORLD, rank == 0 ? MPI_COMM_TYPE_HW_GUIDED : MPI_UNDEFINED,
+                           0, hw, &node));
+    CHECK((rank == 0) == (node != MPI_COMM_NULL), "guided split beside MPI_UNDEFINED");
+    if (node != MPI_COMM_NULL) {
+        OK(MPI_Comm_size(node, &n));
+        CHECK(n == 1, "guided split of one rank: size %d", n);
+        OK(MPI_Comm_free(&node));
+    }
+    OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_UNGUIDED, 0, hw, &node));
+    CHECK(node == MPI_COMM_NULL, "one node: nothing smaller to split into");
+    OK(MPI_Info_free(&hw));
+
     /* Groups: the even ranks, reversed. */
     MPI_Group world_g, evens, rev, u, i, d;
     OK(MPI_Comm_group(MPI_COMM_WORLD, &world_g));
@@ -209,6 +232,10 @@ static void errors_and_env(void) {
     CHECK(len > 0 && strstr(s, "TRUNCATE"), "string %s", s);
     OK(MPI_Add_error_class(&myclass));
     OK(MPI_Add_error_code(myclass, &mycode));
+    /* Until a string is added, an added class's or code's string is empty. */
+    len = -1;
+    OK(MPI_Error_string(myclass, s, &len));
+    CHECK(len == 0 && s[0] == 0, "added class without a string: %d", len);
     OK(MPI_Add_error_string(mycode, "my error"));
     OK(MPI_Error_class(mycode, &cls));
     CHECK(cls == myclass && myclass > MPI_ERR_LASTCODE, "added class %d code %d", myclass, mycode);
@@ -249,6 +276,42 @@ static void errors_and_env(void) {
     CHECK(MPI_Type_fromint(MPI_Type_toint(MPI_DOUBLE)) == MPI_DOUBLE, "toint type");
 }
 
+/* A generalized request: done only once the program says so; its query function gives the
+ * status and the free function runs after it, both by the completing call. */
+static int greq_calls;
+static int greq_query(void *extra, MPI_Status *st) {
+    greq_calls += *(int *)extra;
+    MPI_Status_set_elements(st, MPI_BYTE, 7);
+    MPI_Status_set_cancelled(st, 0);
+    st->MPI_SOURCE = MPI_UNDEFINED;
+    st->MPI_TAG = MPI_UNDEFINED;
+    return MPI_SUCCESS;
+}
+static int greq_free(void *extra) {
+    greq_calls += 10 * *(int *)extra;
+    return MPI_SUCCESS;
+}
+static int greq_cancel(void *extra, int complete) {
+    (void)extra;
+    (void)complete;
+    return MPI_SUCCESS;
+}
+
+static void generalized_requests(void) {
+    int one = 1, flag = 1, count = 0;
+    MPI_Request req;
+    MPI_Status st;
+    OK(MPI_Grequest_start(greq_query, greq_free, greq_cancel, &one, &req));
+    OK(MPI_Test(&req, &flag, &st));
+    CHECK(!flag && greq_calls == 0, "not complete yet: flag %d calls %d", flag, greq_calls);
+    OK(MPI_Grequest_complete(req));
+    OK(MPI_Wait(&req, &st));
+    CHECK(req == MPI_REQUEST_NULL, "a completed generalized request is freed");
+    CHECK(greq_calls == 11, "query then free, once each: %d", greq_calls);
+    OK(MPI_Get_count(&st, MPI_BYTE, &count));
+    CHECK(count == 7, "the query function's status: count %d", count);
+}
+
 int main(int argc, char **argv) {
     int provided;
     OK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
@@ -259,6 +322,7 @@ int main(int argc, char **argv) {
     attributes();
     info();
     errors_and_env();
+    generalized_requests();
     p2p_barrier(MPI_COMM_WORLD);
     printf("PASS comm rank %d of %d\n", rank, size);
     OK(MPI_Finalize());

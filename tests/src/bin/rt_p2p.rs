@@ -437,12 +437,18 @@ impl T<'_> {
     fn modes(&self) {
         let right = (self.r + 1) % self.n;
         let left = (self.r + self.n - 1) % self.n;
-        // To itself a synchronous send completes at once (documented).
+        // To itself a blocking synchronous send completes at once (documented).
         let me = pattern(self.r, self.r, 20, 0, 33);
         self.w.ssend(&me, self.r, Tag(330)).unwrap();
         let mut back = vec![0u8; 33];
         self.w.recv(&mut back, self.r, Tag(330)).unwrap();
         check(&back, &me, "ssend to self");
+        // A non-blocking one is done only once a receive matched it, to itself too.
+        let mut req = self.w.issend(me.clone(), self.r, Tag(331)).unwrap();
+        assert!(!req.test(), "issend to self completed before its receive");
+        self.w.recv(&mut back, self.r, Tag(331)).unwrap();
+        let (_, st) = req.wait().unwrap();
+        assert_eq!((st.source, st.bytes), (self.r, 33), "issend to self status");
         if self.n > 1 {
             for (i, len) in [0usize, 8, 100_000].into_iter().enumerate() {
                 let out = pattern(self.r, right, 21, i, len);

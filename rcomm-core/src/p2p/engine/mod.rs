@@ -77,6 +77,12 @@ pub(crate) type ReqId = usize;
 #[derive(Debug)]
 pub(crate) enum Stored {
     Eager(Vec<u8>),
+    /// A non-blocking synchronous send of this rank to itself: `sender` completes when a
+    /// receive matches the data (MPI_Issend's completion means "matched", even to oneself).
+    SelfSync {
+        data: Vec<u8>,
+        sender: ReqId,
+    },
     Rts {
         sender_token: u64,
         /// The sender's buffer, when its lane offers GET.
@@ -660,9 +666,10 @@ impl Engine {
         )
     }
 
-    /// Starts a synchronous send (`MPI_Issend`): the request completes only once the receiver
+    /// Starts a synchronous send (`MPI_Ssend`): the request completes only once the receiver
     /// matched the message, so every size goes by rendezvous (its RTS is matched like any
-    /// message; the data moves after). To this rank itself the message is delivered at once.
+    /// message; the data moves after). To this rank itself the message is delivered and the
+    /// request completes at once: a blocking synchronous send to oneself could never be matched.
     pub(crate) fn ssend(
         &mut self,
         ctx: u32,
@@ -673,6 +680,44 @@ impl Engine {
     ) -> Result<ReqId, CommError> {
         self.send_stamped(ctx, dest, tag, region, op, false, true, Stamp::default())
             .map(|r| r.expect("synchronous sends always make a request"))
+    }
+
+    /// [`ssend`](Self::ssend) for `MPI_Issend`: to this rank itself too the request completes
+    /// only once a receive matched the message (a caller may test it before receiving, and
+    /// cancel it until then).
+    pub(crate) fn issend(
+        &mut self,
+        ctx: u32,
+        dest: u32,
+        tag: i32,
+        region: Region,
+        op: &'static str,
+    ) -> Result<ReqId, CommError> {
+        if dest == self.st.me && !region.is_device() {
+            self.send_checks(ctx, dest, tag, op)?;
+            let c = self.st.ctx_mut(ctx);
+            let next = c.send_seq.get_or_default(dest);
+            let seq = *next;
+            *next = seq.wrapping_add(1);
+            let req = self.st.new_req(op, Some(dest), false, region);
+            let r = self.st.req_mut(req);
+            r.ctx = ctx;
+            r.seq = Some(seq);
+            let hdr = Header {
+                context: ctx,
+                source: dest,
+                seq,
+                tag,
+                len: region.len() as u64,
+                kind: ProtoKind::Eager,
+                flags: 0,
+                coll_seq: 0,
+                signature: 0,
+            };
+            self.st.deliver_self_sync(&hdr, region.bytes(), req);
+            return Ok(req);
+        }
+        self.ssend(ctx, dest, tag, region, op)
     }
 
     /// [`isend`](Self::isend) of a collective's message, its header stamped for checked mode.
@@ -1078,10 +1123,14 @@ impl Engine {
 
     /// Drops a message taken by `mprobe` without receiving it: the sender is released.
     pub(crate) fn discard_stored(&mut self, env: Envelope, stored: Stored) {
-        if let Stored::Rts { sender_token, .. } = stored {
-            self.st
-                .send_ctl(env.source, ProtoKind::RndvFin, &[sender_token]);
-            self.after_protocol();
+        match stored {
+            Stored::Rts { sender_token, .. } => {
+                self.st
+                    .send_ctl(env.source, ProtoKind::RndvFin, &[sender_token]);
+                self.after_protocol();
+            }
+            Stored::SelfSync { sender, .. } => self.st.complete_self_sync(sender, env),
+            Stored::Eager(_) => {}
         }
     }
 
@@ -1420,7 +1469,7 @@ impl State {
 
     /// Returns a stored message's buffer to the pool.
     fn recycle(&mut self, stored: Stored) {
-        if let Stored::Eager(data) = stored
+        if let Stored::Eager(data) | Stored::SelfSync { data, .. } = stored
             && self.pool.len() < POOL_MAX
             && data.capacity() <= POOL_BUF_MAX
         {

@@ -332,6 +332,45 @@ impl State {
         });
     }
 
+    /// This rank's `MPI_Issend` to itself: matched like an eager message, but the sending
+    /// request `sender` completes only when a receive takes the data.
+    pub(super) fn deliver_self_sync(&mut self, hdr: &Header, payload: &[u8], sender: ReqId) {
+        let env = Envelope {
+            source: self.me,
+            tag: hdr.tag,
+            len: hdr.len,
+        };
+        let c = self.ctx.get_or_default(hdr.context);
+        match c.m.arrive(&env, hdr.seq) {
+            MRoute::Deliver(rid) => {
+                self.finish_eager(rid.owner as ReqId, env, payload);
+                self.complete_self_sync(sender, env);
+            }
+            MRoute::Keep => {
+                let mut data = self.pool.pop().unwrap_or_default();
+                data.clear();
+                data.extend_from_slice(payload);
+                (self.ctx.get_or_default(hdr.context).m).keep(
+                    env,
+                    hdr.seq,
+                    Stored::SelfSync { data, sender },
+                );
+            }
+        }
+    }
+
+    /// A receive took this rank's synchronous message to itself: its send is complete.
+    pub(super) fn complete_self_sync(&mut self, sender: ReqId, env: Envelope) {
+        self.complete(
+            sender,
+            Ok(Status {
+                source: env.source,
+                tag: env.tag,
+                bytes: env.len as usize,
+            }),
+        );
+    }
+
     /// A message arrived from `peer`.
     pub(super) fn deliver(&mut self, peer: u32, hdr: &Header, payload: &[u8]) {
         match hdr.kind {
@@ -604,6 +643,13 @@ impl State {
         match stored {
             Stored::Eager(data) => {
                 self.finish_eager(req, env, &data);
+                if self.pool.len() < POOL_MAX && data.capacity() <= POOL_BUF_MAX {
+                    self.pool.push(data);
+                }
+            }
+            Stored::SelfSync { data, sender } => {
+                self.finish_eager(req, env, &data);
+                self.complete_self_sync(sender, env);
                 if self.pool.len() < POOL_MAX && data.capacity() <= POOL_BUF_MAX {
                     self.pool.push(data);
                 }
