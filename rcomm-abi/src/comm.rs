@@ -491,6 +491,29 @@ pub extern "C" fn PMPI_Error_string(
         )
     })
 }
+/// `MPI_Remove_error_class`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Remove_error_class(errorclass: c_int) -> c_int {
+    guard("MPI_Remove_error_class", None, || {
+        crate::errors::remove::remove_class(errorclass)
+    })
+}
+
+/// `MPI_Remove_error_code`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Remove_error_code(errorcode: c_int) -> c_int {
+    guard("MPI_Remove_error_code", None, || {
+        crate::errors::remove::remove_code(errorcode)
+    })
+}
+
+/// `MPI_Remove_error_string`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Remove_error_string(errorcode: c_int) -> c_int {
+    guard("MPI_Remove_error_string", None, || {
+        crate::errors::remove::remove_string(errorcode)
+    })
+}
 
 /// `MPI_Add_error_class`.
 #[unsafe(no_mangle)]

@@ -5,10 +5,9 @@
 //! extent rounds to, and the component types `MPI_Type_get_contents` hands back.
 
 use crate::call::guard;
-use crate::coll::Wide;
 use crate::consts::*;
 use crate::errors::{Res, err};
-use crate::ops::{self, Basic};
+use crate::layout::{self, Basic, Wide};
 use crate::ptr;
 use crate::typeobj::{self, Contents, TYPES, TypeObj};
 use rcomm::datatype::{Datatype, Order};
@@ -47,7 +46,7 @@ fn side<R>(f: impl FnOnce(&mut HashMap<usize, Side>) -> R) -> R {
 }
 
 fn align_of_basic(h: MPI_Datatype, size: usize) -> usize {
-    match ops::basic_of(h) {
+    match layout::basic_of(h) {
         Some(Basic::Pair(v, i)) => pair_align(*v).max(pair_align(*i)),
         Some(Basic::C32) => 4,
         Some(Basic::C64) => 8,
@@ -103,7 +102,7 @@ fn make(dt: Datatype, contents: Contents, parts: &[MPI_Datatype], out: *mut MPI_
         .then_some(first)
         .flatten();
     let align = objs.iter().map(|o| o.2.align).max().unwrap_or(1);
-    let basic_size = basic.and_then(|b| match ops::basic_of(b) {
+    let basic_size = basic.and_then(|b| match layout::basic_of(b) {
         Some(Basic::Pair(..)) => None,
         _ => Some(predefined_size(b)),
     });
@@ -931,7 +930,7 @@ fn pack<T: Wide + TryFrom<i128>>(
     let n = cnt(incount, "incount")?;
     let size = cnt(outsize, "outsize")?;
     let pos = position(position_, outsize)?;
-    let data = ops::pack_at(inbuf, n, &t, "inbuf")?;
+    let data = layout::pack_at(inbuf, n, &t, "inbuf")?;
     if pos + data.len() > size {
         return Err(err(
             MPI_ERR_TRUNCATE,
@@ -966,7 +965,7 @@ fn unpack<T: Wide + TryFrom<i128>>(
         ));
     }
     let inb = ptr::slice(inbuf.cast::<u8>(), size, "inbuf")?;
-    ops::unpack_at(outbuf, n, &t, &inb[pos..pos + need], "outbuf")?;
+    layout::unpack_at(outbuf, n, &t, &inb[pos..pos + need], "outbuf")?;
     advance(position_, pos + need)
 }
 

@@ -45,6 +45,7 @@ pub mod group;
 pub mod handles;
 pub mod header;
 pub mod info;
+pub mod layout;
 /// The ABI's function names (the header's list), which `build.rs` also reads.
 pub mod names;
 pub mod opobj;

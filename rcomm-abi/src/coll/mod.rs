@@ -21,6 +21,7 @@ pub mod reduce;
 use crate::comm::{self, CommObj};
 use crate::consts::*;
 use crate::errors::{Res, err};
+pub(crate) use crate::layout::{Wide, check_addr};
 use crate::ops;
 use crate::ptr;
 use crate::request::{self, Pending};
@@ -28,25 +29,6 @@ use crate::typeobj::{self, TypeObj};
 use rcomm::CollRequest;
 use std::ffi::c_void;
 use std::sync::Arc;
-
-/// Addresses below this are the null page: a buffer reaching into it is `MPI_ERR_BUFFER`
-/// (a null pointer with data), never a fault. `MPI_BOTTOM` with absolute displacements lands
-/// far above it.
-const NULL_PAGE: i128 = 4096;
-
-/// Checks that `count` elements of `ty` at `addr` lie off the null page and inside the address
-/// space.
-pub(crate) fn check_addr(addr: usize, count: usize, ty: &TypeObj, what: &str) -> Res {
-    let (lo, hi) = ty.dt.span(count);
-    let (lo, hi) = (addr as i128 + lo, addr as i128 + hi);
-    if lo < NULL_PAGE || hi > isize::MAX as i128 {
-        return Err(err(
-            MPI_ERR_BUFFER,
-            format!("{what}: {count} element(s) at {addr:#x} reach outside valid memory"),
-        ));
-    }
-    Ok(())
-}
 
 /// A caller's buffer: address, count, datatype.
 #[derive(Clone)]
@@ -130,29 +112,6 @@ fn root_of(c: &CommObj, root: c_int) -> Res<u32> {
                 ),
             )
         })
-}
-
-/// The C integer types counts and displacements come in (`int`, `MPI_Count`, `MPI_Aint`).
-pub(crate) trait Wide: Copy {
-    fn wide(self) -> i64;
-}
-
-impl Wide for i32 {
-    fn wide(self) -> i64 {
-        self.into()
-    }
-}
-
-impl Wide for i64 {
-    fn wide(self) -> i64 {
-        self
-    }
-}
-
-impl Wide for isize {
-    fn wide(self) -> i64 {
-        self as i64
-    }
 }
 
 /// An array of `n` counts or displacements as `i64`s.

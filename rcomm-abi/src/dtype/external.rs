@@ -45,7 +45,7 @@ fn units(h: MPI_Datatype) -> Res<Vec<Unit>> {
         MPI_UNSIGNED_LONG => u.push((8, 4, false)),
         MPI_LONG_INT => u.extend([(8, 4, true), (4, 4, true)]),
         _ => {
-            if !units_of_basic(&ops::basic_of(b).ok_or_else(unsupported)?, &mut u) {
+            if !units_of_basic(&crate::layout::basic_of(b).ok_or_else(unsupported)?, &mut u) {
                 return Err(unsupported());
             }
         }
@@ -141,7 +141,10 @@ fn pack_ext<T: Wide + TryFrom<i128>>(
     let n = cnt(incount, "incount")?;
     let size = cnt(outsize, "outsize")?;
     let pos = position(position_, outsize)?;
-    let data = to_external(&ops::pack_at(inbuf, n, &t, "inbuf")?, &units(datatype)?)?;
+    let data = to_external(
+        &crate::layout::pack_at(inbuf, n, &t, "inbuf")?,
+        &units(datatype)?,
+    )?;
     if pos + data.len() > size {
         return Err(err(
             MPI_ERR_TRUNCATE,
@@ -177,7 +180,7 @@ fn unpack_ext<T: Wide + TryFrom<i128>>(
     }
     let inb = ptr::slice(inbuf.cast::<u8>(), size, "inbuf")?;
     let native = from_external(&inb[pos..pos + need], &units(datatype)?);
-    ops::unpack_at(outbuf, n, &t, &native, "outbuf")?;
+    crate::layout::unpack_at(outbuf, n, &t, &native, "outbuf")?;
     advance(position_, pos + need)
 }
 

@@ -1,8 +1,8 @@
 //! `MPI_Remove_error_class` / `_code` / `_string` (MPI-4.1): undo what the `MPI_Add_error_*`
-//! calls added. Standard classes and codes cannot be removed.
+//! calls added. Standard classes and codes cannot be removed. The exported functions are in
+//! `comm`, beside `MPI_Add_error_*`.
 
 use super::*;
-use crate::call::guard;
 
 /// `code` as an added code (or class): `MPI_ERR_ARG` for a standard or unknown one.
 fn added_code(a: &Added, code: c_int) -> Res<c_int> {
@@ -13,60 +13,51 @@ fn added_code(a: &Added, code: c_int) -> Res<c_int> {
 }
 
 /// `MPI_Remove_error_class`: the class must have no codes left but itself.
-#[unsafe(no_mangle)]
-pub extern "C" fn PMPI_Remove_error_class(errorclass: c_int) -> c_int {
-    guard("MPI_Remove_error_class", None, || {
-        added(|a| {
-            if added_code(a, errorclass)? != errorclass {
-                return Err(err(
-                    MPI_ERR_ARG,
-                    format!("{errorclass} is a code, not a class"),
-                ));
-            }
-            if a.class_of
-                .iter()
-                .any(|(&c, &k)| k == errorclass && c != errorclass)
-            {
-                return Err(err(
-                    MPI_ERR_ARG,
-                    format!("error class {errorclass} still has codes: remove them first"),
-                ));
-            }
-            a.class_of.remove(&errorclass);
-            a.strings.remove(&errorclass);
-            Ok(())
-        })
+pub fn remove_class(errorclass: c_int) -> Res {
+    added(|a| {
+        if added_code(a, errorclass)? != errorclass {
+            return Err(err(
+                MPI_ERR_ARG,
+                format!("{errorclass} is a code, not a class"),
+            ));
+        }
+        if a.class_of
+            .iter()
+            .any(|(&c, &k)| k == errorclass && c != errorclass)
+        {
+            return Err(err(
+                MPI_ERR_ARG,
+                format!("error class {errorclass} still has codes: remove them first"),
+            ));
+        }
+        a.class_of.remove(&errorclass);
+        a.strings.remove(&errorclass);
+        Ok(())
     })
 }
 
 /// `MPI_Remove_error_code`.
-#[unsafe(no_mangle)]
-pub extern "C" fn PMPI_Remove_error_code(errorcode: c_int) -> c_int {
-    guard("MPI_Remove_error_code", None, || {
-        added(|a| {
-            if added_code(a, errorcode)? == errorcode {
-                return Err(err(
-                    MPI_ERR_ARG,
-                    format!("{errorcode} is a class, not a code"),
-                ));
-            }
-            a.class_of.remove(&errorcode);
-            a.strings.remove(&errorcode);
-            Ok(())
-        })
+pub fn remove_code(errorcode: c_int) -> Res {
+    added(|a| {
+        if added_code(a, errorcode)? == errorcode {
+            return Err(err(
+                MPI_ERR_ARG,
+                format!("{errorcode} is a class, not a code"),
+            ));
+        }
+        a.class_of.remove(&errorcode);
+        a.strings.remove(&errorcode);
+        Ok(())
     })
 }
 
 /// `MPI_Remove_error_string`.
-#[unsafe(no_mangle)]
-pub extern "C" fn PMPI_Remove_error_string(errorcode: c_int) -> c_int {
-    guard("MPI_Remove_error_string", None, || {
-        added(|a| {
-            added_code(a, errorcode)?;
-            a.strings
-                .remove(&errorcode)
-                .map(drop)
-                .ok_or_else(|| err(MPI_ERR_ARG, format!("{errorcode} has no string")))
-        })
+pub fn remove_string(errorcode: c_int) -> Res {
+    added(|a| {
+        added_code(a, errorcode)?;
+        a.strings
+            .remove(&errorcode)
+            .map(drop)
+            .ok_or_else(|| err(MPI_ERR_ARG, format!("{errorcode} has no string")))
     })
 }
