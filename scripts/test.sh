@@ -12,8 +12,10 @@ cd "$(dirname "$0")/.."
 # each with its own sshd (tests/cluster.sh); hwloc's library and tools for rcomm-runtime's
 # feature `hwloc` (its topology tests compare rcomm's sysfs reader with hwloc); rdma-core's
 # libibverbs and verbs.h for the ib backend's tests (rcomm-transport/tests/ib_abi.rs compares
-# its struct copies with the header and loads the run-time-loaded libibverbs.so.1).
-PKGS=(mpich libclang-dev openssh-server openssh-client iproute2 util-linux libhwloc-dev libudev-dev hwloc pkg-config libibverbs-dev ibverbs-providers)
+# its struct copies with the header and loads the run-time-loaded libibverbs.so.1); Python with
+# venv, pip and its headers for the wheels fetched below and mpi4py's suite (tests/mpi4py/run.py
+# builds mpi4py from its sdist in a venv of its own).
+PKGS=(mpich libclang-dev openssh-server openssh-client iproute2 util-linux libhwloc-dev libudev-dev hwloc pkg-config libibverbs-dev ibverbs-providers python3 python3-venv python3-pip python3-dev)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
