@@ -74,6 +74,18 @@ static void wildcards_and_proc_null(void) {
     int n = -1;
     OK(MPI_Get_count(&st, MPI_INT, &n));
     CHECK(st.MPI_SOURCE == MPI_PROC_NULL && st.MPI_TAG == MPI_ANY_TAG && n == 0 && x == 7, "proc null status");
+    /* Empty messages with null buffers, blocking and not, both ways round. */
+    int to = (rank + 1) % size, from = (rank + size - 1) % size;
+    MPI_Request zr[2];
+    OK(MPI_Irecv(NULL, 0, MPI_INT, from, 5, MPI_COMM_WORLD, &zr[0]));
+    OK(MPI_Isend(NULL, 0, MPI_INT, to, 5, MPI_COMM_WORLD, &zr[1]));
+    OK(MPI_Waitall(2, zr, MPI_STATUSES_IGNORE));
+    OK(MPI_Sendrecv(NULL, 0, MPI_BYTE, to, 6, NULL, 0, MPI_BYTE, from, 6, MPI_COMM_WORLD, &st));
+    OK(MPI_Get_count(&st, MPI_BYTE, &n));
+    CHECK(n == 0 && st.MPI_SOURCE == from && st.MPI_TAG == 6, "empty sendrecv status");
+    OK(MPI_Issend(NULL, 0, MPI_INT, to, 7, MPI_COMM_WORLD, &zr[1]));
+    OK(MPI_Recv(NULL, 0, MPI_INT, from, 7, MPI_COMM_WORLD, &st));
+    OK(MPI_Wait(&zr[1], MPI_STATUS_IGNORE));
 }
 
 static void probes(void) {

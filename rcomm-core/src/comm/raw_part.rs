@@ -49,8 +49,9 @@ impl Communicator {
         mode: RawSendMode,
     ) -> Result<RawRequest> {
         let wdest = self.world_rank(dest)?;
+        let ptr = non_null(ptr.cast_mut(), len);
         // SAFETY: the caller's contract is the region's invariant; a send only reads it.
-        let region = unsafe { Region::from_raw(ptr.cast_mut(), len) };
+        let region = unsafe { Region::from_raw(ptr, len) };
         let mut e = self.shared.lock();
         let (req, done) = match mode {
             RawSendMode::Standard => match e.send(self.ctx, wdest, tag.0, region, "isend", true)? {
@@ -80,6 +81,7 @@ impl Communicator {
         tag: Tag,
     ) -> Result<RawRequest> {
         let src = self.source(src.into())?;
+        let ptr = non_null(ptr, len);
         let mut e = self.shared.lock();
         // SAFETY: the caller's contract.
         let now = super::recv_now_into(&mut e, self.ctx, src, tag, len, &mut |p| unsafe {
@@ -109,6 +111,16 @@ impl Communicator {
             done,
             cancelled: false,
         }
+    }
+}
+
+/// `ptr`, or for an empty region a dangling (non-null, aligned) one: C passes null with a
+/// count of 0, and a slice may not be made from null even when empty.
+fn non_null(ptr: *mut u8, len: usize) -> *mut u8 {
+    if len == 0 {
+        std::ptr::NonNull::dangling().as_ptr()
+    } else {
+        ptr
     }
 }
 
