@@ -11,10 +11,9 @@ use crate::layout::{self, Basic, Wide};
 use crate::ptr;
 use crate::typeobj::{self, Contents, TYPES, TypeObj};
 use rcomm::datatype::{Datatype, Order};
-use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 
 /// The external32 representation.
 mod external;
@@ -38,11 +37,9 @@ struct Side {
     parts: Parts,
 }
 
-static SIDE: Mutex<Option<HashMap<usize, Side>>> = Mutex::new(None);
-
-fn side<R>(f: impl FnOnce(&mut HashMap<usize, Side>) -> R) -> R {
-    let mut g = SIDE.lock().unwrap_or_else(|p| p.into_inner());
-    f(g.get_or_insert_with(HashMap::new))
+/// A derived type's [`Side`], kept in its object (`TypeObj::ext`).
+fn side_of(t: &TypeObj) -> Option<&Side> {
+    t.ext.get().and_then(|b| b.downcast_ref::<Side>())
 }
 
 fn align_of_basic(h: MPI_Datatype, size: usize) -> usize {
@@ -69,7 +66,7 @@ fn info_of(h: MPI_Datatype, t: &TypeObj) -> Info {
             align: align_of_basic(h, t.size()),
         };
     }
-    side(|s| s.get(&h).map(|x| x.info)).unwrap_or(Info {
+    side_of(t).map(|x| x.info).unwrap_or(Info {
         basic: None,
         align: 1,
     })
@@ -77,7 +74,9 @@ fn info_of(h: MPI_Datatype, t: &TypeObj) -> Info {
 
 /// The one predefined type a derived type is made of, if any (for reductions).
 pub fn uniform_basic(h: MPI_Datatype) -> Option<MPI_Datatype> {
-    side(|s| s.get(&h).and_then(|x| x.info.basic))
+    typeobj::get(h)
+        .ok()
+        .and_then(|t| side_of(&t).and_then(|x| x.info.basic))
 }
 
 fn predefined_size(h: MPI_Datatype) -> usize {
@@ -106,18 +105,14 @@ fn make(dt: Datatype, contents: Contents, parts: &[MPI_Datatype], out: *mut MPI_
         Some(Basic::Pair(..)) => None,
         _ => Some(predefined_size(b)),
     });
+    let obj = TypeObj::derived(dt, contents, basic_size);
+    let _ = obj.ext.set(Box::new(Side {
+        info: Info { basic, align },
+        parts: objs,
+    }));
     let h = TYPES
-        .insert(TypeObj::derived(dt, contents, basic_size))
+        .insert(obj)
         .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many datatypes"))?;
-    side(|s| {
-        s.insert(
-            h,
-            Side {
-                info: Info { basic, align },
-                parts: objs,
-            },
-        )
-    });
     ptr::write(out, h, "newtype")
 }
 
@@ -595,7 +590,6 @@ pub extern "C" fn PMPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
         crate::attr::types::delete_all(h, &t);
         // Communication in flight holds its own `Arc` of the layout.
         TYPES.remove(h);
-        side(|s| s.remove(&h));
         ptr::write(datatype, MPI_DATATYPE_NULL, "datatype")
     })
 }
@@ -685,7 +679,10 @@ fn get_contents(datatype: MPI_Datatype, o: ContentsOut) -> Res {
     ptr::slice_mut(o.aints, c.aints.len(), "array_of_addresses")?.copy_from_slice(&c.aints);
     ptr::slice_mut(o.counts, c.counts.len(), "array_of_large_counts")?.copy_from_slice(&c.counts);
     let out = ptr::slice_mut(o.types, c.types.len(), "array_of_datatypes")?;
-    let parts = side(|s| s.get(&datatype).map(|x| clone_parts(&x.parts))).unwrap_or_default();
+    let me = typeobj::get(datatype)?;
+    let parts = side_of(&me)
+        .map(|x| clone_parts(&x.parts))
+        .unwrap_or_default();
     // Derived components come back as new handles (the standard: the caller frees them),
     // made from the objects the type holds, so they are valid even after the originals
     // were freed.
@@ -695,20 +692,15 @@ fn get_contents(datatype: MPI_Datatype, o: ContentsOut) -> Res {
         } else {
             let mut obj = TypeObj::derived(t.dt.clone(), t.contents.clone(), t.basic_size);
             obj.committed = t.is_committed().into();
-            let nh = TYPES
+            // Its own parts come along, so its contents can be asked for in turn.
+            let sub = side_of(&t).map(|x| clone_parts(&x.parts));
+            let _ = obj.ext.set(Box::new(Side {
+                info: i,
+                parts: sub.unwrap_or_default(),
+            }));
+            TYPES
                 .insert(obj)
-                .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many datatypes"))?;
-            let sub = side(|s| s.get(&h).map(|x| clone_parts(&x.parts)));
-            side(|s| {
-                s.insert(
-                    nh,
-                    Side {
-                        info: i,
-                        parts: sub.unwrap_or_default(),
-                    },
-                )
-            });
-            nh
+                .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many datatypes"))?
         };
     }
     Ok(())

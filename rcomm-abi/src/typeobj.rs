@@ -43,6 +43,10 @@ pub struct TypeObj {
     pub basic_size: Option<usize>,
     /// Attributes: keyval → value.
     pub attrs: Mutex<HashMap<c_int, usize>>,
+    /// What `dtype` knows of a derived type beyond its layout (its parts, as objects, and
+    /// their alignment), set once when it is made: it lives as long as the object, so a type
+    /// whose handle was freed still answers for the types built from it.
+    pub ext: OnceLock<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl TypeObj {
@@ -56,6 +60,7 @@ impl TypeObj {
             contents,
             basic_size,
             attrs: Mutex::new(HashMap::new()),
+            ext: OnceLock::new(),
         }
     }
 
@@ -127,6 +132,7 @@ fn predefined_table() -> &'static [Option<Arc<TypeObj>>] {
                 },
                 basic_size: basic_size(name, size),
                 attrs: Mutex::new(HashMap::new()),
+                ext: OnceLock::new(),
             }));
         }
         t

@@ -217,6 +217,32 @@ static void test_in_collectives(void) {
     OK(MPI_Type_free(&subt));
 }
 
+/* A component whose handle the program freed still answers through the handles
+ * MPI_Type_get_contents gives back, level after level (mpi4py's dtlib walks types so). */
+static void test_contents_outlive_handles(void) {
+    MPI_Datatype d, v, s;
+    OK(MPI_Type_dup(MPI_INT, &d));
+    OK(MPI_Type_contiguous(3, d, &v));
+    OK(MPI_Type_create_struct(1, (int[]){2}, (MPI_Aint[]){0}, (MPI_Datatype[]){v}, &s));
+    OK(MPI_Type_free(&d));
+    OK(MPI_Type_free(&v));
+    int ni, na, nd, comb, ints[4];
+    MPI_Aint aints[4];
+    MPI_Datatype parts[2];
+    OK(MPI_Type_get_contents(s, 4, 4, 2, ints, aints, parts));
+    envelope_is(parts[0], 1, 0, 1, MPI_COMBINER_CONTIGUOUS);
+    OK(MPI_Type_get_contents(parts[0], 4, 4, 2, ints, aints, &parts[1]));
+    CHECK(ints[0] == 3, "contiguous count %d", ints[0]);
+    envelope_is(parts[1], 0, 0, 1, MPI_COMBINER_DUP);
+    MPI_Datatype base;
+    OK(MPI_Type_get_envelope(parts[1], &ni, &na, &nd, &comb));
+    OK(MPI_Type_get_contents(parts[1], 0, 0, 1, ints, aints, &base));
+    CHECK(base == MPI_INT, "the dup's base is MPI_INT");
+    OK(MPI_Type_free(&parts[1]));
+    OK(MPI_Type_free(&parts[0]));
+    OK(MPI_Type_free(&s));
+}
+
 int main(int argc, char **argv) {
     OK(MPI_Init(&argc, &argv));
     OK(MPI_Comm_size(MPI_COMM_WORLD, &n));
@@ -224,6 +250,7 @@ int main(int argc, char **argv) {
     test_constructors();
     test_struct();
     test_in_collectives();
+    test_contents_outlive_handles();
     OK(MPI_Finalize());
     printf("PASS dtype rank %d of %d\n", me, n);
     return 0;
