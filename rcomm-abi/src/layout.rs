@@ -168,11 +168,19 @@ fn based(addr: usize, count: usize, ty: &TypeObj) -> Res<(usize, Datatype, usize
 /// nothing is read).
 pub fn pack_at(buf: *const c_void, count: usize, ty: &TypeObj, what: &str) -> Res<Vec<u8>> {
     let n = ty.dt.packed_size(count);
-    let mut out = vec![0u8; n];
     if n == 0 {
-        return Ok(out);
+        return Ok(Vec::new());
     }
     check_addr(buf as usize, count, ty, what)?;
+    // A count no memory holds is the program's error to hear about, not an abort.
+    let mut out = Vec::new();
+    out.try_reserve_exact(n).map_err(|_| {
+        err(
+            MPI_ERR_NO_MEM,
+            format!("{what}: {n} bytes to pack: out of memory"),
+        )
+    })?;
+    out.resize(n, 0);
     let (base, dt, k) = based(buf as usize, count, ty)?;
     // SAFETY: the caller's buffer holds `count` elements of `ty` (MPI's contract); the span
     // was checked to stay off the null page, and `based` keeps the same bytes.

@@ -259,14 +259,60 @@ pub(crate) fn persistent<T: Copy + 'static>(
     args: T,
     start: fn(T) -> Res<Coll>,
 ) -> Res {
+    persistent_kept(request, comm, info, args, start, Vec::new())
+}
+
+/// Arrays a persistent collective copied at its init ([`keep`]), held as long as the request.
+pub(crate) type Held = Vec<Box<dyn std::any::Any + Send + Sync>>;
+
+/// The array of `n` values at `p`, copied into `hold`; a pointer to the copy (null stays
+/// null). A persistent collective reads its counts, displacements and types when it is made,
+/// as MPICH does: a program may reuse those arrays once the init call returned (mpi4py
+/// frees them), while its data buffers are read and written at each start.
+pub(crate) fn keep<C: Copy + Send + Sync + 'static>(
+    p: *const C,
+    n: usize,
+    what: &str,
+    hold: &mut Held,
+) -> Res<*const C> {
+    if p.is_null() || n == 0 {
+        return Ok(p);
+    }
+    let v: Vec<C> = ptr::slice(p, n, what)?.to_vec();
+    let q = v.as_ptr();
+    hold.push(Box::new(v));
+    Ok(q)
+}
+
+/// The size of communicator `h` (the length of its per-rank arrays).
+pub(crate) fn size_of_comm(h: MPI_Comm) -> Res<usize> {
+    Ok(intra(h)?.comm.size() as usize)
+}
+
+/// Whether this rank is `root` of `h` (root-only arrays are copied only there).
+pub(crate) fn is_root(h: MPI_Comm, root: c_int) -> Res<bool> {
+    Ok(intra(h)?.comm.rank() as c_int == root)
+}
+
+/// [`persistent`], holding `hold` (the arrays [`keep`] copied) for the request's life.
+pub(crate) fn persistent_kept<T: Copy + 'static>(
+    request: *mut MPI_Request,
+    comm: MPI_Comm,
+    info: MPI_Info,
+    args: T,
+    start: fn(T) -> Res<Coll>,
+    hold: Held,
+) -> Res {
     if request.is_null() {
         return Err(err(MPI_ERR_ARG, "request is a null pointer"));
     }
     intra(comm)?;
     crate::info::pairs(info)?;
     let args = Bound(args);
-    let starter: request::Starter =
-        Box::new(move || Ok(Box::new(start(args.get())?) as Box<dyn Pending>));
+    let starter: request::Starter = Box::new(move || {
+        let _held = &hold;
+        Ok(Box::new(start(args.get())?) as Box<dyn Pending>)
+    });
     let h = request::insert_persistent(starter, comm)?;
     ptr::write(request, h, "request")
 }

@@ -2,6 +2,7 @@
  * same buffers, waited for, with MPI_Startall, MPI_Test and MPI_Request_free; results
  * against values computed here. */
 #include "check.h"
+#include <string.h>
 
 static int n, me;
 
@@ -97,12 +98,20 @@ static void test_moves(void) {
     for (int r = 0; r < n; r++) cnt[r] = 1, dsp[r] = n - 1 - r;
     OK(MPI_Allgatherv_init(&v, 1, MPI_INT, all, cnt, dsp, MPI_INT, MPI_COMM_WORLD,
                            MPI_INFO_NULL, &q));
+    /* The counts and displacements were taken at init: the program may reuse the arrays. */
+    int keep_cnt[8], keep_dsp[8];
+    CHECK(n <= 8);
+    memcpy(keep_cnt, cnt, sizeof(int) * n);
+    memcpy(keep_dsp, dsp, sizeof(int) * n);
+    for (int r = 0; r < n; r++) cnt[r] = -99, dsp[r] = 1 << 30;
     for (int it = 0; it < 2; it++) {
         v = me + 7 * it;
         run(&q);
         for (int r = 0; r < n; r++) CHECK(all[n - 1 - r] == r + 7 * it);
     }
     OK(MPI_Request_free(&q));
+    memcpy(cnt, keep_cnt, sizeof(int) * n);
+    memcpy(dsp, keep_dsp, sizeof(int) * n);
     OK(MPI_Gatherv_init(&v, 1, MPI_INT, all, cnt, dsp, MPI_INT, 0, MPI_COMM_WORLD,
                         MPI_INFO_NULL, &q));
     v = me + 1;

@@ -2,7 +2,7 @@
 //! non-blocking collective on the arguments init was given.
 
 use super::*;
-use crate::coll::persistent;
+use crate::coll::{Held, is_root, keep, persistent, persistent_kept, size_of_comm};
 
 /// `MPI_Barrier_init`.
 #[unsafe(no_mangle)]
@@ -146,7 +146,20 @@ pub extern "C" fn PMPI_Gatherv_init(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Gatherv_init", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n = size_of_comm(comm)?;
+        let at_root = is_root(comm, root)?;
+        let recvcounts = if at_root {
+            keep(recvcounts, n, "recvcounts", &mut hold)?
+        } else {
+            recvcounts
+        };
+        let displs = if at_root {
+            keep(displs, n, "displs", &mut hold)?
+        } else {
+            displs
+        };
+        persistent_kept(
             request,
             comm,
             info,
@@ -161,6 +174,7 @@ pub extern "C" fn PMPI_Gatherv_init(
                     comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -181,7 +195,20 @@ pub extern "C" fn PMPI_Gatherv_init_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Gatherv_init_c", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n = size_of_comm(comm)?;
+        let at_root = is_root(comm, root)?;
+        let recvcounts = if at_root {
+            keep(recvcounts, n, "recvcounts", &mut hold)?
+        } else {
+            recvcounts
+        };
+        let displs = if at_root {
+            keep(displs, n, "displs", &mut hold)?
+        } else {
+            displs
+        };
+        persistent_kept(
             request,
             comm,
             info,
@@ -196,6 +223,7 @@ pub extern "C" fn PMPI_Gatherv_init_c(
                     comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -284,7 +312,20 @@ pub extern "C" fn PMPI_Scatterv_init(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Scatterv_init", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n = size_of_comm(comm)?;
+        let at_root = is_root(comm, root)?;
+        let sendcounts = if at_root {
+            keep(sendcounts, n, "sendcounts", &mut hold)?
+        } else {
+            sendcounts
+        };
+        let displs = if at_root {
+            keep(displs, n, "displs", &mut hold)?
+        } else {
+            displs
+        };
+        persistent_kept(
             request,
             comm,
             info,
@@ -299,6 +340,7 @@ pub extern "C" fn PMPI_Scatterv_init(
                     comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -319,7 +361,20 @@ pub extern "C" fn PMPI_Scatterv_init_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Scatterv_init_c", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n = size_of_comm(comm)?;
+        let at_root = is_root(comm, root)?;
+        let sendcounts = if at_root {
+            keep(sendcounts, n, "sendcounts", &mut hold)?
+        } else {
+            sendcounts
+        };
+        let displs = if at_root {
+            keep(displs, n, "displs", &mut hold)?
+        } else {
+            displs
+        };
+        persistent_kept(
             request,
             comm,
             info,
@@ -334,6 +389,7 @@ pub extern "C" fn PMPI_Scatterv_init_c(
                     comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -417,7 +473,11 @@ pub extern "C" fn PMPI_Allgatherv_init(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Allgatherv_init", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n = size_of_comm(comm)?;
+        let recvcounts = keep(recvcounts, n, "recvcounts", &mut hold)?;
+        let displs = keep(displs, n, "displs", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -431,6 +491,7 @@ pub extern "C" fn PMPI_Allgatherv_init(
                     comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -450,7 +511,11 @@ pub extern "C" fn PMPI_Allgatherv_init_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Allgatherv_init_c", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n = size_of_comm(comm)?;
+        let recvcounts = keep(recvcounts, n, "recvcounts", &mut hold)?;
+        let displs = keep(displs, n, "displs", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -464,6 +529,7 @@ pub extern "C" fn PMPI_Allgatherv_init_c(
                     comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -548,7 +614,13 @@ pub extern "C" fn PMPI_Alltoallv_init(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Alltoallv_init", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n = size_of_comm(comm)?;
+        let sendcounts = keep(sendcounts, n, "sendcounts", &mut hold)?;
+        let sdispls = keep(sdispls, n, "sdispls", &mut hold)?;
+        let recvcounts = keep(recvcounts, n, "recvcounts", &mut hold)?;
+        let rdispls = keep(rdispls, n, "rdispls", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -572,6 +644,7 @@ pub extern "C" fn PMPI_Alltoallv_init(
                     comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -592,7 +665,13 @@ pub extern "C" fn PMPI_Alltoallv_init_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Alltoallv_init_c", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n = size_of_comm(comm)?;
+        let sendcounts = keep(sendcounts, n, "sendcounts", &mut hold)?;
+        let sdispls = keep(sdispls, n, "sdispls", &mut hold)?;
+        let recvcounts = keep(recvcounts, n, "recvcounts", &mut hold)?;
+        let rdispls = keep(rdispls, n, "rdispls", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -616,6 +695,7 @@ pub extern "C" fn PMPI_Alltoallv_init_c(
                     comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -636,7 +716,15 @@ pub extern "C" fn PMPI_Alltoallw_init(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Alltoallw_init", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n = size_of_comm(comm)?;
+        let sendcounts = keep(sendcounts, n, "sendcounts", &mut hold)?;
+        let sdispls = keep(sdispls, n, "sdispls", &mut hold)?;
+        let sendtypes = keep(sendtypes, n, "sendtypes", &mut hold)?;
+        let recvcounts = keep(recvcounts, n, "recvcounts", &mut hold)?;
+        let rdispls = keep(rdispls, n, "rdispls", &mut hold)?;
+        let recvtypes = keep(recvtypes, n, "recvtypes", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -660,6 +748,7 @@ pub extern "C" fn PMPI_Alltoallw_init(
                     recvtypes, comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -680,7 +769,15 @@ pub extern "C" fn PMPI_Alltoallw_init_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Alltoallw_init_c", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n = size_of_comm(comm)?;
+        let sendcounts = keep(sendcounts, n, "sendcounts", &mut hold)?;
+        let sdispls = keep(sdispls, n, "sdispls", &mut hold)?;
+        let sendtypes = keep(sendtypes, n, "sendtypes", &mut hold)?;
+        let recvcounts = keep(recvcounts, n, "recvcounts", &mut hold)?;
+        let rdispls = keep(rdispls, n, "rdispls", &mut hold)?;
+        let recvtypes = keep(recvtypes, n, "recvtypes", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -704,6 +801,7 @@ pub extern "C" fn PMPI_Alltoallw_init_c(
                     recvtypes, comm,
                 )
             },
+            hold,
         )
     })
 }

@@ -2,7 +2,7 @@
 //! non-blocking collective on the arguments init was given.
 
 use super::*;
-use crate::coll::persistent;
+use crate::coll::{Held, keep, persistent, persistent_kept, size_of_comm};
 
 /// `MPI_Reduce_init`.
 #[unsafe(no_mangle)]
@@ -235,7 +235,10 @@ pub extern "C" fn PMPI_Reduce_scatter_init(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Reduce_scatter_init", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n = size_of_comm(comm)?;
+        let recvcounts = keep(recvcounts, n, "recvcounts", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -243,6 +246,7 @@ pub extern "C" fn PMPI_Reduce_scatter_init(
             |(sendbuf, recvbuf, recvcounts, datatype, op, comm)| {
                 rs_v(sendbuf, recvbuf, recvcounts, datatype, op, comm)
             },
+            hold,
         )
     })
 }
@@ -260,7 +264,10 @@ pub extern "C" fn PMPI_Reduce_scatter_init_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Reduce_scatter_init_c", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n = size_of_comm(comm)?;
+        let recvcounts = keep(recvcounts, n, "recvcounts", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -268,6 +275,7 @@ pub extern "C" fn PMPI_Reduce_scatter_init_c(
             |(sendbuf, recvbuf, recvcounts, datatype, op, comm)| {
                 rs_v(sendbuf, recvbuf, recvcounts, datatype, op, comm)
             },
+            hold,
         )
     })
 }
