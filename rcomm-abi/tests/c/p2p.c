@@ -86,6 +86,14 @@ static void wildcards_and_proc_null(void) {
     OK(MPI_Issend(NULL, 0, MPI_INT, to, 7, MPI_COMM_WORLD, &zr[1]));
     OK(MPI_Recv(NULL, 0, MPI_INT, from, 7, MPI_COMM_WORLD, &st));
     OK(MPI_Wait(&zr[1], MPI_STATUS_IGNORE));
+    /* A synchronous send to oneself completes only once its receive matched. */
+    int y = 5, z = 0, fl = 1;
+    OK(MPI_Issend(&y, 1, MPI_INT, rank, 8, MPI_COMM_WORLD, &zr[1]));
+    OK(MPI_Test(&zr[1], &fl, MPI_STATUS_IGNORE));
+    CHECK(!fl, "an Issend to oneself completed before any receive");
+    OK(MPI_Recv(&z, 1, MPI_INT, rank, 8, MPI_COMM_WORLD, &st));
+    OK(MPI_Wait(&zr[1], MPI_STATUS_IGNORE));
+    CHECK(z == 5, "z %d", z);
 }
 
 static void probes(void) {

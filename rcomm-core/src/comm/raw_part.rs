@@ -59,7 +59,7 @@ impl Communicator {
                 None => (None, Some(self.sent_status(tag, len))),
             },
             RawSendMode::Sync => (
-                Some(e.ssend(self.ctx, wdest, tag.0, region, "issend")?),
+                Some(e.issend(self.ctx, wdest, tag.0, region, "issend")?),
                 None,
             ),
         };
