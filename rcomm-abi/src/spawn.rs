@@ -71,7 +71,8 @@ fn spawn(
     let n = ic.remote_size() as usize;
     let eh = *c.errhandler.lock().unwrap_or_else(|p| p.into_inner());
     let out = comm::insert_inter(ic, eh)?;
-    if !errcodes.is_null() && c.comm.rank() == root {
+    // An output on every rank (the root's arguments are the only inputs that are root-only).
+    if !errcodes.is_null() {
         ptr::slice_mut(errcodes, n, "array_of_errcodes")?.fill(MPI_SUCCESS);
     }
     ptr::write(intercomm, out, "intercomm")
