@@ -211,10 +211,27 @@ def main():
                 "cargo build -p rcomm-launcher -p rcomm-abi")
             return 2
         env["MPI4PY_LIBMPI"] = str(lib.resolve())
+        # rcomm-run links this library as libmpi_abi.so.1 first on the ranks' library path:
+        # mpi4py's extension names libmpi_abi.so.1 with a RUNPATH to the venv, which holds
+        # MPICH's, and only LD_LIBRARY_PATH comes before a RUNPATH.
+        env["RCOMM_ABI_LIB"] = str(lib.resolve())
         launcher = [str(run), "-n"]
+        want = "rcomm"
     else:
         env["MPI4PY_LIBMPI"] = str(venv / "lib" / "libmpi_abi.so.1")
         launcher = [str(venv / "bin" / "mpiexec"), "-n"]
+        want = "MPICH"
+    # Which library the ranks really load: a count taken on the other one would be a lie.
+    probe = subprocess.run(
+        [*launcher, "1", str(py), "-c",
+         "from mpi4py import MPI; print('LIBRARY', MPI.Get_library_version().split()[0])"],
+        env=env, capture_output=True, text=True, timeout=120)
+    got = [ln.split("LIBRARY", 1)[1].strip() for ln in probe.stdout.splitlines() if "LIBRARY" in ln]
+    if probe.returncode != 0 or got != [want]:
+        log(f"the ranks do not load {want}'s library (they report {got}, exit "
+            f"{probe.returncode}):\n{probe.stdout}{probe.stderr}")
+        return 2
+    log(f"the ranks load {want}'s libmpi_abi.so.1")
     ranks = [int(x) for x in a.ranks.split(",") if x]
     out = Path(a.out) if a.out else base / "results" / f"{a.lib}-{time.strftime('%Y%m%dT%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
