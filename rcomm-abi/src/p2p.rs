@@ -234,8 +234,9 @@ impl Pending for RecvOp {
     }
 }
 
-/// A send or receive straight on the caller's contiguous memory.
-struct RawOp(Option<rcomm::RawRequest>);
+/// A send or receive straight on the caller's contiguous memory, and the intercommunicator
+/// it was posted on (whose statuses name remote ranks), if any.
+struct RawOp(Option<rcomm::RawRequest>, Option<rcomm::InterComm>);
 
 impl Pending for RawOp {
     fn test(&mut self) -> Res<Option<MPI_Status>> {
@@ -255,7 +256,7 @@ impl Pending for RawOp {
                 Ok(if cancelled {
                     empty_status()
                 } else {
-                    status_of(&st)
+                    comm::remote_status(self.1.as_ref(), status_of(&st))
                 })
             }
             None => Ok(empty_status()),
@@ -299,7 +300,7 @@ fn post_recv(c: &CommObj, to: Buf, src: rcomm::Source, tag: rcomm::Tag) -> Res<B
         // SAFETY: MPI's contract: the program keeps the receive buffer valid and untouched
         // until the request completes.
         let r = unsafe { c.comm.irecv_raw(p, len, src, tag)? };
-        return Ok(Box::new(RawOp(Some(r))));
+        return Ok(Box::new(RawOp(Some(r), c.inter.clone())));
     }
     let r = c.comm.irecv(vec![0u8; to.bytes()], src, tag)?;
     Ok(Box::new(RecvOp {
@@ -363,7 +364,7 @@ fn start_send(
         // SAFETY: MPI's contract: the program leaves the send buffer alone until the
         // request completes.
         let r = unsafe { c.comm.isend_raw(p.cast_const(), len, d, tag, m)? };
-        return Ok(Box::new(RawOp(Some(r))));
+        return Ok(Box::new(RawOp(Some(r), c.inter.clone())));
     }
     let data = b.pack()?;
     let r = match mode {

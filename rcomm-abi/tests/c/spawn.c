@@ -46,8 +46,11 @@ static void parent_side(void) {
     for (int j = 0; j < CHILDREN; j++) {
         int out = 1000 * me + j, in = -1;
         MPI_Status st;
+        MPI_Request rq;
         OK(MPI_Send(&out, 1, MPI_INT, j, 7, ic));
-        OK(MPI_Recv(&in, 1, MPI_INT, j, 8, ic, &st));
+        /* non-blocking here, blocking on the children's side: both name remote ranks */
+        OK(MPI_Irecv(&in, 1, MPI_INT, j, 8, ic, &rq));
+        OK(MPI_Wait(&rq, &st));
         CHECK(in == 100 * j + me && st.MPI_SOURCE == j, "in %d source %d", in, st.MPI_SOURCE);
     }
     /* a barrier spans both groups; other collectives on it are refused */
