@@ -54,7 +54,11 @@ static void parent_side(void) {
         CHECK(in == 100 * j + me && st.MPI_SOURCE == j, "in %d source %d", in, st.MPI_SOURCE);
     }
     /* a barrier spans both groups; other collectives on it are refused */
+    /* The children enter 0.2 s after their last message: a barrier that waits for the other
+     * group cannot return sooner (one that does not wait would). */
+    double t0 = MPI_Wtime();
     OK(MPI_Barrier(ic));
+    CHECK(MPI_Wtime() - t0 >= 0.1, "the barrier returned after %.3f s", MPI_Wtime() - t0);
     OK(MPI_Comm_set_errhandler(ic, MPI_ERRORS_RETURN));
     int cls, rc = MPI_Bcast(&v, 1, MPI_INT, MPI_ROOT, ic);
     MPI_Error_class(rc, &cls);
@@ -103,6 +107,7 @@ static void child_side(MPI_Comm parent) {
         CHECK(in == 1000 * p + me && st.MPI_SOURCE == p, "in %d source %d", in, st.MPI_SOURCE);
         OK(MPI_Send(&out, 1, MPI_INT, p, 8, parent));
     }
+    usleep(200000);
     OK(MPI_Barrier(parent));
     check_merged(parent, 1, np + me, np + CHILDREN);
     OK(MPI_Comm_free(&parent));
