@@ -292,7 +292,7 @@ pub extern "C" fn PMPI_Cart_map(
     newrank: *mut c_int,
 ) -> c_int {
     guard("MPI_Cart_map", Some(comm), || {
-        let c = comm::get(comm)?;
+        let c = comm::get_intra(comm, "MPI_Cart_map")?;
         let d = dims_of(ndims, dims)?;
         let p = flags(d.len(), periods, "periods")?;
         let r = c
@@ -376,7 +376,7 @@ pub extern "C" fn PMPI_Graph_map(
     newrank: *mut c_int,
 ) -> c_int {
     guard("MPI_Graph_map", Some(comm), || {
-        let c = comm::get(comm)?;
+        let c = comm::get_intra(comm, "MPI_Graph_map")?;
         let (ix, ed) = index_edges(nnodes, index, edges, c.comm.size())?;
         let r = c.comm.graph_map(&ix, &ed)?;
         ptr::write(newrank, r.map_or(MPI_UNDEFINED, |v| v as c_int), "newrank")

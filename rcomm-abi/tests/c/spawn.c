@@ -76,6 +76,10 @@ static void parent_side(void) {
     rc = MPI_Comm_split(ic, 0, 0, &bad);
     MPI_Error_class(rc, &cls);
     CHECK(cls == MPI_ERR_COMM && bad == MPI_COMM_NULL, "split: class %d", cls);
+    int newrank;
+    rc = MPI_Cart_map(ic, 1, (int[]){n}, (int[]){0}, &newrank);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_COMM, "cart_map: class %d", cls);
     MPI_Message msg;
     rc = MPI_Improbe(0, 9, ic, &flag, &msg, MPI_STATUS_IGNORE);
     MPI_Error_class(rc, &cls);
