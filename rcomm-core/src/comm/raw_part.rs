@@ -49,9 +49,8 @@ impl Communicator {
         mode: RawSendMode,
     ) -> Result<RawRequest> {
         let wdest = self.world_rank(dest)?;
-        let ptr = non_null(ptr.cast_mut(), len);
         // SAFETY: the caller's contract is the region's invariant; a send only reads it.
-        let region = unsafe { Region::from_raw(ptr, len) };
+        let region = unsafe { Region::from_raw(ptr.cast_mut(), len) };
         let mut e = self.shared.lock();
         let (req, done) = match mode {
             RawSendMode::Standard => match e.send(self.ctx, wdest, tag.0, region, "isend", true)? {
@@ -81,11 +80,12 @@ impl Communicator {
         tag: Tag,
     ) -> Result<RawRequest> {
         let src = self.source(src.into())?;
-        let ptr = non_null(ptr, len);
         let mut e = self.shared.lock();
-        // SAFETY: the caller's contract.
-        let now = super::recv_now_into(&mut e, self.ctx, src, tag, len, &mut |p| unsafe {
-            std::ptr::copy_nonoverlapping(p.as_ptr(), ptr, p.len())
+        let now = super::recv_now_into(&mut e, self.ctx, src, tag, len, &mut |p| {
+            if !p.is_empty() {
+                // SAFETY: the caller's contract; `p` is at most `len` bytes (the room given).
+                unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), ptr, p.len()) }
+            }
         });
         let (req, done) = match now {
             Some(st) => (None, Some(self.local(st))),
@@ -111,16 +111,6 @@ impl Communicator {
             done,
             cancelled: false,
         }
-    }
-}
-
-/// `ptr`, or for an empty region a dangling (non-null, aligned) one: C passes null with a
-/// count of 0, and a slice may not be made from null even when empty.
-fn non_null(ptr: *mut u8, len: usize) -> *mut u8 {
-    if len == 0 {
-        std::ptr::NonNull::dangling().as_ptr()
-    } else {
-        ptr
     }
 }
 

@@ -53,7 +53,13 @@ impl Region {
     /// collective executor uses it for disjoint pieces of one buffer within a phase.
     pub(crate) unsafe fn from_raw(ptr: *mut u8, len: usize) -> Self {
         Self {
-            ptr,
+            // An empty region may come as null (C passes it with a count of 0); a slice may
+            // not be made from null even when empty.
+            ptr: if len == 0 {
+                std::ptr::NonNull::dangling().as_ptr()
+            } else {
+                ptr
+            },
             len,
             kind: MemKind::Host,
         }
