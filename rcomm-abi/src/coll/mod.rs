@@ -310,6 +310,7 @@ pub(crate) fn persistent_kept<T: Copy + 'static>(
     crate::info::pairs(info)?;
     let args = Bound(args);
     let starter: request::Starter = Box::new(move || {
+        // Named so the closure owns `hold`: the pointers in `args` point into it.
         let _held = &hold;
         Ok(Box::new(start(args.get())?) as Box<dyn Pending>)
     });

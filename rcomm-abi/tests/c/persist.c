@@ -190,6 +190,19 @@ static void test_neighbours(void) {
     }
     OK(MPI_Request_free(&q[0]));
     OK(MPI_Request_free(&q[1]));
+    /* The v-form takes its counts and displacements at init: the arrays are reused after. */
+    int sc[2] = {1, 1}, sd[2] = {1, 0}, rc[2] = {1, 1}, rd[2] = {1, 0};
+    OK(MPI_Neighbor_alltoallv_init(snd, sc, sd, MPI_INT, got2, rc, rd, MPI_INT, ring,
+                                   MPI_INFO_NULL, &q[0]));
+    sc[0] = sc[1] = rc[0] = rc[1] = -7;
+    sd[0] = sd[1] = rd[0] = rd[1] = 1 << 28;
+    snd[0] = me * 10;
+    snd[1] = me * 10 + 5;
+    OK(MPI_Start(&q[0]));
+    OK(MPI_Wait(&q[0], MPI_STATUS_IGNORE));
+    /* block 0 (to the left) is snd[1], block 1 (to the right) snd[0]; received likewise swapped */
+    CHECK(got2[1] == left * 10 && got2[0] == right * 10 + 5, "got %d %d", got2[0], got2[1]);
+    OK(MPI_Request_free(&q[0]));
     OK(MPI_Comm_free(&ring));
 }
 

@@ -2,7 +2,7 @@
 //! non-blocking collective on the arguments init was given.
 
 use super::*;
-use crate::coll::persistent;
+use crate::coll::{Held, keep, persistent, persistent_kept};
 
 /// `MPI_Neighbor_allgather_init`.
 #[unsafe(no_mangle)]
@@ -83,7 +83,11 @@ pub extern "C" fn PMPI_Neighbor_allgatherv_init(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Neighbor_allgatherv_init", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n_in = crate::topo::neighbours(comm)?.1.len();
+        let recvcounts = keep(recvcounts, n_in, "recvcounts", &mut hold)?;
+        let displs_ = keep(displs_, n_in, "displs", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -97,6 +101,7 @@ pub extern "C" fn PMPI_Neighbor_allgatherv_init(
                     comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -116,7 +121,11 @@ pub extern "C" fn PMPI_Neighbor_allgatherv_init_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Neighbor_allgatherv_init_c", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let n_in = crate::topo::neighbours(comm)?.1.len();
+        let recvcounts = keep(recvcounts, n_in, "recvcounts", &mut hold)?;
+        let displs_ = keep(displs_, n_in, "displs", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -130,6 +139,7 @@ pub extern "C" fn PMPI_Neighbor_allgatherv_init_c(
                     comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -214,7 +224,14 @@ pub extern "C" fn PMPI_Neighbor_alltoallv_init(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Neighbor_alltoallv_init", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let (_, ins, outs) = crate::topo::neighbours(comm)?;
+        let (n_in, n_out) = (ins.len(), outs.len());
+        let sendcounts = keep(sendcounts, n_out, "sendcounts", &mut hold)?;
+        let sdispls = keep(sdispls, n_out, "sdispls", &mut hold)?;
+        let recvcounts = keep(recvcounts, n_in, "recvcounts", &mut hold)?;
+        let rdispls = keep(rdispls, n_in, "rdispls", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -238,6 +255,7 @@ pub extern "C" fn PMPI_Neighbor_alltoallv_init(
                     comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -258,7 +276,14 @@ pub extern "C" fn PMPI_Neighbor_alltoallv_init_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Neighbor_alltoallv_init_c", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let (_, ins, outs) = crate::topo::neighbours(comm)?;
+        let (n_in, n_out) = (ins.len(), outs.len());
+        let sendcounts = keep(sendcounts, n_out, "sendcounts", &mut hold)?;
+        let sdispls = keep(sdispls, n_out, "sdispls", &mut hold)?;
+        let recvcounts = keep(recvcounts, n_in, "recvcounts", &mut hold)?;
+        let rdispls = keep(rdispls, n_in, "rdispls", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -282,6 +307,7 @@ pub extern "C" fn PMPI_Neighbor_alltoallv_init_c(
                     comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -302,7 +328,16 @@ pub extern "C" fn PMPI_Neighbor_alltoallw_init(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Neighbor_alltoallw_init", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let (_, ins, outs) = crate::topo::neighbours(comm)?;
+        let (n_in, n_out) = (ins.len(), outs.len());
+        let sendcounts = keep(sendcounts, n_out, "sendcounts", &mut hold)?;
+        let sdispls = keep(sdispls, n_out, "sdispls", &mut hold)?;
+        let sendtypes = keep(sendtypes, n_out, "sendtypes", &mut hold)?;
+        let recvcounts = keep(recvcounts, n_in, "recvcounts", &mut hold)?;
+        let rdispls = keep(rdispls, n_in, "rdispls", &mut hold)?;
+        let recvtypes = keep(recvtypes, n_in, "recvtypes", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -326,6 +361,7 @@ pub extern "C" fn PMPI_Neighbor_alltoallw_init(
                     recvtypes, comm,
                 )
             },
+            hold,
         )
     })
 }
@@ -346,7 +382,16 @@ pub extern "C" fn PMPI_Neighbor_alltoallw_init_c(
     request: *mut MPI_Request,
 ) -> c_int {
     guard("MPI_Neighbor_alltoallw_init_c", Some(comm), || {
-        persistent(
+        let mut hold: Held = Vec::new();
+        let (_, ins, outs) = crate::topo::neighbours(comm)?;
+        let (n_in, n_out) = (ins.len(), outs.len());
+        let sendcounts = keep(sendcounts, n_out, "sendcounts", &mut hold)?;
+        let sdispls = keep(sdispls, n_out, "sdispls", &mut hold)?;
+        let sendtypes = keep(sendtypes, n_out, "sendtypes", &mut hold)?;
+        let recvcounts = keep(recvcounts, n_in, "recvcounts", &mut hold)?;
+        let rdispls = keep(rdispls, n_in, "rdispls", &mut hold)?;
+        let recvtypes = keep(recvtypes, n_in, "recvtypes", &mut hold)?;
+        persistent_kept(
             request,
             comm,
             info,
@@ -370,6 +415,7 @@ pub extern "C" fn PMPI_Neighbor_alltoallw_init_c(
                     recvtypes, comm,
                 )
             },
+            hold,
         )
     })
 }
