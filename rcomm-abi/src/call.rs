@@ -39,21 +39,35 @@ pub fn raise(func: &str, comm: Option<MPI_Comm>, e: Error) -> c_int {
 
 /// Runs an exported function's body: its error (or a panic, as `MPI_ERR_INTERN`) goes through
 /// [`raise`] with `comm` as the communicator whose handler applies.
+#[inline(always)]
 pub fn guard(func: &'static str, comm: Option<MPI_Comm>, body: impl FnOnce() -> Res) -> c_int {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => MPI_SUCCESS,
-        Ok(Err(e)) => raise(func, comm, e),
-        Err(p) => {
-            let why = p
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| p.downcast_ref::<&str>().copied())
-                .unwrap_or("panic");
-            raise(
-                func,
-                comm,
-                err(MPI_ERR_INTERN, format!("internal error: {why}")),
-            )
-        }
+        Ok(Err(e)) => failed(func, comm, e),
+        Err(p) => panicked(func, comm, p),
     }
+}
+
+/// [`raise`], kept out of every exported function's body (a success path is all that runs
+/// there in a healthy program).
+#[cold]
+#[inline(never)]
+fn failed(func: &str, comm: Option<MPI_Comm>, e: Error) -> c_int {
+    raise(func, comm, e)
+}
+
+/// A panic in a body, reported as `MPI_ERR_INTERN`.
+#[cold]
+#[inline(never)]
+fn panicked(func: &str, comm: Option<MPI_Comm>, p: Box<dyn std::any::Any + Send>) -> c_int {
+    let why = p
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| p.downcast_ref::<&str>().copied())
+        .unwrap_or("panic");
+    raise(
+        func,
+        comm,
+        err(MPI_ERR_INTERN, format!("internal error: {why}")),
+    )
 }

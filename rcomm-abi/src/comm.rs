@@ -5,7 +5,7 @@ use crate::call::guard;
 use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::ptr;
-pub use crate::world::{COMMS, CommObj, errhandler_of, get, get_intra, insert};
+pub use crate::world::{COMMS, CommObj, CommRef, errhandler_of, get, get_intra, insert};
 
 /// Drops every communicator (finalize): the program's first, then self and world, each's
 /// attributes deleted as MPI_Finalize does for self.
@@ -22,9 +22,7 @@ pub fn finalize_all() {
             crate::attr::delete_all(h, &c);
         }
     }
-    *crate::world::PREDEFINED
-        .write()
-        .unwrap_or_else(|p| p.into_inner()) = [None, None];
+    crate::world::end_predefined();
 }
 
 /// `MPI_Comm_size`.

@@ -310,8 +310,118 @@ fn post_recv(c: &CommObj, to: Buf, src: rcomm::Source, tag: rcomm::Tag) -> Res<B
     }))
 }
 
-/// Blocking send.
+/// rcomm's error as the C layer's, off the hot path.
+#[cold]
+#[inline(never)]
+fn lift(e: rcomm::CommError) -> crate::errors::Error {
+    e.into()
+}
+
+/// The common case, checked in a few instructions: a predefined communicator and a predefined
+/// datatype laid out as one run of bytes. Its communicator, buffer address and byte length;
+/// `None` sends the call down the general path, which checks everything and says what is wrong.
+#[inline(always)]
+fn fast_args(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    h: MPI_Comm,
+) -> Option<(&'static CommObj, *const u8, usize)> {
+    let c = comm::predefined(h)?;
+    let run = typeobj::predefined_run(dt)?;
+    let n = usize::try_from(count).ok()?.checked_mul(run)?;
+    if n > 0 && buf.is_null() {
+        return None;
+    }
+    Some((c, buf.cast(), n))
+}
+
+/// A standard send on the common case's terms ([`fast_args`], a rank of the communicator, a
+/// tag that is not negative); `None` when the general path must take it.
+#[inline(always)]
+fn send_fast(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dst: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+) -> Option<Res> {
+    let (c, p, n) = fast_args(buf, count, dt, h)?;
+    let d = u32::try_from(dst).ok().filter(|&d| d < c.comm.size())?;
+    if tag < 0 {
+        return None;
+    }
+    let data: &[u8] = if n == 0 {
+        &[]
+    } else {
+        // SAFETY: non-null; the program passes `count` elements of a type laid out as one
+        // run of `n` bytes.
+        unsafe { std::slice::from_raw_parts(p, n) }
+    };
+    Some(c.comm.send(data, d, rcomm::Tag(tag)).map_err(lift))
+}
+
+/// A receive on the common case's terms ([`fast_args`], a rank of the communicator or
+/// `MPI_ANY_SOURCE`, a tag or `MPI_ANY_TAG`); `None` when the general path must take it.
+#[inline(always)]
+fn recv_fast(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    status: *mut MPI_Status,
+) -> Option<Res> {
+    let (c, p, n) = fast_args(buf, count, dt, h)?;
+    let src = match src {
+        MPI_ANY_SOURCE => rcomm::Source::Any,
+        r => rcomm::Source::Rank(u32::try_from(r).ok().filter(|&r| r < c.comm.size())?),
+    };
+    let tag = match tag {
+        MPI_ANY_TAG => rcomm::Tag::Any,
+        t if t >= 0 => rcomm::Tag(t),
+        _ => return None,
+    };
+    let to: &mut [u8] = if n == 0 {
+        &mut []
+    } else {
+        // SAFETY: non-null; the program passes room for `count` elements of a type laid out
+        // as one run of `n` bytes, and does not touch it during the call.
+        unsafe { std::slice::from_raw_parts_mut(p.cast_mut(), n) }
+    };
+    // A predefined communicator is never an intercommunicator: the status is rcomm's.
+    Some(
+        c.comm
+            .recv(to, src, tag)
+            .map(|st| ptr::write_opt(status, status_of(&st)))
+            .map_err(lift),
+    )
+}
+
+/// Blocking send: the common case at once, the rest by [`send_general`].
+#[inline]
 pub fn send(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dst: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    mode: Mode,
+) -> Res {
+    if mode == Mode::Standard
+        && let Some(r) = send_fast(buf, count, dt, dst, tag, h)
+    {
+        return r;
+    }
+    send_general(buf, count, dt, dst, tag, h, mode)
+}
+
+/// Blocking send, any arguments (apart so that its frame does not weigh on the common case).
+#[inline(never)]
+fn send_general(
     buf: *const c_void,
     count: i64,
     dt: MPI_Datatype,
@@ -427,8 +537,26 @@ pub fn send_init(
     )
 }
 
-/// Blocking receive.
+/// Blocking receive: the common case at once, the rest by [`recv_general`].
+#[inline]
 pub fn recv(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    status: *mut MPI_Status,
+) -> Res {
+    if let Some(r) = recv_fast(buf, count, dt, src, tag, h, status) {
+        return r;
+    }
+    recv_general(buf, count, dt, src, tag, h, status)
+}
+
+/// Blocking receive, any arguments.
+#[inline(never)]
+fn recv_general(
     buf: *mut c_void,
     count: i64,
     dt: MPI_Datatype,

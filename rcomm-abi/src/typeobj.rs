@@ -139,6 +139,34 @@ fn predefined_table() -> &'static [Option<Arc<TypeObj>>] {
     })
 }
 
+/// The byte size of one element of predefined type `h` when `count` elements of it are one run
+/// of `count * size` bytes from the buffer's address (every predefined type but the pairs with
+/// a gap); `None` for any other handle. The hot paths of send and receive start here.
+#[inline]
+pub fn predefined_run(h: MPI_Datatype) -> Option<usize> {
+    static RUNS: OnceLock<Vec<u32>> = OnceLock::new();
+    let runs = RUNS.get_or_init(|| {
+        predefined_table()
+            .iter()
+            .map(|t| match t {
+                Some(t)
+                    if t.size() > 0
+                        && t.dt.is_contiguous()
+                        && t.dt.lb() == 0
+                        && t.dt.extent() == t.size() as isize =>
+                {
+                    t.size() as u32
+                }
+                _ => 0,
+            })
+            .collect()
+    });
+    match runs.get(h) {
+        Some(&n) if n > 0 => Some(n as usize),
+        _ => None,
+    }
+}
+
 /// The type `h` names; `MPI_ERR_TYPE` for null, stale or foreign values.
 pub fn get(h: MPI_Datatype) -> Res<Arc<TypeObj>> {
     if h < crate::handles::FIRST_DYNAMIC {

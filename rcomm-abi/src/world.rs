@@ -6,7 +6,7 @@ use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::ThreadId;
 
@@ -111,8 +111,14 @@ impl CommObj {
 /// Communicators the program made.
 pub static COMMS: Registry<CommObj> = Registry::new(Kind::Comm);
 
-/// `MPI_COMM_WORLD` and `MPI_COMM_SELF` while MPI runs.
-pub(crate) static PREDEFINED: RwLock<[Option<Arc<CommObj>>; 2]> = RwLock::new([None, None]);
+/// `MPI_COMM_WORLD` and `MPI_COMM_SELF`, made once (at init, which a process runs at most once)
+/// and kept to exit, so that looking one up takes neither a lock nor a reference count: every
+/// call on them looks them up, and those atomics cost a short message more than the rest of the
+/// C layer together. [`PREDEFINED_LIVE`] says whether MPI runs; after finalize they answer as
+/// invalid. World's drop at finalize has finished the engine (drained, progress stopped, the
+/// bootstrap told); what these two still hold, memory and descriptors, goes at exit.
+static PREDEFINED: OnceLock<[CommObj; 2]> = OnceLock::new();
+static PREDEFINED_LIVE: AtomicBool = AtomicBool::new(false);
 
 /// Sets up the predefined communicators (in `MPI_Init`, collective: all ranks are there).
 pub fn init_predefined(world: rcomm::Communicator) -> Res {
@@ -123,28 +129,60 @@ pub fn init_predefined(world: rcomm::Communicator) -> Res {
             "MPI_COMM_SELF: the split gave no communicator",
         )
     })?;
-    let mut p = PREDEFINED.write().unwrap_or_else(|p| p.into_inner());
-    p[0] = Some(Arc::new(CommObj::new(
-        world,
-        MPI_ERRORS_ARE_FATAL,
-        "MPI_COMM_WORLD",
-    )));
-    p[1] = Some(Arc::new(CommObj::new(
-        own,
-        MPI_ERRORS_ARE_FATAL,
-        "MPI_COMM_SELF",
-    )));
+    let made = [
+        CommObj::new(world, MPI_ERRORS_ARE_FATAL, "MPI_COMM_WORLD"),
+        CommObj::new(own, MPI_ERRORS_ARE_FATAL, "MPI_COMM_SELF"),
+    ];
+    if PREDEFINED.set(made).is_err() {
+        return Err(err(
+            MPI_ERR_INTERN,
+            "the predefined communicators exist already",
+        ));
+    }
+    PREDEFINED_LIVE.store(true, Ordering::Release);
     Ok(())
 }
 
-/// The communicator `h` names; `MPI_ERR_COMM` for null, stale or foreign values.
-pub fn get(h: MPI_Comm) -> Res<Arc<CommObj>> {
-    let found = match h {
-        MPI_COMM_WORLD | MPI_COMM_SELF => {
-            let p = PREDEFINED.read().unwrap_or_else(|p| p.into_inner());
-            p[h - MPI_COMM_WORLD].clone()
+/// Ends the predefined communicators (finalize): from now on their handles are refused.
+pub fn end_predefined() {
+    PREDEFINED_LIVE.store(false, Ordering::Release);
+}
+
+/// `MPI_COMM_WORLD` or `MPI_COMM_SELF` while MPI runs; `None` for any other handle.
+#[inline]
+pub fn predefined(h: MPI_Comm) -> Option<&'static CommObj> {
+    if !(MPI_COMM_WORLD..=MPI_COMM_SELF).contains(&h) || !PREDEFINED_LIVE.load(Ordering::Acquire) {
+        return None;
+    }
+    PREDEFINED.get().map(|p| &p[h - MPI_COMM_WORLD])
+}
+
+/// A live communicator: a predefined one (borrowed, kept to exit) or one the program made
+/// (counted, so that freeing its handle mid-call leaves the call its object).
+#[derive(Clone)]
+pub enum CommRef {
+    /// `MPI_COMM_WORLD` or `MPI_COMM_SELF`.
+    Predefined(&'static CommObj),
+    /// From the registry.
+    Made(Arc<CommObj>),
+}
+
+impl std::ops::Deref for CommRef {
+    type Target = CommObj;
+    #[inline]
+    fn deref(&self) -> &CommObj {
+        match self {
+            CommRef::Predefined(c) => c,
+            CommRef::Made(c) => c,
         }
-        _ => COMMS.get(h),
+    }
+}
+
+/// The communicator `h` names; `MPI_ERR_COMM` for null, stale or foreign values.
+pub fn get(h: MPI_Comm) -> Res<CommRef> {
+    let found = match h {
+        MPI_COMM_WORLD | MPI_COMM_SELF => predefined(h).map(CommRef::Predefined),
+        _ => COMMS.get(h).map(CommRef::Made),
     };
     found.ok_or_else(|| {
         let what = match h {
@@ -161,7 +199,7 @@ pub fn get(h: MPI_Comm) -> Res<Arc<CommObj>> {
 /// The live communicator `h` names, refused (`MPI_ERR_COMM`, naming `what`) when it is an
 /// intercommunicator: calls not built for those must not run on the joint world beneath and
 /// give a wrong answer.
-pub fn get_intra(h: MPI_Comm, what: &str) -> Res<Arc<CommObj>> {
+pub fn get_intra(h: MPI_Comm, what: &str) -> Res<CommRef> {
     let c = get(h)?;
     if c.inter.is_some() {
         return Err(err(

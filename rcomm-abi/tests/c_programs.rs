@@ -123,6 +123,29 @@ fn a_function_not_built_ends_the_job_naming_itself() {
     assert!(!job.stdout.contains("NOT REACHED"), "{job}");
 }
 
+/// A call on `MPI_COMM_WORLD` after `MPI_Finalize` ends the process with a message naming the
+/// call and the communicator (the predefined communicators are kept to exit, so this is an
+/// error, not a use after free).
+#[test]
+fn a_call_after_finalize_ends_the_process_with_its_error() {
+    let Some(run) = common::rcomm_run() else {
+        return;
+    };
+    let dir = common::scratch("after");
+    let exe = dir.join("after");
+    common::rcomm_cc_build(&[&source("after")], &exe);
+    let job = common::rcomm_run_job(&run, 2, &exe, &[]);
+    assert_ne!(job.code, Some(0), "{job}");
+    assert!(job.code.is_some(), "hung:\n{job}");
+    assert!(
+        job.stderr
+            .contains("MPI_Send: a predefined communicator outside init/finalize"),
+        "{job}"
+    );
+    assert!(job.stderr.contains("MPI_ERR_COMM"), "{job}");
+    assert!(!job.stdout.contains("NOT REACHED"), "{job}");
+}
+
 /// Built against MPICH's header and library (as `mpicc_abi` builds), run under rcomm-run:
 /// the ranks load rcomm's library (comm.c checks the library version names rcomm).
 #[test]

@@ -94,7 +94,7 @@ fn in_place(p: *const c_void) -> bool {
 }
 
 /// The live communicator `h` names, intra only.
-fn intra(h: MPI_Comm) -> Res<Arc<CommObj>> {
+fn intra(h: MPI_Comm) -> Res<comm::CommRef> {
     comm::get_intra(h, "this collective")
 }
 

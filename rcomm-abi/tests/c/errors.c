@@ -63,6 +63,44 @@ int main(int argc, char **argv) {
     EXPECT(MPI_Isend(&x, 1, MPI_INT, 0, 0, MPI_COMM_NULL, &req), MPI_ERR_COMM);
     EXPECT(MPI_Comm_rank(MPI_COMM_WORLD, NULL), MPI_ERR_ARG);
 
+    /* A receive too small for what came: truncation, on the common path (predefined
+     * communicator and type) and on the general one (a derived type), the sender unharmed. */
+    {
+        int two[2] = {7, 8}, one[2] = {0, -1};
+        MPI_Request s;
+        MPI_Datatype one_int;
+        OK(MPI_Type_contiguous(1, MPI_INT, &one_int));
+        OK(MPI_Type_commit(&one_int));
+        for (int k = 0; k < 2; k++) {
+            OK(MPI_Isend(two, 2, MPI_INT, rank, 41, MPI_COMM_WORLD, &s));
+            EXPECT(MPI_Recv(one, 1, k ? one_int : MPI_INT, rank, 41, MPI_COMM_WORLD, &st),
+                   MPI_ERR_TRUNCATE);
+            OK(MPI_Wait(&s, MPI_STATUS_IGNORE));
+            CHECK(one[1] == -1, "a truncated receive wrote past its buffer");
+        }
+        OK(MPI_Type_free(&one_int));
+        /* A receive larger than the message, on MPI_COMM_SELF: the count is what came. */
+        int got = -1, big[4] = {0};
+        OK(MPI_Isend(two, 2, MPI_INT, 0, 42, MPI_COMM_SELF, &s));
+        OK(MPI_Recv(big, 4, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &st));
+        OK(MPI_Wait(&s, MPI_STATUS_IGNORE));
+        OK(MPI_Get_count(&st, MPI_INT, &got));
+        CHECK(got == 2 && big[0] == 7 && big[1] == 8 && big[2] == 0, "self receive: %d", got);
+        CHECK(st.MPI_SOURCE == 0 && st.MPI_TAG == 42, "self status %d %d", st.MPI_SOURCE,
+              st.MPI_TAG);
+        /* Zero elements from a null buffer are a message, on both paths. */
+        OK(MPI_Send(NULL, 0, MPI_INT, rank, 43, MPI_COMM_WORLD));
+        OK(MPI_Recv(NULL, 0, MPI_INT, rank, 43, MPI_COMM_WORLD, &st));
+        OK(MPI_Get_count(&st, MPI_INT, &got));
+        CHECK(got == 0 && st.MPI_TAG == 43, "empty message: count %d tag %d", got, st.MPI_TAG);
+        /* A pair type (a gap in its layout) takes the general path and arrives whole. */
+        struct { float v; int i; } fi[2] = {{1.5f, 3}, {2.5f, 4}}, fo[2] = {{0, 0}, {0, 0}};
+        OK(MPI_Isend(fi, 2, MPI_FLOAT_INT, rank, 44, MPI_COMM_WORLD, &s));
+        OK(MPI_Recv(fo, 2, MPI_FLOAT_INT, rank, 44, MPI_COMM_WORLD, &st));
+        OK(MPI_Wait(&s, MPI_STATUS_IGNORE));
+        CHECK(fo[1].v == 2.5f && fo[1].i == 4, "float-int pair");
+    }
+
     /* Requests. */
     MPI_Request bogus = (MPI_Request)(intptr_t)0x4321;
     EXPECT(MPI_Wait(&bogus, &st), MPI_ERR_REQUEST);
