@@ -48,6 +48,18 @@ pub fn guard(func: &'static str, comm: Option<MPI_Comm>, body: impl FnOnce() -> 
     }
 }
 
+/// [`guard`] for a body that learns as it goes whose handler applies (a request's
+/// communicator, known once the request is looked up): it sets the slot it is given.
+#[inline(always)]
+pub fn guard_late(func: &'static str, body: impl FnOnce(&mut Option<MPI_Comm>) -> Res) -> c_int {
+    let mut comm = None;
+    match catch_unwind(AssertUnwindSafe(|| body(&mut comm))) {
+        Ok(Ok(())) => MPI_SUCCESS,
+        Ok(Err(e)) => failed(func, comm, e),
+        Err(p) => panicked(func, comm, p),
+    }
+}
+
 /// [`raise`], kept out of every exported function's body (a success path is all that runs
 /// there in a healthy program).
 #[cold]

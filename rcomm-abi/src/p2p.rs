@@ -14,7 +14,7 @@ use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
 use crate::ptr;
-use crate::request::{self, Pending, Ready, empty_status, status_of};
+use crate::request::{self, Op, Pending, Ready, empty_status, status_of};
 use crate::typeobj::{self, TypeRef};
 use crate::world::{self as comm, CommObj};
 use std::ffi::c_void;
@@ -236,7 +236,7 @@ impl Pending for RecvOp {
 
 /// A send or receive straight on the caller's contiguous memory, and the intercommunicator
 /// it was posted on (whose statuses name remote ranks), if any.
-struct RawOp(Option<rcomm::RawRequest>, Option<rcomm::InterComm>);
+pub struct RawOp(Option<rcomm::RawRequest>, Option<rcomm::InterComm>);
 
 impl Pending for RawOp {
     fn test(&mut self) -> Res<Option<MPI_Status>> {
@@ -295,19 +295,19 @@ impl Pending for PairOp {
 
 /// The bytes of an unpacked receive land in the caller's buffer at completion: a standalone
 /// receive of `bytes` posted on rcomm.
-fn post_recv(c: &CommObj, to: Buf, src: rcomm::Source, tag: rcomm::Tag) -> Res<Box<dyn Pending>> {
+fn post_recv(c: &CommObj, to: Buf, src: rcomm::Source, tag: rcomm::Tag) -> Res<Op> {
     if let Some((p, len)) = to.contiguous() {
         // SAFETY: MPI's contract: the program keeps the receive buffer valid and untouched
         // until the request completes.
         let r = unsafe { c.comm.irecv_raw(p, len, src, tag)? };
-        return Ok(Box::new(RawOp(Some(r), c.inter.clone())));
+        return Ok(Op::Raw(RawOp(Some(r), c.inter.clone())));
     }
     let r = c.comm.irecv(vec![0u8; to.bytes()], src, tag)?;
-    Ok(Box::new(RecvOp {
+    Ok(Op::Boxed(Box::new(RecvOp {
         req: Some(r),
         to,
         inter: c.inter.clone(),
-    }))
+    })))
 }
 
 /// rcomm's error as the C layer's, off the hot path.
@@ -454,15 +454,9 @@ fn send_general(
 }
 
 /// Starts a send; the operation a request waits for.
-fn start_send(
-    c: &CommObj,
-    b: &Buf,
-    dst: Option<u32>,
-    tag: rcomm::Tag,
-    mode: Mode,
-) -> Res<Box<dyn Pending>> {
+fn start_send(c: &CommObj, b: &Buf, dst: Option<u32>, tag: rcomm::Tag, mode: Mode) -> Res<Op> {
     let Some(d) = dst else {
-        return Ok(Box::new(SendOp(None)));
+        return Ok(Op::Boxed(Box::new(SendOp(None))));
     };
     let raw_mode = match mode {
         Mode::Standard | Mode::Ready => Some(rcomm::RawSendMode::Standard),
@@ -474,7 +468,7 @@ fn start_send(
         // SAFETY: MPI's contract: the program leaves the send buffer alone until the
         // request completes.
         let r = unsafe { c.comm.isend_raw(p.cast_const(), len, d, tag, m)? };
-        return Ok(Box::new(RawOp(Some(r), c.inter.clone())));
+        return Ok(Op::Raw(RawOp(Some(r), c.inter.clone())));
     }
     let data = b.pack()?;
     let r = match mode {
@@ -483,12 +477,50 @@ fn start_send(
         Mode::Ready => c.comm.irsend(data, d, tag)?,
         Mode::Buffered => c.comm.ibsend(data, d, tag)?,
     };
-    Ok(Box::new(SendOp(Some(r))))
+    Ok(Op::Boxed(Box::new(SendOp(Some(r)))))
 }
 
-/// Non-blocking send.
+/// Non-blocking send: the common case (as [`send_fast`], standard or synchronous mode) at
+/// once, the rest by [`isend_general`].
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn isend(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dst: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    mode: Mode,
+    req: *mut MPI_Request,
+) -> Res {
+    let raw_mode = match mode {
+        Mode::Standard => Some(rcomm::RawSendMode::Standard),
+        Mode::Sync => Some(rcomm::RawSendMode::Sync),
+        Mode::Ready | Mode::Buffered => None,
+    };
+    if let Some(m) = raw_mode
+        && !req.is_null()
+        && let Some((c, p, n)) = fast_args(buf, count, dt, h)
+        && let Some(d) = u32::try_from(dst).ok().filter(|&d| d < c.comm.size())
+        && tag >= 0
+    {
+        // SAFETY: MPI's contract: the program leaves the send buffer alone until the request
+        // completes.
+        let r = unsafe { c.comm.isend_raw(p, n, d, rcomm::Tag(tag), m) }.map_err(lift)?;
+        return ptr::write(
+            req,
+            request::insert_raw(RawOp(Some(r), None), h)?,
+            "request",
+        );
+    }
+    isend_general(buf, count, dt, dst, tag, h, mode, req)
+}
+
+/// Non-blocking send, any arguments.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn isend_general(
     buf: *const c_void,
     count: i64,
     dt: MPI_Datatype,
@@ -506,7 +538,7 @@ pub fn isend(
         return Err(err(MPI_ERR_ARG, "request is a null pointer"));
     }
     let op = start_send(&c, &b, d, tag, mode)?;
-    ptr::write(req, request::insert(op, h)?, "request")
+    ptr::write(req, request::insert_op(op, h)?, "request")
 }
 
 /// Persistent send: the data is read at each start.
@@ -528,7 +560,7 @@ pub fn send_init(
     let addr = buf as usize;
     let starter = move || -> Res<Box<dyn Pending>> {
         let b = Buf::new(addr as *const c_void, count, dt)?;
-        start_send(&c, &b, d, tag, mode)
+        start_send(&c, &b, d, tag, mode).map(Op::boxed)
     };
     ptr::write(
         req,
@@ -595,16 +627,58 @@ fn recv_op(
     dt: MPI_Datatype,
     src: Option<rcomm::Source>,
     tag: rcomm::Tag,
-) -> Res<Box<dyn Pending>> {
+) -> Res<Op> {
     let b = Buf::new(buf, count, dt)?;
     match src {
-        None => Ok(Box::new(Ready(proc_null_status()))),
+        None => Ok(Op::Boxed(Box::new(Ready(proc_null_status())))),
         Some(s) => post_recv(c, b, s, tag),
     }
 }
 
-/// Non-blocking receive.
+/// Non-blocking receive: the common case (as [`recv_fast`]) at once, the rest by
+/// [`irecv_general`].
+#[inline]
 pub fn irecv(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    req: *mut MPI_Request,
+) -> Res {
+    if !req.is_null()
+        && let Some((c, p, n)) = fast_args(buf, count, dt, h)
+    {
+        let from = match src {
+            MPI_ANY_SOURCE => Some(rcomm::Source::Any),
+            r => u32::try_from(r)
+                .ok()
+                .filter(|&r| r < c.comm.size())
+                .map(rcomm::Source::Rank),
+        };
+        let tag = match tag {
+            MPI_ANY_TAG => Some(rcomm::Tag::Any),
+            t if t >= 0 => Some(rcomm::Tag(t)),
+            _ => None,
+        };
+        if let (Some(from), Some(tag)) = (from, tag) {
+            // SAFETY: MPI's contract: the program keeps the receive buffer valid and untouched
+            // until the request completes.
+            let r = unsafe { c.comm.irecv_raw(p.cast_mut(), n, from, tag) }.map_err(lift)?;
+            return ptr::write(
+                req,
+                request::insert_raw(RawOp(Some(r), None), h)?,
+                "request",
+            );
+        }
+    }
+    irecv_general(buf, count, dt, src, tag, h, req)
+}
+
+/// Non-blocking receive, any arguments.
+#[inline(never)]
+fn irecv_general(
     buf: *mut c_void,
     count: i64,
     dt: MPI_Datatype,
@@ -620,7 +694,7 @@ pub fn irecv(
         return Err(err(MPI_ERR_ARG, "request is a null pointer"));
     }
     let op = recv_op(&c, buf, count, dt, s, tag)?;
-    ptr::write(req, request::insert(op, h)?, "request")
+    ptr::write(req, request::insert_op(op, h)?, "request")
 }
 
 /// Persistent receive.
@@ -638,7 +712,7 @@ pub fn recv_init(
     let tag = recv_tag(tag)?;
     let s = source(&c, src)?;
     let addr = buf as usize;
-    let starter = move || recv_op(&c, addr as *mut c_void, count, dt, s, tag);
+    let starter = move || recv_op(&c, addr as *mut c_void, count, dt, s, tag).map(Op::boxed);
     ptr::write(
         req,
         request::insert_persistent(Box::new(starter), h)?,
@@ -672,7 +746,7 @@ pub fn sendrecv(
     // The receive is posted first, so two ranks exchanging cannot both wait in their sends.
     let r = recv_op(&c, recvbuf, recvcount, recvtype, s, rtag)?;
     let snd = start_send(&c, &sb, d, stag, Mode::Standard)?;
-    let mut pair = PairOp(snd, r);
+    let mut pair = PairOp(snd.boxed(), r.boxed());
     match req {
         Some(out) => ptr::write(out, request::insert(Box::new(pair), h)?, "request"),
         None => {
@@ -704,7 +778,7 @@ pub fn sendrecv_replace(
     let s = source(&c, src)?;
     let snd = start_send(&c, &b, d, stag, Mode::Standard)?;
     let r = recv_op(&c, buf, count, dt, s, rtag)?;
-    let mut pair = PairOp(snd, r);
+    let mut pair = PairOp(snd.boxed(), r.boxed());
     match req {
         Some(out) => ptr::write(out, request::insert(Box::new(pair), h)?, "request"),
         None => {

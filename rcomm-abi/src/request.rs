@@ -4,7 +4,7 @@
 //! A request holds a [`Pending`] operation; point-to-point (`p2p`) and collectives (`coll`)
 //! each implement it, so the completion calls work for both without knowing which.
 
-use crate::call::guard;
+use crate::call::{guard, guard_late};
 use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
@@ -46,10 +46,51 @@ impl Pending for Ready {
 /// Makes a persistent request's operation at each `MPI_Start`.
 pub type Starter = Box<dyn Fn() -> Res<Box<dyn Pending>> + Send + Sync>;
 
+/// An operation in flight: a send or receive straight on the caller's memory (most requests)
+/// held inline, so that starting one allocates only its request; any other boxed.
+pub enum Op {
+    /// A raw point-to-point operation.
+    Raw(crate::p2p::RawOp),
+    /// Anything else.
+    Boxed(Box<dyn Pending>),
+}
+
+impl Op {
+    /// As a boxed operation (for a pair, or a persistent request's starter).
+    pub fn boxed(self) -> Box<dyn Pending> {
+        match self {
+            Op::Raw(r) => Box::new(r),
+            Op::Boxed(b) => b,
+        }
+    }
+
+    fn test(&mut self) -> Res<Option<MPI_Status>> {
+        match self {
+            Op::Raw(r) => r.test(),
+            Op::Boxed(b) => b.test(),
+        }
+    }
+
+    /// Blocks until it completes.
+    pub fn wait(&mut self) -> Res<MPI_Status> {
+        match self {
+            Op::Raw(r) => r.wait(),
+            Op::Boxed(b) => b.wait(),
+        }
+    }
+
+    fn cancel(&mut self) -> Res<bool> {
+        match self {
+            Op::Raw(r) => r.cancel(),
+            Op::Boxed(b) => b.cancel(),
+        }
+    }
+}
+
 /// Where a request is in its life.
 pub enum State {
     /// Started, not completed.
-    Active(Box<dyn Pending>),
+    Active(Op),
     /// Completed; the result is handed out by the completing call.
     Done(Res<MPI_Status>),
     /// A persistent request between completion and the next start.
@@ -71,6 +112,16 @@ pub static REQUESTS: Registry<RequestObj> = Registry::new(Kind::Request);
 
 /// Registers an active request for `op`; its handle.
 pub fn insert(op: Box<dyn Pending>, comm: MPI_Comm) -> Res<MPI_Request> {
+    insert_op(Op::Boxed(op), comm)
+}
+
+/// Registers an active request for a raw send or receive; its handle.
+pub fn insert_raw(op: crate::p2p::RawOp, comm: MPI_Comm) -> Res<MPI_Request> {
+    insert_op(Op::Raw(op), comm)
+}
+
+/// Registers an active request for `op`; its handle.
+pub fn insert_op(op: Op, comm: MPI_Comm) -> Res<MPI_Request> {
     REQUESTS
         .insert(RequestObj {
             state: Mutex::new(State::Active(op)),
@@ -162,15 +213,20 @@ fn block(r: &RequestObj) {
 /// Hands out a done request's result: frees it (handle set to null) or, persistent, makes
 /// it inactive.
 fn finish(h: &mut MPI_Request) -> Res<MPI_Status> {
-    let Some(r) = REQUESTS.get(*h) else {
-        return Ok(empty_status());
-    };
-    let taken = std::mem::replace(&mut *lock(&r), State::Inactive);
+    match REQUESTS.get(*h) {
+        Some(r) => finish_with(h, &r),
+        None => Ok(empty_status()),
+    }
+}
+
+/// [`finish`] for the request `r` that `h` names, already looked up.
+fn finish_with(h: &mut MPI_Request, r: &RequestObj) -> Res<MPI_Status> {
+    let taken = std::mem::replace(&mut *lock(r), State::Inactive);
     let res = match taken {
         State::Done(res) => res,
         State::Inactive => Ok(empty_status()),
         State::Active(p) => {
-            *lock(&r) = State::Active(p);
+            *lock(r) = State::Active(p);
             return Err(err(MPI_ERR_INTERN, "finish on an active request"));
         }
     };
@@ -200,30 +256,56 @@ fn put_status(p: *mut MPI_Status, st: MPI_Status) {
     ptr::write_opt(p, st);
 }
 
-fn wait_one(req: *mut MPI_Request, status: *mut MPI_Status) -> Res {
+/// `MPI_Wait`: one lookup and one lock of the request; `comm` learns whose handler reports
+/// an error (the request may be gone by then).
+fn wait_one(req: *mut MPI_Request, status: *mut MPI_Status, comm: &mut Option<MPI_Comm>) -> Res {
     let mut h = ptr::read(req, "request")?;
-    if let Some(r) = lookup(h)? {
-        block(&r);
+    let Some(r) = lookup(h)? else {
+        put_status(status, empty_status());
+        return Ok(());
+    };
+    *comm = Some(r.comm);
+    let res = {
+        let mut s = lock(&r);
+        match std::mem::replace(&mut *s, State::Inactive) {
+            State::Active(mut p) => p.wait(),
+            State::Done(res) => res,
+            State::Inactive => Ok(empty_status()),
+        }
+    };
+    if r.starter.is_none() {
+        REQUESTS.remove(h);
+        h = MPI_REQUEST_NULL;
     }
-    let st = finish(&mut h);
     ptr::write(req, h, "request")?;
-    let st = st?;
-    put_status(status, st);
+    put_status(status, res?);
     Ok(())
 }
 
-fn test_one(req: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> Res {
+/// `MPI_Test`, as [`wait_one`].
+fn test_one(
+    req: *mut MPI_Request,
+    flag: *mut c_int,
+    status: *mut MPI_Status,
+    comm: &mut Option<MPI_Comm>,
+) -> Res {
     let mut h = ptr::read(req, "request")?;
     let done = match lookup(h)? {
-        Some(r) => poll(&r),
+        Some(r) => {
+            *comm = Some(r.comm);
+            let done = poll(&r);
+            ptr::write(flag, done as c_int, "flag")?;
+            if done {
+                let st = finish_with(&mut h, &r);
+                ptr::write(req, h, "request")?;
+                put_status(status, st?);
+            }
+            return Ok(());
+        }
         None => true,
     };
     ptr::write(flag, done as c_int, "flag")?;
-    if done {
-        let st = finish(&mut h);
-        ptr::write(req, h, "request")?;
-        put_status(status, st?);
-    }
+    put_status(status, empty_status());
     Ok(())
 }
 
@@ -352,8 +434,7 @@ fn some(
 /// `MPI_Wait`.
 #[unsafe(no_mangle)]
 pub extern "C" fn PMPI_Wait(request: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
-    let c = ptr::read(request, "request").ok().and_then(comm_of);
-    guard("MPI_Wait", c, || wait_one(request, status))
+    guard_late("MPI_Wait", |c| wait_one(request, status, c))
 }
 
 /// `MPI_Test`.
@@ -363,8 +444,7 @@ pub extern "C" fn PMPI_Test(
     flag: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
-    let c = ptr::read(request, "request").ok().and_then(comm_of);
-    guard("MPI_Test", c, || test_one(request, flag, status))
+    guard_late("MPI_Test", |c| test_one(request, flag, status, c))
 }
 
 /// `MPI_Waitall`.
@@ -529,7 +609,7 @@ fn start(h: MPI_Request) -> Res {
             "the persistent request is already active",
         ));
     }
-    *s = State::Active(starter()?);
+    *s = State::Active(Op::Boxed(starter()?));
     Ok(())
 }
 
