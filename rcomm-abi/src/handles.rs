@@ -215,6 +215,11 @@ impl<T> Registry<T> {
         self.lock().insert(Arc::new(value))
     }
 
+    /// Stores an object already counted (one kept for reuse); its handle.
+    pub fn insert_arc(&self, value: Arc<T>) -> Option<usize> {
+        self.lock().insert(value)
+    }
+
     /// Takes the object out.
     pub fn remove(&self, h: usize) -> Option<Arc<T>> {
         self.lock().remove(h)

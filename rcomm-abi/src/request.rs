@@ -9,7 +9,7 @@ use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
 use crate::ptr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// An operation a request waits for.
 pub trait Pending: Send {
@@ -122,13 +122,45 @@ pub fn insert_raw(op: crate::p2p::RawOp, comm: MPI_Comm) -> Res<MPI_Request> {
 
 /// Registers an active request for `op`; its handle.
 pub fn insert_op(op: Op, comm: MPI_Comm) -> Res<MPI_Request> {
+    let fresh = RequestObj {
+        state: Mutex::new(State::Active(op)),
+        starter: None,
+        comm,
+    };
+    let spare = SPARE.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    let obj = match spare {
+        Some(mut a) => {
+            if let Some(slot) = Arc::get_mut(&mut a) {
+                *slot = fresh;
+                a
+            } else {
+                Arc::new(fresh)
+            }
+        }
+        None => Arc::new(fresh),
+    };
     REQUESTS
-        .insert(RequestObj {
-            state: Mutex::new(State::Active(op)),
-            starter: None,
-            comm,
-        })
+        .insert_arc(obj)
         .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many requests"))
+}
+
+/// Request objects kept for reuse, at most [`SPARE_MAX`]: a window of non-blocking calls
+/// would otherwise allocate and free one per message, which cost more instructions than the
+/// rest of the C layer's `MPI_Isend` + `MPI_Wait`.
+static SPARE: Mutex<Vec<Arc<RequestObj>>> = Mutex::new(Vec::new());
+const SPARE_MAX: usize = 64;
+
+/// Keeps a freed request's object for the next one, when nothing else holds it.
+fn recycle(mut r: Arc<RequestObj>) {
+    if let Some(obj) = Arc::get_mut(&mut r) {
+        // Nothing of the old request lives on in the spare (a starter could hold buffers).
+        *obj.state.get_mut().unwrap_or_else(|p| p.into_inner()) = State::Inactive;
+        obj.starter = None;
+        let mut spare = SPARE.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.len() < SPARE_MAX {
+            spare.push(r);
+        }
+    }
 }
 
 /// Registers an inactive persistent request.
@@ -214,7 +246,13 @@ fn block(r: &RequestObj) {
 /// it inactive.
 fn finish(h: &mut MPI_Request) -> Res<MPI_Status> {
     match REQUESTS.get(*h) {
-        Some(r) => finish_with(h, &r),
+        Some(r) => {
+            let res = finish_with(h, &r);
+            if *h == MPI_REQUEST_NULL {
+                recycle(r);
+            }
+            res
+        }
         None => Ok(empty_status()),
     }
 }
@@ -238,7 +276,7 @@ fn finish_with(h: &mut MPI_Request, r: &RequestObj) -> Res<MPI_Status> {
 }
 
 /// The live request `h` names (null: `None`).
-fn lookup(h: MPI_Request) -> Res<Option<std::sync::Arc<RequestObj>>> {
+fn lookup(h: MPI_Request) -> Res<Option<Arc<RequestObj>>> {
     if h == MPI_REQUEST_NULL {
         return Ok(None);
     }
@@ -274,8 +312,9 @@ fn wait_one(req: *mut MPI_Request, status: *mut MPI_Status, comm: &mut Option<MP
         }
     };
     if r.starter.is_none() {
-        REQUESTS.remove(h);
+        drop(REQUESTS.remove(h));
         h = MPI_REQUEST_NULL;
+        recycle(r);
     }
     ptr::write(req, h, "request")?;
     put_status(status, res?);
@@ -297,6 +336,9 @@ fn test_one(
             ptr::write(flag, done as c_int, "flag")?;
             if done {
                 let st = finish_with(&mut h, &r);
+                if h == MPI_REQUEST_NULL {
+                    recycle(r);
+                }
                 ptr::write(req, h, "request")?;
                 put_status(status, st?);
             }
@@ -353,7 +395,7 @@ fn finish_many(
     }
 }
 
-fn active(h: MPI_Request) -> Res<Option<std::sync::Arc<RequestObj>>> {
+fn active(h: MPI_Request) -> Res<Option<Arc<RequestObj>>> {
     let Some(r) = lookup(h)? else { return Ok(None) };
     if r.starter.is_some() && matches!(*lock(&r), State::Inactive) {
         return Ok(None);
