@@ -48,6 +48,7 @@ fn init(required: c_int) -> Res<c_int> {
     let comm = (*world).clone();
     *WORLD.write().unwrap_or_else(|p| p.into_inner()) = Some(world);
     crate::world::init_predefined(comm)?;
+    crate::typeobj::fill_runs();
     Ok(level)
 }
 

@@ -329,11 +329,11 @@ fn fast_args(
 ) -> Option<(&'static CommObj, *const u8, usize)> {
     let c = comm::predefined(h)?;
     let run = typeobj::predefined_run(dt)?;
-    let n = usize::try_from(count).ok()?.checked_mul(run)?;
-    if n > 0 && buf.is_null() {
+    // A count fits in 63 bits and a run is under 256 bytes: the product cannot overflow.
+    if !(0..1 << 55).contains(&count) || (count != 0 && buf.is_null()) {
         return None;
     }
-    Some((c, buf.cast(), n))
+    Some((c, buf.cast(), count as usize * run))
 }
 
 /// A standard send on the common case's terms ([`fast_args`], a rank of the communicator, a
@@ -398,6 +398,134 @@ fn recv_fast(
             .map(|st| ptr::write_opt(status, status_of(&st)))
             .map_err(lift),
     )
+}
+
+/// `MPI_Send`'s whole body: the common case checked here (no calls, no frame) and sent by
+/// [`send_checked`], anything else by the general path under the guard. Both are calls in
+/// tail position, so the exported function adds a few compares and a jump.
+#[inline(always)]
+pub fn send_entry(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dst: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+) -> c_int {
+    // A negative rank is a large u32: one compare refuses it and a rank past the end.
+    if let Some((c, p, n)) = fast_args(buf, count, dt, h)
+        && (dst as u32) < c.comm.size()
+        && tag >= 0
+    {
+        return send_checked(c, p, n, dst as u32, tag, h);
+    }
+    send_guarded(buf, count, dt, dst, tag, h)
+}
+
+/// The common case's standard send, its arguments checked.
+#[inline(always)]
+fn send_checked(
+    c: &'static CommObj,
+    p: *const u8,
+    n: usize,
+    d: u32,
+    tag: c_int,
+    h: MPI_Comm,
+) -> c_int {
+    crate::call::guard("MPI_Send", Some(h), || {
+        let data: &[u8] = if n == 0 {
+            &[]
+        } else {
+            // SAFETY: non-null; the program passes `count` elements of a type laid out as one
+            // run of `n` bytes.
+            unsafe { std::slice::from_raw_parts(p, n) }
+        };
+        c.comm.send(data, d, rcomm::Tag(tag)).map_err(lift)
+    })
+}
+
+#[inline(never)]
+fn send_guarded(
+    buf: *const c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    dst: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+) -> c_int {
+    crate::call::guard("MPI_Send", Some(h), || {
+        send_general(buf, count, dt, dst, tag, h, Mode::Standard)
+    })
+}
+
+/// `MPI_Recv`'s whole body, as [`send_entry`].
+#[inline(always)]
+pub fn recv_entry(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    if let Some((c, p, n)) = fast_args(buf, count, dt, h)
+        && (src == MPI_ANY_SOURCE || (src as u32) < c.comm.size())
+        && (tag == MPI_ANY_TAG || tag >= 0)
+    {
+        return recv_checked(c, p.cast_mut(), n, src, tag, h, status);
+    }
+    recv_guarded(buf, count, dt, src, tag, h, status)
+}
+
+/// The common case's receive, its arguments checked (`src` a rank or `MPI_ANY_SOURCE`, `tag`
+/// not negative or `MPI_ANY_TAG`).
+#[inline(always)]
+fn recv_checked(
+    c: &'static CommObj,
+    p: *mut u8,
+    n: usize,
+    src: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    crate::call::guard("MPI_Recv", Some(h), || {
+        let from = match src {
+            MPI_ANY_SOURCE => rcomm::Source::Any,
+            r => rcomm::Source::Rank(r as u32),
+        };
+        let tag = match tag {
+            MPI_ANY_TAG => rcomm::Tag::Any,
+            t => rcomm::Tag(t),
+        };
+        let to: &mut [u8] = if n == 0 {
+            &mut []
+        } else {
+            // SAFETY: non-null; the program passes room for `count` elements of a type laid
+            // out as one run of `n` bytes, and does not touch it during the call.
+            unsafe { std::slice::from_raw_parts_mut(p, n) }
+        };
+        // A predefined communicator is never an intercommunicator: the status is rcomm's.
+        let st = c.comm.recv(to, from, tag).map_err(lift)?;
+        ptr::write_opt(status, status_of(&st));
+        Ok(())
+    })
+}
+
+#[inline(never)]
+fn recv_guarded(
+    buf: *mut c_void,
+    count: i64,
+    dt: MPI_Datatype,
+    src: c_int,
+    tag: c_int,
+    h: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
+    crate::call::guard("MPI_Recv", Some(h), || {
+        recv_general(buf, count, dt, src, tag, h, status)
+    })
 }
 
 /// Blocking send: the common case at once, the rest by [`send_general`].

@@ -17,9 +17,7 @@ pub extern "C" fn PMPI_Send(
     tag: c_int,
     comm: MPI_Comm,
 ) -> c_int {
-    guard("MPI_Send", Some(comm), || {
-        p2p::send(buf, count as i64, datatype, dest, tag, comm, Mode::Standard)
-    })
+    p2p::send_entry(buf, count as i64, datatype, dest, tag, comm)
 }
 /// `MPI_Isend`.
 #[unsafe(no_mangle)]
@@ -266,9 +264,7 @@ pub extern "C" fn PMPI_Recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
-    guard("MPI_Recv", Some(comm), || {
-        p2p::recv(buf, count as i64, datatype, source, tag, comm, status)
-    })
+    p2p::recv_entry(buf, count as i64, datatype, source, tag, comm, status)
 }
 /// `MPI_Irecv`.
 #[unsafe(no_mangle)]

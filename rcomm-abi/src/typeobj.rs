@@ -8,7 +8,7 @@ use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
 use rcomm::datatype::Datatype;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// How a type was made, as `MPI_Type_get_envelope` / `get_contents` report it.
@@ -139,31 +139,36 @@ fn predefined_table() -> &'static [Option<Arc<TypeObj>>] {
     })
 }
 
-/// The byte size of one element of predefined type `h` when `count` elements of it are one run
-/// of `count * size` bytes from the buffer's address (every predefined type but the pairs with
-/// a gap); `None` for any other handle. The hot paths of send and receive start here.
-#[inline]
+/// Per predefined datatype handle, the byte size of one element when `count` elements are one
+/// run of `count * size` bytes from the buffer's address (every predefined type but the pairs
+/// with a gap), else 0. Filled at init ([`fill_runs`]), so that the hot paths of send and
+/// receive read one byte, no lock or lazy cell.
+static RUNS: [AtomicU8; RUNS_LEN] = [const { AtomicU8::new(0) }; RUNS_LEN];
+const RUNS_LEN: usize = 0x400;
+
+/// Fills [`RUNS`] (at init).
+pub fn fill_runs() {
+    for (h, t) in predefined_table().iter().enumerate() {
+        if let Some(t) = t
+            && h < RUNS_LEN
+            && t.size() > 0
+            && t.size() < 256
+            && t.dt.is_contiguous()
+            && t.dt.lb() == 0
+            && t.dt.extent() == t.size() as isize
+        {
+            RUNS[h].store(t.size() as u8, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The byte size of one element of predefined type `h` laid out as one run ([`RUNS`]); `None`
+/// for any other handle, and before init.
+#[inline(always)]
 pub fn predefined_run(h: MPI_Datatype) -> Option<usize> {
-    static RUNS: OnceLock<Vec<u32>> = OnceLock::new();
-    let runs = RUNS.get_or_init(|| {
-        predefined_table()
-            .iter()
-            .map(|t| match t {
-                Some(t)
-                    if t.size() > 0
-                        && t.dt.is_contiguous()
-                        && t.dt.lb() == 0
-                        && t.dt.extent() == t.size() as isize =>
-                {
-                    t.size() as u32
-                }
-                _ => 0,
-            })
-            .collect()
-    });
-    match runs.get(h) {
-        Some(&n) if n > 0 => Some(n as usize),
-        _ => None,
+    match RUNS.get(h)?.load(Ordering::Relaxed) {
+        0 => None,
+        n => Some(n as usize),
     }
 }
 

@@ -6,7 +6,7 @@ use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::ThreadId;
 
@@ -114,11 +114,10 @@ pub static COMMS: Registry<CommObj> = Registry::new(Kind::Comm);
 /// `MPI_COMM_WORLD` and `MPI_COMM_SELF`, made once (at init, which a process runs at most once)
 /// and kept to exit, so that looking one up takes neither a lock nor a reference count: every
 /// call on them looks them up, and those atomics cost a short message more than the rest of the
-/// C layer together. [`PREDEFINED_LIVE`] says whether MPI runs; after finalize they answer as
-/// invalid. World's drop at finalize has finished the engine (drained, progress stopped, the
+/// C layer together. The pointer is null outside init/finalize; after finalize they answer
+/// as invalid. World's drop at finalize has finished the engine (drained, progress stopped, the
 /// bootstrap told); what these two still hold, memory and descriptors, goes at exit.
-static PREDEFINED: OnceLock<[CommObj; 2]> = OnceLock::new();
-static PREDEFINED_LIVE: AtomicBool = AtomicBool::new(false);
+static PREDEFINED: AtomicPtr<[CommObj; 2]> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Sets up the predefined communicators (in `MPI_Init`, collective: all ranks are there).
 pub fn init_predefined(world: rcomm::Communicator) -> Res {
@@ -129,32 +128,31 @@ pub fn init_predefined(world: rcomm::Communicator) -> Res {
             "MPI_COMM_SELF: the split gave no communicator",
         )
     })?;
-    let made = [
+    let made: &'static mut [CommObj; 2] = Box::leak(Box::new([
         CommObj::new(world, MPI_ERRORS_ARE_FATAL, "MPI_COMM_WORLD"),
         CommObj::new(own, MPI_ERRORS_ARE_FATAL, "MPI_COMM_SELF"),
-    ];
-    if PREDEFINED.set(made).is_err() {
-        return Err(err(
-            MPI_ERR_INTERN,
-            "the predefined communicators exist already",
-        ));
-    }
-    PREDEFINED_LIVE.store(true, Ordering::Release);
+    ]));
+    PREDEFINED.store(made, Ordering::Release);
     Ok(())
 }
 
-/// Ends the predefined communicators (finalize): from now on their handles are refused.
+/// Ends the predefined communicators (finalize): from now on their handles are refused (the
+/// objects stay, for a call that looked one up just before).
 pub fn end_predefined() {
-    PREDEFINED_LIVE.store(false, Ordering::Release);
+    PREDEFINED.store(std::ptr::null_mut(), Ordering::Release);
 }
 
 /// `MPI_COMM_WORLD` or `MPI_COMM_SELF` while MPI runs; `None` for any other handle.
-#[inline]
+#[inline(always)]
 pub fn predefined(h: MPI_Comm) -> Option<&'static CommObj> {
-    if !(MPI_COMM_WORLD..=MPI_COMM_SELF).contains(&h) || !PREDEFINED_LIVE.load(Ordering::Acquire) {
+    let i = h.wrapping_sub(MPI_COMM_WORLD);
+    if i > 1 {
         return None;
     }
-    PREDEFINED.get().map(|p| &p[h - MPI_COMM_WORLD])
+    let p = PREDEFINED.load(Ordering::Acquire);
+    // SAFETY: non-null only between init and finalize, pointing at the pair `init_predefined`
+    // leaked: never freed, so a reference lives as long as the process.
+    unsafe { p.as_ref() }.map(|p| &p[i])
 }
 
 /// A live communicator: a predefined one (borrowed, kept to exit) or one the program made
