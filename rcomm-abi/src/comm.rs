@@ -335,8 +335,16 @@ pub extern "C" fn PMPI_Comm_get_name(
     resultlen: *mut c_int,
 ) -> c_int {
     guard("MPI_Comm_get_name", Some(comm), || {
-        let c = get(comm)?;
-        let name = c.name.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        // The null handle answers with its own name, as MPICH does (programs print it).
+        let name = if comm == MPI_COMM_NULL {
+            "MPI_COMM_NULL".to_owned()
+        } else {
+            get(comm)?
+                .name
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        };
         ptr::write_cstr(
             comm_name,
             MPI_MAX_OBJECT_NAME as usize,

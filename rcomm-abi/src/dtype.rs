@@ -17,6 +17,8 @@ use std::sync::atomic::Ordering;
 
 /// The external32 representation.
 mod external;
+/// The Fortran 90 parameterised types.
+mod f90;
 /// Names, size matching and value-index pairs.
 mod info;
 /// The large-count constructors (apart so this file stays readable).
@@ -88,6 +90,15 @@ fn make(dt: Datatype, contents: Contents, parts: &[MPI_Datatype], out: *mut MPI_
     if out.is_null() {
         return Err(err(MPI_ERR_ARG, "newtype is a null pointer"));
     }
+    let obj = build(dt, contents, parts)?;
+    let h = TYPES
+        .insert(obj)
+        .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many datatypes"))?;
+    ptr::write(out, h, "newtype")
+}
+
+/// A derived type's object, made from `parts`.
+fn build(dt: Datatype, contents: Contents, parts: &[MPI_Datatype]) -> Res<TypeObj> {
     let mut objs = Vec::with_capacity(parts.len());
     for &p in parts {
         let t = typeobj::get(p)?;
@@ -110,10 +121,7 @@ fn make(dt: Datatype, contents: Contents, parts: &[MPI_Datatype], out: *mut MPI_
         info: Info { basic, align },
         parts: objs,
     }));
-    let h = TYPES
-        .insert(obj)
-        .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many datatypes"))?;
-    ptr::write(out, h, "newtype")
+    Ok(obj)
 }
 
 fn old(h: MPI_Datatype) -> Res<Arc<TypeObj>> {

@@ -24,8 +24,16 @@ pub extern "C" fn PMPI_Type_get_name(
     resultlen: *mut c_int,
 ) -> c_int {
     guard("MPI_Type_get_name", None, || {
-        let t = typeobj::get(datatype)?;
-        let name = t.name.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        // The null handle answers with its own name, as MPICH does (programs print it).
+        let name = if datatype == MPI_DATATYPE_NULL {
+            "MPI_DATATYPE_NULL".to_owned()
+        } else {
+            typeobj::get(datatype)?
+                .name
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        };
         ptr::write_cstr(
             type_name,
             MPI_MAX_OBJECT_NAME as usize,
@@ -48,10 +56,13 @@ const SIZED: [(c_int, &[MPI_Datatype]); 3] = [
             MPI_INTEGER16,
         ],
     ),
-    (MPI_TYPECLASS_REAL, &[MPI_REAL4, MPI_REAL8, MPI_REAL16]),
+    (
+        MPI_TYPECLASS_REAL,
+        &[MPI_REAL2, MPI_REAL4, MPI_REAL8, MPI_REAL16],
+    ),
     (
         MPI_TYPECLASS_COMPLEX,
-        &[MPI_COMPLEX8, MPI_COMPLEX16, MPI_COMPLEX32],
+        &[MPI_COMPLEX4, MPI_COMPLEX8, MPI_COMPLEX16, MPI_COMPLEX32],
     ),
 ];
 

@@ -12,7 +12,19 @@ fn added_code(a: &Added, code: c_int) -> Res<c_int> {
         .ok_or_else(|| err(MPI_ERR_ARG, format!("{code} was not added")))
 }
 
-/// `MPI_Remove_error_class`: the class must have no codes left but itself.
+/// Refuses to remove a code or class that still has its string: the string goes first
+/// (`MPI_Remove_error_string`), as MPICH requires too.
+fn no_string(a: &Added, code: c_int) -> Res {
+    if a.strings.contains_key(&code) {
+        return Err(err(
+            MPI_ERR_ARG,
+            format!("{code} still has an error string: remove it first"),
+        ));
+    }
+    Ok(())
+}
+
+/// `MPI_Remove_error_class`: the class must have no codes left but itself, and no string.
 pub fn remove_class(errorclass: c_int) -> Res {
     added(|a| {
         if added_code(a, errorclass)? != errorclass {
@@ -30,6 +42,7 @@ pub fn remove_class(errorclass: c_int) -> Res {
                 format!("error class {errorclass} still has codes: remove them first"),
             ));
         }
+        no_string(a, errorclass)?;
         a.class_of.remove(&errorclass);
         a.strings.remove(&errorclass);
         Ok(())
@@ -45,6 +58,7 @@ pub fn remove_code(errorcode: c_int) -> Res {
                 format!("{errorcode} is a class, not a code"),
             ));
         }
+        no_string(a, errorcode)?;
         a.class_of.remove(&errorcode);
         a.strings.remove(&errorcode);
         Ok(())

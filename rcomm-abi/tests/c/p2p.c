@@ -188,6 +188,17 @@ static void sendrecv_and_cancel(void) {
     MPI_Status st;
     OK(MPI_Sendrecv(a, 64, MPI_FLOAT, next, 50, b, 64, MPI_FLOAT, prev, 50, MPI_COMM_WORLD, &st));
     for (int i = 0; i < 64; i++) CHECK(b[i] == prev + i * 0.25f, "sendrecv b[%d]", i);
+    int got = -1;
+    OK(MPI_Get_count(&st, MPI_FLOAT, &got));
+    CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 50 && got == 64, "sendrecv status %d %d %d",
+          st.MPI_SOURCE, st.MPI_TAG, got);
+    /* Fewer elements than the receive holds, from any source with any tag. */
+    OK(MPI_Sendrecv(a, 32, MPI_FLOAT, next, 53, b, 64, MPI_FLOAT, MPI_ANY_SOURCE, MPI_ANY_TAG,
+                    MPI_COMM_WORLD, &st));
+    OK(MPI_Get_count(&st, MPI_FLOAT, &got));
+    CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 53 && got == 32, "sendrecv any %d %d %d",
+          st.MPI_SOURCE, st.MPI_TAG, got);
+    for (int i = 0; i < 32; i++) CHECK(b[i] == prev + i * 0.25f, "sendrecv any b[%d]", i);
     OK(MPI_Sendrecv_replace(a, 64, MPI_FLOAT, next, 51, prev, 51, MPI_COMM_WORLD, &st));
     for (int i = 0; i < 64; i++) CHECK(a[i] == prev + i * 0.25f, "replace a[%d]", i);
     MPI_Request r;

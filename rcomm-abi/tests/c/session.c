@@ -110,7 +110,17 @@ static void test_session(void) {
     rc = MPI_Remove_error_class(MPI_ERR_OTHER);
     MPI_Error_class(rc, &cls);
     CHECK(cls == MPI_ERR_ARG, "a standard class: class %d", cls);
+    OK(MPI_Add_error_string(code, "again"));
+    rc = MPI_Remove_error_code(code);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_ARG, "a code with its string: class %d", cls);
+    OK(MPI_Remove_error_string(code));
     OK(MPI_Remove_error_code(code));
+    OK(MPI_Add_error_string(klass, "a class"));
+    rc = MPI_Remove_error_class(klass);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_ARG, "a class with its string: class %d", cls);
+    OK(MPI_Remove_error_string(klass));
     OK(MPI_Remove_error_class(klass));
     rc = MPI_Add_error_code(klass, &code);
     MPI_Error_class(rc, &cls);

@@ -66,6 +66,58 @@ static void test_names(void) {
     OK(MPI_Type_set_name(t, "pair of ints"));
     name_is(t, "pair of ints");
     OK(MPI_Type_free(&t));
+    /* The null handles answer with their names, as MPICH does. */
+    name_is(MPI_DATATYPE_NULL, "MPI_DATATYPE_NULL");
+    char name[MPI_MAX_OBJECT_NAME];
+    int len = -1;
+    OK(MPI_Comm_get_name(MPI_COMM_NULL, name, &len));
+    CHECK(strcmp(name, "MPI_COMM_NULL") == 0 && len == 13, "comm null name '%s'", name);
+}
+
+/* The Fortran 90 parameterised types: predefined (not freeable), the sized type's layout, the
+ * F90 combiner with its arguments, the same handle for the same arguments. */
+static void test_f90(void) {
+    MPI_Datatype t, u;
+    int size, ni, na, nd, comb, ints[2];
+    struct {
+        int kind, p, r, size;
+    } cases[] = {{0, 0, 2, 1}, {0, 0, 4, 2}, {0, 0, 9, 4}, {0, 0, 18, 8},
+                 {1, 6, 30, 4}, {1, 15, 300, 8}, {1, MPI_UNDEFINED, 200, 8},
+                 {2, 6, 30, 8}, {2, 15, MPI_UNDEFINED, 16}};
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int k = cases[i].kind, p = cases[i].p, r = cases[i].r;
+        if (k == 0) OK(MPI_Type_create_f90_integer(r, &t));
+        if (k == 1) OK(MPI_Type_create_f90_real(p, r, &t));
+        if (k == 2) OK(MPI_Type_create_f90_complex(p, r, &t));
+        OK(MPI_Type_size(t, &size));
+        CHECK(size == cases[i].size, "f90 case %u: size %d", i, size);
+        OK(MPI_Type_get_envelope(t, &ni, &na, &nd, &comb));
+        int want = k == 0 ? MPI_COMBINER_F90_INTEGER
+                          : k == 1 ? MPI_COMBINER_F90_REAL : MPI_COMBINER_F90_COMPLEX;
+        CHECK(comb == want && ni == (k == 0 ? 1 : 2) && na == 0 && nd == 0, "f90 case %u", i);
+        OK(MPI_Type_get_contents(t, 2, 0, 0, ints, NULL, NULL));
+        CHECK(k == 0 ? ints[0] == r : (ints[0] == p && ints[1] == r), "f90 case %u contents", i);
+        if (k == 0) OK(MPI_Type_create_f90_integer(r, &u));
+        if (k == 1) OK(MPI_Type_create_f90_real(p, r, &u));
+        if (k == 2) OK(MPI_Type_create_f90_complex(p, r, &u));
+        CHECK(u == t, "f90 case %u: a second call gives another handle", i);
+    }
+    /* A message in an F90 type. */
+    OK(MPI_Type_create_f90_real(15, 300, &t));
+    double out[3] = {1.5, -2.25, 1e300}, in[3] = {0, 0, 0};
+    OK(MPI_Sendrecv(out, 3, t, 0, 9, in, 3, t, 0, 9, MPI_COMM_SELF, MPI_STATUS_IGNORE));
+    CHECK(in[0] == 1.5 && in[1] == -2.25 && in[2] == 1e300, "f90 real message");
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    int cls, rc = MPI_Type_free(&t);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_TYPE, "freeing an f90 type: class %d", cls);
+    rc = MPI_Type_create_f90_integer(40, &t);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_ARG, "integer range 40: class %d", cls);
+    rc = MPI_Type_create_f90_real(MPI_UNDEFINED, MPI_UNDEFINED, &t);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_ARG, "real with neither: class %d", cls);
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
 }
 
 static void test_attrs(void) {
@@ -111,6 +163,7 @@ static void test_match(void) {
         {MPI_TYPECLASS_INTEGER, 1, MPI_INTEGER1}, {MPI_TYPECLASS_INTEGER, 4, MPI_INTEGER4},
         {MPI_TYPECLASS_INTEGER, 8, MPI_INTEGER8}, {MPI_TYPECLASS_REAL, 4, MPI_REAL4},
         {MPI_TYPECLASS_REAL, 8, MPI_REAL8},       {MPI_TYPECLASS_COMPLEX, 16, MPI_COMPLEX16},
+        {MPI_TYPECLASS_REAL, 2, MPI_REAL2},       {MPI_TYPECLASS_COMPLEX, 4, MPI_COMPLEX4},
     };
     for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         OK(MPI_Type_match_size(cases[i].cls, cases[i].size, &t));
@@ -204,6 +257,7 @@ int main(int argc, char **argv) {
     test_attrs();
     test_dup_attrs();
     test_match();
+    test_f90();
     test_external();
     printf("PASS typeinfo rank %d of %d\n", me, n);
     OK(MPI_Finalize());
