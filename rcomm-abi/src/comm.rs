@@ -255,6 +255,7 @@ pub extern "C" fn PMPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
         }
         let c = get(h)?;
         crate::attr::delete_all(h, &c);
+        crate::buffers::owner_gone(crate::buffers::Owner::Comm(h));
         COMMS.remove(h);
         ptr::write(comm, MPI_COMM_NULL, "comm")
     })

@@ -31,6 +31,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod attr;
+pub mod buffers;
 pub mod call;
 pub mod coll;
 pub mod comm;

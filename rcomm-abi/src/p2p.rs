@@ -10,6 +10,7 @@
 //! request owns and is unpacked into the caller's memory when it completes. The exported
 //! functions (int and `_c` counts) are in `p2p_abi`.
 
+use crate::buffers;
 use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
@@ -576,16 +577,33 @@ fn send_general(
         Mode::Standard => c.comm.send(data, d, tag)?,
         Mode::Sync => c.comm.ssend(data, d, tag)?,
         Mode::Ready => c.comm.rsend(data, d, tag)?,
-        Mode::Buffered => c.comm.bsend(data, d, tag)?,
+        Mode::Buffered => match buffers::owner_for(h, &c) {
+            Some(o) => buffers::bsend(o, &c, data.to_vec(), d, tag)?,
+            None => c.comm.bsend(data, d, tag)?,
+        },
     }
     Ok(())
 }
 
 /// Starts a send; the operation a request waits for.
-fn start_send(c: &CommObj, b: &Buf, dst: Option<u32>, tag: rcomm::Tag, mode: Mode) -> Res<Op> {
+fn start_send(
+    h: MPI_Comm,
+    c: &CommObj,
+    b: &Buf,
+    dst: Option<u32>,
+    tag: rcomm::Tag,
+    mode: Mode,
+) -> Res<Op> {
     let Some(d) = dst else {
         return Ok(Op::Boxed(Box::new(SendOp(None))));
     };
+    if mode == Mode::Buffered
+        && let Some(o) = buffers::owner_for(h, c)
+    {
+        // Copied into the buffer's account at once: the request is complete.
+        buffers::bsend(o, c, b.pack()?, d, tag)?;
+        return Ok(Op::Boxed(Box::new(SendOp(None))));
+    }
     let raw_mode = match mode {
         Mode::Standard | Mode::Ready => Some(rcomm::RawSendMode::Standard),
         Mode::Sync => Some(rcomm::RawSendMode::Sync),
@@ -665,7 +683,7 @@ fn isend_general(
     if req.is_null() {
         return Err(err(MPI_ERR_ARG, "request is a null pointer"));
     }
-    let op = start_send(&c, &b, d, tag, mode)?;
+    let op = start_send(h, &c, &b, d, tag, mode)?;
     ptr::write(req, request::insert_op(op, h)?, "request")
 }
 
@@ -688,7 +706,7 @@ pub fn send_init(
     let addr = buf as usize;
     let starter = move || -> Res<Box<dyn Pending>> {
         let b = Buf::new(addr as *const c_void, count, dt)?;
-        start_send(&c, &b, d, tag, mode).map(Op::boxed)
+        start_send(h, &c, &b, d, tag, mode).map(Op::boxed)
     };
     ptr::write(
         req,
@@ -912,7 +930,7 @@ pub fn sendrecv(
     let s = source(&c, src)?;
     // The receive is posted first, so two ranks exchanging cannot both wait in their sends.
     let r = recv_op(&c, recvbuf, recvcount, recvtype, s, rtag)?;
-    let snd = start_send(&c, &sb, d, stag, Mode::Standard)?;
+    let snd = start_send(h, &c, &sb, d, stag, Mode::Standard)?;
     let mut pair = PairOp(snd.boxed(), r.boxed());
     match req {
         Some(out) => ptr::write(out, request::insert(Box::new(pair), h)?, "request"),
@@ -943,7 +961,7 @@ pub fn sendrecv_replace(
     let d = dest(&c, dst)?;
     let rtag = recv_tag(recvtag)?;
     let s = source(&c, src)?;
-    let snd = start_send(&c, &b, d, stag, Mode::Standard)?;
+    let snd = start_send(h, &c, &b, d, stag, Mode::Standard)?;
     let r = recv_op(&c, buf, count, dt, s, rtag)?;
     let mut pair = PairOp(snd.boxed(), r.boxed());
     match req {

@@ -6,12 +6,13 @@
 //! A session started before `MPI_Init` starts the world as `MPI_Init` would (a later
 //! `MPI_Init` is then refused), and finalizing the last such session finalizes it.
 
+use crate::buffers::Owner;
 use crate::call::guard;
 use crate::consts::*;
 use crate::errors::{Error, Handler, Res, err};
 use crate::handles::{Kind, Registry};
 use crate::ptr;
-use std::ffi::c_char;
+use std::ffi::{c_char, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -98,6 +99,7 @@ pub extern "C" fn PMPI_Session_finalize(session: *mut MPI_Session) -> c_int {
     let h = ptr::read(session, "session").unwrap_or(MPI_SESSION_NULL);
     sguard("MPI_Session_finalize", h, || {
         get(h)?;
+        crate::buffers::owner_gone(crate::buffers::Owner::Session(h));
         SESSIONS.remove(h);
         ptr::write(session, MPI_SESSION_NULL, "session")?;
         let left = LIVE.fetch_sub(1, Ordering::AcqRel) - 1;
@@ -210,8 +212,27 @@ pub extern "C" fn PMPI_Group_from_session_pset(
     sguard("MPI_Group_from_session_pset", session, || {
         get(session)?;
         let c = crate::world::get(pset_comm(&ptr::cstr(pset_name, "pset_name")?)?)?;
-        ptr::write(newgroup, crate::group::insert(c.comm.group())?, "newgroup")
+        let g = crate::group::insert(c.comm.group())?;
+        let mut from = GROUP_SESSION.lock().unwrap_or_else(|p| p.into_inner());
+        // Handles of freed groups are not reused with the same generation; forget those.
+        from.retain(|&(gh, _)| crate::group::GROUPS.get(gh).is_some());
+        from.push((g, session));
+        ptr::write(newgroup, g, "newgroup")
     })
+}
+
+/// The session each group made by `MPI_Group_from_session_pset` came from: a communicator
+/// made from such a group belongs to that session (its buffer serves the buffered sends).
+static GROUP_SESSION: Mutex<Vec<(MPI_Group, MPI_Session)>> = Mutex::new(Vec::new());
+
+/// The session a group came from, if it was made from a session's process set.
+fn session_of_group(g: MPI_Group) -> Option<MPI_Session> {
+    GROUP_SESSION
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|&&(gh, _)| gh == g)
+        .map(|&(_, s)| s)
 }
 
 /// The tag `MPI_Comm_create_from_group` matches its members' calls by: the string tag hashed
@@ -251,7 +272,7 @@ pub extern "C" fn PMPI_Comm_create_from_group(
             ));
         }
         let c = w.comm.create_group(&g, rcomm::Tag(tag))?;
-        let h = crate::world::insert(c, &w)?;
+        let h = crate::world::insert_in(c, &w, session_of_group(group))?;
         let obj = crate::world::get(h)?;
         *obj.errhandler.lock().unwrap_or_else(|p| p.into_inner()) = errhandler;
         *obj.info.lock().unwrap_or_else(|p| p.into_inner()) = pairs;
@@ -321,4 +342,80 @@ pub extern "C" fn PMPI_Session_call_errhandler(session: MPI_Session, errorcode: 
     });
     // The call itself succeeds once the handler has returned.
     if rc == errorcode { MPI_SUCCESS } else { rc }
+}
+
+/// `MPI_Session_attach_buffer`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Session_attach_buffer(
+    session: MPI_Session,
+    buffer: *mut c_void,
+    size: c_int,
+) -> c_int {
+    sguard("MPI_Session_attach_buffer", session, || {
+        get(session)?;
+        crate::buffers::attach(Owner::Session(session), buffer, i64::from(size))
+    })
+}
+
+/// `MPI_Session_attach_buffer_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Session_attach_buffer_c(
+    session: MPI_Session,
+    buffer: *mut c_void,
+    size: MPI_Count,
+) -> c_int {
+    sguard("MPI_Session_attach_buffer_c", session, || {
+        get(session)?;
+        crate::buffers::attach(Owner::Session(session), buffer, size)
+    })
+}
+
+/// `MPI_Session_detach_buffer`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Session_detach_buffer(
+    session: MPI_Session,
+    buffer_addr: *mut c_void,
+    size: *mut c_int,
+) -> c_int {
+    sguard("MPI_Session_detach_buffer", session, || {
+        get(session)?;
+        let n = crate::buffers::detach(Owner::Session(session), buffer_addr)?;
+        ptr::write(size, c_int::try_from(n).unwrap_or(c_int::MAX), "size")
+    })
+}
+
+/// `MPI_Session_detach_buffer_c`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Session_detach_buffer_c(
+    session: MPI_Session,
+    buffer_addr: *mut c_void,
+    size: *mut MPI_Count,
+) -> c_int {
+    sguard("MPI_Session_detach_buffer_c", session, || {
+        get(session)?;
+        let n = crate::buffers::detach(Owner::Session(session), buffer_addr)?;
+        ptr::write(size, n, "size")
+    })
+}
+
+/// `MPI_Session_flush_buffer`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Session_flush_buffer(session: MPI_Session) -> c_int {
+    sguard("MPI_Session_flush_buffer", session, || {
+        get(session)?;
+        crate::buffers::flush(Owner::Session(session))
+    })
+}
+
+/// `MPI_Session_iflush_buffer`.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Session_iflush_buffer(
+    session: MPI_Session,
+    request: *mut MPI_Request,
+) -> c_int {
+    sguard("MPI_Session_iflush_buffer", session, || {
+        get(session)?;
+        let r = crate::buffers::iflush(Owner::Session(session), MPI_COMM_WORLD)?;
+        ptr::write(request, r, "request")
+    })
 }

@@ -68,6 +68,9 @@ pub struct CommObj {
     /// For an intercommunicator (from a spawn): rcomm's, whose joint world `comm` is; ranks
     /// given to point-to-point name the remote group.
     pub inter: Option<rcomm::InterComm>,
+    /// The session whose group it was made from (or its parent's), whose attached buffer
+    /// serves its buffered sends when it has none of its own.
+    pub session: Option<MPI_Session>,
 }
 
 impl CommObj {
@@ -80,6 +83,7 @@ impl CommObj {
             attrs: Mutex::new(BTreeMap::new()),
             info: Mutex::new(Vec::new()),
             inter: None,
+            session: None,
         }
     }
 
@@ -217,9 +221,20 @@ pub fn errhandler_of(h: MPI_Comm) -> Option<MPI_Errhandler> {
 
 /// Registers a new communicator made from `parent` (which lends its error handler); its handle.
 pub fn insert(comm: rcomm::Communicator, parent: &CommObj) -> Res<MPI_Comm> {
+    insert_in(comm, parent, parent.session)
+}
+
+/// Registers a communicator made from `parent` within `session` (if any); its handle.
+pub fn insert_in(
+    comm: rcomm::Communicator,
+    parent: &CommObj,
+    session: Option<MPI_Session>,
+) -> Res<MPI_Comm> {
     let eh = *parent.errhandler.lock().unwrap_or_else(|p| p.into_inner());
+    let mut obj = CommObj::new(comm, eh, "");
+    obj.session = session;
     COMMS
-        .insert(CommObj::new(comm, eh, ""))
+        .insert(obj)
         .ok_or_else(|| err(MPI_ERR_NO_MEM, "too many communicators"))
 }
 

@@ -253,6 +253,56 @@ static void extras(void) {
     CHECK(a == x && b == y && rr[1] == MPI_REQUEST_NULL, "self messages %d %d", a, b);
 }
 
+/* MPI-4.1 buffers: a communicator's own, used before the process's; sends that do not fit
+ * give MPI_ERR_BUFFER; flush and detach wait for the sends; MPI_BUFFER_AUTOMATIC. */
+static void comm_buffers(void) {
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size, cls, rc, n = -1;
+    static char cbuf[3 * (4 * sizeof(int) + MPI_BSEND_OVERHEAD)];
+    int out[4] = {rank, rank + 1, rank + 2, rank + 3}, in[4];
+    void *addr = NULL;
+    MPI_Comm d;
+    MPI_Request r;
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &d));
+    OK(MPI_Comm_set_errhandler(d, MPI_ERRORS_RETURN));
+    OK(MPI_Comm_attach_buffer(d, cbuf, (int)sizeof cbuf));
+    rc = MPI_Comm_attach_buffer(d, cbuf, (int)sizeof cbuf);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_BUFFER, "a second attach: class %d", cls);
+    OK(MPI_Bsend(out, 4, MPI_INT, next, 70, d));
+    OK(MPI_Ibsend(out, 4, MPI_INT, next, 71, d, &r));
+    OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    rc = MPI_Bsend(cbuf, (int)sizeof cbuf, MPI_BYTE, next, 72, d);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_BUFFER, "a bsend larger than the buffer: class %d", cls);
+    OK(MPI_Recv(in, 4, MPI_INT, prev, 70, d, MPI_STATUS_IGNORE));
+    CHECK(in[0] == prev && in[3] == prev + 3, "comm bsend");
+    OK(MPI_Recv(in, 4, MPI_INT, prev, 71, d, MPI_STATUS_IGNORE));
+    CHECK(in[1] == prev + 1, "comm ibsend");
+    OK(MPI_Comm_flush_buffer(d));
+    OK(MPI_Comm_iflush_buffer(d, &r));
+    OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    OK(MPI_Comm_detach_buffer(d, &addr, &n));
+    CHECK(addr == cbuf && n == (int)sizeof cbuf, "comm detach %p %d", addr, n);
+    rc = MPI_Comm_detach_buffer(d, &addr, &n);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_BUFFER, "a second detach: class %d", cls);
+    OK(MPI_Comm_attach_buffer(d, MPI_BUFFER_AUTOMATIC, 0));
+    OK(MPI_Bsend(out, 4, MPI_INT, next, 73, d));
+    OK(MPI_Recv(in, 4, MPI_INT, prev, 73, d, MPI_STATUS_IGNORE));
+    OK(MPI_Comm_detach_buffer(d, &addr, &n));
+    CHECK(addr == MPI_BUFFER_AUTOMATIC && n == 0, "automatic detach %p %d", addr, n);
+    OK(MPI_Comm_free(&d));
+    /* The process's buffer: a non-blocking flush. */
+    static char pbuf[4 * sizeof(int) + MPI_BSEND_OVERHEAD];
+    OK(MPI_Buffer_attach(pbuf, (int)sizeof pbuf));
+    OK(MPI_Bsend(out, 4, MPI_INT, next, 74, MPI_COMM_WORLD));
+    OK(MPI_Recv(in, 4, MPI_INT, prev, 74, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    OK(MPI_Buffer_iflush(&r));
+    OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    OK(MPI_Buffer_detach(&addr, &n));
+    CHECK(addr == pbuf && n == (int)sizeof pbuf, "process detach %p %d", addr, n);
+}
+
 int main(int argc, char **argv) {
     OK(MPI_Init(&argc, &argv));
     OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -264,6 +314,7 @@ int main(int argc, char **argv) {
     sendrecv_and_cancel();
     large_count();
     extras();
+    comm_buffers();
     p2p_barrier(MPI_COMM_WORLD);
     printf("PASS p2p rank %d of %d\n", rank, size);
     OK(MPI_Finalize());

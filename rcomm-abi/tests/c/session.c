@@ -66,6 +66,31 @@ static void test_session(void) {
     OK(MPI_Group_free(&g));
     OK(MPI_Comm_size(c, &size));
     CHECK(size == 1);
+
+    /* The session's buffer serves buffered sends on a communicator made from its group (no
+     * other buffer is attached); detach gives back what was attached. */
+    {
+        static char sbuf[2 * (64 + MPI_BSEND_OVERHEAD)];
+        int out[16], in[16], bsize = -1, cls2;
+        void *addr = NULL;
+        for (int i = 0; i < 16; i++) out[i] = 100 + i;
+        OK(MPI_Session_attach_buffer(s, sbuf, (int)sizeof sbuf));
+        OK(MPI_Bsend(out, 16, MPI_INT, 0, 5, c));
+        OK(MPI_Recv(in, 16, MPI_INT, 0, 5, c, MPI_STATUS_IGNORE));
+        CHECK(in[15] == 115, "session bsend");
+        int rc2 = MPI_Bsend(sbuf, (int)sizeof sbuf, MPI_BYTE, 0, 6, c);
+        MPI_Error_class(rc2, &cls2);
+        CHECK(cls2 == MPI_ERR_BUFFER, "a bsend larger than the session buffer: class %d", cls2);
+        OK(MPI_Session_flush_buffer(s));
+        MPI_Request fr;
+        OK(MPI_Session_iflush_buffer(s, &fr));
+        OK(MPI_Wait(&fr, MPI_STATUS_IGNORE));
+        OK(MPI_Session_detach_buffer(s, &addr, &bsize));
+        CHECK(addr == sbuf && bsize == (int)sizeof sbuf, "session detach %p %d", addr, bsize);
+        rc2 = MPI_Session_detach_buffer(s, &addr, &bsize);
+        MPI_Error_class(rc2, &cls2);
+        CHECK(cls2 == MPI_ERR_BUFFER, "a second session detach: class %d", cls2);
+    }
     OK(MPI_Comm_free(&c));
 
     char v[64];
