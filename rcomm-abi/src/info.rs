@@ -298,3 +298,23 @@ pub extern "C" fn PMPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
         ptr::write(info, insert(pairs)?, "info")
     })
 }
+
+/// `MPI_Abi_get_fortran_info`: rcomm has no Fortran bindings, so there are no Fortran type
+/// sizes to report: `MPI_INFO_NULL`, the standard's answer for that case.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Abi_get_fortran_info(info: *mut MPI_Info) -> c_int {
+    guard("MPI_Abi_get_fortran_info", None, || {
+        ptr::write(info, MPI_INFO_NULL, "info")
+    })
+}
+
+/// `MPI_Get_hw_resource_info`: the hardware resource types this process can split a
+/// communicator by (`MPI_Comm_split_type` with `MPI_COMM_TYPE_HW_GUIDED`), each a key with
+/// the value `"true"`; rcomm knows one, the node's shared memory.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> c_int {
+    guard("MPI_Get_hw_resource_info", None, || {
+        let pairs = vec![("mpi_shared_memory".to_owned(), "true".to_owned())];
+        ptr::write(hw_info, insert(pairs)?, "hw_info")
+    })
+}

@@ -250,6 +250,15 @@ static void errors_and_env(void) {
     CHECK(v == MPI_VERSION && sv == MPI_SUBVERSION, "version");
     OK(MPI_Abi_get_version(&maj, &min));
     CHECK(maj == 1 && min == 0, "abi version %d.%d", maj, min);
+    MPI_Info fi = MPI_INFO_ENV, hw = MPI_INFO_NULL;
+    OK(MPI_Abi_get_fortran_info(&fi));
+    CHECK(fi == MPI_INFO_NULL, "no Fortran: MPI_INFO_NULL");
+    OK(MPI_Get_hw_resource_info(&hw));
+    char hv[8];
+    int hflag = 0, hlen = (int)sizeof hv;
+    OK(MPI_Info_get_string(hw, "mpi_shared_memory", &hlen, hv, &hflag));
+    CHECK(hflag && strcmp(hv, "true") == 0, "hw resource info");
+    OK(MPI_Info_free(&hw));
     char lib[MPI_MAX_LIBRARY_VERSION_STRING], host[MPI_MAX_PROCESSOR_NAME];
     OK(MPI_Get_library_version(lib, &len));
     CHECK(strstr(lib, "rcomm") != NULL, "library %s", lib);
