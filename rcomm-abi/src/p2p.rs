@@ -337,75 +337,12 @@ fn fast_args(
     Some((c, buf.cast(), count as usize * run))
 }
 
-/// A standard send on the common case's terms ([`fast_args`], a rank of the communicator, a
-/// tag that is not negative); `None` when the general path must take it.
-#[inline(always)]
-fn send_fast(
-    buf: *const c_void,
-    count: i64,
-    dt: MPI_Datatype,
-    dst: c_int,
-    tag: c_int,
-    h: MPI_Comm,
-) -> Option<Res> {
-    let (c, p, n) = fast_args(buf, count, dt, h)?;
-    let d = u32::try_from(dst).ok().filter(|&d| d < c.comm.size())?;
-    if tag < 0 {
-        return None;
-    }
-    let data: &[u8] = if n == 0 {
-        &[]
-    } else {
-        // SAFETY: non-null; the program passes `count` elements of a type laid out as one
-        // run of `n` bytes.
-        unsafe { std::slice::from_raw_parts(p, n) }
-    };
-    Some(c.comm.send(data, d, rcomm::Tag(tag)).map_err(lift))
-}
-
-/// A receive on the common case's terms ([`fast_args`], a rank of the communicator or
-/// `MPI_ANY_SOURCE`, a tag or `MPI_ANY_TAG`); `None` when the general path must take it.
-#[inline(always)]
-fn recv_fast(
-    buf: *mut c_void,
-    count: i64,
-    dt: MPI_Datatype,
-    src: c_int,
-    tag: c_int,
-    h: MPI_Comm,
-    status: *mut MPI_Status,
-) -> Option<Res> {
-    let (c, p, n) = fast_args(buf, count, dt, h)?;
-    let src = match src {
-        MPI_ANY_SOURCE => rcomm::Source::Any,
-        r => rcomm::Source::Rank(u32::try_from(r).ok().filter(|&r| r < c.comm.size())?),
-    };
-    let tag = match tag {
-        MPI_ANY_TAG => rcomm::Tag::Any,
-        t if t >= 0 => rcomm::Tag(t),
-        _ => return None,
-    };
-    let to: &mut [u8] = if n == 0 {
-        &mut []
-    } else {
-        // SAFETY: non-null; the program passes room for `count` elements of a type laid out
-        // as one run of `n` bytes, and does not touch it during the call.
-        unsafe { std::slice::from_raw_parts_mut(p.cast_mut(), n) }
-    };
-    // A predefined communicator is never an intercommunicator: the status is rcomm's.
-    Some(
-        c.comm
-            .recv(to, src, tag)
-            .map(|st| ptr::write_opt(status, status_of(&st)))
-            .map_err(lift),
-    )
-}
-
 /// `MPI_Send`'s whole body: the common case checked here (no calls, no frame) and sent by
 /// [`send_checked`], anything else by the general path under the guard. Both are calls in
 /// tail position, so the exported function adds a few compares and a jump.
 #[inline(always)]
 pub fn send_entry(
+    func: &'static str,
     buf: *const c_void,
     count: i64,
     dt: MPI_Datatype,
@@ -418,14 +355,15 @@ pub fn send_entry(
         && (dst as u32) < c.comm.size()
         && tag >= 0
     {
-        return send_checked(c, p, n, dst as u32, tag, h);
+        return send_checked(func, c, p, n, dst as u32, tag, h);
     }
-    send_guarded(buf, count, dt, dst, tag, h)
+    send_guarded(func, buf, count, dt, dst, tag, h)
 }
 
 /// The common case's standard send, its arguments checked.
 #[inline(always)]
 fn send_checked(
+    func: &'static str,
     c: &'static CommObj,
     p: *const u8,
     n: usize,
@@ -433,7 +371,7 @@ fn send_checked(
     tag: c_int,
     h: MPI_Comm,
 ) -> c_int {
-    crate::call::guard("MPI_Send", Some(h), || {
+    crate::call::guard(func, Some(h), || {
         let data: &[u8] = if n == 0 {
             &[]
         } else {
@@ -447,6 +385,7 @@ fn send_checked(
 
 #[inline(never)]
 fn send_guarded(
+    func: &'static str,
     buf: *const c_void,
     count: i64,
     dt: MPI_Datatype,
@@ -454,14 +393,16 @@ fn send_guarded(
     tag: c_int,
     h: MPI_Comm,
 ) -> c_int {
-    crate::call::guard("MPI_Send", Some(h), || {
-        send_general(buf, count, dt, dst, tag, h, Mode::Standard)
+    crate::call::guard(func, Some(h), || {
+        send(buf, count, dt, dst, tag, h, Mode::Standard)
     })
 }
 
 /// `MPI_Recv`'s whole body, as [`send_entry`].
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub fn recv_entry(
+    func: &'static str,
     buf: *mut c_void,
     count: i64,
     dt: MPI_Datatype,
@@ -474,15 +415,17 @@ pub fn recv_entry(
         && (src == MPI_ANY_SOURCE || (src as u32) < c.comm.size())
         && (tag == MPI_ANY_TAG || tag >= 0)
     {
-        return recv_checked(c, p.cast_mut(), n, src, tag, h, status);
+        return recv_checked(func, c, p.cast_mut(), n, src, tag, h, status);
     }
-    recv_guarded(buf, count, dt, src, tag, h, status)
+    recv_guarded(func, buf, count, dt, src, tag, h, status)
 }
 
 /// The common case's receive, its arguments checked (`src` a rank or `MPI_ANY_SOURCE`, `tag`
 /// not negative or `MPI_ANY_TAG`).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn recv_checked(
+    func: &'static str,
     c: &'static CommObj,
     p: *mut u8,
     n: usize,
@@ -491,7 +434,7 @@ fn recv_checked(
     h: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
-    crate::call::guard("MPI_Recv", Some(h), || {
+    crate::call::guard(func, Some(h), || {
         let from = match src {
             MPI_ANY_SOURCE => rcomm::Source::Any,
             r => rcomm::Source::Rank(r as u32),
@@ -514,8 +457,10 @@ fn recv_checked(
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn recv_guarded(
+    func: &'static str,
     buf: *mut c_void,
     count: i64,
     dt: MPI_Datatype,
@@ -524,33 +469,15 @@ fn recv_guarded(
     h: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
-    crate::call::guard("MPI_Recv", Some(h), || {
+    crate::call::guard(func, Some(h), || {
         recv_general(buf, count, dt, src, tag, h, status)
     })
 }
 
-/// Blocking send: the common case at once, the rest by [`send_general`].
-#[inline]
-pub fn send(
-    buf: *const c_void,
-    count: i64,
-    dt: MPI_Datatype,
-    dst: c_int,
-    tag: c_int,
-    h: MPI_Comm,
-    mode: Mode,
-) -> Res {
-    if mode == Mode::Standard
-        && let Some(r) = send_fast(buf, count, dt, dst, tag, h)
-    {
-        return r;
-    }
-    send_general(buf, count, dt, dst, tag, h, mode)
-}
-
-/// Blocking send, any arguments (apart so that its frame does not weigh on the common case).
+/// Blocking send, any arguments and mode (apart from [`send_entry`]'s common case, so that
+/// its frame does not weigh on that).
 #[inline(never)]
-fn send_general(
+pub fn send(
     buf: *const c_void,
     count: i64,
     dt: MPI_Datatype,
@@ -626,7 +553,7 @@ fn start_send(
     Ok(Op::Boxed(Box::new(SendOp(Some(r)))))
 }
 
-/// Non-blocking send: the common case (as [`send_fast`], standard or synchronous mode) at
+/// Non-blocking send: the common case (as [`send_entry`], standard or synchronous mode) at
 /// once, the rest by [`isend_general`].
 #[allow(clippy::too_many_arguments)]
 #[inline]
@@ -715,23 +642,6 @@ pub fn send_init(
     )
 }
 
-/// Blocking receive: the common case at once, the rest by [`recv_general`].
-#[inline]
-pub fn recv(
-    buf: *mut c_void,
-    count: i64,
-    dt: MPI_Datatype,
-    src: c_int,
-    tag: c_int,
-    h: MPI_Comm,
-    status: *mut MPI_Status,
-) -> Res {
-    if let Some(r) = recv_fast(buf, count, dt, src, tag, h, status) {
-        return r;
-    }
-    recv_general(buf, count, dt, src, tag, h, status)
-}
-
 /// Blocking receive, any arguments.
 #[inline(never)]
 fn recv_general(
@@ -781,7 +691,7 @@ fn recv_op(
     }
 }
 
-/// Non-blocking receive: the common case (as [`recv_fast`]) at once, the rest by
+/// Non-blocking receive: the common case (as [`recv_entry`]) at once, the rest by
 /// [`irecv_general`].
 #[inline]
 pub fn irecv(

@@ -17,7 +17,7 @@ pub extern "C" fn PMPI_Send(
     tag: c_int,
     comm: MPI_Comm,
 ) -> c_int {
-    p2p::send_entry(buf, count as i64, datatype, dest, tag, comm)
+    p2p::send_entry("MPI_Send", buf, count as i64, datatype, dest, tag, comm)
 }
 /// `MPI_Isend`.
 #[unsafe(no_mangle)]
@@ -264,7 +264,16 @@ pub extern "C" fn PMPI_Recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
-    p2p::recv_entry(buf, count as i64, datatype, source, tag, comm, status)
+    p2p::recv_entry(
+        "MPI_Recv",
+        buf,
+        count as i64,
+        datatype,
+        source,
+        tag,
+        comm,
+        status,
+    )
 }
 /// `MPI_Irecv`.
 #[unsafe(no_mangle)]
@@ -511,9 +520,7 @@ pub extern "C" fn PMPI_Send_c(
     tag: c_int,
     comm: MPI_Comm,
 ) -> c_int {
-    guard("MPI_Send_c", Some(comm), || {
-        p2p::send(buf, count, datatype, dest, tag, comm, Mode::Standard)
-    })
+    p2p::send_entry("MPI_Send_c", buf, count, datatype, dest, tag, comm)
 }
 /// `MPI_Isend_c`.
 #[unsafe(no_mangle)]
@@ -724,9 +731,16 @@ pub extern "C" fn PMPI_Recv_c(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
-    guard("MPI_Recv_c", Some(comm), || {
-        p2p::recv(buf, count, datatype, source, tag, comm, status)
-    })
+    p2p::recv_entry(
+        "MPI_Recv_c",
+        buf,
+        count,
+        datatype,
+        source,
+        tag,
+        comm,
+        status,
+    )
 }
 /// `MPI_Irecv_c`.
 #[unsafe(no_mangle)]
