@@ -311,14 +311,3 @@ pub extern "C" fn PMPI_Comm_iflush_buffer(comm: MPI_Comm, request: *mut MPI_Requ
         ptr::write(request, r, "request")
     })
 }
-
-/// `MPI_Buffer_iflush`: the process's buffer is rcomm's budget, which flushes by detaching
-/// (waiting for its sends) and attaching again, so the request is complete when returned.
-#[unsafe(no_mangle)]
-pub extern "C" fn PMPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
-    guard("MPI_Buffer_iflush", None, || {
-        crate::p2p::buffer_flush()?;
-        let r = request::insert(Box::new(request::Ready(empty_status())), MPI_COMM_WORLD)?;
-        ptr::write(request, r, "request")
-    })
-}

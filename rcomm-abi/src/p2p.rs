@@ -15,7 +15,7 @@ use crate::consts::*;
 use crate::errors::{Res, err};
 use crate::handles::{Kind, Registry};
 use crate::ptr;
-use crate::request::{self, Op, Pending, Ready, empty_status, status_of};
+use crate::request::{self, Op, Pending, RawOp, Ready, empty_status, status_of};
 use crate::typeobj::{self, TypeRef};
 use crate::world::{self as comm, CommObj};
 use std::ffi::c_void;
@@ -230,43 +230,6 @@ impl Pending for RecvOp {
                 }
                 Ok(done)
             }
-            None => Ok(false),
-        }
-    }
-}
-
-/// A send or receive straight on the caller's contiguous memory, and the intercommunicator
-/// it was posted on (whose statuses name remote ranks), if any.
-pub struct RawOp(Option<rcomm::RawRequest>, Option<rcomm::InterComm>);
-
-impl Pending for RawOp {
-    fn test(&mut self) -> Res<Option<MPI_Status>> {
-        if let Some(r) = &mut self.0
-            && !r.test()
-        {
-            return Ok(None);
-        }
-        self.wait().map(Some)
-    }
-
-    fn wait(&mut self) -> Res<MPI_Status> {
-        match self.0.take() {
-            Some(r) => {
-                let cancelled = r.is_cancelled();
-                let st = r.wait()?;
-                Ok(if cancelled {
-                    empty_status()
-                } else {
-                    comm::remote_status(self.1.as_ref(), status_of(&st))
-                })
-            }
-            None => Ok(empty_status()),
-        }
-    }
-
-    fn cancel(&mut self) -> Res<bool> {
-        match &mut self.0 {
-            Some(r) => Ok(r.try_cancel()?),
             None => Ok(false),
         }
     }

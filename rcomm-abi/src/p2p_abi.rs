@@ -1098,3 +1098,16 @@ pub extern "C" fn PMPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int
 pub extern "C" fn PMPI_Buffer_flush() -> c_int {
     guard("MPI_Buffer_flush", None, p2p::buffer_flush)
 }
+/// `MPI_Buffer_iflush`: the process's buffer is rcomm's budget, which flushes by detaching
+/// (waiting for its sends) and attaching again, so the request is complete when returned.
+#[unsafe(no_mangle)]
+pub extern "C" fn PMPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
+    guard("MPI_Buffer_iflush", None, || {
+        p2p::buffer_flush()?;
+        let r = crate::request::insert(
+            Box::new(crate::request::Ready(crate::request::empty_status())),
+            MPI_COMM_WORLD,
+        )?;
+        ptr::write(request, r, "request")
+    })
+}

@@ -46,11 +46,48 @@ impl Pending for Ready {
 /// Makes a persistent request's operation at each `MPI_Start`.
 pub type Starter = Box<dyn Fn() -> Res<Box<dyn Pending>> + Send + Sync>;
 
+/// A send or receive straight on the caller's contiguous memory, and the intercommunicator
+/// it was posted on (whose statuses name remote ranks), if any.
+pub struct RawOp(pub Option<rcomm::RawRequest>, pub Option<rcomm::InterComm>);
+
+impl Pending for RawOp {
+    fn test(&mut self) -> Res<Option<MPI_Status>> {
+        if let Some(r) = &mut self.0
+            && !r.test()
+        {
+            return Ok(None);
+        }
+        self.wait().map(Some)
+    }
+
+    fn wait(&mut self) -> Res<MPI_Status> {
+        match self.0.take() {
+            Some(r) => {
+                let cancelled = r.is_cancelled();
+                let st = r.wait()?;
+                Ok(if cancelled {
+                    empty_status()
+                } else {
+                    crate::world::remote_status(self.1.as_ref(), status_of(&st))
+                })
+            }
+            None => Ok(empty_status()),
+        }
+    }
+
+    fn cancel(&mut self) -> Res<bool> {
+        match &mut self.0 {
+            Some(r) => Ok(r.try_cancel()?),
+            None => Ok(false),
+        }
+    }
+}
+
 /// An operation in flight: a send or receive straight on the caller's memory (most requests)
 /// held inline, so that starting one allocates only its request; any other boxed.
 pub enum Op {
     /// A raw point-to-point operation.
-    Raw(crate::p2p::RawOp),
+    Raw(RawOp),
     /// Anything else.
     Boxed(Box<dyn Pending>),
 }
@@ -116,7 +153,7 @@ pub fn insert(op: Box<dyn Pending>, comm: MPI_Comm) -> Res<MPI_Request> {
 }
 
 /// Registers an active request for a raw send or receive; its handle.
-pub fn insert_raw(op: crate::p2p::RawOp, comm: MPI_Comm) -> Res<MPI_Request> {
+pub fn insert_raw(op: RawOp, comm: MPI_Comm) -> Res<MPI_Request> {
     insert_op(Op::Raw(op), comm)
 }
 
